@@ -1,0 +1,137 @@
+"""Fixtures that start a real Leveret broker process on port 0 and stop it afterwards.
+
+Set ``LEVERET_TEST_AMQP_URL`` (for example ``amqp://guest:guest@127.0.0.1:5672/%2F``) to run
+the same tests against another broker, such as RabbitMQ, to check that they describe the
+reference behaviour; tests marked ``leveret_only`` are skipped then.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import pytest
+
+URL_ENV = "LEVERET_TEST_AMQP_URL"
+_LISTENING = re.compile(r"listening on amqp://\[?([0-9a-fA-F:.]+)\]?:(\d+)")
+START_TIMEOUT = 20.0
+
+
+@dataclass
+class Broker:
+    """Where a broker listens; ``process`` is None for an external broker."""
+
+    host: str
+    port: int
+    process: subprocess.Popen[str] | None = None
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Signal the process and wait for it; returns its exit code."""
+        assert self.process is not None, "an external broker is not ours to stop"
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+            raise
+
+    def log_text(self) -> str:
+        return "\n".join(self.log)
+
+
+def start_broker(*extra_args: str, env: dict[str, str] | None = None) -> Broker:
+    """Start ``python -m leveret serve`` on 127.0.0.1 port 0 and wait for its listener line."""
+    cmd = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0"]
+    proc = subprocess.Popen(
+        [*cmd, *extra_args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.stderr is not None
+    log: list[str] = []
+    deadline = time.monotonic() + START_TIMEOUT
+    port = None
+    host = "127.0.0.1"
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        log.append(line.rstrip("\n"))
+        match = _LISTENING.search(line)
+        if match:
+            host, port = match.group(1), int(match.group(2))
+            break
+    if port is None:
+        proc.kill()
+        proc.wait(5)
+        raise RuntimeError("broker did not start:\n" + "\n".join(log))
+
+    stream = proc.stderr
+
+    def drain() -> None:
+        for line in stream:
+            log.append(line.rstrip("\n"))
+
+    threading.Thread(target=drain, daemon=True).start()
+    return Broker(host=host, port=port, process=proc, log=log)
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    """One broker shared by the session; tests keep apart by using unique names."""
+    external = os.environ.get(URL_ENV)
+    if external:
+        parts = urlsplit(external)
+        yield Broker(host=parts.hostname or "127.0.0.1", port=parts.port or 5672)
+        return
+    b = start_broker()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[Broker]:
+    """A broker of the test's own, for tests that restart, signal or exhaust it."""
+    if os.environ.get(URL_ENV):
+        pytest.skip("needs a broker process the test controls")
+    b = start_broker()
+    try:
+        yield b
+    finally:
+        if b.process is not None and b.process.poll() is None:
+            b.stop()
+
+
+@pytest.fixture
+def name() -> str:
+    """A unique name for queues and exchanges of one test."""
+    return f"t.{uuid.uuid4().hex[:12]}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if not os.environ.get(URL_ENV):
+        return
+    skip = pytest.mark.skip(reason=f"leveret_only: {URL_ENV} points at another broker")
+    for item in items:
+        if item.get_closest_marker("leveret_only"):
+            item.add_marker(skip)

@@ -130,7 +130,7 @@ FramingError = FrameError
 """Malformed bytes on the wire; the codecs raise this (or another HardError) only."""
 
 
-class SyntaxError_(HardError):  # noqa: N801 - the trailing underscore avoids the builtin
+class SyntaxError_(HardError):
     reply_code = 502
 
 
@@ -154,7 +154,7 @@ class NotAllowed(HardError):
     reply_code = 530
 
 
-class NotImplemented_(HardError):  # noqa: N801
+class NotImplemented_(HardError):
     reply_code = 540
 
 

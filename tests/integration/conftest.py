@@ -15,11 +15,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 URL_ENV = "LEVERET_TEST_AMQP_URL"
 _LISTENING = re.compile(r"listening on amqp://\[?([0-9a-fA-F:.]+)\]?:(\d+)")
@@ -87,8 +90,7 @@ def start_broker(*extra_args: str, env: dict[str, str] | None = None) -> Broker:
     stream = proc.stderr
 
     def drain() -> None:
-        for line in stream:
-            log.append(line.rstrip("\n"))
+        log.extend(line.rstrip("\n") for line in stream)
 
     threading.Thread(target=drain, daemon=True).start()
     return Broker(host=host, port=port, process=proc, log=log)

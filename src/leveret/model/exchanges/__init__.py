@@ -1,0 +1,35 @@
+"""Exchange types of the broker core: direct, fanout, topic and headers.
+
+Importing this package registers every built-in type in :data:`TYPES`;
+:func:`make_exchange_type` makes an empty instance by type name.
+"""
+
+from __future__ import annotations
+
+from leveret.model.exchanges.base import (
+    TYPES,
+    BaseExchangeType,
+    Destination,
+    ExchangeType,
+    FieldTable,
+    freeze,
+    make_exchange_type,
+)
+from leveret.model.exchanges.direct import DirectExchange
+from leveret.model.exchanges.fanout import FanoutExchange
+from leveret.model.exchanges.headers import HeadersExchange
+from leveret.model.exchanges.topic import TopicExchange
+
+__all__ = [
+    "TYPES",
+    "BaseExchangeType",
+    "Destination",
+    "DirectExchange",
+    "ExchangeType",
+    "FanoutExchange",
+    "FieldTable",
+    "HeadersExchange",
+    "TopicExchange",
+    "freeze",
+    "make_exchange_type",
+]

@@ -1,0 +1,69 @@
+"""The ``leveret`` command: ``leveret serve`` runs the broker."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from leveret import __version__
+from leveret.config import ConfigError, load
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leveret", description="Leveret AMQP broker")
+    parser.add_argument("--version", action="version", version=f"leveret {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--config", help="TOML config file (settings under [leveret])")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 5672; 0 = any)")
+    serve.add_argument("--heartbeat", type=int, help="heartbeat interval offered, seconds")
+    serve.add_argument("--frame-max", type=int, help="largest frame offered, bytes")
+    serve.add_argument("--channel-max", type=int, help="most channels per connection")
+    serve.add_argument("--max-message-size", type=int, help="largest message body, bytes")
+    serve.add_argument("--log-level", help="debug, info, warning or error")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        overrides = {
+            "host": args.host,
+            "port": args.port,
+            "heartbeat": args.heartbeat,
+            "frame_max": args.frame_max,
+            "channel_max": args.channel_max,
+            "max_message_size": args.max_message_size,
+            "log_level": args.log_level,
+        }
+        try:
+            settings = load(args.config, overrides=overrides)
+        except ConfigError as exc:
+            print(f"leveret: {exc}", file=sys.stderr)
+            return 2
+        logging.basicConfig(
+            level=settings.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        from leveret.server.lifecycle import serve
+
+        try:
+            serve(settings)
+        except OSError as exc:
+            print(
+                f"leveret: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Broker settings: defaults, then a TOML file, then LEVERET_* variables, then flags.
+
+Parsing happens here, at the edge; the rest of the broker sees a frozen ``Settings``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the CLI prints it and exits with status 2."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    channel_max: int = 2047
+    frame_max: int = 131072
+    heartbeat: int = 60
+    max_message_size: int = 128 * 1024 * 1024
+    log_level: str = "info"
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, value: object, source: str) -> object:
+    field_type = _FIELDS[name].type
+    if field_type in ("int", int):
+        if isinstance(value, bool):
+            raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")
+        try:
+            number = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: {name} must be an integer, got {value!r}") from None
+        if number < 0:
+            raise ConfigError(f"{source}: {name} must not be negative, got {number}")
+        return number
+    if not isinstance(value, str):
+        raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
+    return value
+
+
+def _validate(settings: Settings) -> Settings:
+    if settings.port > 65535:
+        raise ConfigError(f"port must be at most 65535, got {settings.port}")
+    if settings.frame_max and settings.frame_max < 4096:
+        raise ConfigError(f"frame_max must be at least 4096, got {settings.frame_max}")
+    if settings.channel_max > 65535:
+        raise ConfigError(f"channel_max must be at most 65535, got {settings.channel_max}")
+    if settings.heartbeat > 65535:
+        raise ConfigError(f"heartbeat must be at most 65535, got {settings.heartbeat}")
+    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"log_level must be debug, info, warning or error: {settings.log_level}")
+    return settings
+
+
+def load(
+    config_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Settings from every source, later sources winning."""
+    values: dict[str, object] = {}
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        section = data.get("leveret", data)
+        if not isinstance(section, dict):
+            raise ConfigError(f"config file {path}: [leveret] must be a table")
+        for key, value in section.items():
+            name = key.replace("-", "_")
+            if name not in _FIELDS:
+                raise ConfigError(f"config file {path}: unknown setting '{key}'")
+            values[name] = _coerce(name, value, str(path))
+    env = os.environ if environ is None else environ
+    for name in _FIELDS:
+        var = f"LEVERET_{name.upper()}"
+        if var in env:
+            values[name] = _coerce(name, env[var], var)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    return _validate(Settings(**values))  # type: ignore[arg-type]

@@ -1,0 +1,69 @@
+"""The broker: its virtual hosts and the model side of client connections.
+
+``Client`` owns the sessions of one connection and the exclusive queues it declared;
+closing it requeues unacked deliveries and deletes those queues, in that order.
+"""
+
+from __future__ import annotations
+
+from leveret.model.session import Session, SessionSink
+from leveret.model.vhost import VirtualHost
+
+
+class Broker:
+    """Virtual hosts by name; '/' always exists."""
+
+    def __init__(self) -> None:
+        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/")}
+        self.clients: set[Client] = set()
+
+    def add_vhost(self, name: str) -> VirtualHost:
+        return self.vhosts.setdefault(name, VirtualHost(name))
+
+    def connect(self, vhost: VirtualHost, user: str, name: str) -> Client:
+        client = Client(self, vhost, user, name)
+        self.clients.add(client)
+        return client
+
+
+class Client:
+    """The model side of one client connection."""
+
+    def __init__(self, broker: Broker, vhost: VirtualHost, user: str, name: str) -> None:
+        self.broker = broker
+        self.vhost = vhost
+        self.user = user
+        self.name = name
+        self.sessions: dict[int, Session] = {}
+        self.writable = True
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"Client({self.name!r})"
+
+    def open_session(self, channel_id: int, sink: SessionSink) -> Session:
+        session = Session(self.vhost, self, sink)
+        session.writable = self.writable
+        self.sessions[channel_id] = session
+        return session
+
+    def close_session(self, channel_id: int) -> None:
+        session = self.sessions.pop(channel_id, None)
+        if session is not None:
+            session.close()
+
+    def set_writable(self, writable: bool) -> None:
+        """Pause or resume deliveries to every session (transport backpressure)."""
+        self.writable = writable
+        for session in list(self.sessions.values()):
+            session.set_writable(writable)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for channel_id in list(self.sessions):
+            self.close_session(channel_id)
+        for queue in self.vhost.owned_queues(self):
+            self.vhost.remove_queue(queue)
+        self.broker.clients.discard(self)

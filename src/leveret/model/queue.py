@@ -1,0 +1,209 @@
+"""Classic FIFO queues and their consumers; owned by model.vhost, driven by model.session.
+
+Theory of operation: a queue holds ``ready`` entries in sequence order and a list of
+consumers. The invariant after every public call is "if ``ready`` is not empty, no consumer
+can take a message right now", so publishing to a queue whose consumers have credit hands
+the message straight to one of them (round-robin) without touching ``ready``. Whatever frees
+credit (an ack, a qos change, flow on, a writable socket) calls ``dispatch``.
+
+Requeued entries keep their sequence number, so they go back to their original position
+(RabbitMQ's behaviour), marked redelivered.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from leveret.model.message import Message
+    from leveret.model.session import Session
+
+
+class QueuedMessage:
+    """A message in one queue: its position there and whether it was delivered before."""
+
+    __slots__ = ("message", "redelivered", "seq")
+
+    def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
+        self.seq = seq
+        self.message = message
+        self.redelivered = redelivered
+
+
+class Consumer:
+    """A subscription of one session to one queue."""
+
+    __slots__ = (
+        "arguments",
+        "exclusive",
+        "no_ack",
+        "prefetch_count",
+        "queue",
+        "session",
+        "tag",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        tag: str,
+        queue: Queue,
+        session: Session,
+        *,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch_count: int,
+        arguments: Mapping[str, object],
+    ) -> None:
+        self.tag = tag
+        self.queue = queue
+        self.session = session
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch_count = prefetch_count
+        self.arguments = arguments
+        self.unacked = 0
+
+    def can_take(self, message: Message) -> bool:
+        session = self.session
+        if not session.deliverable:
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch_count and self.unacked >= self.prefetch_count:
+            return False
+        return session.has_credit(len(message.body))
+
+
+class Queue:
+    """A classic queue: FIFO with round-robin delivery to consumers."""
+
+    def __init__(
+        self,
+        vhost_name: str,
+        name: str,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: Mapping[str, object] | None = None,
+    ) -> None:
+        self.vhost_name = vhost_name
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments: Mapping[str, object] = dict(arguments or {})
+        self.ready: deque[QueuedMessage] = deque()
+        self.unacked_count = 0
+        self.consumers: list[Consumer] = []
+        self.deleted = False
+        self.had_consumer = False
+        self._next_seq = 0
+        self._rr = 0
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    @property
+    def message_count(self) -> int:
+        return len(self.ready)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(c.exclusive for c in self.consumers)
+
+    # -- publishing and delivery ---------------------------------------------------------
+
+    def enqueue(self, message: Message) -> None:
+        self._next_seq += 1
+        entry = QueuedMessage(self._next_seq, message)
+        if self.ready or not self.consumers or not self._deliver(entry):
+            self.ready.append(entry)
+
+    def can_deliver_now(self, message: Message) -> bool:
+        """Whether a message published now would go straight to a consumer (``immediate``)."""
+        return not self.ready and any(c.can_take(message) for c in self.consumers)
+
+    def _deliver(self, entry: QueuedMessage) -> bool:
+        consumers = self.consumers
+        count = len(consumers)
+        start = self._rr
+        for i in range(count):
+            consumer = consumers[(start + i) % count]
+            if consumer.can_take(entry.message):
+                self._rr = (start + i + 1) % count
+                if not consumer.no_ack:
+                    self.unacked_count += 1
+                consumer.session.deliver(consumer, entry)
+                return True
+        return False
+
+    def dispatch(self) -> None:
+        ready = self.ready
+        while ready and self.consumers and self._deliver(ready[0]):
+            ready.popleft()
+
+    def get(self) -> QueuedMessage | None:
+        """Take the head for basic.get; the caller records it as unacked (or not)."""
+        if not self.ready:
+            return None
+        return self.ready.popleft()
+
+    # -- settlement ----------------------------------------------------------------------
+
+    def settled(self, count: int = 1) -> None:
+        """Unacked entries were acked, rejected or dropped; they leave the queue."""
+        self.unacked_count -= count
+
+    def requeue(self, entries: Iterable[QueuedMessage]) -> None:
+        """Put unacked entries back at their original positions, marked redelivered."""
+        ready = self.ready
+        count = 0
+        for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
+            count += 1
+            entry.redelivered = True
+            if not ready or entry.seq < ready[0].seq:
+                ready.appendleft(entry)
+            else:
+                ready.insert(bisect_left(ready, entry.seq, key=lambda e: e.seq), entry)
+        self.unacked_count -= count
+        self.dispatch()
+
+    def purge(self) -> int:
+        count = len(self.ready)
+        self.ready.clear()
+        return count
+
+    # -- consumers -----------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.had_consumer = True
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        try:
+            index = self.consumers.index(consumer)
+        except ValueError:
+            return
+        del self.consumers[index]
+        if index < self._rr:
+            self._rr -= 1
+        if self._rr >= len(self.consumers):
+            self._rr = 0
+
+    def unused_after_cancel(self) -> bool:
+        """An auto-delete queue goes once its last consumer has gone."""
+        return self.auto_delete and self.had_consumer and not self.consumers

@@ -1,0 +1,417 @@
+"""A session is the model side of one AMQP channel: consumers, unacked deliveries, QoS,
+publisher confirms and transactions. Front ends drive it; it reports back through a
+``SessionSink`` (deliveries, returns, confirms, server-side cancels) and never writes bytes.
+
+QoS follows RabbitMQ: ``basic.qos(global=False)`` sets the limit for consumers created
+afterwards on the channel, ``global=True`` limits the whole channel; both apply when both
+are set. ``prefetch_size`` is honoured as the spec describes it (a byte window over
+unacked deliveries, ignored while nothing is unacked), where RabbitMQ refuses it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from leveret.errors import (
+    AccessRefused,
+    NotAllowed,
+    NotFound,
+    PreconditionFailed,
+)
+from leveret.model.queue import Consumer, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from leveret.model.message import Message
+    from leveret.model.vhost import VirtualHost
+
+
+class SessionSink(Protocol):
+    """What a front end does with the session's output."""
+
+    def deliver(
+        self, consumer_tag: str, delivery_tag: int, redelivered: bool, message: Message
+    ) -> None: ...
+
+    def returned(self, reply_code: int, reply_text: str, message: Message) -> None: ...
+
+    def confirm(self, delivery_tag: int, *, multiple: bool, ack: bool) -> None: ...
+
+    def consumer_cancelled(self, consumer_tag: str) -> None: ...
+
+
+class Unacked(NamedTuple):
+    entry: QueuedMessage
+    queue: Queue
+    consumer: Consumer | None
+
+
+class _Publish(NamedTuple):
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    message: Message
+
+
+def _consumer_tag() -> str:
+    return "amq.ctag-" + os.urandom(16).hex()
+
+
+class Session:
+    """The state of one channel of one client connection."""
+
+    def __init__(self, vhost: VirtualHost, owner: object, sink: SessionSink) -> None:
+        self.vhost = vhost
+        self.owner = owner
+        self.sink = sink
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: dict[int, Unacked] = {}
+        self._next_tag = 1
+        self.flow_active = True
+        self.writable = True
+        self.prefetch_count = 0  # for consumers created from now on
+        self.global_prefetch_count = 0
+        self.prefetch_size = 0
+        self._consumer_unacked = 0
+        self._unacked_bytes = 0
+        self.last_queue = ""
+        self.confirm_mode = False
+        self._publish_seq = 0
+        self._confirmed_upto = 0
+        self._pending_upto = 0
+        self.tx_mode = False
+        self._tx_publishes: list[_Publish] = []
+        # Settlements held until commit; requeue is None for an ack.
+        self._held: list[tuple[int, Unacked, bool | None]] = []
+        self.closed = False
+
+    # -- credit --------------------------------------------------------------------------
+
+    @property
+    def deliverable(self) -> bool:
+        return self.flow_active and self.writable and not self.closed
+
+    def has_credit(self, size: int) -> bool:
+        if self.global_prefetch_count and self._consumer_unacked >= self.global_prefetch_count:
+            return False
+        return not (
+            self.prefetch_size
+            and self._unacked_bytes
+            and self._unacked_bytes + size > self.prefetch_size
+        )
+
+    def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        """Called by a queue that hands ``entry`` to ``consumer``."""
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        if not consumer.no_ack:
+            self.unacked[tag] = Unacked(entry, consumer.queue, consumer)
+            consumer.unacked += 1
+            self._consumer_unacked += 1
+            self._unacked_bytes += len(entry.message.body)
+        self.sink.deliver(consumer.tag, tag, entry.redelivered, entry.message)
+
+    def _redispatch(self) -> None:
+        for queue in {c.queue for c in self.consumers.values()}:
+            queue.dispatch()
+
+    def set_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
+        if global_:
+            self.global_prefetch_count = prefetch_count
+            self.prefetch_size = prefetch_size
+        else:
+            self.prefetch_count = prefetch_count
+            self.prefetch_size = prefetch_size
+        self._redispatch()
+
+    def set_flow(self, active: bool) -> None:
+        self.flow_active = active
+        if active:
+            self._redispatch()
+
+    def set_writable(self, writable: bool) -> None:
+        self.writable = writable
+        if writable:
+            self._redispatch()
+
+    # -- names ---------------------------------------------------------------------------
+
+    def queue_name(self, name: str) -> str:
+        """Resolve the empty queue name to the channel's last declared queue (spec rule)."""
+        if name:
+            return name
+        if not self.last_queue:
+            raise NotFound("no previously declared queue")
+        return self.last_queue
+
+    # -- consumers -----------------------------------------------------------------------
+
+    def consume(
+        self,
+        queue_name: str,
+        consumer_tag: str,
+        *,
+        no_ack: bool,
+        exclusive: bool,
+        arguments: Mapping[str, object],
+    ) -> str:
+        queue = self.vhost.queue(self.queue_name(queue_name), self.owner)
+        if not consumer_tag:
+            consumer_tag = _consumer_tag()
+        elif consumer_tag in self.consumers:
+            raise NotAllowed(f"attempt to reuse consumer tag '{consumer_tag}'")
+        if queue.has_exclusive_consumer() or (exclusive and queue.consumers):
+            raise AccessRefused(
+                f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
+            )
+        consumer = Consumer(
+            consumer_tag,
+            queue,
+            self,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            prefetch_count=self.prefetch_count,
+            arguments=arguments,
+        )
+        self.consumers[consumer_tag] = consumer
+        queue.add_consumer(consumer)
+        return consumer_tag
+
+    def cancel(self, consumer_tag: str) -> bool:
+        """Cancel a consumer of this session; False if the tag is unknown (not an error)."""
+        consumer = self.consumers.pop(consumer_tag, None)
+        if consumer is None:
+            return False
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.unused_after_cancel():
+            self.vhost.remove_queue(queue)
+        return True
+
+    def queue_deleted(self, queue: Queue) -> None:
+        """The vhost deleted ``queue``: drop its consumers here and tell the client."""
+        for tag, consumer in list(self.consumers.items()):
+            if consumer.queue is queue:
+                del self.consumers[tag]
+                self.sink.consumer_cancelled(tag)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def check_publish(self, exchange_name: str) -> None:
+        """Validate the target before the content arrives (RabbitMQ checks at publish)."""
+        exchange = self.vhost.exchange(exchange_name)
+        if exchange.internal:
+            raise AccessRefused(
+                f"cannot publish to internal exchange '{exchange_name}' "
+                f"in vhost '{self.vhost.name}'"
+            )
+
+    def publish(
+        self,
+        exchange_name: str,
+        routing_key: str,
+        message: Message,
+        *,
+        mandatory: bool = False,
+        immediate: bool = False,
+    ) -> None:
+        if self.confirm_mode:
+            self._publish_seq += 1
+        publish = _Publish(exchange_name, routing_key, mandatory, immediate, message)
+        if self.tx_mode:
+            self.check_publish(exchange_name)
+            self._tx_publishes.append(publish)
+            return
+        self._route(publish)
+        if self.confirm_mode:
+            self._pending_upto = self._publish_seq
+
+    def _route(self, publish: _Publish) -> None:
+        vhost = self.vhost
+        exchange = vhost.exchanges.get(publish.exchange)
+        if exchange is None:
+            # The exchange went between check_publish and the body: as RabbitMQ, 404.
+            raise NotFound(f"no exchange '{publish.exchange}' in vhost '{vhost.name}'")
+        message = publish.message
+        queues = vhost.route(exchange, publish.routing_key, message)
+        if not queues:
+            if publish.mandatory:
+                self.sink.returned(312, "NO_ROUTE", message)
+            return
+        if publish.immediate:
+            queues = [q for q in queues if q.can_deliver_now(message)]
+            if not queues:
+                self.sink.returned(313, "NO_CONSUMERS", message)
+                return
+        for queue in queues:
+            queue.enqueue(message)
+
+    def flush_confirms(self) -> None:
+        """Send the acks owed for publishes routed so far, coalesced with ``multiple``."""
+        upto = self._pending_upto
+        if upto > self._confirmed_upto:
+            multiple = upto - self._confirmed_upto > 1
+            self._confirmed_upto = upto
+            self.sink.confirm(upto, multiple=multiple, ack=True)
+
+    def select_confirm(self) -> None:
+        if self.tx_mode:
+            raise PreconditionFailed("cannot switch from tx to confirm mode")
+        self.confirm_mode = True
+
+    # -- basic.get -----------------------------------------------------------------------
+
+    def get(self, queue_name: str, *, no_ack: bool) -> tuple[int, QueuedMessage, int] | None:
+        """(delivery_tag, entry, messages left) or None when the queue is empty."""
+        queue = self.vhost.queue(self.queue_name(queue_name), self.owner)
+        entry = queue.get()
+        if entry is None:
+            return None
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        if not no_ack:
+            queue.unacked_count += 1
+            self.unacked[tag] = Unacked(entry, queue, None)
+        return tag, entry, queue.message_count
+
+    # -- settlement ----------------------------------------------------------------------
+
+    def _take(self, delivery_tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
+        unacked = self.unacked
+        if multiple:
+            if delivery_tag == 0:
+                taken = list(unacked.items())
+                unacked.clear()
+                return taken
+            if delivery_tag not in unacked:
+                raise PreconditionFailed(f"unknown delivery tag {delivery_tag}")
+            taken = []
+            for tag in list(unacked):
+                if tag > delivery_tag:
+                    break
+                taken.append((tag, unacked.pop(tag)))
+            return taken
+        item = unacked.pop(delivery_tag, None)
+        if item is None:
+            raise PreconditionFailed(f"unknown delivery tag {delivery_tag}")
+        return [(delivery_tag, item)]
+
+    def _release(self, items: list[tuple[int, Unacked]]) -> None:
+        for _tag, item in items:
+            consumer = item.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+                self._consumer_unacked -= 1
+                self._unacked_bytes -= len(item.entry.message.body)
+
+    def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
+        items = self._take(delivery_tag, multiple)
+        if self.tx_mode:
+            self._tx_hold(items, None)
+            return
+        self._settle(items)
+
+    def reject(self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
+        items = self._take(delivery_tag, multiple)
+        if self.tx_mode:
+            self._tx_hold(items, requeue)
+            return
+        self._reject(items, requeue)
+
+    def _settle(self, items: list[tuple[int, Unacked]]) -> None:
+        self._release(items)
+        for _tag, item in items:
+            item.queue.settled()
+        self._redispatch()
+
+    def _reject(self, items: list[tuple[int, Unacked]], requeue: bool) -> None:
+        self._release(items)
+        if not requeue:
+            for _tag, item in items:
+                item.queue.settled()
+            self._redispatch()
+            return
+        by_queue: dict[Queue, list[QueuedMessage]] = {}
+        for _tag, item in items:
+            by_queue.setdefault(item.queue, []).append(item.entry)
+        for queue, entries in by_queue.items():
+            if queue.deleted:
+                queue.settled(len(entries))
+            else:
+                queue.requeue(entries)
+        self._redispatch()
+
+    def recover(self, requeue: bool) -> None:
+        items = list(self.unacked.items())
+        self.unacked.clear()
+        if requeue:
+            self._reject(items, True)
+            return
+        # Spec: redeliver to the original recipient (RabbitMQ answers 540 instead).
+        self._release(items)
+        back_to_queue: list[tuple[int, Unacked]] = []
+        for tag, item in items:
+            consumer = item.consumer
+            if consumer is None or self.consumers.get(consumer.tag) is not consumer:
+                back_to_queue.append((tag, item))
+                continue
+            item.entry.redelivered = True
+            self.deliver(consumer, item.entry)
+        if back_to_queue:
+            self._reject([(t, i._replace(consumer=None)) for t, i in back_to_queue], True)
+
+    # -- transactions --------------------------------------------------------------------
+
+    def select_tx(self) -> None:
+        if self.confirm_mode:
+            raise PreconditionFailed("cannot switch from confirm to tx mode")
+        self.tx_mode = True
+
+    def _tx_hold(self, items: list[tuple[int, Unacked]], requeue: bool | None) -> None:
+        # Held settlements stay counted against prefetch until commit, as in RabbitMQ.
+        self._held.extend((tag, item, requeue) for tag, item in items)
+
+    def commit(self) -> None:
+        if not self.tx_mode:
+            raise PreconditionFailed("channel is not transactional")
+        publishes, self._tx_publishes = self._tx_publishes, []
+        held, self._held = self._held, []
+        for publish in publishes:
+            self._route(publish)
+        acks = [(t, i) for t, i, r in held if r is None]
+        if acks:
+            self._settle(acks)
+        for requeue in (True, False):
+            rejects = [(t, i) for t, i, r in held if r is requeue]
+            if rejects:
+                self._reject(rejects, requeue)
+
+    def rollback(self) -> None:
+        if not self.tx_mode:
+            raise PreconditionFailed("channel is not transactional")
+        self._tx_publishes = []
+        held, self._held = self._held, []
+        # Settlements that were not committed go back to unacked, in tag order.
+        for tag, item, _requeue in held:
+            self.unacked[tag] = item
+        self.unacked = dict(sorted(self.unacked.items()))
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The channel closed: cancel its consumers and requeue what it had not acked."""
+        if self.closed:
+            return
+        self.closed = True
+        for tag in list(self.consumers):
+            self.cancel(tag)
+        held = [(t, i) for t, i, _r in self._held]
+        self._held = []
+        items = sorted([*self.unacked.items(), *held], key=lambda ti: ti[0])
+        self.unacked.clear()
+        self._tx_publishes = []
+        if items:
+            self._reject(items, True)

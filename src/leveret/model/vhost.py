@@ -1,0 +1,409 @@
+"""Virtual hosts: they own exchanges, queues and bindings, and route messages.
+
+Every check a declaration needs (reserved names, equivalence, exclusivity) lives here, with
+RabbitMQ's reply codes and reply texts, so that each protocol front end gets the same
+behaviour. Routing follows exchange-to-exchange bindings and alternate exchanges, each
+exchange visited at most once per message.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import TYPE_CHECKING
+
+from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from leveret.model.exchanges import ExchangeType, make_exchange_type
+from leveret.model.queue import Queue
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from leveret.model.message import Message
+
+STANDARD_EXCHANGES = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+
+# The queue arguments RabbitMQ compares on redeclaration; others may differ freely.
+EQUIVALENT_QUEUE_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+)
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return "none" if value is None else str(value)
+
+
+class Exchange:
+    """An exchange of a vhost; ``kind`` is its routing algorithm."""
+
+    def __init__(
+        self,
+        name: str,
+        type_name: str,
+        *,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: Mapping[str, object] | None = None,
+    ) -> None:
+        self.name = name
+        self.type_name = type_name
+        self.kind: ExchangeType = make_exchange_type(type_name)
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments: Mapping[str, object] = dict(arguments or {})
+        alternate = self.arguments.get("alternate-exchange")
+        if isinstance(alternate, bytes):
+            alternate = alternate.decode(errors="replace")
+        self.alternate: str | None = alternate if isinstance(alternate, str) else None
+        # Exchanges that have a binding to this one, for cleanup on delete.
+        self.sources: set[Exchange] = set()
+
+    def __repr__(self) -> str:
+        return f"Exchange({self.name!r}, {self.type_name!r})"
+
+
+class VirtualHost:
+    """One namespace of exchanges and queues."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        # Exchanges each queue is bound from, so deleting a queue finds its bindings.
+        self._queue_sources: dict[Queue, set[Exchange]] = {}
+        self.exchanges[""] = Exchange("", "direct", durable=True)
+        for name_, type_name in STANDARD_EXCHANGES:
+            self.exchanges[name_] = Exchange(name_, type_name, durable=True)
+
+    def __repr__(self) -> str:
+        return f"VirtualHost({self.name!r})"
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        return f"in vhost '{self.name}'"
+
+    def exchange(self, name: str) -> Exchange:
+        try:
+            return self.exchanges[name]
+        except KeyError:
+            raise NotFound(f"no exchange '{name}' {self._where()}") from None
+
+    def queue(self, name: str, owner: object | None = None) -> Queue:
+        """The queue ``name``, checking exclusivity against ``owner``."""
+        try:
+            queue = self.queues[name]
+        except KeyError:
+            raise NotFound(f"no queue '{name}' {self._where()}") from None
+        self._check_exclusive(queue, owner)
+        return queue
+
+    def _check_exclusive(self, queue: Queue, owner: object | None) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{queue.name}' {self._where()}. "
+                "It could be originally declared on another connection or the exclusive "
+                "property value does not match that of the original declaration."
+            )
+
+    # -- exchanges -----------------------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: Mapping[str, object] | None = None,
+    ) -> Exchange:
+        if passive:
+            if name == "":
+                return self.exchanges[""]
+            return self.exchange(name)
+        if name == "" or name.startswith("amq."):
+            raise AccessRefused(
+                f"exchange name '{name}' contains reserved prefix 'amq.*'"
+                if name
+                else "operation not permitted on the default exchange"
+            )
+        existing = self.exchanges.get(name)
+        if existing is None:
+            exchange = Exchange(
+                name,
+                type_name,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments,
+            )
+            self.exchanges[name] = exchange
+            return exchange
+        what = f"for exchange '{name}' {self._where()}"
+        for field, got, have in (
+            ("type", type_name, existing.type_name),
+            ("durable", durable, existing.durable),
+            ("auto_delete", auto_delete, existing.auto_delete),
+            ("internal", internal, existing.internal),
+        ):
+            if got != have:
+                raise PreconditionFailed(
+                    f"inequivalent arg '{field}' {what}: "
+                    f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
+                )
+        new_args = dict(arguments or {})
+        if new_args != dict(existing.arguments):
+            key = next(
+                k
+                for k in sorted(set(new_args) | set(existing.arguments))
+                if new_args.get(k) != existing.arguments.get(k)
+            )
+            raise PreconditionFailed(
+                f"inequivalent arg '{key}' {what}: received "
+                f"'{_fmt(new_args.get(key))}' but current is '{_fmt(existing.arguments.get(key))}'"
+            )
+        return existing
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        if name == "" or name.startswith("amq."):
+            raise AccessRefused(
+                f"operation not permitted on exchange '{name}'"
+                if name
+                else "operation not permitted on the default exchange"
+            )
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return  # RabbitMQ: deleting a missing exchange succeeds
+        if if_unused and len(exchange.kind):
+            raise PreconditionFailed(f"exchange '{name}' {self._where()} in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        if self.exchanges.get(exchange.name) is not exchange:
+            return
+        del self.exchanges[exchange.name]
+        for destination, _key, _args in list(exchange.kind.bindings()):
+            if isinstance(destination, Queue):
+                self._queue_sources.get(destination, set()).discard(exchange)
+            elif isinstance(destination, Exchange):
+                destination.sources.discard(exchange)
+        for source in list(exchange.sources):
+            source.kind.remove_destination(exchange)
+            self._maybe_auto_delete(source)
+        exchange.sources.clear()
+
+    def _maybe_auto_delete(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and not len(exchange.kind):
+            self._remove_exchange(exchange)
+
+    def _bindable_source(self, name: str) -> Exchange:
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        return self.exchange(name)
+
+    def bind_exchange(
+        self, destination: str, source: str, routing_key: str, arguments: Mapping[str, object]
+    ) -> None:
+        dest = self._bindable_source(destination)
+        src = self._bindable_source(source)
+        src.kind.validate_binding(routing_key, arguments)
+        src.kind.add_binding(dest, routing_key, arguments)
+        dest.sources.add(src)
+
+    def unbind_exchange(
+        self, destination: str, source: str, routing_key: str, arguments: Mapping[str, object]
+    ) -> None:
+        dest = self._bindable_source(destination)
+        src = self._bindable_source(source)
+        src.kind.remove_binding(dest, routing_key, arguments)
+        if not src.kind.has_bindings_to(dest):
+            dest.sources.discard(src)
+        self._maybe_auto_delete(src)
+
+    # -- queues --------------------------------------------------------------------------
+
+    def declare_queue(
+        self,
+        name: str,
+        *,
+        owner: object,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: Mapping[str, object] | None = None,
+    ) -> Queue:
+        if passive:
+            return self.queue(name, owner)
+        if name == "":
+            name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        elif name.startswith("amq."):
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        existing = self.queues.get(name)
+        if existing is None:
+            queue = Queue(
+                self.name,
+                name,
+                durable=durable,
+                exclusive_owner=owner if exclusive else None,
+                auto_delete=auto_delete,
+                arguments=arguments,
+            )
+            self.queues[name] = queue
+            self._queue_sources[queue] = set()
+            return queue
+        self._check_exclusive(existing, owner)
+        what = f"for queue '{name}' {self._where()}"
+        for field, got, have in (
+            ("durable", durable, existing.durable),
+            ("exclusive", exclusive, existing.exclusive),
+            ("auto_delete", auto_delete, existing.auto_delete),
+        ):
+            if got != have:
+                raise PreconditionFailed(
+                    f"inequivalent arg '{field}' {what}: "
+                    f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
+                )
+        new_args = arguments or {}
+        for key in EQUIVALENT_QUEUE_ARGS:
+            new, old = new_args.get(key), existing.arguments.get(key)
+            if new != old:
+                raise PreconditionFailed(
+                    f"inequivalent arg '{key}' {what}: "
+                    f"received '{_fmt(new)}' but current is '{_fmt(old)}'"
+                )
+        return existing
+
+    def bind_queue(
+        self,
+        queue_name: str,
+        exchange_name: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+        *,
+        owner: object,
+    ) -> None:
+        queue = self.queue(queue_name, owner)
+        exchange = self._bindable_source(exchange_name)
+        exchange.kind.validate_binding(routing_key, arguments)
+        exchange.kind.add_binding(queue, routing_key, arguments)
+        self._queue_sources[queue].add(exchange)
+
+    def unbind_queue(
+        self,
+        queue_name: str,
+        exchange_name: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+        *,
+        owner: object,
+    ) -> None:
+        queue = self.queue(queue_name, owner)
+        exchange = self._bindable_source(exchange_name)
+        exchange.kind.remove_binding(queue, routing_key, arguments)
+        if not exchange.kind.has_bindings_to(queue):
+            self._queue_sources[queue].discard(exchange)
+        self._maybe_auto_delete(exchange)
+
+    def purge_queue(self, name: str, *, owner: object) -> int:
+        return self.queue(name, owner).purge()
+
+    def delete_queue(
+        self, name: str, *, owner: object, if_unused: bool = False, if_empty: bool = False
+    ) -> int:
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0  # RabbitMQ: deleting a missing queue succeeds with a count of 0
+        self._check_exclusive(queue, owner)
+        if if_unused and queue.consumers:
+            raise PreconditionFailed(f"queue '{name}' {self._where()} in use")
+        if if_empty and queue.ready:
+            raise PreconditionFailed(f"queue '{name}' {self._where()} is not empty")
+        count = queue.message_count
+        self.remove_queue(queue)
+        return count
+
+    def remove_queue(self, queue: Queue) -> None:
+        """Delete ``queue`` and its bindings; consumers are told through ``on_queue_deleted``."""
+        if self.queues.get(queue.name) is not queue:
+            return
+        del self.queues[queue.name]
+        queue.deleted = True
+        for exchange in self._queue_sources.pop(queue, set()):
+            exchange.kind.remove_destination(queue)
+            self._maybe_auto_delete(exchange)
+        queue.ready.clear()
+        for consumer in list(queue.consumers):
+            consumer.session.queue_deleted(queue)
+        queue.consumers.clear()
+
+    def owned_queues(self, owner: object) -> Iterator[Queue]:
+        return (q for q in list(self.queues.values()) if q.exclusive_owner is owner)
+
+    # -- routing -------------------------------------------------------------------------
+
+    def route(self, exchange: Exchange, routing_key: str, message: Message) -> list[Queue]:
+        """The queues ``message`` goes to, each once; [] when unroutable."""
+        if exchange.name == "":
+            queue = self.queues.get(routing_key)
+            return [queue] if queue is not None else []
+        kind = exchange.kind
+        headers = message.headers if kind.NEEDS_HEADERS else None
+        destinations = kind.route(routing_key, headers)
+        if (
+            len(destinations) == 1
+            and exchange.alternate is None
+            and type(first := next(iter(destinations))) is Queue
+        ):
+            return [first]
+        return self._route_slow(exchange, routing_key, message)
+
+    def _route_slow(self, start: Exchange, routing_key: str, message: Message) -> list[Queue]:
+        queues: dict[Queue, None] = {}
+        seen: set[Exchange] = set()
+        pending = [start]
+        while pending:
+            exchange = pending.pop()
+            if exchange in seen:
+                continue
+            seen.add(exchange)
+            kind = exchange.kind
+            headers = message.headers if kind.NEEDS_HEADERS else None
+            destinations = kind.route(routing_key, headers)
+            if not destinations and exchange.alternate is not None:
+                alternate = self.exchanges.get(exchange.alternate)
+                if alternate is not None:
+                    pending.append(alternate)
+                continue
+            for destination in destinations:
+                if isinstance(destination, Queue):
+                    queues[destination] = None
+                elif isinstance(destination, Exchange):
+                    pending.append(destination)
+        return list(queues)

@@ -1,0 +1,301 @@
+"""AMQP 0-9-1 frames: the sans-IO frame decoder and the frame encoders.
+
+A frame (spec 4.2.3) is ``type octet, channel short, size long, payload[size], 0xCE``.
+:class:`FrameDecoder` parses every complete frame in its buffer in one pass (DESIGN.md,
+"The hot path"); the ``encode_*`` functions build frames with precompiled structs and as few
+copies as possible (:func:`encode_message_frames` builds a whole delivery in one allocation).
+
+Malformed frames raise :class:`leveret.errors.FrameError` (501).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from leveret.errors import FrameError
+
+__all__ = [
+    "FRAME_BODY",
+    "FRAME_END",
+    "FRAME_HEADER",
+    "FRAME_HEADER_SIZE",
+    "FRAME_HEARTBEAT",
+    "FRAME_METHOD",
+    "FRAME_OVERHEAD",
+    "HEARTBEAT_FRAME",
+    "PROTOCOL_HEADER",
+    "Frame",
+    "FrameDecoder",
+    "encode_content_frames",
+    "encode_frame",
+    "encode_message_frames",
+    "encode_method_frame",
+    "parse_content_header",
+]
+
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_END = 206
+FRAME_HEADER_SIZE = 7
+FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+_FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+_END = b"\xce"
+_MAX_SIZE = 0xFFFFFFFF
+
+_HEADER = struct.Struct(">BHI")  # type, channel, payload size
+_CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size
+# Frame header + content-header prefix of a header frame (19 bytes).
+_HEADER_FRAME_PREFIX = struct.Struct(">BHIHHQ")
+# Frame-end of the previous frame + header frame header + content-header prefix (20 bytes).
+_END_HEADER_FRAME_PREFIX = struct.Struct(">BBHIHHQ")
+# Frame-end of the previous frame + body frame header (8 bytes).
+_END_BODY_HEADER = struct.Struct(">BBHI")
+
+
+class Frame(NamedTuple):
+    """One decoded frame; ``payload`` excludes the frame-end octet."""
+
+    frame_type: int
+    channel: int
+    payload: memoryview | bytes
+
+
+class FrameDecoder:
+    """Incremental, sans-IO frame parser.
+
+    ``frame_max`` is the negotiated maximum total frame size, including the 8 bytes of
+    overhead; 0 means no limit (beyond the 32-bit size field).  It may be changed at any time
+    (after connection.tune-ok).
+
+    Payloads are returned as independent ``bytes`` objects (slices of the input).  Measured on
+    CPython 3.11 for 10-200 byte frames, a ``bytes`` slice is cheaper to make than a
+    ``memoryview`` slice of an immutable copy of the buffer (which also costs one whole-buffer
+    copy per feed and keeps that buffer alive for as long as any payload is referenced), and
+    ``bytes`` payloads can be stored, hashed and joined with no further conversion.
+
+    Errors, checked per frame: frame-end octet not 0xCE, then frame size over ``frame_max``,
+    then unknown frame type.  A frame whose header alone shows it is over ``frame_max`` is
+    rejected as soon as its header arrives (without buffering its payload), as RabbitMQ does.
+    After an error the decoder is poisoned: every later :meth:`feed` raises the same error.
+    Frames completed in the failing call before the bad one are kept in :attr:`salvaged`.
+    """
+
+    __slots__ = ("_buf", "_error", "frame_max", "salvaged")
+
+    def __init__(self, frame_max: int = 131072) -> None:
+        self.frame_max = frame_max
+        self._buf = bytearray()
+        self._error: FrameError | None = None
+        self.salvaged: list[Frame] = []
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held back waiting for the rest of a frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Add ``data``; return every frame now complete, in order (possibly ``[]``)."""
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        src: bytes | bytearray
+        if buf:
+            buf += data
+            src = buf
+        elif type(data) is bytes:
+            src = data  # the common case: parse the bytes from data_received directly
+        else:
+            buf += data
+            src = buf
+        n = len(src)
+        frames: list[Frame] = []
+        if n < FRAME_OVERHEAD:
+            if src is not buf:
+                buf += src
+            return frames
+        append = frames.append
+        unpack = _HEADER.unpack_from
+        frame_max = self.frame_max
+        limit = frame_max - FRAME_OVERHEAD if frame_max > 0 else _MAX_SIZE
+        is_bytes = src is not buf
+        mv = None if is_bytes else memoryview(src)
+        off = 0
+        try:
+            while n - off >= FRAME_OVERHEAD:
+                ftype, channel, size = unpack(src, off)
+                start = off + FRAME_HEADER_SIZE
+                end = start + size
+                if end >= n:
+                    # Incomplete: reject an oversized frame now rather than buffer it.
+                    if size > limit:
+                        self._fail(self._too_large(size), frames)
+                    break
+                if src[end] != FRAME_END:
+                    self._fail(
+                        FrameError(
+                            f"frame_end: expected 0xCE after a {size}-byte payload of a"
+                            f" type {ftype} frame on channel {channel}, got 0x{src[end]:02x}"
+                        ),
+                        frames,
+                    )
+                if size > limit:
+                    self._fail(self._too_large(size), frames)
+                if ftype not in _FRAME_TYPES:
+                    self._fail(
+                        FrameError(f"unknown frame type {ftype} on channel {channel}"), frames
+                    )
+                if mv is None:
+                    # src is the caller's immutable bytes here (mv is None only then).
+                    append(Frame(ftype, channel, src[start:end]))  # type: ignore[arg-type]
+                else:
+                    append(Frame(ftype, channel, mv[start:end].tobytes()))
+                off = end + 1
+        finally:
+            if mv is not None:
+                mv.release()
+        if is_bytes:
+            if off < n:
+                buf += memoryview(src)[off:]
+        elif off:
+            del buf[:off]
+        return frames
+
+    def _too_large(self, size: int) -> FrameError:
+        return FrameError(
+            f"frame too large: {size + FRAME_OVERHEAD} bytes exceeds frame_max {self.frame_max}"
+        )
+
+    def _fail(self, error: FrameError, frames: list[Frame]) -> None:
+        self._error = error
+        self.salvaged = frames
+        self._buf = bytearray()
+        raise error
+
+
+_pack_header = _HEADER.pack
+
+
+def encode_frame(frame_type: int, channel: int, payload: bytes | memoryview) -> bytes:
+    """Encode one frame: 7-byte header, ``payload``, frame-end octet."""
+    return b"".join((_pack_header(frame_type, channel, len(payload)), payload, _END))
+
+
+HEARTBEAT_FRAME: bytes = encode_frame(FRAME_HEARTBEAT, 0, b"")
+
+
+def encode_method_frame(channel: int, method_payload: bytes) -> bytes:
+    """Encode a method frame around a generated method's ``encode()`` output."""
+    return _pack_header(FRAME_METHOD, channel, len(method_payload)) + method_payload + _END
+
+
+def _body_pieces(
+    out: list[bytes | memoryview], channel: int, body: bytes | memoryview, frame_max: int
+) -> None:
+    """Append body frames (after a frame whose end octet is still missing) and the last end."""
+    size = len(body)
+    chunk = frame_max - FRAME_OVERHEAD if frame_max > 0 else size
+    if chunk <= 0:
+        raise ValueError(f"frame_max {frame_max} leaves no room for a body")
+    pack = _END_BODY_HEADER.pack
+    if size <= chunk:
+        out.append(pack(FRAME_END, FRAME_BODY, channel, size))
+        out.append(body)
+    else:
+        view = memoryview(body)
+        for i in range(0, size, chunk):
+            piece = view[i : i + chunk]
+            out.append(pack(FRAME_END, FRAME_BODY, channel, len(piece)))
+            out.append(piece)
+    out.append(_END)
+
+
+def encode_content_frames(
+    channel: int,
+    class_id: int,
+    body: bytes | memoryview,
+    properties: bytes,
+    frame_max: int,
+) -> list[bytes]:
+    """Encode a content header frame and its body frames, as separate list elements.
+
+    ``properties`` is the raw property flags + property list.  Each body frame carries at most
+    ``frame_max - 8`` bytes (``frame_max`` 0: unlimited); an empty body yields no body frame.
+    """
+    size = len(body)
+    frames = [
+        b"".join(
+            (
+                _HEADER_FRAME_PREFIX.pack(
+                    FRAME_HEADER, channel, 12 + len(properties), class_id, 0, size
+                ),
+                properties,
+                _END,
+            )
+        )
+    ]
+    if size == 0:
+        return frames
+    chunk = frame_max - FRAME_OVERHEAD if frame_max > 0 else size
+    if chunk <= 0:
+        raise ValueError(f"frame_max {frame_max} leaves no room for a body")
+    if size <= chunk:
+        frames.append(encode_frame(FRAME_BODY, channel, body))
+        return frames
+    view = memoryview(body)
+    frames.extend(
+        encode_frame(FRAME_BODY, channel, view[i : i + chunk]) for i in range(0, size, chunk)
+    )
+    return frames
+
+
+def encode_message_frames(
+    channel: int,
+    method_payload: bytes,
+    class_id: int,
+    body: bytes | memoryview,
+    properties: bytes,
+    frame_max: int,
+) -> bytes:
+    """Encode method + content header + body frames joined into one ``bytes`` object.
+
+    The delivery hot path: one ``bytes.join`` allocation per message, with precompiled structs
+    for the method frame header, the header frame header + content-header prefix, and each body
+    frame header (each struct also writes the previous frame's end octet).
+    """
+    size = len(body)
+    out: list[bytes | memoryview] = [
+        _pack_header(FRAME_METHOD, channel, len(method_payload)),
+        method_payload,
+        _END_HEADER_FRAME_PREFIX.pack(
+            FRAME_END, FRAME_HEADER, channel, 12 + len(properties), class_id, 0, size
+        ),
+        properties,
+    ]
+    if size == 0:
+        out.append(_END)
+    elif frame_max <= 0 or size <= frame_max - FRAME_OVERHEAD:
+        out.append(_END_BODY_HEADER.pack(FRAME_END, FRAME_BODY, channel, size))
+        out.append(body)
+        out.append(_END)
+    else:
+        _body_pieces(out, channel, body, frame_max)
+    return b"".join(out)
+
+
+def parse_content_header(payload: bytes | memoryview) -> tuple[int, int, bytes]:
+    """Split a content header payload into (class_id, body_size, raw property bytes).
+
+    A payload shorter than 14 bytes (class-id, weight, body-size, property flags) raises
+    :class:`~leveret.errors.FrameError` (501), as RabbitMQ treats a bad content header as a
+    frame error.
+    """
+    if len(payload) < 14:
+        raise FrameError(f"content header: {len(payload)} bytes, shorter than the 14 minimum")
+    class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(payload, 0)
+    return class_id, body_size, bytes(payload[12:])

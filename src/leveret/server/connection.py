@@ -1,0 +1,130 @@
+"""The asyncio adapter for one client connection: socket bytes in, frames out.
+
+``data_received`` feeds the sans-IO ``AMQP091Connection`` synchronously and writes what it
+produced with one ``writelines`` per event-loop turn. Writes produced by other connections
+(deliveries to this one's consumers) are flushed with one ``call_soon`` per turn. A full
+transport buffer (``pause_writing``) stops deliveries to this connection until it drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, cast
+
+from leveret.server.amqp091 import AMQP091Connection, Limits
+
+if TYPE_CHECKING:
+    from leveret.auth.users import UserStore
+    from leveret.model.broker import Broker
+
+log = logging.getLogger("leveret.connection")
+
+
+def _is_loopback(host: str) -> bool:
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+
+
+class ConnectionProtocol(asyncio.Protocol):
+    """One accepted socket."""
+
+    def __init__(
+        self, broker: Broker, users: UserStore, limits: Limits, registry: set[ConnectionProtocol]
+    ) -> None:
+        self.broker = broker
+        self.users = users
+        self.limits = limits
+        self.registry = registry
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.amqp: AMQP091Connection | None = None
+        self.peer = "?"
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.closed = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it.
+        transport = cast("asyncio.Transport", transport)
+        self.transport = transport
+        peername = transport.get_extra_info("peername")
+        host, port = (peername[0], peername[1]) if peername else ("?", 0)
+        self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.amqp = AMQP091Connection(
+            self.broker,
+            self.users,
+            peer=self.peer,
+            loopback=_is_loopback(host),
+            limits=self.limits,
+            now=self.loop.time(),
+        )
+        self.amqp.on_output = self._schedule_flush
+        self.registry.add(self)
+        log.info("accepted connection from %s", self.peer)
+        self._arm_timer()
+
+    def data_received(self, data: bytes) -> None:
+        amqp = self.amqp
+        assert amqp is not None
+        amqp.data_received(data, self.loop.time())
+        self._flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        amqp, transport = self.amqp, self.transport
+        if amqp is None or transport is None:
+            return
+        out = amqp.take_output(self.loop.time())
+        if out and not transport.is_closing():
+            transport.writelines(out)
+        if amqp.should_close_transport and not transport.is_closing():
+            transport.close()
+
+    def _arm_timer(self) -> None:
+        amqp = self.amqp
+        if amqp is None:
+            return
+        # Tick often enough for heartbeats (half an interval) and close handshakes.
+        interval = amqp.heartbeat / 2 if amqp.heartbeat else 1.0
+        self._timer = self.loop.call_later(min(interval, 1.0), self._on_timer)
+
+    def _on_timer(self) -> None:
+        amqp = self.amqp
+        if amqp is None:
+            return
+        amqp.tick(self.loop.time())
+        self._flush()
+        self._arm_timer()
+
+    def pause_writing(self) -> None:
+        if self.amqp is not None:
+            self.amqp.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.amqp is not None:
+            self.amqp.set_writable(True)
+            self._flush()
+
+    def shutdown(self, reason: str) -> None:
+        """Close with 320 CONNECTION_FORCED, as RabbitMQ does on shutdown."""
+        if self.amqp is not None:
+            self.amqp.close(320, reason, self.loop.time())
+            self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        amqp = self.amqp
+        if amqp is not None:
+            reason = amqp.close_reason or ("client closed" if exc is None else str(exc))
+            amqp.connection_lost()
+            log.info("closed connection %s (%s)", self.peer, reason)
+        self.amqp = None
+        self.transport = None
+        self.registry.discard(self)
+        self.closed.set()

@@ -1,0 +1,99 @@
+"""Boot, serve, and shut down: listeners, signals and a graceful drain.
+
+On SIGINT/SIGTERM every connection gets connection.close 320 CONNECTION_FORCED, the broker
+waits briefly for the close handshakes, then exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from typing import TYPE_CHECKING
+
+from leveret.auth.users import UserStore
+from leveret.model.broker import Broker
+from leveret.server.amqp091 import Limits
+from leveret.server.connection import ConnectionProtocol
+
+if TYPE_CHECKING:
+    from leveret.config import Settings
+
+log = logging.getLogger("leveret.server")
+
+SHUTDOWN_GRACE = 3.0
+
+
+class Server:
+    """A running broker: the model, its listeners and its connections."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.broker = Broker()
+        self.users = UserStore.with_default_user()
+        self.limits = Limits(
+            channel_max=settings.channel_max,
+            frame_max=settings.frame_max,
+            heartbeat=settings.heartbeat,
+            max_message_size=settings.max_message_size,
+        )
+        self.connections: set[ConnectionProtocol] = set()
+        self.servers: list[asyncio.Server] = []
+        self.stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: ConnectionProtocol(self.broker, self.users, self.limits, self.connections),
+            host=self.settings.host,
+            port=self.settings.port,
+            reuse_address=True,
+        )
+        self.servers.append(server)
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            log.info("listening on amqp://%s:%d", shown, port)
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.shutdown("broker forced connection closure with reason 'shutdown'")
+        waits = [conn.closed.wait() for conn in list(self.connections)]
+        if waits:
+            _done, pending = await asyncio.wait(
+                [asyncio.ensure_future(w) for w in waits], timeout=SHUTDOWN_GRACE
+            )
+            for task in pending:
+                task.cancel()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        for server in self.servers:
+            await server.wait_closed()
+        log.info("stopped")
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        await self.start()
+        await self.stopping.wait()
+        await self.stop()
+
+    def _on_signal(self, sig: int) -> None:
+        log.info("received %s, shutting down", signal.Signals(sig).name)
+        self.stopping.set()
+
+
+def serve(settings: Settings) -> None:
+    """Run the broker until a signal stops it; uses uvloop when installed."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(Server(settings).run())
+        return
+    uvloop.run(Server(settings).run())

@@ -1,0 +1,165 @@
+"""Interop: a real Celery worker executes tasks over the broker, results come back over rpc://.
+
+One worker subprocess serves the whole module (Celery starts slowly). It runs
+``tests.integration.celery_app.tasks`` with ``task_acks_late=True`` and consumes a queue of its
+own, so runs against a shared broker do not meet each other's tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from celery import chain, group
+
+from tests.integration.celery_app import tasks
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.integration.conftest import Broker
+
+pytestmark = pytest.mark.interop
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_START_TIMEOUT = 30.0
+WORKER_STOP_TIMEOUT = 10.0
+RESULT_TIMEOUT = 20.0
+
+
+@dataclass
+class Worker:
+    """The worker subprocess, the queue it consumes, and its merged stdout/stderr."""
+
+    process: subprocess.Popen[str]
+    queue: str
+    log: list[str] = field(default_factory=list)
+
+    def log_text(self) -> str:
+        return "\n".join(self.log)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM (warm shutdown), then SIGKILL if the worker has not gone in time."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(WORKER_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def worker(broker: Broker) -> Iterator[Worker]:
+    queue = f"leveret-celery-{uuid.uuid4().hex[:12]}"
+    env = {
+        **os.environ,
+        tasks.BROKER_URL_ENV: broker.url,
+        tasks.QUEUE_ENV: queue,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        tasks.__name__,
+        "worker",
+        "--pool=solo",
+        "--concurrency=1",
+        "--without-heartbeat",
+        "--without-mingle",
+        "--without-gossip",
+        "-l",
+        "info",
+        "-n",
+        f"{queue}@%h",
+        "-Q",
+        queue,
+    ]
+    process = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    stream = process.stdout
+    w = Worker(process=process, queue=queue)
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in stream:
+            w.log.append(line.rstrip("\n"))
+            if line.rstrip().endswith(" ready."):
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    tasks.app.conf.update(broker_url=broker.url, task_default_queue=queue)
+    try:
+        if not ready.wait(WORKER_START_TIMEOUT):
+            pytest.fail(f"celery worker not ready in {WORKER_START_TIMEOUT} s:\n{w.log_text()}")
+        yield w
+    finally:
+        _stop(process)
+        reader.join(5)
+        stream.close()
+        with tasks.app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+        tasks.app.close()
+
+
+def test_add_delay_get(worker: Worker) -> None:
+    assert tasks.add.delay(2, 3).get(timeout=RESULT_TIMEOUT) == 5
+
+
+def test_many_results_round_trip(worker: Worker) -> None:
+    results = [tasks.add.delay(i, 100) for i in range(20)]
+    assert [r.get(timeout=RESULT_TIMEOUT) for r in results] == [i + 100 for i in range(20)]
+
+
+def test_retry_twice_then_succeed(worker: Worker) -> None:
+    result = tasks.flaky.delay(2)
+    assert result.get(timeout=RESULT_TIMEOUT) == 2  # the number of retries it took
+    assert result.state == "SUCCESS"
+    assert "Retry in" in worker.log_text()
+
+
+def test_failure_reraises(worker: Worker) -> None:
+    result = tasks.fail.delay("boom from the worker")
+    with pytest.raises(ValueError, match="boom from the worker"):
+        result.get(timeout=RESULT_TIMEOUT)
+    assert result.state == "FAILURE"
+    assert result.failed()
+
+
+def test_chain(worker: Worker) -> None:
+    workflow = chain(tasks.add.s(1, 2), tasks.add.s(3), tasks.mul.s(2))
+    assert workflow.apply_async().get(timeout=RESULT_TIMEOUT) == 12
+
+
+def test_group(worker: Worker) -> None:
+    job = group(tasks.add.s(i, i) for i in range(5))
+    assert job.apply_async().get(timeout=RESULT_TIMEOUT) == [0, 2, 4, 6, 8]
+
+
+def test_acks_late_configured(worker: Worker) -> None:
+    assert tasks.app.conf.task_acks_late is True
+    assert tasks.ack_mode.delay().get(timeout=RESULT_TIMEOUT) == {
+        "acks_late": True,
+        "routing_key": worker.queue,
+        "redelivered": False,
+    }

@@ -28,6 +28,8 @@ class Settings:
     frame_max: int = 131072
     heartbeat: int = 60
     max_message_size: int = 128 * 1024 * 1024
+    # Bytes queued messages may hold before publishers are blocked; None = 30% of RAM, 0 = off.
+    memory_high_watermark: int | None = None
     log_level: str = "info"
 
 
@@ -35,9 +37,11 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
 def _coerce(name: str, value: object, source: str) -> object:
-    field_type = _FIELDS[name].type
-    if field_type in ("int", int):
-        if isinstance(value, bool):
+    field = _FIELDS.get(name)
+    if field is None:
+        raise ConfigError(f"{source}: unknown setting '{name}'")
+    if field.type in ("int", int, "int | None"):
+        if isinstance(value, bool | float):
             raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")
         try:
             number = int(value)  # type: ignore[call-overload]
@@ -75,9 +79,11 @@ def load(
     if config_file is not None:
         path = Path(config_file)
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_bytes().decode("utf-8"))
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid UTF-8: {exc.reason}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         section = data.get("leveret", data)

@@ -37,6 +37,7 @@ class Broker:
     port: int
     process: subprocess.Popen[str] | None = None
     log: list[str] = field(default_factory=list)
+    _drain: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -53,6 +54,11 @@ class Broker:
             self.process.kill()
             self.process.wait(5)
             raise
+        finally:
+            if self._drain is not None:
+                self._drain.join(5)
+            if self.process.stderr is not None:
+                self.process.stderr.close()
 
     def log_text(self) -> str:
         return "\n".join(self.log)
@@ -92,8 +98,9 @@ def start_broker(*extra_args: str, env: dict[str, str] | None = None) -> Broker:
     def drain() -> None:
         log.extend(line.rstrip("\n") for line in stream)
 
-    threading.Thread(target=drain, daemon=True).start()
-    return Broker(host=host, port=port, process=proc, log=log)
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    return Broker(host=host, port=port, process=proc, log=log, _drain=thread)
 
 
 @pytest.fixture(scope="session")
@@ -120,7 +127,7 @@ def fresh_broker() -> Iterator[Broker]:
     try:
         yield b
     finally:
-        if b.process is not None and b.process.poll() is None:
+        if b.process is not None:
             b.stop()
 
 

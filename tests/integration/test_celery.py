@@ -47,15 +47,15 @@ class Worker:
         return "\n".join(self.log)
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
+def _stop(process: subprocess.Popen[str]) -> int:
     """SIGTERM (warm shutdown), then SIGKILL if the worker has not gone in time."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
     try:
-        process.wait(WORKER_STOP_TIMEOUT)
+        return process.wait(WORKER_STOP_TIMEOUT)
     except subprocess.TimeoutExpired:
         process.kill()
-        process.wait(5)
+        return process.wait(5)
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,7 @@ def worker(broker: Broker) -> Iterator[Worker]:
         **os.environ,
         tasks.BROKER_URL_ENV: broker.url,
         tasks.QUEUE_ENV: queue,
+        tasks.HEARTBEAT_ENV: "3",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     cmd = [
@@ -114,12 +115,14 @@ def worker(broker: Broker) -> Iterator[Worker]:
             pytest.fail(f"celery worker not ready in {WORKER_START_TIMEOUT} s:\n{w.log_text()}")
         yield w
     finally:
-        _stop(process)
+        returncode = _stop(process)
         reader.join(5)
         stream.close()
         with tasks.app.connection_for_write() as conn:
             conn.default_channel.queue_delete(queue)
+            conn.default_channel.exchange_delete(queue)  # Celery's same-named direct exchange
         tasks.app.close()
+    assert returncode == 0, f"worker exited {returncode} after SIGTERM:\n{w.log_text()}"
 
 
 def test_add_delay_get(worker: Worker) -> None:

@@ -138,6 +138,7 @@ def test_simple_queue_example(conn: Connection, name: str) -> None:
     finally:
         queue.close()  # cancel our consumer first: deleting under it makes the broker cancel it
         conn.default_channel.queue_delete(name)
+        conn.default_channel.exchange_delete(name)  # SimpleQueue declares a same-named exchange
 
 
 def test_simple_buffer_get_nowait(conn: Connection, name: str) -> None:
@@ -152,6 +153,7 @@ def test_simple_buffer_get_nowait(conn: Connection, name: str) -> None:
     finally:
         buf.close()
         conn.default_channel.queue_delete(name)
+        conn.default_channel.exchange_delete(name)
 
 
 def test_topic_exchange_routing(conn: Connection, name: str) -> None:
@@ -427,7 +429,7 @@ def test_amqp_server_cancels_consumer_of_deleted_queue(
                 pass
         assert cancelled == [tag]
         assert ch.is_open  # the channel stays usable
-        ch.queue_declare(f"{name}.after", auto_delete=True)
+        ch.queue_declare(f"{name}.after", exclusive=True)
     finally:
         other.close()
         ch.close()

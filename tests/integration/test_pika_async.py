@@ -253,7 +253,8 @@ def test_select_connection_mandatory_return_precedes_ack(broker: Broker, name: s
 
         def on_confirm(frame: Any) -> None:
             events.append((frame.method.NAME, frame.method.delivery_tag))
-            if len(events) >= 3:
+            # Acks may be coalesced (multiple=True), as the spec allows.
+            if frame.method.delivery_tag >= 2:
                 connection.close()
 
         def on_selectok(_frame: Any) -> None:
@@ -264,11 +265,8 @@ def test_select_connection_mandatory_return_precedes_ack(broker: Broker, name: s
         channel.confirm_delivery(on_confirm, callback=on_selectok)
 
     assert not _run_select(broker, on_channel)
-    assert events == [
-        ("return", (312, "NO_ROUTE", b"lost")),
-        ("Basic.Ack", 1),
-        ("Basic.Ack", 2),
-    ]
+    assert events[0] == ("return", (312, "NO_ROUTE", b"lost"))
+    assert events[1:] in ([("Basic.Ack", 1), ("Basic.Ack", 2)], [("Basic.Ack", 2)])
 
 
 def test_select_connection_get_and_server_named_queue(broker: Broker) -> None:

@@ -12,10 +12,17 @@ from leveret.config import ConfigError, load
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+from typing import NoReturn
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One clear line, like every other CLI error, instead of usage + error.
+        self.exit(2, f"leveret: {message} (see '{self.prog} --help')\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leveret", description="Leveret AMQP broker")
+    parser = _Parser(prog="leveret", description="Leveret AMQP broker")
     parser.add_argument("--version", action="version", version=f"leveret {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
@@ -26,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--frame-max", type=int, help="largest frame offered, bytes")
     serve.add_argument("--channel-max", type=int, help="most channels per connection")
     serve.add_argument("--max-message-size", type=int, help="largest message body, bytes")
+    serve.add_argument(
+        "--memory-high-watermark",
+        type=int,
+        help="bytes of queued messages before publishers are blocked (0 = never)",
+    )
     serve.add_argument("--log-level", help="debug, info, warning or error")
     return parser
 
@@ -40,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "frame_max": args.frame_max,
             "channel_max": args.channel_max,
             "max_message_size": args.max_message_size,
+            "memory_high_watermark": args.memory_high_watermark,
             "log_level": args.log_level,
         }
         try:

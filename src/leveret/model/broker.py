@@ -6,6 +6,7 @@ closing it requeues unacked deliveries and deletes those queues, in that order.
 
 from __future__ import annotations
 
+from leveret.model.queue import MemoryGauge
 from leveret.model.session import Session, SessionSink
 from leveret.model.vhost import VirtualHost
 
@@ -14,11 +15,12 @@ class Broker:
     """Virtual hosts by name; '/' always exists."""
 
     def __init__(self) -> None:
-        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/")}
+        self.gauge = MemoryGauge()
+        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge)}
         self.clients: set[Client] = set()
 
     def add_vhost(self, name: str) -> VirtualHost:
-        return self.vhosts.setdefault(name, VirtualHost(name))
+        return self.vhosts.setdefault(name, VirtualHost(name, self.gauge))
 
     def connect(self, vhost: VirtualHost, user: str, name: str) -> Client:
         client = Client(self, vhost, user, name)

@@ -23,6 +23,19 @@ if TYPE_CHECKING:
     from leveret.model.session import Session
 
 
+# Bytes a queued message costs beyond its body (objects, deque slot, index entries).
+MESSAGE_OVERHEAD = 256
+
+
+class MemoryGauge:
+    """Bytes of message data held by queues; the server compares it to its watermark."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
 class QueuedMessage:
     """A message in one queue: its position there and whether it was delivered before."""
 
@@ -91,7 +104,9 @@ class Queue:
         exclusive_owner: object | None = None,
         auto_delete: bool = False,
         arguments: Mapping[str, object] | None = None,
+        gauge: MemoryGauge | None = None,
     ) -> None:
+        self.gauge = gauge if gauge is not None else MemoryGauge()
         self.vhost_name = vhost_name
         self.name = name
         self.durable = durable
@@ -127,6 +142,7 @@ class Queue:
     # -- publishing and delivery ---------------------------------------------------------
 
     def enqueue(self, message: Message) -> None:
+        self.gauge.bytes += len(message.body) + MESSAGE_OVERHEAD
         self._next_seq += 1
         entry = QueuedMessage(self._next_seq, message)
         if self.ready or not self.consumers or not self._deliver(entry):
@@ -144,7 +160,9 @@ class Queue:
             consumer = consumers[(start + i) % count]
             if consumer.can_take(entry.message):
                 self._rr = (start + i + 1) % count
-                if not consumer.no_ack:
+                if consumer.no_ack:
+                    self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+                else:
                     self.unacked_count += 1
                 consumer.session.deliver(consumer, entry)
                 return True
@@ -155,17 +173,23 @@ class Queue:
         while ready and self.consumers and self._deliver(ready[0]):
             ready.popleft()
 
-    def get(self) -> QueuedMessage | None:
-        """Take the head for basic.get; the caller records it as unacked (or not)."""
+    def get(self, *, no_ack: bool) -> QueuedMessage | None:
+        """Take the head for basic.get; unless ``no_ack`` it stays unacked here."""
         if not self.ready:
             return None
-        return self.ready.popleft()
+        entry = self.ready.popleft()
+        if no_ack:
+            self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        else:
+            self.unacked_count += 1
+        return entry
 
     # -- settlement ----------------------------------------------------------------------
 
-    def settled(self, count: int = 1) -> None:
-        """Unacked entries were acked, rejected or dropped; they leave the queue."""
-        self.unacked_count -= count
+    def settle(self, entry: QueuedMessage) -> None:
+        """An unacked entry was acked, rejected or dropped: it leaves the queue."""
+        self.unacked_count -= 1
+        self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
 
     def requeue(self, entries: Iterable[QueuedMessage]) -> None:
         """Put unacked entries back at their original positions, marked redelivered."""
@@ -183,6 +207,7 @@ class Queue:
 
     def purge(self) -> int:
         count = len(self.ready)
+        self.gauge.bytes -= sum(len(e.message.body) for e in self.ready) + count * MESSAGE_OVERHEAD
         self.ready.clear()
         return count
 

@@ -267,13 +267,12 @@ class Session:
     def get(self, queue_name: str, *, no_ack: bool) -> tuple[int, QueuedMessage, int] | None:
         """(delivery_tag, entry, messages left) or None when the queue is empty."""
         queue = self.vhost.queue(self.queue_name(queue_name), self.owner)
-        entry = queue.get()
+        entry = queue.get(no_ack=no_ack)
         if entry is None:
             return None
         tag = self._next_tag
         self._next_tag = tag + 1
         if not no_ack:
-            queue.unacked_count += 1
             self.unacked[tag] = Unacked(entry, queue, None)
         return tag, entry, queue.message_count
 
@@ -324,14 +323,14 @@ class Session:
     def _settle(self, items: list[tuple[int, Unacked]]) -> None:
         self._release(items)
         for _tag, item in items:
-            item.queue.settled()
+            item.queue.settle(item.entry)
         self._redispatch()
 
     def _reject(self, items: list[tuple[int, Unacked]], requeue: bool) -> None:
         self._release(items)
         if not requeue:
             for _tag, item in items:
-                item.queue.settled()
+                item.queue.settle(item.entry)
             self._redispatch()
             return
         by_queue: dict[Queue, list[QueuedMessage]] = {}
@@ -339,7 +338,8 @@ class Session:
             by_queue.setdefault(item.queue, []).append(item.entry)
         for queue, entries in by_queue.items():
             if queue.deleted:
-                queue.settled(len(entries))
+                for entry in entries:
+                    queue.settle(entry)
             else:
                 queue.requeue(entries)
         self._redispatch()

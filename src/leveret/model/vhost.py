@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.exchanges import ExchangeType, make_exchange_type
-from leveret.model.queue import Queue
+from leveret.model.queue import MemoryGauge, Queue
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -89,8 +89,9 @@ class Exchange:
 class VirtualHost:
     """One namespace of exchanges and queues."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, gauge: MemoryGauge | None = None) -> None:
         self.name = name
+        self.gauge = gauge if gauge is not None else MemoryGauge()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # Exchanges each queue is bound from, so deleting a queue finds its bindings.
@@ -147,13 +148,14 @@ class VirtualHost:
             if name == "":
                 return self.exchanges[""]
             return self.exchange(name)
-        if name == "" or name.startswith("amq."):
+        existing = self.exchanges.get(name)
+        if name == "" or (name.startswith("amq.") and existing is None):
+            # An equivalent redeclaration of a predeclared amq.* exchange is fine (spec).
             raise AccessRefused(
                 f"exchange name '{name}' contains reserved prefix 'amq.*'"
                 if name
                 else "operation not permitted on the default exchange"
             )
-        existing = self.exchanges.get(name)
         if existing is None:
             exchange = Exchange(
                 name,
@@ -239,8 +241,11 @@ class VirtualHost:
     def unbind_exchange(
         self, destination: str, source: str, routing_key: str, arguments: Mapping[str, object]
     ) -> None:
-        dest = self._bindable_source(destination)
-        src = self._bindable_source(source)
+        if "" in (destination, source):
+            raise AccessRefused("operation not permitted on the default exchange")
+        dest, src = self.exchanges.get(destination), self.exchanges.get(source)
+        if dest is None or src is None:
+            return  # RabbitMQ: removing a binding that cannot exist succeeds
         src.kind.remove_binding(dest, routing_key, arguments)
         if not src.kind.has_bindings_to(dest):
             dest.sources.discard(src)
@@ -274,15 +279,19 @@ class VirtualHost:
                 exclusive_owner=owner if exclusive else None,
                 auto_delete=auto_delete,
                 arguments=arguments,
+                gauge=self.gauge,
             )
             self.queues[name] = queue
             self._queue_sources[queue] = set()
             return queue
         self._check_exclusive(existing, owner)
+        if exclusive != existing.exclusive:
+            # RabbitMQ: a different exclusive flag is a lock conflict (405), not an inequivalence.
+            self._check_exclusive(existing, object())
+            self._check_exclusive(Queue(self.name, name, exclusive_owner=owner), None)
         what = f"for queue '{name}' {self._where()}"
         for field, got, have in (
             ("durable", durable, existing.durable),
-            ("exclusive", exclusive, existing.exclusive),
             ("auto_delete", auto_delete, existing.auto_delete),
         ):
             if got != have:
@@ -325,7 +334,11 @@ class VirtualHost:
         owner: object,
     ) -> None:
         queue = self.queue(queue_name, owner)
-        exchange = self._bindable_source(exchange_name)
+        if exchange_name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None:
+            return  # RabbitMQ: removing a binding that cannot exist succeeds
         exchange.kind.remove_binding(queue, routing_key, arguments)
         if not exchange.kind.has_bindings_to(queue):
             self._queue_sources[queue].discard(exchange)
@@ -358,7 +371,7 @@ class VirtualHost:
         for exchange in self._queue_sources.pop(queue, set()):
             exchange.kind.remove_destination(queue)
             self._maybe_auto_delete(exchange)
-        queue.ready.clear()
+        queue.purge()
         for consumer in list(queue.consumers):
             consumer.session.queue_deleted(queue)
         queue.consumers.clear()

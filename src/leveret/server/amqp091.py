@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import platform
 import socket
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -36,7 +35,7 @@ from leveret.errors import (
     FrameError,
     HardError,
     NotAllowed,
-    NotImplemented_,
+    PreconditionFailed,
     SyntaxError_,
     UnexpectedFrame,
 )
@@ -54,6 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.connection")
 
 SUPPORTED_HEADER = framing.PROTOCOL_HEADER
+# The user-id property's bit in the low octet of the property flags (spec order: 11th of 14).
+_USER_ID_FLAG = 0x10
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,11 @@ class State(Enum):
     RUNNING = auto()
     CLOSING = auto()
     CLOSED = auto()
+
+
+# RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
+HANDSHAKE_TIMEOUT = 10.0
+_HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN))
 
 
 def _decode_properties(raw: bytes) -> BasicProperties:
@@ -156,7 +162,8 @@ class Channel:
             raise UnexpectedFrame(f"unexpected content header frame on channel {self.id}")
         class_id, body_size, raw = framing.parse_content_header(payload)
         if class_id != m.BasicPublish.CLASS_ID:
-            raise UnexpectedFrame(f"content header for class {class_id} on channel {self.id}")
+            # Spec 4.2.6.1: a class-id that does not match the method is a frame error.
+            raise FrameError(f"content header for class {class_id} on channel {self.id}")
         if body_size > max_size:
             self._publish = None
             raise ContentTooLarge(
@@ -234,6 +241,7 @@ class AMQP091Connection:
         self.heartbeat = 0
         self.last_received = now
         self.last_sent = now
+        self.created = now
         self.close_deadline: float | None = None
         self.should_close_transport = False
         self.close_reason = ""
@@ -241,6 +249,9 @@ class AMQP091Connection:
         # Set by the adapter: called when output appears outside data_received.
         self.on_output: Callable[[], None] | None = None
         self._in_receive = False
+        # Whether a message was published since the adapter last looked (memory alarm).
+        self.published = False
+        self.blocked = False
         self._handlers: dict[int, Handler] = self._build_handlers()
 
     # -- output ----------------------------------------------------------------------
@@ -293,8 +304,11 @@ class AMQP091Connection:
             try:
                 frames = self.decoder.feed(data)
             except AMQPError as exc:
-                # Frames decoded before the bad one are lost with the connection anyway.
+                # The byte stream is desynchronised: no close-ok can be read after this, so
+                # the transport closes once the close method is written.
                 self._hard_close(exc)
+                self.should_close_transport = True
+                self._release()
                 return
             for frame in frames:
                 self._frame(frame)
@@ -332,6 +346,12 @@ class AMQP091Connection:
         if frame_type == framing.FRAME_METHOD:
             try:
                 method = m.decode_method(payload)
+            except SyntaxError_ as exc:
+                # Undecodable arguments: a malformed frame (spec 501, as RabbitMQ answers).
+                self._hard_close(
+                    FrameError(str(exc), class_id=exc.class_id, method_id=exc.method_id)
+                )
+                return
             except AMQPError as exc:
                 self._hard_close(exc)
                 return
@@ -367,6 +387,9 @@ class AMQP091Connection:
                 complete = channel.content_body(payload)
             if complete:
                 publish, message = channel.take_content()
+                raw = message.raw_properties
+                if len(raw) > 1 and raw[1] & _USER_ID_FLAG:
+                    self._check_user_id(message)
                 channel.session.publish(
                     publish.exchange,
                     publish.routing_key,
@@ -374,12 +397,21 @@ class AMQP091Connection:
                     mandatory=publish.mandatory,
                     immediate=publish.immediate,
                 )
+                self.published = True
                 if channel.session.confirm_mode:
                     self._confirming.add(channel.session)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 40
             self._error(channel, exc)
+
+    def _check_user_id(self, message: Message) -> None:
+        user_id = message.properties.user_id
+        name = self.user.name if self.user is not None else ""
+        if user_id is not None and user_id != name:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{name}'"
+            )
 
     # -- errors ----------------------------------------------------------------------
 
@@ -410,8 +442,8 @@ class AMQP091Connection:
             return
         log.info("closing connection %s: %s", self.peer, exc.full_text())
         self.close_reason = exc.full_text()
-        if self.state in (State.HEADER, State.START, State.TUNE) and not isinstance(
-            exc, AccessRefused
+        if self.state in (State.HEADER, State.START) or (
+            self.state is State.TUNE and not isinstance(exc, NotAllowed)
         ):
             # Before tune-ok the peer may not cope with a close; RabbitMQ drops the socket.
             self.state = State.CLOSED
@@ -454,6 +486,20 @@ class AMQP091Connection:
         self.state = State.CLOSED
         self._release()
 
+    # -- flow control ----------------------------------------------------------------
+
+    def block(self, reason: str) -> None:
+        """The adapter stopped reading from us; tell a client that asked to be told."""
+        self.blocked = True
+        if self.client_capabilities.get("connection.blocked") is True:
+            self.send_method(0, m.ConnectionBlocked(reason=reason))
+
+    def unblock(self, now: float) -> None:
+        self.blocked = False
+        self.last_received = now  # we were not reading: the silence was ours
+        if self.client_capabilities.get("connection.blocked") is True:
+            self.send_method(0, m.ConnectionUnblocked())
+
     # -- heartbeats and timers ----------------------------------------------------------
 
     def tick(self, now: float) -> None:
@@ -463,8 +509,18 @@ class AMQP091Connection:
                 self.state = State.CLOSED
                 self.should_close_transport = True
             return
+        if self.state in _HANDSHAKE_STATES:
+            if now - self.created > HANDSHAKE_TIMEOUT:
+                log.info("closing connection %s: handshake timeout", self.peer)
+                self.close_reason = "handshake timeout"
+                self.state = State.CLOSED
+                self.should_close_transport = True
+                self._release()
+            return
         if not self.heartbeat or self.state is not State.RUNNING:
             return
+        if self.blocked:
+            self.last_received = now  # not reading while blocked: heartbeats cannot arrive
         if now - self.last_received > 2 * self.heartbeat:
             log.info(
                 "closing connection %s: missed heartbeats from client, timeout: %ds",
@@ -489,6 +545,7 @@ class AMQP091Connection:
             "exchange_exchange_bindings": True,
             "basic.nack": True,
             "consumer_cancel_notify": True,
+            "connection.blocked": True,
             "authentication_failure_close": True,
             "per_consumer_qos": True,
         }
@@ -581,7 +638,7 @@ class AMQP091Connection:
             )
             if self.client_capabilities.get("authentication_failure_close") is True:
                 self.state = State.OPEN  # so that _hard_close sends the close method
-                self._hard_close(AccessRefused(text, hard=True))
+                self._hard_close(AccessRefused(text, hard=True, class_id=10, method_id=11))
             else:
                 self.state = State.CLOSED
                 self.should_close_transport = True
@@ -953,6 +1010,3 @@ class AMQP091Connection:
         channel.session.select_confirm()
         if not method.nowait:
             self.send_method(channel.id, m.ConfirmSelectOk())
-
-
-__all__ = ["AMQP091Connection", "Limits", "NotImplemented_", "State", "sys"]

@@ -17,6 +17,7 @@ from leveret.server.amqp091 import AMQP091Connection, Limits
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
+    from leveret.server.flow import MemoryAlarm
 
 log = logging.getLogger("leveret.connection")
 
@@ -29,8 +30,14 @@ class ConnectionProtocol(asyncio.Protocol):
     """One accepted socket."""
 
     def __init__(
-        self, broker: Broker, users: UserStore, limits: Limits, registry: set[ConnectionProtocol]
+        self,
+        broker: Broker,
+        users: UserStore,
+        limits: Limits,
+        registry: set[ConnectionProtocol],
+        alarm: MemoryAlarm,
     ) -> None:
+        self.alarm = alarm
         self.broker = broker
         self.users = users
         self.limits = limits
@@ -67,7 +74,25 @@ class ConnectionProtocol(asyncio.Protocol):
         amqp = self.amqp
         assert amqp is not None
         amqp.data_received(data, self.loop.time())
+        if amqp.published:
+            amqp.published = False
+            self.alarm.published(self)
+        elif self.alarm.active:
+            self.alarm.check()
         self._flush()
+
+    def block(self, reason: str) -> None:
+        if self.amqp is not None and self.transport is not None:
+            self.amqp.block(reason)
+            self.transport.pause_reading()
+            self._flush()
+
+    def unblock(self) -> None:
+        if self.amqp is not None and self.transport is not None:
+            self.amqp.unblock(self.loop.time())
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+            self._flush()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -98,6 +123,7 @@ class ConnectionProtocol(asyncio.Protocol):
         if amqp is None:
             return
         amqp.tick(self.loop.time())
+        self.alarm.check()
         self._flush()
         self._arm_timer()
 
@@ -127,4 +153,5 @@ class ConnectionProtocol(asyncio.Protocol):
         self.amqp = None
         self.transport = None
         self.registry.discard(self)
+        self.alarm.forget(self)
         self.closed.set()

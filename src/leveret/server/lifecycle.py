@@ -16,6 +16,7 @@ from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
 from leveret.server.amqp091 import Limits
 from leveret.server.connection import ConnectionProtocol
+from leveret.server.flow import MemoryAlarm, default_high_watermark
 
 if TYPE_CHECKING:
     from leveret.config import Settings
@@ -39,13 +40,19 @@ class Server:
             max_message_size=settings.max_message_size,
         )
         self.connections: set[ConnectionProtocol] = set()
+        watermark = settings.memory_high_watermark
+        self.alarm = MemoryAlarm(
+            self.broker.gauge, default_high_watermark() if watermark is None else watermark
+        )
         self.servers: list[asyncio.Server] = []
         self.stopping = asyncio.Event()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: ConnectionProtocol(self.broker, self.users, self.limits, self.connections),
+            lambda: ConnectionProtocol(
+                self.broker, self.users, self.limits, self.connections, self.alarm
+            ),
             host=self.settings.host,
             port=self.settings.port,
             reuse_address=True,

@@ -13,6 +13,7 @@ from celery import Celery
 
 BROKER_URL_ENV = "LEVERET_CELERY_BROKER_URL"
 QUEUE_ENV = "LEVERET_CELERY_QUEUE"
+HEARTBEAT_ENV = "LEVERET_CELERY_HEARTBEAT"
 
 app = Celery("leveret_tests")
 app.conf.update(
@@ -25,6 +26,9 @@ app.conf.update(
     accept_content=["json"],
     broker_connection_retry_on_startup=True,
     broker_connection_timeout=5,
+    # The worker's event loop wakes for its heartbeat timer (every heartbeat/3 s); a short
+    # heartbeat makes it notice SIGTERM promptly, and exercises heartbeats both ways.
+    broker_heartbeat=float(os.environ.get(HEARTBEAT_ENV, "120")),
     worker_hijack_root_logger=False,
     worker_redirect_stdouts=False,
 )

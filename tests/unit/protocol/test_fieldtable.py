@@ -197,6 +197,8 @@ def test_round_trip_nested() -> None:
         datetime.datetime(1969, 12, 31, tzinfo=UTC),
         object(),
         {1: 2},
+        "\ud800",
+        [2**64],
     ],
 )
 def test_encode_rejects(value: Any) -> None:

@@ -36,8 +36,8 @@ import calendar
 import datetime
 import decimal
 import struct
-from collections.abc import Callable, Mapping
-from typing import TypeAlias
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeAlias
 
 from leveret.errors import SyntaxError_
 
@@ -66,6 +66,7 @@ MAX_DEPTH = 100
 """Deepest nesting of tables/arrays accepted by the decoder (and produced by the encoder)."""
 
 _UTC = datetime.UTC
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
 _MAX_TIMESTAMP = 253402300799  # 9999-12-31T23:59:59Z, the largest datetime can hold
 
 _U8 = struct.Struct(">B")
@@ -85,70 +86,75 @@ _u32_unpack = _U32.unpack_from
 # ---------------------------------------------------------------------------------------------
 # Decoding
 #
-# Each decoder takes (buf, offset, depth) with ``offset`` just after the type octet and returns
-# (value, new offset).  Fixed-width values rely on ``struct.unpack_from`` raising on truncation
-# (converted to SyntaxError_ once, at the entry points); variable-length values check their end
-# against ``len(buf)`` explicitly because slicing never raises.  A value that runs past the end
-# of its enclosing table/array is caught by the ``offset != end`` check of that container.
+# The internal decoders work on ``bytes`` only (the entry points copy a memoryview/bytearray
+# table region to bytes once: bytes slicing and ``bytes.decode`` are markedly faster than their
+# memoryview counterparts).  Each value decoder takes (buf, offset, depth) with ``offset`` just
+# after the type octet and returns (value, new offset).  Fixed-width values rely on
+# ``struct.unpack_from`` raising on truncation (converted to SyntaxError_ once, at the entry
+# points); variable-length values check their end against ``len(buf)`` because slicing never
+# raises.  A value that runs past the end of its enclosing table/array is caught by the
+# ``offset != end`` check of that container.  The commonest letters (S, I, t) are decoded
+# inline in the table loop to save a call per value.
 # ---------------------------------------------------------------------------------------------
 
-_Decoder: TypeAlias = "Callable[[Buffer, int, int], tuple[FieldValue, int]]"
+_Decoder: TypeAlias = "Callable[[bytes, int, int], tuple[FieldValue, int]]"
 
 
 def _fixed(st: struct.Struct) -> _Decoder:
     unpack = st.unpack_from
     size = st.size
 
-    def dec(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+    def dec(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
         return unpack(buf, off)[0], off + size
 
     return dec
 
 
-def _dec_bool(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_bool(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     return buf[off] != 0, off + 1
 
 
-def _dec_decimal(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_decimal(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     scale, value = _DEC.unpack_from(buf, off)
     return decimal.Decimal(value).scaleb(-scale), off + 5
 
 
-def _dec_longstr(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_longstr(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     start = off + 4
     end = start + _u32_unpack(buf, off)[0]
     if end > len(buf):
         raise SyntaxError_("field table: longstr runs past the end of the data")
+    raw = buf[start:end]
     try:
-        return str(buf[start:end], "utf-8"), end
+        return raw.decode(), end
     except UnicodeDecodeError:
-        return bytes(buf[start:end]), end
+        return raw, end
 
 
-def _dec_bytes(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_bytes(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     start = off + 4
     end = start + _u32_unpack(buf, off)[0]
     if end > len(buf):
         raise SyntaxError_("field table: byte array runs past the end of the data")
-    return bytes(buf[start:end]), end
+    return buf[start:end], end
 
 
-def _dec_timestamp(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_timestamp(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     secs = _U64.unpack_from(buf, off)[0]
     if secs > _MAX_TIMESTAMP:
         raise SyntaxError_(f"field table: timestamp {secs} is beyond year 9999")
-    return datetime.datetime.fromtimestamp(secs, _UTC), off + 8
+    return _EPOCH + datetime.timedelta(seconds=secs), off + 8
 
 
-def _dec_void(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_void(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     return None, off
 
 
-def _dec_table(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_table(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     return _table(buf, off, depth + 1)
 
 
-def _dec_array(buf: Buffer, off: int, depth: int) -> tuple[FieldValue, int]:
+def _dec_array(buf: bytes, off: int, depth: int) -> tuple[FieldValue, int]:
     return _array(buf, off, depth + 1)
 
 
@@ -176,13 +182,18 @@ _DECODERS: dict[int, _Decoder] = {
     ord("V"): _dec_void,
 }
 
+_S = ord("S")
+_I = ord("I")
+_T = ord("t")
+_i32_unpack = _I32.unpack_from
+
 
 def _unknown(letter: int) -> SyntaxError_:
     shown = chr(letter) if 0x20 < letter < 0x7F else f"0x{letter:02x}"
     return SyntaxError_(f"field table: unknown field type {shown!r}")
 
 
-def _table(buf: Buffer, off: int, depth: int) -> tuple[FieldTable, int]:
+def _table(buf: bytes, off: int, depth: int) -> tuple[FieldTable, int]:
     if depth > MAX_DEPTH:
         raise SyntaxError_(f"field table: nested deeper than {MAX_DEPTH} levels")
     off += 4
@@ -191,23 +202,43 @@ def _table(buf: Buffer, off: int, depth: int) -> tuple[FieldTable, int]:
         raise SyntaxError_("field table: length runs past the end of the data")
     result: FieldTable = {}
     decoders = _DECODERS
+    u32 = _u32_unpack
+    value: FieldValue
     while off < end:
-        n = buf[off]
-        kend = off + 1 + n
+        kend = off + 1 + buf[off]
         if kend >= end:
             raise SyntaxError_("field table: entry runs past the end of the table")
-        key = str(buf[off + 1 : kend], "utf-8")
+        key = buf[off + 1 : kend].decode()
         letter = buf[kend]
-        dec = decoders.get(letter)
-        if dec is None:
-            raise _unknown(letter)
-        result[key], off = dec(buf, kend + 1, depth)
+        off = kend + 1
+        if letter == _S:
+            start = off + 4
+            off = start + u32(buf, kend + 1)[0]
+            if off > end:
+                raise SyntaxError_("field table: longstr runs past the end of the table")
+            raw = buf[start:off]
+            try:
+                value = raw.decode()
+            except UnicodeDecodeError:
+                value = raw
+        elif letter == _I:
+            value = _i32_unpack(buf, off)[0]
+            off += 4
+        elif letter == _T:
+            value = buf[off] != 0
+            off += 1
+        else:
+            dec = decoders.get(letter)
+            if dec is None:
+                raise _unknown(letter)
+            value, off = dec(buf, off, depth)
+        result[key] = value
     if off != end:
         raise SyntaxError_("field table: a value runs past the end of the table")
     return result, off
 
 
-def _array(buf: Buffer, off: int, depth: int) -> tuple[list[FieldValue], int]:
+def _array(buf: bytes, off: int, depth: int) -> tuple[list[FieldValue], int]:
     if depth > MAX_DEPTH:
         raise SyntaxError_(f"field array: nested deeper than {MAX_DEPTH} levels")
     off += 4
@@ -229,79 +260,103 @@ def _array(buf: Buffer, off: int, depth: int) -> tuple[list[FieldValue], int]:
     return result, off
 
 
+def _region(buf: Buffer, offset: int) -> bytes:
+    """The length-prefixed region at ``offset`` of a non-bytes buffer, copied to bytes."""
+    size = _u32_unpack(buf, offset)[0]
+    return bytes(buf[offset : offset + 4 + size])
+
+
+def _syntax_error(what: str, exc: Exception) -> SyntaxError_:
+    if isinstance(exc, struct.error | IndexError):
+        return SyntaxError_(f"{what}: truncated data")
+    if isinstance(exc, UnicodeDecodeError):
+        return SyntaxError_(f"{what}: field name is not valid UTF-8")
+    return SyntaxError_(f"{what}: malformed data ({exc})")
+
+
+_DECODE_ERRORS = (
+    struct.error,
+    IndexError,
+    UnicodeDecodeError,
+    RecursionError,
+    ValueError,
+    OverflowError,
+    OSError,
+)
+
+
 def decode_table(buf: Buffer, offset: int) -> tuple[FieldTable, int]:
     """Decode the length-prefixed field table at ``offset``; return (table, offset after it)."""
     try:
-        return _table(buf, offset, 0)
+        if type(buf) is bytes:
+            return _table(buf, offset, 0)
+        table, end = _table(_region(buf, offset), 0, 0)
+        return table, offset + end
     except SyntaxError_:
         raise
-    except (struct.error, IndexError) as exc:
-        raise SyntaxError_("field table: truncated data") from exc
-    except UnicodeDecodeError as exc:
-        raise SyntaxError_("field table: field name is not valid UTF-8") from exc
-    except (RecursionError, ValueError, OverflowError, OSError) as exc:
-        raise SyntaxError_(f"field table: malformed data ({exc})") from exc
+    except _DECODE_ERRORS as exc:
+        raise _syntax_error("field table", exc) from exc
 
 
 def decode_array(buf: Buffer, offset: int) -> tuple[list[FieldValue], int]:
     """Decode the length-prefixed field array at ``offset``; return (list, offset after it)."""
     try:
-        return _array(buf, offset, 0)
+        if type(buf) is bytes:
+            return _array(buf, offset, 0)
+        items, end = _array(_region(buf, offset), 0, 0)
+        return items, offset + end
     except SyntaxError_:
         raise
-    except (struct.error, IndexError) as exc:
-        raise SyntaxError_("field array: truncated data") from exc
-    except UnicodeDecodeError as exc:
-        raise SyntaxError_("field array: field name is not valid UTF-8") from exc
-    except (RecursionError, ValueError, OverflowError, OSError) as exc:
-        raise SyntaxError_(f"field array: malformed data ({exc})") from exc
+    except _DECODE_ERRORS as exc:
+        raise _syntax_error("field array", exc) from exc
 
 
 def decode_value(buf: Buffer, offset: int) -> tuple[FieldValue, int]:
     """Decode one ``type octet + value`` at ``offset``; return (value, offset after it)."""
     try:
-        letter = buf[offset]
+        data = buf if type(buf) is bytes else bytes(buf)
+        letter = data[offset]
         dec = _DECODERS.get(letter)
         if dec is None:
             raise _unknown(letter)
-        return dec(buf, offset + 1, 0)
+        return dec(data, offset + 1, 0)
     except SyntaxError_:
         raise
-    except (struct.error, IndexError) as exc:
-        raise SyntaxError_("field value: truncated data") from exc
-    except UnicodeDecodeError as exc:
-        raise SyntaxError_("field value: field name is not valid UTF-8") from exc
-    except (RecursionError, ValueError, OverflowError, OSError) as exc:
-        raise SyntaxError_(f"field value: malformed data ({exc})") from exc
+    except _DECODE_ERRORS as exc:
+        raise _syntax_error("field value", exc) from exc
 
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
+#
+# Each value encoder appends ``type octet + value`` pieces to a list; a table or array is
+# encoded into its own list and joined once, then prefixed with its length.  The commonest
+# types (str, int32, bool) are encoded inline in the table loop.
 # ---------------------------------------------------------------------------------------------
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _ZERO_LEN = b"\x00\x00\x00\x00"
+_KEY_LEN = [bytes((n,)) for n in range(256)]
 
-_pack_I = struct.Struct(">cI").pack
-_pack_bool_t = b"t\x01"
-_pack_bool_f = b"t\x00"
+_pack_S = struct.Struct(">cI").pack
 _pack_int32 = struct.Struct(">ci").pack
 _pack_int64 = struct.Struct(">cq").pack
 _pack_f64 = struct.Struct(">cd").pack
 _pack_dec = struct.Struct(">cBi").pack
 _pack_ts = struct.Struct(">cQ").pack
 _pack_u32 = _U32.pack
+_TRUE = b"t\x01"
+_FALSE = b"t\x00"
 
-_Encoder: TypeAlias = "Callable[[list[bytes], object, int], None]"
-
-
-def _enc_bool(out: list[bytes], v: object, depth: int) -> None:
-    out.append(_pack_bool_t if v else _pack_bool_f)
+_Encoder: TypeAlias = "Callable[[list[bytes], Any, int], None]"
 
 
-def _enc_int(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, int)
+def _enc_bool(out: list[bytes], v: Any, depth: int) -> None:
+    out.append(_TRUE if v else _FALSE)
+
+
+def _enc_int(out: list[bytes], v: Any, depth: int) -> None:
     if _I32_MIN <= v <= _I32_MAX:
         out.append(_pack_int32(b"I", v))
     elif _I64_MIN <= v <= _I64_MAX:
@@ -310,17 +365,14 @@ def _enc_int(out: list[bytes], v: object, depth: int) -> None:
         raise SyntaxError_(f"field table: integer {v} does not fit in 64 bits")
 
 
-def _enc_float(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, float)
+def _enc_float(out: list[bytes], v: Any, depth: int) -> None:
     out.append(_pack_f64(b"d", v))
 
 
-def _enc_decimal(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, decimal.Decimal)
+def _enc_decimal(out: list[bytes], v: Any, depth: int) -> None:
     if not v.is_finite():
         raise SyntaxError_(f"field table: decimal {v} is not finite")
     sign, digits, exponent = v.as_tuple()
-    assert isinstance(exponent, int)
     value = 0
     for digit in digits:
         value = value * 10 + digit
@@ -341,22 +393,19 @@ def _enc_decimal(out: list[bytes], v: object, depth: int) -> None:
     out.append(_pack_dec(b"D", scale, value))
 
 
-def _enc_str(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, str)
+def _enc_str(out: list[bytes], v: Any, depth: int) -> None:
     data = v.encode()
-    out.append(_pack_I(b"S", len(data)))
+    out.append(_pack_S(b"S", len(data)))
     out.append(data)
 
 
-def _enc_bytes(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, bytes | bytearray | memoryview)
+def _enc_bytes(out: list[bytes], v: Any, depth: int) -> None:
     data = bytes(v)
-    out.append(_pack_I(b"x", len(data)))
+    out.append(_pack_S(b"x", len(data)))
     out.append(data)
 
 
-def _enc_datetime(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, datetime.datetime)
+def _enc_datetime(out: list[bytes], v: Any, depth: int) -> None:
     # Naive datetimes are taken as UTC (as pika and py-amqp do); fractions are truncated.
     secs = calendar.timegm(v.utctimetuple())
     if secs < 0:
@@ -364,20 +413,18 @@ def _enc_datetime(out: list[bytes], v: object, depth: int) -> None:
     out.append(_pack_ts(b"T", secs))
 
 
-def _enc_none(out: list[bytes], v: object, depth: int) -> None:
+def _enc_none(out: list[bytes], v: Any, depth: int) -> None:
     out.append(b"V")
 
 
-def _enc_list(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, list | tuple)
+def _enc_list(out: list[bytes], v: Any, depth: int) -> None:
     out.append(b"A")
-    _encode_array_into(out, v, depth + 1)
+    out.append(_array_bytes(v, depth + 1))
 
 
-def _enc_dict(out: list[bytes], v: object, depth: int) -> None:
-    assert isinstance(v, Mapping)
+def _enc_dict(out: list[bytes], v: Any, depth: int) -> None:
     out.append(b"F")
-    _encode_table_into(out, v, depth + 1)
+    out.append(_table_bytes(v, depth + 1))
 
 
 _ENCODERS: dict[type, _Encoder] = {
@@ -396,7 +443,7 @@ _ENCODERS: dict[type, _Encoder] = {
     dict: _enc_dict,
 }
 
-# Order matters for subclasses: bool before int.
+# For subclasses; order matters: bool before int.
 _FALLBACK: tuple[tuple[type | tuple[type, ...], _Encoder], ...] = (
     (bool, _enc_bool),
     (int, _enc_int),
@@ -420,75 +467,77 @@ def _encoder_for(v: object) -> _Encoder:
     raise SyntaxError_(f"field table: cannot encode a value of type {type(v).__name__}")
 
 
-def _encode_table_into(out: list[bytes], table: Mapping[str, object], depth: int) -> None:
+def _table_bytes(table: Mapping[str, Any], depth: int) -> bytes:
     if depth > MAX_DEPTH:
         raise SyntaxError_(f"field table: nested deeper than {MAX_DEPTH} levels")
-    index = len(out)
-    out.append(_ZERO_LEN)  # placeholder for the length
+    out: list[bytes] = []
+    append = out.append
     encoders = _ENCODERS
+    key_len = _KEY_LEN
     for key, value in table.items():
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise SyntaxError_(f"field table: field name {key!r} is not a string")
         kb = key.encode()
-        if len(kb) > 255:
+        n = len(kb)
+        if n > 255:
             raise SyntaxError_(f"field table: field name {key[:40]!r}... longer than 255 bytes")
-        out.append(bytes((len(kb),)))
-        out.append(kb)
-        enc = encoders.get(type(value))
-        if enc is None:
-            enc = _encoder_for(value)
-        enc(out, value, depth)
-    size = 0
-    for i in range(index + 1, len(out)):
-        size += len(out[i])
-    out[index] = _pack_u32(size)
+        append(key_len[n])
+        append(kb)
+        t = type(value)
+        if t is str:
+            data = value.encode()
+            append(_pack_S(b"S", len(data)))
+            append(data)
+        elif t is int and _I32_MIN <= value <= _I32_MAX:
+            append(_pack_int32(b"I", value))
+        elif t is bool:
+            append(_TRUE if value else _FALSE)
+        else:
+            enc = encoders.get(t)
+            if enc is None:
+                enc = _encoder_for(value)
+            enc(out, value, depth)
+    body = b"".join(out)
+    if len(body) > 0xFFFFFFFF:
+        raise SyntaxError_("field table: longer than 4 GiB")
+    return _pack_u32(len(body)) + body
 
 
-def _encode_array_into(
-    out: list[bytes], items: list[object] | tuple[object, ...], depth: int
-) -> None:
+def _array_bytes(items: Iterable[Any], depth: int) -> bytes:
     if depth > MAX_DEPTH:
         raise SyntaxError_(f"field array: nested deeper than {MAX_DEPTH} levels")
-    index = len(out)
-    out.append(_ZERO_LEN)
+    out: list[bytes] = []
     encoders = _ENCODERS
     for value in items:
         enc = encoders.get(type(value))
         if enc is None:
             enc = _encoder_for(value)
         enc(out, value, depth)
-    size = 0
-    for i in range(index + 1, len(out)):
-        size += len(out[i])
-    out[index] = _pack_u32(size)
+    body = b"".join(out)
+    if len(body) > 0xFFFFFFFF:
+        raise SyntaxError_("field array: longer than 4 GiB")
+    return _pack_u32(len(body)) + body
 
 
-def _check_size(data: bytes) -> bytes:
-    if len(data) - 4 > 0xFFFFFFFF:
-        raise SyntaxError_("field table: longer than 4 GiB")
-    return data
+_ENCODE_ERRORS = (struct.error, RecursionError, UnicodeEncodeError, OverflowError, ValueError)
 
 
 def encode_table(table: Mapping[str, FieldValue] | None) -> bytes:
     """Encode ``table`` as a length-prefixed field table (``None`` → empty table)."""
     if not table:
         return _ZERO_LEN
-    out: list[bytes] = []
     try:
-        _encode_table_into(out, table, 0)
-    except (struct.error, RecursionError) as exc:
+        return _table_bytes(table, 0)
+    except _ENCODE_ERRORS as exc:
         raise SyntaxError_(f"field table: cannot encode ({exc})") from exc
-    return b"".join(out)
 
 
 def encode_array(items: list[FieldValue] | tuple[FieldValue, ...]) -> bytes:
     """Encode ``items`` as a length-prefixed field array."""
-    out: list[bytes] = []
     try:
-        _encode_array_into(out, items, 0)  # type: ignore[arg-type]
-    except (struct.error, RecursionError) as exc:
+        return _array_bytes(items, 0)
+    except _ENCODE_ERRORS as exc:
         raise SyntaxError_(f"field array: cannot encode ({exc})") from exc
-    return b"".join(out)
 
 
 def encode_value(value: FieldValue) -> bytes:
@@ -496,7 +545,7 @@ def encode_value(value: FieldValue) -> bytes:
     out: list[bytes] = []
     try:
         _encoder_for(value)(out, value, 0)
-    except (struct.error, RecursionError) as exc:
+    except _ENCODE_ERRORS as exc:
         raise SyntaxError_(f"field value: cannot encode ({exc})") from exc
     return b"".join(out)
 

@@ -1,0 +1,478 @@
+"""A sans-IO AMQP 0-9-1 client that drives an ``AMQP091Connection`` in memory, for tests.
+
+It is built on the project's own codec (framing + generated methods), which works in both
+roles: client methods are encoded with ``encode()`` and wrapped in frames, server output is
+cut into frames by a ``FrameDecoder`` and decoded with ``decode_method``. Content (deliveries,
+get-ok, returns) is assembled into one :class:`Delivery`.
+
+Typical use::
+
+    client = CodecClient.connect()
+    client.handshake()
+    client.open_channel(1)
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.expect(1, m.QueueDeclareOk)
+
+Time is a :class:`FakeClock`: advance it and call :meth:`CodecClient.tick` to drive heartbeats.
+
+For tests of the model alone, :class:`RecordingSink` is a ``SessionSink`` that records what a
+session reports, and :func:`make_message` builds a ``Message`` without a front end.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+from leveret.auth.users import UserStore
+from leveret.model.broker import Broker
+from leveret.model.message import Message
+from leveret.protocol.amqp091 import framing
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.amqp091.fieldtable import encode_table
+from leveret.server.amqp091 import AMQP091Connection, Limits
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from leveret.protocol.amqp091.fieldtable import FieldTable, FieldValue
+
+__all__ = [
+    "DEFAULT_CAPABILITIES",
+    "CodecClient",
+    "Delivery",
+    "FakeClock",
+    "Heartbeat",
+    "MethodFrame",
+    "ProtocolHeader",
+    "Received",
+    "RecordingSink",
+    "SinkEvent",
+    "amqplain_response",
+    "make_message",
+    "plain_response",
+]
+
+M = TypeVar("M", bound=m.Method)
+
+DEFAULT_CAPABILITIES: dict[str, bool] = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+}
+"""The capabilities a modern client (pika, aio-pika) advertises in start-ok."""
+
+
+@dataclass
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    now: float = 0.0
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+@dataclass(frozen=True)
+class MethodFrame:
+    """A method without content, as the server sent it."""
+
+    channel: int
+    method: m.Method
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A content-carrying method (deliver, get-ok, return) with its header and body."""
+
+    channel: int
+    method: m.Method
+    properties: BasicProperties
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A heartbeat frame (always on channel 0)."""
+
+    channel: int = 0
+
+
+@dataclass(frozen=True)
+class ProtocolHeader:
+    """The server answered our protocol header with its own (unsupported version)."""
+
+    data: bytes
+    channel: int = 0
+
+
+Received = MethodFrame | Delivery | Heartbeat | ProtocolHeader
+
+
+def plain_response(user: str, password: str) -> bytes:
+    """The SASL PLAIN response: authzid NUL authcid NUL password."""
+    return b"\x00" + user.encode() + b"\x00" + password.encode()
+
+
+def amqplain_response(user: str, password: str) -> bytes:
+    """The AMQPLAIN response: a field table without its length prefix."""
+    return encode_table({"LOGIN": user, "PASSWORD": password})[4:]
+
+
+@dataclass
+class _Content:
+    method: m.Method
+    body_size: int = -1
+    properties: BasicProperties = field(default_factory=BasicProperties)
+    body: list[bytes] = field(default_factory=list)
+    received: int = 0
+
+
+class CodecClient:
+    """The client side of one in-memory connection to an :class:`AMQP091Connection`."""
+
+    def __init__(self, conn: AMQP091Connection, clock: FakeClock | None = None) -> None:
+        self.conn = conn
+        self.clock = clock if clock is not None else FakeClock()
+        self.frame_max = conn.limits.frame_max
+        self.start: m.ConnectionStart | None = None
+        self.tune: m.ConnectionTune | None = None
+        self._decoder = framing.FrameDecoder(frame_max=0)
+        self._inbox: deque[Received] = deque()
+        self._content: dict[int, _Content] = {}
+        self._saw_output = False
+
+    @classmethod
+    def connect(
+        cls,
+        broker: Broker | None = None,
+        users: UserStore | None = None,
+        *,
+        loopback: bool = True,
+        limits: Limits | None = None,
+        clock: FakeClock | None = None,
+        peer: str = "127.0.0.1:50000",
+    ) -> CodecClient:
+        """A fresh server connection (new broker and guest/guest store unless given)."""
+        clock = clock if clock is not None else FakeClock()
+        conn = AMQP091Connection(
+            broker if broker is not None else Broker(),
+            users if users is not None else UserStore.with_default_user(),
+            peer=peer,
+            loopback=loopback,
+            limits=limits if limits is not None else Limits(),
+            now=clock.now,
+        )
+        return cls(conn, clock)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send_raw(self, data: bytes) -> None:
+        """Feed bytes to the server as if they arrived on the socket now."""
+        self.conn.data_received(data, self.clock.now)
+
+    def send_header(self, header: bytes = framing.PROTOCOL_HEADER) -> None:
+        self.send_raw(header)
+
+    def encode(self, channel: int, method: m.Method) -> bytes:
+        return framing.encode_method_frame(channel, method.encode())
+
+    def send(self, channel: int, method: m.Method) -> None:
+        """Send one method frame (content methods need :meth:`publish`)."""
+        self.send_raw(self.encode(channel, method))
+
+    def encode_publish(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: BasicProperties | None = None,
+        *,
+        mandatory: bool = False,
+        immediate: bool = False,
+    ) -> bytes:
+        method = m.BasicPublish(
+            exchange=exchange, routing_key=routing_key, mandatory=mandatory, immediate=immediate
+        )
+        props = (properties if properties is not None else BasicProperties()).encode()
+        frames = framing.encode_content_frames(channel, 60, body, props, self.frame_max)
+        return b"".join((self.encode(channel, method), *frames))
+
+    def publish(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: BasicProperties | None = None,
+        *,
+        mandatory: bool = False,
+        immediate: bool = False,
+    ) -> None:
+        """basic.publish + content header + body frames, split as frame-max requires."""
+        self.send_raw(
+            self.encode_publish(
+                channel,
+                exchange,
+                routing_key,
+                body,
+                properties,
+                mandatory=mandatory,
+                immediate=immediate,
+            )
+        )
+
+    # -- the handshake ---------------------------------------------------------------
+
+    def start_ok(
+        self,
+        *,
+        mechanism: str = "PLAIN",
+        response: bytes | None = None,
+        user: str = "guest",
+        password: str = "guest",  # noqa: S107 - RabbitMQ's default user, for tests
+        capabilities: Mapping[str, FieldValue] | None = None,
+    ) -> None:
+        """Send connection.start-ok (the header must have been sent and start received)."""
+        if response is None:
+            if mechanism == "AMQPLAIN":
+                response = amqplain_response(user, password)
+            else:
+                response = plain_response(user, password)
+        caps: FieldTable = dict(DEFAULT_CAPABILITIES if capabilities is None else capabilities)
+        self.send(
+            0,
+            m.ConnectionStartOk(
+                client_properties={"product": "leveret.testing", "capabilities": caps},
+                mechanism=mechanism,
+                response=response,
+                locale="en_US",
+            ),
+        )
+
+    def handshake(
+        self,
+        user: str = "guest",
+        password: str = "guest",  # noqa: S107 - RabbitMQ's default user, for tests
+        vhost: str = "/",
+        *,
+        heartbeat: int = 0,
+        frame_max: int = 131072,
+        channel_max: int = 0,
+        mechanism: str = "PLAIN",
+        capabilities: Mapping[str, FieldValue] | None = None,
+    ) -> m.ConnectionStart:
+        """Header → start → start-ok → tune → tune-ok → open → open-ok; returns the start."""
+        self.send_header()
+        self.start = self.expect(0, m.ConnectionStart)
+        self.start_ok(mechanism=mechanism, user=user, password=password, capabilities=capabilities)
+        self.tune = self.expect(0, m.ConnectionTune)
+        self.send(
+            0, m.ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
+        )
+        if frame_max:
+            self.frame_max = frame_max
+        self.send(0, m.ConnectionOpen(virtual_host=vhost))
+        self.expect(0, m.ConnectionOpenOk)
+        return self.start
+
+    def open_channel(self, channel: int) -> None:
+        self.send(channel, m.ChannelOpen())
+        self.expect(channel, m.ChannelOpenOk)
+
+    # -- time ------------------------------------------------------------------------
+
+    def tick(self, advance: float = 0.0) -> None:
+        """Advance the clock by ``advance`` seconds and let the server's timers run."""
+        self.clock.advance(advance)
+        self.conn.tick(self.clock.now)
+
+    # -- receiving -------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """The server wants the transport closed (or already considers it closed)."""
+        return self.conn.finished
+
+    def take_bytes(self) -> bytes:
+        """The server's raw, undecoded output since the last call (bypasses decoding)."""
+        return b"".join(self.conn.take_output(self.clock.now))
+
+    def _pump(self) -> None:
+        data = self.take_bytes()
+        if not data:
+            return
+        if not self._saw_output and data.startswith(b"AMQP"):
+            self._inbox.append(ProtocolHeader(data[:8]))
+            data = data[8:]
+        self._saw_output = True
+        for frame_type, channel, payload in self._decoder.feed(data):
+            self._frame(frame_type, channel, bytes(payload))
+
+    def _frame(self, frame_type: int, channel: int, payload: bytes) -> None:
+        if frame_type == framing.FRAME_HEARTBEAT:
+            self._inbox.append(Heartbeat(channel))
+            return
+        if frame_type == framing.FRAME_METHOD:
+            if channel in self._content:
+                raise AssertionError(f"method frame on channel {channel} inside content")
+            method = m.decode_method(payload)
+            if method.HAS_CONTENT:
+                self._content[channel] = _Content(method)
+            else:
+                self._inbox.append(MethodFrame(channel, method))
+            return
+        content = self._content.get(channel)
+        if content is None:
+            raise AssertionError(f"content frame type {frame_type} on channel {channel}")
+        if frame_type == framing.FRAME_HEADER:
+            if content.body_size != -1:
+                raise AssertionError(f"second content header on channel {channel}")
+            _class_id, body_size, raw = framing.parse_content_header(payload)
+            content.body_size = body_size
+            content.properties = BasicProperties.decode(raw)
+        else:
+            if content.body_size == -1:
+                raise AssertionError(f"body frame before the header on channel {channel}")
+            content.body.append(payload)
+            content.received += len(payload)
+            if content.received > content.body_size:
+                raise AssertionError(f"body longer than announced on channel {channel}")
+        if content.received == content.body_size:
+            del self._content[channel]
+            self._inbox.append(
+                Delivery(channel, content.method, content.properties, b"".join(content.body))
+            )
+
+    def frames(self) -> list[Received]:
+        """Everything the server sent that was not consumed yet, oldest first."""
+        self._pump()
+        items = list(self._inbox)
+        self._inbox.clear()
+        return items
+
+    def methods(self) -> list[tuple[int, m.Method]]:
+        """Like :meth:`frames`, as ``(channel, method)`` pairs; heartbeats left out."""
+        return [
+            (item.channel, item.method)
+            for item in self.frames()
+            if isinstance(item, MethodFrame | Delivery)
+        ]
+
+    def next(self) -> Received:
+        """Pop the next item, failing if the server sent nothing more."""
+        self._pump()
+        if not self._inbox:
+            raise AssertionError("the server sent nothing")
+        return self._inbox.popleft()
+
+    def expect(self, channel: int, cls: type[M]) -> M:
+        """Pop the next item and check it is ``cls`` on ``channel``; return the method."""
+        item = self.next()
+        if not isinstance(item, MethodFrame | Delivery):
+            raise AssertionError(f"expected {cls.NAME} on channel {channel}, got {item!r}")
+        if item.channel != channel or not isinstance(item.method, cls):
+            raise AssertionError(
+                f"expected {cls.NAME} on channel {channel}, got {item.method!r} "
+                f"on channel {item.channel}"
+            )
+        return item.method
+
+    def expect_content(self, channel: int, cls: type[m.Method] = m.BasicDeliver) -> Delivery:
+        """Pop the next item and check it is content of method ``cls`` on ``channel``."""
+        item = self.next()
+        if not isinstance(item, Delivery) or item.channel != channel:
+            raise AssertionError(f"expected {cls.NAME} content on channel {channel}, got {item!r}")
+        if not isinstance(item.method, cls):
+            raise AssertionError(f"expected {cls.NAME} on channel {channel}, got {item.method!r}")
+        return item
+
+    def expect_nothing(self) -> None:
+        """Fail if the server sent anything not consumed yet."""
+        items = self.frames()
+        if items:
+            raise AssertionError(f"expected no output, got {items!r}")
+
+
+# -- model-level helpers ---------------------------------------------------------------
+
+
+def make_message(
+    body: bytes = b"",
+    routing_key: str = "",
+    exchange: str = "",
+    properties: BasicProperties | None = None,
+) -> Message:
+    """A ``Message`` as the 0-9-1 front end builds it (properties kept encoded)."""
+    raw = (properties if properties is not None else BasicProperties()).encode()
+    return Message(exchange, routing_key, raw, body, BasicProperties.decode)
+
+
+@dataclass(frozen=True)
+class SinkEvent:
+    """One call a session made on its sink; ``kind`` is the method name."""
+
+    kind: str
+    consumer_tag: str = ""
+    delivery_tag: int = 0
+    redelivered: bool = False
+    multiple: bool = False
+    ack: bool = True
+    reply_code: int = 0
+    message: Message | None = None
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body if self.message is not None else b""
+
+
+@dataclass
+class RecordingSink:
+    """A ``SessionSink`` that records every call in order."""
+
+    events: list[SinkEvent] = field(default_factory=list)
+
+    def deliver(
+        self, consumer_tag: str, delivery_tag: int, redelivered: bool, message: Message
+    ) -> None:
+        self.events.append(
+            SinkEvent(
+                "deliver",
+                consumer_tag=consumer_tag,
+                delivery_tag=delivery_tag,
+                redelivered=redelivered,
+                message=message,
+            )
+        )
+
+    def returned(self, reply_code: int, reply_text: str, message: Message) -> None:
+        self.events.append(SinkEvent("returned", reply_code=reply_code, message=message))
+
+    def confirm(self, delivery_tag: int, *, multiple: bool, ack: bool) -> None:
+        self.events.append(
+            SinkEvent("confirm", delivery_tag=delivery_tag, multiple=multiple, ack=ack)
+        )
+
+    def consumer_cancelled(self, consumer_tag: str) -> None:
+        self.events.append(SinkEvent("consumer_cancelled", consumer_tag=consumer_tag))
+
+    def take(self, kind: str | None = None) -> list[SinkEvent]:
+        """Remove and return the recorded events (only those of ``kind`` if given)."""
+        if kind is None:
+            taken, self.events = self.events, []
+            return taken
+        taken = [e for e in self.events if e.kind == kind]
+        self.events = [e for e in self.events if e.kind != kind]
+        return taken
+
+    def deliveries(self) -> list[SinkEvent]:
+        """Remove and return the recorded deliveries."""
+        return self.take("deliver")

@@ -1,0 +1,85 @@
+"""Memory flow control: publishers are blocked above the watermark and unblocked after a drain."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+
+from tests.integration.conftest import start_broker
+
+pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
+
+
+def test_publisher_blocked_above_watermark_and_unblocked_after_drain(name: str) -> None:
+    broker = start_broker("--memory-high-watermark", "200000")
+    events: list[str] = []
+    try:
+        params = pika.URLParameters(broker.url)
+        publisher = pika.BlockingConnection(params)
+        publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+        publisher.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
+        pch = publisher.channel()
+        pch.queue_declare(name)
+        body = b"x" * 10_000
+        for _ in range(40):  # 400 kB: well past the 200 kB watermark
+            pch.basic_publish("", name, body)
+        deadline = time.monotonic() + 10
+        while "blocked" not in events and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        assert events == ["blocked"]
+
+        # A consumer on another connection is still served while publishers are blocked.
+        consumer = pika.BlockingConnection(params)
+        cch = consumer.channel()
+        drained = 0
+        while drained < 40:
+            method, _props, got = cch.basic_get(name, auto_ack=True)
+            if method is None:
+                consumer.process_data_events(time_limit=0.1)
+                continue
+            assert got == body
+            drained += 1
+        consumer.close()
+
+        deadline = time.monotonic() + 10
+        while events[-1] != "unblocked" and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        # The paused publisher's unread publishes may block it again before the drain ends.
+        assert events[-1] == "unblocked"
+        assert events == ["blocked", "unblocked"] * (len(events) // 2)
+        pch.basic_publish("", name, b"after")
+        method, _props, got = pch.basic_get(name, auto_ack=True)
+        assert got == b"after"
+        publisher.close()
+    finally:
+        broker.stop()
+
+
+def test_client_without_capability_is_paused_but_not_told(name: str) -> None:
+    broker = start_broker("--memory-high-watermark", "50000")
+    try:
+        params = pika.URLParameters(broker.url)
+        # pika always advertises connection.blocked; turn it off through client properties.
+        params.client_properties = {"capabilities": {"connection.blocked": False}}
+        publisher = pika.BlockingConnection(params)
+        events: list[str] = []
+        publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+        pch = publisher.channel()
+        pch.queue_declare(name)
+        for _ in range(10):
+            pch.basic_publish("", name, b"y" * 10_000)
+        deadline = time.monotonic() + 10
+        while "memory alarm" not in broker.log_text() and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        assert "memory alarm" in broker.log_text()
+        publisher.process_data_events(time_limit=0.3)
+        assert events == []
+        # The broker is not reading from the publisher: drain, then it can close cleanly.
+        other = pika.BlockingConnection(pika.URLParameters(broker.url))
+        other.channel().queue_purge(name)
+        other.close()
+        publisher.close()
+    finally:
+        broker.stop()

@@ -1,0 +1,1 @@
+"""Unit tests of the server layer (the sans-IO front ends)."""

@@ -1,0 +1,552 @@
+"""The sans-IO 0-9-1 front end without sockets, driven through ``leveret.testing.CodecClient``."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from leveret.auth.users import UserStore
+from leveret.model.broker import Broker
+from leveret.protocol.amqp091 import framing
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.server.amqp091 import Limits
+from leveret.testing import (
+    DEFAULT_CAPABILITIES,
+    CodecClient,
+    Delivery,
+    Heartbeat,
+    MethodFrame,
+    ProtocolHeader,
+    amqplain_response,
+)
+
+
+def connected(
+    *, broker: Broker | None = None, limits: Limits | None = None, **handshake: object
+) -> CodecClient:
+    client = CodecClient.connect(broker=broker, limits=limits)
+    client.handshake(**handshake)  # type: ignore[arg-type]
+    client.open_channel(1)
+    return client
+
+
+def expect_connection_close(
+    client: CodecClient, code: int, *, desynced: bool = False
+) -> m.ConnectionClose:
+    """Expect connection.close ``code``, answer close-ok and check the connection ends.
+
+    After a framing error (``desynced``) the byte stream cannot be trusted, so the close-ok
+    may not be recognised: the connection must then end by the close timeout.
+    """
+    close = client.expect(0, m.ConnectionClose)
+    assert close.reply_code == code, close
+    client.send(0, m.ConnectionCloseOk())
+    if desynced:
+        client.tick(10)
+    assert client.closed
+    return close
+
+
+def expect_channel_close(client: CodecClient, channel: int, code: int) -> m.ChannelClose:
+    close = client.expect(channel, m.ChannelClose)
+    assert close.reply_code == code, close
+    return close
+
+
+def declare(client: CodecClient, queue: str, channel: int = 1, *, exclusive: bool = False) -> None:
+    client.send(channel, m.QueueDeclare(queue=queue, exclusive=exclusive))
+    client.expect(channel, m.QueueDeclareOk)
+
+
+# -- the handshake -------------------------------------------------------------------
+
+
+def test_handshake_and_server_properties() -> None:
+    client = CodecClient.connect(limits=Limits(channel_max=100, frame_max=65536, heartbeat=30))
+    start = client.handshake(channel_max=10, frame_max=8192)
+    assert (start.version_major, start.version_minor) == (0, 9)
+    assert set(start.mechanisms.split()) == {b"PLAIN", b"AMQPLAIN"}
+    assert b"en_US" in start.locales.split()
+    props = start.server_properties
+    assert props["product"] == "Leveret"
+    for key in ("version", "platform", "copyright", "information"):
+        assert isinstance(props[key], str)
+    capabilities = props["capabilities"]
+    assert isinstance(capabilities, dict)
+    for capability in (
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "authentication_failure_close",
+        "per_consumer_qos",
+    ):
+        assert capabilities.get(capability) is True, capability
+    assert client.tune == m.ConnectionTune(channel_max=100, frame_max=65536, heartbeat=30)
+    assert client.conn.frame_max == 8192
+    assert client.conn.channel_max == 10
+    client.expect_nothing()
+    assert not client.closed
+
+
+def test_amqplain_login() -> None:
+    client = CodecClient.connect()
+    client.handshake(mechanism="AMQPLAIN")
+    client.open_channel(1)
+    assert client.conn.user is not None
+    assert client.conn.user.name == "guest"
+
+
+def test_amqplain_response_helper_matches_the_wire_format() -> None:
+    raw = amqplain_response("u", "p")
+    assert raw.startswith(b"\x05LOGINS\x00\x00\x00\x01u")
+
+
+def test_wrong_password_with_authentication_failure_close_gets_403() -> None:
+    client = CodecClient.connect()
+    client.send_header()
+    client.expect(0, m.ConnectionStart)
+    client.start_ok(password="wrong")
+    close = expect_connection_close(client, 403)
+    assert "ACCESS_REFUSED" in close.reply_text
+    assert (close.class_id, close.method_id) == (10, 11)
+
+
+def test_wrong_password_without_the_capability_just_closes() -> None:
+    client = CodecClient.connect()
+    client.send_header()
+    client.expect(0, m.ConnectionStart)
+    caps = {k: v for k, v in DEFAULT_CAPABILITIES.items() if k != "authentication_failure_close"}
+    client.start_ok(password="wrong", capabilities=caps)
+    assert client.frames() == []
+    assert client.closed
+
+
+def test_unknown_user_is_refused() -> None:
+    client = CodecClient.connect()
+    client.send_header()
+    client.expect(0, m.ConnectionStart)
+    client.start_ok(user="nobody", password="guest")
+    expect_connection_close(client, 403)
+
+
+def test_guest_is_refused_from_a_non_loopback_peer() -> None:
+    client = CodecClient.connect(loopback=False, peer="192.0.2.7:4000")
+    client.send_header()
+    client.expect(0, m.ConnectionStart)
+    client.start_ok()
+    expect_connection_close(client, 403)
+
+
+def test_other_users_may_connect_from_anywhere() -> None:
+    users = UserStore.with_default_user()
+    users.add("app", "secret")
+    client = CodecClient.connect(users=users, loopback=False, peer="192.0.2.7:4000")
+    client.handshake(user="app", password="secret")
+    client.open_channel(1)
+
+
+def test_unknown_vhost_is_530() -> None:
+    client = CodecClient.connect()
+    client.send_header()
+    client.expect(0, m.ConnectionStart)
+    client.start_ok()
+    client.expect(0, m.ConnectionTune)
+    client.send(0, m.ConnectionTuneOk(channel_max=0, frame_max=131072, heartbeat=0))
+    client.send(0, m.ConnectionOpen(virtual_host="/nope"))
+    close = expect_connection_close(client, 530)
+    assert (close.class_id, close.method_id) == (10, 40)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"AMQP\x00\x00\x09\x02", b"AMQP\x01\x01\x00\x09", b"GET / HTTP/1.1\r\n\r\n"],
+)
+def test_bad_protocol_header_gets_ours_back_then_close(header: bytes) -> None:
+    client = CodecClient.connect()
+    client.send_header(header)
+    assert client.frames() == [ProtocolHeader(framing.PROTOCOL_HEADER)]
+    assert client.closed
+
+
+def test_protocol_header_in_pieces() -> None:
+    client = CodecClient.connect()
+    for byte in framing.PROTOCOL_HEADER:
+        client.send_raw(bytes([byte]))
+    client.expect(0, m.ConnectionStart)
+
+
+def test_frame_max_below_the_minimum_is_530() -> None:
+    client = CodecClient.connect()
+    client.send_header()
+    client.expect(0, m.ConnectionStart)
+    client.start_ok()
+    client.expect(0, m.ConnectionTune)
+    client.send(0, m.ConnectionTuneOk(channel_max=0, frame_max=1024, heartbeat=0))
+    close = expect_connection_close(client, 530)
+    assert (close.class_id, close.method_id) == (10, 31)
+
+
+def test_frame_max_above_the_offer_is_530() -> None:
+    client = CodecClient.connect(limits=Limits(frame_max=8192))
+    client.send_header()
+    client.expect(0, m.ConnectionStart)
+    client.start_ok()
+    client.expect(0, m.ConnectionTune)
+    client.send(0, m.ConnectionTuneOk(channel_max=0, frame_max=16384, heartbeat=0))
+    expect_connection_close(client, 530)
+
+
+def test_channel_beyond_channel_max_closes_the_connection() -> None:
+    client = CodecClient.connect()
+    client.handshake(channel_max=2)
+    client.open_channel(2)
+    client.send(3, m.ChannelOpen())
+    close = expect_connection_close(client, 530)
+    assert (close.class_id, close.method_id) == (20, 10)
+
+
+# -- heartbeats ----------------------------------------------------------------------
+
+
+def test_heartbeat_is_sent_when_idle() -> None:
+    client = CodecClient.connect()
+    client.handshake(heartbeat=10)
+    client.tick(2)
+    assert client.frames() == []
+    client.tick(4)  # t = 6: more than half an interval since we last wrote
+    assert client.frames() == [Heartbeat()]
+    client.tick(1)
+    assert client.frames() == []
+
+
+def test_no_heartbeats_when_disabled() -> None:
+    client = CodecClient.connect()
+    client.handshake(heartbeat=0)
+    client.tick(1000)
+    assert client.frames() == []
+    assert not client.closed
+
+
+def test_silent_peer_is_closed_after_two_intervals() -> None:
+    client = CodecClient.connect()
+    client.handshake(heartbeat=10)
+    client.tick(15)
+    client.send_raw(framing.HEARTBEAT_FRAME)  # t = 15: alive
+    client.tick(20)  # t = 35: 20 s of silence, not more
+    assert not client.closed
+    client.tick(1)  # t = 36
+    assert client.closed
+
+
+def test_heartbeat_on_a_channel_other_than_zero_is_501() -> None:
+    client = connected()
+    client.send_raw(framing.encode_frame(framing.FRAME_HEARTBEAT, 1, b""))
+    expect_connection_close(client, 501)
+
+
+# -- framing errors ------------------------------------------------------------------
+
+
+def test_bad_frame_end_is_501() -> None:
+    client = connected()
+    frame = bytearray(client.encode(1, m.QueueDeclare(queue="q")))
+    frame[-1] = 0x00
+    client.send_raw(bytes(frame))
+    expect_connection_close(client, 501, desynced=True)
+
+
+def test_oversize_frame_is_501() -> None:
+    client = connected(frame_max=4096)
+    client.send(1, m.QueueDeclare(queue="q", arguments={"x-big": "x" * 5000}))
+    expect_connection_close(client, 501, desynced=True)
+
+
+def test_unknown_frame_type_is_501() -> None:
+    client = connected()
+    client.send_raw(framing.encode_frame(9, 1, b"xx"))
+    expect_connection_close(client, 501, desynced=True)
+
+
+def test_content_on_channel_zero_is_504() -> None:
+    client = connected()
+    header = framing.encode_content_frames(0, 60, b"x", BasicProperties().encode(), 131072)
+    client.send_raw(header[0])
+    expect_connection_close(client, 504)
+
+
+def test_method_on_an_unopened_channel_is_504() -> None:
+    client = connected()
+    client.send(5, m.QueueDeclare(queue="q"))
+    close = expect_connection_close(client, 504)
+    assert (close.class_id, close.method_id) == (50, 10)
+
+
+def test_body_without_header_is_505() -> None:
+    client = connected()
+    client.send(1, m.BasicPublish(exchange="", routing_key="q"))
+    client.send_raw(framing.encode_frame(framing.FRAME_BODY, 1, b"body"))
+    expect_connection_close(client, 505)
+
+
+def test_header_without_publish_is_505() -> None:
+    client = connected()
+    frames = framing.encode_content_frames(1, 60, b"x", BasicProperties().encode(), 131072)
+    client.send_raw(frames[0])
+    expect_connection_close(client, 505)
+
+
+def test_method_in_the_middle_of_content_is_505() -> None:
+    client = connected()
+    client.send(1, m.BasicPublish(exchange="", routing_key="q"))
+    client.send(1, m.QueueDeclare(queue="q"))
+    expect_connection_close(client, 505)
+
+
+def test_malformed_method_is_a_connection_error() -> None:
+    client = connected()
+    client.send_raw(framing.encode_frame(framing.FRAME_METHOD, 1, struct.pack(">HH", 50, 10)))
+    close = client.expect(0, m.ConnectionClose)
+    assert close.reply_code in (501, 502)
+
+
+def test_unknown_method_is_503() -> None:
+    client = connected()
+    client.send_raw(framing.encode_frame(framing.FRAME_METHOD, 1, struct.pack(">HH", 99, 1)))
+    expect_connection_close(client, 503)
+
+
+# -- content -------------------------------------------------------------------------
+
+
+def test_publish_and_get_a_body_split_across_frames() -> None:
+    client = connected(frame_max=4096)
+    declare(client, "q")
+    body = bytes(range(256)) * 40  # 10240 bytes: three body frames each way
+    props = BasicProperties(content_type="application/octet-stream", headers={"k": 1})
+    client.publish(1, "", "q", body, props)
+    client.send(1, m.BasicGet(queue="q", no_ack=True))
+    got = client.expect_content(1, m.BasicGetOk)
+    assert got.body == body
+    assert got.properties == props
+    assert isinstance(got.method, m.BasicGetOk)
+    assert got.method.message_count == 0
+
+
+def test_message_larger_than_the_maximum_closes_the_channel_311_only() -> None:
+    client = connected(limits=Limits(max_message_size=1000))
+    declare(client, "q")
+    client.publish(1, "", "q", b"x" * 1001)
+    close = expect_channel_close(client, 1, 311)
+    assert (close.class_id, close.method_id) == (60, 40)
+    client.send(1, m.ChannelCloseOk())
+    assert not client.closed
+    client.open_channel(1)
+    client.publish(1, "", "q", b"x" * 1000)
+    client.send(1, m.BasicGet(queue="q", no_ack=True))
+    assert client.expect_content(1, m.BasicGetOk).body == b"x" * 1000
+
+
+def test_empty_body_message() -> None:
+    client = connected()
+    declare(client, "q")
+    client.publish(1, "", "q", b"")
+    client.send(1, m.BasicGet(queue="q", no_ack=True))
+    assert client.expect_content(1, m.BasicGetOk).body == b""
+
+
+def test_consume_ok_precedes_the_first_delivery() -> None:
+    client = connected()
+    declare(client, "q")
+    client.publish(1, "", "q", b"waiting")
+    client.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    assert client.expect(1, m.BasicConsumeOk).consumer_tag == "c"
+    delivery = client.expect_content(1)
+    assert delivery.body == b"waiting"
+    assert delivery.method == m.BasicDeliver(
+        consumer_tag="c", delivery_tag=1, redelivered=False, exchange="", routing_key="q"
+    )
+
+
+def test_get_empty() -> None:
+    client = connected()
+    declare(client, "q")
+    client.send(1, m.BasicGet(queue="q"))
+    client.expect(1, m.BasicGetEmpty)
+
+
+def test_user_id_must_match_the_authenticated_user() -> None:
+    client = connected()
+    declare(client, "q")
+    client.publish(1, "", "q", b"ok", BasicProperties(user_id="guest"))
+    client.expect_nothing()
+    client.publish(1, "", "q", b"bad", BasicProperties(user_id="mallory"))
+    close = expect_channel_close(client, 1, 406)
+    assert (close.class_id, close.method_id) == (60, 40)
+    client.send(1, m.ChannelCloseOk())
+    client.open_channel(1)
+    client.send(1, m.QueueDeclare(queue="q", passive=True))
+    assert client.expect(1, m.QueueDeclareOk).message_count == 1
+
+
+def test_mandatory_return_and_confirms_on_the_wire() -> None:
+    client = connected()
+    declare(client, "q")
+    client.send(1, m.ConfirmSelect())
+    client.expect(1, m.ConfirmSelectOk)
+    data = b"".join(
+        [
+            client.encode_publish(1, "", "q", b"1"),
+            client.encode_publish(1, "", "nowhere", b"2", mandatory=True),
+            client.encode_publish(1, "", "q", b"3"),
+        ]
+    )
+    client.send_raw(data)
+    returned = client.expect_content(1, m.BasicReturn)
+    assert isinstance(returned.method, m.BasicReturn)
+    assert (returned.method.reply_code, returned.body) == (312, b"2")
+    assert client.expect(1, m.BasicAck) == m.BasicAck(delivery_tag=3, multiple=True)
+    client.expect_nothing()
+
+
+def test_unknown_delivery_tag_closes_the_channel_406() -> None:
+    client = connected()
+    client.send(1, m.BasicAck(delivery_tag=42))
+    close = expect_channel_close(client, 1, 406)
+    assert (close.class_id, close.method_id) == (60, 80)
+
+
+# -- consumers and cancel notification -----------------------------------------------
+
+
+def test_server_sent_cancel_only_to_clients_that_asked_for_it() -> None:
+    broker = Broker()
+    caps = {k: v for k, v in DEFAULT_CAPABILITIES.items() if k != "consumer_cancel_notify"}
+    notified = connected(broker=broker)
+    silent = connected(broker=broker, capabilities=caps)
+    declare(notified, "q")
+    for client, tag in ((notified, "n"), (silent, "s")):
+        client.send(1, m.BasicConsume(queue="q", consumer_tag=tag))
+        client.expect(1, m.BasicConsumeOk)
+    admin = connected(broker=broker)
+    admin.send(1, m.QueueDelete(queue="q"))
+    admin.expect(1, m.QueueDeleteOk)
+    assert notified.frames() == [MethodFrame(1, m.BasicCancel(consumer_tag="n", no_wait=True))]
+    assert silent.frames() == []
+
+
+def test_exclusive_queue_of_another_connection_is_405() -> None:
+    broker = Broker()
+    owner = connected(broker=broker)
+    declare(owner, "mine", exclusive=True)
+    other = connected(broker=broker)
+    other.send(1, m.BasicConsume(queue="mine"))
+    close = expect_channel_close(other, 1, 405)
+    assert (close.class_id, close.method_id) == (60, 20)
+
+
+def test_duplicate_consumer_tag_is_a_connection_error_530() -> None:
+    client = connected()
+    declare(client, "q")
+    client.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    client.expect(1, m.BasicConsumeOk)
+    client.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    expect_connection_close(client, 530)
+
+
+# -- channel close, soft and hard errors ---------------------------------------------
+
+
+def test_client_initiated_channel_close() -> None:
+    client = connected()
+    declare(client, "q")
+    client.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    client.expect(1, m.BasicConsumeOk)
+    client.publish(1, "", "q", b"1")
+    assert client.expect_content(1).body == b"1"
+    client.send(1, m.ChannelClose(reply_code=200, reply_text="bye"))
+    client.expect(1, m.ChannelCloseOk)
+    client.open_channel(1)
+    client.send(1, m.BasicGet(queue="q", no_ack=True))
+    got = client.expect_content(1, m.BasicGetOk)
+    assert got.body == b"1"
+    assert isinstance(got.method, m.BasicGetOk)
+    assert got.method.redelivered
+
+
+def test_server_initiated_channel_close_waits_for_close_ok() -> None:
+    client = connected()
+    client.send(1, m.QueueDeclare(queue="missing", passive=True))
+    close = expect_channel_close(client, 1, 404)
+    assert (close.class_id, close.method_id) == (50, 10)
+    assert "NOT_FOUND" in close.reply_text
+    client.send(1, m.QueueDeclare(queue="q"))  # ignored while closing
+    client.expect_nothing()
+    client.send(1, m.ChannelCloseOk())
+    client.open_channel(1)
+    declare(client, "q")
+
+
+def test_channel_close_crossing_ours_is_answered() -> None:
+    client = connected()
+    client.send(1, m.QueueDeclare(queue="missing", passive=True))
+    expect_channel_close(client, 1, 404)
+    client.send(1, m.ChannelClose(reply_code=200, reply_text="bye"))
+    client.expect(1, m.ChannelCloseOk)
+
+
+def test_soft_error_closes_only_its_channel() -> None:
+    client = connected()
+    client.open_channel(2)
+    client.send(2, m.ExchangeDeclare(exchange="amq.mine", type="direct"))
+    close = expect_channel_close(client, 2, 403)
+    assert (close.class_id, close.method_id) == (40, 10)
+    declare(client, "still-fine", channel=1)
+    assert not client.closed
+
+
+def test_channel_open_twice_is_504() -> None:
+    client = connected()
+    client.send(1, m.ChannelOpen())
+    expect_connection_close(client, 504)
+
+
+def test_client_initiated_connection_close() -> None:
+    client = connected()
+    declare(client, "q", exclusive=True)
+    broker = client.conn.broker
+    client.send(0, m.ConnectionClose(reply_code=200, reply_text="bye"))
+    client.expect(0, m.ConnectionCloseOk)
+    assert client.closed
+    assert "q" not in broker.vhosts["/"].queues
+
+
+def test_after_a_hard_error_only_close_ok_matters() -> None:
+    client = connected()
+    client.send(5, m.QueueDeclare(queue="q"))
+    client.expect(0, m.ConnectionClose)
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.expect_nothing()
+    client.send(0, m.ConnectionCloseOk())
+    assert client.closed
+
+
+def test_unanswered_close_times_out() -> None:
+    client = connected()
+    client.send(5, m.QueueDeclare(queue="q"))
+    client.expect(0, m.ConnectionClose)
+    client.tick(10)
+    assert client.closed
+
+
+def test_frames_returns_each_item_once() -> None:
+    client = connected()
+    declare(client, "q")
+    client.publish(1, "", "q", b"1")
+    client.send(1, m.BasicGet(queue="q", no_ack=True))
+    items = client.frames()
+    assert len(items) == 1
+    assert isinstance(items[0], Delivery)
+    assert client.frames() == []

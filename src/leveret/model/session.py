@@ -2,10 +2,11 @@
 publisher confirms and transactions. Front ends drive it; it reports back through a
 ``SessionSink`` (deliveries, returns, confirms, server-side cancels) and never writes bytes.
 
-QoS follows RabbitMQ: ``basic.qos(global=False)`` sets the limit for consumers created
-afterwards on the channel, ``global=True`` limits the whole channel; both apply when both
-are set. ``prefetch_size`` is honoured as the spec describes it (a byte window over
-unacked deliveries, ignored while nothing is unacked), where RabbitMQ refuses it.
+QoS follows RabbitMQ: ``basic.qos(global=False)`` is a per-consumer limit, ``global=True``
+limits the whole channel; both apply when both are set. Unlike RabbitMQ, a per-consumer
+limit also updates the channel's existing consumers, not only later ones.
+``prefetch_size`` is honoured as the spec describes it (a byte window over unacked
+deliveries, ignored while nothing is unacked), where RabbitMQ refuses it.
 """
 
 from __future__ import annotations
@@ -125,6 +126,11 @@ class Session:
         else:
             self.prefetch_count = prefetch_count
             self.prefetch_size = prefetch_size
+            # Deviation from RabbitMQ, which applies it to later consumers only: a client that
+            # raises its prefetch at run time (Celery's ETA tasks, rabbitmq-server#11948)
+            # means the consumers it already has.
+            for consumer in self.consumers.values():
+                consumer.prefetch_count = prefetch_count
         self._redispatch()
 
     def set_flow(self, active: bool) -> None:

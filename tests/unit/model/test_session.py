@@ -80,16 +80,28 @@ def test_per_consumer_and_global_prefetch_both_apply() -> None:
     assert tags.count("b") <= 2
 
 
-def test_per_consumer_qos_applies_to_consumers_created_afterwards() -> None:
+def test_per_consumer_qos_applies_to_existing_and_later_consumers() -> None:
+    # Deviation from RabbitMQ (later consumers only), so that Celery can raise its prefetch.
     w = World()
     s, sink = w.session()
-    consume(s, "early")  # unlimited
+    consume(s, "early")  # unlimited until the qos below
     s.set_qos(0, 1, False)
     consume(s, "late")
     w.publish(s, *[str(i).encode() for i in range(6)])
     tags = [e.consumer_tag for e in sink.deliveries()]
     assert tags.count("late") == 1
-    assert tags.count("early") == 5
+    assert tags.count("early") == 1
+
+
+def test_raising_per_consumer_prefetch_reaches_a_running_consumer() -> None:
+    w = World()
+    s, sink = w.session()
+    s.set_qos(0, 1, False)
+    consume(s, "c")
+    w.publish(s, b"1", b"2", b"3")
+    assert len(sink.deliveries()) == 1
+    s.set_qos(0, 3, False)
+    assert len(sink.deliveries()) == 2  # the two that were waiting
 
 
 def test_raising_the_prefetch_dispatches_waiting_messages() -> None:

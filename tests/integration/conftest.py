@@ -16,10 +16,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
+
+from tests.integration.pika_support import Opened, connect
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -144,3 +146,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("leveret_only"):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def conn(broker: Broker) -> Iterator[Any]:
+    """A pika BlockingConnection to the session broker, closed afterwards if still open."""
+    with Opened(connect(broker)) as c:
+        yield c
+
+
+@pytest.fixture
+def ch(conn: Any) -> Any:
+    """A channel on ``conn``."""
+    return conn.channel()

@@ -8,6 +8,7 @@ broker at all. ``LEVERET_*`` variables of the calling environment are not passed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -22,6 +23,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from tests.integration.pika_support import connect_to
 from tests.integration.test_robustness import (
     PROTOCOL_HEADER,
     RawClient,
@@ -31,7 +33,7 @@ from tests.integration.test_robustness import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from tests.integration.test_robustness import OwnBroker
@@ -55,18 +57,14 @@ def leveret(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
-def pika_connect(host: str, port: int, **params: Any) -> Any:
-    parameters = pika.ConnectionParameters(
-        host=host,
-        port=port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        socket_timeout=5,
-        stack_timeout=10,
-        blocked_connection_timeout=10,
-        connection_attempts=1,
-        **params,
-    )
-    return pika.BlockingConnection(parameters)
+@contextlib.contextmanager
+def launched(*serve_args: str) -> Iterator[OwnBroker]:
+    """``launch(*serve_args)``, killed with SIGKILL on the way out whatever the test did to it."""
+    broker = launch(*serve_args)
+    try:
+        yield broker
+    finally:
+        broker.shutdown(signal.SIGKILL, timeout=5)
 
 
 def free_port() -> int:
@@ -235,7 +233,7 @@ def test_port_already_in_use_exits_1() -> None:
 
 
 def _connect_and_close(broker: OwnBroker, **params: Any) -> Any:
-    conn = pika_connect(broker.host, broker.port, **params)
+    conn = connect_to(broker.host, broker.port, **params)
     impl_params = conn._impl.params
     conn.close()
     return impl_params
@@ -275,7 +273,7 @@ def test_flags_beat_environment(tmp_path: Path) -> None:
         env={"LEVERET_HEARTBEAT": "7", "LEVERET_CHANNEL_MAX": "6"},
     )
     try:
-        conn = pika_connect(broker.host, broker.port)
+        conn = connect_to(broker.host, broker.port)
         try:
             assert conn._impl.params.heartbeat == 9
             assert conn._impl.params.channel_max == 6
@@ -290,8 +288,8 @@ def test_flags_beat_environment(tmp_path: Path) -> None:
 def test_log_lines_for_listener_and_connections() -> None:
     broker = launch("--host", "127.0.0.1", "--port", "0")
     try:
-        first = pika_connect(broker.host, broker.port)
-        second = pika_connect(broker.host, broker.port)
+        first = connect_to(broker.host, broker.port)
+        second = connect_to(broker.host, broker.port)
         opened = broker.wait_for_log(r"connection \S+ opened", count=2)
         assert len(opened) == 2, broker.log_text()
         first.close()
@@ -330,7 +328,7 @@ def test_ipv6_loopback() -> None:
     try:
         assert broker.host == "::1"
         assert any(f"listening on amqp://[::1]:{broker.port}" in line for line in broker.log)
-        conn = pika_connect("::1", broker.port)
+        conn = connect_to("::1", broker.port)
         try:
             ch = conn.channel()
             queue = ch.queue_declare("", exclusive=True).method.queue
@@ -350,9 +348,8 @@ def test_ipv6_loopback() -> None:
 @pytest.mark.leveret_only
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_closes_connections_with_320_and_exits_0(sig: signal.Signals) -> None:
-    broker = launch("--host", "127.0.0.1", "--port", "0")
-    try:
-        conn = pika_connect(broker.host, broker.port)
+    with launched("--host", "127.0.0.1", "--port", "0") as broker:
+        conn = connect_to(broker.host, broker.port)
         ch = conn.channel()
         ch.queue_declare("", exclusive=True)
         assert broker.process is not None
@@ -370,67 +367,60 @@ def test_signal_closes_connections_with_320_and_exits_0(sig: signal.Signals) -> 
         assert "Traceback" not in log
         assert "KeyboardInterrupt" not in log
         assert re.search(r"closed connection \S+ \(", log), log
-    finally:
-        broker.shutdown(signal.SIGKILL, timeout=5)
 
 
 @pytest.mark.interop
 @pytest.mark.leveret_only
 def test_client_that_never_answers_close_does_not_block_shutdown() -> None:
-    broker = launch("--host", "127.0.0.1", "--port", "0")
-    try:
-        with RawClient(broker.host, broker.port) as silent:
-            silent.handshake()
-            silent.open_channel(1)
-            conn = pika_connect(broker.host, broker.port)
-            assert broker.process is not None
-            started = time.monotonic()
-            broker.process.send_signal(signal.SIGTERM)
-            exc = pump_until_closed(conn)
-            assert isinstance(exc, pika.exceptions.ConnectionClosedByBroker), repr(exc)
-            assert exc.reply_code == 320
-            # The silent client is sent connection.close too; it never answers close-ok.
-            reply_code, _text, _class, _method = silent.expect_connection_close()
-            assert reply_code == 320
-            assert broker.process.wait(EXIT_TIMEOUT) == 0
-            assert time.monotonic() - started < EXIT_TIMEOUT
-            # The broker dropped the socket when it exited.
-            assert silent.at_eof(timeout=2.0)
-    finally:
-        broker.shutdown(signal.SIGKILL, timeout=5)
+    with (
+        launched("--host", "127.0.0.1", "--port", "0") as broker,
+        RawClient(broker.host, broker.port) as silent,
+    ):
+        silent.handshake()
+        silent.open_channel(1)
+        conn = connect_to(broker.host, broker.port)
+        assert broker.process is not None
+        started = time.monotonic()
+        broker.process.send_signal(signal.SIGTERM)
+        exc = pump_until_closed(conn)
+        assert isinstance(exc, pika.exceptions.ConnectionClosedByBroker), repr(exc)
+        assert exc.reply_code == 320
+        # The silent client is sent connection.close too; it never answers close-ok.
+        reply_code, _text, _class, _method = silent.expect_connection_close()
+        assert reply_code == 320
+        assert broker.process.wait(EXIT_TIMEOUT) == 0
+        assert time.monotonic() - started < EXIT_TIMEOUT
+        # The broker dropped the socket when it exited.
+        assert silent.at_eof(timeout=2.0)
 
 
 @pytest.mark.interop
 @pytest.mark.leveret_only
 def test_clients_mid_handshake_do_not_block_shutdown() -> None:
-    broker = launch("--host", "127.0.0.1", "--port", "0")
-    try:
-        with (
-            RawClient(broker.host, broker.port) as connected_only,
-            RawClient(broker.host, broker.port) as header_only,
-            RawClient(broker.host, broker.port) as tuned,
-        ):
-            header_only.send(PROTOCOL_HEADER)
-            header_only.expect(10, 10)
-            tuned.send(PROTOCOL_HEADER)
-            tuned.expect(10, 10)
-            tuned.send(start_ok())
-            tuned.expect(10, 30)
-            broker.wait_for_log(r"accepted connection", count=3)
-            assert broker.process is not None
-            broker.process.send_signal(signal.SIGTERM)
-            assert broker.process.wait(EXIT_TIMEOUT) == 0
-            for client in (connected_only, header_only, tuned):
-                assert client.at_eof(timeout=2.0)
-    finally:
-        broker.shutdown(signal.SIGKILL, timeout=5)
+    with (
+        launched("--host", "127.0.0.1", "--port", "0") as broker,
+        RawClient(broker.host, broker.port) as connected_only,
+        RawClient(broker.host, broker.port) as header_only,
+        RawClient(broker.host, broker.port) as tuned,
+    ):
+        header_only.send(PROTOCOL_HEADER)
+        header_only.expect(10, 10)
+        tuned.send(PROTOCOL_HEADER)
+        tuned.expect(10, 10)
+        tuned.send(start_ok())
+        tuned.expect(10, 30)
+        broker.wait_for_log(r"accepted connection", count=3)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGTERM)
+        assert broker.process.wait(EXIT_TIMEOUT) == 0
+        for client in (connected_only, header_only, tuned):
+            assert client.at_eof(timeout=2.0)
 
 
 @pytest.mark.interop
 @pytest.mark.leveret_only
 def test_aio_pika_client_is_closed_on_sigterm() -> None:
-    broker = launch("--host", "127.0.0.1", "--port", "0")
-    try:
+    with launched("--host", "127.0.0.1", "--port", "0") as broker:
 
         async def scenario() -> BaseException | None:
             conn = await aio_pika.connect(
@@ -454,27 +444,24 @@ def test_aio_pika_client_is_closed_on_sigterm() -> None:
         assert broker.process.wait(EXIT_TIMEOUT) == 0
         assert exc is not None
         assert "320" in repr(exc) or "CONNECTION_FORCED" in repr(exc), repr(exc)
-    finally:
-        broker.shutdown(signal.SIGKILL, timeout=5)
 
 
 @pytest.mark.interop
 @pytest.mark.leveret_only
 def test_raw_close_handshake_after_sigterm() -> None:
     """A raw client that does answer close-ok gets its socket closed at once."""
-    broker = launch("--host", "127.0.0.1", "--port", "0")
-    try:
-        with RawClient(broker.host, broker.port) as client:
-            client.handshake()
-            assert broker.process is not None
-            broker.process.send_signal(signal.SIGTERM)
-            reply_code, text, class_id, method_id = client.expect_connection_close()
-            assert (reply_code, class_id, method_id) == (320, 0, 0)
-            assert text.startswith("CONNECTION_FORCED")
-            client.send(method_frame(0, 10, 51))
-            started = time.monotonic()
-            assert client.at_eof(timeout=3.0)
-            assert broker.process.wait(EXIT_TIMEOUT) == 0
-            assert time.monotonic() - started < 2.5
-    finally:
-        broker.shutdown(signal.SIGKILL, timeout=5)
+    with (
+        launched("--host", "127.0.0.1", "--port", "0") as broker,
+        RawClient(broker.host, broker.port) as client,
+    ):
+        client.handshake()
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGTERM)
+        reply_code, text, class_id, method_id = client.expect_connection_close()
+        assert (reply_code, class_id, method_id) == (320, 0, 0)
+        assert text.startswith("CONNECTION_FORCED")
+        client.send(method_frame(0, 10, 51))
+        started = time.monotonic()
+        assert client.at_eof(timeout=3.0)
+        assert broker.process.wait(EXIT_TIMEOUT) == 0
+        assert time.monotonic() - started < 2.5

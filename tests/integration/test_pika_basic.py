@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import time
 from typing import TYPE_CHECKING, Any
 
 import pika
 import pika.exceptions
 import pika.spec
 import pytest
+
+from tests.integration.pika_support import code_of, connect, count_is, pump, settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -25,36 +26,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.interop
 
 Delivery = tuple[Any, Any, bytes]  # (Basic.Deliver, BasicProperties, body)
-
-
-def connect(broker: Broker, **params: Any) -> Any:
-    """A BlockingConnection to the broker under test, bounded in time."""
-    parameters = pika.ConnectionParameters(
-        host=broker.host,
-        port=broker.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        blocked_connection_timeout=10,
-        socket_timeout=5,
-        stack_timeout=10,
-        connection_attempts=1,
-        **params,
-    )
-    return pika.BlockingConnection(parameters)
-
-
-def pump(conn: Any, until: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Process I/O until ``until()`` holds or ``timeout`` passes; returns ``until()``."""
-    deadline = time.monotonic() + timeout
-    while not until() and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.05)
-    return until()
-
-
-def settle(conn: Any, seconds: float = 0.3) -> None:
-    """Give the broker a moment to deliver whatever it is going to deliver."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.05)
 
 
 def collector() -> tuple[list[Delivery], Callable[[Any, Any, Any, bytes], None]]:
@@ -72,39 +43,6 @@ def publish_many(ch: Any, queue: str, bodies: list[bytes]) -> None:
         ch.basic_publish(exchange="", routing_key=queue, body=body)
 
 
-def message_count(ch: Any, queue: str) -> int:
-    return int(ch.queue_declare(queue=queue, passive=True).method.message_count)
-
-
-def count_is(ch: Any, queue: str, expected: int, timeout: float = 3.0) -> bool:
-    """Whether the queue's message count reaches ``expected`` within ``timeout``.
-
-    RabbitMQ answers a passive queue.declare ahead of publishes and acks still in flight to the
-    queue (its queue process serves that call with priority), so counts are polled.
-    """
-    deadline = time.monotonic() + timeout
-    while message_count(ch, queue) != expected:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-@pytest.fixture
-def conn(broker: Broker) -> Iterator[Any]:
-    c = connect(broker)
-    try:
-        yield c
-    finally:
-        if c.is_open:
-            c.close()
-
-
-@pytest.fixture
-def ch(conn: Any) -> Any:
-    return conn.channel()
-
-
 @pytest.fixture
 def queue(ch: Any, name: str) -> Iterator[str]:
     """A fresh non-durable queue, deleted afterwards."""
@@ -115,10 +53,6 @@ def queue(ch: Any, name: str) -> Iterator[str]:
             ch.queue_delete(queue=name)
     except pika.exceptions.AMQPError:
         pass
-
-
-def reply_code(exc: pytest.ExceptionInfo[Any]) -> int:
-    return int(exc.value.reply_code)
 
 
 # --------------------------------------------------------------------------- qos
@@ -234,7 +168,7 @@ def test_exclusive_consume_refuses_second_consumer(conn: Any, ch: Any, queue: st
     other = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         other.basic_consume(queue=queue, on_message_callback=lambda *a: None)
-    assert reply_code(exc) == 403  # ACCESS_REFUSED
+    assert code_of(exc) == 403  # ACCESS_REFUSED
 
 
 def test_exclusive_consume_refused_when_consumers_exist(conn: Any, ch: Any, queue: str) -> None:
@@ -242,7 +176,7 @@ def test_exclusive_consume_refused_when_consumers_exist(conn: Any, ch: Any, queu
     other = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         other.basic_consume(queue=queue, on_message_callback=lambda *a: None, exclusive=True)
-    assert reply_code(exc) == 403  # ACCESS_REFUSED
+    assert code_of(exc) == 403  # ACCESS_REFUSED
 
 
 def test_duplicate_consumer_tag_is_530(conn: Any, ch: Any, queue: str) -> None:
@@ -252,13 +186,13 @@ def test_duplicate_consumer_tag_is_530(conn: Any, ch: Any, queue: str) -> None:
     ch._impl._send_method(pika.spec.Basic.Consume(queue=queue, consumer_tag="dup"))
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as exc:
         pump(conn, lambda: False, timeout=3)
-    assert reply_code(exc) == 530
+    assert code_of(exc) == 530
 
 
 def test_consume_on_missing_queue_is_404(ch: Any, name: str) -> None:
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.basic_consume(queue=name, on_message_callback=lambda *a: None)
-    assert reply_code(exc) == 404
+    assert code_of(exc) == 404
 
 
 def test_cancel_stops_deliveries(conn: Any, ch: Any, queue: str) -> None:
@@ -342,7 +276,7 @@ def test_publish_to_missing_exchange_is_404(ch: Any, name: str) -> None:
     ch.basic_publish(exchange=name, routing_key="k", body=b"x")
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.queue_declare(queue="", exclusive=True)
-    assert reply_code(exc) == 404
+    assert code_of(exc) == 404
 
 
 # Deliberate deviation: RabbitMQ does not implement ``immediate`` and closes the connection with
@@ -398,7 +332,7 @@ def test_get_reports_remaining_count_and_empty(ch: Any, queue: str) -> None:
 def test_get_on_missing_queue_is_404(ch: Any, name: str) -> None:
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.basic_get(queue=name)
-    assert reply_code(exc) == 404
+    assert code_of(exc) == 404
 
 
 def test_get_delivery_tags_increase_per_channel(ch: Any, queue: str) -> None:
@@ -507,7 +441,7 @@ def test_ack_unknown_tag_is_406(ch: Any, queue: str) -> None:
     ch.basic_ack(delivery_tag=999)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.queue_declare(queue=queue, passive=True)
-    assert reply_code(exc) == 406
+    assert code_of(exc) == 406
 
 
 def test_double_ack_is_406(conn: Any, ch: Any, queue: str) -> None:
@@ -517,7 +451,7 @@ def test_double_ack_is_406(conn: Any, ch: Any, queue: str) -> None:
     ch.basic_ack(delivery_tag=method.delivery_tag)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.queue_declare(queue=queue, passive=True)
-    assert reply_code(exc) == 406
+    assert code_of(exc) == 406
     # A soft error: the connection lives on.
     assert conn.is_open
     assert count_is(conn.channel(), queue, 0)
@@ -529,21 +463,21 @@ def test_ack_of_no_ack_delivery_is_406(conn: Any, ch: Any, queue: str) -> None:
     ch.basic_ack(delivery_tag=method.delivery_tag)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.queue_declare(queue=queue, passive=True)
-    assert reply_code(exc) == 406
+    assert code_of(exc) == 406
 
 
 def test_reject_unknown_tag_is_406(ch: Any, queue: str) -> None:
     ch.basic_reject(delivery_tag=42, requeue=True)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.queue_declare(queue=queue, passive=True)
-    assert reply_code(exc) == 406
+    assert code_of(exc) == 406
 
 
 def test_nack_unknown_tag_is_406(ch: Any, queue: str) -> None:
     ch.basic_nack(delivery_tag=42, multiple=True)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.queue_declare(queue=queue, passive=True)
-    assert reply_code(exc) == 406
+    assert code_of(exc) == 406
 
 
 def test_delivery_tags_are_per_channel(conn: Any, ch: Any, queue: str) -> None:
@@ -554,7 +488,7 @@ def test_delivery_tags_are_per_channel(conn: Any, ch: Any, queue: str) -> None:
     other.basic_ack(delivery_tag=1)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         other.queue_declare(queue=queue, passive=True)
-    assert reply_code(exc) == 406
+    assert code_of(exc) == 406
     assert ch.is_open
 
 
@@ -777,7 +711,7 @@ def test_user_id_mismatch_is_406(ch: Any, queue: str) -> None:
     )
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.queue_declare(queue=queue, passive=True)
-    assert reply_code(exc) == 406
+    assert code_of(exc) == 406
 
 
 # --------------------------------------------------------------------------- large bodies

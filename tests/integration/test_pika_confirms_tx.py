@@ -11,88 +11,31 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pika
 import pika.exceptions
 import pika.spec
 import pytest
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
-    from tests.integration.conftest import Broker
+from tests.integration.pika_support import code_of, count_is, message_count, pump
 
 pytestmark = pytest.mark.interop
-
-
-def connect(broker: Broker) -> Any:
-    """A BlockingConnection to the broker under test, bounded in time."""
-    parameters = pika.ConnectionParameters(
-        host=broker.host,
-        port=broker.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        blocked_connection_timeout=10,
-        socket_timeout=5,
-        stack_timeout=10,
-        connection_attempts=1,
-    )
-    return pika.BlockingConnection(parameters)
-
-
-def pump(conn: Any, until: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not until() and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.05)
-    return until()
-
-
-def ready_count(ch: Any, queue: str) -> int:
-    return int(ch.queue_declare(queue=queue, passive=True).method.message_count)
-
-
-def count_is(ch: Any, queue: str, expected: int, timeout: float = 3.0) -> bool:
-    """Poll the ready count: RabbitMQ answers a passive declare ahead of in-flight publishes."""
-    deadline = time.monotonic() + timeout
-    while ready_count(ch, queue) != expected:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def stays(ch: Any, queue: str, expected: int, seconds: float = 0.3) -> bool:
     """Whether the ready count is ``expected`` throughout ``seconds``."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if ready_count(ch, queue) != expected:
+        if message_count(ch, queue) != expected:
             return False
         time.sleep(0.03)
     return True
 
 
 @pytest.fixture
-def conn(broker: Broker) -> Iterator[Any]:
-    c = connect(broker)
-    try:
-        yield c
-    finally:
-        if c.is_open:
-            c.close()
-
-
-@pytest.fixture
-def ch(conn: Any) -> Any:
-    return conn.channel()
-
-
-@pytest.fixture
 def queue(ch: Any) -> str:
     return str(ch.queue_declare(queue="", exclusive=True).method.queue)
-
-
-def code_of(exc: pytest.ExceptionInfo[Any]) -> int:
-    return int(exc.value.reply_code)
 
 
 class Confirms:
@@ -144,7 +87,7 @@ def test_confirm_blocking_publish_acked(ch: Any, queue: str) -> None:
     ch.confirm_delivery()
     for i in range(5):
         ch.basic_publish(exchange="", routing_key=queue, body=b"%d" % i)  # raises unless acked
-    assert ready_count(ch, queue) == 5  # confirmed means enqueued
+    assert message_count(ch, queue) == 5  # confirmed means enqueued
 
 
 def test_confirm_every_publish_acked_once(conn: Any, ch: Any, queue: str) -> None:
@@ -156,7 +99,7 @@ def test_confirm_every_publish_acked_once(conn: Any, ch: Any, queue: str) -> Non
     assert confirms.confirmed() == dict.fromkeys(range(1, n + 1), "ack")
     tags = [tag for _, tag, _ in confirms.events]
     assert tags == sorted(tags)  # confirms arrive in increasing tag order
-    assert ready_count(ch, queue) == n
+    assert message_count(ch, queue) == n
 
 
 def test_confirm_unroutable_is_acked(conn: Any, ch: Any, name: str) -> None:
@@ -227,18 +170,16 @@ def test_confirm_tags_count_per_channel(conn: Any, queue: str) -> None:
     assert set(cb.confirmed()) == {1}
 
 
-def test_tx_select_on_confirm_channel_is_406(conn: Any, ch: Any) -> None:
-    ch.confirm_delivery()
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("confirm_delivery", "tx_select"), ("tx_select", "confirm_delivery")],
+    ids=["tx_select_on_confirm_channel", "confirm_select_on_tx_channel"],
+)
+def test_mixing_confirm_and_tx_modes_is_406(conn: Any, ch: Any, first: str, second: str) -> None:
+    """A channel in confirm mode refuses tx.select and one in tx mode refuses confirm.select."""
+    getattr(ch, first)()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
-        ch.tx_select()
-    assert code_of(exc) == 406
-    assert conn.is_open
-
-
-def test_confirm_select_on_tx_channel_is_406(conn: Any, ch: Any) -> None:
-    ch.tx_select()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
-        ch.confirm_delivery()
+        getattr(ch, second)()
     assert code_of(exc) == 406
     assert conn.is_open
 

@@ -9,16 +9,15 @@ Every test here passes against RabbitMQ (``LEVERET_TEST_AMQP_URL``), except the 
 from __future__ import annotations
 
 import signal
-import time
 from typing import TYPE_CHECKING, Any
 
 import pika
 import pika.exceptions
 import pytest
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+from tests.integration.pika_support import Opened, connect, pump
 
+if TYPE_CHECKING:
     from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.interop
@@ -33,54 +32,6 @@ REQUIRED_CAPABILITIES = (
     "authentication_failure_close",
     "per_consumer_qos",
 )
-
-
-def parameters(broker: Broker, **params: Any) -> Any:
-    options: dict[str, Any] = {
-        "credentials": pika.PlainCredentials("guest", "guest"),
-        "blocked_connection_timeout": 10,
-        "socket_timeout": 5,
-        "stack_timeout": 10,
-        "connection_attempts": 1,
-        **params,
-    }
-    return pika.ConnectionParameters(host=broker.host, port=broker.port, **options)
-
-
-def connect(broker: Broker, **params: Any) -> Any:
-    """A BlockingConnection to the broker under test, bounded in time."""
-    return pika.BlockingConnection(parameters(broker, **params))
-
-
-def pump(conn: Any, until: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not until() and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.05)
-    return until()
-
-
-@pytest.fixture
-def conn(broker: Broker) -> Iterator[Any]:
-    c = connect(broker)
-    try:
-        yield c
-    finally:
-        if c.is_open:
-            c.close()
-
-
-class Opened:
-    """A context manager closing a pika connection if it is still open."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> Any:
-        return self.conn
-
-    def __exit__(self, *exc: object) -> None:
-        if self.conn.is_open:
-            self.conn.close()
 
 
 # --------------------------------------------------------------------------- connection.start

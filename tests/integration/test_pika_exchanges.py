@@ -14,54 +14,14 @@ import pika
 import pika.exceptions
 import pytest
 
+from tests.integration.pika_support import Opened, code_of, connect, eventually, exchange_code, pump
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.interop
-
-
-def connect(broker: Broker) -> Any:
-    """A BlockingConnection to the broker under test, bounded in time."""
-    parameters = pika.ConnectionParameters(
-        host=broker.host,
-        port=broker.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        blocked_connection_timeout=10,
-        socket_timeout=5,
-        stack_timeout=10,
-        connection_attempts=1,
-    )
-    return pika.BlockingConnection(parameters)
-
-
-def pump(conn: Any, until: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not until() and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.05)
-    return until()
-
-
-def eventually(check: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def exchange_code(conn: Any, exchange: str) -> int:
-    """0 when a passive declare of ``exchange`` succeeds, else the reply code that closed the
-    throwaway channel it was asked on."""
-    probe = conn.channel()
-    try:
-        probe.exchange_declare(exchange=exchange, passive=True)
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        return int(exc.reply_code)
-    probe.close()
-    return 0
 
 
 def new_queue(ch: Any) -> str:
@@ -83,19 +43,15 @@ def drain(ch: Any, queue: str, settle: float = 0.15) -> list[bytes]:
         bodies.append(body)
 
 
-@pytest.fixture
-def conn(broker: Broker) -> Iterator[Any]:
-    c = connect(broker)
-    try:
-        yield c
-    finally:
-        if c.is_open:
-            c.close()
-
-
-@pytest.fixture
-def ch(conn: Any) -> Any:
-    return conn.channel()
+def bound_fanouts(ch: Any, name: str, exchanges: list[str]) -> str:
+    """Fanout ``name.src`` bound to fanout ``name.dst`` (deleted after the test); returns the
+    source."""
+    src, dst = name + ".src", name + ".dst"
+    exchanges.extend([src, dst])
+    ch.exchange_declare(exchange=src, exchange_type="fanout")
+    ch.exchange_declare(exchange=dst, exchange_type="fanout")
+    ch.exchange_bind(destination=dst, source=src)
+    return src
 
 
 @pytest.fixture
@@ -103,18 +59,10 @@ def exchanges(broker: Broker) -> Iterator[list[str]]:
     """Names appended here are deleted after the test."""
     names: list[str] = []
     yield names
-    c = connect(broker)
-    try:
+    with Opened(connect(broker)) as c:
         cleanup = c.channel()
         for exchange in names:
             cleanup.exchange_delete(exchange=exchange)
-    finally:
-        if c.is_open:
-            c.close()
-
-
-def code_of(exc: pytest.ExceptionInfo[Any]) -> int:
-    return int(exc.value.reply_code)
 
 
 # --------------------------------------------------------------------------- declare
@@ -278,11 +226,7 @@ def test_delete_if_unused_with_binding_is_406(
 def test_delete_if_unused_with_exchange_binding_is_406(
     conn: Any, ch: Any, name: str, exchanges: list[str]
 ) -> None:
-    src, dst = name + ".src", name + ".dst"
-    exchanges.extend([src, dst])
-    ch.exchange_declare(exchange=src, exchange_type="fanout")
-    ch.exchange_declare(exchange=dst, exchange_type="fanout")
-    ch.exchange_bind(destination=dst, source=src)
+    src = bound_fanouts(ch, name, exchanges)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
         ch.exchange_delete(exchange=src, if_unused=True)
     assert code_of(exc) == 406
@@ -570,11 +514,7 @@ def test_exchange_bind_missing_source_or_destination_is_404(
 def test_mandatory_through_exchange_binding(
     conn: Any, ch: Any, name: str, exchanges: list[str]
 ) -> None:
-    src, dst = name + ".src", name + ".dst"
-    exchanges.extend([src, dst])
-    ch.exchange_declare(exchange=src, exchange_type="fanout")
-    ch.exchange_declare(exchange=dst, exchange_type="fanout")
-    ch.exchange_bind(destination=dst, source=src)
+    src = bound_fanouts(ch, name, exchanges)
     returned: list[Any] = []
     ch.add_on_return_callback(lambda _c, method, _p, _b: returned.append(method))
     # dst has no queue: the message reaches no queue and comes back.

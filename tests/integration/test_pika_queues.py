@@ -7,12 +7,23 @@ Every test here passes against RabbitMQ (``LEVERET_TEST_AMQP_URL``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
 import pika
 import pika.exceptions
 import pytest
+
+from tests.integration.pika_support import (
+    Opened,
+    code_of,
+    connect,
+    count_is,
+    eventually,
+    passive_code,
+    pump,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -22,41 +33,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.interop
 
 
-def connect(broker: Broker) -> Any:
-    """A BlockingConnection to the broker under test, bounded in time."""
-    parameters = pika.ConnectionParameters(
-        host=broker.host,
-        port=broker.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        blocked_connection_timeout=10,
-        socket_timeout=5,
-        stack_timeout=10,
-        connection_attempts=1,
-    )
-    return pika.BlockingConnection(parameters)
-
-
-def pump(conn: Any, until: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not until() and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.05)
-    return until()
-
-
 def declare_ok(ch: Any, queue: str) -> Any:
     return ch.queue_declare(queue=queue, passive=True).method
-
-
-def passive_code(conn: Any, queue: str) -> int:
-    """0 when a passive declare of ``queue`` succeeds, else the reply code that closed the
-    throwaway channel it was asked on."""
-    probe = conn.channel()
-    try:
-        probe.queue_declare(queue=queue, passive=True)
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        return int(exc.reply_code)
-    probe.close()
-    return 0
 
 
 def exists(conn: Any, queue: str) -> bool:
@@ -65,62 +43,18 @@ def exists(conn: Any, queue: str) -> bool:
     return code == 0
 
 
-def eventually(check: Callable[[], bool], timeout: float = 3.0) -> bool:
-    """Poll ``check`` until it holds; RabbitMQ applies some effects (auto-delete, publishes seen by
-    a passive declare) a moment after the method that caused them returns."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def count_is(ch: Any, queue: str, expected: int) -> bool:
-    return eventually(lambda: declare_ok(ch, queue).message_count == expected)
-
-
-@pytest.fixture
-def conn(broker: Broker) -> Iterator[Any]:
-    c = connect(broker)
-    try:
-        yield c
-    finally:
-        if c.is_open:
-            c.close()
-
-
 @pytest.fixture
 def other_conn(broker: Broker) -> Iterator[Any]:
-    c = connect(broker)
-    try:
+    with Opened(connect(broker)) as c:
         yield c
-    finally:
-        if c.is_open:
-            c.close()
-
-
-@pytest.fixture
-def ch(conn: Any) -> Any:
-    return conn.channel()
 
 
 @pytest.fixture
 def queue(broker: Broker, name: str) -> Iterator[str]:
     """The name of a queue the test declares itself; deleted afterwards if still there."""
     yield name
-    c = connect(broker)
-    try:
+    with Opened(connect(broker)) as c, contextlib.suppress(pika.exceptions.AMQPError):
         c.channel().queue_delete(queue=name)
-    except pika.exceptions.AMQPError:
-        pass
-    finally:
-        if c.is_open:
-            c.close()
-
-
-def code_of(exc: pytest.ExceptionInfo[Any]) -> int:
-    return int(exc.value.reply_code)
 
 
 # --------------------------------------------------------------------------- declare

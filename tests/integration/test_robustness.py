@@ -22,13 +22,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pika
 import pika.exceptions
 import pytest
 
 from tests.integration.conftest import URL_ENV, Broker
+from tests.integration.pika_support import connect
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -303,19 +304,6 @@ def robust_broker() -> Iterator[Broker]:
         b.shutdown()
 
 
-def pika_connect(broker: Broker) -> Any:
-    parameters = pika.ConnectionParameters(
-        host=broker.host,
-        port=broker.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        socket_timeout=5,
-        stack_timeout=10,
-        blocked_connection_timeout=10,
-        connection_attempts=1,
-    )
-    return pika.BlockingConnection(parameters)
-
-
 def unclosed_peers(broker: Broker) -> list[str]:
     """Peers whose 'accepted connection' line has no matching 'closed connection' line."""
     balance: collections.Counter[str] = collections.Counter()
@@ -331,7 +319,7 @@ def pika_round_trip(broker: Broker) -> None:
     """The process is alive and a fresh pika connection can publish and get."""
     assert broker.process is not None
     assert broker.process.poll() is None, "broker exited:\n" + broker.log_text()
-    conn = pika_connect(broker)
+    conn = connect(broker)
     try:
         ch = conn.channel()
         queue = ch.queue_declare("", exclusive=True).method.queue
@@ -577,7 +565,7 @@ def test_protocol_header_then_nothing(robust_broker: Broker) -> None:
 
 
 def test_body_over_max_message_size_closes_the_channel_only(robust_broker: Broker) -> None:
-    conn = pika_connect(robust_broker)
+    conn = connect(robust_broker)
     try:
         ch = conn.channel()
         queue = ch.queue_declare("", exclusive=True).method.queue

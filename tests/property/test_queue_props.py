@@ -8,7 +8,7 @@ changes QoS and closes channels, in any order. After every step it checks:
 - deliveries come from the head of the queue (the smallest ready id), and the queue's ready
   list is the ready ids in publish order, requeued ones back at their original positions;
 - redelivered is set exactly on messages that were delivered before;
-- a delivery never exceeds the consumer's prefetch (fixed when it subscribed) nor the
+- a delivery never exceeds the consumer's prefetch (its channel's latest per-consumer qos) nor the
   channel's global prefetch (RabbitMQ's meaning of ``global``);
 - while messages are ready, no consumer could take one (nothing is stuck).
 """
@@ -206,6 +206,10 @@ class QueueMachine(RuleBasedStateMachine):
             self.model[index].global_ = count
         else:
             self.model[index].per_consumer = count
+            # Leveret applies a per-consumer limit to the channel's existing consumers too.
+            for consumer in self.consumers.values():
+                if consumer.session == index:
+                    consumer.prefetch = count
         self.sessions[index].set_qos(0, count, global_)
         self.absorb()
 

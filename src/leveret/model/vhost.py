@@ -55,6 +55,16 @@ def _fmt(value: object) -> str:
     return "none" if value is None else str(value)
 
 
+def _require_equivalent(what: str, pairs: list[tuple[str, object, object]]) -> None:
+    """406 naming the first (name, received, current) pair that differs."""
+    for field, got, have in pairs:
+        if got != have:
+            raise PreconditionFailed(
+                f"inequivalent arg '{field}' {what}: "
+                f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
+            )
+
+
 class Exchange:
     """An exchange of a vhost; ``kind`` is its routing algorithm."""
 
@@ -167,29 +177,20 @@ class VirtualHost:
             )
             self.exchanges[name] = exchange
             return exchange
-        what = f"for exchange '{name}' {self._where()}"
-        for field, got, have in (
-            ("type", type_name, existing.type_name),
-            ("durable", durable, existing.durable),
-            ("auto_delete", auto_delete, existing.auto_delete),
-            ("internal", internal, existing.internal),
-        ):
-            if got != have:
-                raise PreconditionFailed(
-                    f"inequivalent arg '{field}' {what}: "
-                    f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
-                )
-        new_args = dict(arguments or {})
-        if new_args != dict(existing.arguments):
-            key = next(
-                k
-                for k in sorted(set(new_args) | set(existing.arguments))
-                if new_args.get(k) != existing.arguments.get(k)
-            )
-            raise PreconditionFailed(
-                f"inequivalent arg '{key}' {what}: received "
-                f"'{_fmt(new_args.get(key))}' but current is '{_fmt(existing.arguments.get(key))}'"
-            )
+        new_args = arguments or {}
+        _require_equivalent(
+            f"for exchange '{name}' {self._where()}",
+            [
+                ("type", type_name, existing.type_name),
+                ("durable", durable, existing.durable),
+                ("auto_delete", auto_delete, existing.auto_delete),
+                ("internal", internal, existing.internal),
+            ]
+            + [
+                (key, new_args.get(key), existing.arguments.get(key))
+                for key in sorted(set(new_args) | set(existing.arguments))
+            ],
+        )
         return existing
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -289,24 +290,18 @@ class VirtualHost:
             # RabbitMQ: a different exclusive flag is a lock conflict (405), not an inequivalence.
             self._check_exclusive(existing, object())
             self._check_exclusive(Queue(self.name, name, exclusive_owner=owner), None)
-        what = f"for queue '{name}' {self._where()}"
-        for field, got, have in (
-            ("durable", durable, existing.durable),
-            ("auto_delete", auto_delete, existing.auto_delete),
-        ):
-            if got != have:
-                raise PreconditionFailed(
-                    f"inequivalent arg '{field}' {what}: "
-                    f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
-                )
         new_args = arguments or {}
-        for key in EQUIVALENT_QUEUE_ARGS:
-            new, old = new_args.get(key), existing.arguments.get(key)
-            if new != old:
-                raise PreconditionFailed(
-                    f"inequivalent arg '{key}' {what}: "
-                    f"received '{_fmt(new)}' but current is '{_fmt(old)}'"
-                )
+        _require_equivalent(
+            f"for queue '{name}' {self._where()}",
+            [
+                ("durable", durable, existing.durable),
+                ("auto_delete", auto_delete, existing.auto_delete),
+            ]
+            + [
+                (key, new_args.get(key), existing.arguments.get(key))
+                for key in EQUIVALENT_QUEUE_ARGS
+            ],
+        )
         return existing
 
     def bind_queue(

@@ -25,9 +25,22 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from leveret.errors import PreconditionFailed
 from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
-from leveret.testing import RecordingSink, make_message
+from leveret.testing import RecordingSink, SinkEvent, make_message
 
 SESSIONS = 2
+
+
+class _Tee(list[SinkEvent]):
+    """A sink's event list that also appends to the machine's cross-session log."""
+
+    def __init__(self, log: list[tuple[int, SinkEvent]], index: int) -> None:
+        super().__init__()
+        self.log = log
+        self.session_index = index
+
+    def append(self, event: SinkEvent) -> None:
+        super().append(event)
+        self.log.append((self.session_index, event))
 
 
 @dataclass
@@ -60,7 +73,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.vhost = VirtualHost("/")
         self.owner = object()
         self.queue = self.vhost.declare_queue("q", owner=self.owner)
-        self.sinks = [RecordingSink() for _ in range(SESSIONS)]
+        # Every session's events, in the order they happened across sessions.
+        self.log: list[tuple[int, SinkEvent]] = []
+        self.sinks = [self._sink(i) for i in range(SESSIONS)]
         self.sessions = [Session(self.vhost, self.owner, sink) for sink in self.sinks]
         self.model = [ModelSession() for _ in range(SESSIONS)]
         self.consumers: dict[str, ModelConsumer] = {}
@@ -70,6 +85,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.settled: set[int] = set()
         self.ever_delivered: set[int] = set()
 
+    def _sink(self, index: int) -> RecordingSink:
+        return RecordingSink(events=_Tee(self.log, index))
+
     # -- bookkeeping ---------------------------------------------------------------------
 
     def unacked_ids(self) -> list[int]:
@@ -77,27 +95,30 @@ class QueueMachine(RuleBasedStateMachine):
 
     def absorb(self) -> None:
         """Check and record what the sessions delivered during the last step."""
-        for index, sink in enumerate(self.sinks):
-            for event in sink.take():
-                assert event.kind == "deliver", event
-                mid = int(event.body)
-                assert mid in self.ready, f"delivered {mid}, which is not ready"
-                assert mid == min(self.ready), "a delivery skipped the head of the queue"
-                assert event.redelivered == (mid in self.ever_delivered)
-                consumer = self.consumers[event.consumer_tag]
-                assert consumer.session == index
-                session = self.model[index]
-                self.ready.discard(mid)
-                self.ever_delivered.add(mid)
-                if consumer.no_ack:
-                    self.settled.add(mid)
-                    continue
-                if consumer.prefetch:
-                    assert session.unacked_of(consumer.tag) < consumer.prefetch
-                if session.global_:
-                    assert session.consumer_unacked() < session.global_
-                assert event.delivery_tag not in session.unacked
-                session.unacked[event.delivery_tag] = (mid, consumer.tag)
+        events = self.log[:]
+        self.log.clear()
+        for sink in self.sinks:
+            sink.events.clear()
+        for index, event in events:
+            assert event.kind == "deliver", event
+            mid = int(event.body)
+            assert mid in self.ready, f"delivered {mid}, which is not ready"
+            assert mid == min(self.ready), "a delivery skipped the head of the queue"
+            assert event.redelivered == (mid in self.ever_delivered)
+            consumer = self.consumers[event.consumer_tag]
+            assert consumer.session == index
+            session = self.model[index]
+            self.ready.discard(mid)
+            self.ever_delivered.add(mid)
+            if consumer.no_ack:
+                self.settled.add(mid)
+                continue
+            if consumer.prefetch:
+                assert session.unacked_of(consumer.tag) < consumer.prefetch
+            if session.global_:
+                assert session.consumer_unacked() < session.global_
+            assert event.delivery_tag not in session.unacked
+            session.unacked[event.delivery_tag] = (mid, consumer.tag)
 
     def settle(self, index: int, tags: list[int], requeue: bool | None) -> None:
         """Model an ack (requeue None), a nack with requeue, or a drop."""
@@ -219,7 +240,7 @@ class QueueMachine(RuleBasedStateMachine):
             del self.consumers[tag]
         old = self.model[index]
         self.model[index] = ModelSession()
-        self.sinks[index] = RecordingSink()
+        self.sinks[index] = self._sink(index)
         self.settle_all(old)
         self.sessions[index].close()
         self.sessions[index] = Session(self.vhost, self.owner, self.sinks[index])

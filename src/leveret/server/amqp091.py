@@ -77,6 +77,12 @@ class State(Enum):
     CLOSED = auto()
 
 
+# Frames one connection may handle per event-loop turn before the others get theirs.
+TURN_FRAMES = 300
+
+# Pending output (bytes) past which a connection takes no more deliveries until flushed.
+OUTPUT_HIGH_WATER = 256 * 1024
+
 # RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
 HANDSHAKE_TIMEOUT = 10.0
 _HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN))
@@ -229,6 +235,9 @@ class AMQP091Connection:
         self.limits = limits
         self.state = State.HEADER
         self.out: list[bytes] = []
+        self._out_size = 0
+        self._out_full = False
+        self._transport_paused = False
         self.decoder = framing.FrameDecoder(frame_max=limits.frame_max)
         self._header = bytearray()
         self.channels: dict[int, Channel] = {}
@@ -249,6 +258,8 @@ class AMQP091Connection:
         # Set by the adapter: called when output appears outside data_received.
         self.on_output: Callable[[], None] | None = None
         self._in_receive = False
+        self._pending: list[framing.Frame] = []
+        self._pending_pos = 0
         # Whether a message was published since the adapter last looked (memory alarm).
         self.published = False
         self.blocked = False
@@ -265,24 +276,44 @@ class AMQP091Connection:
         self._wrote()
 
     def send_content(self, channel_id: int, method_payload: bytes, message: Message) -> None:
-        self.out.append(
-            framing.encode_message_frames(
-                channel_id,
-                method_payload,
-                60,
-                message.body,
-                message.raw_properties,
-                self.frame_max,
-            )
+        data = framing.encode_message_frames(
+            channel_id,
+            method_payload,
+            60,
+            message.body,
+            message.raw_properties,
+            self.frame_max,
         )
+        self.out.append(data)
+        self._out_size += len(data)
+        if self._out_size > OUTPUT_HIGH_WATER and not self._out_full:
+            # Stop taking deliveries until this output is handed to the transport, so a
+            # deep queue is not encoded into memory all at once.
+            self._out_full = True
+            self._update_writable()
         self._wrote()
 
     def take_output(self, now: float) -> list[bytes]:
         out = self.out
         if out:
             self.out = []
+            self._out_size = 0
             self.last_sent = now
+            if self._out_full:
+                self._out_full = False
+                self._update_writable()
         return out
+
+    def set_writable(self, writable: bool) -> None:
+        """The transport's buffer crossed its high (False) or low (True) water mark."""
+        self._transport_paused = not writable
+        self._update_writable()
+
+    def _update_writable(self) -> None:
+        writable = not (self._transport_paused or self._out_full)
+        client = self.client
+        if client is not None and client.writable != writable:
+            client.set_writable(writable)
 
     # -- input -----------------------------------------------------------------------
 
@@ -292,28 +323,50 @@ class AMQP091Connection:
         return self.state is State.CLOSED or self.should_close_transport
 
     def data_received(self, data: bytes, now: float) -> None:
+        """Decode ``data``; frames beyond one turn's share wait in ``pending``."""
         self.last_received = now
-        if self.state is State.CLOSED or self.should_close_transport:
+        if self.finished:
             return
+        if self.state is State.HEADER:
+            data = self._protocol_header(data)
+            if not data:
+                return
+        try:
+            frames = self.decoder.feed(data)
+        except AMQPError as exc:
+            # The byte stream is desynchronised: no close-ok can be read after this, so
+            # the transport closes once the close method is written.
+            self._hard_close(exc)
+            self.should_close_transport = True
+            self._release()
+            return
+        if self._pending_pos < len(self._pending):
+            self._pending.extend(frames)
+        else:
+            self._pending, self._pending_pos = frames, 0
+        self.run_turn()
+
+    @property
+    def pending(self) -> bool:
+        """Frames are waiting for the next turn (the adapter stops reading meanwhile)."""
+        return self._pending_pos < len(self._pending) and not self.finished
+
+    def run_turn(self) -> None:
+        """Handle up to ``TURN_FRAMES`` waiting frames, so that one busy publisher cannot
+        starve the other connections (consumers acking) of the same event loop."""
         self._in_receive = True
         try:
-            if self.state is State.HEADER:
-                data = self._protocol_header(data)
-                if not data:
-                    return
-            try:
-                frames = self.decoder.feed(data)
-            except AMQPError as exc:
-                # The byte stream is desynchronised: no close-ok can be read after this, so
-                # the transport closes once the close method is written.
-                self._hard_close(exc)
-                self.should_close_transport = True
-                self._release()
-                return
-            for frame in frames:
-                self._frame(frame)
+            frames, pos = self._pending, self._pending_pos
+            end = min(len(frames), pos + TURN_FRAMES)
+            handle = self._frame
+            while pos < end:
+                handle(frames[pos])
+                pos += 1
                 if self.finished:
                     break
+            self._pending_pos = pos
+            if pos >= len(frames):
+                self._pending, self._pending_pos = [], 0
             for session in self._confirming:
                 session.flush_confirms()
             self._confirming.clear()
@@ -699,6 +752,7 @@ class AMQP091Connection:
             )
         product = self.client_properties.get("product", "")
         self.client = self.broker.connect(vhost, self.user.name, f"{self.peer} ({product!s})")
+        self.client.writable = not (self._transport_paused or self._out_full)
         self.state = State.RUNNING
         self.send_method(0, m.ConnectionOpenOk())
         log.info(
@@ -773,10 +827,6 @@ class AMQP091Connection:
         assert self.client is not None
         self.channels[channel_id] = Channel(self, channel_id, self.client)
         self.send_method(channel_id, m.ChannelOpenOk())
-
-    def set_writable(self, writable: bool) -> None:
-        if self.client is not None:
-            self.client.set_writable(writable)
 
     # -- method handlers -------------------------------------------------------------
 

@@ -47,6 +47,8 @@ class ConnectionProtocol(asyncio.Protocol):
         self.amqp: AMQP091Connection | None = None
         self.peer = "?"
         self._flush_scheduled = False
+        self._turn_scheduled = False
+        self._reading = True
         self._timer: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
 
@@ -74,24 +76,54 @@ class ConnectionProtocol(asyncio.Protocol):
         amqp = self.amqp
         assert amqp is not None
         amqp.data_received(data, self.loop.time())
+        self._after_turn(amqp)
+
+    def _after_turn(self, amqp: AMQP091Connection) -> None:
         if amqp.published:
             amqp.published = False
             self.alarm.published(self)
         elif self.alarm.active:
             self.alarm.check()
         self._flush()
+        if amqp.pending and not self._turn_scheduled:
+            # More frames than one turn's share: read nothing more until they are handled,
+            # and let the other connections run first.
+            self._turn_scheduled = True
+            self._set_reading()
+            self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn_scheduled = False
+        amqp = self.amqp
+        if amqp is None:
+            return
+        amqp.run_turn()
+        self._after_turn(amqp)
+        self._set_reading()
+
+    def _set_reading(self) -> None:
+        """Read unless a turn is waiting or the memory alarm blocked this connection."""
+        transport, amqp = self.transport, self.amqp
+        if transport is None or amqp is None or transport.is_closing():
+            return
+        want = not (self._turn_scheduled or amqp.blocked)
+        if want != self._reading:
+            self._reading = want
+            if want:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
 
     def block(self, reason: str) -> None:
         if self.amqp is not None and self.transport is not None:
             self.amqp.block(reason)
-            self.transport.pause_reading()
+            self._set_reading()
             self._flush()
 
     def unblock(self) -> None:
         if self.amqp is not None and self.transport is not None:
             self.amqp.unblock(self.loop.time())
-            if not self.transport.is_closing():
-                self.transport.resume_reading()
+            self._set_reading()
             self._flush()
 
     def _schedule_flush(self) -> None:

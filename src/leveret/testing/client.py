@@ -174,9 +174,15 @@ class CodecClient:
 
     # -- sending ---------------------------------------------------------------------
 
-    def send_raw(self, data: bytes) -> None:
-        """Feed bytes to the server as if they arrived on the socket now."""
+    def send_raw(self, data: bytes, *, all_turns: bool = True) -> None:
+        """Feed bytes to the server as if they arrived on the socket now.
+
+        The server handles a bounded number of frames per turn; like the asyncio adapter,
+        this runs the remaining turns too unless ``all_turns`` is False.
+        """
         self.conn.data_received(data, self.clock.now)
+        while all_turns and self.conn.pending:
+            self.conn.run_turn()
 
     def send_header(self, header: bytes = framing.PROTOCOL_HEADER) -> None:
         self.send_raw(header)

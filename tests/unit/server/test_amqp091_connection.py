@@ -11,7 +11,7 @@ from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091 import Limits
+from leveret.server.amqp091 import TURN_FRAMES, Limits
 from leveret.testing import (
     DEFAULT_CAPABILITIES,
     CodecClient,
@@ -550,3 +550,20 @@ def test_frames_returns_each_item_once() -> None:
     assert len(items) == 1
     assert isinstance(items[0], Delivery)
     assert client.frames() == []
+
+
+# -- fairness ------------------------------------------------------------------------
+
+
+def test_a_burst_of_frames_is_handled_in_bounded_turns() -> None:
+    client = connected()
+    declare(client, "q")
+    burst = b"".join(client.encode_publish(1, "", "q", b"m") for _ in range(TURN_FRAMES))
+    client.send_raw(burst, all_turns=False)  # 3 frames per publish: three turns' worth
+    waiting = [client.conn.pending]
+    while waiting[-1]:
+        client.conn.run_turn()
+        waiting.append(client.conn.pending)
+    assert waiting == [True, True, False]
+    client.send(1, m.QueueDeclare(queue="q", passive=True))
+    assert client.expect(1, m.QueueDeclareOk).message_count == TURN_FRAMES

@@ -30,6 +30,11 @@ class Settings:
     max_message_size: int = 128 * 1024 * 1024
     # Bytes queued messages may hold before publishers are blocked; None = 30% of RAM, 0 = off.
     memory_high_watermark: int | None = None
+    # RabbitMQ's default_user/default_pass; a user named "guest" may connect from loopback only.
+    default_user: str = "guest"
+    default_pass: str = "guest"  # noqa: S105 - RabbitMQ's well-known default, loopback-only
+    # Virtual hosts that exist at boot (the default user may use each of them).
+    vhosts: tuple[str, ...] = ("/",)
     log_level: str = "info"
 
 
@@ -50,6 +55,15 @@ def _coerce(name: str, value: object, source: str) -> object:
         if number < 0:
             raise ConfigError(f"{source}: {name} must not be negative, got {number}")
         return number
+    if field.type in ("tuple[str, ...]", tuple):
+        # A TOML array, or a comma-separated string from a variable or flag.
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise ConfigError(f"{source}: {name} must be a list of strings, got {value!r}")
+        names = tuple(dict.fromkeys(i.strip() for i in items if i.strip()))
+        if not names:
+            raise ConfigError(f"{source}: {name} must name at least one entry")
+        return names
     if not isinstance(value, str):
         raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
     return value
@@ -64,6 +78,8 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError(f"channel_max must be at most 65535, got {settings.channel_max}")
     if settings.heartbeat > 65535:
         raise ConfigError(f"heartbeat must be at most 65535, got {settings.heartbeat}")
+    if not settings.default_user:
+        raise ConfigError("default_user must not be empty")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level must be debug, info, warning or error: {settings.log_level}")
     return settings

@@ -60,7 +60,17 @@ class UserStore:
         return user
 
     @classmethod
-    def with_default_user(cls) -> UserStore:
+    def with_default_user(
+        cls,
+        name: str = "guest",
+        password: str = "guest",  # noqa: S107 - RabbitMQ's well-known default, loopback-only
+        vhosts: tuple[str, ...] = ("/",),
+    ) -> UserStore:
+        """The store a broker boots with; "guest" may connect from loopback only (RabbitMQ's
+        ``loopback_users`` default)."""
         store = cls()
-        store.add("guest", "guest", tags=frozenset({"administrator"}), loopback_only=True)
+        user = store.add(
+            name, password, tags=frozenset({"administrator"}), loopback_only=name == "guest"
+        )
+        user.vhosts = set(vhosts)
         return store

@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="bytes of queued messages before publishers are blocked (0 = never)",
     )
+    serve.add_argument("--default-user", help="the user created at boot (default guest)")
+    serve.add_argument("--default-pass", help="its password (default guest)")
+    serve.add_argument("--vhosts", help="comma-separated virtual hosts to create (default /)")
     serve.add_argument("--log-level", help="debug, info, warning or error")
     return parser
 
@@ -53,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "channel_max": args.channel_max,
             "max_message_size": args.max_message_size,
             "memory_high_watermark": args.memory_high_watermark,
+            "default_user": args.default_user,
+            "default_pass": args.default_pass,
+            "vhosts": args.vhosts,
             "log_level": args.log_level,
         }
         try:

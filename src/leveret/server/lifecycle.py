@@ -32,7 +32,11 @@ class Server:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.broker = Broker()
-        self.users = UserStore.with_default_user()
+        for vhost in settings.vhosts:
+            self.broker.add_vhost(vhost)
+        self.users = UserStore.with_default_user(
+            settings.default_user, settings.default_pass, settings.vhosts
+        )
         self.limits = Limits(
             channel_max=settings.channel_max,
             frame_max=settings.frame_max,

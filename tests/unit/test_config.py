@@ -382,3 +382,26 @@ def test_error_from_file_names_the_file_and_setting(tmp_path: Path) -> None:
     message = config_error(path)
     assert str(path) in message
     assert "channel_max" in message
+
+
+def test_vhosts_from_file_env_and_flag(tmp_path: Path) -> None:
+    path = tmp_path / "v.toml"
+    path.write_text('[leveret]\nvhosts = ["/", "dev"]\n')
+    assert load(path, environ={}).vhosts == ("/", "dev")
+    assert load(path, environ={"LEVERET_VHOSTS": "/, prod ,/"}).vhosts == ("/", "prod")
+    assert load(environ={}, overrides={"vhosts": "x"}).vhosts == ("x",)
+
+
+@pytest.mark.parametrize("value", ["[1, 2]", '""', "[]"])
+def test_bad_vhosts_are_refused(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "v.toml"
+    path.write_text(f"[leveret]\nvhosts = {value}\n")
+    with pytest.raises(ConfigError, match="vhosts"):
+        load(path, environ={})
+
+
+def test_default_user_settings() -> None:
+    settings = load(environ={"LEVERET_DEFAULT_USER": "admin", "LEVERET_DEFAULT_PASS": "pw"})
+    assert (settings.default_user, settings.default_pass) == ("admin", "pw")
+    with pytest.raises(ConfigError, match="default_user"):
+        load(environ={}, overrides={"default_user": ""})

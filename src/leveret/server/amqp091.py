@@ -34,6 +34,7 @@ from leveret.errors import (
     ContentTooLarge,
     FrameError,
     HardError,
+    InternalError,
     NotAllowed,
     PreconditionFailed,
     SyntaxError_,
@@ -359,11 +360,19 @@ class AMQP091Connection:
             frames, pos = self._pending, self._pending_pos
             end = min(len(frames), pos + TURN_FRAMES)
             handle = self._frame
-            while pos < end:
-                handle(frames[pos])
-                pos += 1
-                if self.finished:
-                    break
+            try:
+                while pos < end:
+                    handle(frames[pos])
+                    pos += 1
+                    if self.finished:
+                        break
+            except Exception:
+                # A bug of ours must cost this connection, never the broker: 541 + traceback.
+                log.exception("internal error on connection %s", self.peer)
+                self._hard_close(InternalError("internal error; see the broker log"))
+                self.should_close_transport = True
+                self._release()
+                pos = len(frames)
             self._pending_pos = pos
             if pos >= len(frames):
                 self._pending, self._pending_pos = [], 0

@@ -567,3 +567,21 @@ def test_a_burst_of_frames_is_handled_in_bounded_turns() -> None:
     assert waiting == [True, True, False]
     client.send(1, m.QueueDeclare(queue="q", passive=True))
     assert client.expect(1, m.QueueDeclareOk).message_count == TURN_FRAMES
+
+
+def test_a_bug_in_a_handler_closes_only_that_connection_with_541(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = Broker()
+    victim = connected(broker=broker)
+    bystander = connected(broker=broker)
+
+    def broken(channel: object, method: object) -> None:
+        raise RuntimeError("boom")
+
+    victim.conn._handlers[m.QueueDeclare.INDEX] = broken
+    victim.send(1, m.QueueDeclare(queue="q"))
+    close = victim.expect(0, m.ConnectionClose)
+    assert close.reply_code == 541
+    assert "boom" in caplog.text
+    declare(bystander, "q")

@@ -1,0 +1,38 @@
+"""The layering rules of DESIGN.md: protocol/ and model/ import nothing else from leveret
+(but leveret.errors), and neither imports asyncio or reads the clock."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "leveret"
+ALLOWED = {
+    "protocol": ("leveret.protocol", "leveret.errors"),
+    "model": ("leveret.model", "leveret.errors"),
+}
+FORBIDDEN_MODULES = ("asyncio", "socket", "time")
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports(layer: str) -> None:
+    files = sorted((SRC / layer).rglob("*.py"))
+    assert files
+    for path in files:
+        for name in _imports(path):
+            if name == "leveret" or name.startswith("leveret."):
+                assert name.startswith(ALLOWED[layer]), f"{path}: imports {name}"
+            assert name.split(".")[0] not in FORBIDDEN_MODULES, f"{path}: imports {name}"

@@ -9,7 +9,6 @@ Every test here passes against RabbitMQ (``LEVERET_TEST_AMQP_URL``), except the 
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -124,11 +123,6 @@ def test_confirm_mandatory_unroutable_blocking(ch: Any, name: str) -> None:
     assert ch.is_open
 
 
-@pytest.mark.xfail(
-    not os.environ.get("LEVERET_TEST_AMQP_URL"),
-    reason="x-max-length with x-overflow=reject-publish lands with the queue-features issue (#6)",
-    strict=True,
-)
 def test_confirm_nack_when_queue_rejects(conn: Any, ch: Any) -> None:
     """A queue that refuses a message (x-overflow=reject-publish) makes the broker nack it."""
     q = ch.queue_declare(

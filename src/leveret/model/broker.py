@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from leveret.model.queue import MemoryGauge
 from leveret.model.session import Session, SessionSink
+from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 
 
@@ -16,11 +17,16 @@ class Broker:
 
     def __init__(self) -> None:
         self.gauge = MemoryGauge()
-        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge)}
+        # Every deadline of the broker (TTLs, x-expires, consumer timeouts): one timer.
+        self.timers = Timers()
+        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge, self.timers)}
         self.clients: set[Client] = set()
 
     def add_vhost(self, name: str) -> VirtualHost:
-        return self.vhosts.setdefault(name, VirtualHost(name, self.gauge))
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VirtualHost(name, self.gauge, self.timers)
+        return vhost
 
     def connect(self, vhost: VirtualHost, user: str, name: str) -> Client:
         client = Client(self, vhost, user, name)

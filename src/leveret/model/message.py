@@ -4,6 +4,12 @@ A front end builds a ``Message`` from what arrived on the wire and keeps the pro
 their encoded form (``raw_properties``). They are decoded lazily, once, and only when a
 feature needs them (a headers exchange, mandatory returns never do). Deliveries re-send
 the original bytes, so a property set that is never looked at is never decoded.
+
+``hints`` is a bit set the front end fills from what it sees cheaply in the encoded form
+(which properties are present), so that the hot path can skip features a message does not
+use without decoding anything. Features that must change a message (dead-lettering adds
+``x-death``, quorum queues add ``x-delivery-count``, direct reply-to rewrites ``reply_to``)
+call ``Message.replace``, which re-encodes through the encoder the front end supplied.
 """
 
 from __future__ import annotations
@@ -35,12 +41,31 @@ class PropertiesView(Protocol):
 
 
 PropertiesDecoder = Callable[[bytes], PropertiesView]
+# Re-encode ``view`` with some properties replaced (None removes one); returns raw bytes.
+PropertiesEncoder = Callable[[PropertiesView, Mapping[str, object]], bytes]
+
+# Message.hints bits: which properties are present (set by the front end).
+HINT_EXPIRATION = 1
+HINT_PRIORITY = 2
+HINT_HEADERS = 4
+HINT_REPLY_TO = 8
+# What a queue looks at (expiration, priority); the rest matters at routing only.
+QUEUE_HINTS = HINT_EXPIRATION | HINT_PRIORITY
 
 
 class Message:
     """One published message: routing data, encoded properties and the body."""
 
-    __slots__ = ("_decode", "_properties", "body", "exchange", "raw_properties", "routing_key")
+    __slots__ = (
+        "_decode",
+        "_encode",
+        "_properties",
+        "body",
+        "exchange",
+        "hints",
+        "raw_properties",
+        "routing_key",
+    )
 
     def __init__(
         self,
@@ -49,13 +74,50 @@ class Message:
         raw_properties: bytes,
         body: bytes,
         decode: PropertiesDecoder,
+        encode: PropertiesEncoder | None = None,
+        hints: int = 0,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.raw_properties = raw_properties
         self.body = body
         self._decode = decode
+        self._encode = encode
+        self.hints = hints
         self._properties: PropertiesView | None = None
+
+    def replace(
+        self,
+        *,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        hints: int | None = None,
+        **properties: object,
+    ) -> Message:
+        """A copy with other routing data and/or properties (``headers=...`` etc.)."""
+        raw = self.raw_properties
+        new_hints = self.hints if hints is None else hints
+        for name, bit in (
+            ("headers", HINT_HEADERS),
+            ("expiration", HINT_EXPIRATION),
+            ("reply_to", HINT_REPLY_TO),
+            ("priority", HINT_PRIORITY),
+        ):
+            if name in properties:
+                new_hints = new_hints | bit if properties[name] is not None else new_hints & ~bit
+        if properties:
+            if self._encode is None:
+                raise TypeError("this message's front end supplied no properties encoder")
+            raw = self._encode(self.properties, properties)
+        return Message(
+            self.exchange if exchange is None else exchange,
+            self.routing_key if routing_key is None else routing_key,
+            raw,
+            self.body,
+            self._decode,
+            self._encode,
+            new_hints,
+        )
 
     @property
     def properties(self) -> PropertiesView:

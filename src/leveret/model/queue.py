@@ -8,6 +8,11 @@ credit (an ack, a qos change, flow on, a writable socket) calls ``dispatch``.
 
 Requeued entries keep their sequence number, so they go back to their original position
 (RabbitMQ's behaviour), marked redelivered.
+
+Features (TTLs, length limits, priorities, single active consumer, consumer priorities,
+quorum delivery counts) live in ``queue_features.FeatureMixin``: a queue runs them only
+once ``_special`` is set (from its arguments, or when a message with ``expiration`` or a
+consumer with ``x-priority`` arrives). A plain queue pays one attribute test per call.
 """
 
 from __future__ import annotations
@@ -16,15 +21,20 @@ from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING
 
+from leveret.model.message import QUEUE_HINTS
+from leveret.model.queue_args import PLAIN, QueueConfig
+from leveret.model.queue_features import MESSAGE_OVERHEAD, FeatureMixin, PriorityReady
+from leveret.model.timers import Timers
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from leveret.model.message import Message
     from leveret.model.session import Session
+    from leveret.model.vhost import VirtualHost
 
 
-# Bytes a queued message costs beyond its body (objects, deque slot, index entries).
-MESSAGE_OVERHEAD = 256
+__all__ = ["MESSAGE_OVERHEAD", "Consumer", "MemoryGauge", "Queue", "QueuedMessage"]
 
 
 class MemoryGauge:
@@ -39,12 +49,15 @@ class MemoryGauge:
 class QueuedMessage:
     """A message in one queue: its position there and whether it was delivered before."""
 
-    __slots__ = ("message", "redelivered", "seq")
+    __slots__ = ("deliveries", "expires", "message", "priority", "redelivered", "seq")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
         self.seq = seq
         self.message = message
         self.redelivered = redelivered
+        self.expires: float | None = None  # monotonic deadline (TTL), None = never
+        self.priority = 0
+        self.deliveries = 0  # failed deliveries (returns), for quorum queues
 
 
 class Consumer:
@@ -55,9 +68,11 @@ class Consumer:
         "exclusive",
         "no_ack",
         "prefetch_count",
+        "priority",
         "queue",
         "session",
         "tag",
+        "timeout",
         "unacked",
     )
 
@@ -71,8 +86,12 @@ class Consumer:
         exclusive: bool,
         prefetch_count: int,
         arguments: Mapping[str, object],
+        priority: int = 0,
+        timeout: float | None = None,
     ) -> None:
         self.tag = tag
+        self.priority = priority
+        self.timeout = timeout
         self.queue = queue
         self.session = session
         self.no_ack = no_ack
@@ -92,8 +111,10 @@ class Consumer:
         return session.has_credit(len(message.body))
 
 
-class Queue:
+class Queue(FeatureMixin):
     """A classic queue: FIFO with round-robin delivery to consumers."""
+
+    _entry_cls = QueuedMessage
 
     def __init__(
         self,
@@ -105,21 +126,31 @@ class Queue:
         auto_delete: bool = False,
         arguments: Mapping[str, object] | None = None,
         gauge: MemoryGauge | None = None,
+        config: QueueConfig = PLAIN,
+        vhost: VirtualHost | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self.gauge = gauge if gauge is not None else MemoryGauge()
+        self.config = config
+        self.vhost = vhost
+        self.timers = timers if timers is not None else Timers()
         self.vhost_name = vhost_name
         self.name = name
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments: Mapping[str, object] = dict(arguments or {})
-        self.ready: deque[QueuedMessage] = deque()
+        self.ready: deque[QueuedMessage] | PriorityReady = (
+            deque() if config.max_priority is None else PriorityReady(config.max_priority)
+        )
         self.unacked_count = 0
         self.consumers: list[Consumer] = []
         self.deleted = False
         self.had_consumer = False
         self._next_seq = 0
         self._rr = 0
+        self._special = config.special
+        self._init_features()
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
@@ -141,12 +172,16 @@ class Queue:
 
     # -- publishing and delivery ---------------------------------------------------------
 
-    def enqueue(self, message: Message) -> None:
+    def enqueue(self, message: Message) -> bool:
+        """Queue (or hand over) ``message``; False when the queue refused it (overflow)."""
+        if self._special or message.hints & QUEUE_HINTS:
+            return self._enqueue_special(message)
         self.gauge.bytes += len(message.body) + MESSAGE_OVERHEAD
         self._next_seq += 1
         entry = QueuedMessage(self._next_seq, message)
         if self.ready or not self.consumers or not self._deliver(entry):
             self.ready.append(entry)
+        return True
 
     def can_deliver_now(self, message: Message) -> bool:
         """Whether a message published now would go straight to a consumer (``immediate``)."""
@@ -169,12 +204,17 @@ class Queue:
         return False
 
     def dispatch(self) -> None:
+        if self._special:
+            self._dispatch_special()
+            return
         ready = self.ready
         while ready and self.consumers and self._deliver(ready[0]):
             ready.popleft()
 
     def get(self, *, no_ack: bool) -> QueuedMessage | None:
         """Take the head for basic.get; unless ``no_ack`` it stays unacked here."""
+        if self._special or self._expires_on:
+            self._before_get()
         if not self.ready:
             return None
         entry = self.ready.popleft()
@@ -182,6 +222,8 @@ class Queue:
             self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
         else:
             self.unacked_count += 1
+        if self._special:
+            self.ready_bytes -= len(entry.message.body)
         return entry
 
     # -- settlement ----------------------------------------------------------------------
@@ -193,7 +235,11 @@ class Queue:
 
     def requeue(self, entries: Iterable[QueuedMessage]) -> None:
         """Put unacked entries back at their original positions, marked redelivered."""
+        if self._special:
+            self._requeue_special(entries)
+            return
         ready = self.ready
+        assert isinstance(ready, deque)
         count = 0
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
             count += 1
@@ -209,11 +255,15 @@ class Queue:
         count = len(self.ready)
         self.gauge.bytes -= sum(len(e.message.body) for e in self.ready) + count * MESSAGE_OVERHEAD
         self.ready.clear()
+        self.ready_bytes = 0
         return count
 
     # -- consumers -----------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
+        if consumer.priority:
+            self._special = True
+            self._prioritised = True
         self.consumers.append(consumer)
         self.had_consumer = True
         self.dispatch()
@@ -228,6 +278,10 @@ class Queue:
             self._rr -= 1
         if self._rr >= len(self.consumers):
             self._rr = 0
+        if self._expires_on and not self.consumers:
+            self.touch()
+        if self._special and index == 0 and self.config.single_active_consumer:
+            self.dispatch()  # fail over to the next consumer
 
     def unused_after_cancel(self) -> bool:
         """An auto-delete queue goes once its last consumer has gone."""

@@ -11,6 +11,7 @@ deliveries, ignored while nothing is unacked), where RabbitMQ refuses it.
 
 from __future__ import annotations
 
+import base64
 import os
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -20,13 +21,17 @@ from leveret.errors import (
     NotFound,
     PreconditionFailed,
 )
+from leveret.model.message import HINT_EXPIRATION, HINT_HEADERS, HINT_REPLY_TO
 from leveret.model.queue import Consumer, Queue, QueuedMessage
+from leveret.model.queue_args import consumer_priority, consumer_timeout
+from leveret.model.queue_features import parse_expiration
+from leveret.model.vhost import REPLY_TO, REPLY_TO_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from leveret.model.message import Message
-    from leveret.model.vhost import VirtualHost
+    from leveret.model.vhost import Exchange, VirtualHost
 
 
 class SessionSink(Protocol):
@@ -88,6 +93,9 @@ class Session:
         # Settlements held until commit; requeue is None for an ack.
         self._held: list[tuple[int, Unacked, bool | None]] = []
         self.closed = False
+        # Direct reply-to: our consumer of amq.rabbitmq.reply-to and its routing key.
+        self.reply_consumer = ""
+        self.reply_key = ""
 
     # -- credit --------------------------------------------------------------------------
 
@@ -164,11 +172,14 @@ class Session:
         exclusive: bool,
         arguments: Mapping[str, object],
     ) -> str:
+        if queue_name == REPLY_TO:
+            return self._consume_replies(consumer_tag, no_ack=no_ack)
         queue = self.vhost.queue(self.queue_name(queue_name), self.owner)
         if not consumer_tag:
             consumer_tag = _consumer_tag()
-        elif consumer_tag in self.consumers:
+        elif consumer_tag in self.consumers or consumer_tag == self.reply_consumer:
             raise NotAllowed(f"attempt to reuse consumer tag '{consumer_tag}'")
+        priority = consumer_priority(arguments)
         if queue.has_exclusive_consumer() or (exclusive and queue.consumers):
             raise AccessRefused(
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
@@ -181,13 +192,39 @@ class Session:
             exclusive=exclusive,
             prefetch_count=self.prefetch_count,
             arguments=arguments,
+            priority=priority,
+            timeout=consumer_timeout(arguments),
         )
         self.consumers[consumer_tag] = consumer
         queue.add_consumer(consumer)
         return consumer_tag
 
+    def _consume_replies(self, consumer_tag: str, *, no_ack: bool) -> str:
+        """basic.consume on amq.rabbitmq.reply-to (RabbitMQ's direct reply-to rules)."""
+        if not no_ack:
+            raise PreconditionFailed("reply consumer cannot acknowledge")
+        if self.reply_consumer:
+            raise PreconditionFailed("reply consumer already set")
+        if not consumer_tag:
+            consumer_tag = _consumer_tag()
+        elif consumer_tag in self.consumers:
+            raise NotAllowed(f"attempt to reuse consumer tag '{consumer_tag}'")
+        key = base64.urlsafe_b64encode(os.urandom(18)).decode()
+        self.reply_consumer, self.reply_key = consumer_tag, key
+        self.vhost.reply_to[key] = self
+        return consumer_tag
+
+    def _deliver_reply(self, message: Message) -> None:
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        self.sink.deliver(self.reply_consumer, tag, False, message)
+
     def cancel(self, consumer_tag: str) -> bool:
         """Cancel a consumer of this session; False if the tag is unknown (not an error)."""
+        if consumer_tag and consumer_tag == self.reply_consumer:
+            self.vhost.reply_to.pop(self.reply_key, None)
+            self.reply_consumer = self.reply_key = ""
+            return True
         consumer = self.consumers.pop(consumer_tag, None)
         if consumer is None:
             return False
@@ -224,6 +261,8 @@ class Session:
         mandatory: bool = False,
         immediate: bool = False,
     ) -> None:
+        if message.hints & (HINT_EXPIRATION | HINT_REPLY_TO):
+            message = self._check_properties(message)
         if self.confirm_mode:
             self._publish_seq += 1
         publish = _Publish(exchange_name, routing_key, mandatory, immediate, message)
@@ -231,29 +270,85 @@ class Session:
             self.check_publish(exchange_name)
             self._tx_publishes.append(publish)
             return
-        self._route(publish)
+        accepted = self._route(publish)
         if self.confirm_mode:
-            self._pending_upto = self._publish_seq
+            if accepted:
+                self._pending_upto = self._publish_seq
+            else:
+                # A queue refused it (x-overflow reject-publish): nack this one alone.
+                self.flush_confirms()
+                self._confirmed_upto = self._pending_upto = self._publish_seq
+                self.sink.confirm(self._publish_seq, multiple=False, ack=False)
 
-    def _route(self, publish: _Publish) -> None:
+    def _check_properties(self, message: Message) -> Message:
+        """Validate ``expiration`` and rewrite a direct reply-to ``reply_to`` (RabbitMQ)."""
+        properties = message.properties
+        if message.hints & HINT_EXPIRATION and properties.expiration is not None:
+            parse_expiration(properties.expiration)
+        if message.hints & HINT_REPLY_TO and properties.reply_to == REPLY_TO:
+            if not self.reply_consumer:
+                raise PreconditionFailed("fast reply consumer does not exist")
+            message = message.replace(reply_to=REPLY_TO_PREFIX + self.reply_key)
+        return message
+
+    def _route(self, publish: _Publish) -> bool:
+        """Route and enqueue; False when a queue refused the message (reject-publish)."""
         vhost = self.vhost
         exchange = vhost.exchanges.get(publish.exchange)
         if exchange is None:
             # The exchange went between check_publish and the body: as RabbitMQ, 404.
             raise NotFound(f"no exchange '{publish.exchange}' in vhost '{vhost.name}'")
         message = publish.message
-        queues = vhost.route(exchange, publish.routing_key, message)
+        routing_key = publish.routing_key
+        if not exchange.name and routing_key.startswith(REPLY_TO_PREFIX):
+            requester = vhost.reply_to.get(routing_key[len(REPLY_TO_PREFIX) :])
+            if requester is not None:
+                requester._deliver_reply(message)  # at most once; dropped once it has gone
+            return True
+        if message.hints & HINT_HEADERS:
+            queues, message = self._route_cc(exchange, routing_key, message)
+        else:
+            queues = vhost.route(exchange, routing_key, message)
         if not queues:
             if publish.mandatory:
                 self.sink.returned(312, "NO_ROUTE", message)
-            return
+            return True
         if publish.immediate:
             queues = [q for q in queues if q.can_deliver_now(message)]
             if not queues:
                 self.sink.returned(313, "NO_CONSUMERS", message)
-                return
+                return True
+        accepted = True
         for queue in queues:
-            queue.enqueue(message)
+            if not queue.enqueue(message):
+                accepted = False
+        return accepted
+
+    def _route_cc(
+        self, exchange: Exchange, routing_key: str, message: Message
+    ) -> tuple[list[Queue], Message]:
+        """Sender-selected distribution: also route to the ``CC`` and ``BCC`` keys; ``BCC``
+        is removed from what is delivered."""
+        vhost = self.vhost
+        headers = message.headers or {}
+        if "CC" not in headers and "BCC" not in headers:
+            return vhost.route(exchange, routing_key, message), message
+        keys = [routing_key]
+        for name in ("CC", "BCC"):
+            values = headers.get(name)
+            if isinstance(values, list):
+                for value in values:
+                    if isinstance(value, bytes):
+                        value = value.decode(errors="replace")
+                    if isinstance(value, str):
+                        keys.append(value)
+        if "BCC" in headers:
+            message = message.replace(headers={k: v for k, v in headers.items() if k != "BCC"})
+        queues: dict[Queue, None] = {}
+        for key in keys:
+            for queue in vhost.route(exchange, key, message):
+                queues[queue] = None
+        return list(queues), message
 
     def flush_confirms(self) -> None:
         """Send the acks owed for publishes routed so far, coalesced with ``multiple``."""
@@ -336,7 +431,11 @@ class Session:
         self._release(items)
         if not requeue:
             for _tag, item in items:
-                item.queue.settle(item.entry)
+                queue = item.queue
+                if queue.config.dead_letter_exchange is not None and not queue.deleted:
+                    queue.dead_letter_unacked(item.entry)
+                else:
+                    queue.settle(item.entry)
             self._redispatch()
             return
         by_queue: dict[Queue, list[QueuedMessage]] = {}
@@ -412,6 +511,8 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        if self.reply_consumer:
+            self.cancel(self.reply_consumer)
         for tag in list(self.consumers):
             self.cancel(tag)
         held = [(t, i) for t, i, _r in self._held]

@@ -15,11 +15,18 @@ from typing import TYPE_CHECKING
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.exchanges import ExchangeType, make_exchange_type
 from leveret.model.queue import MemoryGauge, Queue
+from leveret.model.queue_args import parse_queue_args
+from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from leveret.model.message import Message
+    from leveret.model.session import Session
+
+# Direct reply-to: the pseudo-queue a requester consumes from, and its per-channel names.
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -99,9 +106,14 @@ class Exchange:
 class VirtualHost:
     """One namespace of exchanges and queues."""
 
-    def __init__(self, name: str, gauge: MemoryGauge | None = None) -> None:
+    def __init__(
+        self, name: str, gauge: MemoryGauge | None = None, timers: Timers | None = None
+    ) -> None:
         self.name = name
         self.gauge = gauge if gauge is not None else MemoryGauge()
+        self.timers = timers if timers is not None else Timers()
+        # Direct reply-to: the key of ``amq.rabbitmq.reply-to.<key>`` -> requester session.
+        self.reply_to: dict[str, Session] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # Exchanges each queue is bound from, so deleting a queue finds its bindings.
@@ -266,13 +278,28 @@ class VirtualHost:
         arguments: Mapping[str, object] | None = None,
     ) -> Queue:
         if passive:
-            return self.queue(name, owner)
+            if name == REPLY_TO or (
+                name.startswith(REPLY_TO_PREFIX) and name[len(REPLY_TO_PREFIX) :] in self.reply_to
+            ):
+                return Queue(self.name, name)  # a pseudo-queue: exists while its requester does
+            queue = self.queue(name, owner)
+            if queue.config.expires is not None:
+                queue.touch()  # RabbitMQ: a passive declare counts as a use too
+            return queue
         if name == "":
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         elif name.startswith("amq."):
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         existing = self.queues.get(name)
         if existing is None:
+            config = parse_queue_args(
+                arguments,
+                queue=name,
+                vhost=self.name,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+            )
             queue = Queue(
                 self.name,
                 name,
@@ -281,6 +308,9 @@ class VirtualHost:
                 auto_delete=auto_delete,
                 arguments=arguments,
                 gauge=self.gauge,
+                config=config,
+                vhost=self,
+                timers=self.timers,
             )
             self.queues[name] = queue
             self._queue_sources[queue] = set()
@@ -302,6 +332,8 @@ class VirtualHost:
                 for key in EQUIVALENT_QUEUE_ARGS
             ],
         )
+        if existing.config.expires is not None:
+            existing.touch()
         return existing
 
     def bind_queue(

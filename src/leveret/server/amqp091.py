@@ -17,10 +17,11 @@ close/close-ok is dropped, as the spec asks), and free again after close-ok.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import platform
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,15 @@ from leveret.errors import (
     SyntaxError_,
     UnexpectedFrame,
 )
-from leveret.model.message import Message
+from leveret.model.message import (
+    HINT_EXPIRATION,
+    HINT_HEADERS,
+    HINT_PRIORITY,
+    HINT_REPLY_TO,
+    Message,
+    PropertiesView,
+)
+from leveret.model.vhost import REPLY_TO
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
@@ -91,6 +100,28 @@ _HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN
 
 def _decode_properties(raw: bytes) -> BasicProperties:
     return BasicProperties.decode(raw)
+
+
+def _encode_properties(view: PropertiesView, changes: Mapping[str, object]) -> bytes:
+    assert isinstance(view, BasicProperties)
+    return dataclasses.replace(view, **changes).encode()  # type: ignore[arg-type]
+
+
+def _hints_of(flags_high: int) -> int:
+    """Message.hints from the high octet of the property flags (spec bit order)."""
+    hints = 0
+    if flags_high & 0x01:
+        hints |= HINT_EXPIRATION
+    if flags_high & 0x08:
+        hints |= HINT_PRIORITY
+    if flags_high & 0x20:
+        hints |= HINT_HEADERS
+    if flags_high & 0x02:
+        hints |= HINT_REPLY_TO
+    return hints
+
+
+_HINTS = tuple(_hints_of(octet) for octet in range(256))
 
 
 class Channel:
@@ -203,8 +234,15 @@ class Channel:
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._publish = None
         self._body = []
+        raw = self._raw_properties
         message = Message(
-            publish.exchange, publish.routing_key, self._raw_properties, body, _decode_properties
+            publish.exchange,
+            publish.routing_key,
+            raw,
+            body,
+            _decode_properties,
+            _encode_properties,
+            _HINTS[raw[0]] if raw else 0,
         )
         return publish, message
 
@@ -326,6 +364,7 @@ class AMQP091Connection:
     def data_received(self, data: bytes, now: float) -> None:
         """Decode ``data``; frames beyond one turn's share wait in ``pending``."""
         self.last_received = now
+        self.broker.timers.now = now
         if self.finished:
             return
         if self.state is State.HEADER:
@@ -610,6 +649,8 @@ class AMQP091Connection:
             "connection.blocked": True,
             "authentication_failure_close": True,
             "per_consumer_qos": True,
+            "consumer_priorities": True,
+            "direct_reply_to": True,
         }
         return {
             "product": "Leveret",
@@ -990,13 +1031,15 @@ class AMQP091Connection:
     def _basic_consume(self, channel: Channel, method: m.BasicConsume) -> None:
         session = channel.session
         # consume-ok must precede the first delivery, so register after replying.
-        queue = session.vhost.queue(session.queue_name(method.queue), session.owner)
+        queue_name = session.queue_name(method.queue)
+        if queue_name != REPLY_TO:
+            queue_name = session.vhost.queue(queue_name, session.owner).name
         tag = method.consumer_tag
         if tag and tag in session.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
         out_index = len(self.out)
         tag = session.consume(
-            queue.name,
+            queue_name,
             tag,
             no_ack=method.no_ack,
             exclusive=method.exclusive,

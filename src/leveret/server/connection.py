@@ -97,6 +97,7 @@ class ConnectionProtocol(asyncio.Protocol):
         amqp = self.amqp
         if amqp is None:
             return
+        self.broker.timers.now = self.loop.time()
         amqp.run_turn()
         self._after_turn(amqp)
         self._set_reading()

@@ -16,6 +16,7 @@ from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
 from leveret.server.amqp091 import Limits
 from leveret.server.connection import ConnectionProtocol
+from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 
 if TYPE_CHECKING:
@@ -50,9 +51,11 @@ class Server:
         )
         self.servers: list[asyncio.Server] = []
         self.stopping = asyncio.Event()
+        self.deadlines: DeadlineTimer | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.deadlines = DeadlineTimer(loop, self.broker.timers)
         server = await loop.create_server(
             lambda: ConnectionProtocol(
                 self.broker, self.users, self.limits, self.connections, self.alarm
@@ -85,6 +88,8 @@ class Server:
                 conn.transport.abort()
         for server in self.servers:
             await server.wait_closed()
+        if self.deadlines is not None:
+            self.deadlines.close()
         log.info("stopped")
 
     async def run(self) -> None:

@@ -1,0 +1,340 @@
+"""The feature paths of a queue: TTLs, length limits, priorities, single active consumer,
+consumer priorities, quorum delivery counts and queue expiry (``x-expires``).
+
+``Queue`` (model/queue.py) inherits ``FeatureMixin`` and switches to these methods once its
+``_special`` flag is set; the plain FIFO paths stay free of them.
+
+Expiry follows RabbitMQ: only the head of a queue is checked (a queue-level TTL is FIFO, so
+the head is always the next to expire; a message with its own shorter ``expiration`` behind a
+longer-lived one waits until it reaches the head, as in RabbitMQ). A message that has expired
+is never delivered: it is checked again when it is about to be handed out. The queue asks
+``Timers`` to wake it at its head's deadline, so nothing is ever scanned.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from leveret.errors import PreconditionFailed
+from leveret.model import dead_letter as dl
+from leveret.model.message import HINT_EXPIRATION, HINT_PRIORITY
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from leveret.model.message import Message
+    from leveret.model.queue import Consumer, MemoryGauge, QueuedMessage
+    from leveret.model.queue_args import QueueConfig
+    from leveret.model.timers import Timers
+    from leveret.model.vhost import VirtualHost
+
+# Bytes a queued message costs beyond its body (objects, deque slot, index entries).
+MESSAGE_OVERHEAD = 256
+
+
+def parse_expiration(text: str) -> float:
+    """A per-message ``expiration`` (milliseconds as a string) in seconds; 406 if invalid."""
+    if not text or not (text.isdigit() or (text[0] == "-" and text[1:].isdigit())):
+        stripped = text.lstrip("-")
+        digits = len(stripped) - len(stripped.lstrip("0123456789"))
+        if digits and text[0] != "-":
+            raise PreconditionFailed(
+                f"invalid expiration '{text}': {{leftover_string,\"{stripped[digits:]}\"}}"
+            )
+        raise PreconditionFailed(f"invalid expiration '{text}': no_integer")
+    value = int(text)
+    if value < 0:
+        raise PreconditionFailed(f"invalid expiration '{text}': {{value_negative,{value}}}")
+    return value / 1000
+
+
+def message_ttl(message: Message) -> float | None:
+    """The message's own TTL in seconds (None when it has none)."""
+    if not message.hints & HINT_EXPIRATION:
+        return None
+    expiration = message.properties.expiration
+    return None if expiration is None else parse_expiration(expiration)
+
+
+def insert_by_seq(ready: deque[QueuedMessage], entry: QueuedMessage) -> None:
+    """Put ``entry`` back at its original position (entries are in seq order)."""
+    if not ready or entry.seq < ready[0].seq:
+        ready.appendleft(entry)
+    else:
+        ready.insert(bisect_left(ready, entry.seq, key=lambda e: e.seq), entry)
+
+
+class PriorityReady:
+    """Ready entries of a priority queue: one FIFO per priority, highest served first."""
+
+    __slots__ = ("_count", "levels")
+
+    def __init__(self, max_priority: int) -> None:
+        self.levels: list[deque[QueuedMessage]] = [deque() for _ in range(max_priority + 1)]
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[QueuedMessage]:
+        for level in reversed(self.levels):
+            yield from level
+
+    def __getitem__(self, index: int) -> QueuedMessage:
+        if index != 0:
+            raise IndexError("only the head of a priority queue can be read")
+        for level in reversed(self.levels):
+            if level:
+                return level[0]
+        raise IndexError("empty queue")
+
+    def append(self, entry: QueuedMessage) -> None:
+        self.levels[entry.priority].append(entry)
+        self._count += 1
+
+    def popleft(self) -> QueuedMessage:
+        for level in reversed(self.levels):
+            if level:
+                self._count -= 1
+                return level.popleft()
+        raise IndexError("empty queue")
+
+    def put_back(self, entry: QueuedMessage) -> None:
+        insert_by_seq(self.levels[entry.priority], entry)
+        self._count += 1
+
+    def clear(self) -> None:
+        for level in self.levels:
+            level.clear()
+        self._count = 0
+
+
+class FeatureMixin:
+    """Slow paths of ``Queue``; see the module docstring."""
+
+    # Provided by Queue.
+    config: QueueConfig
+    vhost: VirtualHost | None
+    timers: Timers
+    gauge: MemoryGauge
+    ready: Any
+    consumers: list[Consumer]
+    unacked_count: int
+    deleted: bool
+    name: str
+    _special: bool
+    _next_seq: int
+    _rr: int
+    _entry_cls: Any
+
+    def _init_features(self) -> None:
+        self.ready_bytes = 0
+        self._prioritised = False
+        self._ttl_at: float | None = None
+        self._expires_on = self.config.expires is not None
+        self._expiry_pending = False
+        self.last_used = self.timers.now
+        if self._expires_on:
+            self.touch()
+
+    # -- queue expiry (x-expires) --------------------------------------------------------
+
+    def touch(self) -> None:
+        """The queue was used (declared, basic.get, consumer gone): restart x-expires."""
+        self.last_used = self.timers.now
+        expires = self.config.expires
+        if expires is not None and not self._expiry_pending:
+            self._expiry_pending = True
+            self.timers.schedule(self.last_used + expires, self)
+
+    def on_deadline(self, now: float) -> None:
+        if self.deleted:
+            return
+        if self._ttl_at is not None and now >= self._ttl_at:
+            self._ttl_at = None
+            self._expire_heads(now)
+            self._schedule_head()
+        expires = self.config.expires
+        if expires is not None and self._expiry_pending:
+            due = self.last_used + expires
+            if now >= due:
+                self._expiry_pending = False
+                if not self.consumers and self.vhost is not None:
+                    self.vhost.remove_queue(self)  # type: ignore[arg-type]
+            elif self.consumers:
+                self._expiry_pending = False  # the last consumer's cancel restarts it
+            else:
+                self.timers.schedule(due, self)
+
+    # -- TTL -----------------------------------------------------------------------------
+
+    def _schedule_head(self) -> None:
+        ready = self.ready
+        if not ready:
+            return
+        expires = ready[0].expires
+        if expires is not None and (self._ttl_at is None or expires < self._ttl_at):
+            self._ttl_at = expires
+            self.timers.schedule(expires, self)
+
+    def _expire_heads(self, now: float) -> None:
+        ready = self.ready
+        while ready:
+            head = ready[0]
+            if head.expires is None or head.expires > now:
+                break
+            ready.popleft()
+            self.ready_bytes -= len(head.message.body)
+            self._drop(head, dl.EXPIRED)
+
+    def _drop(self, entry: QueuedMessage, reason: str) -> None:
+        """``entry`` leaves the queue for ``reason``: dead-letter it (or drop it)."""
+        self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        if self.vhost is not None and self.config.dead_letter_exchange is not None:
+            dl.dead_letter(self.vhost, self, entry.message, reason)  # type: ignore[arg-type]
+
+    def dead_letter_unacked(self, entry: QueuedMessage, reason: str = dl.REJECTED) -> None:
+        """An unacked entry was rejected without requeue."""
+        self.unacked_count -= 1
+        self._drop(entry, reason)
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def _over_limit(self) -> bool:
+        config = self.config
+        return (config.max_length is not None and len(self.ready) > config.max_length) or (
+            config.max_length_bytes is not None and self.ready_bytes > config.max_length_bytes
+        )
+
+    def _enqueue_special(self, message: Message) -> bool:
+        config = self.config
+        size = len(message.body)
+        if config.overflow != "drop-head" and (
+            (config.max_length is not None and len(self.ready) >= config.max_length)
+            or (
+                config.max_length_bytes is not None
+                and self.ready_bytes + size > config.max_length_bytes
+            )
+        ):
+            if config.overflow == "reject-publish-dlx" and self.vhost is not None:
+                dl.dead_letter(self.vhost, self, message, dl.MAXLEN)  # type: ignore[arg-type]
+            return False
+        self._special = True
+        now = self.timers.now
+        if config.quorum:
+            # RabbitMQ's quorum queues deliver every message with x-delivery-count (0 first).
+            message = message.replace(headers={**(message.headers or {}), "x-delivery-count": 0})
+        self._next_seq += 1
+        entry = self._entry_cls(self._next_seq, message)
+        ttl = config.message_ttl
+        own = message_ttl(message)
+        if own is not None and (ttl is None or own < ttl):
+            ttl = own
+        if ttl is not None:
+            entry.expires = now + ttl
+        if config.max_priority is not None and message.hints & HINT_PRIORITY:
+            entry.priority = min(message.properties.priority or 0, config.max_priority)
+        self.gauge.bytes += size + MESSAGE_OVERHEAD
+        if not self.ready and self.consumers and self._deliver_special(entry):
+            return True
+        if entry.expires is not None and entry.expires <= now:
+            self._drop(entry, dl.EXPIRED)  # TTL 0: deliver now or never
+            return True
+        self.ready.append(entry)
+        self.ready_bytes += size
+        while self._over_limit():
+            head = self.ready.popleft()
+            self.ready_bytes -= len(head.message.body)
+            self._drop(head, dl.MAXLEN)
+        self._schedule_head()
+        return True
+
+    # -- delivery ------------------------------------------------------------------------
+
+    def _pick(self, message: Message) -> Consumer | None:
+        consumers = self.consumers
+        if self.config.single_active_consumer:
+            active = consumers[0]
+            return active if active.can_take(message) else None
+        count = len(consumers)
+        if not self._prioritised:
+            start = self._rr
+            for i in range(count):
+                consumer = consumers[(start + i) % count]
+                if consumer.can_take(message):
+                    self._rr = (start + i + 1) % count
+                    return consumer
+            return None
+        # Consumer priorities: the highest priority that can take it, round-robin within.
+        best: Consumer | None = None
+        start = self._rr
+        for i in range(count):
+            consumer = consumers[(start + i) % count]
+            if (best is None or consumer.priority > best.priority) and consumer.can_take(message):
+                best = consumer
+        if best is not None:
+            self._rr = (consumers.index(best) + 1) % count
+        return best
+
+    def _deliver_special(self, entry: QueuedMessage) -> bool:
+        consumer = self._pick(entry.message)
+        if consumer is None:
+            return False
+        if consumer.no_ack:
+            self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        else:
+            self.unacked_count += 1
+        consumer.session.deliver(consumer, entry)
+        return True
+
+    def _dispatch_special(self) -> None:
+        ready = self.ready
+        now = self.timers.now
+        while ready and self.consumers:
+            entry = ready[0]
+            if entry.expires is not None and entry.expires <= now:
+                ready.popleft()
+                self.ready_bytes -= len(entry.message.body)
+                self._drop(entry, dl.EXPIRED)
+                continue
+            if not self._deliver_special(entry):
+                break
+            ready.popleft()
+            self.ready_bytes -= len(entry.message.body)
+        self._schedule_head()
+
+    def _before_get(self) -> None:
+        if self._expires_on:
+            self.touch()
+        if self._special:
+            self._expire_heads(self.timers.now)
+            self._schedule_head()
+
+    # -- requeue -------------------------------------------------------------------------
+
+    def _requeue_special(self, entries: Iterable[QueuedMessage]) -> None:
+        config = self.config
+        ready = self.ready
+        for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
+            self.unacked_count -= 1
+            entry.redelivered = True
+            if config.quorum:
+                entry.deliveries += 1
+                limit = config.delivery_limit
+                if limit is not None and entry.deliveries > limit:
+                    self._drop(entry, dl.DELIVERY_LIMIT)
+                    continue
+                entry.message = entry.message.replace(
+                    headers={**(entry.message.headers or {}), "x-delivery-count": entry.deliveries}
+                )
+            if isinstance(ready, PriorityReady):
+                ready.put_back(entry)
+            else:
+                insert_by_seq(ready, entry)
+            self.ready_bytes += len(entry.message.body)
+        self._dispatch_special()

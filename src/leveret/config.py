@@ -35,6 +35,9 @@ class Settings:
     default_pass: str = "guest"  # noqa: S105 - RabbitMQ's well-known default, loopback-only
     # Virtual hosts that exist at boot (the default user may use each of them).
     vhosts: tuple[str, ...] = ("/",)
+    # Milliseconds a consumer may keep a delivery unacked before it is cancelled and its
+    # deliveries are requeued (RabbitMQ's consumer_timeout, 30 minutes); 0 = off.
+    consumer_timeout: int = 1_800_000
     log_level: str = "info"
 
 

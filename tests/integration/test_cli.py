@@ -119,6 +119,7 @@ def test_serve_help_lists_every_setting() -> None:
         "--frame-max",
         "--channel-max",
         "--max-message-size",
+        "--consumer-timeout",
         "--log-level",
     ):
         assert flag in result.stdout

@@ -1,9 +1,11 @@
 """Queue features with pika: argument validation, dead-lettering, TTLs, length limits,
 priorities, delivery limits, single active consumer, consumer priorities, direct reply-to
-and sender-selected distribution. Every test also passes against RabbitMQ 3.10."""
+and sender-selected distribution, consumer ack timeouts. Every test but the consumer timeout
+one (RabbitMQ 3.x closes the channel instead; `leveret_only`) also passes against RabbitMQ 3.10."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -11,7 +13,16 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.integration.pika_support import code_of, count_is, passive_code, pump, settle
+from tests.integration.conftest import URL_ENV, start_broker
+from tests.integration.pika_support import (
+    Opened,
+    code_of,
+    connect,
+    count_is,
+    passive_code,
+    pump,
+    settle,
+)
 
 
 def _get(ch: Any, queue: str) -> tuple[Any, Any, bytes] | None:
@@ -405,3 +416,48 @@ def test_sender_selected_distribution(ch: Any, name: str) -> None:
     finally:
         for queue in queues:
             ch.queue_delete(queue)
+
+
+# ---------------------------------------------------------------- consumer ack timeout
+
+
+@pytest.mark.leveret_only  # RabbitMQ 3.x closes the whole channel with 406 instead
+def test_consumer_timeout_cancels_only_the_late_consumer() -> None:
+    if os.environ.get(URL_ENV):
+        pytest.skip("needs a broker started with --consumer-timeout")
+    broker = start_broker("--consumer-timeout", "500")
+    try:
+        with Opened(connect(broker)) as conn:
+            late = conn.channel()
+            late.queue_declare("ct")
+            late.basic_qos(prefetch_count=1)
+            cancelled: list[Any] = []
+            got: list[tuple[str, bytes, bool]] = []
+            late.add_on_cancel_callback(cancelled.append)
+            late.basic_consume(
+                "ct",
+                lambda _c, m, _p, body: got.append(("late", body, m.redelivered)),
+                consumer_tag="late",
+            )
+            late.basic_publish("", "ct", b"job")
+            assert pump(conn, lambda: len(got) == 1)
+            other = conn.channel()
+
+            def on_other(c: Any, m: Any, _p: Any, body: bytes) -> None:
+                got.append(("other", body, m.redelivered))
+                c.basic_ack(m.delivery_tag)
+
+            other.basic_consume("ct", on_other, consumer_tag="other")
+            assert pump(conn, lambda: len(got) == 2 and bool(cancelled), timeout=5)
+            assert got == [("late", b"job", False), ("other", b"job", True)]
+            assert cancelled[0].method.consumer_tag == "late"
+            # The late channel stays open and usable; a late ack is ignored.
+            late.basic_ack(1)
+            assert late.is_open
+            assert late.queue_declare("ct", passive=True).method.consumer_count == 1
+            settle(conn, 0.1)
+            assert late.is_open
+            assert conn.is_open
+        assert "timed out" in broker.log_text()
+    finally:
+        broker.stop()

@@ -405,3 +405,14 @@ def test_default_user_settings() -> None:
     assert (settings.default_user, settings.default_pass) == ("admin", "pw")
     with pytest.raises(ConfigError, match="default_user"):
         load(environ={}, overrides={"default_user": ""})
+
+
+def test_consumer_timeout_from_every_source(tmp_path: Path) -> None:
+    assert load(environ={}).consumer_timeout == 1_800_000  # RabbitMQ's 30 minutes
+    path = tmp_path / "c.toml"
+    path.write_text("[leveret]\nconsumer-timeout = 60000\n")
+    assert load(path, environ={}).consumer_timeout == 60000
+    assert load(path, environ={"LEVERET_CONSUMER_TIMEOUT": "0"}).consumer_timeout == 0
+    assert load(environ={}, overrides={"consumer_timeout": 500}).consumer_timeout == 500
+    with pytest.raises(ConfigError, match="consumer_timeout"):
+        load(environ={"LEVERET_CONSUMER_TIMEOUT": "-1"})

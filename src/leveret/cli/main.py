@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--default-user", help="the user created at boot (default guest)")
     serve.add_argument("--default-pass", help="its password (default guest)")
     serve.add_argument("--vhosts", help="comma-separated virtual hosts to create (default /)")
+    serve.add_argument(
+        "--consumer-timeout",
+        type=int,
+        help="ms a delivery may stay unacked before its consumer is cancelled (0 = off)",
+    )
     serve.add_argument("--log-level", help="debug, info, warning or error")
     return parser
 
@@ -59,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "default_user": args.default_user,
             "default_pass": args.default_pass,
             "vhosts": args.vhosts,
+            "consumer_timeout": args.consumer_timeout,
             "log_level": args.log_level,
         }
         try:

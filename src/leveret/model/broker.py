@@ -11,12 +11,17 @@ from leveret.model.session import Session, SessionSink
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 
+# RabbitMQ's default consumer_timeout: 30 minutes.
+DEFAULT_CONSUMER_TIMEOUT = 1800.0
+
 
 class Broker:
     """Virtual hosts by name; '/' always exists."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, consumer_timeout: float | None = DEFAULT_CONSUMER_TIMEOUT) -> None:
         self.gauge = MemoryGauge()
+        # Seconds a consumer may keep a delivery unacked before it is cancelled; None = off.
+        self.consumer_timeout = consumer_timeout
         # Every deadline of the broker (TTLs, x-expires, consumer timeouts): one timer.
         self.timers = Timers()
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge, self.timers)}
@@ -50,7 +55,7 @@ class Client:
         return f"Client({self.name!r})"
 
     def open_session(self, channel_id: int, sink: SessionSink) -> Session:
-        session = Session(self.vhost, self, sink)
+        session = Session(self.vhost, self, sink, consumer_timeout=self.broker.consumer_timeout)
         session.writable = self.writable
         self.sessions[channel_id] = session
         return session

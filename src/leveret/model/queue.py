@@ -65,8 +65,10 @@ class Consumer:
 
     __slots__ = (
         "arguments",
+        "armed",
         "exclusive",
         "no_ack",
+        "pending",
         "prefetch_count",
         "priority",
         "queue",
@@ -99,6 +101,15 @@ class Consumer:
         self.prefetch_count = prefetch_count
         self.arguments = arguments
         self.unacked = 0
+        # Consumer ack timeout: delivery tags in delivery order (settled ones leave lazily, so
+        # the head is the oldest unacked delivery), and whether a deadline is in Timers.
+        self.pending: deque[int] = deque()
+        self.armed = False
+
+    def on_deadline(self, now: float) -> None:
+        """Timers woke us: has our oldest unacked delivery outlived ``timeout``?"""
+        self.armed = False
+        self.session.check_consumer_timeout(self, now)
 
     def can_take(self, message: Message) -> bool:
         session = self.session

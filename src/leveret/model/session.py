@@ -7,11 +7,19 @@ limits the whole channel; both apply when both are set. Unlike RabbitMQ, a per-c
 limit also updates the channel's existing consumers, not only later ones.
 ``prefetch_size`` is honoured as the spec describes it (a byte window over unacked
 deliveries, ignored while nothing is unacked), where RabbitMQ refuses it.
+
+Consumer ack timeouts (RabbitMQ 4.3's rule, not 3.x's channel close): a consumer whose
+oldest unacked delivery is older than its timeout is cancelled (``basic.cancel`` to clients
+that asked for cancel notifications) and its unacked deliveries are requeued; the channel
+stays open, and late acks or rejects of those deliveries are ignored. Each consumer keeps
+its delivery tags in order (``Consumer.pending``, pruned as acks arrive in order), so only
+its oldest delivery is looked at, and it has at most one deadline in ``Timers`` at a time.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -33,6 +41,8 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.vhost import Exchange, VirtualHost
 
+log = logging.getLogger("leveret.model")
+
 
 class SessionSink(Protocol):
     """What a front end does with the session's output."""
@@ -52,6 +62,7 @@ class Unacked(NamedTuple):
     entry: QueuedMessage
     queue: Queue
     consumer: Consumer | None
+    at: float = 0.0  # when it was delivered (Timers.now), for consumer timeouts
 
 
 class _Publish(NamedTuple):
@@ -69,8 +80,19 @@ def _consumer_tag() -> str:
 class Session:
     """The state of one channel of one client connection."""
 
-    def __init__(self, vhost: VirtualHost, owner: object, sink: SessionSink) -> None:
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        owner: object,
+        sink: SessionSink,
+        *,
+        consumer_timeout: float | None = None,
+    ) -> None:
         self.vhost = vhost
+        # The broker's default consumer ack timeout in seconds (None = off).
+        self.consumer_timeout = consumer_timeout
+        # Delivery tags requeued by a consumer timeout: a late ack/reject of one is ignored.
+        self._timed_out: set[int] = set()
         self.owner = owner
         self.sink = sink
         self.consumers: dict[str, Consumer] = {}
@@ -117,10 +139,16 @@ class Session:
         tag = self._next_tag
         self._next_tag = tag + 1
         if not consumer.no_ack:
-            self.unacked[tag] = Unacked(entry, consumer.queue, consumer)
+            timers = self.vhost.timers
+            self.unacked[tag] = Unacked(entry, consumer.queue, consumer, timers.now)
             consumer.unacked += 1
             self._consumer_unacked += 1
             self._unacked_bytes += len(entry.message.body)
+            if consumer.timeout is not None:
+                consumer.pending.append(tag)
+                if not consumer.armed:
+                    consumer.armed = True
+                    timers.schedule(timers.now + consumer.timeout, consumer)
         self.sink.deliver(consumer.tag, tag, entry.redelivered, entry.message)
 
     def _redispatch(self) -> None:
@@ -180,6 +208,12 @@ class Session:
         elif consumer_tag in self.consumers or consumer_tag == self.reply_consumer:
             raise NotAllowed(f"attempt to reuse consumer tag '{consumer_tag}'")
         priority = consumer_priority(arguments)
+        # The consumer's own x-consumer-timeout, else the queue's, else the broker's.
+        timeout = consumer_timeout(arguments)
+        if timeout is None:
+            timeout = queue.config.consumer_timeout
+        if timeout is None:
+            timeout = self.consumer_timeout
         if queue.has_exclusive_consumer() or (exclusive and queue.consumers):
             raise AccessRefused(
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
@@ -193,7 +227,7 @@ class Session:
             prefetch_count=self.prefetch_count,
             arguments=arguments,
             priority=priority,
-            timeout=consumer_timeout(arguments),
+            timeout=None if no_ack else timeout,
         )
         self.consumers[consumer_tag] = consumer
         queue.add_consumer(consumer)
@@ -233,6 +267,54 @@ class Session:
         if queue.unused_after_cancel():
             self.vhost.remove_queue(queue)
         return True
+
+    def check_consumer_timeout(self, consumer: Consumer, now: float) -> None:
+        """``consumer``'s deadline came: time it out, or wait for its oldest delivery."""
+        if self.closed or self.consumers.get(consumer.tag) is not consumer:
+            return
+        timeout = consumer.timeout
+        pending = consumer.pending
+        unacked = self.unacked
+        while pending:
+            item = unacked.get(pending[0])
+            if item is not None and item.consumer is consumer:
+                break
+            pending.popleft()
+        if not pending or timeout is None:
+            return
+        oldest = pending[0]
+        due = unacked[oldest].at + timeout
+        if now < due:
+            consumer.armed = True
+            self.vhost.timers.schedule(due, consumer)
+            return
+        # Cancel this consumer only, then requeue what it holds (RabbitMQ 4.3).
+        tag = consumer.tag
+        del self.consumers[tag]
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        items = []
+        for delivery_tag in pending:
+            item = unacked.get(delivery_tag)
+            if item is not None and item.consumer is consumer:
+                del unacked[delivery_tag]
+                items.append((delivery_tag, item))
+        pending.clear()
+        self._timed_out.update(t for t, _ in items)
+        log.warning(
+            "consumer '%s' of queue '%s' in vhost '%s' timed out waiting for an ack of "
+            "delivery tag %d (timeout %d ms): cancelled, %d message(s) requeued",
+            tag,
+            queue.name,
+            self.vhost.name,
+            oldest,
+            round(timeout * 1000),
+            len(items),
+        )
+        self.sink.consumer_cancelled(tag)
+        self._reject(items, True)
+        if queue.unused_after_cancel():
+            self.vhost.remove_queue(queue)
 
     def queue_deleted(self, queue: Queue) -> None:
         """The vhost deleted ``queue``: drop its consumers here and tell the client."""
@@ -381,13 +463,17 @@ class Session:
 
     def _take(self, delivery_tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
         unacked = self.unacked
+        timed_out = self._timed_out
         if multiple:
             if delivery_tag == 0:
                 taken = list(unacked.items())
                 unacked.clear()
+                timed_out.clear()
                 return taken
-            if delivery_tag not in unacked:
+            if delivery_tag not in unacked and delivery_tag not in timed_out:
                 raise PreconditionFailed(f"unknown delivery tag {delivery_tag}")
+            if timed_out:
+                self._timed_out = {t for t in timed_out if t > delivery_tag}
             taken = []
             for tag in list(unacked):
                 if tag > delivery_tag:
@@ -396,16 +482,26 @@ class Session:
             return taken
         item = unacked.pop(delivery_tag, None)
         if item is None:
+            if delivery_tag in timed_out:
+                timed_out.discard(delivery_tag)  # requeued by a consumer timeout: ignore
+                return []
             raise PreconditionFailed(f"unknown delivery tag {delivery_tag}")
         return [(delivery_tag, item)]
 
     def _release(self, items: list[tuple[int, Unacked]]) -> None:
-        for _tag, item in items:
+        unacked = self.unacked
+        for tag, item in items:
             consumer = item.consumer
             if consumer is not None:
                 consumer.unacked -= 1
                 self._consumer_unacked -= 1
                 self._unacked_bytes -= len(item.entry.message.body)
+                pending = consumer.pending
+                if pending and pending[0] == tag:
+                    # Acks in order keep the timeout's list short: drop settled heads.
+                    pending.popleft()
+                    while pending and pending[0] not in unacked:
+                        pending.popleft()
 
     def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
         items = self._take(delivery_tag, multiple)

@@ -32,7 +32,8 @@ class Server:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.broker = Broker()
+        timeout = settings.consumer_timeout
+        self.broker = Broker(consumer_timeout=timeout / 1000 if timeout else None)
         for vhost in settings.vhosts:
             self.broker.add_vhost(vhost)
         self.users = UserStore.with_default_user(

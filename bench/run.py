@@ -212,7 +212,16 @@ def start_leveret(pythonpath: str | None, workdir: Path) -> Broker:
     log = workdir / "leveret.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own command line
-            [*LEVERET_CMD, "--port", str(port), "--log-level", "warning"],
+            [
+                *LEVERET_CMD,
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                # Its own store, never the user's default data directory.
+                "--data-dir",
+                str(workdir / "leveret-data"),
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

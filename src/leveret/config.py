@@ -39,6 +39,15 @@ class Settings:
     # deliveries are requeued (RabbitMQ's consumer_timeout, 30 minutes); 0 = off.
     consumer_timeout: int = 1_800_000
     log_level: str = "info"
+    # Where durable entities and persistent messages are kept ("" = default_data_dir()).
+    data_dir: str = ""
+
+
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """$XDG_DATA_HOME/leveret, else ~/.local/share/leveret: writable without root."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "leveret"
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

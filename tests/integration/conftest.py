@@ -7,11 +7,14 @@ reference behaviour; tests marked ``leveret_only`` are skipped then.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -29,6 +32,14 @@ if TYPE_CHECKING:
 URL_ENV = "LEVERET_TEST_AMQP_URL"
 _LISTENING = re.compile(r"listening on amqp://\[?([0-9a-fA-F:.]+)\]?:(\d+)")
 START_TIMEOUT = 20.0
+
+# Brokers started by the tests keep their durable state under a temporary directory, never
+# in the user's own ~/.local/share/leveret: each start_broker() gets a directory of its own
+# unless it passes --data-dir, and brokers launched otherwise (test_cli, test_robustness)
+# find their default through XDG_DATA_HOME.
+_DATA_ROOT = tempfile.mkdtemp(prefix="leveret-tests-")
+atexit.register(shutil.rmtree, _DATA_ROOT, True)
+os.environ["XDG_DATA_HOME"] = _DATA_ROOT
 
 
 @dataclass
@@ -69,6 +80,8 @@ class Broker:
 def start_broker(*extra_args: str, env: dict[str, str] | None = None) -> Broker:
     """Start ``python -m leveret serve`` on 127.0.0.1 port 0 and wait for its listener line."""
     cmd = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0"]
+    if "--data-dir" not in extra_args and "LEVERET_DATA_DIR" not in (env or {}):
+        cmd += ["--data-dir", tempfile.mkdtemp(dir=_DATA_ROOT)]
     proc = subprocess.Popen(
         [*cmd, *extra_args],
         stdout=subprocess.DEVNULL,

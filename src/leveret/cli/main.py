@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="ms a delivery may stay unacked before its consumer is cancelled (0 = off)",
     )
+    serve.add_argument(
+        "--data-dir",
+        help="directory of durable state (default $XDG_DATA_HOME/leveret or "
+        "~/.local/share/leveret)",
+    )
     serve.add_argument("--log-level", help="debug, info, warning or error")
     return parser
 
@@ -66,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "vhosts": args.vhosts,
             "consumer_timeout": args.consumer_timeout,
             "log_level": args.log_level,
+            "data_dir": args.data_dir,
         }
         try:
             settings = load(args.config, overrides=overrides)
@@ -77,10 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
-        from leveret.server.lifecycle import serve
+        from leveret.server.lifecycle import StoreError, serve
 
         try:
             serve(settings)
+        except StoreError as exc:
+            print(f"leveret: {exc}", file=sys.stderr)
+            return 1
         except OSError as exc:
             print(
                 f"leveret: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",

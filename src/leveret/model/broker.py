@@ -6,6 +6,7 @@ closing it requeues unacked deliveries and deletes those queues, in that order.
 
 from __future__ import annotations
 
+from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.queue import MemoryGauge
 from leveret.model.session import Session, SessionSink
 from leveret.model.timers import Timers
@@ -26,12 +27,23 @@ class Broker:
         self.timers = Timers()
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge, self.timers)}
         self.clients: set[Client] = set()
+        self.journal: Journal = NULL_JOURNAL
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self.gauge, self.timers)
+            vhost.journal = self.journal
         return vhost
+
+    def attach_journal(self, journal: Journal) -> None:
+        """From now on durable changes go to ``journal`` (the server calls this once
+        recovery has rebuilt what the store held, so recovery itself writes nothing)."""
+        self.journal = journal
+        for vhost in self.vhosts.values():
+            vhost.journal = journal
+            for queue in vhost.queues.values():
+                queue.journal = journal
 
     def connect(self, vhost: VirtualHost, user: str, name: str) -> Client:
         client = Client(self, vhost, user, name)

@@ -49,6 +49,8 @@ HINT_EXPIRATION = 1
 HINT_PRIORITY = 2
 HINT_HEADERS = 4
 HINT_REPLY_TO = 8
+# delivery-mode 2: stored when it reaches a durable queue.
+HINT_PERSISTENT = 16
 # What a queue looks at (expiration, priority); the rest matters at routing only.
 QUEUE_HINTS = HINT_EXPIRATION | HINT_PRIORITY
 
@@ -65,6 +67,7 @@ class Message:
         "hints",
         "raw_properties",
         "routing_key",
+        "store_id",
     )
 
     def __init__(
@@ -85,6 +88,8 @@ class Message:
         self._encode = encode
         self.hints = hints
         self._properties: PropertiesView | None = None
+        # The store's id for this message once it was written (0: not stored).
+        self.store_id = 0
 
     def replace(
         self,

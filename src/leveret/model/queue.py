@@ -21,7 +21,8 @@ from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING
 
-from leveret.model.message import QUEUE_HINTS
+from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
 from leveret.model.queue_args import PLAIN, QueueConfig
 from leveret.model.queue_features import MESSAGE_OVERHEAD, FeatureMixin, PriorityReady
 from leveret.model.timers import Timers
@@ -49,10 +50,11 @@ class MemoryGauge:
 class QueuedMessage:
     """A message in one queue: its position there and whether it was delivered before."""
 
-    __slots__ = ("deliveries", "expires", "message", "priority", "redelivered", "seq")
+    __slots__ = ("deliveries", "expires", "message", "priority", "redelivered", "seq", "sid")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
         self.seq = seq
+        self.sid = 0  # the store's message id when it is on disk for this queue
         self.message = message
         self.redelivered = redelivered
         self.expires: float | None = None  # monotonic deadline (TTL), None = never
@@ -161,6 +163,9 @@ class Queue(FeatureMixin):
         self._next_seq = 0
         self._rr = 0
         self._special = config.special
+        # Durable queues get an id from the store (0: nothing of this queue is stored).
+        self.store_id = 0
+        self.journal: Journal = NULL_JOURNAL
         self._init_features()
 
     def __repr__(self) -> str:
@@ -190,6 +195,8 @@ class Queue(FeatureMixin):
         self.gauge.bytes += len(message.body) + MESSAGE_OVERHEAD
         self._next_seq += 1
         entry = QueuedMessage(self._next_seq, message)
+        if self.store_id and message.hints & HINT_PERSISTENT:
+            entry.sid = self.journal.enqueued(self.store_id, message)
         if self.ready or not self.consumers or not self._deliver(entry):
             self.ready.append(entry)
         return True
@@ -208,6 +215,8 @@ class Queue(FeatureMixin):
                 self._rr = (start + i + 1) % count
                 if consumer.no_ack:
                     self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+                    if entry.sid:
+                        self.journal.removed(self.store_id, entry.sid)
                 else:
                     self.unacked_count += 1
                 consumer.session.deliver(consumer, entry)
@@ -231,6 +240,8 @@ class Queue(FeatureMixin):
         entry = self.ready.popleft()
         if no_ack:
             self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+            if entry.sid:
+                self.journal.removed(self.store_id, entry.sid)
         else:
             self.unacked_count += 1
         if self._special:
@@ -243,6 +254,8 @@ class Queue(FeatureMixin):
         """An unacked entry was acked, rejected or dropped: it leaves the queue."""
         self.unacked_count -= 1
         self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        if entry.sid:
+            self.journal.removed(self.store_id, entry.sid)
 
     def requeue(self, entries: Iterable[QueuedMessage]) -> None:
         """Put unacked entries back at their original positions, marked redelivered."""
@@ -265,9 +278,27 @@ class Queue(FeatureMixin):
     def purge(self) -> int:
         count = len(self.ready)
         self.gauge.bytes -= sum(len(e.message.body) for e in self.ready) + count * MESSAGE_OVERHEAD
+        if self.store_id:
+            journal, queue_id = self.journal, self.store_id
+            for entry in self.ready:
+                if entry.sid:
+                    journal.removed(queue_id, entry.sid)
         self.ready.clear()
         self.ready_bytes = 0
         return count
+
+    def restore(self, message: Message, sid: int, redelivered: bool) -> None:
+        """Put a message recovered from the store at the tail, as it was (no journal write,
+        no delivery: recovery runs before any client connects)."""
+        self._next_seq += 1
+        entry = self._entry_cls(self._next_seq, message, redelivered)
+        entry.sid = sid
+        size = len(message.body)
+        self.gauge.bytes += size + MESSAGE_OVERHEAD
+        if self._special or message.hints & QUEUE_HINTS:
+            self._restore_special(entry)
+        else:
+            self.ready.append(entry)
 
     # -- consumers -----------------------------------------------------------------------
 

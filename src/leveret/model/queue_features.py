@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.errors import PreconditionFailed
 from leveret.model import dead_letter as dl
-from leveret.model.message import HINT_EXPIRATION, HINT_PRIORITY
+from leveret.model.message import HINT_EXPIRATION, HINT_PERSISTENT, HINT_PRIORITY
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from leveret.model.journal import Journal
     from leveret.model.message import Message
     from leveret.model.queue import Consumer, MemoryGauge, QueuedMessage
     from leveret.model.queue_args import QueueConfig
@@ -131,6 +132,8 @@ class FeatureMixin:
     _next_seq: int
     _rr: int
     _entry_cls: Any
+    store_id: int
+    journal: Journal
 
     def _init_features(self) -> None:
         self.ready_bytes = 0
@@ -195,6 +198,8 @@ class FeatureMixin:
     def _drop(self, entry: QueuedMessage, reason: str) -> None:
         """``entry`` leaves the queue for ``reason``: dead-letter it (or drop it)."""
         self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        if entry.sid:
+            self.journal.removed(self.store_id, entry.sid)
         if self.vhost is not None and self.config.dead_letter_exchange is not None:
             dl.dead_letter(self.vhost, self, entry.message, reason)  # type: ignore[arg-type]
 
@@ -231,6 +236,8 @@ class FeatureMixin:
             message = message.replace(headers={**(message.headers or {}), "x-delivery-count": 0})
         self._next_seq += 1
         entry = self._entry_cls(self._next_seq, message)
+        if self.store_id and message.hints & HINT_PERSISTENT:
+            entry.sid = self.journal.enqueued(self.store_id, message)
         ttl = config.message_ttl
         own = message_ttl(message)
         if own is not None and (ttl is None or own < ttl):
@@ -287,10 +294,29 @@ class FeatureMixin:
             return False
         if consumer.no_ack:
             self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+            if entry.sid:
+                self.journal.removed(self.store_id, entry.sid)
         else:
             self.unacked_count += 1
         consumer.session.deliver(consumer, entry)
         return True
+
+    def _restore_special(self, entry: QueuedMessage) -> None:
+        """``Queue.restore`` for a queue or message that needs the feature paths: TTLs
+        start again from now (the monotonic clock does not survive a restart)."""
+        self._special = True
+        message = entry.message
+        ttl = self.config.message_ttl
+        own = message_ttl(message)
+        if own is not None and (ttl is None or own < ttl):
+            ttl = own
+        if ttl is not None:
+            entry.expires = self.timers.now + ttl
+        if self.config.max_priority is not None and message.hints & HINT_PRIORITY:
+            entry.priority = min(message.properties.priority or 0, self.config.max_priority)
+        self.ready.append(entry)
+        self.ready_bytes += len(message.body)
+        self._schedule_head()
 
     def _dispatch_special(self) -> None:
         ready = self.ready

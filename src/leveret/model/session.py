@@ -110,6 +110,10 @@ class Session:
         self._publish_seq = 0
         self._confirmed_upto = 0
         self._pending_upto = 0
+        # The last publish whose confirm waits for the store's commit, and how many confirm
+        # sends are waiting for one (later confirms queue behind them, to stay in order).
+        self._sync_upto = 0
+        self._confirms_waiting = 0
         self.tx_mode = False
         self._tx_publishes: list[_Publish] = []
         # Settlements held until commit; requeue is None for an ack.
@@ -139,6 +143,9 @@ class Session:
         tag = self._next_tag
         self._next_tag = tag + 1
         if not consumer.no_ack:
+            if entry.sid and not entry.redelivered:
+                queue = consumer.queue
+                queue.journal.delivered(queue.store_id, entry.sid)
             timers = self.vhost.timers
             self.unacked[tag] = Unacked(entry, consumer.queue, consumer, timers.now)
             consumer.unacked += 1
@@ -352,15 +359,23 @@ class Session:
             self.check_publish(exchange_name)
             self._tx_publishes.append(publish)
             return
+        journal = self.vhost.journal
+        writes = journal.writes
         accepted = self._route(publish)
         if self.confirm_mode:
+            if journal.writes != writes:
+                self._sync_upto = self._publish_seq  # stored: confirm once on disk
             if accepted:
                 self._pending_upto = self._publish_seq
             else:
                 # A queue refused it (x-overflow reject-publish): nack this one alone.
                 self.flush_confirms()
-                self._confirmed_upto = self._pending_upto = self._publish_seq
-                self.sink.confirm(self._publish_seq, multiple=False, ack=False)
+                seq = self._confirmed_upto = self._pending_upto = self._publish_seq
+                if self._confirms_waiting:
+                    self._confirms_waiting += 1
+                    journal.after_commit(lambda: self._send_confirm(seq, False, False))
+                else:
+                    self.sink.confirm(seq, multiple=False, ack=False)
 
     def _check_properties(self, message: Message) -> Message:
         """Validate ``expiration`` and rewrite a direct reply-to ``reply_to`` (RabbitMQ)."""
@@ -437,8 +452,20 @@ class Session:
         upto = self._pending_upto
         if upto > self._confirmed_upto:
             multiple = upto - self._confirmed_upto > 1
+            if self._sync_upto > self._confirmed_upto or self._confirms_waiting:
+                # Some of these publishes are being written: confirm after the commit
+                # (and so do later ones, so that a multiple ack never overtakes them).
+                self._confirms_waiting += 1
+                self.vhost.journal.after_commit(lambda: self._send_confirm(upto, multiple, True))
+            else:
+                self.sink.confirm(upto, multiple=multiple, ack=True)
             self._confirmed_upto = upto
-            self.sink.confirm(upto, multiple=multiple, ack=True)
+
+    def _send_confirm(self, upto: int, multiple: bool, ack: bool) -> None:
+        """A confirm that waited for the store's commit."""
+        self._confirms_waiting -= 1
+        if not self.closed:
+            self.sink.confirm(upto, multiple=multiple, ack=ack)
 
     def select_confirm(self) -> None:
         if self.tx_mode:
@@ -456,6 +483,8 @@ class Session:
         tag = self._next_tag
         self._next_tag = tag + 1
         if not no_ack:
+            if entry.sid and not entry.redelivered:
+                queue.journal.delivered(queue.store_id, entry.sid)
             self.unacked[tag] = Unacked(entry, queue, None)
         return tag, entry, queue.message_count
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.exchanges import ExchangeType, make_exchange_type
+from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.queue import MemoryGauge, Queue
 from leveret.model.queue_args import parse_queue_args
 from leveret.model.timers import Timers
@@ -112,6 +113,8 @@ class VirtualHost:
         self.name = name
         self.gauge = gauge if gauge is not None else MemoryGauge()
         self.timers = timers if timers is not None else Timers()
+        # Where durable entities and persistent messages are written (see model.journal).
+        self.journal: Journal = NULL_JOURNAL
         # Direct reply-to: the key of ``amq.rabbitmq.reply-to.<key>`` -> requester session.
         self.reply_to: dict[str, Session] = {}
         self.exchanges: dict[str, Exchange] = {}
@@ -188,6 +191,10 @@ class VirtualHost:
                 arguments=arguments,
             )
             self.exchanges[name] = exchange
+            if durable:
+                self.journal.exchange_declared(
+                    self.name, name, type_name, auto_delete, internal, exchange.arguments
+                )
             return exchange
         new_args = arguments or {}
         _require_equivalent(
@@ -223,6 +230,8 @@ class VirtualHost:
         if self.exchanges.get(exchange.name) is not exchange:
             return
         del self.exchanges[exchange.name]
+        if exchange.durable:
+            self.journal.exchange_deleted(self.name, exchange.name)
         for destination, _key, _args in list(exchange.kind.bindings()):
             if isinstance(destination, Queue):
                 self._queue_sources.get(destination, set()).discard(exchange)
@@ -250,6 +259,10 @@ class VirtualHost:
         src.kind.validate_binding(routing_key, arguments)
         src.kind.add_binding(dest, routing_key, arguments)
         dest.sources.add(src)
+        if src.durable and dest.durable:
+            self.journal.binding_changed(
+                True, self.name, source, False, destination, routing_key, arguments
+            )
 
     def unbind_exchange(
         self, destination: str, source: str, routing_key: str, arguments: Mapping[str, object]
@@ -260,6 +273,10 @@ class VirtualHost:
         if dest is None or src is None:
             return  # RabbitMQ: removing a binding that cannot exist succeeds
         src.kind.remove_binding(dest, routing_key, arguments)
+        if src.durable and dest.durable:
+            self.journal.binding_changed(
+                False, self.name, source, False, destination, routing_key, arguments
+            )
         if not src.kind.has_bindings_to(dest):
             dest.sources.discard(src)
         self._maybe_auto_delete(src)
@@ -314,6 +331,12 @@ class VirtualHost:
             )
             self.queues[name] = queue
             self._queue_sources[queue] = set()
+            queue.journal = self.journal
+            if durable and not exclusive:
+                # Exclusive queues go with their connection, so never survive a restart.
+                queue.store_id = self.journal.queue_declared(
+                    self.name, name, auto_delete, queue.arguments
+                )
             return queue
         self._check_exclusive(existing, owner)
         if exclusive != existing.exclusive:
@@ -350,6 +373,10 @@ class VirtualHost:
         exchange.kind.validate_binding(routing_key, arguments)
         exchange.kind.add_binding(queue, routing_key, arguments)
         self._queue_sources[queue].add(exchange)
+        if queue.store_id and exchange.durable:
+            self.journal.binding_changed(
+                True, self.name, exchange_name, True, queue_name, routing_key, arguments
+            )
 
     def unbind_queue(
         self,
@@ -367,6 +394,10 @@ class VirtualHost:
         if exchange is None:
             return  # RabbitMQ: removing a binding that cannot exist succeeds
         exchange.kind.remove_binding(queue, routing_key, arguments)
+        if queue.store_id and exchange.durable:
+            self.journal.binding_changed(
+                False, self.name, exchange_name, True, queue_name, routing_key, arguments
+            )
         if not exchange.kind.has_bindings_to(queue):
             self._queue_sources[queue].discard(exchange)
         self._maybe_auto_delete(exchange)
@@ -399,6 +430,8 @@ class VirtualHost:
             exchange.kind.remove_destination(queue)
             self._maybe_auto_delete(exchange)
         queue.purge()
+        if queue.store_id:
+            self.journal.queue_deleted(self.name, queue.name, queue.store_id)
         for consumer in list(queue.consumers):
             consumer.session.queue_deleted(queue)
         queue.consumers.clear()

@@ -44,6 +44,7 @@ from leveret.errors import (
 from leveret.model.message import (
     HINT_EXPIRATION,
     HINT_HEADERS,
+    HINT_PERSISTENT,
     HINT_PRIORITY,
     HINT_REPLY_TO,
     Message,
@@ -122,6 +123,41 @@ def _hints_of(flags_high: int) -> int:
 
 
 _HINTS = tuple(_hints_of(octet) for octet in range(256))
+
+
+def _persistent(raw: bytes) -> bool:
+    """delivery-mode 2, read straight from the encoded properties (flag bit 12)."""
+    flags = raw[0]
+    if not flags & 0x10:
+        return False
+    pos = 2
+    try:
+        if flags & 0x80:  # content-type
+            pos += 1 + raw[pos]
+        if flags & 0x40:  # content-encoding
+            pos += 1 + raw[pos]
+        if flags & 0x20:  # headers
+            pos += 4 + int.from_bytes(raw[pos : pos + 4], "big")
+        return raw[pos] == 2
+    except IndexError:
+        return False
+
+
+def hints_of(raw: bytes) -> int:
+    """``Message.hints`` for encoded basic properties."""
+    if not raw:
+        return 0
+    hints = _HINTS[raw[0]]
+    if raw[0] & 0x10 and _persistent(raw):
+        hints |= HINT_PERSISTENT
+    return hints
+
+
+def stored_message(exchange: str, routing_key: str, raw: bytes, body: bytes) -> Message:
+    """A message read back from the store (its properties as they arrived)."""
+    return Message(
+        exchange, routing_key, raw, body, _decode_properties, _encode_properties, hints_of(raw)
+    )
 
 
 class Channel:
@@ -242,7 +278,7 @@ class Channel:
             body,
             _decode_properties,
             _encode_properties,
-            _HINTS[raw[0]] if raw else 0,
+            hints_of(raw),
         )
         return publish, message
 

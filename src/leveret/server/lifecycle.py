@@ -1,4 +1,8 @@
-"""Boot, serve, and shut down: listeners, signals and a graceful drain.
+"""Boot, serve, and shut down: recovery, listeners, signals and a graceful drain.
+
+At boot the store under ``data_dir`` is read back and the model rebuilt from it before the
+listener opens, so a client never sees a half-recovered broker. At shutdown the store
+writes what is pending (acks included) before the process exits.
 
 On SIGINT/SIGTERM every connection gets connection.close 320 CONNECTION_FORCED, the broker
 waits briefly for the close handshakes, then exits.
@@ -10,14 +14,19 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from typing import TYPE_CHECKING
 
 from leveret.auth.users import UserStore
+from leveret.config import default_data_dir
 from leveret.model.broker import Broker
-from leveret.server.amqp091 import Limits
+from leveret.server.amqp091 import Limits, stored_message
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
+from leveret.store.disk import DiskStore, StoreInUse
+from leveret.store.records import StoreCorrupt
+from leveret.store.recovery import restore
 
 if TYPE_CHECKING:
     from leveret.config import Settings
@@ -25,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.server")
 
 SHUTDOWN_GRACE = 3.0
+
+
+class StoreError(Exception):
+    """The data directory cannot be used; the CLI prints this and exits with status 1."""
 
 
 class Server:
@@ -53,10 +66,38 @@ class Server:
         self.servers: list[asyncio.Server] = []
         self.stopping = asyncio.Event()
         self.deadlines: DeadlineTimer | None = None
+        self.store: DiskStore | None = None
+
+    def _recover(self, loop: asyncio.AbstractEventLoop) -> None:
+        path = self.settings.data_dir or str(default_data_dir())
+        started = time.monotonic()
+        store = DiskStore(path)
+        try:
+            recovered = store.open()
+        except (StoreCorrupt, StoreInUse) as exc:
+            store.close()
+            raise StoreError(str(exc)) from None
+        except OSError as exc:
+            store.close()
+            raise StoreError(f"cannot use data directory {path}: {exc}") from None
+        restore(self.broker, recovered, stored_message)
+        self.broker.attach_journal(store)
+        store.start(loop)
+        self.store = store
+        log.info(
+            "recovered %d exchanges, %d queues, %d bindings and %d messages from %s in %.2f s",
+            len(recovered.exchanges),
+            len(recovered.queues),
+            len(recovered.bindings),
+            recovered.messages,
+            path,
+            time.monotonic() - started,
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.deadlines = DeadlineTimer(loop, self.broker.timers)
+        self._recover(loop)
         server = await loop.create_server(
             lambda: ConnectionProtocol(
                 self.broker, self.users, self.limits, self.connections, self.alarm
@@ -91,6 +132,9 @@ class Server:
             await server.wait_closed()
         if self.deadlines is not None:
             self.deadlines.close()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
         log.info("stopped")
 
     async def run(self) -> None:

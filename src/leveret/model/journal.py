@@ -1,0 +1,117 @@
+"""What the model tells the durable store, as a Protocol the store implements.
+
+The model never imports the store (DESIGN.md layers): the server injects an object with
+these methods (``Broker.attach_journal``). Without one, ``NULL_JOURNAL`` ignores everything,
+so unit tests and a broker without a data directory behave as before.
+
+Ids: the store gives every durable queue an id (``queue_declared``) and every persistent
+message stored in a durable queue an id (``enqueued``); the model keeps them in
+``Queue.store_id`` and ``QueuedMessage.sid`` and hands them back on delivery and removal.
+``writes`` counts message records a publisher confirm must wait for; a session compares it
+before and after routing and, when it moved, sends its confirm from ``after_commit``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from leveret.model.message import Message
+
+
+class Journal(Protocol):
+    writes: int
+
+    def exchange_declared(
+        self,
+        vhost: str,
+        name: str,
+        type_name: str,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, object],
+    ) -> None: ...
+
+    def exchange_deleted(self, vhost: str, name: str) -> None: ...
+
+    def queue_declared(
+        self, vhost: str, name: str, auto_delete: bool, arguments: Mapping[str, object]
+    ) -> int: ...
+
+    def queue_deleted(self, vhost: str, name: str, store_id: int) -> None: ...
+
+    def binding_changed(
+        self,
+        added: bool,
+        vhost: str,
+        source: str,
+        to_queue: bool,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> None: ...
+
+    def enqueued(self, queue_id: int, message: Message) -> int: ...
+
+    def delivered(self, queue_id: int, sid: int) -> None: ...
+
+    def removed(self, queue_id: int, sid: int) -> None: ...
+
+    def after_commit(self, callback: Callable[[], None]) -> None: ...
+
+
+class NullJournal:
+    """Keeps nothing: every entity is transient."""
+
+    writes = 0
+
+    def exchange_declared(
+        self,
+        vhost: str,
+        name: str,
+        type_name: str,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, object],
+    ) -> None:
+        return None
+
+    def exchange_deleted(self, vhost: str, name: str) -> None:
+        return None
+
+    def queue_declared(
+        self, vhost: str, name: str, auto_delete: bool, arguments: Mapping[str, object]
+    ) -> int:
+        return 0
+
+    def queue_deleted(self, vhost: str, name: str, store_id: int) -> None:
+        return None
+
+    def binding_changed(
+        self,
+        added: bool,
+        vhost: str,
+        source: str,
+        to_queue: bool,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> None:
+        return None
+
+    def enqueued(self, queue_id: int, message: Message) -> int:
+        return 0
+
+    def delivered(self, queue_id: int, sid: int) -> None:
+        return None
+
+    def removed(self, queue_id: int, sid: int) -> None:
+        return None
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        callback()
+
+
+NULL_JOURNAL = NullJournal()

@@ -17,11 +17,10 @@ close/close-ok is dropped, as the spec asks), and free again after close-ok.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import platform
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,6 @@ from leveret.errors import (
     AMQPError,
     ChannelError,
     CommandInvalid,
-    ContentTooLarge,
     FrameError,
     HardError,
     InternalError,
@@ -41,24 +39,18 @@ from leveret.errors import (
     SyntaxError_,
     UnexpectedFrame,
 )
-from leveret.model.message import (
-    HINT_EXPIRATION,
-    HINT_HEADERS,
-    HINT_PERSISTENT,
-    HINT_PRIORITY,
-    HINT_REPLY_TO,
-    Message,
-    PropertiesView,
-)
 from leveret.model.vhost import REPLY_TO
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import FieldTable, decode_table
+from leveret.server.amqp091_channel import Channel
 
 if TYPE_CHECKING:
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
+    from leveret.model.message import (
+        Message,
+    )
     from leveret.model.session import Session
 
 log = logging.getLogger("leveret.connection")
@@ -97,194 +89,6 @@ OUTPUT_HIGH_WATER = 256 * 1024
 # RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
 HANDSHAKE_TIMEOUT = 10.0
 _HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN))
-
-
-def _decode_properties(raw: bytes) -> BasicProperties:
-    return BasicProperties.decode(raw)
-
-
-def _encode_properties(view: PropertiesView, changes: Mapping[str, object]) -> bytes:
-    assert isinstance(view, BasicProperties)
-    return dataclasses.replace(view, **changes).encode()  # type: ignore[arg-type]
-
-
-def _hints_of(flags_high: int) -> int:
-    """Message.hints from the high octet of the property flags (spec bit order)."""
-    hints = 0
-    if flags_high & 0x01:
-        hints |= HINT_EXPIRATION
-    if flags_high & 0x08:
-        hints |= HINT_PRIORITY
-    if flags_high & 0x20:
-        hints |= HINT_HEADERS
-    if flags_high & 0x02:
-        hints |= HINT_REPLY_TO
-    return hints
-
-
-_HINTS = tuple(_hints_of(octet) for octet in range(256))
-
-
-def _persistent(raw: bytes) -> bool:
-    """delivery-mode 2, read straight from the encoded properties (flag bit 12)."""
-    flags = raw[0]
-    if not flags & 0x10:
-        return False
-    pos = 2
-    try:
-        if flags & 0x80:  # content-type
-            pos += 1 + raw[pos]
-        if flags & 0x40:  # content-encoding
-            pos += 1 + raw[pos]
-        if flags & 0x20:  # headers
-            pos += 4 + int.from_bytes(raw[pos : pos + 4], "big")
-        return raw[pos] == 2
-    except IndexError:
-        return False
-
-
-def hints_of(raw: bytes) -> int:
-    """``Message.hints`` for encoded basic properties."""
-    if not raw:
-        return 0
-    hints = _HINTS[raw[0]]
-    if raw[0] & 0x10 and _persistent(raw):
-        hints |= HINT_PERSISTENT
-    return hints
-
-
-def stored_message(exchange: str, routing_key: str, raw: bytes, body: bytes) -> Message:
-    """A message read back from the store (its properties as they arrived)."""
-    return Message(
-        exchange, routing_key, raw, body, _decode_properties, _encode_properties, hints_of(raw)
-    )
-
-
-class Channel:
-    """Server side of one channel: the session's sink and the content being assembled."""
-
-    __slots__ = (
-        "_body",
-        "_body_received",
-        "_body_size",
-        "_publish",
-        "_raw_properties",
-        "closing",
-        "conn",
-        "id",
-        "session",
-    )
-
-    def __init__(self, conn: AMQP091Connection, channel_id: int, client: Client) -> None:
-        self.conn = conn
-        self.id = channel_id
-        self.closing = False
-        self._publish: m.BasicPublish | None = None
-        self._raw_properties = b""
-        self._body: list[bytes] = []
-        self._body_size = 0
-        self._body_received = 0
-        self.session: Session = client.open_session(channel_id, self)
-
-    # -- SessionSink -----------------------------------------------------------------
-
-    def deliver(
-        self, consumer_tag: str, delivery_tag: int, redelivered: bool, message: Message
-    ) -> None:
-        method = m.BasicDeliver(
-            consumer_tag=consumer_tag,
-            delivery_tag=delivery_tag,
-            redelivered=redelivered,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-        )
-        self.conn.send_content(self.id, method.encode(), message)
-
-    def returned(self, reply_code: int, reply_text: str, message: Message) -> None:
-        method = m.BasicReturn(
-            reply_code=reply_code,
-            reply_text=reply_text,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-        )
-        self.conn.send_content(self.id, method.encode(), message)
-
-    def confirm(self, delivery_tag: int, *, multiple: bool, ack: bool) -> None:
-        method: m.Method
-        if ack:
-            method = m.BasicAck(delivery_tag=delivery_tag, multiple=multiple)
-        else:
-            method = m.BasicNack(delivery_tag=delivery_tag, multiple=multiple, requeue=False)
-        self.conn.send_method(self.id, method)
-
-    def consumer_cancelled(self, consumer_tag: str) -> None:
-        if self.conn.client_capabilities.get("consumer_cancel_notify") is True:
-            self.conn.send_method(self.id, m.BasicCancel(consumer_tag=consumer_tag, no_wait=True))
-
-    # -- content assembly ------------------------------------------------------------
-
-    def start_content(self, method: m.BasicPublish) -> None:
-        self._publish = method
-        self._body_size = -1
-
-    def expecting_content(self) -> bool:
-        return self._publish is not None
-
-    def content_header(self, payload: bytes | memoryview, max_size: int) -> bool:
-        """Returns True when the message is complete (an empty body)."""
-        if self._publish is None or self._body_size != -1:
-            raise UnexpectedFrame(f"unexpected content header frame on channel {self.id}")
-        class_id, body_size, raw = framing.parse_content_header(payload)
-        if class_id != m.BasicPublish.CLASS_ID:
-            # Spec 4.2.6.1: a class-id that does not match the method is a frame error.
-            raise FrameError(f"content header for class {class_id} on channel {self.id}")
-        if body_size > max_size:
-            self._publish = None
-            raise ContentTooLarge(
-                f"message size {body_size} is larger than configured max size {max_size}",
-                class_id=60,
-                method_id=40,
-            )
-        self._raw_properties = bytes(raw)
-        self._body_size = body_size
-        self._body_received = 0
-        self._body = []
-        return body_size == 0
-
-    def content_body(self, payload: bytes | memoryview) -> bool:
-        """Returns True when the message is complete."""
-        if self._publish is None or self._body_size < 0:
-            raise UnexpectedFrame(f"unexpected content body frame on channel {self.id}")
-        self._body.append(bytes(payload))
-        self._body_received += len(payload)
-        if self._body_received > self._body_size:
-            raise FrameError(
-                f"content body of {self._body_received} bytes exceeds the announced "
-                f"{self._body_size} on channel {self.id}"
-            )
-        return self._body_received == self._body_size
-
-    def take_content(self) -> tuple[m.BasicPublish, Message]:
-        publish = self._publish
-        assert publish is not None
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self._publish = None
-        self._body = []
-        raw = self._raw_properties
-        message = Message(
-            publish.exchange,
-            publish.routing_key,
-            raw,
-            body,
-            _decode_properties,
-            _encode_properties,
-            hints_of(raw),
-        )
-        return publish, message
-
-    def drop_content(self) -> None:
-        self._publish = None
-        self._body = []
 
 
 Handler = Callable[[Channel, Any], None]

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from leveret.auth.users import UserStore
 from leveret.config import default_data_dir
 from leveret.model.broker import Broker
-from leveret.server.amqp091 import Limits, stored_message
+from leveret.server.amqp091 import Limits
+from leveret.server.amqp091_message import wire_message
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
@@ -80,7 +81,7 @@ class Server:
         except OSError as exc:
             store.close()
             raise StoreError(f"cannot use data directory {path}: {exc}") from None
-        restore(self.broker, recovered, stored_message)
+        restore(self.broker, recovered, wire_message)
         self.broker.attach_journal(store)
         store.start(loop)
         self.store = store

@@ -3,21 +3,25 @@ unacked deliveries are requeued, and the channel goes on (RabbitMQ 4.3's rule)."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from leveret.errors import PreconditionFailed
-from leveret.model.message import Message
 from leveret.model.session import Session
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091 import _HINTS, _encode_properties
+from leveret.server.amqp091_message import wire_message
 from leveret.testing import RecordingSink
+
+if TYPE_CHECKING:
+    from leveret.model.message import Message
 
 
 def msg(body: bytes, key: str) -> Message:
     raw = BasicProperties().encode()
-    return Message("", key, raw, body, BasicProperties.decode, _encode_properties, _HINTS[raw[0]])
+    return wire_message("", key, raw, body)
 
 
 class World:

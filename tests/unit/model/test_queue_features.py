@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from leveret.errors import PreconditionFailed
 from leveret.model.dead_letter import is_cycle
-from leveret.model.message import Message
 from leveret.model.queue_args import PLAIN, parse_queue_args
 from leveret.model.session import Session
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091 import _HINTS, _encode_properties
+from leveret.server.amqp091_message import wire_message
 from leveret.testing import RecordingSink
+
+if TYPE_CHECKING:
+    from leveret.model.message import Message
 
 
 def msg(body: bytes, key: str, **props: object) -> Message:
     raw = BasicProperties(**props).encode()  # type: ignore[arg-type]
-    return Message("", key, raw, body, BasicProperties.decode, _encode_properties, _HINTS[raw[0]])
+    return wire_message("", key, raw, body)
 
 
 class World:

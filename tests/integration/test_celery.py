@@ -7,20 +7,14 @@ own, so runs against a shared broker do not meet each other's tasks.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import threading
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from celery import chain, group
 
 from tests.integration.celery_app import tasks
+from tests.integration.celery_support import Worker, celery_worker
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,100 +23,21 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.interop
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKER_START_TIMEOUT = 30.0
-WORKER_STOP_TIMEOUT = 10.0
 RESULT_TIMEOUT = 20.0
-
-
-@dataclass
-class Worker:
-    """The worker subprocess, the queue it consumes, and its merged stdout/stderr."""
-
-    process: subprocess.Popen[str]
-    queue: str
-    log: list[str] = field(default_factory=list)
-
-    def log_text(self) -> str:
-        return "\n".join(self.log)
-
-
-def _stop(process: subprocess.Popen[str]) -> int:
-    """SIGTERM (warm shutdown), then SIGKILL if the worker has not gone in time."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        return process.wait(WORKER_STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait(5)
 
 
 @pytest.fixture(scope="module")
 def worker(broker: Broker) -> Iterator[Worker]:
     queue = f"leveret-celery-{uuid.uuid4().hex[:12]}"
-    env = {
-        **os.environ,
-        tasks.BROKER_URL_ENV: broker.url,
-        tasks.QUEUE_ENV: queue,
-        tasks.HEARTBEAT_ENV: "3",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        tasks.__name__,
-        "worker",
-        "--pool=solo",
-        "--concurrency=1",
-        "--without-heartbeat",
-        "--without-mingle",
-        "--without-gossip",
-        "-l",
-        "info",
-        "-n",
-        f"{queue}@%h",
-        "-Q",
-        queue,
-    ]
-    process = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    stream = process.stdout
-    w = Worker(process=process, queue=queue)
-    ready = threading.Event()
-
-    def read() -> None:
-        for line in stream:
-            w.log.append(line.rstrip("\n"))
-            if line.rstrip().endswith(" ready."):
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    env = {tasks.BROKER_URL_ENV: broker.url, tasks.QUEUE_ENV: queue, tasks.HEARTBEAT_ENV: "3"}
     tasks.app.conf.update(broker_url=broker.url, task_default_queue=queue)
-    try:
-        if not ready.wait(WORKER_START_TIMEOUT):
-            pytest.fail(f"celery worker not ready in {WORKER_START_TIMEOUT} s:\n{w.log_text()}")
+    with celery_worker(tasks.__name__, queue, queue, env) as w:
         yield w
-    finally:
-        returncode = _stop(process)
-        reader.join(5)
-        stream.close()
-        with tasks.app.connection_for_write() as conn:
-            conn.default_channel.queue_delete(queue)
-            conn.default_channel.exchange_delete(queue)  # Celery's same-named direct exchange
-        tasks.app.close()
-    assert returncode == 0, f"worker exited {returncode} after SIGTERM:\n{w.log_text()}"
+    with tasks.app.connection_for_write() as conn:
+        conn.default_channel.queue_delete(queue)
+        conn.default_channel.exchange_delete(queue)  # Celery's same-named direct exchange
+    tasks.app.close()
+    assert w.returncode == 0, f"worker exited {w.returncode} after SIGTERM:\n{w.log_text()}"
 
 
 def test_add_delay_get(worker: Worker) -> None:

@@ -10,10 +10,6 @@ declares when the task queues are quorum queues). Passes against RabbitMQ 3.10 a
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -22,7 +18,7 @@ import pytest
 from kombu.connection import Connection
 
 from tests.integration.celery_app import features
-from tests.integration.test_celery import ROOT, WORKER_START_TIMEOUT, Worker, _stop
+from tests.integration.celery_support import Worker, celery_worker
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,64 +50,12 @@ def worker(broker: Broker) -> Iterator[Worker]:
     queue = f"leveret-celery-f-{uuid.uuid4().hex[:12]}"
     _declare_helpers(broker.url, queue)
     features.configure(broker.url, queue)
-    env = {
-        **os.environ,
-        features.BROKER_URL_ENV: broker.url,
-        features.QUEUE_ENV: queue,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        features.__name__,
-        "worker",
-        "--pool=solo",
-        "--concurrency=1",
-        "--without-heartbeat",
-        "--without-mingle",
-        "--without-gossip",
-        "-l",
-        "info",
-        "-n",
-        f"{queue}@%h",
-        "-Q",
-        f"{queue},{queue}.b",
-    ]
-    process = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    stream = process.stdout
-    w = Worker(process=process, queue=queue)
-    ready = threading.Event()
-
-    def read() -> None:
-        for line in stream:
-            w.log.append(line.rstrip("\n"))
-            if line.rstrip().endswith(" ready."):
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        if not ready.wait(WORKER_START_TIMEOUT):
-            pytest.fail(f"celery worker not ready in {WORKER_START_TIMEOUT} s:\n{w.log_text()}")
+    env = {features.BROKER_URL_ENV: broker.url, features.QUEUE_ENV: queue}
+    with celery_worker(features.__name__, queue, f"{queue},{queue}.b", env) as w:
         yield w
-    finally:
-        returncode = _stop(process)
-        reader.join(5)
-        stream.close()
-        _cleanup(broker.url, queue)
-        features.app.close()
-    assert returncode == 0, f"worker exited {returncode} after SIGTERM:\n{w.log_text()}"
+    _cleanup(broker.url, queue)
+    features.app.close()
+    assert w.returncode == 0, f"worker exited {w.returncode} after SIGTERM:\n{w.log_text()}"
 
 
 def test_acks_late_task_rejects_and_requeues(worker: Worker) -> None:

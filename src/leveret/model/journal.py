@@ -9,6 +9,12 @@ message stored in a durable queue an id (``enqueued``); the model keeps them in
 ``Queue.store_id`` and ``QueuedMessage.sid`` and hands them back on delivery and removal.
 ``writes`` counts message records a publisher confirm must wait for; a session compares it
 before and after routing and, when it moved, sends its confirm from ``after_commit``.
+
+A store that can fail to write (disk full) also has ``ok``: False while the callbacks of a
+batch that failed to write run (their confirms become nacks) and while the store is failing
+(then ``after_commit`` runs its callback at once and a publish that moved ``writes`` is
+nacked at once). The session reads it with ``getattr(journal, "ok", True)``: a journal
+without it never fails.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class NullJournal:
     """Keeps nothing: every entity is transient."""
 
     writes = 0
+    ok = True
 
     def exchange_declared(
         self,

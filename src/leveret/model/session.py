@@ -364,11 +364,15 @@ class Session:
         accepted = self._route(publish)
         if self.confirm_mode:
             if journal.writes != writes:
-                self._sync_upto = self._publish_seq  # stored: confirm once on disk
+                if getattr(journal, "ok", True):
+                    self._sync_upto = self._publish_seq  # stored: confirm once on disk
+                else:
+                    accepted = False  # the store is failing (disk full): nack at once
             if accepted:
                 self._pending_upto = self._publish_seq
             else:
-                # A queue refused it (x-overflow reject-publish): nack this one alone.
+                # A queue refused it (x-overflow reject-publish), or the store is failing:
+                # nack this one alone.
                 self.flush_confirms()
                 seq = self._confirmed_upto = self._pending_upto = self._publish_seq
                 if self._confirms_waiting:
@@ -462,10 +466,12 @@ class Session:
             self._confirmed_upto = upto
 
     def _send_confirm(self, upto: int, multiple: bool, ack: bool) -> None:
-        """A confirm that waited for the store's commit."""
+        """A confirm that waited for the store's commit; a nack if the commit failed (the
+        store's ``ok`` is False while the callbacks of a failed batch run)."""
         self._confirms_waiting -= 1
         if not self.closed:
-            self.sink.confirm(upto, multiple=multiple, ack=ack)
+            ok = getattr(self.vhost.journal, "ok", True)
+            self.sink.confirm(upto, multiple=multiple, ack=ack and ok)
 
     def select_confirm(self) -> None:
         if self.tx_mode:

@@ -23,11 +23,23 @@ the next batch grows, so however many publishes arrive they share one sync per b
 Space: a segment is deleted when it is the oldest and none of the messages written to it is
 still in a queue (removal records in later segments only ever refer to older messages, so
 deleting in order never brings a message back). ``defs.log`` is compacted at every boot.
+
+Write failures (disk full, EIO): the writer truncates the files back to the end of the last
+synced batch (a torn record never sits before later good ones), every confirm waiting on the
+batch runs with ``ok`` False (the session sends basic.nack), and the store is *failing*: the
+message records of the failed batch and of everything enqueued meanwhile are dropped (those
+publishes are nacked at once), while definitions, deliveries and removals are kept and
+written again. Every ``retry_seconds`` a retry batch (at least a commit record) is written;
+the first one that syncs ends the failing state.
+
+Test hook: ``LEVERET_TEST_FAIL_WRITES=N`` (read when the store is created) makes the next N
+batches fail at their first write call, after writing half of it, with ENOSPC. For tests only.
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
 import fcntl
 import json
 import logging
@@ -56,6 +68,8 @@ SEGMENT_BYTES = 64 << 20
 _M = struct.Struct("<cQQBBI")
 _E = struct.Struct("<cQQ")
 _COMMIT_FRAME = frame(COMMIT)
+RETRY_SECONDS = 1.0
+FAIL_WRITES_ENV = "LEVERET_TEST_FAIL_WRITES"
 
 
 class StoreInUse(Exception):
@@ -186,7 +200,22 @@ class DiskStore:
         self.path = Path(path)
         self.segment_bytes = segment_bytes
         self.writes = 0
+        # False while the store is failing, and while the callbacks of a failed batch run.
+        self.ok = True
         self.failed: BaseException | None = None
+        self.retry_seconds = RETRY_SECONDS
+        self.fail_writes = int(os.environ.get(FAIL_WRITES_ENV) or 0)  # test hook
+        self._retry_handle: asyncio.TimerHandle | None = None
+        # Message ids whose records were dropped by a failure: [lo, hi) ranges.
+        self._lost: list[tuple[int, int]] = []
+        self._lost_from = 0
+        # What the batch in the writer holds that a failure must give back.
+        self._inflight_defs: list[bytes] = []
+        self._inflight_delivered = array("Q")
+        self._inflight_removed = array("Q")
+        self._inflight_deletes: list[int] = []
+        self._inflight_first = 1
+        self._deletes: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock_fd = -1
         # The batch being built on the loop thread.
@@ -211,6 +240,11 @@ class DiskStore:
         self._thread: threading.Thread | None = None
         self._defs_fd = -1
         self._seg_fd = -1
+        # Writer thread only: where the files end after their last synced batch.
+        self._defs_good = 0
+        self._seg_good = 0
+        self._dirty = False
+        self._want_segment: int | None = None
 
     # -- boot ----------------------------------------------------------------------------
 
@@ -332,7 +366,7 @@ class DiskStore:
         self._seg_fd = os.open(
             msgs_dir / f"{last:08d}.seg", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
-        self._seg_bytes = os.fstat(self._seg_fd).st_size
+        self._seg_bytes = self._seg_good = os.fstat(self._seg_fd).st_size
         for segno in self._collect():
             os.unlink(msgs_dir / f"{segno:08d}.seg")
         return recovered
@@ -341,6 +375,7 @@ class DiskStore:
         """Start the writer thread; from now on the loop thread may call the journal."""
         self._loop = loop
         self._defs_fd = os.open(self.path / "defs.log", os.O_WRONLY | os.O_APPEND)
+        self._defs_good = os.fstat(self._defs_fd).st_size
         self._thread = threading.Thread(target=self._writer, name="leveret-store", daemon=True)
         self._thread.start()
 
@@ -348,7 +383,10 @@ class DiskStore:
         """Write what is pending, stop the writer, release the directory."""
         if self._thread is not None:
             self._busy = False
-            self._submit()
+            if self._retry_handle is not None:
+                self._retry_handle.cancel()
+                self._retry_handle = None
+            self._submit(force=self.failed is not None)  # failing: one last attempt
             self._jobs.put(None)
             self._thread.join()
             self._thread = None
@@ -446,8 +484,26 @@ class DiskStore:
             }
         )
 
+    def _is_lost(self, mid: int) -> bool:
+        return any(lo <= mid < hi for lo, hi in self._lost) or (
+            not self.ok and mid >= self._lost_from
+        )
+
     def enqueued(self, queue_id: int, message: Message) -> int:
         mid = message.store_id
+        if mid and self._lost and self._is_lost(mid):
+            mid = 0  # its M record was dropped: write the message again, under a new id
+        if not self.ok:
+            # Failing: nothing is written; the session sees ``ok`` False and nacks at once.
+            if mid:
+                self._add_ref(mid)
+            else:
+                mid = self._next_mid
+                self._next_mid = mid + 1
+                message.store_id = mid
+                self._batch_refs += 1
+            self.writes += 1
+            return mid
         if mid:
             self._msgs.append(_E.pack(b"E", queue_id, mid))
             self._add_ref(mid)
@@ -492,23 +548,30 @@ class DiskStore:
         self._kick()
 
     def after_commit(self, callback: Callable[[], None]) -> None:
+        if not self.ok:
+            callback()  # failing: nothing waits (``ok`` is False: the confirm is a nack)
+            return
         self._callbacks.append(callback)
         self._kick()
 
-    def _submit(self) -> None:
-        """Hand the open batch to the writer, unless it is still syncing the previous one."""
+    def _submit(self, *, force: bool = False) -> None:
+        """Hand the open batch to the writer, unless it is still syncing the previous one.
+
+        While failing only ``force`` (the retry timer, close) submits; it always writes."""
         self._scheduled = False
-        if self._busy or self.failed is not None:
+        if self._busy or (self.failed is not None and not force):
             return
+        # What goes to the writer (kept to be given back if the write fails).
+        self._inflight_delivered, self._inflight_removed = array("Q"), array("Q")
         msgs = self._msgs
         if self._delivered:
             msgs.append(b"D" + self._delivered.tobytes())
-            self._delivered = array("Q")
+            self._inflight_delivered, self._delivered = self._delivered, array("Q")
         if self._removed:
             msgs.append(b"A" + self._removed.tobytes())
-            self._removed = array("Q")
+            self._inflight_removed, self._removed = self._removed, array("Q")
         defs, callbacks = self._defs, self._callbacks
-        if not (msgs or defs):
+        if not (msgs or defs or force):
             self._callbacks = []
             for callback in callbacks:
                 callback()
@@ -525,27 +588,75 @@ class DiskStore:
         if self._batch_refs:
             self._live[self._segments[-1]] += self._batch_refs
         self._batch_refs = 0
+        self._inflight_first = self._batch_first
         self._batch_first = self._next_mid
         self._seg_bytes += len(payload)
-        deletes = self._collect()
+        deletes = self._deletes + self._collect()
+        self._deletes = []
+        self._inflight_defs, self._inflight_deletes = defs, deletes
         self._busy = True
-        self._jobs.put((b"".join(defs), new_segment, payload, deletes, callbacks))
+        seg = payload + _COMMIT_FRAME if payload or force else b""
+        self._jobs.put((b"".join(defs), new_segment, seg, deletes, callbacks))
 
-    def _committed(self, callbacks: list[Callable[[], None]], error: BaseException | None) -> None:
+    def _committed(
+        self,
+        callbacks: list[Callable[[], None]],
+        error: BaseException | None,
+        defs_done: bool = True,
+    ) -> None:
         self._busy = False
         if error is not None:
-            if self.failed is None:
-                self.failed = error
-                log.error(
-                    "store write failed: %s; nothing more is written and no more persistent "
-                    "messages are confirmed",
-                    error,
-                )
+            self._failed_batch(callbacks, error, defs_done)
             return
+        if self.failed is not None:
+            log.warning(
+                "store writes succeed again (they failed with: %s); persistent messages are "
+                "confirmed again",
+                self.failed,
+            )
+            self._lost.append((self._lost_from, self._next_mid))
+            self.failed = None
+            self.ok = True
         for callback in callbacks:
             callback()
         if self._msgs or self._defs or self._delivered or self._removed or self._callbacks:
             self._submit()
+
+    def _failed_batch(
+        self, callbacks: list[Callable[[], None]], error: BaseException, defs_done: bool
+    ) -> None:
+        """Give back what must be written again, nack what waited, retry later."""
+        if not defs_done:
+            self._defs[:0] = self._inflight_defs
+        self._inflight_delivered.extend(self._delivered)
+        self._delivered = self._inflight_delivered
+        self._inflight_removed.extend(self._removed)
+        self._removed = self._inflight_removed
+        self._deletes[:0] = self._inflight_deletes
+        self._inflight_defs, self._inflight_deletes = [], []
+        if self.failed is None:
+            self.failed = error
+            self.ok = False
+            self._lost_from = self._inflight_first
+            log.error(
+                "store write failed: %s; persistent messages are nacked until a write "
+                "succeeds (retrying every %g s)",
+                error,
+                self.retry_seconds,
+            )
+            # The open batch's messages are dropped too: their confirms become nacks.
+            self._msgs = []
+            callbacks = callbacks + self._callbacks
+            self._callbacks = []
+        for callback in callbacks:
+            callback()
+        if self._loop is not None and self._retry_handle is None:
+            self._retry_handle = self._loop.call_later(self.retry_seconds, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_handle = None
+        if self.failed is not None and not self._busy:
+            self._submit(force=True)
 
     # -- the writer thread ---------------------------------------------------------------
 
@@ -557,28 +668,71 @@ class DiskStore:
                 return
             defs, new_segment, payload, deletes, callbacks = job
             error: BaseException | None = None
+            defs_done = False
+            inject = self.fail_writes > 0
+            if inject:
+                self.fail_writes -= 1
             try:
+                if self._dirty:
+                    self._rewind()
                 if defs:
-                    _write_all(self._defs_fd, defs + _COMMIT_FRAME)
+                    data = defs + _COMMIT_FRAME
+                    self._append(self._defs_fd, data, inject)
+                    inject = False
                     os.fdatasync(self._defs_fd)
+                    self._defs_good += len(data)
+                defs_done = True
                 if new_segment is not None:
-                    os.close(self._seg_fd)  # already synced after its last batch
-                    self._seg_fd = os.open(
-                        msgs_dir / f"{new_segment:08d}.seg",
+                    self._want_segment = new_segment
+                if self._want_segment is not None:
+                    fd = os.open(
+                        msgs_dir / f"{self._want_segment:08d}.seg",
                         os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                         0o644,
                     )
-                    _fsync_dir(msgs_dir)
+                    try:
+                        _fsync_dir(msgs_dir)
+                    except OSError:
+                        os.close(fd)
+                        raise
+                    os.close(self._seg_fd)  # already synced after its last batch
+                    self._seg_fd = fd
+                    self._seg_good = os.fstat(fd).st_size
+                    self._want_segment = None
                 if payload:
-                    _write_all(self._seg_fd, payload + _COMMIT_FRAME)
+                    self._append(self._seg_fd, payload, inject)
                     os.fdatasync(self._seg_fd)
-                for segno in deletes:
-                    os.unlink(msgs_dir / f"{segno:08d}.seg")
+                    self._seg_good += len(payload)
             except OSError as exc:
                 error = exc
+                self._dirty = True
+                try:
+                    self._rewind()
+                except OSError:
+                    pass  # again before the next write
+            if error is None:
+                for segno in deletes:
+                    try:
+                        os.unlink(msgs_dir / f"{segno:08d}.seg")
+                    except OSError as exc:
+                        log.warning("store: cannot delete segment %d: %s", segno, exc)
             loop = self._loop
             if loop is not None and not loop.is_closed():
                 try:
-                    loop.call_soon_threadsafe(self._committed, callbacks, error)
+                    loop.call_soon_threadsafe(self._committed, callbacks, error, defs_done)
                 except RuntimeError:
                     pass  # the loop closed meanwhile (shutdown)
+
+    def _append(self, fd: int, data: bytes, inject: bool) -> None:
+        if inject:  # the test hook: a short write, then the disk is full
+            os.write(fd, data[: len(data) // 2])
+            raise OSError(
+                errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (injected by {FAIL_WRITES_ENV})"
+            )
+        _write_all(fd, data)
+
+    def _rewind(self) -> None:
+        """Cut both files back to the end of their last synced batch (writer thread)."""
+        os.ftruncate(self._defs_fd, self._defs_good)
+        os.ftruncate(self._seg_fd, self._seg_good)
+        self._dirty = False

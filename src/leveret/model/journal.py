@@ -10,11 +10,10 @@ message stored in a durable queue an id (``enqueued``); the model keeps them in
 ``writes`` counts message records a publisher confirm must wait for; a session compares it
 before and after routing and, when it moved, sends its confirm from ``after_commit``.
 
-A store that can fail to write (disk full) also has ``ok``: False while the callbacks of a
-batch that failed to write run (their confirms become nacks) and while the store is failing
-(then ``after_commit`` runs its callback at once and a publish that moved ``writes`` is
-nacked at once). The session reads it with ``getattr(journal, "ok", True)``: a journal
-without it never fails.
+``ok`` is False while the callbacks of a batch that failed to write run (their confirms
+become nacks) and while the store is failing (then ``after_commit`` runs its callback at once
+and a publish that moved ``writes`` is nacked at once); a journal that cannot fail keeps it
+True.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
 
 class Journal(Protocol):
     writes: int
+    ok: bool
 
     def exchange_declared(
         self,

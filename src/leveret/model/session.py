@@ -364,7 +364,7 @@ class Session:
         accepted = self._route(publish)
         if self.confirm_mode:
             if journal.writes != writes:
-                if getattr(journal, "ok", True):
+                if journal.ok:
                     self._sync_upto = self._publish_seq  # stored: confirm once on disk
                 else:
                     accepted = False  # the store is failing (disk full): nack at once
@@ -470,8 +470,7 @@ class Session:
         store's ``ok`` is False while the callbacks of a failed batch run)."""
         self._confirms_waiting -= 1
         if not self.closed:
-            ok = getattr(self.vhost.journal, "ok", True)
-            self.sink.confirm(upto, multiple=multiple, ack=ack and ok)
+            self.sink.confirm(upto, multiple=multiple, ack=ack and self.vhost.journal.ok)
 
     def select_confirm(self) -> None:
         if self.tx_mode:
@@ -509,12 +508,13 @@ class Session:
                 raise PreconditionFailed(f"unknown delivery tag {delivery_tag}")
             if timed_out:
                 self._timed_out = {t for t in timed_out if t > delivery_tag}
-            taken = []
-            for tag in list(unacked):
+            # Tags are in delivery order: look only at those up to delivery_tag, no copy.
+            tags = []
+            for tag in unacked:
                 if tag > delivery_tag:
                     break
-                taken.append((tag, unacked.pop(tag)))
-            return taken
+                tags.append(tag)
+            return [(tag, unacked.pop(tag)) for tag in tags]
         item = unacked.pop(delivery_tag, None)
         if item is None:
             if delivery_tag in timed_out:

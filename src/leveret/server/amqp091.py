@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from leveret import __version__
 from leveret.errors import (
+    BY_CODE,
     AccessRefused,
     AMQPError,
     ChannelError,
     CommandInvalid,
     FrameError,
-    HardError,
     InternalError,
     NotAllowed,
     PreconditionFailed,
@@ -407,9 +407,7 @@ class AMQP091Connection:
     def close(self, reply_code: int, reply_text: str, now: float) -> None:
         """Close from the server side (shutdown: 320 CONNECTION_FORCED)."""
         if self.state is State.RUNNING or self.state is State.OPEN:
-            exc = HardError(reply_text)
-            exc.reply_code = reply_code  # type: ignore[misc]
-            self._hard_close(exc, now)
+            self._hard_close(BY_CODE.get(reply_code, InternalError)(reply_text, hard=True), now)
         else:
             self.state = State.CLOSED
             self.should_close_transport = True

@@ -27,16 +27,17 @@ from typing import TYPE_CHECKING, TypeVar
 
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
-from leveret.model.message import Message
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import encode_table
 from leveret.server.amqp091 import AMQP091Connection, Limits
+from leveret.server.amqp091_message import wire_message
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from leveret.model.message import Message
     from leveret.protocol.amqp091.fieldtable import FieldTable, FieldValue
 
 __all__ = [
@@ -419,7 +420,7 @@ def make_message(
 ) -> Message:
     """A ``Message`` as the 0-9-1 front end builds it (properties kept encoded)."""
     raw = (properties if properties is not None else BasicProperties()).encode()
-    return Message(exchange, routing_key, raw, body, BasicProperties.decode)
+    return wire_message(exchange, routing_key, raw, body)
 
 
 @dataclass(frozen=True)

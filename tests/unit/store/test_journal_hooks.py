@@ -18,6 +18,7 @@ class FakeJournal:
 
     def __init__(self) -> None:
         self.writes = 0
+        self.ok = True
         self.calls: list[tuple[Any, ...]] = []
         self.waiting: list[Callable[[], None]] = []
         self._next = 0

@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from leveret.errors import PreconditionFailed
 from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
-from leveret.testing import RecordingSink, SinkEvent, make_message
+from leveret.testing import MemoryPager, RecordingSink, SinkEvent, make_message
 
 SESSIONS = 2
 
@@ -262,8 +262,10 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def ready_is_in_publish_order(self) -> None:
-        assert [int(e.message.body) for e in self.queue.ready] == sorted(self.ready)
-        assert [e.redelivered for e in self.queue.ready] == [
+        entries = self.queue.ready_entries()
+        assert [int(e.message.body) for e in entries] == sorted(self.ready)
+        assert self.queue.message_count == len(entries)
+        assert [e.redelivered for e in entries] == [
             mid in self.ever_delivered for mid in sorted(self.ready)
         ]
         assert self.queue.unacked_count == len(self.unacked_ids())
@@ -289,3 +291,24 @@ QueueMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestQueueMachine = QueueMachine.TestCase
+
+
+class PagedQueueMachine(QueueMachine):
+    """The same machine with a queue that pages beyond four resident messages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pager = MemoryPager()
+        self.queue.pager = self.pager
+        q = self.queue
+        q.resident_max, q.resident_low, q.page_messages, q.page_bytes = 4, 2, 3, 1 << 20
+
+    @invariant()
+    def pages_are_freed(self) -> None:
+        tail = self.queue._tail
+        written = 0 if tail is None else len(tail.pages)
+        assert len(self.pager.pages) == written
+
+
+PagedQueueMachine.TestCase.settings = QueueMachine.TestCase.settings
+TestPagedQueueMachine = PagedQueueMachine.TestCase

@@ -6,11 +6,16 @@ closing it requeues unacked deliveries and deletes those queues, in that order.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.queue import MemoryGauge
 from leveret.model.session import Session, SessionSink
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from leveret.model.paging import Pager
 
 # RabbitMQ's default consumer_timeout: 30 minutes.
 DEFAULT_CONSUMER_TIMEOUT = 1800.0
@@ -28,6 +33,7 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge, self.timers)}
         self.clients: set[Client] = set()
         self.journal: Journal = NULL_JOURNAL
+        self.pager: Pager | None = None
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
@@ -44,6 +50,15 @@ class Broker:
             vhost.journal = journal
             for queue in vhost.queues.values():
                 queue.journal = journal
+
+    def attach_pager(self, pager: Pager) -> None:
+        """Deep queues page their tails to ``pager`` from now on (the server calls this
+        before recovery, so that recovering a deep queue pages too)."""
+        self.pager = pager
+        for vhost in self.vhosts.values():
+            vhost.pager = pager
+            for queue in vhost.queues.values():
+                queue.pager = pager
 
     def connect(self, vhost: VirtualHost, user: str, name: str) -> Client:
         client = Client(self, vhost, user, name)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
+from leveret.model.paging import PagedTail, Pager, decode_page
 from leveret.model.queue_args import PLAIN, QueueConfig
 from leveret.model.queue_features import MESSAGE_OVERHEAD, FeatureMixin, PriorityReady
 from leveret.model.timers import Timers
@@ -128,6 +129,12 @@ class Queue(FeatureMixin):
     """A classic queue: FIFO with round-robin delivery to consumers."""
 
     _entry_cls = QueuedMessage
+    # Paging (model/paging.py): ready messages kept as objects before the tail goes to pages,
+    # the level at which the next page is read back, and the size of a page.
+    resident_max = 2048
+    resident_low = 1024
+    page_messages = 1024
+    page_bytes = 1 << 20
 
     def __init__(
         self,
@@ -166,6 +173,9 @@ class Queue(FeatureMixin):
         # Durable queues get an id from the store (0: nothing of this queue is stored).
         self.store_id = 0
         self.journal: Journal = NULL_JOURNAL
+        # Where a deep queue pages its tail (None: it never pages), and the paged tail.
+        self.pager: Pager | None = None
+        self._tail: PagedTail | None = None
         self._init_features()
 
     def __repr__(self) -> str:
@@ -177,7 +187,14 @@ class Queue(FeatureMixin):
 
     @property
     def message_count(self) -> int:
-        return len(self.ready)
+        tail = self._tail
+        return len(self.ready) if tail is None else len(self.ready) + tail.count
+
+    @property
+    def paged_count(self) -> int:
+        """Ready messages that are in pages on disk (not in memory)."""
+        tail = self._tail
+        return 0 if tail is None else tail.count - len(tail.open)
 
     @property
     def consumer_count(self) -> int:
@@ -191,6 +208,8 @@ class Queue(FeatureMixin):
     def enqueue(self, message: Message) -> bool:
         """Queue (or hand over) ``message``; False when the queue refused it (overflow)."""
         if self._special or message.hints & QUEUE_HINTS:
+            if self._tail is not None:
+                self._unpage_all()
             return self._enqueue_special(message)
         self.gauge.bytes += len(message.body) + MESSAGE_OVERHEAD
         self._next_seq += 1
@@ -198,7 +217,10 @@ class Queue(FeatureMixin):
         if self.store_id and message.hints & HINT_PERSISTENT:
             entry.sid = self.journal.enqueued(self.store_id, message)
         if self.ready or not self.consumers or not self._deliver(entry):
-            self.ready.append(entry)
+            if self._tail is not None or len(self.ready) >= self.resident_max:
+                self._to_tail(entry)
+            else:
+                self.ready.append(entry)
         return True
 
     def can_deliver_now(self, message: Message) -> bool:
@@ -228,8 +250,12 @@ class Queue(FeatureMixin):
             self._dispatch_special()
             return
         ready = self.ready
-        while ready and self.consumers and self._deliver(ready[0]):
-            ready.popleft()
+        while True:
+            while ready and self.consumers and self._deliver(ready[0]):
+                ready.popleft()
+            if self._tail is None or len(ready) >= self.resident_low:
+                return
+            self._page_in()
 
     def get(self, *, no_ack: bool) -> QueuedMessage | None:
         """Take the head for basic.get; unless ``no_ack`` it stays unacked here."""
@@ -238,6 +264,8 @@ class Queue(FeatureMixin):
         if not self.ready:
             return None
         entry = self.ready.popleft()
+        if self._tail is not None and len(self.ready) < self.resident_low:
+            self._page_in()
         if no_ack:
             self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
             if entry.sid:
@@ -277,12 +305,26 @@ class Queue(FeatureMixin):
 
     def purge(self) -> int:
         count = len(self.ready)
-        self.gauge.bytes -= sum(len(e.message.body) for e in self.ready) + count * MESSAGE_OVERHEAD
+        resident = list(self.ready)
+        tail = self._tail
+        if tail is not None:
+            count += tail.count
+            resident += tail.open
+        self.gauge.bytes -= sum(len(e.message.body) for e in resident) + len(resident) * (
+            MESSAGE_OVERHEAD
+        )
         if self.store_id:
             journal, queue_id = self.journal, self.store_id
-            for entry in self.ready:
+            for entry in resident:
                 if entry.sid:
                     journal.removed(queue_id, entry.sid)
+            if tail is not None:
+                for page in tail.pages:
+                    for sid in page.sids:
+                        journal.removed(queue_id, sid)
+        if tail is not None:
+            tail.discard_all()
+            self._tail = None
         self.ready.clear()
         self.ready_bytes = 0
         return count
@@ -296,14 +338,81 @@ class Queue(FeatureMixin):
         size = len(message.body)
         self.gauge.bytes += size + MESSAGE_OVERHEAD
         if self._special or message.hints & QUEUE_HINTS:
+            if self._tail is not None:
+                self._unpage_all()
             self._restore_special(entry)
+        elif self._tail is not None or len(self.ready) >= self.resident_max:
+            self._to_tail(entry)
         else:
             self.ready.append(entry)
+
+    # -- paging (model/paging.py) --------------------------------------------------------
+
+    def ready_entries(self) -> list[QueuedMessage]:
+        """Every ready entry in order, paged ones read back (copies; for tests and tools)."""
+        entries = list(self.ready)
+        tail = self._tail
+        if tail is not None:
+            for page in tail.pages:
+                data = tail.pager.read(page.handle)
+                entries += decode_page(data, self._entry_cls, page.decode, page.encode)
+            entries += tail.open
+        return entries
+
+    def _to_tail(self, entry: QueuedMessage) -> None:
+        """Append behind the resident head; a full open page goes to the pager."""
+        tail = self._tail
+        if tail is None:
+            if self.pager is None:
+                self.ready.append(entry)
+                return
+            tail = self._tail = PagedTail(self.pager)
+        tail.open.append(entry)
+        tail.open_bytes += len(entry.message.body)
+        tail.count += 1
+        if (len(tail.open) >= self.page_messages or tail.open_bytes >= self.page_bytes) and len(
+            tail.open
+        ) >= tail.hold:
+            page = tail.flush()
+            if page is None:
+                # The pager could not take it (disk trouble): keep the page in memory and
+                # try again a page later, not at every message.
+                tail.hold = len(tail.open) + self.page_messages
+            else:
+                tail.hold = 0
+                self.gauge.bytes -= page.body_bytes + page.count * MESSAGE_OVERHEAD
+
+    def _page_in(self, low: int | None = None) -> None:
+        """Refill the head from the tail until it holds ``low`` (default ``resident_low``)
+        messages or the tail is empty."""
+        tail = self._tail
+        ready = self.ready
+        assert tail is not None
+        assert isinstance(ready, deque)
+        if low is None:
+            low = self.resident_low
+        while tail.count and len(ready) < low:
+            paged = bool(tail.pages)
+            entries = tail.take_page(self._entry_cls)
+            if paged:
+                self.gauge.bytes += sum(len(e.message.body) for e in entries) + len(entries) * (
+                    MESSAGE_OVERHEAD
+                )
+            ready.extend(entries)
+        if not tail.count:
+            self._tail = None
+
+    def _unpage_all(self) -> None:
+        """Bring every paged message back: the feature paths work on ``ready`` alone."""
+        if self._tail is not None:
+            self._page_in(low=1 << 62)
 
     # -- consumers -----------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
         if consumer.priority:
+            if self._tail is not None:
+                self._unpage_all()
             self._special = True
             self._prioritised = True
         self.consumers.append(consumer)

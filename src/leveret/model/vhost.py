@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from leveret.model.message import Message
+    from leveret.model.paging import Pager
     from leveret.model.session import Session
 
 # Direct reply-to: the pseudo-queue a requester consumes from, and its per-channel names.
@@ -115,6 +116,8 @@ class VirtualHost:
         self.timers = timers if timers is not None else Timers()
         # Where durable entities and persistent messages are written (see model.journal).
         self.journal: Journal = NULL_JOURNAL
+        # Where deep queues page their tails (model/paging.py); None: they do not page.
+        self.pager: Pager | None = None
         # Direct reply-to: the key of ``amq.rabbitmq.reply-to.<key>`` -> requester session.
         self.reply_to: dict[str, Session] = {}
         self.exchanges: dict[str, Exchange] = {}
@@ -332,6 +335,7 @@ class VirtualHost:
             self.queues[name] = queue
             self._queue_sources[queue] = set()
             queue.journal = self.journal
+            queue.pager = self.pager
             if durable and not exclusive:
                 # Exclusive queues go with their connection, so never survive a restart.
                 queue.store_id = self.journal.queue_declared(

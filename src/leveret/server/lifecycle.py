@@ -26,6 +26,7 @@ from leveret.server.connection import ConnectionProtocol
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.store.disk import DiskStore, StoreInUse
+from leveret.store.pages import PageFiles
 from leveret.store.records import StoreCorrupt
 from leveret.store.recovery import restore
 
@@ -68,6 +69,7 @@ class Server:
         self.stopping = asyncio.Event()
         self.deadlines: DeadlineTimer | None = None
         self.store: DiskStore | None = None
+        self.pages: PageFiles | None = None
 
     def _recover(self, loop: asyncio.AbstractEventLoop) -> None:
         path = self.settings.data_dir or str(default_data_dir())
@@ -81,7 +83,14 @@ class Server:
         except OSError as exc:
             store.close()
             raise StoreError(f"cannot use data directory {path}: {exc}") from None
-        restore(self.broker, recovered, wire_message)
+        # The store holds the directory's lock now, so its scratch pages are ours to reset.
+        self.pages = PageFiles(store.path / "pages")
+        self.broker.attach_pager(self.pages)
+        try:
+            restore(self.broker, recovered, wire_message)
+        except StoreCorrupt as exc:
+            store.close()
+            raise StoreError(str(exc)) from None
         self.broker.attach_journal(store)
         store.start(loop)
         self.store = store
@@ -136,6 +145,9 @@ class Server:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self.pages is not None:
+            self.pages.close()
+            self.pages = None
         log.info("stopped")
 
     async def run(self) -> None:

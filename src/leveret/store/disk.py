@@ -53,12 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.store.records import COMMIT, StoreCorrupt, frame, scan
+from leveret.store.records import COMMIT, HEADER, HEADER_SIZE, StoreCorrupt, frame, scan
 from leveret.store.values import canonical, dump_table, load_table
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from leveret.model.message import Message
 
@@ -76,6 +76,53 @@ class StoreInUse(Exception):
     """Another broker holds the data directory."""
 
 
+class StoredMessages:
+    """A recovered queue's messages in queue order, read from the segments as iterated.
+
+    Recovery keeps only the message ids (and per segment the file offset of each message
+    record), never every body at once: restoring a deep queue pages it out as it goes, so
+    booting with millions of messages needs memory for the ids, not for the bodies. Each
+    item is (mid, exchange, routing key, raw properties, body, delivered before)."""
+
+    def __init__(
+        self,
+        refs: dict[int, bool],
+        directory: Path,
+        segment_of: Callable[[int], int],
+        locations: dict[int, tuple[array[int], array[int]]],
+    ) -> None:
+        self._refs = refs
+        self._dir = directory
+        self._segment_of = segment_of
+        self._locations = locations
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __iter__(self) -> Iterator[tuple[int, str, str, bytes, bytes, bool]]:
+        loaded = -1
+        data = b""
+        m_unpack, size = _M.unpack_from, _M.size
+        for mid, delivered in self._refs.items():
+            segno = self._segment_of(mid)
+            if segno != loaded:
+                data = (self._dir / f"{segno:08d}.seg").read_bytes()
+                loaded = segno
+            mids, starts = self._locations[segno]
+            i = bisect.bisect_left(mids, mid)
+            start = starts[i]
+            length = HEADER.unpack_from(data, start - HEADER_SIZE)[1]
+            _k, _qid, _mid, exlen, rklen, proplen = m_unpack(data, start)
+            pos = start + size
+            exchange = data[pos : pos + exlen].decode()
+            pos += exlen
+            routing_key = data[pos : pos + rklen].decode()
+            pos += rklen
+            props = data[pos : pos + proplen]
+            body = data[pos + proplen : start + length]
+            yield mid, exchange, routing_key, props, body, delivered
+
+
 @dataclass
 class RecoveredQueue:
     vhost: str
@@ -83,8 +130,7 @@ class RecoveredQueue:
     qid: int
     auto_delete: bool
     arguments: dict[str, object]
-    # (mid, exchange, routing key, raw properties, body, delivered before)
-    messages: list[tuple[int, str, str, bytes, bytes, bool]] = field(default_factory=list)
+    messages: Iterable[tuple[int, str, str, bytes, bytes, bool]] = ()
 
 
 @dataclass
@@ -297,7 +343,8 @@ class DiskStore:
     def _recover_messages(self, defs: _Defs) -> Recovered:
         msgs_dir = self.path / "msgs"
         names = sorted(p for p in msgs_dir.iterdir() if p.suffix == ".seg")
-        bodies: dict[int, tuple[str, str, bytes, bytes]] = {}
+        # Per segment: the ids of its message records and where each record's payload starts.
+        locations: dict[int, tuple[array[int], array[int]]] = {}
         refs: dict[int, dict[int, bool]] = {}
         max_mid = 0
         m_unpack, e_unpack = _M.unpack_from, _E.unpack_from
@@ -306,28 +353,33 @@ class DiskStore:
             self._segments.append(segno)
             self._seg_first.append(max_mid + 1)
             self._live[segno] = 0
+            mids, starts = locations[segno] = array("Q"), array("Q")
             _data, payloads = _read_checked(path, last=index == len(names) - 1)
+            end = 0
             for payload in payloads:
-                kind = bytes(payload[:1])
-                if kind == b"M":
-                    _k, qid, mid, exlen, rklen, proplen = m_unpack(payload)
-                    pos = _M.size
-                    exchange = bytes(payload[pos : pos + exlen]).decode()
-                    pos += exlen
-                    routing_key = bytes(payload[pos : pos + rklen]).decode()
-                    pos += rklen
-                    props = bytes(payload[pos : pos + proplen])
-                    body = bytes(payload[pos + proplen :])
-                    bodies[mid] = (exchange, routing_key, props, body)
-                    refs.setdefault(qid, {})[mid] = False
-                    max_mid = max(max_mid, mid)
-                elif kind == b"E":
+                start = end + HEADER_SIZE
+                end = start + len(payload)
+                kind = payload[0]
+                if kind == 77:  # M
+                    _k, qid, mid, _e, _r, _p = m_unpack(payload)
+                    mids.append(mid)
+                    starts.append(start)
+                    held = refs.get(qid)
+                    if held is None:
+                        held = refs[qid] = {}
+                    held[mid] = False
+                    if mid > max_mid:
+                        max_mid = mid
+                elif kind == 69:  # E
                     _k, qid, mid = e_unpack(payload)
-                    refs.setdefault(qid, {})[mid] = False
-                elif kind in (b"D", b"A"):
+                    held = refs.get(qid)
+                    if held is None:
+                        held = refs[qid] = {}
+                    held[mid] = False
+                elif kind in (68, 65):  # D, A
                     pairs = array("Q")
                     pairs.frombytes(payload[1:])
-                    delivered = kind == b"D"
+                    delivered = kind == 68
                     for i in range(0, len(pairs), 2):
                         held = refs.get(pairs[i])
                         if held is None or pairs[i + 1] not in held:
@@ -336,8 +388,11 @@ class DiskStore:
                             held[pairs[i + 1]] = True
                         else:
                             del held[pairs[i + 1]]
-                elif kind != COMMIT:
-                    raise StoreCorrupt(f"store file {path}: unknown record type {kind!r}")
+                elif payload != COMMIT:
+                    raise StoreCorrupt(
+                        f"store file {path}: unknown record type {bytes(payload[:1])!r}"
+                    )
+            del _data, payloads
         self._next_mid = self._batch_first = max_mid + 1
         if not self._segments:
             self._segments.append(1)
@@ -348,18 +403,21 @@ class DiskStore:
             {**rec, "a": load_table(rec["a"])} for rec in defs.exchanges.values()
         ]
         recovered.bindings = [{**rec, "a": load_table(rec["a"])} for rec in defs.bindings.values()]
+        segment_of = self._segment_of
         for rec in defs.queues.values():
-            queue = RecoveredQueue(rec["v"], rec["n"], rec["id"], rec["ad"], load_table(rec["a"]))
-            for mid, delivered in refs.get(rec["id"], {}).items():
-                stored = bodies.get(mid)
-                if stored is None:
+            held = refs.get(rec["id"], {})
+            for mid in held:
+                segno = segment_of(mid)
+                mids = locations[segno][0]
+                i = bisect.bisect_left(mids, mid)
+                if i == len(mids) or mids[i] != mid:
                     raise StoreCorrupt(
                         f"store: queue '{rec['n']}' refers to message {mid}, which is missing"
                     )
-                exchange, routing_key, props, body = stored
-                queue.messages.append((mid, exchange, routing_key, props, body, delivered))
-                self._live[self._segment_of(mid)] += 1
-            recovered.messages += len(queue.messages)
+                self._live[segno] += 1
+            queue = RecoveredQueue(rec["v"], rec["n"], rec["id"], rec["ad"], load_table(rec["a"]))
+            queue.messages = StoredMessages(held, msgs_dir, segment_of, locations)
+            recovered.messages += len(held)
             recovered.queues.append(queue)
         # Open the last segment for appending, and drop old ones nothing refers to.
         last = self._segments[-1]

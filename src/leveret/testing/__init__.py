@@ -17,6 +17,7 @@ from leveret.testing.client import (
     make_message,
     plain_response,
 )
+from leveret.testing.pager import MemoryPager
 
 __all__ = [
     "DEFAULT_CAPABILITIES",
@@ -24,6 +25,7 @@ __all__ = [
     "Delivery",
     "FakeClock",
     "Heartbeat",
+    "MemoryPager",
     "MethodFrame",
     "ProtocolHeader",
     "Received",

@@ -1,0 +1,190 @@
+"""Ready messages of a deep queue live in pages on disk, not as objects in memory.
+
+A plain queue keeps at most ``Queue.resident_max`` ready messages as objects (its head, the
+ones delivered next). Beyond that, arriving messages collect in an open page; a full page
+(``page_messages`` messages or ``page_bytes`` of bodies) is encoded into one blob and handed
+to the ``Pager`` the server injected, which writes it to a scratch file. What stays in memory
+per paged message is its store id in the page's ``sids`` array (8 bytes, persistent messages
+only) and a share of one small ``Page`` record per page. When the head falls below
+``Queue.resident_low``, the oldest page is read back whole.
+
+Order is kept by construction: once a queue pages, every arriving message goes to the tail
+(never to the resident head) until the tail is empty again, and requeued messages, which
+always came from the head, go back into the head. Persistent messages are also in the store's
+segments; the page is a second, scratch copy that is dropped at restart, so paging needs no
+fsync and transient messages in a deep queue are gone after a restart, as they must be.
+
+This module is pure (no IO): ``Pager`` is the Protocol the store side implements, and the
+codec of a page is plain bytes manipulation.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.model.message import Message
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from leveret.model.message import PropertiesDecoder, PropertiesEncoder
+    from leveret.model.queue import QueuedMessage
+
+
+class Pager(Protocol):
+    """Scratch storage for pages; a handle is whatever ``write`` returns."""
+
+    def write(self, data: bytes) -> object | None:
+        """Store ``data``; None when it could not be written (the page stays in memory)."""
+        ...
+
+    def read(self, handle: object) -> bytes: ...
+
+    def discard(self, handle: object) -> None: ...
+
+
+# seq, sid, store id, properties length, body length, hints, redelivered, exchange length,
+# routing key length; then exchange, routing key, properties and body.
+_ENTRY = struct.Struct("<QQQIIBBBB")
+
+
+def encode_page(entries: Iterable[QueuedMessage]) -> bytes:
+    pack = _ENTRY.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for entry in entries:
+        message = entry.message
+        exchange = message.exchange.encode()
+        routing_key = message.routing_key.encode()
+        props = message.raw_properties
+        append(
+            pack(
+                entry.seq,
+                entry.sid,
+                message.store_id,
+                len(props),
+                len(message.body),
+                message.hints,
+                entry.redelivered,
+                len(exchange),
+                len(routing_key),
+            )
+        )
+        append(exchange)
+        append(routing_key)
+        append(props)
+        append(message.body)
+    return b"".join(parts)
+
+
+def decode_page(
+    data: bytes,
+    entry_cls: type[QueuedMessage],
+    decode: PropertiesDecoder,
+    encode: PropertiesEncoder | None,
+) -> list[QueuedMessage]:
+    unpack = _ENTRY.unpack_from
+    size = _ENTRY.size
+    entries = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        seq, sid, store_id, plen, blen, hints, redelivered, exlen, rklen = unpack(data, pos)
+        pos += size
+        exchange = data[pos : pos + exlen].decode()
+        pos += exlen
+        routing_key = data[pos : pos + rklen].decode()
+        pos += rklen
+        props = data[pos : pos + plen]
+        pos += plen
+        body = data[pos : pos + blen]
+        pos += blen
+        message = Message(exchange, routing_key, props, body, decode, encode, hints)
+        message.store_id = store_id
+        entry = entry_cls(seq, message, bool(redelivered))
+        entry.sid = sid
+        entries.append(entry)
+    return entries
+
+
+class Page:
+    """One page on the pager: what is needed to read it back, count it and purge it."""
+
+    __slots__ = ("body_bytes", "count", "decode", "encode", "handle", "sids")
+
+    def __init__(
+        self,
+        handle: object,
+        count: int,
+        body_bytes: int,
+        sids: array[int],
+        decode: PropertiesDecoder,
+        encode: PropertiesEncoder | None,
+    ) -> None:
+        self.handle = handle
+        self.count = count
+        self.body_bytes = body_bytes
+        self.sids = sids
+        self.decode = decode
+        self.encode = encode
+
+
+class PagedTail:
+    """The part of a queue behind its resident head: written pages, then the open page."""
+
+    __slots__ = ("count", "hold", "open", "open_bytes", "pager", "pages")
+
+    def __init__(self, pager: Pager) -> None:
+        self.pager = pager
+        self.pages: deque[Page] = deque()
+        self.open: list[QueuedMessage] = []
+        self.open_bytes = 0
+        self.count = 0  # messages in pages and in the open page
+        self.hold = 0  # after a refused write: the open page's length before the next try
+
+    def paged_bytes(self) -> int:
+        return sum(page.body_bytes for page in self.pages)
+
+    def flush(self) -> Page | None:
+        """Write the open page out; None (and it stays open) when the pager refused it."""
+        entries = self.open
+        first = entries[0].message
+        decode, encode = first._decode, first._encode
+        # A page decodes with one pair of property functions; a message from another front
+        # end would start its own page (not possible today: there is one front end).
+        if any(e.message._decode is not decode for e in entries):
+            return None
+        handle = self.pager.write(encode_page(entries))
+        if handle is None:
+            return None
+        sids = array("Q", [e.sid for e in entries if e.sid])
+        page = Page(handle, len(entries), self.open_bytes, sids, decode, encode)
+        self.pages.append(page)
+        self.open = []
+        self.open_bytes = 0
+        return page
+
+    def take_page(self, entry_cls: type[QueuedMessage]) -> list[QueuedMessage]:
+        """The oldest paged messages, read back (the open page once no page is left)."""
+        if self.pages:
+            page = self.pages.popleft()
+            data = self.pager.read(page.handle)
+            self.pager.discard(page.handle)
+            entries = decode_page(data, entry_cls, page.decode, page.encode)
+        else:
+            entries = self.open
+            self.open = []
+            self.open_bytes = 0
+        self.count -= len(entries)
+        return entries
+
+    def discard_all(self) -> None:
+        for page in self.pages:
+            self.pager.discard(page.handle)
+        self.pages.clear()
+        self.open = []
+        self.open_bytes = 0
+        self.count = 0

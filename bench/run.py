@@ -204,20 +204,22 @@ class Broker:
 LEVERET_CMD = (sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1")
 
 
-def start_leveret(pythonpath: str | None, workdir: Path) -> Broker:
+def start_leveret(
+    pythonpath: str | None, workdir: Path, *, log_level: str = "warning", timeout: float = 600
+) -> Broker:
     port = free_port()
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     log = workdir / "leveret.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own command line
             [
                 *LEVERET_CMD,
                 "--port",
                 str(port),
                 "--log-level",
-                "warning",
+                log_level,
                 # Its own store, never the user's default data directory.
                 "--data-dir",
                 str(workdir / "leveret-data"),
@@ -227,7 +229,7 @@ def start_leveret(pythonpath: str | None, workdir: Path) -> Broker:
             env=env,
             start_new_session=True,
         )
-    wait_port(port, proc, 30)
+    wait_port(port, proc, timeout)
     return Broker("leveret", port, proc, proc.pid, workdir, log)
 
 

@@ -106,3 +106,37 @@ def test_disk_full_nacks_then_recovers(tmp_path: Path) -> None:
         assert got == old[3:] + confirmed
     finally:
         broker.stop(signal.SIGTERM)
+
+
+def test_tx_commit_ok_waits_for_the_disk_and_a_failed_write_is_541(tmp_path: Path) -> None:
+    if os.environ.get(URL_ENV):
+        pytest.skip("needs a broker process the test controls")
+    data_dir = str(tmp_path / "data")
+    broker = start_broker("--data-dir", data_dir, env={"LEVERET_TEST_FAIL_WRITES": "1"})
+    try:
+        with Opened(connect(broker)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("txq", durable=True)
+            ch.tx_select()
+            ch.basic_publish("", "txq", b"lost", PERSISTENT)
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+                ch.tx_commit()
+            assert closed.value.reply_code == 541
+        time.sleep(1.5)  # the store retries once a second, and then writes succeed again
+        with Opened(connect(broker)) as conn:
+            ch = conn.channel()
+            ch.tx_select()
+            ch.basic_publish("", "txq", b"kept", PERSISTENT)
+            ch.tx_commit()
+        # commit-ok came after the sync: a SIGKILL now loses nothing that was committed.
+        broker.stop(signal.SIGKILL)
+        broker = start_broker("--data-dir", data_dir)
+        with Opened(connect(broker)) as conn:
+            ch = conn.channel()
+            bodies = []
+            while (got := ch.basic_get("txq", auto_ack=True))[0] is not None:
+                bodies.append(got[2])
+            # The failed commit's message was applied in memory but never written.
+            assert bodies == [b"kept"]
+    finally:
+        broker.stop(signal.SIGTERM)

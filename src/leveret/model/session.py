@@ -36,7 +36,7 @@ from leveret.model.queue_features import parse_expiration
 from leveret.model.vhost import REPLY_TO, REPLY_TO_PREFIX
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from leveret.model.message import Message
     from leveret.model.vhost import Exchange, VirtualHost
@@ -610,7 +610,9 @@ class Session:
         # Held settlements stay counted against prefetch until commit, as in RabbitMQ.
         self._held.extend((tag, item, requeue) for tag, item in items)
 
-    def commit(self) -> None:
+    def commit(self, done: Callable[[bool], None]) -> None:
+        """Apply the transaction; ``done(ok)`` runs once what it stored is on disk (at once
+        when it stored nothing), with ``ok`` False when the store failed to write it."""
         if not self.tx_mode:
             raise PreconditionFailed("channel is not transactional")
         publishes, self._tx_publishes = self._tx_publishes, []
@@ -624,6 +626,11 @@ class Session:
             rejects = [(t, i) for t, i, r in held if r is requeue]
             if rejects:
                 self._reject(rejects, requeue)
+        if publishes or held:
+            journal = self.vhost.journal
+            journal.after_commit(lambda: done(journal.ok))
+        else:
+            done(True)
 
     def rollback(self) -> None:
         if not self.tx_mode:

@@ -939,8 +939,26 @@ class AMQP091Connection:
         self.send_method(channel.id, m.TxSelectOk())
 
     def _tx_commit(self, channel: Channel, method: m.TxCommit) -> None:
-        channel.session.commit()
-        self.send_method(channel.id, m.TxCommitOk())
+        def done(ok: bool) -> None:
+            # commit-ok only once the transaction is on disk (it may come a loop turn
+            # later, from the store's writer); the channel may have gone meanwhile.
+            if self.channels.get(channel.id) is not channel or channel.closing:
+                return
+            if ok:
+                self.send_method(channel.id, m.TxCommitOk())
+            else:
+                # The transaction is applied but not durable: the client must not believe
+                # it committed, and 541 is the spec's code for a failure of the server.
+                self._error(
+                    channel,
+                    InternalError(
+                        "tx.commit failed: the store could not write to disk",
+                        class_id=method.CLASS_ID,
+                        method_id=method.METHOD_ID,
+                    ),
+                )
+
+        channel.session.commit(done)
 
     def _tx_rollback(self, channel: Channel, method: m.TxRollback) -> None:
         channel.session.rollback()

@@ -27,6 +27,10 @@ class World:
             session.publish("", key, make_message(body, key), **kw)
 
 
+def _ignore(ok: bool) -> None:
+    """tx.commit's completion callback, for tests that do not look at it."""
+
+
 def bodies(events: list[SinkEvent]) -> list[bytes]:
     return [e.body for e in events]
 
@@ -319,7 +323,7 @@ def test_tx_publishes_are_routed_on_commit_only() -> None:
     s.select_tx()
     w.publish(s, b"1", b"2")
     assert ready(w) == []
-    s.commit()
+    s.commit(_ignore)
     assert ready(w) == [b"1", b"2"]
 
 
@@ -329,7 +333,7 @@ def test_tx_rollback_discards_publishes() -> None:
     s.select_tx()
     w.publish(s, b"1")
     s.rollback()
-    s.commit()
+    s.commit(_ignore)
     assert ready(w) == []
 
 
@@ -340,12 +344,12 @@ def test_tx_acks_are_held_until_commit() -> None:
     s.set_qos(0, 1, False)
     consume(s, "c")
     w.publish(s, b"1", b"2")
-    s.commit()
+    s.commit(_ignore)
     (first,) = sink.deliveries()
     s.ack(first.delivery_tag)
     assert sink.deliveries() == []  # the held ack still counts against prefetch
     assert w.queue.unacked_count == 1
-    s.commit()
+    s.commit(_ignore)
     assert w.queue.unacked_count == 1  # 1 settled, 2 delivered
     assert bodies(sink.deliveries()) == [b"2"]
 
@@ -359,7 +363,7 @@ def test_tx_rollback_restores_acked_tags() -> None:
     s.rollback()
     assert sorted(s.unacked) == [1, 2, 3]
     s.ack(tags[0])  # ackable again after the rollback
-    s.commit()
+    s.commit(_ignore)
     assert sorted(s.unacked) == [2, 3]
 
 
@@ -370,14 +374,14 @@ def test_tx_nack_with_requeue_requeues_on_commit() -> None:
     s.select_tx()
     s.reject(tags[0], requeue=True)
     assert ready(w) == []
-    s.commit()
+    s.commit(_ignore)
     assert ready(w) == [b"0"]
 
 
 def test_commit_and_rollback_need_tx_mode() -> None:
     s, _ = World().session()
     with pytest.raises(PreconditionFailed):
-        s.commit()
+        s.commit(_ignore)
     with pytest.raises(PreconditionFailed):
         s.rollback()
 
@@ -610,7 +614,7 @@ def test_channel_close_requeues_held_tx_acks_and_drops_tx_publishes() -> None:
     s.select_tx()
     consume(s, "c")
     w.publish(s, b"1", b"2")
-    s.commit()
+    s.commit(_ignore)
     tags = [e.delivery_tag for e in sink.deliveries()]
     s.ack(tags[0])
     w.publish(s, b"never")

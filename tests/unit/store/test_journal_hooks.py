@@ -164,3 +164,21 @@ def test_no_confirm_after_the_channel_closed() -> None:
     session.close()
     journal.commit()
     assert sink.take("confirm") == []
+
+
+def test_tx_commit_completes_only_after_the_store_commit() -> None:
+    _broker, journal, session, _sink = world()
+    session.select_tx()
+    done: list[bool] = []
+    session.commit(done.append)
+    assert done == [True]  # nothing in the transaction: nothing to wait for
+    session.publish("", "durable", persistent(b"p", "durable"))
+    session.commit(done.append)
+    assert done == [True]
+    journal.commit()
+    assert done == [True, True]
+    journal.ok = False  # a failed write: the callbacks run with ok False
+    session.publish("", "durable", persistent(b"p2", "durable"))
+    session.commit(done.append)
+    journal.commit()
+    assert done == [True, True, False]

@@ -22,6 +22,7 @@ import random
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pika
@@ -32,14 +33,13 @@ from tests.integration.conftest import URL_ENV, start_broker
 from tests.integration.pika_support import connect
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.leveret_only
 
 CYCLES = int(os.environ.get("LEVERET_CRASH_CYCLES", "20"))
 QUEUE = "crash.q"
+PINNED = "crash.pinned"
 
 
 class Ledger:
@@ -136,19 +136,35 @@ def _check(cycle: int, ledger: Ledger, present: list[int]) -> None:
 
 
 @pytest.mark.skipif(bool(os.environ.get(URL_ENV)), reason="needs a broker process to kill")
-def test_sigkill_under_confirmed_publishing_and_acking(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("cycles", "segment_bytes"),
+    [
+        pytest.param(CYCLES, "", id="64MiB-segments"),
+        # Tiny segments and one message that is never consumed: emptied segments behind
+        # the pinned first one are compacted all the time, under the kills.
+        pytest.param(max(CYCLES // 2, 1), "32768", id="32KiB-segments-pinned"),
+    ],
+)
+def test_sigkill_under_confirmed_publishing_and_acking(
+    tmp_path: Path, cycles: int, segment_bytes: str
+) -> None:
     data_dir = str(tmp_path / "data")
     seed = int(os.environ.get("LEVERET_CRASH_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     ledger = Ledger()
-    broker = start_broker("--data-dir", data_dir)
+    env = {"LEVERET_TEST_SEGMENT_BYTES": segment_bytes} if segment_bytes else None
+    broker = start_broker("--data-dir", data_dir, env=env)
     brokers = [broker]
     with connect(broker) as conn:
-        conn.channel().queue_declare(QUEUE, durable=True)
+        ch = conn.channel()
+        ch.queue_declare(QUEUE, durable=True)
+        ch.queue_declare(PINNED, durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish("", PINNED, b"pinned", pika.BasicProperties(delivery_mode=2))
     totals = {"confirmed": 0, "acked": 0, "present": 0}
     started = time.monotonic()
     try:
-        for cycle in range(CYCLES):
+        for cycle in range(cycles):
             threads = [
                 threading.Thread(target=_publisher, args=(broker, ledger)),
                 threading.Thread(target=_consumer, args=(broker, ledger, rng)),
@@ -163,13 +179,21 @@ def test_sigkill_under_confirmed_publishing_and_acking(tmp_path: Path) -> None:
                 assert not thread.is_alive()
             totals["confirmed"] += len(ledger.confirmed)
             totals["acked"] += len(ledger.acked)
-            broker = start_broker("--data-dir", data_dir)
+            broker = start_broker("--data-dir", data_dir, env=env)
             brokers.append(broker)
             got = _read_back(broker)
             present = [mid for mid, _redelivered in got]
             _check(cycle, ledger, present)
             totals["present"] += len(present)
             ledger.reset(present)
+        with connect(broker) as conn:
+            ok = conn.channel().queue_declare(PINNED, durable=True)
+            assert ok.method.message_count == 1, "the pinned message was lost"
+        if segment_bytes:
+            segments = sorted((Path(data_dir) / "msgs").iterdir())
+            print(f"{len(segments)} segments left: {[p.name for p in segments]}")
+            # Without clean-up behind the pinned segment, every segment would still be here.
+            assert len(segments) <= 6, f"{len(segments)} segments left"
     except AssertionError as exc:
         raise AssertionError(f"{exc} (LEVERET_CRASH_SEED={seed})") from None
     finally:
@@ -178,7 +202,7 @@ def test_sigkill_under_confirmed_publishing_and_acking(tmp_path: Path) -> None:
             if each.process.poll() is None:
                 each.stop()
     print(
-        f"{CYCLES} kill cycles in {time.monotonic() - started:.1f} s, seed {seed}: "
+        f"{cycles} kill cycles in {time.monotonic() - started:.1f} s, seed {seed}: "
         f"{ledger.next_id} published, {totals}"
     )
-    assert ledger.next_id > CYCLES * 10, "the load was too light to mean anything"
+    assert ledger.next_id > cycles * 10, "the load was too light to mean anything"

@@ -20,9 +20,12 @@ turn (``call_soon``) the batch goes to ONE writer thread, which writes it, fdata
 then runs the batch's callbacks on the loop (publisher confirms). While the writer is busy
 the next batch grows, so however many publishes arrive they share one sync per batch.
 
-Space: a segment is deleted when it is the oldest and none of the messages written to it is
-still in a queue (removal records in later segments only ever refer to older messages, so
-deleting in order never brings a message back). ``defs.log`` is compacted at every boot.
+Space: a segment is deleted once none of the messages written to it is still in a queue.
+The oldest such segment simply goes (removal records in later segments only ever refer to
+older messages, so deleting in order never brings a message back). An emptied segment behind
+an older one still in use goes too, after the writer copied its delivery and removal records
+about messages of the older segments into the next batch (one long-lived message pins only
+its own segment). ``defs.log`` is compacted at every boot.
 
 Write failures (disk full, EIO): the writer truncates the files back to the end of the last
 synced batch (a torn record never sits before later good ones), every confirm waiting on the
@@ -32,8 +35,9 @@ publishes are nacked at once), while definitions, deliveries and removals are ke
 written again. Every ``retry_seconds`` a retry batch (at least a commit record) is written;
 the first one that syncs ends the failing state.
 
-Test hook: ``LEVERET_TEST_FAIL_WRITES=N`` (read when the store is created) makes the next N
-batches fail at their first write call, after writing half of it, with ENOSPC. For tests only.
+Test hooks (read when the store is created; for tests only): ``LEVERET_TEST_FAIL_WRITES=N``
+makes the next N batches fail at their first write call, after writing half of it, with
+ENOSPC; ``LEVERET_TEST_SEGMENT_BYTES=N`` starts a new segment every N bytes.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ _E = struct.Struct("<cQQ")
 _COMMIT_FRAME = frame(COMMIT)
 RETRY_SECONDS = 1.0
 FAIL_WRITES_ENV = "LEVERET_TEST_FAIL_WRITES"
+SEGMENT_BYTES_ENV = "LEVERET_TEST_SEGMENT_BYTES"
 
 
 class StoreInUse(Exception):
@@ -239,12 +244,46 @@ def _read_checked(path: Path, *, last: bool) -> tuple[bytes, list[memoryview]]:
     return data, result.payloads
 
 
+def _records_about(payloads: list[memoryview], older: list[tuple[int, int]]) -> list[bytes] | None:
+    """The delivery and removal records of a segment about messages whose ids fall in
+    ``older`` ([first, end) ranges), rebuilt as new records; None when the segment also
+    adds such a message to a queue (``E``), which copying could not replay in order."""
+    if not older:
+        return []
+    lo = older[0][0]
+    hi = older[-1][1]
+
+    def wanted(mid: int) -> bool:
+        return lo <= mid < hi and any(first <= mid < end for first, end in older)
+
+    out: list[bytes] = []
+    for payload in payloads:
+        kind = payload[0]
+        if kind == 69:  # E
+            if wanted(_E.unpack_from(payload)[2]):
+                return None
+        elif kind in (68, 65):  # D, A
+            pairs = array("Q")
+            pairs.frombytes(payload[1:])
+            keep = array("Q")
+            for i in range(0, len(pairs), 2):
+                if wanted(pairs[i + 1]):
+                    keep.append(pairs[i])
+                    keep.append(pairs[i + 1])
+            if keep:
+                out.append(bytes(payload[:1]) + keep.tobytes())
+    return out
+
+
 class DiskStore:
     """The model's ``Journal`` on disk; see the module docstring."""
 
-    def __init__(self, path: str | Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, path: str | Path, *, segment_bytes: int = 0) -> None:
         self.path = Path(path)
-        self.segment_bytes = segment_bytes
+        # Test hook: tiny segments, so that crash tests go through segment clean-up.
+        self.segment_bytes = (
+            segment_bytes or int(os.environ.get(SEGMENT_BYTES_ENV) or 0) or SEGMENT_BYTES
+        )
         self.writes = 0
         # False while the store is failing, and while the callbacks of a failed batch run.
         self.ok = True
@@ -262,6 +301,12 @@ class DiskStore:
         self._inflight_deletes: list[int] = []
         self._inflight_first = 1
         self._deletes: list[int] = []
+        # Emptied segments that are not the oldest: deleted once the records in them that
+        # older segments still need were copied forward (see ``_carry_forward``).
+        self._carries: list[tuple[int, list[tuple[int, int]]]] = []
+        self._inflight_carries: list[tuple[int, list[tuple[int, int]]]] = []
+        self._emptied = False
+        self.segments_compacted = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock_fd = -1
         # The batch being built on the loop thread.
@@ -471,6 +516,29 @@ class DiskStore:
             gone.append(segno)
         return gone
 
+    def _collect_middle(self) -> list[tuple[int, list[tuple[int, int]]]]:
+        """Emptied segments behind an older one that is still in use (one long-lived message
+        must not keep every later segment on disk).
+
+        Such a segment cannot simply go: its removal and delivery records may be about
+        messages of the older segments, and without them those messages would come back
+        at the next boot. So each goes with the id ranges of the older segments still
+        kept; the writer copies the records about those ranges into the batch it writes,
+        and deletes the segment once that batch is synced."""
+        self._emptied = False
+        found = []
+        segments, firsts, live = self._segments, self._seg_first, self._live
+        i = 1
+        while i < len(segments) - 1:
+            segno = segments[i]
+            if live[segno] > 0:
+                i += 1
+                continue
+            older = [(firsts[j], firsts[j + 1]) for j in range(i)]
+            del segments[i], firsts[i], live[segno]
+            found.append((segno, older))
+        return found
+
     # -- the journal (loop thread) -------------------------------------------------------
 
     def _kick(self) -> None:
@@ -602,7 +670,10 @@ class DiskStore:
             self._batch_refs -= 1
         else:
             segno = self._segment_of(sid)
-            self._live[segno] -= 1
+            live = self._live[segno] - 1
+            self._live[segno] = live
+            if live <= 0:
+                self._emptied = True
         self._kick()
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -651,10 +722,15 @@ class DiskStore:
         self._seg_bytes += len(payload)
         deletes = self._deletes + self._collect()
         self._deletes = []
+        carries = self._carries
+        if self._emptied:
+            carries += self._collect_middle()
+        self._carries = []
         self._inflight_defs, self._inflight_deletes = defs, deletes
+        self._inflight_carries = carries
         self._busy = True
-        seg = payload + _COMMIT_FRAME if payload or force else b""
-        self._jobs.put((b"".join(defs), new_segment, seg, deletes, callbacks))
+        seg = payload + _COMMIT_FRAME if payload or force or carries else b""
+        self._jobs.put((b"".join(defs), new_segment, seg, deletes, callbacks, carries))
 
     def _committed(
         self,
@@ -691,7 +767,8 @@ class DiskStore:
         self._inflight_removed.extend(self._removed)
         self._removed = self._inflight_removed
         self._deletes[:0] = self._inflight_deletes
-        self._inflight_defs, self._inflight_deletes = [], []
+        self._carries[:0] = self._inflight_carries
+        self._inflight_defs, self._inflight_deletes, self._inflight_carries = [], [], []
         if self.failed is None:
             self.failed = error
             self.ok = False
@@ -724,7 +801,10 @@ class DiskStore:
             job = self._jobs.get()
             if job is None:
                 return
-            defs, new_segment, payload, deletes, callbacks = job
+            defs, new_segment, payload, deletes, callbacks, carries = job
+            carried: list[int] = []
+            if carries:
+                payload, carried = self._carry_forward(payload, carries)
             error: BaseException | None = None
             defs_done = False
             inject = self.fail_writes > 0
@@ -769,7 +849,8 @@ class DiskStore:
                 except OSError:
                     pass  # again before the next write
             if error is None:
-                for segno in deletes:
+                self.segments_compacted += len(carried)
+                for segno in deletes + carried:
                     try:
                         os.unlink(msgs_dir / f"{segno:08d}.seg")
                     except OSError as exc:
@@ -780,6 +861,33 @@ class DiskStore:
                     loop.call_soon_threadsafe(self._committed, callbacks, error, defs_done)
                 except RuntimeError:
                     pass  # the loop closed meanwhile (shutdown)
+
+    def _carry_forward(
+        self, payload: bytes, carries: list[tuple[int, list[tuple[int, int]]]]
+    ) -> tuple[bytes, list[int]]:
+        """Writer thread: copy the records of emptied segments that older segments still
+        need in front of the batch's commit record; returns the segments that may go."""
+        msgs_dir = self.path / "msgs"
+        extra: list[bytes] = []
+        done: list[int] = []
+        for segno, older in carries:
+            path = msgs_dir / f"{segno:08d}.seg"
+            try:
+                _data, payloads = _read_checked(path, last=False)
+                records = _records_about(payloads, older)
+            except (OSError, StoreCorrupt, ValueError) as exc:
+                # Keep the file: the next boot reads it as it is (nothing is lost).
+                log.warning("store: segment %d not compacted: %s", segno, exc)
+                continue
+            if records is None:
+                log.info("store: segment %d kept: it adds old messages to queues", segno)
+                continue
+            extra += records
+            done.append(segno)
+        if not extra:
+            return payload, done
+        body = payload[: -len(_COMMIT_FRAME)] if payload else b""
+        return body + b"".join(frame(r) for r in extra) + _COMMIT_FRAME, done
 
     def _append(self, fd: int, data: bytes, inject: bool) -> None:
         if inject:  # the test hook: a short write, then the disk is full

@@ -298,6 +298,46 @@ def test_old_segments_are_deleted_when_nothing_refers_to_them(tmp_path: Path) ->
     assert bodies == [b"%04d" % i for i in range(30, 40)] + [b"more" for _ in range(10)]
 
 
+def test_one_long_lived_message_pins_only_its_own_segment(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, segment_bytes=4096)
+    store.open()
+    sids: list[int] = []
+
+    async def main() -> None:
+        store.start(asyncio.get_running_loop())
+        qid = store.queue_declared("/", "q", False, {})
+        keep = store.enqueued(qid, _message(b"keeper"))
+        for i in range(60):
+            sid = store.enqueued(qid, _message(b"%04d" % i + b"x" * 1000))
+            sids.append(sid)
+            await asyncio.sleep(0.005)
+            if i >= 5:  # consumed a few messages behind: acks land in later segments
+                store.delivered(qid, sids[i - 5])
+                store.removed(qid, sids[i - 5])
+            if i == 20:  # the keeper was delivered, not acked: a D record in a middle segment
+                store.delivered(qid, keep)
+        for sid in sids[55:]:
+            store.removed(qid, sid)
+        for i in range(10):  # more batches, so that the removals are written and GC runs
+            sids.append(store.enqueued(qid, _message(b"more%d" % i)))
+            await asyncio.sleep(0.005)
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+        store.close()
+
+    asyncio.run(main())
+    assert store.segments_compacted >= 5
+    segments = sorted(p.name for p in (tmp_path / "msgs").iterdir())
+    assert "00000001.seg" in segments  # the keeper's
+    assert len(segments) <= 3
+    store, rec = _reopen(tmp_path, segment_bytes=4096)
+    store.close()
+    got = [(m[4][:6], m[5]) for m in rec.queues[0].messages]
+    # The keeper is still delivered-before (its D record was carried forward); every
+    # message acked in a deleted segment stays acked.
+    assert got == [(b"keeper", True)] + [(b"more%d" % i, False) for i in range(10)]
+
+
 def test_a_directory_is_used_by_one_broker_at_a_time(tmp_path: Path) -> None:
     first = DiskStore(tmp_path)
     first.open()

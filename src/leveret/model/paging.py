@@ -46,6 +46,15 @@ class Pager(Protocol):
     def discard(self, handle: object) -> None: ...
 
 
+class PageSource(Protocol):
+    """Pages whose messages are somewhere else already (the store's segments, after a
+    restart): ``load`` builds the entries, numbered from ``first_seq``."""
+
+    def load(self, handle: object, first_seq: int) -> list[QueuedMessage]: ...
+
+    def discard(self, handle: object) -> None: ...
+
+
 # seq, sid, store id, properties length, body length, hints, redelivered, exchange length,
 # routing key length; then exchange, routing key, properties and body.
 _ENTRY = struct.Struct("<QQQIIBBBB")
@@ -111,9 +120,11 @@ def decode_page(
 
 
 class Page:
-    """One page on the pager: what is needed to read it back, count it and purge it."""
+    """One page: what is needed to read it back, count it and purge it. A page the queue
+    wrote is bytes on the pager (``decode``/``encode`` rebuild its messages); a page from
+    a ``PageSource`` is loaded by that source."""
 
-    __slots__ = ("body_bytes", "count", "decode", "encode", "handle", "sids")
+    __slots__ = ("body_bytes", "count", "decode", "encode", "first_seq", "handle", "sids", "source")
 
     def __init__(
         self,
@@ -121,8 +132,10 @@ class Page:
         count: int,
         body_bytes: int,
         sids: array[int],
-        decode: PropertiesDecoder,
+        decode: PropertiesDecoder | None,
         encode: PropertiesEncoder | None,
+        source: PageSource | None = None,
+        first_seq: int = 0,
     ) -> None:
         self.handle = handle
         self.count = count
@@ -130,6 +143,22 @@ class Page:
         self.sids = sids
         self.decode = decode
         self.encode = encode
+        self.source = source
+        self.first_seq = first_seq
+
+    def load(self, pager: Pager | None, entry_cls: type[QueuedMessage]) -> list[QueuedMessage]:
+        """The page's entries (the page stays where it is)."""
+        if self.source is not None:
+            return self.source.load(self.handle, self.first_seq)
+        assert pager is not None
+        assert self.decode is not None
+        return decode_page(pager.read(self.handle), entry_cls, self.decode, self.encode)
+
+    def discard(self, pager: Pager | None) -> None:
+        if self.source is not None:
+            self.source.discard(self.handle)
+        elif pager is not None:
+            pager.discard(self.handle)
 
 
 class PagedTail:
@@ -137,7 +166,7 @@ class PagedTail:
 
     __slots__ = ("count", "hold", "open", "open_bytes", "pager", "pages")
 
-    def __init__(self, pager: Pager) -> None:
+    def __init__(self, pager: Pager | None) -> None:
         self.pager = pager
         self.pages: deque[Page] = deque()
         self.open: list[QueuedMessage] = []
@@ -155,7 +184,7 @@ class PagedTail:
         decode, encode = first._decode, first._encode
         # A page decodes with one pair of property functions; a message from another front
         # end would start its own page (not possible today: there is one front end).
-        if any(e.message._decode is not decode for e in entries):
+        if self.pager is None or any(e.message._decode is not decode for e in entries):
             return None
         handle = self.pager.write(encode_page(entries))
         if handle is None:
@@ -171,9 +200,8 @@ class PagedTail:
         """The oldest paged messages, read back (the open page once no page is left)."""
         if self.pages:
             page = self.pages.popleft()
-            data = self.pager.read(page.handle)
-            self.pager.discard(page.handle)
-            entries = decode_page(data, entry_cls, page.decode, page.encode)
+            entries = page.load(self.pager, entry_cls)
+            page.discard(self.pager)
         else:
             entries = self.open
             self.open = []
@@ -183,7 +211,7 @@ class PagedTail:
 
     def discard_all(self) -> None:
         for page in self.pages:
-            self.pager.discard(page.handle)
+            page.discard(self.pager)
         self.pages.clear()
         self.open = []
         self.open_bytes = 0

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
-from leveret.model.paging import PagedTail, Pager, decode_page
+from leveret.model.paging import Page, PagedTail, Pager, PageSource
 from leveret.model.queue_args import PLAIN, QueueConfig
 from leveret.model.queue_features import MESSAGE_OVERHEAD, FeatureMixin, PriorityReady
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
+    from array import array
     from collections.abc import Iterable, Mapping
 
     from leveret.model.message import Message
@@ -189,6 +190,11 @@ class Queue(FeatureMixin):
     def message_count(self) -> int:
         tail = self._tail
         return len(self.ready) if tail is None else len(self.ready) + tail.count
+
+    @property
+    def uses_features(self) -> bool:
+        """Whether the queue runs the feature paths (which never page)."""
+        return self._special
 
     @property
     def paged_count(self) -> int:
@@ -354,10 +360,25 @@ class Queue(FeatureMixin):
         tail = self._tail
         if tail is not None:
             for page in tail.pages:
-                data = tail.pager.read(page.handle)
-                entries += decode_page(data, self._entry_cls, page.decode, page.encode)
+                entries += page.load(tail.pager, self._entry_cls)
             entries += tail.open
         return entries
+
+    def restore_page(
+        self, source: PageSource, handle: object, count: int, sids: array[int]
+    ) -> None:
+        """Put ``count`` recovered messages at the tail as one page that ``source`` loads
+        when the head needs it (no journal write: recovery runs before clients connect).
+        Only for a queue on the plain path, after its head was restored."""
+        assert not self._special
+        tail = self._tail
+        if tail is None:
+            tail = self._tail = PagedTail(self.pager)
+        assert not tail.open  # a page never goes behind messages that are newer
+        first = self._next_seq + 1
+        self._next_seq += count
+        tail.pages.append(Page(handle, count, 0, sids, None, None, source, first))
+        tail.count += count
 
     def _to_tail(self, entry: QueuedMessage) -> None:
         """Append behind the resident head; a full open page goes to the pager."""

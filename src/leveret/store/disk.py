@@ -57,12 +57,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.store.records import COMMIT, HEADER, HEADER_SIZE, StoreCorrupt, frame, scan
+from leveret.store.records import COMMIT, HEADER_SIZE, StoreCorrupt, frame, scan
+from leveret.store.segment_index import SegmentIndex, StoredMessages
 from leveret.store.values import canonical, dump_table, load_table
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from leveret.model.message import Message
 
@@ -79,53 +80,6 @@ SEGMENT_BYTES_ENV = "LEVERET_TEST_SEGMENT_BYTES"
 
 class StoreInUse(Exception):
     """Another broker holds the data directory."""
-
-
-class StoredMessages:
-    """A recovered queue's messages in queue order, read from the segments as iterated.
-
-    Recovery keeps only the message ids (and per segment the file offset of each message
-    record), never every body at once: restoring a deep queue pages it out as it goes, so
-    booting with millions of messages needs memory for the ids, not for the bodies. Each
-    item is (mid, exchange, routing key, raw properties, body, delivered before)."""
-
-    def __init__(
-        self,
-        refs: dict[int, bool],
-        directory: Path,
-        segment_of: Callable[[int], int],
-        locations: dict[int, tuple[array[int], array[int]]],
-    ) -> None:
-        self._refs = refs
-        self._dir = directory
-        self._segment_of = segment_of
-        self._locations = locations
-
-    def __len__(self) -> int:
-        return len(self._refs)
-
-    def __iter__(self) -> Iterator[tuple[int, str, str, bytes, bytes, bool]]:
-        loaded = -1
-        data = b""
-        m_unpack, size = _M.unpack_from, _M.size
-        for mid, delivered in self._refs.items():
-            segno = self._segment_of(mid)
-            if segno != loaded:
-                data = (self._dir / f"{segno:08d}.seg").read_bytes()
-                loaded = segno
-            mids, starts = self._locations[segno]
-            i = bisect.bisect_left(mids, mid)
-            start = starts[i]
-            length = HEADER.unpack_from(data, start - HEADER_SIZE)[1]
-            _k, _qid, _mid, exlen, rklen, proplen = m_unpack(data, start)
-            pos = start + size
-            exchange = data[pos : pos + exlen].decode()
-            pos += exlen
-            routing_key = data[pos : pos + rklen].decode()
-            pos += rklen
-            props = data[pos : pos + proplen]
-            body = data[pos + proplen : start + length]
-            yield mid, exchange, routing_key, props, body, delivered
 
 
 @dataclass
@@ -388,18 +342,18 @@ class DiskStore:
     def _recover_messages(self, defs: _Defs) -> Recovered:
         msgs_dir = self.path / "msgs"
         names = sorted(p for p in msgs_dir.iterdir() if p.suffix == ".seg")
-        # Per segment: the ids of its message records and where each record's payload starts.
-        locations: dict[int, tuple[array[int], array[int]]] = {}
+        # Per segment: the ids of its message records, where their payloads are, how long.
+        index = SegmentIndex(msgs_dir, self._segment_of)
         refs: dict[int, dict[int, bool]] = {}
         max_mid = 0
         m_unpack, e_unpack = _M.unpack_from, _E.unpack_from
-        for index, path in enumerate(names):
+        for number, path in enumerate(names):
             segno = int(path.stem)
             self._segments.append(segno)
             self._seg_first.append(max_mid + 1)
             self._live[segno] = 0
-            mids, starts = locations[segno] = array("Q"), array("Q")
-            _data, payloads = _read_checked(path, last=index == len(names) - 1)
+            mids, starts, lengths = index.add_segment(segno)
+            _data, payloads = _read_checked(path, last=number == len(names) - 1)
             end = 0
             for payload in payloads:
                 start = end + HEADER_SIZE
@@ -409,6 +363,7 @@ class DiskStore:
                     _k, qid, mid, _e, _r, _p = m_unpack(payload)
                     mids.append(mid)
                     starts.append(start)
+                    lengths.append(end - start)
                     held = refs.get(qid)
                     if held is None:
                         held = refs[qid] = {}
@@ -452,16 +407,13 @@ class DiskStore:
         for rec in defs.queues.values():
             held = refs.get(rec["id"], {})
             for mid in held:
-                segno = segment_of(mid)
-                mids = locations[segno][0]
-                i = bisect.bisect_left(mids, mid)
-                if i == len(mids) or mids[i] != mid:
+                if not index.has(mid):
                     raise StoreCorrupt(
                         f"store: queue '{rec['n']}' refers to message {mid}, which is missing"
                     )
-                self._live[segno] += 1
+                self._live[segment_of(mid)] += 1
             queue = RecoveredQueue(rec["v"], rec["n"], rec["id"], rec["ad"], load_table(rec["a"]))
-            queue.messages = StoredMessages(held, msgs_dir, segment_of, locations)
+            queue.messages = StoredMessages(held, index)
             recovered.messages += len(held)
             recovered.queues.append(queue)
         # Open the last segment for appending, and drop old ones nothing refers to.

@@ -8,18 +8,86 @@ original order), then bindings (queue and exchange-to-exchange).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from leveret.errors import AMQPError
+from leveret.model.queue import QueuedMessage
+from leveret.store.segment_index import SegmentIndex, StoredMessages
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from array import array
+    from collections.abc import Callable, Iterable
 
     from leveret.model.broker import Broker
     from leveret.model.message import Message
+    from leveret.model.queue import Queue
     from leveret.store.disk import Recovered
 
 log = logging.getLogger("leveret.store")
+
+
+class StoredPages:
+    """The ``PageSource`` of recovered deep queues: their pages are runs of message ids
+    whose records stay in the store's segments until the queue reaches them."""
+
+    def __init__(
+        self, index: SegmentIndex, make_message: Callable[[str, str, bytes, bytes], Message]
+    ) -> None:
+        self.index = index
+        self.make_message = make_message
+        self.pages = 0
+
+    def load(self, handle: object, first_seq: int) -> list[QueuedMessage]:
+        mids, delivered = cast("tuple[array[int], bytes]", handle)
+        entries = []
+        make = self.make_message
+        for i, (exchange, routing_key, props, body) in enumerate(self.index.load(mids)):
+            message = make(exchange, routing_key, props, body)
+            message.store_id = mid = mids[i]
+            entry = QueuedMessage(first_seq + i, message, bool(delivered[i]))
+            entry.sid = mid
+            entries.append(entry)
+        return entries
+
+    def discard(self, handle: object) -> None:
+        self.pages -= 1
+        if not self.pages:
+            self.index.close()  # every recovered page was taken: drop the index
+
+
+def _restore_messages(
+    queue: Queue,
+    messages: Iterable[tuple[int, str, str, bytes, bytes, bool]],
+    make_message: Callable[[str, str, bytes, bytes], Message],
+    sources: dict[int, StoredPages],
+) -> None:
+    """The head as objects; a deep queue's rest as pages that point into the segments."""
+    stored = messages if isinstance(messages, StoredMessages) else None
+    pages = stored is not None and queue.pager is not None and not queue.config.special
+    restored = 0
+    for mid, exchange, routing_key, props, body, delivered in messages:
+        if pages and restored == queue.resident_max:
+            break
+        message = make_message(exchange, routing_key, props, body)
+        message.store_id = mid
+        queue.restore(message, mid, delivered)
+        restored += 1
+    else:
+        return
+    assert stored is not None
+    source = sources.get(id(stored.index))
+    if source is None:
+        source = sources[id(stored.index)] = StoredPages(stored.index, make_message)
+    for mids, seen in stored.runs(restored, queue.page_messages):
+        if queue.uses_features:
+            # A message of the head made the queue take the feature paths (a TTL, a
+            # priority): those keep every message as an object.
+            for entry in source.load((mids, seen), 0):
+                queue.restore(entry.message, entry.sid, entry.redelivered)
+            continue
+        source.pages += 1
+        queue.restore_page(source, (mids, seen), len(mids), mids)
+    stored.release()
 
 
 def restore(
@@ -40,7 +108,11 @@ def restore(
             )
         except AMQPError as exc:
             log.error("store: cannot restore exchange '%s': %s", rec["n"], exc.reply_text)
+    sources: dict[int, StoredPages] = {}
+    indexes: dict[int, SegmentIndex] = {}
     for q in recovered.queues:
+        if isinstance(q.messages, StoredMessages):
+            indexes[id(q.messages.index)] = q.messages.index
         vhost = broker.add_vhost(q.vhost)
         try:
             queue = vhost.declare_queue(
@@ -50,10 +122,7 @@ def restore(
             log.error("store: cannot restore queue '%s': %s", q.name, exc.reply_text)
             continue
         queue.store_id = q.qid
-        for mid, exchange, routing_key, props, body, delivered in q.messages:
-            message = make_message(exchange, routing_key, props, body)
-            message.store_id = mid
-            queue.restore(message, mid, delivered)
+        _restore_messages(queue, q.messages, make_message, sources)
     for rec in recovered.bindings:
         vhost = broker.add_vhost(rec["v"])
         try:
@@ -68,3 +137,7 @@ def restore(
                 rec["s"],
                 exc.reply_text,
             )
+    for key, index in indexes.items():
+        source = sources.get(key)
+        if source is None or not source.pages:
+            index.close()  # no page points into the segments: nothing needs the index

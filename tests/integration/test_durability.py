@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 import pika
@@ -312,6 +313,31 @@ def test_acks_before_a_clean_shutdown_are_kept(node: Restarting) -> None:
     with Opened(connect(node.broker)) as conn:
         ch = conn.channel()
         assert [b for _m, _p, b in drain(ch, "q")] == [b"%d" % i for i in range(60, 100)]
+
+
+def test_ttls_count_from_the_first_enqueue_across_a_restart(node: Restarting) -> None:
+    with Opened(connect(node.broker)) as conn:
+        ch = conn.channel()
+        ch.queue_declare("ttl.q", durable=True, arguments={"x-message-ttl": 6000})
+        ch.queue_declare("plain.q", durable=True)
+        published = time.monotonic()
+        ch.basic_publish("", "ttl.q", b"short", PERSISTENT)
+        ch.basic_publish(
+            "", "plain.q", b"own-ttl", pika.BasicProperties(delivery_mode=2, expiration="6000")
+        )
+        ch.basic_publish(
+            "", "plain.q", b"long", pika.BasicProperties(delivery_mode=2, expiration="600000")
+        )
+    time.sleep(3)
+    node.restart(signal.SIGKILL)
+    # Counted from the restart they would live until at least 9 s after the publish.
+    time.sleep(max(0.0, 6.5 - (time.monotonic() - published)))
+    with Opened(connect(node.broker)) as conn:
+        ch = conn.channel()
+        assert ch.basic_get("ttl.q", auto_ack=True)[0] is None
+        _method, _props, body = ch.basic_get("plain.q", auto_ack=True)
+        assert body == b"long"
+        assert ch.basic_get("plain.q", auto_ack=True)[0] is None
 
 
 def test_data_dir_from_the_environment(data_dir: str) -> None:

@@ -335,9 +335,12 @@ class Queue(FeatureMixin):
         self.ready_bytes = 0
         return count
 
-    def restore(self, message: Message, sid: int, redelivered: bool) -> None:
+    def restore(
+        self, message: Message, sid: int, redelivered: bool, enqueued_at: float | None = None
+    ) -> None:
         """Put a message recovered from the store at the tail, as it was (no journal write,
-        no delivery: recovery runs before any client connects)."""
+        no delivery: recovery runs before any client connects). ``enqueued_at`` (wall
+        clock) is when it first entered the queue: its TTL counts from then."""
         self._next_seq += 1
         entry = self._entry_cls(self._next_seq, message, redelivered)
         entry.sid = sid
@@ -346,7 +349,7 @@ class Queue(FeatureMixin):
         if self._special or message.hints & QUEUE_HINTS:
             if self._tail is not None:
                 self._unpage_all()
-            self._restore_special(entry)
+            self._restore_special(entry, enqueued_at)
         elif self._tail is not None or len(self.ready) >= self.resident_max:
             self._to_tail(entry)
         else:

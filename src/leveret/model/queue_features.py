@@ -301,9 +301,11 @@ class FeatureMixin:
         consumer.session.deliver(consumer, entry)
         return True
 
-    def _restore_special(self, entry: QueuedMessage) -> None:
-        """``Queue.restore`` for a queue or message that needs the feature paths: TTLs
-        start again from now (the monotonic clock does not survive a restart)."""
+    def _restore_special(self, entry: QueuedMessage, enqueued_at: float | None = None) -> None:
+        """``Queue.restore`` for a queue or message that needs the feature paths. The TTL
+        counts from ``enqueued_at`` (wall clock; the monotonic clock does not survive a
+        restart), or from now when it is not known; an expired head goes at the next
+        deadline, as usual."""
         self._special = True
         message = entry.message
         ttl = self.config.message_ttl
@@ -311,7 +313,8 @@ class FeatureMixin:
         if own is not None and (ttl is None or own < ttl):
             ttl = own
         if ttl is not None:
-            entry.expires = self.timers.now + ttl
+            age = 0.0 if enqueued_at is None else max(0.0, self.timers.wall - enqueued_at)
+            entry.expires = self.timers.now + ttl - age
         if self.config.max_priority is not None and message.hints & HINT_PRIORITY:
             entry.priority = min(message.properties.priority or 0, self.config.max_priority)
         self.ready.append(entry)

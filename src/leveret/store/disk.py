@@ -3,15 +3,17 @@
 Layout::
 
     data_dir/LOCK                  flock()ed while a broker uses the directory
+    data_dir/FORMAT                the record format (a directory in another one is refused)
     data_dir/defs.log              definitions: durable exchanges, queues, bindings (JSON)
     data_dir/msgs/00000001.seg     message log segments, append-only, ~64 MiB each
 
 Every file is a sequence of checksummed records (``records.py``), written in batches that
 end with a commit record. Message records (binary):
 
-- ``M`` qid mid exchange routing-key properties body: a persistent message entered durable
-  queue ``qid``; ``mid`` is its store id. ``E`` qid mid: the same message also entered
-  another durable queue (the body is written once).
+- ``M`` qid mid time exchange routing-key properties body: a persistent message entered
+  durable queue ``qid`` at ``time`` (wall clock, ms); ``mid`` is its store id.
+- ``E`` qid mid: the same message also entered another durable queue (the body is
+  written once).
 - ``D`` (qid, mid)...: first deliveries (they come back with redelivered=true).
 - ``A`` (qid, mid)...: the message left the queue (ack, reject, expiry, purge, ...).
 
@@ -58,7 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.store.records import COMMIT, HEADER_SIZE, StoreCorrupt, frame, scan
-from leveret.store.segment_index import SegmentIndex, StoredMessages
+from leveret.store.segment_index import M_RECORD, SegmentIndex, StoredMessages
 from leveret.store.values import canonical, dump_table, load_table
 
 if TYPE_CHECKING:
@@ -70,7 +72,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.store")
 
 SEGMENT_BYTES = 64 << 20
-_M = struct.Struct("<cQQBBI")
+# The record format of this store; written to ``data_dir/FORMAT`` when a directory is new.
+FORMAT = "leveret-store 2"
+_M = M_RECORD
 _E = struct.Struct("<cQQ")
 _COMMIT_FRAME = frame(COMMIT)
 RETRY_SECONDS = 1.0
@@ -89,7 +93,7 @@ class RecoveredQueue:
     qid: int
     auto_delete: bool
     arguments: dict[str, object]
-    messages: Iterable[tuple[int, str, str, bytes, bytes, bool]] = ()
+    messages: Iterable[tuple[int, str, str, bytes, bytes, bool, float]] = ()
 
 
 @dataclass
@@ -270,6 +274,9 @@ class DiskStore:
         self._removed = array("Q")
         self._callbacks: list[Callable[[], None]] = []
         self._batch_first = 1  # the first message id of the open batch
+        # Wall-clock milliseconds stored with each message (enqueue time, for TTLs across a
+        # restart); read once per batch, not per message.
+        self._now_ms = int(time.time() * 1000)
         self._batch_refs = 0  # queue references to messages of the open batch
         self._busy = False
         self._scheduled = False
@@ -305,12 +312,41 @@ class DiskStore:
             os.close(self._lock_fd)
             self._lock_fd = -1
             raise StoreInUse(f"data directory {self.path} is in use by another broker") from None
-        defs = self._recover_defs()
-        recovered = self._recover_messages(defs)
-        self._write_snapshot(defs)
+        try:
+            self._check_format(msgs_dir)
+            defs = self._recover_defs()
+            recovered = self._recover_messages(defs)
+            self._write_snapshot(defs)
+        except BaseException:
+            self.close()  # release the directory: the caller reports the error
+            raise
         self._next_qid = defs.next_qid
         recovered.seconds = time.monotonic() - started
         return recovered
+
+    def _check_format(self, msgs_dir: Path) -> None:
+        """A directory written in another record format is refused, never misread."""
+        marker = self.path / "FORMAT"
+        if marker.exists():
+            found = marker.read_text().strip()
+            if found != FORMAT:
+                raise StoreCorrupt(
+                    f"data directory {self.path} holds store format '{found}'; this version "
+                    f"reads '{FORMAT}' only. Drain it with the version that wrote it, or "
+                    "start with an empty directory."
+                )
+            return
+        if (self.path / "defs.log").exists() or any(msgs_dir.iterdir()):
+            raise StoreCorrupt(
+                f"data directory {self.path} was written by an older Leveret (no FORMAT "
+                f"file); this version reads '{FORMAT}' only. Start with an empty directory."
+            )
+        tmp = self.path / "FORMAT.tmp"
+        tmp.write_text(FORMAT + "\n")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, marker)
+        _fsync_dir(self.path)
 
     def _recover_defs(self) -> _Defs:
         defs = _Defs()
@@ -360,7 +396,7 @@ class DiskStore:
                 end = start + len(payload)
                 kind = payload[0]
                 if kind == 77:  # M
-                    _k, qid, mid, _e, _r, _p = m_unpack(payload)
+                    _k, qid, mid, _t, _e, _r, _p = m_unpack(payload)
                     mids.append(mid)
                     starts.append(start)
                     lengths.append(end - start)
@@ -593,7 +629,9 @@ class DiskStore:
             routing_key = message.routing_key.encode()
             props = message.raw_properties
             self._msgs.append(
-                _M.pack(b"M", queue_id, mid, len(exchange), len(routing_key), len(props))
+                _M.pack(
+                    b"M", queue_id, mid, self._now_ms, len(exchange), len(routing_key), len(props)
+                )
                 + exchange
                 + routing_key
                 + props
@@ -642,6 +680,7 @@ class DiskStore:
         self._scheduled = False
         if self._busy or (self.failed is not None and not force):
             return
+        self._now_ms = int(time.time() * 1000)
         # What goes to the writer (kept to be given back if the write fails).
         self._inflight_delivered, self._inflight_removed = array("Q"), array("Q")
         msgs = self._msgs

@@ -41,7 +41,7 @@ class StoredPages:
         mids, delivered = cast("tuple[array[int], bytes]", handle)
         entries = []
         make = self.make_message
-        for i, (exchange, routing_key, props, body) in enumerate(self.index.load(mids)):
+        for i, (exchange, routing_key, props, body, _at) in enumerate(self.index.load(mids)):
             message = make(exchange, routing_key, props, body)
             message.store_id = mid = mids[i]
             entry = QueuedMessage(first_seq + i, message, bool(delivered[i]))
@@ -57,7 +57,7 @@ class StoredPages:
 
 def _restore_messages(
     queue: Queue,
-    messages: Iterable[tuple[int, str, str, bytes, bytes, bool]],
+    messages: Iterable[tuple[int, str, str, bytes, bytes, bool, float]],
     make_message: Callable[[str, str, bytes, bytes], Message],
     sources: dict[int, StoredPages],
 ) -> None:
@@ -65,12 +65,12 @@ def _restore_messages(
     stored = messages if isinstance(messages, StoredMessages) else None
     pages = stored is not None and queue.pager is not None and not queue.config.special
     restored = 0
-    for mid, exchange, routing_key, props, body, delivered in messages:
+    for mid, exchange, routing_key, props, body, delivered, at in messages:
         if pages and restored == queue.resident_max:
             break
         message = make_message(exchange, routing_key, props, body)
         message.store_id = mid
-        queue.restore(message, mid, delivered)
+        queue.restore(message, mid, delivered, enqueued_at=at)
         restored += 1
     else:
         return
@@ -82,8 +82,9 @@ def _restore_messages(
         if queue.uses_features:
             # A message of the head made the queue take the feature paths (a TTL, a
             # priority): those keep every message as an object.
-            for entry in source.load((mids, seen), 0):
-                queue.restore(entry.message, entry.sid, entry.redelivered)
+            records = stored.index.load(mids)
+            for entry, record in zip(source.load((mids, seen), 0), records, strict=True):
+                queue.restore(entry.message, entry.sid, entry.redelivered, enqueued_at=record[4])
             continue
         source.pages += 1
         queue.restore_page(source, (mids, seen), len(mids), mids)

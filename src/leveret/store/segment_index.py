@@ -22,11 +22,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
-# A message record: kind, queue id, message id, exchange/routing-key/properties lengths.
-M_RECORD = struct.Struct("<cQQBBI")
+# A message record: kind, queue id, message id, enqueue time (wall clock, ms),
+# exchange/routing-key/properties lengths.
+M_RECORD = struct.Struct("<cQQQBBI")
 
-# exchange, routing key, raw properties, body
-StoredRecord = tuple[str, str, bytes, bytes]
+# exchange, routing key, raw properties, body, enqueue time (wall clock, seconds)
+StoredRecord = tuple[str, str, bytes, bytes, float]
 
 
 class SegmentIndex:
@@ -75,15 +76,14 @@ class SegmentIndex:
             for x in where:
                 start = starts[x] - lo
                 end = start + lengths[x]
-                _k, _qid, _mid, exlen, rklen, proplen = unpack(data, start)
+                _k, _qid, _mid, ms, exlen, rklen, proplen = unpack(data, start)
                 pos = start + size
                 exchange = data[pos : pos + exlen].decode()
                 pos += exlen
                 routing_key = data[pos : pos + rklen].decode()
                 pos += rklen
-                out.append(
-                    (exchange, routing_key, data[pos : pos + proplen], data[pos + proplen : end])
-                )
+                props = data[pos : pos + proplen]
+                out.append((exchange, routing_key, props, data[pos + proplen : end], ms / 1000))
             i = j
         return out
 
@@ -109,7 +109,8 @@ class SegmentIndex:
 class StoredMessages:
     """A recovered queue's messages in queue order, read from the segments on demand.
 
-    Items are (mid, exchange, routing key, raw properties, body, delivered before)."""
+    Items are (mid, exchange, routing key, raw properties, body, delivered before, enqueue
+    time in wall-clock seconds)."""
 
     CHUNK = 4096
 
@@ -120,10 +121,11 @@ class StoredMessages:
     def __len__(self) -> int:
         return len(self._refs)
 
-    def __iter__(self) -> Iterator[tuple[int, str, str, bytes, bytes, bool]]:
+    def __iter__(self) -> Iterator[tuple[int, str, str, bytes, bytes, bool, float]]:
         for mids, delivered in self.runs(0, self.CHUNK):
             for mid, seen, record in zip(mids, delivered, self.index.load(mids), strict=True):
-                yield (mid, *record, bool(seen))
+                exchange, routing_key, props, body, at = record
+                yield (mid, exchange, routing_key, props, body, bool(seen), at)
 
     def runs(self, skip: int, size: int) -> Iterator[tuple[array[int], bytes]]:
         """The ids (and delivered flags) after the first ``skip``, ``size`` at a time."""

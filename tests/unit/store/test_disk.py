@@ -347,3 +347,15 @@ def test_a_directory_is_used_by_one_broker_at_a_time(tmp_path: Path) -> None:
     second = DiskStore(tmp_path)
     second.open()
     second.close()
+
+
+def test_a_directory_in_another_format_is_refused(tmp_path: Path) -> None:
+    store, _rec = _reopen(tmp_path)
+    store.close()
+    assert (tmp_path / "FORMAT").read_text().strip() == "leveret-store 2"
+    (tmp_path / "FORMAT").write_text("leveret-store 1\n")
+    with pytest.raises(StoreCorrupt, match="holds store format 'leveret-store 1'"):
+        _reopen(tmp_path)
+    (tmp_path / "FORMAT").unlink()
+    with pytest.raises(StoreCorrupt, match="written by an older Leveret"):
+        _reopen(tmp_path)

@@ -199,8 +199,11 @@ class PagedTail:
     def take_page(self, entry_cls: type[QueuedMessage]) -> list[QueuedMessage]:
         """The oldest paged messages, read back (the open page once no page is left)."""
         if self.pages:
-            page = self.pages.popleft()
+            page = self.pages[0]
+            # Loaded before it leaves the deque: a read that fails (an IO error) raises
+            # with the page still in place, so nothing is lost or miscounted.
             entries = page.load(self.pager, entry_cls)
+            self.pages.popleft()
             page.discard(self.pager)
         else:
             entries = self.open

@@ -44,7 +44,6 @@ class Scenario:
     flags: tuple[str, ...]
     extra: tuple[str, ...] = ()  # bench.loadgen only
     latency_target: bool = False  # compared on p99 latency rather than throughput
-    needs_durability: bool = False
     deep: bool = False
 
 
@@ -66,7 +65,6 @@ SCENARIOS: dict[str, Scenario] = {
                 "--prefetch",
                 "100",
             ),
-            needs_durability=True,
         ),
         Scenario(
             "d",
@@ -429,8 +427,6 @@ def render_table(
                 f"{x['consumed'] / y['consumed']:.2f}x" if x["consumed"] and y["consumed"] else "—"
             )
         label = f"{key}: {s.title}"
-        if s.needs_durability:
-            label += " ⚠ Leveret has no durability yet"
         lines.append(
             f"| {label} | {_fmt(x['consumed'])} | {_fmt(y['consumed'])} | {ratio} "
             f"| {_fmt(x['p50'], '.2f')} / {_fmt(x['p99'], '.2f')} "

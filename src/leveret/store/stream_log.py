@@ -590,7 +590,7 @@ class StreamStore:
                     shutil.rmtree(path, ignore_errors=True)
                     continue
                 for first, data in framed:
-                    fd = self._segment_fd(path, first)
+                    fd = self._segment_fd(path, first, synced)
                     written.append((fd, os.fstat(fd).st_size))
                     view = memoryview(data)
                     while view:
@@ -605,21 +605,25 @@ class StreamStore:
                     except OSError as exc:
                         log.warning("store: cannot delete stream segment %s: %s", first, exc)
         except OSError:
+            still_open = {fd for fd, _first in self._wfds.values()}
             for fd, size in written:
+                if fd not in still_open:
+                    continue  # a completed segment, synced and closed
                 try:
                     os.ftruncate(fd, size)
                 except OSError:
                     pass
             raise
 
-    def _segment_fd(self, path: Path, first: int) -> int:
+    def _segment_fd(self, path: Path, first: int, synced: dict[int, None]) -> int:
         opened = self._wfds.get(path)
         if opened is not None and opened[1] == first:
             return opened[0]
         fd = os.open(path / _segment_name(first), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if opened is not None:
+        if opened is not None:  # the previous segment is complete: sync and close it
             os.fsync(opened[0])
             os.close(opened[0])
+            synced.pop(opened[0], None)
         dir_fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.model.stream import MemoryStreamLog
+from leveret.model.stream import MemoryStreamLog, StreamEntry
 from leveret.server.amqp091_message import wire_message
 from leveret.server.amqp091_stream import stamp_stream
 from leveret.store.records import StoreCorrupt
@@ -76,8 +76,8 @@ def append(
     return offset
 
 
-def bodies(entries: list[object]) -> list[bytes]:
-    return [e.message.body for e in entries]  # type: ignore[attr-defined]
+def bodies(entries: list[StreamEntry]) -> list[bytes]:
+    return [e.message.body for e in entries]
 
 
 def test_read_back_across_segments_and_restart(h: Harness) -> None:

@@ -21,6 +21,7 @@ for that producer; the log keeps that state durably (``StreamLog.producers``).
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from leveret.errors import NotImplemented_, PreconditionFailed
@@ -250,18 +251,13 @@ def parse_offset_spec(
         shown = f'{{longstr,<<"{value}">>}}'
     elif isinstance(value, int) and not isinstance(value, bool):
         return OffsetSpec("offset", max(value, 0))
-    elif _is_datetime(value):
-        return OffsetSpec("timestamp", int(value.timestamp()) * 1000)  # type: ignore[attr-defined]
+    elif isinstance(value, datetime.datetime):
+        return OffsetSpec("timestamp", int(value.timestamp()) * 1000)
     else:
         shown = f"{{{type_name(value)},{value!r}}}"
     raise PreconditionFailed(
         f"invalid arg '{OFFSET_HEADER}' {where}: {{invalid_stream_offset_arg,{shown}}}"
     )
-
-
-def _is_datetime(value: object) -> bool:
-    # Field tables decode AMQP timestamps to datetime; model/ cannot import the codec.
-    return type(value).__name__ == "datetime" and hasattr(value, "timestamp")
 
 
 def _dedup_key(headers: Mapping[str, object]) -> tuple[str, int]:

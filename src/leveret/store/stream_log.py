@@ -58,6 +58,7 @@ SEGMENT_BYTES = 64 << 20
 CACHE_BYTES = 4 << 20
 INDEX_EVERY = 128
 READ_CHUNK = 256 << 10
+READ_AHEAD = 256  # entries
 RETRY_SECONDS = 1.0
 # kind, offset, timestamp, len(exchange), len(routing key), len(properties), len(producer),
 # sequence; then exchange, routing key, producer, properties, body.
@@ -122,6 +123,7 @@ class FileStreamLog:
         self._out: list[tuple[int, bytes]] = []
         self._deletes: list[int] = []
         self._rfds: dict[int, int] = {}
+        self._ahead: list[StreamEntry] = []  # contiguous entries last read from the files
         self.destroyed = False
         path.mkdir(parents=True, exist_ok=True)
         self._recover()
@@ -249,12 +251,25 @@ class FileStreamLog:
                 start = self._head + offset - self._cache_first
                 out.extend(self._cache[start : start + count - len(out)])
                 break
-            got = self._read_file(offset, min(count - len(out), self._cache_first - offset))
+            got = self._read_ahead(offset, min(count - len(out), self._cache_first - offset))
             if not got:
                 break
             out.extend(got)
             offset = got[-1].offset + 1
         return out
+
+    def _read_ahead(self, offset: int, count: int) -> list[StreamEntry]:
+        """Entries from the files, through a small read-ahead: a consumer that reads history
+        with one credit at a time (an ack per message) costs one file read per batch."""
+        ahead = self._ahead
+        if not ahead or not ahead[0].offset <= offset <= ahead[-1].offset:
+            ahead = self._ahead = self._read_file(
+                offset, min(max(count, READ_AHEAD), self._cache_first - offset)
+            )
+            if not ahead:
+                return []
+        start = offset - ahead[0].offset
+        return ahead[start : start + count]
 
     def offset_at(self, timestamp: int) -> int:
         segments = self._segments
@@ -292,6 +307,7 @@ class FileStreamLog:
             self._deletes.append(head.first)
             dropped += 1
         if dropped:
+            self._ahead = []
             first = self.first_offset
             while self._cache_first < first and self._head < len(self._cache):
                 self._pop_cached()

@@ -14,9 +14,10 @@ in-memory one here (unit tests, and a broker without a data directory). A
 ``StreamBackend`` opens logs and adds the ``x-stream-offset`` / ``x-stream-timestamp``
 headers to a message (a wire-format concern, so the front end supplies it).
 
-De-duplication: a message with ``x-stream-producer`` (string) and ``x-stream-sequence``
-(integer >= 0) headers is dropped when the log already holds a sequence at least as high
-for that producer; the log keeps that state durably (``StreamLog.producers``).
+De-duplication: a message with ``x-stream-producer`` (string of 1 to 256 characters) and
+``x-stream-sequence`` (integer >= 0) headers is dropped when the log already holds a
+sequence at least as high for that producer; the log keeps that state durably
+(``StreamLog.producers``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ PRODUCER_HEADER = "x-stream-producer"
 SEQUENCE_HEADER = "x-stream-sequence"
 # Largest number of entries read from the log at once for one consumer.
 READ_BATCH = 256
+# Longer producer ids are not used for de-duplication (bad input, bounded record fields).
+MAX_PRODUCER_LENGTH = 256
 # How often x-max-age is checked at most (seconds); shorter ages are checked as often.
 AGE_CHECK_EVERY = 60.0
 
@@ -271,6 +274,7 @@ def _dedup_key(headers: Mapping[str, object]) -> tuple[str, int]:
     if (
         not isinstance(producer, str)
         or not producer
+        or len(producer) > MAX_PRODUCER_LENGTH
         or not isinstance(sequence, int)
         or isinstance(sequence, bool)
         or sequence < 0

@@ -306,6 +306,9 @@ def test_deduplication_per_producer() -> None:
     w.publish(b"plain")
     w.publish(b"plain")
     w.publish(b"bad", headers={"x-stream-producer": "p", "x-stream-sequence": "1"})
+    long_id = {"x-stream-producer": "p" * 257, "x-stream-sequence": 0}
+    w.publish(b"long", headers=long_id)
+    w.publish(b"long", headers=long_id)
     s, sink = w.session()
     consume(s, "c", "first")
     assert [e.body for e in sink.deliveries()] == [
@@ -316,6 +319,8 @@ def test_deduplication_per_producer() -> None:
         b"plain",
         b"plain",
         b"bad",
+        b"long",
+        b"long",
     ]
     assert dict(w.queue.log.producers) == {"p": 2, "q": 0}
 

@@ -375,6 +375,26 @@ def test_passive_declare_gives_the_next_offset(conn: Any, stream: str) -> None:
 
 
 @pytest.mark.leveret_only
+def test_passive_declare_with_an_offset_argument_looks_the_offset_up(
+    conn: Any, stream: str
+) -> None:
+    ch = conn.channel()
+    publish(conn, stream, bodies(3))
+    time.sleep(1.2)
+    since = datetime.datetime.now(tz=datetime.UTC)
+    time.sleep(1.2)
+    publish(conn, stream, bodies(4, 3))
+
+    def lookup(offset: object) -> int:
+        ok = ch.queue_declare(stream, passive=True, arguments={"x-stream-offset": offset})
+        return int(ok.method.message_count)
+
+    assert [lookup(s) for s in ("first", "last", "next", 5, since, "1h")] == [0, 6, 7, 5, 3, 0]
+    [(offset, _b, _h)] = consume(conn, stream, 1, since)
+    assert offset == lookup(since)
+
+
+@pytest.mark.leveret_only
 def test_every_delivery_has_an_append_timestamp(conn: Any, stream: str) -> None:
     before = int(time.time() * 1000)
     publish(conn, stream, bodies(3), headers={"mine": "kept"})

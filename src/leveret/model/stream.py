@@ -447,22 +447,36 @@ class StreamQueue(Queue):
             wall_ms=int(self.timers.wall * 1000),
         )
 
-    def add_consumer(self, consumer: Consumer) -> None:
-        assert isinstance(consumer, StreamConsumer)
+    def start_offset(self, spec: OffsetSpec) -> int:
+        """The first offset a consumer attached with ``spec`` gets (once it exists)."""
         log = self.log
-        spec = consumer.spec
         first, end = log.first_offset, log.next_offset
         if spec.kind == "first":
-            start = first
-        elif spec.kind == "last":
-            start = max(end - 1, first)
-        elif spec.kind == "offset":
-            start = max(spec.value, first)
-        elif spec.kind == "timestamp":
-            start = max(log.offset_at(spec.value), first)
-        else:
-            start = end
-        consumer.offset = start
+            return first
+        if spec.kind == "last":
+            return max(end - 1, first)
+        if spec.kind == "offset":
+            return max(spec.value, first)
+        if spec.kind == "timestamp":
+            return max(log.offset_at(spec.value), first)
+        return end
+
+    def lookup(self, arguments: Mapping[str, object] | None) -> int:
+        """Passive queue.declare's answer: the next offset, or with an ``x-stream-offset``
+        argument the offset a consumer attached with it would get first (a Leveret
+        addition; RabbitMQ ignores the arguments of a passive declare and answers 0)."""
+        if not arguments or OFFSET_HEADER not in arguments:
+            return self.log.next_offset
+        spec = parse_offset_spec(
+            arguments,
+            where=f"for queue '{self.name}' in vhost '{self.vhost_name}'",
+            wall_ms=int(self.timers.wall * 1000),
+        )
+        return self.start_offset(spec)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        assert isinstance(consumer, StreamConsumer)
+        consumer.offset = self.start_offset(consumer.spec)
         super().add_consumer(consumer)
 
     # -- settlement: acks only give credit back ----------------------------------------------

@@ -357,3 +357,25 @@ def test_memory_log_reads_across_segments() -> None:
     assert [e.offset for e in log.read(0, 100)] == list(range(first, 20))
     assert log.offset_at(15) == 15
     assert log.offset_at(100) == 20
+
+
+def test_lookup_answers_where_a_consumer_would_start() -> None:
+    w = World(**{"x-max-length-bytes": 6000, "x-stream-max-segment-size-bytes": 1000})
+    q = w.queue
+    assert q.lookup(None) == q.lookup({"x-stream-offset": "last"}) == 0
+    timers = w.vhost.timers
+    w.publish(*[b"x" * 400] * 10)
+    timers.now += 3600
+    middle = timers.wall
+    w.publish(*[b"y" * 400] * 10)
+    first = q.log.first_offset
+    assert 0 < first < 10
+    assert q.lookup({}) == q.lookup({"x-stream-offset": "next"}) == 20
+    assert q.lookup({"x-stream-offset": "first"}) == first
+    assert q.lookup({"x-stream-offset": 0}) == first
+    assert q.lookup({"x-stream-offset": 15}) == 15
+    assert q.lookup({"x-stream-offset": "last"}) == 19
+    when = datetime.datetime.fromtimestamp(middle, tz=datetime.UTC)
+    assert q.lookup({"x-stream-offset": when}) == 10
+    with pytest.raises(PreconditionFailed, match="invalid_stream_offset_arg"):
+        q.lookup({"x-stream-offset": "soon"})

@@ -176,6 +176,11 @@ class FileStreamLog:
             self._add_segment(segment)
         if not self._segments:
             self._open_segment(0)
+        elif self._segments[-1].size == 0:
+            # Created but never written (a crash right after): it still needs its snapshot.
+            last = self._segments.pop()
+            self._firsts.pop()
+            self._open_segment(last.first)
         self._next = self._segments[-1].next
         self._cache_first = self._durable = self._next
 

@@ -259,3 +259,23 @@ def test_destroy_removes_the_directory_and_orphans_are_removed(h: Harness) -> No
 
 def test_store_id_zero_is_in_memory(h: Harness) -> None:
     assert isinstance(h.store.open("/", "s", 0, None), MemoryStreamLog)
+
+
+def test_an_empty_last_segment_gets_its_producer_snapshot(h: Harness) -> None:
+    stream_log = h.log(segment_bytes=300)
+    append(stream_log, b"a" * 300, producer="p", seq=4)
+    append(stream_log, b"b" * 300)
+    h.reopen()
+    path = h.log(segment_bytes=300).path
+    h.store.close()
+    # A crash right after the writer created the next segment file, before writing to it.
+    (path / f"{2:020d}.seg").write_bytes(b"")
+    h.store = h._open()
+    stream_log = h.log(segment_bytes=300)
+    append(stream_log, b"c" * 50)  # stays in the open segment
+    assert stream_log.retain(1, None) == 2  # only the open segment is left
+    h.reopen()
+    stream_log = h.log(segment_bytes=300)
+    assert stream_log.first_offset == 2
+    assert dict(stream_log.producers) == {"p": 4}
+    assert stream_log.next_offset == 3

@@ -178,9 +178,9 @@ class FileStreamLog:
             self._open_segment(0)
         elif self._segments[-1].size == 0:
             # Created but never written (a crash right after): it still needs its snapshot.
-            last = self._segments.pop()
+            empty = self._segments.pop()
             self._firsts.pop()
-            self._open_segment(last.first)
+            self._open_segment(empty.first)
         self._next = self._segments[-1].next
         self._cache_first = self._durable = self._next
 

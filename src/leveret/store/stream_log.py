@@ -37,13 +37,14 @@ import shutil
 import struct
 import threading
 import time
+import zlib
 from array import array
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.model.stream import MemoryStreamLog, StreamEntry
-from leveret.store.records import COMMIT, HEADER, HEADER_SIZE, StoreCorrupt, frame, scan
+from leveret.store.records import COMMIT, HEADER, HEADER_SIZE, MAGIC, StoreCorrupt, frame, scan
 
 if TYPE_CHECKING:
     import asyncio
@@ -215,7 +216,8 @@ class FileStreamLog:
         routing_key = message.routing_key.encode()
         props = message.raw_properties
         name = producer.encode()
-        record = frame(
+        body = message.body
+        prefix = (
             _M.pack(
                 b"m",
                 offset,
@@ -229,13 +231,18 @@ class FileStreamLog:
             + exchange
             + routing_key
             + name
-            + props
-            + message.body
         )
+        # Framed without copying the body here: the batch is joined once at submit.
+        length = len(prefix) + len(props) + len(body)
+        crc = zlib.crc32(body, zlib.crc32(props, zlib.crc32(prefix)))
         segment = self._segments[-1]
+        first = segment.first
         segment.note(offset, segment.size, timestamp)
-        segment.size += len(record)
-        self._out.append((segment.first, record))
+        segment.size += HEADER_SIZE + length
+        out = self._out
+        out.append((first, HEADER.pack(MAGIC, length, crc) + prefix))
+        out.append((first, props))
+        out.append((first, body))
         self._next = offset + 1
         if producer:
             self._producers[producer] = sequence

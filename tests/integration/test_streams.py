@@ -361,6 +361,31 @@ def test_retention_moves_the_first_offset(conn: Any, name: str) -> None:
         conn.channel().queue_delete(name)
 
 
+@pytest.mark.leveret_only
+def test_max_age_retention_runs_on_a_timer(conn: Any, name: str) -> None:
+    args = {**STREAM, "x-max-age": "1s", "x-stream-max-segment-size-bytes": 1}
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True, arguments=args)
+    try:
+        publish(conn, name, bodies(5))  # each message closes its segment
+
+        def first() -> int:
+            ok = ch.queue_declare(name, passive=True, arguments={"x-stream-offset": "first"})
+            return int(ok.method.message_count)
+
+        assert first() == 0
+        deadline = time.monotonic() + 10
+        while first() < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)  # no publish, no consumer: only the timer can drop them
+        assert first() == 5
+        assert ch.queue_declare(name, passive=True).method.message_count == 5
+        publish(conn, name, [b"new"])
+        [(offset, body, _h)] = consume(conn, name, 1, 0)
+        assert (offset, body) == (5, b"new")
+    finally:
+        conn.channel().queue_delete(name)
+
+
 # -- Leveret's additions -------------------------------------------------------------------
 
 

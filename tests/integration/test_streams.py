@@ -557,3 +557,31 @@ def test_a_threaded_publisher_and_a_live_tail(broker: Broker, conn: Any, stream:
     thread.join()
     assert [o for o, _b, _h in got] == list(range(100))
     assert [b for _o, b, _h in got] == bodies(100)
+
+
+@pytest.mark.leveret_only
+def test_publishers_outrunning_the_disk_are_blocked_then_released(name: str) -> None:
+    """Unsynced stream bytes count in the memory alarm; each sync re-checks it, so a blocked
+    publisher is released even when nothing else happens on the broker."""
+    if os.environ.get(URL_ENV):
+        pytest.skip("needs a broker process the test controls")
+    node = start_broker("--memory-high-watermark", "100000")
+    events: list[str] = []
+    try:
+        with Opened(connect(node)) as conn:
+            conn.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+            conn.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
+            ch = conn.channel()
+            ch.queue_declare(name, durable=True, arguments=STREAM)
+            body = b"z" * 50_000
+            for _ in range(200):  # 10 MB, unconfirmed
+                ch.basic_publish("", name, body)
+            ch.confirm_delivery()
+            ch.basic_publish("", name, b"last")  # confirmed once all before it is synced
+            assert ch.queue_declare(name, passive=True).method.message_count == 201
+            pump(conn, lambda: False, 0.5)  # pika runs the blocked callbacks in here
+            pump(conn, lambda: bool(events) and events[-1] == "unblocked", 10)
+        assert "blocked" in events
+        assert events == ["blocked", "unblocked"] * (len(events) // 2)
+    finally:
+        node.stop()

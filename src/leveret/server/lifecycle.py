@@ -88,6 +88,8 @@ class Server:
             store.close()
             raise StoreError(f"cannot use data directory {path}: {exc}") from None
         streams = StreamStore(Path(path) / "streams", wire_message, stamp_stream)
+        streams.gauge = self.broker.gauge
+        streams.on_synced = self.alarm.check
         self.broker.attach_streams(streams)
         restore(self.broker, recovered, wire_message)
         try:

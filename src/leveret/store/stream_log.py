@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from leveret.model.message import Message
+    from leveret.model.queue import MemoryGauge
     from leveret.model.stream import StreamLog
 
 log = logging.getLogger("leveret.store")
@@ -122,6 +123,7 @@ class FileStreamLog:
         self._durable = 0  # offsets below this are synced
         # Records waiting for the writer: (segment first offset, framed bytes).
         self._out: list[tuple[int, bytes]] = []
+        self._unsynced = 0  # bytes appended since the last submit (the memory gauge's share)
         self._deletes: list[int] = []
         self._rfds: dict[int, int] = {}
         self._ahead: list[StreamEntry] = []  # contiguous entries last read from the files
@@ -249,7 +251,8 @@ class FileStreamLog:
         self._cache.append(StreamEntry(offset, timestamp, message))
         self._cache_bytes += len(message.body) + len(props) + _ENTRY_OVERHEAD
         self._evict()
-        self.store.appended(self)
+        self._unsynced += HEADER_SIZE + length
+        self.store.appended(self, HEADER_SIZE + length)
         if segment.size >= self.segment_bytes:
             self._open_segment(self._next)
             return True
@@ -323,7 +326,7 @@ class FileStreamLog:
             first = self.first_offset
             while self._cache_first < first and self._head < len(self._cache):
                 self._pop_cached()
-            self.store.appended(self)
+            self.store.appended(self, 0)
         return dropped
 
     def wait_durable(self) -> None:
@@ -436,6 +439,10 @@ class StreamStore:
         self._stamp = stamp
         self.segment_bytes = segment_bytes
         self.cache_bytes = cache_bytes
+        # Bytes appended but not yet synced count in the broker's memory gauge, so the memory
+        # alarm blocks publishers that outrun the disk; ``on_synced`` re-checks the alarm.
+        self.gauge: MemoryGauge | None = None
+        self.on_synced: Callable[[], None] | None = None
         self.writes = 0
         self.synced = 0
         self.logs: dict[int, FileStreamLog] = {}
@@ -504,8 +511,10 @@ class StreamStore:
                 os.close(fd)
             stream_log._rfds.clear()
 
-    def appended(self, stream_log: FileStreamLog) -> None:
+    def appended(self, stream_log: FileStreamLog, size: int) -> None:
         self.writes += 1
+        if self.gauge is not None:
+            self.gauge.bytes += size
         self._dirty[stream_log] = None
         self._kick()
 
@@ -557,16 +566,26 @@ class StreamStore:
                 segment = by_first.get(first)
                 if segment is not None:  # else already dropped by retention
                     segment.size += len(_COMMIT_FRAME)
-            work.append((stream_log, framed, deletes, stream_log.destroyed, stream_log._next))
+            work.append(
+                (stream_log, framed, deletes, stream_log.destroyed, stream_log._next,
+                 stream_log._unsynced)
+            )  # fmt: skip
+            stream_log._unsynced = 0
         self._dirty = {}
         self._busy = True
         self._jobs.put((work, target))
 
     def _done(self, work: list[tuple[Any, ...]], target: int) -> None:
         self._busy = False
-        for stream_log, _framed, _deletes, _destroyed, upto in work:
+        released = 0
+        for stream_log, _framed, _deletes, _destroyed, upto, unsynced in work:
             stream_log.synced_upto(upto)
+            released += unsynced
         self.synced = max(self.synced, target)
+        if self.gauge is not None and released:
+            self.gauge.bytes -= released
+            if self.on_synced is not None:
+                self.on_synced()
         waiting = self._waiting
         while waiting and waiting[0][0] <= self.synced:
             waiting.popleft()[1]()
@@ -609,7 +628,7 @@ class StreamStore:
         written: list[tuple[int, int]] = []
         synced: dict[int, None] = {}
         try:
-            for stream_log, framed, deletes, destroyed, _upto in work:
+            for stream_log, framed, deletes, destroyed, _upto, _size in work:
                 path: Path = stream_log.path
                 if destroyed:
                     opened = self._wfds.pop(path, None)

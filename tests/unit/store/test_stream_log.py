@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.model.queue import MemoryGauge
 from leveret.model.stream import MemoryStreamLog, StreamEntry
 from leveret.server.amqp091_message import wire_message
 from leveret.server.amqp091_stream import stamp_stream
@@ -279,3 +280,17 @@ def test_an_empty_last_segment_gets_its_producer_snapshot(h: Harness) -> None:
     assert stream_log.first_offset == 2
     assert dict(stream_log.producers) == {"p": 4}
     assert stream_log.next_offset == 3
+
+
+def test_unsynced_bytes_count_in_the_memory_gauge(h: Harness) -> None:
+    gauge = MemoryGauge()
+    checks: list[int] = []
+    h.store.gauge = gauge
+    h.store.on_synced = lambda: checks.append(gauge.bytes)
+    stream_log = h.log()
+    for _ in range(100):
+        append(stream_log, b"x" * 1000)
+    assert gauge.bytes > 100 * 1000
+    h.sync()
+    assert gauge.bytes == 0
+    assert checks[-1] == 0

@@ -39,6 +39,7 @@ from leveret.errors import (
     SyntaxError_,
     UnexpectedFrame,
 )
+from leveret.model.stream import StreamQueue
 from leveret.model.vhost import REPLY_TO
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
@@ -816,12 +817,15 @@ class AMQP091Connection:
             arguments=method.arguments,
         )
         session.last_queue = queue.name
+        count = queue.message_count
+        if method.passive and isinstance(queue, StreamQueue):
+            count = queue.lookup(method.arguments)  # a Leveret addition: offset lookups
         if not method.no_wait:
             self.send_method(
                 channel.id,
                 m.QueueDeclareOk(
                     queue=queue.name,
-                    message_count=queue.message_count,
+                    message_count=count,
                     consumer_count=queue.consumer_count,
                 ),
             )

@@ -1,0 +1,82 @@
+"""StreamJournal: publisher confirms wait for the stream writer, then the message store,
+and keep their order; everything else goes to the message store unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from leveret.model.journal import NullJournal
+from leveret.model.session import Session
+from leveret.model.vhost import VirtualHost
+from leveret.server.amqp091_message import wire_message
+from leveret.server.amqp091_stream import stamp_stream
+from leveret.store.stream_journal import StreamJournal
+from leveret.store.stream_log import StreamStore
+from leveret.testing import RecordingSink, make_message
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+
+class SlowDisk(NullJournal):
+    """A message store whose commits complete only when the test says so."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+        self.queues = 0
+
+    def queue_declared(self, vhost: str, name: str, auto_delete: bool, arguments: object) -> int:
+        self.queues += 1
+        return self.queues
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        self.pending.append(callback)
+
+    def commit(self) -> None:
+        pending, self.pending = self.pending, []
+        for callback in pending:
+            callback()
+
+
+def test_confirms_wait_for_the_stream_sync_then_the_store(tmp_path: Path) -> None:
+    loop = asyncio.new_event_loop()
+    streams = StreamStore(tmp_path, wire_message, stamp_stream)
+    streams.start(loop)
+    disk = SlowDisk()
+    journal = StreamJournal(disk, streams)
+    vhost = VirtualHost("/")
+    vhost.journal = journal
+    vhost.stream_backend = streams
+    owner = object()
+    vhost.declare_queue("s", owner=owner, durable=True, arguments={"x-queue-type": "stream"})
+    vhost.declare_queue("c", owner=owner)  # transient: confirmed at once
+    sink = RecordingSink()
+    session = Session(vhost, owner, sink)
+    session.select_confirm()
+    session.publish("", "c", make_message(b"c1", "c"))
+    session.flush_confirms()
+    assert [(e.delivery_tag, e.ack) for e in sink.take("confirm")] == [(1, True)]
+    before = journal.writes
+    session.publish("", "s", make_message(b"s1", "s"))
+    assert journal.writes == before + 1
+    session.flush_confirms()
+    session.publish("", "c", make_message(b"c2", "c"))
+    session.flush_confirms()  # queues behind the stream publish
+    assert sink.take("confirm") == []
+    assert disk.pending == []  # still waiting for the stream writer
+
+    async def until_synced() -> None:
+        for _ in range(5000):
+            if streams.synced >= streams.writes and not streams._busy:
+                return
+            await asyncio.sleep(0.001)
+
+    loop.run_until_complete(until_synced())
+    assert sink.take("confirm") == []  # now waiting for the message store
+    assert len(disk.pending) == 2
+    disk.commit()
+    assert [(e.delivery_tag, e.ack) for e in sink.take("confirm")] == [(2, True), (3, True)]
+    streams.close()
+    loop.close()

@@ -362,6 +362,9 @@ class StreamQueue(Queue):
             log = self._log = self.backend.open(
                 self.vhost_name, self.name, self.store_id, self.config.segment_bytes
             )
+            if log.next_offset > log.first_offset:
+                # Timestamps stay ordered across a restart even if the clock went back.
+                self._last_timestamp = log.read(log.next_offset - 1, 1)[0].timestamp
             self._retain()
             self._schedule_age_check()
         return log

@@ -10,11 +10,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from leveret.model.queue import MemoryGauge
-from leveret.model.stream import MemoryStreamLog, StreamEntry
+from leveret.model.stream import MemoryStreamLog, StreamEntry, StreamQueue
+from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091_message import wire_message
 from leveret.server.amqp091_stream import stamp_stream
 from leveret.store.records import StoreCorrupt
 from leveret.store.stream_log import FileStreamLog, StreamStore
+
+STREAM = {"x-queue-type": "stream"}
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -294,3 +297,23 @@ def test_unsynced_bytes_count_in_the_memory_gauge(h: Harness) -> None:
     h.sync()
     assert gauge.bytes == 0
     assert checks[-1] == 0
+
+
+def test_timestamps_stay_ordered_across_a_restart_with_the_clock_behind(h: Harness) -> None:
+    vhost = VirtualHost("/")
+    vhost.stream_backend = h.store
+    vhost.timers.wall_offset = 2_000_000.0
+    queue = vhost.declare_queue("s", owner=None, durable=True, arguments=STREAM)
+    assert isinstance(queue, StreamQueue)
+    queue.store_id = 1
+    queue.enqueue(wire_message("", "s", b"\x00\x00", b"a"))
+    h.reopen()
+    vhost = VirtualHost("/")
+    vhost.stream_backend = h.store
+    vhost.timers.wall_offset = 1_000_000.0  # the clock went back
+    queue = vhost.declare_queue("s", owner=None, durable=True, arguments=STREAM)
+    assert isinstance(queue, StreamQueue)
+    queue.store_id = 1
+    queue.enqueue(wire_message("", "s", b"\x00\x00", b"b"))
+    first, second = queue.log.read(0, 2)
+    assert first.timestamp == second.timestamp == 2_000_000_000

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.store.records import COMMIT, HEADER_SIZE, StoreCorrupt, frame, scan
+from leveret.store.records import COMMIT, HEADER_SIZE, StoreCorrupt, frame, read_checked
 from leveret.store.segment_index import M_RECORD, SegmentIndex, StoredMessages
 from leveret.store.values import canonical, dump_table, load_table
 
@@ -174,32 +174,6 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def _read_checked(path: Path, *, last: bool) -> tuple[bytes, list[memoryview]]:
-    """A file's valid records; a torn tail of the last file is truncated (logged)."""
-    data = path.read_bytes()
-    result = scan(data)
-    if result.damaged:
-        if result.corrupt or not last:
-            raise StoreCorrupt(
-                f"store file {path} is damaged at offset {result.good_end} of {result.size} "
-                f"and committed data follows it (first valid record after the damage at "
-                f"offset {result.resumes_at}); refusing to start rather than lose it. "
-                "Restore the data directory from a backup, or move this file aside to "
-                "accept the loss of its messages."
-            )
-        dropped = result.size - result.good_end
-        log.warning(
-            "store file %s: torn tail at offset %d: dropped %d bytes of an unfinished write "
-            "(%d records before it kept)",
-            path,
-            result.good_end,
-            dropped,
-            sum(1 for p in result.payloads if p != COMMIT),
-        )
-        os.truncate(path, result.good_end)
-    return data, result.payloads
 
 
 def _records_about(payloads: list[memoryview], older: list[tuple[int, int]]) -> list[bytes] | None:
@@ -353,7 +327,7 @@ class DiskStore:
         path = self.path / "defs.log"
         if not path.exists():
             return defs
-        _data, payloads = _read_checked(path, last=True)
+        payloads = read_checked(path, last=True).payloads
         for payload in payloads:
             if payload == COMMIT:
                 continue
@@ -389,7 +363,7 @@ class DiskStore:
             self._seg_first.append(max_mid + 1)
             self._live[segno] = 0
             mids, starts, lengths = index.add_segment(segno)
-            _data, payloads = _read_checked(path, last=number == len(names) - 1)
+            payloads = read_checked(path, last=number == len(names) - 1).payloads
             end = 0
             for payload in payloads:
                 start = end + HEADER_SIZE
@@ -428,7 +402,7 @@ class DiskStore:
                     raise StoreCorrupt(
                         f"store file {path}: unknown record type {bytes(payload[:1])!r}"
                     )
-            del _data, payloads
+            del payloads
         self._next_mid = self._batch_first = max_mid + 1
         if not self._segments:
             self._segments.append(1)
@@ -864,7 +838,7 @@ class DiskStore:
         for segno, older in carries:
             path = msgs_dir / f"{segno:08d}.seg"
             try:
-                _data, payloads = _read_checked(path, last=False)
+                payloads = read_checked(path, last=False).payloads
                 records = _records_about(payloads, older)
             except (OSError, StoreCorrupt, ValueError) as exc:
                 # Keep the file: the next boot reads it as it is (nothing is lost).

@@ -18,9 +18,17 @@ checksum, and then tells a torn tail from damage in the middle:
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+log = logging.getLogger("leveret.store")
 
 MAGIC = b"\xa7\x4c"
 HEADER = struct.Struct("<2sII")
@@ -106,4 +114,32 @@ def scan(data: bytes) -> Scan:
             if view[probe + HEADER_SIZE : end] == COMMIT:
                 result.commits_after += 1
             probe = data.find(MAGIC, end)
+    return result
+
+
+def read_checked(path: Path, *, last: bool) -> Scan:
+    """A store file's valid records. A torn tail of the last file of a series is cut off
+    (and synced) with one log line; damage anywhere else is ``StoreCorrupt``."""
+    data = path.read_bytes()
+    result = scan(data)
+    if result.damaged:
+        if result.corrupt or not last:
+            raise StoreCorrupt(
+                f"store file {path} is damaged at offset {result.good_end} of {result.size} "
+                f"and committed data follows it (first valid record after the damage at "
+                f"offset {result.resumes_at}); refusing to start rather than lose it. "
+                "Restore the data directory from a backup, or move this file aside to "
+                "accept the loss of its messages."
+            )
+        log.warning(
+            "store file %s: torn tail at offset %d: dropped %d bytes of an unfinished write "
+            "(%d records before it kept)",
+            path,
+            result.good_end,
+            result.size - result.good_end,
+            sum(1 for p in result.payloads if p != COMMIT),
+        )
+        with open(path, "r+b") as f:
+            f.truncate(result.good_end)
+            os.fsync(f.fileno())
     return result

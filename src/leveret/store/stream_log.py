@@ -44,7 +44,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.model.stream import MemoryStreamLog, StreamEntry
-from leveret.store.records import COMMIT, HEADER, HEADER_SIZE, MAGIC, StoreCorrupt, frame, scan
+from leveret.store.records import (
+    COMMIT,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    frame,
+    read_checked,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -141,23 +148,7 @@ class FileStreamLog:
                 first = int(file.stem)
             except ValueError:
                 continue
-            data = file.read_bytes()
-            result = scan(data)
-            if result.damaged:
-                if result.corrupt or not last:
-                    raise StoreCorrupt(
-                        f"store file {file} is damaged at offset {result.good_end} "
-                        "(synced data follows it)"
-                    )
-                log.warning(
-                    "store file %s: torn tail at offset %d: dropped %d bytes (an unfinished write)",
-                    file,
-                    result.good_end,
-                    result.size - result.good_end,
-                )
-                with open(file, "r+b") as f:
-                    f.truncate(result.good_end)
-                    os.fsync(f.fileno())
+            result = read_checked(file, last=last)
             segment = _Segment(first)
             pos = 0
             for payload in result.payloads:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -124,7 +125,11 @@ class AmqpDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         o = self._source_options()
         if o.queue_mode == "consume":
-            raise ValueError("queueMode=consume streams through the simple reader")
+            # Spark then falls back to simpleStreamReader(): classic queues are consumed on
+            # the driver, where the acks for committed batches can be sent.
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
         return StreamQueueReader(o)
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:

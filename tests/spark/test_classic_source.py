@@ -10,14 +10,22 @@ import pytest
 from tests.spark import support
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 pytestmark = pytest.mark.spark
 
 
-def _start(spark: SparkSession, url: str, queue: str, checkpoint: Path, sink: object) -> object:
+def _start(
+    spark: SparkSession,
+    url: str,
+    queue: str,
+    checkpoint: Path,
+    sink: Callable[[DataFrame, int], None],
+) -> StreamingQuery:
     return (
         spark.readStream.format("amqp")
         .option("uri", url)
@@ -57,7 +65,7 @@ def test_killed_query_loses_nothing(
 
         q = _start(spark_session, amqp_url, name, tmp_path / "cp", sink)
         with pytest.raises(Exception, match="killed before"):
-            q.awaitTermination(120)  # type: ignore[attr-defined]
+            q.awaitTermination(120)
         first_run = len(seen)
         assert 1000 <= first_run < 2000
         # Everything not committed went back to the queue (nothing acked early) ...
@@ -76,10 +84,10 @@ def test_killed_query_loses_nothing(
         try:
             assert done.wait(90), "the restarted query did not deliver the rest"
             # ... and once a later trigger has run, the last batch is acked too.
-            n = len(q.recentProgress)  # type: ignore[attr-defined]
-            support.wait_for(lambda: len(q.recentProgress) > n + 1, 30, "more triggers")  # type: ignore[attr-defined]
+            n = len(q.recentProgress)
+            support.wait_for(lambda: len(q.recentProgress) > n + 1, 30, "more triggers")
         finally:
-            q.stop()  # type: ignore[attr-defined]
+            q.stop()
         values = [v for v, _ in seen]
         assert sorted(set(values)) == list(range(2000))
         # The uncommitted batch came back redelivered (at-least-once, no loss).
@@ -105,10 +113,10 @@ def test_idle_query_holds_nothing_unacked(
         try:
             support.wait_for(lambda: len(seen) >= 700, 60, "700 rows")
             # Let one more (empty) trigger run so the last batch gets acked.
-            n = len(q.recentProgress)  # type: ignore[attr-defined]
-            support.wait_for(lambda: len(q.recentProgress) > n + 1, 30, "more triggers")  # type: ignore[attr-defined]
+            n = len(q.recentProgress)
+            support.wait_for(lambda: len(q.recentProgress) > n + 1, 30, "more triggers")
         finally:
-            q.stop()  # type: ignore[attr-defined]
+            q.stop()
         assert sorted(seen) == list(range(700))
         assert support.drain(amqp_url, name, idle=0.5) == []
     finally:

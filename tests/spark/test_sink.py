@@ -43,6 +43,8 @@ def test_batch_write_confirms_with_deterministic_ids(
             assert props.headers is not None
             producer = props.headers["x-stream-producer"]
             sequence = props.headers["x-stream-sequence"]
+            assert isinstance(producer, str)
+            assert isinstance(sequence, int)
             assert producer in ("job7-0-0", "job7-0-1")
             assert props.message_id == f"{producer}-{sequence}"
             assert props.headers["k"] == str(int(body) % 3)

@@ -312,10 +312,9 @@ def build_batch(
         [pa.array(column, PROPERTIES_TYPE.field(i).type) for i, column in enumerate(cols.props)],
         fields=list(PROPERTIES_TYPE),
     ).take(take)
+    timestamps = pa.array(cols.timestamps, _TS).take(take)
     if saw_stream_ts:
-        timestamps = pa.array(stream_ts, _TS)
-    else:
-        timestamps = pa.array(cols.timestamps, _TS).take(take)
+        timestamps = pc.coalesce(pa.array(stream_ts, _TS), timestamps)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(deliveries.bodies, pa.binary()),

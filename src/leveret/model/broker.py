@@ -9,6 +9,7 @@ from __future__ import annotations
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.queue import MemoryGauge
 from leveret.model.session import Session, SessionSink
+from leveret.model.stream import MemoryStreamBackend, StreamBackend
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 
@@ -28,13 +29,22 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge, self.timers)}
         self.clients: set[Client] = set()
         self.journal: Journal = NULL_JOURNAL
+        self.stream_backend: StreamBackend = MemoryStreamBackend()
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self.gauge, self.timers)
             vhost.journal = self.journal
+            vhost.stream_backend = self.stream_backend
         return vhost
+
+    def attach_streams(self, backend: StreamBackend) -> None:
+        """Stream queues declared from now on keep their logs in ``backend`` (the server
+        calls this before recovery, so recovered streams open their files)."""
+        self.stream_backend = backend
+        for vhost in self.vhosts.values():
+            vhost.stream_backend = backend
 
     def attach_journal(self, journal: Journal) -> None:
         """From now on durable changes go to ``journal`` (the server calls this once

@@ -33,6 +33,24 @@ _QUORUM_ONLY = (
     "x-max-in-memory-bytes",
 )
 _STREAM_ONLY = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size")
+# What RabbitMQ 3.10 refuses on a stream ("... of queue type rabbit_stream_queue").
+_NOT_STREAM = (
+    "x-max-length",
+    "x-message-ttl",
+    "x-expires",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-single-active-consumer",
+    "x-overflow",
+    "x-delivery-limit",
+    "x-dead-letter-strategy",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-quorum-initial-group-size",
+    *_CLASSIC_ONLY,
+)
+# x-max-age units (RabbitMQ: Y M D h m s).
+_AGE_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +69,9 @@ class QueueConfig:
     single_active_consumer: bool = False
     delivery_limit: int | None = None
     consumer_timeout: float | None = None
+    # Streams: retention by age (seconds) and the size at which a segment is closed.
+    max_age: float | None = None
+    segment_bytes: int | None = None
 
     @property
     def special(self) -> bool:
@@ -67,6 +88,10 @@ class QueueConfig:
     @property
     def quorum(self) -> bool:
         return self.queue_type == "quorum"
+
+    @property
+    def stream(self) -> bool:
+        return self.queue_type == "stream"
 
 
 PLAIN = QueueConfig()
@@ -128,6 +153,15 @@ def _string(value: object) -> str:
     return text
 
 
+def parse_age(text: str) -> float | None:
+    """Seconds of a RabbitMQ interval such as ``7D`` or ``30s``; None when malformed."""
+    if len(text) < 2 or text[-1] not in _AGE_UNITS or not text[:-1].isdigit():
+        return None
+    if not text[:-1].isascii():
+        return None
+    return int(text[:-1]) * _AGE_UNITS[text[-1]]
+
+
 def parse_queue_args(
     arguments: Mapping[str, object] | None,
     *,
@@ -158,12 +192,11 @@ def parse_queue_args(
             ):
                 if bad:
                     raise PreconditionFailed(f"invalid property '{flag}' {where}")
-        if queue_type == "stream":
-            # Deliberate: stream queues belong to the Spark issue; refuse them clearly.
-            raise PreconditionFailed(f"queue type 'stream' is not supported yet {where}")
         foreign: tuple[str, ...] = _QUORUM_ONLY + _STREAM_ONLY
         if queue_type == "quorum":
             foreign = _CLASSIC_ONLY + _STREAM_ONLY
+        elif queue_type == "stream":
+            foreign = _NOT_STREAM
         for name in foreign:
             if name in args:
                 raise PreconditionFailed(
@@ -241,6 +274,15 @@ def parse_queue_args(
             timeout = args[key]
             if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
                 values["consumer_timeout"] = timeout / 1000
+        key = "x-max-age"
+        if key in args:
+            age = parse_age(_string(args[key]))
+            if age is None:
+                raise _Invalid("invalid_max_age")
+            values["max_age"] = age
+        key = "x-stream-max-segment-size-bytes"
+        if key in args:
+            values["segment_bytes"] = _non_negative(args[key])
     except _Invalid as exc:
         raise PreconditionFailed(f"invalid arg '{key}' {where}: {exc}") from None
     return QueueConfig(**values)  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ from leveret.model.message import HINT_EXPIRATION, HINT_HEADERS, HINT_REPLY_TO
 from leveret.model.queue import Consumer, Queue, QueuedMessage
 from leveret.model.queue_args import consumer_priority, consumer_timeout
 from leveret.model.queue_features import parse_expiration
+from leveret.model.stream import StreamConsumer, StreamQueue
 from leveret.model.vhost import REPLY_TO, REPLY_TO_PREFIX
 
 if TYPE_CHECKING:
@@ -122,6 +123,8 @@ class Session:
         # Direct reply-to: our consumer of amq.rabbitmq.reply-to and its routing key.
         self.reply_consumer = ""
         self.reply_key = ""
+        # Whether this channel ever consumed from a stream (reject/nack must check).
+        self._streams = False
 
     # -- credit --------------------------------------------------------------------------
 
@@ -225,17 +228,35 @@ class Session:
             raise AccessRefused(
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
             )
-        consumer = Consumer(
-            consumer_tag,
-            queue,
-            self,
-            no_ack=no_ack,
-            exclusive=exclusive,
-            prefetch_count=self.prefetch_count,
-            arguments=arguments,
-            priority=priority,
-            timeout=None if no_ack else timeout,
-        )
+        consumer: Consumer
+        if isinstance(queue, StreamQueue):
+            spec = queue.check_consumer(
+                no_ack=no_ack, prefetch_count=self.prefetch_count, arguments=arguments
+            )
+            self._streams = True
+            consumer = StreamConsumer(
+                consumer_tag,
+                queue,
+                self,
+                spec=spec,
+                exclusive=exclusive,
+                prefetch_count=self.prefetch_count,
+                arguments=arguments,
+                priority=priority,
+                timeout=timeout,
+            )
+        else:
+            consumer = Consumer(
+                consumer_tag,
+                queue,
+                self,
+                no_ack=no_ack,
+                exclusive=exclusive,
+                prefetch_count=self.prefetch_count,
+                arguments=arguments,
+                priority=priority,
+                timeout=None if no_ack else timeout,
+            )
         self.consumers[consumer_tag] = consumer
         queue.add_consumer(consumer)
         return consumer_tag
@@ -546,11 +567,28 @@ class Session:
         self._settle(items)
 
     def reject(self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
+        if self._streams:
+            self._refuse_stream_reject(delivery_tag, multiple)
         items = self._take(delivery_tag, multiple)
         if self.tx_mode:
             self._tx_hold(items, requeue)
             return
         self._reject(items, requeue)
+
+    def _refuse_stream_reject(self, delivery_tag: int, multiple: bool) -> None:
+        """RabbitMQ closes the connection (540) on a reject/nack of a stream delivery."""
+        if multiple:
+            items = [
+                item
+                for tag, item in self.unacked.items()
+                if delivery_tag == 0 or tag <= delivery_tag
+            ]
+        else:
+            item = self.unacked.get(delivery_tag)
+            items = [] if item is None else [item]
+        for item in items:
+            if isinstance(item.queue, StreamQueue):
+                raise item.queue.reject_refused()
 
     def _settle(self, items: list[tuple[int, Unacked]]) -> None:
         self._release(items)

@@ -17,6 +17,7 @@ from leveret.model.exchanges import ExchangeType, make_exchange_type
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.queue import MemoryGauge, Queue
 from leveret.model.queue_args import parse_queue_args
+from leveret.model.stream import MemoryStreamBackend, StreamBackend, StreamQueue
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
@@ -115,6 +116,8 @@ class VirtualHost:
         self.timers = timers if timers is not None else Timers()
         # Where durable entities and persistent messages are written (see model.journal).
         self.journal: Journal = NULL_JOURNAL
+        # Where stream queues keep their logs (the server supplies the file-backed one).
+        self.stream_backend: StreamBackend = MemoryStreamBackend()
         # Direct reply-to: the key of ``amq.rabbitmq.reply-to.<key>`` -> requester session.
         self.reply_to: dict[str, Session] = {}
         self.exchanges: dict[str, Exchange] = {}
@@ -317,18 +320,29 @@ class VirtualHost:
                 exclusive=exclusive,
                 auto_delete=auto_delete,
             )
-            queue = Queue(
-                self.name,
-                name,
-                durable=durable,
-                exclusive_owner=owner if exclusive else None,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                gauge=self.gauge,
-                config=config,
-                vhost=self,
-                timers=self.timers,
-            )
+            if config.stream:
+                queue = StreamQueue(
+                    self.name,
+                    name,
+                    backend=self.stream_backend,
+                    arguments=arguments,
+                    config=config,
+                    vhost=self,
+                    timers=self.timers,
+                )
+            else:
+                queue = Queue(
+                    self.name,
+                    name,
+                    durable=durable,
+                    exclusive_owner=owner if exclusive else None,
+                    auto_delete=auto_delete,
+                    arguments=arguments,
+                    gauge=self.gauge,
+                    config=config,
+                    vhost=self,
+                    timers=self.timers,
+                )
             self.queues[name] = queue
             self._queue_sources[queue] = set()
             queue.journal = self.journal
@@ -432,6 +446,8 @@ class VirtualHost:
         queue.purge()
         if queue.store_id:
             self.journal.queue_deleted(self.name, queue.name, queue.store_id)
+        if isinstance(queue, StreamQueue):
+            queue.destroy()
         for consumer in list(queue.consumers):
             consumer.session.queue_deleted(queue)
         queue.consumers.clear()

@@ -15,19 +15,24 @@ import logging
 import signal
 import socket
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from leveret.auth.users import UserStore
 from leveret.config import default_data_dir
 from leveret.model.broker import Broker
+from leveret.model.stream import StreamQueue
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091_message import wire_message
+from leveret.server.amqp091_stream import stamp_stream
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.records import StoreCorrupt
 from leveret.store.recovery import restore
+from leveret.store.stream_journal import StreamJournal
+from leveret.store.stream_log import StreamStore
 
 if TYPE_CHECKING:
     from leveret.config import Settings
@@ -68,6 +73,7 @@ class Server:
         self.stopping = asyncio.Event()
         self.deadlines: DeadlineTimer | None = None
         self.store: DiskStore | None = None
+        self.streams: StreamStore | None = None
 
     def _recover(self, loop: asyncio.AbstractEventLoop) -> None:
         path = self.settings.data_dir or str(default_data_dir())
@@ -81,10 +87,19 @@ class Server:
         except OSError as exc:
             store.close()
             raise StoreError(f"cannot use data directory {path}: {exc}") from None
+        streams = StreamStore(Path(path) / "streams", wire_message, stamp_stream)
+        self.broker.attach_streams(streams)
         restore(self.broker, recovered, wire_message)
-        self.broker.attach_journal(store)
+        try:
+            stream_count = self._open_streams(streams)
+        except (StoreCorrupt, OSError) as exc:
+            store.close()
+            raise StoreError(str(exc)) from None
+        self.broker.attach_journal(StreamJournal(store, streams))
         store.start(loop)
+        streams.start(loop)
         self.store = store
+        self.streams = streams
         log.info(
             "recovered %d exchanges, %d queues, %d bindings and %d messages from %s in %.2f s",
             len(recovered.exchanges),
@@ -94,6 +109,20 @@ class Server:
             path,
             time.monotonic() - started,
         )
+        if stream_count:
+            log.info("opened %d streams", stream_count)
+
+    def _open_streams(self, streams: StreamStore) -> int:
+        """Open every stream's files now (torn tails are cut at boot, retention timers start)
+        and delete the files of streams deleted before a crash."""
+        live = []
+        for vhost in self.broker.vhosts.values():
+            for queue in vhost.queues.values():
+                if isinstance(queue, StreamQueue) and queue.store_id:
+                    _ = queue.log
+                    live.append(queue.store_id)
+        streams.remove_orphans(live)
+        return len(live)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -133,6 +162,9 @@ class Server:
             await server.wait_closed()
         if self.deadlines is not None:
             self.deadlines.close()
+        if self.streams is not None:
+            self.streams.close()
+            self.streams = None
         if self.store is not None:
             self.store.close()
             self.store = None

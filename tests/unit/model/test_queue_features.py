@@ -67,9 +67,10 @@ def test_invalid_arguments(args: dict[str, object], text: str) -> None:
     assert text in exc.value.reply_text
 
 
-def test_stream_is_refused_until_supported() -> None:
-    with pytest.raises(PreconditionFailed, match="stream"):
-        parse_queue_args({"x-queue-type": "stream"}, durable=True)
+def test_stream_is_accepted_durable_only() -> None:
+    assert parse_queue_args({"x-queue-type": "stream"}, durable=True).stream
+    with pytest.raises(PreconditionFailed, match="non-durable"):
+        parse_queue_args({"x-queue-type": "stream"}, durable=False)
 
 
 def test_ttl_expires_head_only_when_due_and_dead_letters() -> None:

@@ -1,0 +1,517 @@
+"""Stream queues (``x-queue-type: stream``): an append-only log read by offset.
+
+Theory of operation: a ``StreamQueue`` appends every message it is given to a ``StreamLog``
+(offsets 0, 1, 2, ...) and never removes one on delivery. Each consumer (``StreamConsumer``)
+keeps its own next offset; ``dispatch`` reads from the log at that offset for every consumer
+with credit (``basic.qos`` prefetch, required) and ``basic.ack`` only gives credit back. A
+consumer that has read everything waits: the next append is handed to it by the same
+``dispatch``. Retention drops whole segments from the head (``StreamLog.retain``), checked
+when a segment fills and, for ``x-max-age``, on a timer; a consumer behind the new head
+jumps to it.
+
+The log is behind a Protocol: the file-backed one lives in ``store/stream_log.py``, the
+in-memory one here (unit tests, and a broker without a data directory). A
+``StreamBackend`` opens logs and adds the ``x-stream-offset`` / ``x-stream-timestamp``
+headers to a message (a wire-format concern, so the front end supplies it).
+
+De-duplication: a message with ``x-stream-producer`` (string) and ``x-stream-sequence``
+(integer >= 0) headers is dropped when the log already holds a sequence at least as high
+for that producer; the log keeps that state durably (``StreamLog.producers``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from leveret.errors import NotImplemented_, PreconditionFailed
+from leveret.model.message import HINT_HEADERS
+from leveret.model.queue import Consumer, Queue, QueuedMessage
+from leveret.model.queue_args import parse_age, type_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from leveret.model.message import Message
+    from leveret.model.queue_args import QueueConfig
+    from leveret.model.session import Session
+    from leveret.model.timers import Timers
+    from leveret.model.vhost import VirtualHost
+
+OFFSET_HEADER = "x-stream-offset"
+TIMESTAMP_HEADER = "x-stream-timestamp"
+PRODUCER_HEADER = "x-stream-producer"
+SEQUENCE_HEADER = "x-stream-sequence"
+# Largest number of entries read from the log at once for one consumer.
+READ_BATCH = 256
+# How often x-max-age is checked at most (seconds); shorter ages are checked as often.
+AGE_CHECK_EVERY = 60.0
+
+
+class StreamEntry(NamedTuple):
+    offset: int
+    timestamp: int  # append time, ms since the epoch
+    message: Message
+
+
+class StreamLog(Protocol):
+    """An append-only log of messages by offset, whole segments dropped from the head."""
+
+    @property
+    def first_offset(self) -> int:
+        """The first retained offset (== next_offset when empty)."""
+        ...
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next append gets."""
+        ...
+
+    @property
+    def producers(self) -> Mapping[str, int]:
+        """Per producer id, the highest sequence stored (survives restarts and retention)."""
+        ...
+
+    def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
+        """Store ``message`` at ``next_offset``; True when this closed a segment.
+
+        ``producer`` is "" for a message without de-duplication headers."""
+        ...
+
+    def read(self, offset: int, count: int) -> list[StreamEntry]:
+        """Up to ``count`` entries from ``offset`` (from the first retained one if older)."""
+        ...
+
+    def offset_at(self, timestamp: int) -> int:
+        """The first offset appended at or after ``timestamp`` (ms), else next_offset."""
+        ...
+
+    def retain(self, max_bytes: int | None, oldest: int | None) -> int:
+        """Drop whole closed segments from the head while the log is larger than
+        ``max_bytes`` or the segment's newest entry is older than ``oldest`` (ms);
+        returns how many were dropped."""
+        ...
+
+    def wait_durable(self) -> None:
+        """The next publisher confirm must wait until what was appended is durable (a
+        dropped duplicate is confirmed only once its original is)."""
+        ...
+
+    def destroy(self) -> None:
+        """The stream was deleted: remove what it stored."""
+        ...
+
+
+class StreamBackend(Protocol):
+    def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
+        """The log of a stream (``store_id`` 0: not stored, in memory)."""
+        ...
+
+    def stamp(self, message: Message, offset: int, timestamp: int) -> Message:
+        """``message`` with the ``x-stream-offset`` and ``x-stream-timestamp`` headers."""
+        ...
+
+
+# -- the in-memory log --------------------------------------------------------------------
+
+MEMORY_SEGMENT_BYTES = 64 << 20
+
+
+class _Segment:
+    __slots__ = ("entries", "first", "size")
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        self.entries: list[StreamEntry] = []
+        self.size = 0
+
+
+class MemoryStreamLog:
+    """A ``StreamLog`` held in memory, with the same segment and retention rules."""
+
+    def __init__(self, segment_bytes: int | None = None) -> None:
+        self.segment_bytes = MEMORY_SEGMENT_BYTES if segment_bytes is None else segment_bytes
+        self._segments = [_Segment(0)]
+        self._next = 0
+        self._producers: dict[str, int] = {}
+
+    @property
+    def first_offset(self) -> int:
+        return self._segments[0].first
+
+    @property
+    def next_offset(self) -> int:
+        return self._next
+
+    @property
+    def producers(self) -> Mapping[str, int]:
+        return self._producers
+
+    def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
+        segment = self._segments[-1]
+        segment.entries.append(StreamEntry(self._next, timestamp, message))
+        segment.size += len(message.body) + len(message.raw_properties)
+        self._next += 1
+        if producer:
+            self._producers[producer] = sequence
+        if segment.size >= self.segment_bytes:
+            self._segments.append(_Segment(self._next))
+            return True
+        return False
+
+    def read(self, offset: int, count: int) -> list[StreamEntry]:
+        segments = self._segments
+        offset = max(offset, segments[0].first)
+        out: list[StreamEntry] = []
+        index = len(segments) - 1
+        while index > 0 and segments[index].first > offset:
+            index -= 1
+        while index < len(segments) and len(out) < count:
+            segment = segments[index]
+            start = offset - segment.first
+            out.extend(segment.entries[start : start + count - len(out)])
+            index += 1
+            offset = segments[index].first if index < len(segments) else offset
+        return out
+
+    def offset_at(self, timestamp: int) -> int:
+        for segment in self._segments:
+            for entry in segment.entries:
+                if entry.timestamp >= timestamp:
+                    return entry.offset
+        return self._next
+
+    def retain(self, max_bytes: int | None, oldest: int | None) -> int:
+        segments = self._segments
+        total = sum(s.size for s in segments)
+        dropped = 0
+        while len(segments) > 1:
+            head = segments[0]
+            too_big = max_bytes is not None and total > max_bytes
+            too_old = (
+                oldest is not None and bool(head.entries) and head.entries[-1].timestamp < oldest
+            )
+            if not (too_big or too_old):
+                break
+            total -= head.size
+            del segments[0]
+            dropped += 1
+        return dropped
+
+    def wait_durable(self) -> None:
+        return None
+
+    def destroy(self) -> None:
+        self._segments = [_Segment(self._next)]
+
+
+class MemoryStreamBackend:
+    """Streams in memory; ``stamp`` re-encodes the headers through the message's encoder."""
+
+    def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
+        return MemoryStreamLog(segment_bytes)
+
+    def stamp(self, message: Message, offset: int, timestamp: int) -> Message:
+        headers = dict(message.headers or {})
+        headers[OFFSET_HEADER] = offset
+        headers[TIMESTAMP_HEADER] = timestamp
+        return message.replace(headers=headers)
+
+
+# -- where a consumer starts ---------------------------------------------------------------
+
+
+class OffsetSpec(NamedTuple):
+    """A parsed ``x-stream-offset``: kind is first, last, next, offset or timestamp."""
+
+    kind: str
+    value: int = 0  # the offset, or a timestamp in ms
+
+
+NEXT = OffsetSpec("next")
+
+
+def parse_offset_spec(
+    arguments: Mapping[str, object] | None, *, where: str, wall_ms: int
+) -> OffsetSpec:
+    """The ``x-stream-offset`` consumer argument; 406 as RabbitMQ when it is unusable.
+
+    ``wall_ms`` is now (ms since the epoch), for intervals such as ``"1h"``."""
+    if not arguments or OFFSET_HEADER not in arguments:
+        return NEXT
+    value = arguments[OFFSET_HEADER]
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, str):
+        if value in ("first", "last", "next"):
+            return OffsetSpec(value)
+        age = parse_age(value)
+        if age is not None:
+            return OffsetSpec("timestamp", wall_ms - int(age * 1000))
+        shown = f'{{longstr,<<"{value}">>}}'
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return OffsetSpec("offset", max(value, 0))
+    elif isinstance(value, datetime.datetime):
+        return OffsetSpec("timestamp", int(value.timestamp()) * 1000)
+    else:
+        shown = f"{{{type_name(value)},{value!r}}}"
+    raise PreconditionFailed(
+        f"invalid arg '{OFFSET_HEADER}' {where}: {{invalid_stream_offset_arg,{shown}}}"
+    )
+
+
+def _dedup_key(headers: Mapping[str, object]) -> tuple[str, int]:
+    """(producer, sequence) from the de-duplication headers, ("", -1) when absent/unusable."""
+    producer = headers.get(PRODUCER_HEADER)
+    if producer is None:
+        return "", -1
+    if isinstance(producer, bytes):
+        producer = producer.decode(errors="replace")
+    sequence = headers.get(SEQUENCE_HEADER)
+    if (
+        not isinstance(producer, str)
+        or not producer
+        or not isinstance(sequence, int)
+        or isinstance(sequence, bool)
+        or sequence < 0
+    ):
+        return "", -1
+    return producer, sequence
+
+
+# -- the queue and its consumers -----------------------------------------------------------
+
+
+class StreamConsumer(Consumer):
+    """A consumer of a stream: where it starts, and the next offset it gets."""
+
+    __slots__ = ("offset", "spec")
+
+    def __init__(
+        self,
+        tag: str,
+        queue: Queue,
+        session: Session,
+        *,
+        spec: OffsetSpec,
+        prefetch_count: int,
+        exclusive: bool,
+        arguments: Mapping[str, object],
+        priority: int = 0,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            tag,
+            queue,
+            session,
+            no_ack=False,
+            exclusive=exclusive,
+            prefetch_count=prefetch_count,
+            arguments=arguments,
+            priority=priority,
+            timeout=timeout,
+        )
+        self.spec = spec
+        self.offset = 0
+
+
+class StreamQueue(Queue):
+    """A durable stream; see the module docstring."""
+
+    def __init__(
+        self,
+        vhost_name: str,
+        name: str,
+        *,
+        backend: StreamBackend,
+        arguments: Mapping[str, object] | None = None,
+        config: QueueConfig,
+        vhost: VirtualHost | None = None,
+        timers: Timers | None = None,
+    ) -> None:
+        # RabbitMQ's rule (checked in queue_args): durable, not exclusive, not auto-delete.
+        super().__init__(
+            vhost_name,
+            name,
+            durable=True,
+            arguments=arguments,
+            config=config,
+            vhost=vhost,
+            timers=timers,
+        )
+        self.backend = backend
+        self._log: StreamLog | None = None
+        self._last_timestamp = 0
+        self._age_check_pending = False
+
+    def __repr__(self) -> str:
+        return f"StreamQueue({self.name!r})"
+
+    def _where(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost_name}'"
+
+    @property
+    def log(self) -> StreamLog:
+        """The log, opened on first use (recovery sets ``store_id`` after declaring)."""
+        log = self._log
+        if log is None:
+            log = self._log = self.backend.open(
+                self.vhost_name, self.name, self.store_id, self.config.segment_bytes
+            )
+            self._retain()
+            self._schedule_age_check()
+        return log
+
+    @property
+    def message_count(self) -> int:
+        """The next offset (Leveret's passive-declare answer for streams; RabbitMQ: 0)."""
+        return self.log.next_offset
+
+    # -- appending -------------------------------------------------------------------------
+
+    def enqueue(self, message: Message) -> bool:
+        log = self.log
+        producer, sequence = "", -1
+        if message.hints & HINT_HEADERS:
+            headers = message.headers
+            if headers:
+                producer, sequence = _dedup_key(headers)
+                if producer and sequence <= log.producers.get(producer, -1):
+                    log.wait_durable()
+                    return True  # a duplicate: stored before, confirmed, dropped
+        # Timestamps never go backwards, so "first at or after a time" is a search.
+        timestamp = max(int(self.timers.wall * 1000), self._last_timestamp)
+        self._last_timestamp = timestamp
+        stamped = self.backend.stamp(message, log.next_offset, timestamp)
+        if log.append(stamped, timestamp, producer, sequence):
+            self._retain()
+        if self.consumers:
+            self.dispatch()
+        return True
+
+    def can_deliver_now(self, message: Message) -> bool:
+        end = self.log.next_offset
+        return any(
+            isinstance(c, StreamConsumer) and c.offset >= end and c.can_take(message)
+            for c in self.consumers
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        log = self.log
+        end = log.next_offset
+        for consumer in self.consumers:
+            assert isinstance(consumer, StreamConsumer)
+            while consumer.offset < end and consumer.session.deliverable:
+                credit = consumer.prefetch_count - consumer.unacked
+                if credit <= 0:
+                    break
+                entries = log.read(consumer.offset, min(credit, READ_BATCH))
+                if not entries:
+                    break
+                if not self._hand_out(consumer, entries):
+                    break
+
+    def _hand_out(self, consumer: StreamConsumer, entries: list[StreamEntry]) -> bool:
+        """Deliver ``entries`` in order while ``consumer`` can take them."""
+        session = consumer.session
+        for entry in entries:
+            if not consumer.can_take(entry.message):
+                return False
+            consumer.offset = entry.offset + 1
+            self.unacked_count += 1
+            session.deliver(consumer, QueuedMessage(entry.offset, entry.message))
+        return True
+
+    def get(self, *, no_ack: bool) -> QueuedMessage | None:
+        raise NotImplemented_(f"basic.get not supported by stream queues {self._where()}")
+
+    def check_consumer(
+        self, *, no_ack: bool, prefetch_count: int, arguments: Mapping[str, object]
+    ) -> OffsetSpec:
+        """RabbitMQ's checks of basic.consume on a stream; returns where to start."""
+        if not prefetch_count:
+            raise PreconditionFailed(f"consumer prefetch count is not set for '{self._where()}'")
+        if no_ack:
+            raise NotImplemented_(
+                f"automatic acknowledgement not supported by stream queues {self._where()}"
+            )
+        return parse_offset_spec(
+            arguments,
+            where=f"for queue '{self.name}' in vhost '{self.vhost_name}'",
+            wall_ms=int(self.timers.wall * 1000),
+        )
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        assert isinstance(consumer, StreamConsumer)
+        log = self.log
+        spec = consumer.spec
+        first, end = log.first_offset, log.next_offset
+        if spec.kind == "first":
+            start = first
+        elif spec.kind == "last":
+            start = max(end - 1, first)
+        elif spec.kind == "offset":
+            start = max(spec.value, first)
+        elif spec.kind == "timestamp":
+            start = max(log.offset_at(spec.value), first)
+        else:
+            start = end
+        consumer.offset = start
+        super().add_consumer(consumer)
+
+    # -- settlement: acks only give credit back ----------------------------------------------
+
+    def settle(self, entry: QueuedMessage) -> None:
+        self.unacked_count -= 1
+
+    def requeue(self, entries: Iterable[QueuedMessage]) -> None:
+        # A channel closed or a consumer timed out: nothing goes back, the log keeps it.
+        self.unacked_count -= sum(1 for _ in entries)
+        self.dispatch()
+
+    def purge(self) -> int:
+        if self.deleted:
+            return 0  # VirtualHost.remove_queue purges what it deletes: nothing to do here
+        raise NotImplemented_(f"queue.purge not supported by stream queues {self._where()}")
+
+    def reject_refused(self) -> NotImplemented_:
+        """The error for basic.reject / basic.nack of a delivery from this stream."""
+        return NotImplemented_(
+            f"basic.nack and basic.reject not supported by stream queues {self._where()}"
+        )
+
+    def destroy(self) -> None:
+        """The stream was deleted: its log goes too."""
+        if self._log is not None or self.store_id:
+            self.log.destroy()
+
+    # -- retention -----------------------------------------------------------------------
+
+    def _retain(self) -> None:
+        log = self._log
+        if log is None:
+            return
+        config = self.config
+        if config.max_length_bytes is None and config.max_age is None:
+            return
+        oldest = None
+        if config.max_age is not None:
+            oldest = int((self.timers.wall - config.max_age) * 1000)
+        if log.retain(config.max_length_bytes, oldest) and self.consumers:
+            self.dispatch()
+
+    def _schedule_age_check(self) -> None:
+        age = self.config.max_age
+        if age is None or self._age_check_pending or self.deleted:
+            return
+        self._age_check_pending = True
+        self.timers.schedule(self.timers.now + max(1.0, min(age, AGE_CHECK_EVERY)), self)
+
+    def on_deadline(self, now: float) -> None:
+        self._age_check_pending = False
+        if self.deleted:
+            return
+        self._retain()
+        self._schedule_age_check()

@@ -1,0 +1,93 @@
+"""The journal the server attaches when streams are stored: the message store's journal,
+with publisher confirms that also wait for the stream writer.
+
+A session compares ``writes`` before and after routing; stream appends count there too, and
+``after_commit`` first waits (in call order) until every stream append made so far is
+synced, then hands the callback to the message store, which runs it after its own commit.
+So a confirm goes out only when both the classic-queue records and the stream records of
+the publishes it covers are on disk, and confirms keep their order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from leveret.model.journal import Journal
+    from leveret.model.message import Message
+    from leveret.store.stream_log import StreamStore
+
+
+class StreamJournal:
+    """``Journal`` = ``disk`` + the stream writer's syncs; see the module docstring."""
+
+    def __init__(self, disk: Journal, streams: StreamStore) -> None:
+        self.disk = disk
+        self.streams = streams
+
+    @property
+    def writes(self) -> int:
+        return self.disk.writes + self.streams.writes
+
+    @writes.setter
+    def writes(self, value: int) -> None:
+        raise AttributeError("writes is counted by the stores")
+
+    @property
+    def ok(self) -> bool:
+        return self.disk.ok
+
+    @ok.setter
+    def ok(self, value: bool) -> None:
+        raise AttributeError("ok is the message store's")
+
+    def exchange_declared(
+        self,
+        vhost: str,
+        name: str,
+        type_name: str,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, object],
+    ) -> None:
+        self.disk.exchange_declared(vhost, name, type_name, auto_delete, internal, arguments)
+
+    def exchange_deleted(self, vhost: str, name: str) -> None:
+        self.disk.exchange_deleted(vhost, name)
+
+    def queue_declared(
+        self, vhost: str, name: str, auto_delete: bool, arguments: Mapping[str, object]
+    ) -> int:
+        return self.disk.queue_declared(vhost, name, auto_delete, arguments)
+
+    def queue_deleted(self, vhost: str, name: str, store_id: int) -> None:
+        self.disk.queue_deleted(vhost, name, store_id)
+
+    def binding_changed(
+        self,
+        added: bool,
+        vhost: str,
+        source: str,
+        to_queue: bool,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> None:
+        self.disk.binding_changed(
+            added, vhost, source, to_queue, destination, routing_key, arguments
+        )
+
+    def enqueued(self, queue_id: int, message: Message) -> int:
+        return self.disk.enqueued(queue_id, message)
+
+    def delivered(self, queue_id: int, sid: int) -> None:
+        self.disk.delivered(queue_id, sid)
+
+    def removed(self, queue_id: int, sid: int) -> None:
+        self.disk.removed(queue_id, sid)
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        disk = self.disk
+        self.streams.after_sync(lambda: disk.after_commit(callback))

@@ -1,0 +1,48 @@
+"""The 0-9-1 stream headers: spliced into the encoded properties as int64 (``l``) fields."""
+
+from __future__ import annotations
+
+import pytest
+
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.amqp091.fieldtable import decode_table
+from leveret.server.amqp091_message import wire_message
+from leveret.server.amqp091_stream import stamp_stream, stream_headers
+
+CASES = [
+    BasicProperties(),
+    BasicProperties(content_type="text/plain"),
+    BasicProperties(content_type="a", content_encoding="gzip", delivery_mode=2, priority=3),
+    BasicProperties(headers={"k": "v", "n": 1}, message_id="id", app_id="app"),
+    BasicProperties(content_encoding="x", headers={}, timestamp=None, reply_to="r"),
+]
+
+
+@pytest.mark.parametrize("props", CASES)
+def test_splice_adds_both_headers_and_keeps_every_other_property(props: BasicProperties) -> None:
+    raw = stream_headers(props.encode(), 5, 1_700_000_000_123)
+    decoded = BasicProperties.decode(raw)
+    assert decoded.headers == {
+        **(props.headers or {}),
+        "x-stream-offset": 5,
+        "x-stream-timestamp": 1_700_000_000_123,
+    }
+    for name in ("content_type", "content_encoding", "delivery_mode", "priority", "reply_to"):
+        assert getattr(decoded, name) == getattr(props, name)
+    assert decoded.message_id == props.message_id
+
+
+def test_values_are_int64_on_the_wire() -> None:
+    raw = stream_headers(BasicProperties().encode(), 0, 7)
+    table = raw[2:]
+    assert b"\x0fx-stream-offsetl" + (0).to_bytes(8, "big") in table
+    assert b"\x12x-stream-timestampl" + (7).to_bytes(8, "big") in table
+    assert decode_table(table, 0)[0] == {"x-stream-offset": 0, "x-stream-timestamp": 7}
+
+
+def test_publisher_set_stream_headers_are_replaced_not_duplicated() -> None:
+    props = BasicProperties(headers={"x-stream-offset": 99, "other": True})
+    message = stamp_stream(wire_message("", "q", props.encode(), b"b"), 3, 4)
+    raw = message.raw_properties
+    assert raw.count(b"x-stream-offset") == 1
+    assert message.headers == {"other": True, "x-stream-offset": 3, "x-stream-timestamp": 4}

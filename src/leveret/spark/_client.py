@@ -544,6 +544,14 @@ class AmqpClient:
             m.QueueDeclareOk,
         )
 
+    def declare_exchange(self, exchange: str, kind: str = "direct") -> None:
+        self.rpc(m.ExchangeDeclare(exchange=exchange, type=kind, durable=True), m.ExchangeDeclareOk)
+
+    def bind(self, queue: str, exchange: str, routing_key: str = "") -> None:
+        self.rpc(
+            m.QueueBind(queue=queue, exchange=exchange, routing_key=routing_key), m.QueueBindOk
+        )
+
     def delete_queue(self, queue: str) -> None:
         self.rpc(m.QueueDelete(queue=queue), m.QueueDeleteOk)
 

@@ -199,8 +199,9 @@ class StreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _start_of(self, start: dict[str, int], queue: str) -> int:
         if queue in start:
             return int(start[queue])
-        # A queue added to the list after the checkpoint was made starts per startingOffsets.
-        return _starting(self.options, self._finder, "latest")[queue]
+        # A queue added to the list after the checkpoint was made is read from its first
+        # offset (as Kafka reads new partitions from the earliest offset).
+        return self._finder.first_offset(queue)
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         o = self.options
@@ -217,7 +218,7 @@ class StreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         o = self.options
-        begin = {q: int(start.get(q, end[q])) for q in end}
+        begin = {q: self._start_of(start, q) for q in end}
         ranges = plan_ranges(begin, end, o.min_partitions, o.max_records_per_partition)
         return [_RangePartition(r, o) for r in ranges]
 

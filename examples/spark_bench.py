@@ -1,0 +1,235 @@
+"""Throughput and latency of the ``amqp`` data source (the figures in docs/spark.md).
+
+    python -m examples.spark_bench            # starts a Leveret broker of its own
+    python -m examples.spark_bench --url amqp://guest:guest@127.0.0.1:5672/%2F   # RabbitMQ
+
+Measures, on stream queues: the raw client (no Spark), batch reads with 1 and 2 partitions
+(``noop`` sink), streaming catch-up (Trigger.AvailableNow), writes with confirms, and the
+end-to-end latency of a streaming query at a fixed publish rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from examples.spark_pipeline import connect, make_spark, start_leveret
+from leveret.protocol.amqp091 import framing
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.spark._arrow import build_batch, stream_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def publish(url: str, queue: str, n: int) -> float:
+    """Publish ``n`` ~60-byte JSON messages with confirms; returns messages per second."""
+    with connect(url) as c:
+        c.confirm_select()
+        method = m.BasicPublish(exchange="", routing_key=queue).encode()
+        props = BasicProperties(delivery_mode=2).encode()
+        started = time.perf_counter()
+        for i in range(n):
+            body = b'{"id": %d, "user": "user-%d", "amount": %d}' % (i, i % 50, i % 100)
+            c.publish_frames(framing.encode_message_frames(1, method, 60, body, props, 131072))
+            if c.in_flight >= 1000:
+                c.wait_confirms(500, 60)
+        c.wait_confirms(0, 60)
+        return n / (time.perf_counter() - started)
+
+
+def raw_read(url: str, queue: str, n: int) -> tuple[float, float]:
+    """The connector's client alone: consume ``n`` and build Arrow batches.
+
+    Returns (rows per second, rows per second of this process's CPU time): the second is the
+    client's own ceiling when the broker, not the client, is the bottleneck.
+    """
+    with connect(url) as c:
+        c.qos(2000)
+        cpu = time.process_time()
+        started = time.perf_counter()
+        c.consume(queue, arguments={"x-stream-offset": 0})
+        got = 0
+        d = c.deliveries
+        while got < n:
+            c.poll(5.0)
+            if len(d):
+                c.ack(d.tags[-1])
+                chunk = d.take()
+                got += build_batch(chunk, queue, stream_offsets(chunk.properties)).num_rows
+        return got / (time.perf_counter() - started), got / (time.process_time() - cpu)
+
+
+def reader(spark: SparkSession, url: str, queue: str, **options: object) -> DataFrame:
+    r = spark.read.format("amqp").option("uri", url).option("queue", queue)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def batch_read(spark: SparkSession, url: str, queue: str, n: int, parts: int) -> float:
+    started = time.perf_counter()
+    reader(spark, url, queue, minPartitions=parts).write.format("noop").mode("append").save()
+    return n / (time.perf_counter() - started)
+
+
+def catch_up(spark: SparkSession, url: str, queue: str, n: int, work: Path) -> float:
+    started = time.perf_counter()
+    q = (
+        spark.readStream.format("amqp")
+        .option("uri", url)
+        .option("queue", queue)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max(n // 4, 1)))
+        .option("minPartitions", "2")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(work / f"cp-{uuid.uuid4().hex[:6]}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    return n / (time.perf_counter() - started)
+
+
+def write(spark: SparkSession, url: str, queue: str, n: int, parts: int) -> float:
+    df = spark.range(0, n, numPartitions=parts).selectExpr(
+        "to_json(named_struct('id', id, 'pad', 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx')) AS value"
+    )
+    df.cache().count()
+    started = time.perf_counter()
+    df.write.format("amqp").option("uri", url).option("routingKey", queue).mode("append").save()
+    return n / (time.perf_counter() - started)
+
+
+def latency(
+    spark: SparkSession, url: str, queue: str, rate: int, seconds: float, work: Path
+) -> dict[str, float]:
+    """Publish at ``rate``/s with the send time in the body; the query records arrival - send."""
+    delays: list[float] = []
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        now = time.time()
+        sent = batch.selectExpr("CAST(get_json_object(CAST(value AS STRING), '$.t') AS DOUBLE)")
+        delays.extend(now - r[0] for r in sent.collect())
+
+    q = (
+        spark.readStream.format("amqp")
+        .option("uri", url)
+        .option("queue", queue)
+        .option("startingOffsets", "latest")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(work / f"cp-{uuid.uuid4().hex[:6]}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        while q.lastProgress is None:
+            time.sleep(0.2)
+        with connect(url) as c:
+            c.confirm_select()
+            method = m.BasicPublish(exchange="", routing_key=queue).encode()
+            props = BasicProperties(delivery_mode=2).encode()
+            started = time.monotonic()
+            sent = 0
+            while time.monotonic() - started < seconds:
+                due = int((time.monotonic() - started) * rate)
+                while sent < due:
+                    body = json.dumps({"id": sent, "t": time.time()}).encode()
+                    c.publish_frames(
+                        framing.encode_message_frames(1, method, 60, body, props, 131072)
+                    )
+                    sent += 1
+                c.wait_confirms(1000, 30)
+                time.sleep(0.005)
+            c.wait_confirms(0, 30)
+        deadline = time.monotonic() + 30
+        while len(delays) < sent and time.monotonic() < deadline:
+            time.sleep(0.2)
+        batch_ms = [p["batchDuration"] for p in q.recentProgress if p["numInputRows"]]
+        lat_ms = [p["durationMs"].get("latestOffset", 0) for p in q.recentProgress]
+    finally:
+        q.stop()
+    # The first second includes the query's warm-up backlog; keep the steady state.
+    steady = sorted(delays[len(delays) // 10 :])
+    return {
+        "messages": float(len(delays)),
+        "p50": steady[len(steady) // 2],
+        "p95": steady[int(len(steady) * 0.95)],
+        "max": steady[-1],
+        "batch_ms": statistics.median(batch_ms) if batch_ms else 0.0,
+        "latestOffset_ms": statistics.median(lat_ms) if lat_ms else 0.0,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="broker URL (default: start Leveret)")
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--rate", type=int, default=2_000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="leveret-spark-bench-"))
+    broker = None
+    url = args.url
+    if url is None:
+        broker, url = start_leveret(work / "broker")
+    spark = None
+    queues: list[str] = []
+
+    def stream() -> str:
+        name = f"bench.{uuid.uuid4().hex[:8]}"
+        with connect(url) as c:
+            c.declare(name, {"x-queue-type": "stream"})
+        queues.append(name)
+        return name
+
+    try:
+        with connect(url) as c:
+            print(f"broker: {c.product} {c.server_properties.get('version')!r}")
+        n = args.messages
+        q = stream()
+        print(f"publish (client, confirms, window 1000): {publish(url, q, n):,.0f} msg/s")
+        wall, cpu = raw_read(url, q, n)
+        print(f"raw read (client + Arrow, no Spark):    {wall:,.0f} rows/s, {cpu:,.0f} per CPU-s")
+        spark = make_spark()
+        batch_read(spark, url, q, n, 1)  # warm-up: JVM, Python workers
+        for parts in (1, 2):
+            rate = batch_read(spark, url, q, n, parts)
+            print(f"batch read, {parts} partition(s):          {rate:,.0f} rows/s")
+        rate = catch_up(spark, url, q, n, work)
+        print(f"streaming catch-up, AvailableNow:       {rate:,.0f} rows/s")
+        for parts in (1, 2):
+            target = stream()
+            rate = write(spark, url, target, n // 2, parts)
+            print(f"write with confirms, {parts} partition(s):  {rate:,.0f} rows/s")
+        result = latency(spark, url, stream(), args.rate, args.seconds, work)
+        print(
+            f"latency at {args.rate}/s, trigger 0 s: p50 {result['p50']:.2f} s,"
+            f" p95 {result['p95']:.2f} s, max {result['max']:.2f} s"
+            f" ({result['messages']:.0f} messages, median batch {result['batch_ms']:.0f} ms,"
+            f" latestOffset {result['latestOffset_ms']:.0f} ms)"
+        )
+        return 0
+    finally:
+        if spark is not None:
+            spark.stop()
+        for name in queues:
+            with connect(url) as c:
+                c.delete_queue(name)
+        if broker is not None:
+            broker.terminate()
+            broker.wait(30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,8 @@ from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.spark._arrow import build_batch, stream_offsets
+from leveret.spark._client import ConnectionParams, Deliveries, scan_frames
+from leveret.spark._streams import OffsetRange, read_range
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,26 +48,61 @@ def publish(url: str, queue: str, n: int) -> float:
         return n / (time.perf_counter() - started)
 
 
+def decode_ceiling(n: int) -> float:
+    """Rows per CPU-second of the client's decode path alone, fed from memory (no broker).
+
+    The same bytes a broker sends for ~60-byte stream messages (deliver + header with
+    ``x-stream-offset`` + body), cut in 1 MiB reads, through ``scan_frames``,
+    ``stream_offsets`` and ``build_batch`` in 8192-row batches.
+    """
+    frames = []
+    for i in range(n):
+        method = m.BasicDeliver(
+            consumer_tag="leveret.spark.1", delivery_tag=i + 1, routing_key="bench.q"
+        ).encode()
+        props = BasicProperties(headers={"x-stream-offset": i + 2**32}, delivery_mode=2).encode()
+        body = b'{"id": %d, "user": "user-%d", "amount": %d}' % (i, i % 50, i % 100)
+        frames.append(framing.encode_message_frames(1, method, 60, body, props, 131072))
+    data = b"".join(frames)
+    cpu = time.process_time()
+    pending = Deliveries()
+    control: list[framing.Frame] = []
+    rest = b""
+    rows = 0
+    for i in range(0, len(data), 1 << 20):
+        buf = rest + data[i : i + (1 << 20)]
+        used = scan_frames(buf, pending, control)
+        rest = buf[used:]
+        while len(pending) >= 8192:
+            chunk = pending.take(8192)
+            rows += build_batch(chunk, "bench.q", stream_offsets(chunk.properties)).num_rows
+    if len(pending):
+        chunk = pending.take()
+        rows += build_batch(chunk, "bench.q", stream_offsets(chunk.properties)).num_rows
+    assert rows == n
+    return n / (time.process_time() - cpu)
+
+
 def raw_read(url: str, queue: str, n: int) -> tuple[float, float]:
-    """The connector's client alone: consume ``n`` and build Arrow batches.
+    """The executors' read path without Spark (``read_range``: client + Arrow batches).
 
     Returns (rows per second, rows per second of this process's CPU time): the second is the
     client's own ceiling when the broker, not the client, is the bottleneck.
     """
-    with connect(url) as c:
-        c.qos(2000)
-        cpu = time.process_time()
-        started = time.perf_counter()
-        c.consume(queue, arguments={"x-stream-offset": 0})
-        got = 0
-        d = c.deliveries
-        while got < n:
-            c.poll(5.0)
-            if len(d):
-                c.ack(d.tags[-1])
-                chunk = d.take()
-                got += build_batch(chunk, queue, stream_offsets(chunk.properties)).num_rows
-        return got / (time.perf_counter() - started), got / (time.process_time() - cpu)
+    cpu = time.process_time()
+    started = time.perf_counter()
+    got = 0
+    for batch in read_range(
+        ConnectionParams.from_uri(url),
+        OffsetRange(queue, 0, n),
+        prefetch=2000,
+        read_timeout=30,
+        fail_on_data_loss=True,
+        include_headers=True,
+        batch_rows=8192,
+    ):
+        got += batch.num_rows
+    return got / (time.perf_counter() - started), got / (time.process_time() - cpu)
 
 
 def reader(spark: SparkSession, url: str, queue: str, **options: object) -> DataFrame:
@@ -177,7 +214,11 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=2_000)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--decode-only", action="store_true", help="only the no-broker figure")
     args = parser.parse_args()
+    if args.decode_only:
+        print(f"client decode, from memory: {decode_ceiling(args.messages):,.0f} rows per CPU-s")
+        return 0
     work = Path(tempfile.mkdtemp(prefix="leveret-spark-bench-"))
     broker = None
     url = args.url
@@ -197,6 +238,7 @@ def main() -> int:
         with connect(url) as c:
             print(f"broker: {c.product} {c.server_properties.get('version')!r}")
         n = args.messages
+        print(f"client decode, from memory:             {decode_ceiling(n):,.0f} rows per CPU-s")
         q = stream()
         print(f"publish (client, confirms, window 1000): {publish(url, q, n):,.0f} msg/s")
         wall, cpu = raw_read(url, q, n)
@@ -208,6 +250,7 @@ def main() -> int:
             print(f"batch read, {parts} partition(s):          {rate:,.0f} rows/s")
         rate = catch_up(spark, url, q, n, work)
         print(f"streaming catch-up, AvailableNow:       {rate:,.0f} rows/s")
+        write(spark, url, stream(), 2000, 1)  # warm-up: the writer's Python workers
         for parts in (1, 2):
             target = stream()
             rate = write(spark, url, target, n // 2, parts)

@@ -202,6 +202,10 @@ def read_range(
         first = True
         last_offset = rng.end - 1
         done = False
+        acked = 0
+        # Credit comes back in halves of the window: one ack per ~prefetch/2 deliveries, not
+        # one per socket read (a slow broker sends a few messages per read).
+        ack_every = max(1, prefetch // 2)
         while not done:
             if not len(deliveries) and not client.poll(read_timeout):
                 raise TimeoutError(
@@ -210,8 +214,11 @@ def read_range(
                 )
             if not len(deliveries):
                 continue
-            client.ack(deliveries.tags[-1])
-            client.flush()
+            tag = deliveries.tags[-1]
+            if tag - acked >= ack_every:
+                client.ack(tag)
+                client.flush()
+                acked = tag
             chunk = deliveries.take()
             offsets = stream_offsets(chunk.properties)
             if first:

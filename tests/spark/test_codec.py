@@ -218,6 +218,7 @@ def test_options_and_offset_specs() -> None:
     assert o.queues == ("a", "b")
     assert (o.max_offsets_per_trigger, o.fail_on_data_loss) == (10, False)
     assert ConnectionParams.from_uri("amqp://h").vhost == "/"
+    assert Options.parse({"path": "events"}).queues == ("events",)
     assert parse_offsets_spec("earliest", ("a",), "startingOffsets") == {"a": EARLIEST}
     assert parse_offsets_spec('{"a": 5}', ("a", "b"), "startingOffsets") == {"a": 5, "b": -2}
     assert parse_offsets_spec('{"a": 5}', ("a", "b"), "endingOffsets") == {"a": 5, "b": LATEST}

@@ -135,7 +135,8 @@ class Options:
                 use_tls=use_tls,
                 **overrides,  # type: ignore[arg-type]
             )
-        names = get("queues") or get("queue") or ""
+        # load("events") passes the queue as Spark's "path" option.
+        names = get("queues") or get("queue") or get("path") or ""
         queues = tuple(q.strip() for q in names.split(",") if q.strip())
         if need_queue and not queues:
             raise ValueError("option queue (or queues) is required")

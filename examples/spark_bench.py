@@ -152,11 +152,13 @@ def latency(
 ) -> dict[str, float]:
     """Publish at ``rate``/s with the send time in the body; the query records arrival - send."""
     delays: list[float] = []
+    warm_up = 10.0  # seconds of publishing before measuring: Python workers start, JIT, backlog
+    measure_from = [float("inf")]
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         now = time.time()
         sent = batch.selectExpr("CAST(get_json_object(CAST(value AS STRING), '$.t') AS DOUBLE)")
-        delays.extend(now - r[0] for r in sent.collect())
+        delays.extend(now - r[0] for r in sent.collect() if r[0] >= measure_from[0])
 
     q = (
         spark.readStream.format("amqp")
@@ -177,8 +179,9 @@ def latency(
             method = m.BasicPublish(exchange="", routing_key=queue).encode()
             props = BasicProperties(delivery_mode=2).encode()
             started = time.monotonic()
+            measure_from[0] = time.time() + warm_up
             sent = 0
-            while time.monotonic() - started < seconds:
+            while time.monotonic() - started < seconds + warm_up:
                 due = int((time.monotonic() - started) * rate)
                 while sent < due:
                     body = json.dumps({"id": sent, "t": time.time()}).encode()
@@ -189,15 +192,16 @@ def latency(
                 c.wait_confirms(1000, 30)
                 time.sleep(0.005)
             c.wait_confirms(0, 30)
+        expected = int(seconds * rate * 0.99)
         deadline = time.monotonic() + 30
-        while len(delays) < sent and time.monotonic() < deadline:
+        while len(delays) < expected and time.monotonic() < deadline:
             time.sleep(0.2)
-        batch_ms = [p["batchDuration"] for p in q.recentProgress if p["numInputRows"]]
-        lat_ms = [p["durationMs"].get("latestOffset", 0) for p in q.recentProgress]
+        recent = q.recentProgress[len(q.recentProgress) // 3 :]  # past the warm-up
+        batch_ms = [p["batchDuration"] for p in recent if p["numInputRows"]]
+        lat_ms = [p["durationMs"].get("latestOffset", 0) for p in recent]
     finally:
         q.stop()
-    # The first second includes the query's warm-up backlog; keep the steady state.
-    steady = sorted(delays[len(delays) // 10 :])
+    steady = sorted(delays)
     return {
         "messages": float(len(delays)),
         "p50": steady[len(steady) // 2],
@@ -208,6 +212,15 @@ def latency(
     }
 
 
+def print_latency(result: dict[str, float], rate: int) -> None:
+    print(
+        f"latency at {rate}/s, trigger 0 s: p50 {result['p50']:.2f} s,"
+        f" p95 {result['p95']:.2f} s, max {result['max']:.2f} s"
+        f" ({result['messages']:.0f} messages, median batch {result['batch_ms']:.0f} ms,"
+        f" latestOffset {result['latestOffset_ms']:.0f} ms)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="broker URL (default: start Leveret)")
@@ -215,6 +228,7 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=2_000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--decode-only", action="store_true", help="only the no-broker figure")
+    parser.add_argument("--latency-only", action="store_true", help="only the latency figure")
     args = parser.parse_args()
     if args.decode_only:
         print(f"client decode, from memory: {decode_ceiling(args.messages):,.0f} rows per CPU-s")
@@ -238,6 +252,10 @@ def main() -> int:
         with connect(url) as c:
             print(f"broker: {c.product} {c.server_properties.get('version')!r}")
         n = args.messages
+        if args.latency_only:
+            spark = make_spark()
+            print_latency(latency(spark, url, stream(), args.rate, args.seconds, work), args.rate)
+            return 0
         print(f"client decode, from memory:             {decode_ceiling(n):,.0f} rows per CPU-s")
         q = stream()
         print(f"publish (client, confirms, window 1000): {publish(url, q, n):,.0f} msg/s")
@@ -255,13 +273,7 @@ def main() -> int:
             target = stream()
             rate = write(spark, url, target, n // 2, parts)
             print(f"write with confirms, {parts} partition(s):  {rate:,.0f} rows/s")
-        result = latency(spark, url, stream(), args.rate, args.seconds, work)
-        print(
-            f"latency at {args.rate}/s, trigger 0 s: p50 {result['p50']:.2f} s,"
-            f" p95 {result['p95']:.2f} s, max {result['max']:.2f} s"
-            f" ({result['messages']:.0f} messages, median batch {result['batch_ms']:.0f} ms,"
-            f" latestOffset {result['latestOffset_ms']:.0f} ms)"
-        )
+        print_latency(latency(spark, url, stream(), args.rate, args.seconds, work), args.rate)
         return 0
     finally:
         if spark is not None:

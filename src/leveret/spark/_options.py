@@ -92,6 +92,7 @@ class Options:
     read_timeout: float  # seconds
     tail_probe_window: float  # seconds
     tail_probe_timeout: float  # seconds
+    tail_probe_max: float  # seconds
     batch_rows: int
     # Classic queues.
     max_messages_per_trigger: int
@@ -180,6 +181,7 @@ class Options:
                 get("tailProbeTimeoutMs", "300") or "300", "tailProbeTimeoutMs", 1
             )
             / ms,
+            tail_probe_max=_int(get("tailProbeMaxMs", "100") or "100", "tailProbeMaxMs", 1) / ms,
             batch_rows=_int(get("arrowBatchRows", "8192") or "8192", "arrowBatchRows", 1),
             max_messages_per_trigger=_int(
                 get("maxMessagesPerTrigger", "10000") or "10000", "maxMessagesPerTrigger", 1

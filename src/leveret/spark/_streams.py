@@ -81,13 +81,17 @@ class TailFinder:
     On Leveret, a passive ``queue.declare`` of a stream returns the next offset to be written
     in ``message_count`` (exact and live). RabbitMQ 3.x has nothing like it over 0-9-1, so
     there the tail is probed: attach at ``last`` (the start of the last chunk), keep the highest
-    offset seen until ``window`` seconds pass without a delivery, then cancel.
+    offset seen until the stream is quiet for ``window`` seconds or ``cap`` seconds have passed
+    since the first delivery, then cancel. ``timeout``: how long an empty stream is waited for.
     """
 
-    def __init__(self, params: ConnectionParams, *, window: float, timeout: float) -> None:
+    def __init__(
+        self, params: ConnectionParams, *, window: float, timeout: float, cap: float = 5.0
+    ) -> None:
         self.params = params
         self.window = window
         self.timeout = timeout
+        self.cap = cap
         self._client: AmqpClient | None = None
 
     def client(self) -> AmqpClient:
@@ -147,7 +151,13 @@ class TailFinder:
         best: int | None = None
         try:
             deadline = time.monotonic() + self.timeout
+            # Stop once the stream has been quiet for `window` after the first delivery, or
+            # `cap` after it: a busy stream is never quiet (SPARK.md: drain-until-idle cost
+            # 1.75 s per trigger), and what came first is the last chunk.
+            first_at: float | None = None
+            last_at = 0.0
             while True:
+                now = time.monotonic()
                 if len(deliveries):
                     offsets = [o for o in stream_offsets(deliveries.properties) if o >= 0]
                     client.ack(deliveries.tags[-1])
@@ -157,13 +167,16 @@ class TailFinder:
                             return offsets[0]
                         top = max(offsets)
                         best = top if best is None else max(best, top)
-                    if not client.poll(self.window):
-                        return best
+                        last_at = now
+                        if first_at is None:
+                            first_at = now
+                if first_at is None:
+                    remaining = deadline - now
                 else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return best
-                    client.poll(min(remaining, self.window if best is not None else remaining))
+                    remaining = min(last_at + self.window, first_at + self.cap) - now
+                if remaining <= 0:
+                    return best
+                client.poll(remaining)
         finally:
             client.cancel(tag)
             deliveries.clear()

@@ -78,8 +78,10 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     )
 
 
-def _finder(o: Options) -> TailFinder:
-    return TailFinder(o.params, window=o.tail_probe_window, timeout=o.tail_probe_timeout)
+def _finder(o: Options, *, streaming: bool) -> TailFinder:
+    # A batch read resolves "latest" once and wants all of it; a trigger wants it fast.
+    cap = o.tail_probe_max if streaming else o.read_timeout
+    return TailFinder(o.params, window=o.tail_probe_window, timeout=o.tail_probe_timeout, cap=cap)
 
 
 def _resolve(finder: TailFinder, queue: str, offset: int) -> int:
@@ -157,7 +159,7 @@ class StreamBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
-        finder = _finder(o)
+        finder = _finder(o, streaming=False)
         try:
             start = _starting(o, finder, "earliest")
             spec = parse_offsets_spec(o.ending_offsets or "latest", o.queues, "endingOffsets")
@@ -182,7 +184,7 @@ class StreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._finder = _finder(options)
+        self._finder = _finder(options, streaming=True)
         self._latest: dict[str, int] | None = None
         self._available_now: dict[str, int] | None = None
 

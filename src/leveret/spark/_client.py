@@ -552,6 +552,9 @@ class AmqpClient:
             m.QueueBind(queue=queue, exchange=exchange, routing_key=routing_key), m.QueueBindOk
         )
 
+    def delete_exchange(self, exchange: str) -> None:
+        self.rpc(m.ExchangeDelete(exchange=exchange), m.ExchangeDeleteOk)
+
     def delete_queue(self, queue: str) -> None:
         self.rpc(m.QueueDelete(queue=queue), m.QueueDeleteOk)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import platform
 import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -59,6 +60,12 @@ log = logging.getLogger("leveret.connection")
 SUPPORTED_HEADER = framing.PROTOCOL_HEADER
 # The user-id property's bit in the low octet of the property flags (spec order: 11th of 14).
 _USER_ID_FLAG = 0x10
+
+# The class-id/method-id prefix of the per-message methods that _frame handles on a fast
+# path (basic.publish 60/40, basic.ack 60/80), and basic.ack's arguments after it.
+_PUBLISH_HEAD = b"\x00\x3c\x00\x28"
+_ACK_HEAD = b"\x00\x3c\x00\x50"
+_ACK_ARGS = struct.Struct(">QB")  # delivery-tag, bits (multiple)
 
 
 @dataclass(frozen=True)
@@ -286,6 +293,17 @@ class AMQP091Connection:
     def _frame(self, frame: framing.Frame) -> None:
         frame_type, channel_id, payload = frame
         if frame_type == framing.FRAME_METHOD:
+            # The per-message methods skip the generic decode (a dataclass per frame) and
+            # dispatch when the common case holds; anything unusual (a closed or closing
+            # channel, content pending, a malformed frame) takes the generic path below,
+            # which makes every check and gives every error.
+            if channel_id and self.state is State.RUNNING:
+                head = payload[:4]
+                if head == _PUBLISH_HEAD:
+                    if self._fast_publish(channel_id, payload):
+                        return
+                elif head == _ACK_HEAD and self._fast_ack(channel_id, payload):
+                    return
             try:
                 method = m.decode_method(payload)
             except SyntaxError_ as exc:
@@ -306,6 +324,53 @@ class AMQP091Connection:
                 self._hard_close(FrameError("heartbeat frame on a non-zero channel"))
         else:
             self._content_frame(frame_type, channel_id, payload)
+
+    def _fast_publish(self, channel_id: int, payload: bytes | memoryview) -> bool:
+        """basic.publish read straight from the payload (reserved short, exchange shortstr,
+        routing-key shortstr, bits); False leaves it to the generic path."""
+        channel = self.channels.get(channel_id)
+        if channel is None or channel.closing or channel.publish is not None:
+            return False
+        size = len(payload)
+        if size < 9:  # the shortest publish: both names empty
+            return False
+        ex_end = 7 + payload[6]
+        if ex_end + 2 > size:
+            return False
+        rk_end = ex_end + 1 + payload[ex_end]
+        if rk_end >= size:
+            return False
+        try:
+            exchange = str(payload[7:ex_end], "utf-8")
+            routing_key = str(payload[ex_end + 1 : rk_end], "utf-8")
+        except UnicodeDecodeError:
+            return False
+        bits = payload[rk_end]
+        try:
+            channel.session.check_publish(exchange)
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = 60, 40
+            self._error(channel, exc)
+            return True
+        channel.start_publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+        return True
+
+    def _fast_ack(self, channel_id: int, payload: bytes | memoryview) -> bool:
+        """basic.ack read with one struct call; False leaves it to the generic path."""
+        channel = self.channels.get(channel_id)
+        if channel is None or channel.closing or channel.publish is not None:
+            return False
+        if len(payload) < 13:
+            return False
+        delivery_tag, bits = _ACK_ARGS.unpack_from(payload, 4)
+        try:
+            channel.session.ack(delivery_tag, multiple=bool(bits & 1))
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = 60, 80
+            self._error(channel, exc)
+        return True
 
     def _content_frame(self, frame_type: int, channel_id: int, payload: bytes | memoryview) -> None:
         if self.state is State.CLOSING:

@@ -5,7 +5,7 @@ confirms, server-sent cancels become frames) and the assembly of published conte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from leveret.errors import ContentTooLarge, FrameError, UnexpectedFrame
 from leveret.protocol.amqp091 import framing
@@ -19,6 +19,17 @@ if TYPE_CHECKING:
     from leveret.server.amqp091 import AMQP091Connection
 
 
+class PendingPublish(NamedTuple):
+    """The fields of a basic.publish whose content is being assembled. A tuple rather than
+    the generated ``BasicPublish``: the front end's fast path (amqp091.py) builds it straight
+    from the frame, and a tuple is the cheapest object to make once per message."""
+
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+
+
 class Channel:
     """Server side of one channel: the session's sink and the content being assembled."""
 
@@ -26,11 +37,11 @@ class Channel:
         "_body",
         "_body_received",
         "_body_size",
-        "_publish",
         "_raw_properties",
         "closing",
         "conn",
         "id",
+        "publish",
         "session",
     )
 
@@ -38,7 +49,9 @@ class Channel:
         self.conn = conn
         self.id = channel_id
         self.closing = False
-        self._publish: m.BasicPublish | None = None
+        # The publish whose content is expected (None: none). Public so that the front
+        # end's fast path tests it without a method call.
+        self.publish: PendingPublish | None = None
         self._raw_properties = b""
         self._body: list[bytes] = []
         self._body_size = 0
@@ -83,22 +96,27 @@ class Channel:
     # -- content assembly ------------------------------------------------------------
 
     def start_content(self, method: m.BasicPublish) -> None:
-        self._publish = method
+        self.start_publish(method.exchange, method.routing_key, method.mandatory, method.immediate)
+
+    def start_publish(
+        self, exchange: str, routing_key: str, mandatory: bool, immediate: bool
+    ) -> None:
+        self.publish = PendingPublish(exchange, routing_key, mandatory, immediate)
         self._body_size = -1
 
     def expecting_content(self) -> bool:
-        return self._publish is not None
+        return self.publish is not None
 
     def content_header(self, payload: bytes | memoryview, max_size: int) -> bool:
         """Returns True when the message is complete (an empty body)."""
-        if self._publish is None or self._body_size != -1:
+        if self.publish is None or self._body_size != -1:
             raise UnexpectedFrame(f"unexpected content header frame on channel {self.id}")
         class_id, body_size, raw = framing.parse_content_header(payload)
         if class_id != m.BasicPublish.CLASS_ID:
             # Spec 4.2.6.1: a class-id that does not match the method is a frame error.
             raise FrameError(f"content header for class {class_id} on channel {self.id}")
         if body_size > max_size:
-            self._publish = None
+            self.publish = None
             raise ContentTooLarge(
                 f"message size {body_size} is larger than configured max size {max_size}",
                 class_id=60,
@@ -112,7 +130,7 @@ class Channel:
 
     def content_body(self, payload: bytes | memoryview) -> bool:
         """Returns True when the message is complete."""
-        if self._publish is None or self._body_size < 0:
+        if self.publish is None or self._body_size < 0:
             raise UnexpectedFrame(f"unexpected content body frame on channel {self.id}")
         self._body.append(bytes(payload))
         self._body_received += len(payload)
@@ -123,15 +141,15 @@ class Channel:
             )
         return self._body_received == self._body_size
 
-    def take_content(self) -> tuple[m.BasicPublish, Message]:
-        publish = self._publish
+    def take_content(self) -> tuple[PendingPublish, Message]:
+        publish = self.publish
         assert publish is not None
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self._publish = None
+        self.publish = None
         self._body = []
         message = wire_message(publish.exchange, publish.routing_key, self._raw_properties, body)
         return publish, message
 
     def drop_content(self) -> None:
-        self._publish = None
+        self.publish = None
         self._body = []

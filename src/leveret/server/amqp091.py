@@ -171,6 +171,10 @@ class AMQP091Connection:
             message.raw_properties,
             self.frame_max,
         )
+        self.send_encoded(data)
+
+    def send_encoded(self, data: bytes) -> None:
+        """Queue frames with content that the caller encoded (Channel.deliver's fast path)."""
         self.out.append(data)
         self._out_size += len(data)
         if self._out_size > OUTPUT_HIGH_WATER and not self._out_full:

@@ -5,6 +5,7 @@ confirms, server-sent cancels become frames) and the assembly of published conte
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, NamedTuple
 
 from leveret.errors import ContentTooLarge, FrameError, UnexpectedFrame
@@ -13,6 +14,8 @@ from leveret.protocol.amqp091._generated import methods as m
 from leveret.server.amqp091_message import wire_message
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.model.broker import Client
     from leveret.model.message import Message
     from leveret.model.session import Session
@@ -30,6 +33,11 @@ class PendingPublish(NamedTuple):
     immediate: bool
 
 
+_END = b"\xce"
+_BODY_HEADER = struct.Struct(">BBHI")  # end of the header frame, body frame header
+_DELIVER_HEAD = struct.Struct(">BHIHHB")  # method frame header, 60/60, consumer-tag length
+
+
 class Channel:
     """Server side of one channel: the session's sink and the content being assembled."""
 
@@ -37,6 +45,12 @@ class Channel:
         "_body",
         "_body_received",
         "_body_size",
+        "_deliver_consumer",
+        "_deliver_exchange",
+        "_deliver_names",
+        "_deliver_pack",
+        "_deliver_prefix",
+        "_deliver_routing_key",
         "_raw_properties",
         "closing",
         "conn",
@@ -56,6 +70,14 @@ class Channel:
         self._body: list[bytes] = []
         self._body_size = 0
         self._body_received = 0
+        # basic.deliver's pre-encoded pieces for the last consumer tag, exchange and routing
+        # key delivered (they rarely change from one delivery to the next): see deliver.
+        self._deliver_consumer = ""
+        self._deliver_exchange = ""
+        self._deliver_routing_key = ""
+        self._deliver_prefix = b""
+        self._deliver_names = b""
+        self._deliver_pack: Callable[..., bytes] | None = None
         self.session: Session = client.open_session(channel_id, self)
 
     # -- SessionSink -----------------------------------------------------------------
@@ -63,6 +85,44 @@ class Channel:
     def deliver(
         self, consumer_tag: str, delivery_tag: int, redelivered: bool, message: Message
     ) -> None:
+        # The hot path: the method, header and body frames in one join, from pieces encoded
+        # once for the consumer tag, exchange and routing key of the previous delivery.
+        # The generated BasicDeliver + encode_message_frames (below) cost a dataclass, three
+        # str.encode calls and two joins per message.
+        body = message.body
+        size = len(body)
+        frame_max = self.conn.frame_max
+        if (
+            consumer_tag != self._deliver_consumer
+            or message.exchange != self._deliver_exchange
+            or message.routing_key != self._deliver_routing_key
+            or self._deliver_pack is None
+        ):
+            self._prepare_deliver(consumer_tag, message.exchange, message.routing_key)
+        pack = self._deliver_pack
+        if pack is not None and size and (frame_max <= 0 or size <= frame_max - 8):
+            raw = message.raw_properties
+            self.conn.send_encoded(
+                b"".join(
+                    (
+                        self._deliver_prefix,
+                        pack(
+                            delivery_tag,
+                            redelivered,
+                            self._deliver_names,
+                            12 + len(raw),
+                            60,
+                            0,
+                            size,
+                        ),
+                        raw,
+                        _BODY_HEADER.pack(206, 3, self.id, size),
+                        body,
+                        _END,
+                    )
+                )
+            )
+            return
         method = m.BasicDeliver(
             consumer_tag=consumer_tag,
             delivery_tag=delivery_tag,
@@ -71,6 +131,29 @@ class Channel:
             routing_key=message.routing_key,
         )
         self.conn.send_content(self.id, method.encode(), message)
+
+    def _prepare_deliver(self, consumer_tag: str, exchange: str, routing_key: str) -> None:
+        """Encode the constant parts of basic.deliver for this tag, exchange and routing key:
+        the prefix (method frame header up to the consumer tag), the names with what follows
+        them up to the header frame's size, and a struct that packs everything from the
+        delivery tag up to the properties in one call."""
+        self._deliver_consumer = consumer_tag
+        self._deliver_exchange = exchange
+        self._deliver_routing_key = routing_key
+        tag = consumer_tag.encode()
+        ex = exchange.encode()
+        rk = routing_key.encode()
+        if max(len(tag), len(ex), len(rk)) > 255:
+            self._deliver_pack = None  # not encodable: the generic path raises the error
+            return
+        method_size = 4 + 1 + len(tag) + 8 + 1 + 1 + len(ex) + 1 + len(rk)
+        self._deliver_prefix = _DELIVER_HEAD.pack(1, self.id, method_size, 60, 60, len(tag)) + tag
+        # After the delivery tag and the redelivered bit: the names, the method frame's end,
+        # the header frame's type and channel (all constant for this tag and these names),
+        # then the header frame's size and the content-header prefix.
+        names = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
+        self._deliver_names = names + _END + bytes((2,)) + self.id.to_bytes(2, "big")
+        self._deliver_pack = struct.Struct(f">QB{len(self._deliver_names)}sIHHQ").pack
 
     def returned(self, reply_code: int, reply_text: str, message: Message) -> None:
         method = m.BasicReturn(

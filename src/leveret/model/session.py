@@ -74,6 +74,12 @@ class _Publish(NamedTuple):
     message: Message
 
 
+# A NamedTuple's constructor is a Python-level lambda; calling tuple.__new__ directly with
+# every field costs about half as much, which counts for the two made per message
+# (_Publish on publish, Unacked on each manual-ack delivery).
+_new_tuple = tuple.__new__
+
+
 def _consumer_tag() -> str:
     return "amq.ctag-" + os.urandom(16).hex()
 
@@ -150,7 +156,7 @@ class Session:
                 queue = consumer.queue
                 queue.journal.delivered(queue.store_id, entry.sid)
             timers = self.vhost.timers
-            self.unacked[tag] = Unacked(entry, consumer.queue, consumer, timers.now)
+            self.unacked[tag] = _new_tuple(Unacked, (entry, consumer.queue, consumer, timers.now))
             consumer.unacked += 1
             self._consumer_unacked += 1
             self._unacked_bytes += len(entry.message.body)
@@ -375,7 +381,7 @@ class Session:
             message = self._check_properties(message)
         if self.confirm_mode:
             self._publish_seq += 1
-        publish = _Publish(exchange_name, routing_key, mandatory, immediate, message)
+        publish = _new_tuple(_Publish, (exchange_name, routing_key, mandatory, immediate, message))
         if self.tx_mode:
             self.check_publish(exchange_name)
             self._tx_publishes.append(publish)

@@ -251,11 +251,13 @@ class AMQP091Connection:
             frames, pos = self._pending, self._pending_pos
             end = min(len(frames), pos + TURN_FRAMES)
             handle = self._frame
+            closed = State.CLOSED
             try:
                 while pos < end:
                     handle(frames[pos])
                     pos += 1
-                    if self.finished:
+                    # self.finished, without a property call per frame
+                    if self.state is closed or self.should_close_transport:
                         break
             except Exception:
                 # A bug of ours must cost this connection, never the broker: 541 + traceback.

@@ -34,6 +34,7 @@ class PendingPublish(NamedTuple):
 
 
 _END = b"\xce"
+_new_tuple = tuple.__new__
 _BODY_HEADER = struct.Struct(">BBHI")  # end of the header frame, body frame header
 _DELIVER_HEAD = struct.Struct(">BHIHHB")  # method frame header, 60/60, consumer-tag length
 
@@ -184,7 +185,8 @@ class Channel:
     def start_publish(
         self, exchange: str, routing_key: str, mandatory: bool, immediate: bool
     ) -> None:
-        self.publish = PendingPublish(exchange, routing_key, mandatory, immediate)
+        # tuple.__new__: the NamedTuple's own constructor is a (slower) Python-level lambda.
+        self.publish = _new_tuple(PendingPublish, (exchange, routing_key, mandatory, immediate))
         self._body_size = -1
 
     def expecting_content(self) -> bool:

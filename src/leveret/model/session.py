@@ -168,7 +168,13 @@ class Session:
         self.sink.deliver(consumer.tag, tag, entry.redelivered, entry.message)
 
     def _redispatch(self) -> None:
-        for queue in {c.queue for c in self.consumers.values()}:
+        consumers = self.consumers
+        if len(consumers) == 1:
+            # The common case, once per ack: one consumer, no set of queues to build.
+            [consumer] = consumers.values()
+            consumer.queue.dispatch()
+            return
+        for queue in {c.queue for c in consumers.values()}:
             queue.dispatch()
 
     def set_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:

@@ -392,27 +392,29 @@ class Session:
             self.check_publish(exchange_name)
             self._tx_publishes.append(publish)
             return
+        if not self.confirm_mode:
+            self._route(publish)  # nothing to confirm: no need to watch the store's writes
+            return
         journal = self.vhost.journal
         writes = journal.writes
         accepted = self._route(publish)
-        if self.confirm_mode:
-            if journal.writes != writes:
-                if journal.ok:
-                    self._sync_upto = self._publish_seq  # stored: confirm once on disk
-                else:
-                    accepted = False  # the store is failing (disk full): nack at once
-            if accepted:
-                self._pending_upto = self._publish_seq
+        if journal.writes != writes:
+            if journal.ok:
+                self._sync_upto = self._publish_seq  # stored: confirm once on disk
             else:
-                # A queue refused it (x-overflow reject-publish), or the store is failing:
-                # nack this one alone.
-                self.flush_confirms()
-                seq = self._confirmed_upto = self._pending_upto = self._publish_seq
-                if self._confirms_waiting:
-                    self._confirms_waiting += 1
-                    journal.after_commit(lambda: self._send_confirm(seq, False, False))
-                else:
-                    self.sink.confirm(seq, multiple=False, ack=False)
+                accepted = False  # the store is failing (disk full): nack at once
+        if accepted:
+            self._pending_upto = self._publish_seq
+        else:
+            # A queue refused it (x-overflow reject-publish), or the store is failing:
+            # nack this one alone.
+            self.flush_confirms()
+            seq = self._confirmed_upto = self._pending_upto = self._publish_seq
+            if self._confirms_waiting:
+                self._confirms_waiting += 1
+                journal.after_commit(lambda: self._send_confirm(seq, False, False))
+            else:
+                self.sink.confirm(seq, multiple=False, ack=False)
 
     def _check_properties(self, message: Message) -> Message:
         """Validate ``expiration`` and rewrite a direct reply-to ``reply_to`` (RabbitMQ)."""

@@ -387,12 +387,13 @@ class AMQP091Connection:
         return True
 
     def _content_frame(self, frame_type: int, channel_id: int, payload: bytes | memoryview) -> None:
-        if self.state is _CLOSING:
-            return
-        if channel_id == 0:
-            self._hard_close(ChannelError("content frame on channel 0"))
-            return
-        if self.state is not _RUNNING:
+        if self.state is not _RUNNING or not channel_id:
+            # Not the common case: the checks in their order (one test above for the rest).
+            if self.state is _CLOSING:
+                return
+            if channel_id == 0:
+                self._hard_close(ChannelError("content frame on channel 0"))
+                return
             self._hard_close(UnexpectedFrame("content frame before the connection is open"))
             return
         channel = self.channels.get(channel_id)

@@ -35,6 +35,7 @@ class PendingPublish(NamedTuple):
 
 _END = b"\xce"
 _new_tuple = tuple.__new__
+_CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size
 _BODY_HEADER = struct.Struct(">BBHI")  # end of the header frame, body frame header
 _DELIVER_HEAD = struct.Struct(">BHIHHB")  # method frame header, 60/60, consumer-tag length
 
@@ -196,7 +197,11 @@ class Channel:
         """Returns True when the message is complete (an empty body)."""
         if self.publish is None or self._body_size != -1:
             raise UnexpectedFrame(f"unexpected content header frame on channel {self.id}")
-        class_id, body_size, raw = framing.parse_content_header(payload)
+        # framing.parse_content_header, inlined (once per published message).
+        if len(payload) < 14:
+            framing.parse_content_header(payload)  # raises its FrameError
+        body_size: int
+        class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(payload, 0)
         if class_id != m.BasicPublish.CLASS_ID:
             # Spec 4.2.6.1: a class-id that does not match the method is a frame error.
             raise FrameError(f"content header for class {class_id} on channel {self.id}")
@@ -207,7 +212,7 @@ class Channel:
                 class_id=60,
                 method_id=40,
             )
-        self._raw_properties = bytes(raw)
+        self._raw_properties = bytes(payload[12:])
         self._body_size = body_size
         self._body_received = 0
         self._body = []

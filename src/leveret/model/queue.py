@@ -117,7 +117,8 @@ class Consumer:
 
     def can_take(self, message: Message) -> bool:
         session = self.session
-        if not session.deliverable:
+        # session.deliverable, inlined (this runs for every delivery).
+        if not (session.flow_active and session.writable) or session.closed:
             return False
         if self.no_ack:
             return True

@@ -81,6 +81,11 @@ def hints_of(raw: bytes) -> int:
 
 def wire_message(exchange: str, routing_key: str, raw: bytes, body: bytes) -> Message:
     """A ``Message`` from a publish as it arrived (or as the store kept it)."""
-    return Message(
-        exchange, routing_key, raw, body, decode_properties, encode_properties, hints_of(raw)
-    )
+    # hints_of(raw), inlined: this runs once per published message.
+    hints = 0
+    if raw:
+        flags = raw[0]
+        hints = HINTS[flags]
+        if flags & 0x10 and _persistent(raw):
+            hints |= HINT_PERSISTENT
+    return Message(exchange, routing_key, raw, body, decode_properties, encode_properties, hints)

@@ -12,6 +12,7 @@ from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091 import TURN_FRAMES, Limits
+from leveret.server.amqp091_message import wire_message
 from leveret.testing import (
     DEFAULT_CAPABILITIES,
     CodecClient,
@@ -585,3 +586,115 @@ def test_a_bug_in_a_handler_closes_only_that_connection_with_541(
     assert close.reply_code == 541
     assert "boom" in caplog.text
     declare(bystander, "q")
+
+
+# -- the per-message fast paths (basic.publish, basic.ack, basic.deliver) -----------------
+
+
+def _publish_payload(exchange: bytes, routing_key: bytes, bits: int = 0) -> bytes:
+    return (
+        struct.pack(">HHHB", 60, 40, 0, len(exchange))
+        + exchange
+        + bytes((len(routing_key),))
+        + routing_key
+        + bytes((bits,))
+    )
+
+
+@pytest.mark.parametrize("cut", range(4, 14))
+def test_a_truncated_publish_is_501_with_its_class_and_method(cut: int) -> None:
+    client = connected()
+    payload = _publish_payload(b"amq.direct", b"rk", 1)[:cut]
+    client.send_raw(framing.encode_frame(framing.FRAME_METHOD, 1, payload))
+    close = expect_connection_close(client, 501)
+    assert (close.class_id, close.method_id) == (60, 40)
+
+
+def test_a_publish_with_a_non_utf8_name_is_501() -> None:
+    client = connected()
+    payload = _publish_payload(b"", b"\xff\xfe")
+    client.send_raw(framing.encode_frame(framing.FRAME_METHOD, 1, payload))
+    close = expect_connection_close(client, 501)
+    assert (close.class_id, close.method_id) == (60, 40)
+
+
+def test_publish_to_a_missing_exchange_closes_the_channel_404_with_60_40() -> None:
+    client = connected()
+    client.send_raw(framing.encode_frame(framing.FRAME_METHOD, 1, _publish_payload(b"no", b"")))
+    close = expect_channel_close(client, 1, 404)
+    assert (close.class_id, close.method_id) == (60, 40)
+    # The channel is closing: a later publish and ack on it are dropped, not answered.
+    client.send_raw(framing.encode_frame(framing.FRAME_METHOD, 1, _publish_payload(b"", b"q")))
+    client.send(1, m.BasicAck(delivery_tag=1))
+    client.expect_nothing()
+
+
+def test_publish_flags_and_trailing_bytes_read_as_the_generic_decoder_does() -> None:
+    client = connected()
+    client.send(1, m.ConfirmSelect())
+    client.expect(1, m.ConfirmSelectOk)
+    # mandatory, to no queue: returned; a trailing byte after the bits is ignored.
+    payload = _publish_payload(b"", b"nowhere", 1) + b"\x00"
+    raw = framing.encode_frame(framing.FRAME_METHOD, 1, payload)
+    raw += b"".join(framing.encode_content_frames(1, 60, b"x", b"\x00\x00", 131072))
+    client.send_raw(raw)
+    returned = client.expect_content(1, m.BasicReturn).method
+    assert isinstance(returned, m.BasicReturn)
+    assert (returned.reply_code, returned.routing_key) == (312, "nowhere")
+    client.expect(1, m.BasicAck)
+
+
+def test_ack_errors_keep_their_class_and_method() -> None:
+    client = connected()
+    client.send(1, m.BasicAck(delivery_tag=7))
+    close = expect_channel_close(client, 1, 406)
+    assert (close.class_id, close.method_id) == (60, 80)
+
+
+def test_a_truncated_ack_is_501() -> None:
+    client = connected()
+    payload = struct.pack(">HHQ", 60, 80, 1)  # no bits octet
+    client.send_raw(framing.encode_frame(framing.FRAME_METHOD, 1, payload))
+    close = expect_connection_close(client, 501)
+    assert (close.class_id, close.method_id) == (60, 80)
+
+
+def test_ack_while_content_is_expected_is_505() -> None:
+    client = connected()
+    client.send(1, m.BasicPublish(exchange="", routing_key="q"))
+    client.send(1, m.BasicAck(delivery_tag=1))
+    expect_connection_close(client, 505)
+
+
+@pytest.mark.parametrize(
+    ("consumer_tag", "exchange", "routing_key"),
+    [("c", "", "q"), ("amq.ctag-" + "a" * 32, "amq.direct", "k" * 255), ("é", "x", "ü")],
+)
+@pytest.mark.parametrize("size", [0, 1, 4088, 4089, 10000])
+@pytest.mark.parametrize("redelivered", [False, True])
+def test_deliver_fast_path_encodes_as_the_generic_encoder(
+    consumer_tag: str, exchange: str, routing_key: str, size: int, redelivered: bool
+) -> None:
+    client = connected(frame_max=4096)
+    channel = client.conn.channels[1]
+    client.take_bytes()
+    raw = BasicProperties(content_type="text/plain", delivery_mode=2).encode()
+    for props in (raw, b"\x00\x00"):
+        message = wire_message(exchange, routing_key, props, b"b" * size)
+        for delivery_tag in (1, 2**40):
+            channel.deliver(consumer_tag, delivery_tag, redelivered, message)
+            expected = framing.encode_message_frames(
+                1,
+                m.BasicDeliver(
+                    consumer_tag=consumer_tag,
+                    delivery_tag=delivery_tag,
+                    redelivered=redelivered,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                ).encode(),
+                60,
+                message.body,
+                props,
+                4096,
+            )
+            assert client.take_bytes() == expected

@@ -66,6 +66,11 @@ class Frame(NamedTuple):
     payload: memoryview | bytes
 
 
+# Frame's constructor without its Python-level __new__ (a NamedTuple's is a lambda, which
+# costs about twice this C call; the decoder builds three frames per published message).
+_new_tuple = tuple.__new__
+
+
 class FrameDecoder:
     """Incremental, sans-IO frame parser.
 
@@ -152,9 +157,9 @@ class FrameDecoder:
                     )
                 if mv is None:
                     # src is the caller's immutable bytes here (mv is None only then).
-                    append(Frame(ftype, channel, src[start:end]))  # type: ignore[arg-type]
+                    append(_new_tuple(Frame, (ftype, channel, src[start:end])))
                 else:
-                    append(Frame(ftype, channel, mv[start:end].tobytes()))
+                    append(_new_tuple(Frame, (ftype, channel, mv[start:end].tobytes())))
                 off = end + 1
         finally:
             if mv is not None:

@@ -174,9 +174,6 @@ class PagedTail:
         self.count = 0  # messages in pages and in the open page
         self.hold = 0  # after a refused write: the open page's length before the next try
 
-    def paged_bytes(self) -> int:
-        return sum(page.body_bytes for page in self.pages)
-
     def flush(self) -> Page | None:
         """Write the open page out; None (and it stays open) when the pager refused it."""
         entries = self.open

@@ -215,8 +215,6 @@ class Queue(FeatureMixin):
     def enqueue(self, message: Message) -> bool:
         """Queue (or hand over) ``message``; False when the queue refused it (overflow)."""
         if self._special or message.hints & QUEUE_HINTS:
-            if self._tail is not None:
-                self._unpage_all()
             return self._enqueue_special(message)
         self.gauge.bytes += len(message.body) + MESSAGE_OVERHEAD
         self._next_seq += 1
@@ -242,13 +240,7 @@ class Queue(FeatureMixin):
             consumer = consumers[(start + i) % count]
             if consumer.can_take(entry.message):
                 self._rr = (start + i + 1) % count
-                if consumer.no_ack:
-                    self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
-                    if entry.sid:
-                        self.journal.removed(self.store_id, entry.sid)
-                else:
-                    self.unacked_count += 1
-                consumer.session.deliver(consumer, entry)
+                self._hand_over(consumer, entry)
                 return True
         return False
 
@@ -274,9 +266,7 @@ class Queue(FeatureMixin):
         if self._tail is not None and len(self.ready) < self.resident_low:
             self._page_in()
         if no_ack:
-            self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
-            if entry.sid:
-                self.journal.removed(self.store_id, entry.sid)
+            self._gone(entry)
         else:
             self.unacked_count += 1
         if self._special:
@@ -288,9 +278,7 @@ class Queue(FeatureMixin):
     def settle(self, entry: QueuedMessage) -> None:
         """An unacked entry was acked, rejected or dropped: it leaves the queue."""
         self.unacked_count -= 1
-        self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
-        if entry.sid:
-            self.journal.removed(self.store_id, entry.sid)
+        self._gone(entry)
 
     def requeue(self, entries: Iterable[QueuedMessage]) -> None:
         """Put unacked entries back at their original positions, marked redelivered."""
@@ -348,8 +336,6 @@ class Queue(FeatureMixin):
         size = len(message.body)
         self.gauge.bytes += size + MESSAGE_OVERHEAD
         if self._special or message.hints & QUEUE_HINTS:
-            if self._tail is not None:
-                self._unpage_all()
             self._restore_special(entry, enqueued_at)
         elif self._tail is not None or len(self.ready) >= self.resident_max:
             self._to_tail(entry)
@@ -436,9 +422,7 @@ class Queue(FeatureMixin):
 
     def add_consumer(self, consumer: Consumer) -> None:
         if consumer.priority:
-            if self._tail is not None:
-                self._unpage_all()
-            self._special = True
+            self._enter_features()
             self._prioritised = True
         self.consumers.append(consumer)
         self.had_consumer = True

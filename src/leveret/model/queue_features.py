@@ -22,7 +22,7 @@ from leveret.model import dead_letter as dl
 from leveret.model.message import HINT_EXPIRATION, HINT_PERSISTENT, HINT_PRIORITY
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from leveret.model.journal import Journal
     from leveret.model.message import Message
@@ -134,6 +134,8 @@ class FeatureMixin:
     _entry_cls: Any
     store_id: int
     journal: Journal
+    _tail: object | None
+    _unpage_all: Callable[[], None]
 
     def _init_features(self) -> None:
         self.ready_bytes = 0
@@ -144,6 +146,28 @@ class FeatureMixin:
         self.last_used = self.timers.now
         if self._expires_on:
             self.touch()
+
+    def _enter_features(self) -> None:
+        """From now on the queue runs the feature paths, which keep every message as an
+        object: a paged tail comes back first (model/paging.py)."""
+        if self._tail is not None:
+            self._unpage_all()
+        self._special = True
+
+    def _gone(self, entry: QueuedMessage) -> None:
+        """``entry`` left the queue for good: its bytes and its stored copy go."""
+        self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        if entry.sid:
+            self.journal.removed(self.store_id, entry.sid)
+
+    def _hand_over(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        """Deliver ``entry`` to ``consumer``: gone at once for a no-ack consumer, else
+        unacked until settled."""
+        if consumer.no_ack:
+            self._gone(entry)
+        else:
+            self.unacked_count += 1
+        consumer.session.deliver(consumer, entry)
 
     # -- queue expiry (x-expires) --------------------------------------------------------
 
@@ -197,9 +221,7 @@ class FeatureMixin:
 
     def _drop(self, entry: QueuedMessage, reason: str) -> None:
         """``entry`` leaves the queue for ``reason``: dead-letter it (or drop it)."""
-        self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
-        if entry.sid:
-            self.journal.removed(self.store_id, entry.sid)
+        self._gone(entry)
         if self.vhost is not None and self.config.dead_letter_exchange is not None:
             dl.dead_letter(self.vhost, self, entry.message, reason)  # type: ignore[arg-type]
 
@@ -229,7 +251,7 @@ class FeatureMixin:
             if config.overflow == "reject-publish-dlx" and self.vhost is not None:
                 dl.dead_letter(self.vhost, self, message, dl.MAXLEN)  # type: ignore[arg-type]
             return False
-        self._special = True
+        self._enter_features()
         now = self.timers.now
         if config.quorum:
             # RabbitMQ's quorum queues deliver every message with x-delivery-count (0 first).
@@ -292,13 +314,7 @@ class FeatureMixin:
         consumer = self._pick(entry.message)
         if consumer is None:
             return False
-        if consumer.no_ack:
-            self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
-            if entry.sid:
-                self.journal.removed(self.store_id, entry.sid)
-        else:
-            self.unacked_count += 1
-        consumer.session.deliver(consumer, entry)
+        self._hand_over(consumer, entry)
         return True
 
     def _restore_special(self, entry: QueuedMessage, enqueued_at: float | None = None) -> None:
@@ -306,7 +322,7 @@ class FeatureMixin:
         counts from ``enqueued_at`` (wall clock; the monotonic clock does not survive a
         restart), or from now when it is not known; an expired head goes at the next
         deadline, as usual."""
-        self._special = True
+        self._enter_features()
         message = entry.message
         ttl = self.config.message_ttl
         own = message_ttl(message)

@@ -40,7 +40,6 @@ class PageFiles:
         self._last = 0
         self._size = 0
         self._failing = False
-        self.pages_written = 0
 
     def _open_next(self) -> None:
         self._last += 1
@@ -71,7 +70,6 @@ class PageFiles:
             log.warning("page writes succeed again")
         self._size += len(data)
         self._live[fileno] += 1
-        self.pages_written += 1
         return (fileno, offset, len(data))
 
     def read(self, handle: object) -> bytes:

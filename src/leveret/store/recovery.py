@@ -83,8 +83,12 @@ def _restore_messages(
             # A message of the head made the queue take the feature paths (a TTL, a
             # priority): those keep every message as an object.
             records = stored.index.load(mids)
-            for entry, record in zip(source.load((mids, seen), 0), records, strict=True):
-                queue.restore(entry.message, entry.sid, entry.redelivered, enqueued_at=record[4])
+            for mid, flag, (exchange, routing_key, props, body, at) in zip(
+                mids, seen, records, strict=True
+            ):
+                message = make_message(exchange, routing_key, props, body)
+                message.store_id = mid
+                queue.restore(message, mid, bool(flag), enqueued_at=at)
             continue
         source.pages += 1
         queue.restore_page(source, (mids, seen), len(mids), mids)

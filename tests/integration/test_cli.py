@@ -31,6 +31,7 @@ from tests.integration.test_robustness import (
     method_frame,
     start_ok,
 )
+from tests.unit.test_build_info import EXPECT_COMPILED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -302,6 +303,9 @@ def test_log_lines_for_listener_and_connections() -> None:
         listening = [line for line in log if "listening on amqp://" in line]
         assert len(listening) == 1, log
         assert f"listening on amqp://127.0.0.1:{broker.port}" in listening[0]
+        # The broker says which build runs; the compiled test run must really be compiled.
+        build = "compiled (mypyc)" if os.environ.get(EXPECT_COMPILED) else "pure Python"
+        assert f"({build}" in listening[0], listening[0]
         peers_opened = sorted(
             m.group(1) for line in log if (m := re.search(r"connection (\S+) opened", line))
         )

@@ -22,10 +22,11 @@ from leveret.model import dead_letter as dl
 from leveret.model.message import HINT_EXPIRATION, HINT_PERSISTENT, HINT_PRIORITY
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Iterable, Iterator
 
     from leveret.model.journal import Journal
     from leveret.model.message import Message
+    from leveret.model.paging import PagedTail
     from leveret.model.queue import Consumer, MemoryGauge, QueuedMessage
     from leveret.model.queue_args import QueueConfig
     from leveret.model.timers import Timers
@@ -123,7 +124,7 @@ class FeatureMixin:
     vhost: VirtualHost | None
     timers: Timers
     gauge: MemoryGauge
-    ready: Any
+    ready: deque[QueuedMessage] | PriorityReady
     consumers: list[Consumer]
     unacked_count: int
     deleted: bool
@@ -134,8 +135,11 @@ class FeatureMixin:
     _entry_cls: Any
     store_id: int
     journal: Journal
-    _tail: object | None
-    _unpage_all: Callable[[], None]
+    _tail: PagedTail | None
+
+    def _unpage_all(self) -> None:
+        """Provided by Queue: brings a paged tail back into ``ready``."""
+        raise NotImplementedError
 
     def _init_features(self) -> None:
         self.ready_bytes = 0

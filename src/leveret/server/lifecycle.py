@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from leveret import build_info
 from leveret.auth.users import UserStore
 from leveret.config import default_data_dir
 from leveret.model.broker import Broker
@@ -148,7 +149,7 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
-            log.info("listening on amqp://%s:%d", shown, port)
+            log.info("listening on amqp://%s:%d (%s)", shown, port, build_info.describe())
 
     async def stop(self) -> None:
         for server in self.servers:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 import pika
 import pytest
 
 from tests.integration.conftest import start_broker
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import Broker
 
 pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
 
@@ -92,3 +97,39 @@ def test_client_without_capability_is_paused_but_not_told(name: str) -> None:
         publisher.close()
     finally:
         broker.stop()
+
+
+def test_a_publisher_outrunning_its_consumer_is_paced_without_loss_or_reordering(
+    broker: Broker, name: str
+) -> None:
+    """Past ``Queue.backlog_pace`` ready messages with a consumer attached, the publisher's
+    turns shrink (server/connection.py); every message still arrives once, in order."""
+    total = 20_000
+    params = pika.URLParameters(broker.url)
+    consumer = pika.BlockingConnection(params)
+    cch = consumer.channel()
+    cch.queue_declare(name)
+    cch.basic_qos(prefetch_count=20)
+    received: list[int] = []
+
+    def on_message(ch: Any, method: Any, _props: Any, body: bytes) -> None:
+        received.append(int(body))
+        ch.basic_ack(method.delivery_tag)
+
+    cch.basic_consume(name, on_message)
+
+    def publish() -> None:
+        publisher = pika.BlockingConnection(params)
+        pch = publisher.channel()
+        for i in range(total):
+            pch.basic_publish("", name, b"%d" % i)
+        publisher.close()
+
+    thread = threading.Thread(target=publish)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while len(received) < total and time.monotonic() < deadline:
+        consumer.process_data_events(time_limit=0.2)
+    thread.join(timeout=10)
+    consumer.close()
+    assert received == list(range(total))

@@ -135,6 +135,10 @@ class Queue(FeatureMixin):
     # the level at which the next page is read back, and the size of a page.
     resident_max = 2048
     resident_low = 1024
+    # Ready messages beyond which a queue whose consumers are falling behind asks for its
+    # publishers to be paced (Session.feeds_backlog; server/connection.py): half the resident
+    # window, so a queue whose consumers keep up with paced publishers does not page.
+    backlog_pace = 1024
     page_messages = 1024
     page_bytes = 1 << 20
 
@@ -227,6 +231,10 @@ class Queue(FeatureMixin):
             else:
                 self.ready.append(entry)
         return True
+
+    def falling_behind(self) -> bool:
+        """Consumers are attached but the ready backlog is past ``backlog_pace``."""
+        return len(self.ready) + self.paged_count > self.backlog_pace and bool(self.consumers)
 
     def can_deliver_now(self, message: Message) -> bool:
         """Whether a message published now would go straight to a consumer (``immediate``)."""

@@ -114,6 +114,9 @@ class Session:
         self._unacked_bytes = 0
         self.last_queue = ""
         self.confirm_mode = False
+        # Set when a publish went to a queue whose consumers fall behind (Queue.backlog_pace);
+        # the front end reads and clears it to pace this publisher's reading.
+        self.feeds_backlog = False
         self._publish_seq = 0
         self._confirmed_upto = 0
         self._pending_upto = 0
@@ -458,6 +461,8 @@ class Session:
         for queue in queues:
             if not queue.enqueue(message):
                 accepted = False
+            if queue.consumers and queue.falling_behind():
+                self.feeds_backlog = True
         return accepted
 
     def _route_cc(

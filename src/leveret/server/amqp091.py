@@ -90,6 +90,10 @@ class State(Enum):
 
 # Frames one connection may handle per event-loop turn before the others get theirs.
 TURN_FRAMES = 300
+# A publisher whose last turn fed a queue that its consumers are falling behind
+# (Queue.falling_behind) gets turns of this size instead: it still runs every loop
+# iteration, but the consumers' acks and deliveries get most of a saturated loop.
+PACED_TURN_FRAMES = 30
 
 # Pending output (bytes) past which a connection takes no more deliveries until flushed.
 OUTPUT_HIGH_WATER = 256 * 1024
@@ -157,6 +161,9 @@ class AMQP091Connection:
         self._pending_pos = 0
         # Whether a message was published since the adapter last looked (memory alarm).
         self.published = False
+        # A publish of the last turn went to a queue whose consumers fall behind: the
+        # adapter paces this connection's next turn (server/connection.py).
+        self.paced = False
         self.blocked = False
         self._handlers: dict[int, Handler] = self._build_handlers()
 
@@ -257,7 +264,7 @@ class AMQP091Connection:
         self._in_receive = True
         try:
             frames, pos = self._pending, self._pending_pos
-            end = min(len(frames), pos + TURN_FRAMES)
+            end = min(len(frames), pos + (PACED_TURN_FRAMES if self.paced else TURN_FRAMES))
             handle = self._frame
             closed = _CLOSED
             try:
@@ -280,6 +287,14 @@ class AMQP091Connection:
             for session in self._confirming:
                 session.flush_confirms()
             self._confirming.clear()
+            paced = False
+            if self.published:
+                for channel in self.channels.values():
+                    session = channel.session
+                    if session.feeds_backlog:
+                        session.feeds_backlog = False
+                        paced = True
+            self.paced = paced
         finally:
             self._in_receive = False
 

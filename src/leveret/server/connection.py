@@ -85,9 +85,10 @@ class ConnectionProtocol(asyncio.Protocol):
         elif self.alarm.active:
             self.alarm.check()
         self._flush()
-        if amqp.pending and not self._turn_scheduled:
-            # More frames than one turn's share: read nothing more until they are handled,
-            # and let the other connections run first.
+        if (amqp.pending or amqp.paced) and not self._turn_scheduled:
+            # More frames than one turn's share, or a publisher feeding a queue whose
+            # consumers fall behind: read nothing more until the next loop iteration, and
+            # let the other connections run first.
             self._turn_scheduled = True
             self._set_reading()
             self.loop.call_soon(self._next_turn)

@@ -632,3 +632,36 @@ def test_closed_session_gets_no_deliveries() -> None:
     w.publish(other, b"1")
     assert sink.events == []
     assert ready(w) == [b"1"]
+
+
+# -- pacing of publishers whose queues fall behind ------------------------------------
+
+
+def asks_for_pacing(session: Session) -> bool:
+    return session.feeds_backlog
+
+
+def test_a_publish_into_a_queue_whose_consumers_fall_behind_asks_for_pacing() -> None:
+    w = World()
+    w.queue.backlog_pace = 3
+    consumer, _ = w.session()
+    consumer.set_qos(0, 1, False)
+    consume(consumer, "c")
+    publisher, _ = w.session()
+    w.publish(publisher, b"0", b"1", b"2", b"3")  # one unacked, three ready: not past 3 yet
+    assert not w.queue.falling_behind()
+    assert not asks_for_pacing(publisher)
+    w.publish(publisher, b"4")
+    assert w.queue.falling_behind()
+    assert asks_for_pacing(publisher)
+    assert not asks_for_pacing(consumer)
+
+
+def test_a_backlog_without_consumers_does_not_pace_its_publishers() -> None:
+    # A queue filling up with nobody consuming is what a buffer is for (scenario i).
+    w = World()
+    w.queue.backlog_pace = 3
+    publisher, _ = w.session()
+    w.publish(publisher, *[b"m%d" % i for i in range(10)])
+    assert not w.queue.falling_behind()
+    assert not asks_for_pacing(publisher)

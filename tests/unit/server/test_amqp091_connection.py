@@ -11,7 +11,7 @@ from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091 import TURN_FRAMES, Limits
+from leveret.server.amqp091 import PACED_TURN_FRAMES, TURN_FRAMES, Limits
 from leveret.server.amqp091_message import wire_message
 from leveret.testing import (
     DEFAULT_CAPABILITIES,
@@ -698,3 +698,29 @@ def test_deliver_fast_path_encodes_as_the_generic_encoder(
                 4096,
             )
             assert client.take_bytes() == expected
+
+
+def test_a_publisher_feeding_a_queue_its_consumers_fall_behind_gets_short_turns() -> None:
+    broker = Broker()
+    consumer = connected(broker=broker)
+    declare(consumer, "q")
+    consumer.send(1, m.BasicQos(prefetch_size=0, prefetch_count=1, global_=False))
+    consumer.expect(1, m.BasicQosOk)
+    consumer.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    consumer.expect(1, m.BasicConsumeOk)
+    queue = broker.vhosts["/"].queues["q"]
+    queue.backlog_pace = 5
+    publisher = connected(broker=broker)
+    burst = b"".join(publisher.encode_publish(1, "", "q", b"m") for _ in range(TURN_FRAMES))
+    publisher.send_raw(burst, all_turns=False)
+    # The first turn is a full one (nothing fell behind yet); once the queue is past its
+    # pace, each turn handles PACED_TURN_FRAMES frames and says it was paced.
+    assert publisher.conn.paced
+    handled = []
+    while publisher.conn.pending:
+        before = queue.message_count
+        publisher.conn.run_turn()
+        handled.append(queue.message_count - before)
+        assert publisher.conn.paced
+    assert handled[:-1] == [PACED_TURN_FRAMES // 3] * (len(handled) - 1)
+    assert queue.message_count + queue.unacked_count == TURN_FRAMES

@@ -228,7 +228,15 @@ def start_leveret(
             start_new_session=True,
         )
     wait_port(port, proc, timeout)
-    return Broker("leveret", port, proc, proc.pid, workdir, log)
+    # Which build runs (pure Python or the compiled hot path), for the table's notes.
+    build = subprocess.run(
+        [sys.executable, "-c", "from leveret import build_info; print(build_info.describe())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return Broker("leveret", port, proc, proc.pid, workdir, log, [build or "build unknown"])
 
 
 RABBIT_BIN = "/usr/lib/rabbitmq/bin/rabbitmq-server"

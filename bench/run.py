@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.loadgen import machine_cpu
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -459,6 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deep-count", type=int, default=1_000_000, help="messages in scenario i")
     p.add_argument("--drain-max", type=float, default=60.0)
     p.add_argument("--settle", type=float, default=2.0, help="seconds between runs")
+    p.add_argument(
+        "--quiet-max",
+        type=float,
+        default=60.0,
+        help="after each run, wait up to this long until the machine is quiet (a broker's "
+        "clean-up of a deleted deep queue would otherwise load the next run)",
+    )
     p.add_argument("--out", default="", help="directory for the raw JSON lines")
     p.add_argument(
         "--leveret-pythonpath",
@@ -546,6 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         file=sys.stderr,
                     )
                     time.sleep(args.settle)
+                    waited = wait_quiet(args.quiet_max)
+                    if waited > 1:
+                        print(
+                            f"  (waited {waited:.1f} s for the machine to go quiet)",
+                            file=sys.stderr,
+                        )
     finally:
         for b in brokers:
             b.stop()
@@ -555,6 +570,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     print(f"\nraw results: {raw}", file=sys.stderr)
     return 0
+
+
+def wait_quiet(max_wait: float, *, busy_cores: float = 0.3, window: float = 0.5) -> float:
+    """Wait until the whole machine used less than ``busy_cores`` over ``window`` seconds, or
+    ``max_wait`` passed; returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < max_wait:
+        busy0, total0 = machine_cpu()
+        time.sleep(window)
+        busy1, total1 = machine_cpu()
+        ncpu = os.cpu_count() or 1
+        if total1 > total0 and (busy1 - busy0) / (total1 - total0) * ncpu < busy_cores:
+            break
+    return time.monotonic() - start
 
 
 def _mkdir(path: Path) -> Path:

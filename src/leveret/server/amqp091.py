@@ -90,6 +90,7 @@ class State(Enum):
 
 # Frames one connection may handle per event-loop turn before the others get theirs.
 TURN_FRAMES = 300
+_FRAME_END = bytes((framing.FRAME_END,))
 # A publisher whose last turn fed a queue that its consumers are falling behind
 # (Queue.falling_behind) gets turns of this size instead: it still runs every loop
 # iteration, but the consumers' acks and deliveries get most of a saturated loop.
@@ -188,10 +189,16 @@ class AMQP091Connection:
         )
         self.send_encoded(data)
 
-    def send_encoded(self, data: bytes) -> None:
-        """Queue frames with content that the caller encoded (Channel.deliver's fast path)."""
-        self.out.append(data)
-        self._out_size += len(data)
+    def send_encoded(self, data: bytes, body: bytes = b"") -> None:
+        """Queue frames with content that the caller encoded (Channel.deliver's fast path).
+        A large ``body`` comes separately, followed by the frame end that closes it: the
+        transport's writev takes it from the message itself instead of from a joined copy."""
+        out = self.out
+        out.append(data)
+        if body:
+            out.append(body)
+            out.append(_FRAME_END)
+        self._out_size += len(data) + len(body)
         if self._out_size > OUTPUT_HIGH_WATER and not self._out_full:
             # Stop taking deliveries until this output is handed to the transport, so a
             # deep queue is not encoded into memory all at once.

@@ -34,6 +34,8 @@ class PendingPublish(NamedTuple):
 
 
 _END = b"\xce"
+# Bodies from this size on are handed to the transport as they are (no joined copy).
+LARGE_BODY = 16 * 1024
 _new_tuple = tuple.__new__
 _CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size
 _BODY_HEADER = struct.Struct(">BBHI")  # end of the header frame, body frame header
@@ -104,26 +106,18 @@ class Channel:
         pack = self._deliver_pack
         if pack is not None and size and (frame_max <= 0 or size <= frame_max - 8):
             raw = message.raw_properties
-            self.conn.send_encoded(
-                b"".join(
-                    (
-                        self._deliver_prefix,
-                        pack(
-                            delivery_tag,
-                            redelivered,
-                            self._deliver_names,
-                            12 + len(raw),
-                            60,
-                            0,
-                            size,
-                        ),
-                        raw,
-                        _BODY_HEADER.pack(206, 3, self.id, size),
-                        body,
-                        _END,
-                    )
-                )
-            )
+            parts = [
+                self._deliver_prefix,
+                pack(delivery_tag, redelivered, self._deliver_names, 12 + len(raw), 60, 0, size),
+                raw,
+                _BODY_HEADER.pack(206, 3, self.id, size),
+            ]
+            if size >= LARGE_BODY:
+                self.conn.send_encoded(b"".join(parts), body)
+            else:
+                parts.append(body)
+                parts.append(_END)
+                self.conn.send_encoded(b"".join(parts))
             return
         method = m.BasicDeliver(
             consumer_tag=consumer_tag,

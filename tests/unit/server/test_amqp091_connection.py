@@ -12,6 +12,7 @@ from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091 import PACED_TURN_FRAMES, TURN_FRAMES, Limits
+from leveret.server.amqp091_channel import LARGE_BODY
 from leveret.server.amqp091_message import wire_message
 from leveret.testing import (
     DEFAULT_CAPABILITIES,
@@ -698,6 +699,23 @@ def test_deliver_fast_path_encodes_as_the_generic_encoder(
                 4096,
             )
             assert client.take_bytes() == expected
+
+
+@pytest.mark.parametrize("size", [LARGE_BODY - 1, LARGE_BODY, 65536, 131064])
+def test_a_large_body_is_written_from_the_message_itself(size: int) -> None:
+    client = connected(frame_max=131072)
+    channel = client.conn.channels[1]
+    client.take_bytes()
+    props = BasicProperties(delivery_mode=2).encode()
+    message = wire_message(
+        "ex", "rk", props, bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    )
+    channel.deliver("c", 7, False, message)
+    handed_as_is = any(part is message.body for part in client.conn.out)
+    method = m.BasicDeliver(consumer_tag="c", delivery_tag=7, exchange="ex", routing_key="rk")
+    expected = framing.encode_message_frames(1, method.encode(), 60, message.body, props, 131072)
+    assert client.take_bytes() == expected
+    assert handed_as_is == (size >= LARGE_BODY)
 
 
 def test_a_publisher_feeding_a_queue_its_consumers_fall_behind_gets_short_turns() -> None:

@@ -501,8 +501,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = out / "runs.jsonl"
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parent.parent)
+    # The load generator is the same program whichever Leveret is measured: the checkout's
+    # bench/ on the checkout's pure-Python codec (src/), never a compiled Leveret build.
     env["PYTHONPATH"] = os.pathsep.join(
-        x for x in (repo, args.leveret_pythonpath, env.get("PYTHONPATH", "")) if x
+        x for x in (repo, str(Path(repo) / "src"), env.get("PYTHONPATH", "")) if x
     )
     brokers: list[Broker] = []
     results: dict[str, dict[str, list[dict[str, Any]]]] = {k: {} for k in keys}

@@ -577,12 +577,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def wait_quiet(max_wait: float, *, busy_cores: float = 0.3, window: float = 0.5) -> float:
     """Wait until the whole machine used less than ``busy_cores`` over ``window`` seconds, or
     ``max_wait`` passed; returns the seconds waited."""
+    ncpu = os.cpu_count() or 1
     start = time.monotonic()
     while time.monotonic() - start < max_wait:
         busy0, total0 = machine_cpu()
         time.sleep(window)
         busy1, total1 = machine_cpu()
-        ncpu = os.cpu_count() or 1
         if total1 > total0 and (busy1 - busy0) / (total1 - total0) * ncpu < busy_cores:
             break
     return time.monotonic() - start

@@ -3,7 +3,6 @@ hot-path modules (mypyc, pyproject.toml ``[tool.leveret.compiled]``)."""
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
 
 # The modules the compiled build compiles (kept equal to pyproject.toml by a unit test).
@@ -26,7 +25,7 @@ def compiled_modules() -> list[str]:
     """The hot-path modules that were loaded from a compiled extension."""
     compiled = []
     for name in HOT_PATH_MODULES:
-        module = sys.modules.get(name) or import_module(name)
+        module = import_module(name)
         if not str(getattr(module, "__file__", "")).endswith(".py"):
             compiled.append(name)
     return compiled

@@ -45,6 +45,7 @@ from leveret.model.vhost import REPLY_TO
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.fieldtable import FieldTable, decode_table
+from leveret.protocol.amqp091.framing import FRAME_END_BYTES
 from leveret.server.amqp091_channel import Channel
 
 if TYPE_CHECKING:
@@ -90,7 +91,6 @@ class State(Enum):
 
 # Frames one connection may handle per event-loop turn before the others get theirs.
 TURN_FRAMES = 300
-_FRAME_END = bytes((framing.FRAME_END,))
 # A publisher whose last turn fed a queue that its consumers are falling behind
 # (Queue.falling_behind) gets turns of this size instead: it still runs every loop
 # iteration, but the consumers' acks and deliveries get most of a saturated loop.
@@ -197,7 +197,7 @@ class AMQP091Connection:
         out.append(data)
         if body:
             out.append(body)
-            out.append(_FRAME_END)
+            out.append(FRAME_END_BYTES)
         self._out_size += len(data) + len(body)
         if self._out_size > OUTPUT_HIGH_WATER and not self._out_full:
             # Stop taking deliveries until this output is handed to the transport, so a

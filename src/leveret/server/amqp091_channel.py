@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from leveret.errors import ContentTooLarge, FrameError, UnexpectedFrame
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
+
+# A module global: looked up once per delivery on the hot path, not through the module.
+from leveret.protocol.amqp091.framing import FRAME_END_BYTES
 from leveret.server.amqp091_message import wire_message
 
 if TYPE_CHECKING:
@@ -33,7 +36,6 @@ class PendingPublish(NamedTuple):
     immediate: bool
 
 
-_END = b"\xce"
 # Bodies from this size on are handed to the transport as they are (no joined copy).
 LARGE_BODY = 16 * 1024
 _new_tuple = tuple.__new__
@@ -116,7 +118,7 @@ class Channel:
                 self.conn.send_encoded(b"".join(parts), body)
             else:
                 parts.append(body)
-                parts.append(_END)
+                parts.append(FRAME_END_BYTES)
                 self.conn.send_encoded(b"".join(parts))
             return
         method = m.BasicDeliver(
@@ -148,7 +150,7 @@ class Channel:
         # the header frame's type and channel (all constant for this tag and these names),
         # then the header frame's size and the content-header prefix.
         names = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
-        self._deliver_names = names + _END + bytes((2,)) + self.id.to_bytes(2, "big")
+        self._deliver_names = names + FRAME_END_BYTES + bytes((2,)) + self.id.to_bytes(2, "big")
         self._deliver_pack = struct.Struct(f">QB{len(self._deliver_names)}sIHHQ").pack
 
     def returned(self, reply_code: int, reply_text: str, message: Message) -> None:

@@ -18,6 +18,7 @@ from leveret.errors import FrameError
 __all__ = [
     "FRAME_BODY",
     "FRAME_END",
+    "FRAME_END_BYTES",
     "FRAME_HEADER",
     "FRAME_HEADER_SIZE",
     "FRAME_HEARTBEAT",
@@ -45,7 +46,8 @@ FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 _FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
-_END = b"\xce"
+# The frame-end octet as bytes, for joins (the front end's pre-encoded deliveries too).
+FRAME_END_BYTES = b"\xce"
 _MAX_SIZE = 0xFFFFFFFF
 
 _HEADER = struct.Struct(">BHI")  # type, channel, payload size
@@ -188,7 +190,7 @@ _pack_header = _HEADER.pack
 
 def encode_frame(frame_type: int, channel: int, payload: bytes | memoryview) -> bytes:
     """Encode one frame: 7-byte header, ``payload``, frame-end octet."""
-    return b"".join((_pack_header(frame_type, channel, len(payload)), payload, _END))
+    return b"".join((_pack_header(frame_type, channel, len(payload)), payload, FRAME_END_BYTES))
 
 
 HEARTBEAT_FRAME: bytes = encode_frame(FRAME_HEARTBEAT, 0, b"")
@@ -196,7 +198,9 @@ HEARTBEAT_FRAME: bytes = encode_frame(FRAME_HEARTBEAT, 0, b"")
 
 def encode_method_frame(channel: int, method_payload: bytes) -> bytes:
     """Encode a method frame around a generated method's ``encode()`` output."""
-    return _pack_header(FRAME_METHOD, channel, len(method_payload)) + method_payload + _END
+    return (
+        _pack_header(FRAME_METHOD, channel, len(method_payload)) + method_payload + FRAME_END_BYTES
+    )
 
 
 def _body_pieces(
@@ -217,7 +221,7 @@ def _body_pieces(
             piece = view[i : i + chunk]
             out.append(pack(FRAME_END, FRAME_BODY, channel, len(piece)))
             out.append(piece)
-    out.append(_END)
+    out.append(FRAME_END_BYTES)
 
 
 def encode_content_frames(
@@ -240,7 +244,7 @@ def encode_content_frames(
                     FRAME_HEADER, channel, 12 + len(properties), class_id, 0, size
                 ),
                 properties,
-                _END,
+                FRAME_END_BYTES,
             )
         )
     ]
@@ -283,11 +287,11 @@ def encode_message_frames(
         properties,
     ]
     if size == 0:
-        out.append(_END)
+        out.append(FRAME_END_BYTES)
     elif frame_max <= 0 or size <= frame_max - FRAME_OVERHEAD:
         out.append(_END_BODY_HEADER.pack(FRAME_END, FRAME_BODY, channel, size))
         out.append(body)
-        out.append(_END)
+        out.append(FRAME_END_BYTES)
     else:
         _body_pieces(out, channel, body, frame_max)
     return b"".join(out)

@@ -8,16 +8,24 @@ from importlib import import_module
 # The modules the compiled build compiles (kept equal to pyproject.toml by a unit test).
 HOT_PATH_MODULES = (
     "leveret.protocol.amqp091.framing",
-    "leveret.server.amqp091",
-    "leveret.server.amqp091_channel",
-    "leveret.server.amqp091_message",
+    "leveret.protocol.amqp091.channel",
+    "leveret.protocol.amqp091.connection",
+    "leveret.server.amqp091.connection",
+    "leveret.server.amqp091.channel",
+    "leveret.server.amqp091.session",
+    "leveret.server.amqp091.message",
     "leveret.server.connection",
     "leveret.model.message",
+    "leveret.model.entry",
+    "leveret.model.consumer",
     "leveret.model.paging",
     "leveret.model.queue",
     "leveret.model.queue_features",
-    "leveret.model.session",
     "leveret.model.stream",
+    "leveret.model.router",
+    "leveret.model.publisher",
+    "leveret.model.confirms",
+    "leveret.model.settle",
 )
 
 

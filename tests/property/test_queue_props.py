@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from leveret.errors import PreconditionFailed
-from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
+from leveret.server.amqp091.session import Session
 from leveret.testing import MemoryPager, RecordingSink, SinkEvent, make_message
 
 SESSIONS = 2

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from leveret.model.stream import MemoryStreamLog, StreamLog
-from leveret.server.amqp091_message import wire_message
-from leveret.server.amqp091_stream import stamp_stream
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.stream_headers import stamp_stream
 from leveret.store.stream_log import StreamStore
 
 SEGMENT_BYTES = 600

@@ -20,9 +20,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from leveret.model.session import Session
 from leveret.model.stream import StreamConsumer, StreamQueue
 from leveret.model.vhost import VirtualHost
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
 
 ARGS = {

@@ -1,16 +1,17 @@
 """The broker: its virtual hosts and the model side of client connections.
 
-``Client`` owns the sessions of one connection and the exclusive queues it declared;
-closing it requeues unacked deliveries and deletes those queues, in that order.
+``Client`` is one connection of any protocol: it holds what the front end attached to it
+(channels, sessions: anything with ``close`` and ``set_writable``) and the exclusive queues
+it declared; closing it closes the attachments (which requeue what they had not settled)
+and then deletes those queues, in that order.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from leveret.model.entry import MemoryGauge
 from leveret.model.journal import NULL_JOURNAL, Journal
-from leveret.model.queue import MemoryGauge
-from leveret.model.session import Session, SessionSink
 from leveret.model.stream import MemoryStreamBackend, StreamBackend
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
@@ -76,6 +77,14 @@ class Broker:
         return client
 
 
+class Attachment(Protocol):
+    """What a front end attaches to a client: a channel's or a session's model state."""
+
+    def close(self) -> None: ...
+
+    def set_writable(self, writable: bool) -> None: ...
+
+
 class Client:
     """The model side of one client connection."""
 
@@ -84,21 +93,21 @@ class Client:
         self.vhost = vhost
         self.user = user
         self.name = name
-        self.sessions: dict[int, Session] = {}
+        self.sessions: dict[int, Attachment] = {}
         self.writable = True
         self.closed = False
 
     def __repr__(self) -> str:
         return f"Client({self.name!r})"
 
-    def open_session(self, channel_id: int, sink: SessionSink) -> Session:
-        session = Session(self.vhost, self, sink, consumer_timeout=self.broker.consumer_timeout)
-        session.writable = self.writable
-        self.sessions[channel_id] = session
-        return session
+    def attach(self, number: int, session: Attachment) -> None:
+        """``session`` is the front end's ``number`` (a channel, a session) from now on."""
+        if not self.writable:
+            session.set_writable(False)
+        self.sessions[number] = session
 
-    def close_session(self, channel_id: int) -> None:
-        session = self.sessions.pop(channel_id, None)
+    def close_session(self, number: int) -> None:
+        session = self.sessions.pop(number, None)
         if session is not None:
             session.close()
 
@@ -112,8 +121,8 @@ class Client:
         if self.closed:
             return
         self.closed = True
-        for channel_id in list(self.sessions):
-            self.close_session(channel_id)
+        for number in list(self.sessions):
+            self.close_session(number)
         for queue in self.vhost.owned_queues(self):
             self.vhost.remove_queue(queue)
         self.broker.clients.discard(self)

@@ -15,6 +15,9 @@ that exchange with:
 A missing dead-letter exchange drops the message. Cycles are broken as RabbitMQ does: a
 target queue that already appears in ``x-death`` is skipped unless a ``rejected`` death lies
 between (a client took part, so the loop is not automatic).
+
+This module is pure: it makes the copy and answers the cycle question; the router
+(``model/router.py``) routes the copy and enqueues it.
 """
 
 from __future__ import annotations
@@ -26,8 +29,6 @@ from leveret.model.message import HINT_EXPIRATION, HINT_HEADERS
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
-    from leveret.model.queue import Queue
-    from leveret.model.vhost import VirtualHost
 
 REJECTED = "rejected"
 EXPIRED = "expired"
@@ -125,30 +126,3 @@ def is_cycle(queue: str, deaths: list[object]) -> bool:
                 for d in deaths[: index + 1]
             )
     return False
-
-
-def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str) -> None:
-    """Republish ``message`` that left ``queue`` for ``reason`` to its dead-letter exchange."""
-    config = queue.config
-    dlx_name = config.dead_letter_exchange
-    if dlx_name is None:
-        return
-    exchange = vhost.exchanges.get(dlx_name)
-    if exchange is None:
-        return  # RabbitMQ: a missing dead-letter exchange drops the message
-    dlrk = config.dead_letter_routing_key
-    keys = [dlrk] if dlrk is not None else routing_keys(message)
-    copy = dead_lettered_copy(message, reason, queue.name, dlx_name, dlrk, vhost.timers.wall)
-    targets: dict[Queue, None] = {}
-    for key in keys:
-        for target in vhost.route(exchange, key, copy):
-            targets[target] = None
-    if reason != REJECTED:
-        headers = copy.headers or {}
-        deaths = headers.get("x-death")
-        if isinstance(deaths, list):
-            for target in list(targets):
-                if is_cycle(target.name, deaths):
-                    del targets[target]
-    for target in targets:
-        target.enqueue(copy)

@@ -30,8 +30,8 @@ from leveret.model.message import Message
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from leveret.model.entry import QueuedMessage
     from leveret.model.message import PropertiesDecoder, PropertiesEncoder
-    from leveret.model.queue import QueuedMessage
 
 
 class Pager(Protocol):

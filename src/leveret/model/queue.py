@@ -1,4 +1,5 @@
-"""Classic FIFO queues and their consumers; owned by model.vhost, driven by model.session.
+"""Classic FIFO queues; owned by a virtual host (``QueueHost``), consumed through the
+interfaces of ``model/consumer.py`` by whatever front end owns a consumer.
 
 Theory of operation: a queue holds ``ready`` entries in sequence order and a list of
 consumers. The invariant after every public call is "if ``ready`` is not empty, no consumer
@@ -21,11 +22,14 @@ from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING
 
+from leveret.errors import AccessRefused
+from leveret.model.consumer import Consumer
+from leveret.model.entry import MESSAGE_OVERHEAD, MemoryGauge, QueuedMessage
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
 from leveret.model.paging import Page, PagedTail, Pager, PageSource
 from leveret.model.queue_args import PLAIN, QueueConfig
-from leveret.model.queue_features import MESSAGE_OVERHEAD, FeatureMixin, PriorityReady
+from leveret.model.queue_features import FeatureMixin, PriorityReady, QueueHost
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
@@ -33,98 +37,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from leveret.model.message import Message
-    from leveret.model.session import Session
-    from leveret.model.vhost import VirtualHost
 
 
 __all__ = ["MESSAGE_OVERHEAD", "Consumer", "MemoryGauge", "Queue", "QueuedMessage"]
-
-
-class MemoryGauge:
-    """Bytes of message data held by queues; the server compares it to its watermark."""
-
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
-
-
-class QueuedMessage:
-    """A message in one queue: its position there and whether it was delivered before."""
-
-    __slots__ = ("deliveries", "expires", "message", "priority", "redelivered", "seq", "sid")
-
-    def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
-        self.seq = seq
-        self.sid = 0  # the store's message id when it is on disk for this queue
-        self.message = message
-        self.redelivered = redelivered
-        self.expires: float | None = None  # monotonic deadline (TTL), None = never
-        self.priority = 0
-        self.deliveries = 0  # failed deliveries (returns), for quorum queues
-
-
-class Consumer:
-    """A subscription of one session to one queue."""
-
-    __slots__ = (
-        "arguments",
-        "armed",
-        "exclusive",
-        "no_ack",
-        "pending",
-        "prefetch_count",
-        "priority",
-        "queue",
-        "session",
-        "tag",
-        "timeout",
-        "unacked",
-    )
-
-    def __init__(
-        self,
-        tag: str,
-        queue: Queue,
-        session: Session,
-        *,
-        no_ack: bool,
-        exclusive: bool,
-        prefetch_count: int,
-        arguments: Mapping[str, object],
-        priority: int = 0,
-        timeout: float | None = None,
-    ) -> None:
-        self.tag = tag
-        self.priority = priority
-        self.timeout = timeout
-        self.queue = queue
-        self.session = session
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch_count = prefetch_count
-        self.arguments = arguments
-        self.unacked = 0
-        # Consumer ack timeout: delivery tags in delivery order (settled ones leave lazily, so
-        # the head is the oldest unacked delivery), and whether a deadline is in Timers.
-        self.pending: deque[int] = deque()
-        self.armed = False
-
-    def on_deadline(self, now: float) -> None:
-        """Timers woke us: has our oldest unacked delivery outlived ``timeout``?"""
-        self.armed = False
-        self.session.check_consumer_timeout(self, now)
-
-    def can_take(self, message: Message) -> bool:
-        session = self.session
-        # session.deliverable, inlined (this runs for every delivery).
-        if not (session.flow_active and session.writable) or session.closed:
-            return False
-        if self.no_ack:
-            return True
-        if self.prefetch_count and self.unacked >= self.prefetch_count:
-            return False
-        return session.has_credit(len(message.body))
 
 
 class Queue(FeatureMixin):
@@ -153,12 +68,12 @@ class Queue(FeatureMixin):
         arguments: Mapping[str, object] | None = None,
         gauge: MemoryGauge | None = None,
         config: QueueConfig = PLAIN,
-        vhost: VirtualHost | None = None,
+        host: QueueHost | None = None,
         timers: Timers | None = None,
     ) -> None:
         self.gauge = gauge if gauge is not None else MemoryGauge()
         self.config = config
-        self.vhost = vhost
+        self.host = host
         self.timers = timers if timers is not None else Timers()
         self.vhost_name = vhost_name
         self.name = name
@@ -172,7 +87,6 @@ class Queue(FeatureMixin):
         self.unacked_count = 0
         self.consumers: list[Consumer] = []
         self.deleted = False
-        self.had_consumer = False
         self._next_seq = 0
         self._rr = 0
         self._special = config.special
@@ -213,6 +127,14 @@ class Queue(FeatureMixin):
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)
+
+    def check_exclusive_use(self, exclusive: bool) -> None:
+        """403 if an exclusive consumer holds the queue, or if a consumer asks to be
+        exclusive while others consume (RabbitMQ's rule and text)."""
+        if self.has_exclusive_consumer() or (exclusive and self.consumers):
+            raise AccessRefused(
+                f"queue '{self.name}' in vhost '{self.vhost_name}' in exclusive use"
+            )
 
     # -- publishing and delivery ---------------------------------------------------------
 
@@ -264,8 +186,9 @@ class Queue(FeatureMixin):
                 return
             self._page_in()
 
-    def get(self, *, no_ack: bool) -> QueuedMessage | None:
-        """Take the head for basic.get; unless ``no_ack`` it stays unacked here."""
+    def get(self, *, auto_settle: bool) -> QueuedMessage | None:
+        """Take the head (a get rather than a delivery to a consumer); unless
+        ``auto_settle`` it stays unsettled here."""
         if self._special or self._expires_on:
             self._before_get()
         if not self.ready:
@@ -273,10 +196,12 @@ class Queue(FeatureMixin):
         entry = self.ready.popleft()
         if self._tail is not None and len(self.ready) < self.resident_low:
             self._page_in()
-        if no_ack:
+        if auto_settle:
             self._gone(entry)
         else:
             self.unacked_count += 1
+            if entry.sid and not entry.redelivered:
+                self.journal.delivered(self.store_id, entry.sid)
         if self._special:
             self.ready_bytes -= len(entry.message.body)
         return entry
@@ -429,11 +354,12 @@ class Queue(FeatureMixin):
     # -- consumers -----------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
+        """Attach ``consumer`` (see ``check_exclusive_use``)."""
+        self.check_exclusive_use(consumer.exclusive)
         if consumer.priority:
             self._enter_features()
             self._prioritised = True
         self.consumers.append(consumer)
-        self.had_consumer = True
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -450,7 +376,5 @@ class Queue(FeatureMixin):
             self.touch()
         if self._special and index == 0 and self.config.single_active_consumer:
             self.dispatch()  # fail over to the next consumer
-
-    def unused_after_cancel(self) -> bool:
-        """An auto-delete queue goes once its last consumer has gone."""
-        return self.auto_delete and self.had_consumer and not self.consumers
+        if self.auto_delete and not self.consumers and self.host is not None:
+            self.host.retire(self)  # an auto-delete queue goes with its last consumer

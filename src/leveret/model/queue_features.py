@@ -15,25 +15,36 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.errors import PreconditionFailed
 from leveret.model import dead_letter as dl
+from leveret.model.consumer import Source
+from leveret.model.entry import MESSAGE_OVERHEAD
 from leveret.model.message import HINT_EXPIRATION, HINT_PERSISTENT, HINT_PRIORITY
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from leveret.model.consumer import Consumer
+    from leveret.model.entry import MemoryGauge, QueuedMessage
     from leveret.model.journal import Journal
     from leveret.model.message import Message
     from leveret.model.paging import PagedTail
-    from leveret.model.queue import Consumer, MemoryGauge, QueuedMessage
     from leveret.model.queue_args import QueueConfig
     from leveret.model.timers import Timers
-    from leveret.model.vhost import VirtualHost
 
-# Bytes a queued message costs beyond its body (objects, deque slot, index entries).
-MESSAGE_OVERHEAD = 256
+
+class QueueHost(Protocol):
+    """What a queue asks of whoever holds it (its virtual host): to be deleted once it has
+    no reason to exist (``x-expires``, auto-delete after its last consumer), and to
+    republish a dead letter to its dead-letter exchange."""
+
+    def retire(self, queue: Source) -> None: ...
+
+    def dead_letter(
+        self, message: Message, reason: str, queue: str, dlx: str, dlrk: str | None
+    ) -> None: ...
 
 
 def parse_expiration(text: str) -> float:
@@ -116,12 +127,12 @@ class PriorityReady:
         self._count = 0
 
 
-class FeatureMixin:
+class FeatureMixin(Source):
     """Slow paths of ``Queue``; see the module docstring."""
 
     # Provided by Queue.
     config: QueueConfig
-    vhost: VirtualHost | None
+    host: QueueHost | None
     timers: Timers
     gauge: MemoryGauge
     ready: deque[QueuedMessage] | PriorityReady
@@ -165,13 +176,16 @@ class FeatureMixin:
             self.journal.removed(self.store_id, entry.sid)
 
     def _hand_over(self, consumer: Consumer, entry: QueuedMessage) -> None:
-        """Deliver ``entry`` to ``consumer``: gone at once for a no-ack consumer, else
-        unacked until settled."""
-        if consumer.no_ack:
+        """Deliver ``entry`` to ``consumer``: gone at once for one that settles
+        automatically, else unsettled until its owner settles it."""
+        if consumer.auto_settle:
             self._gone(entry)
         else:
             self.unacked_count += 1
-        consumer.session.deliver(consumer, entry)
+            if entry.sid and not entry.redelivered:
+                # The first delivery is recorded, so it comes back redelivered after a crash.
+                self.journal.delivered(self.store_id, entry.sid)
+        consumer.owner.deliver(consumer, entry)
 
     # -- queue expiry (x-expires) --------------------------------------------------------
 
@@ -195,8 +209,8 @@ class FeatureMixin:
             due = self.last_used + expires
             if now >= due:
                 self._expiry_pending = False
-                if not self.consumers and self.vhost is not None:
-                    self.vhost.remove_queue(self)  # type: ignore[arg-type]
+                if not self.consumers and self.host is not None:
+                    self.host.retire(self)
             elif self.consumers:
                 self._expiry_pending = False  # the last consumer's cancel restarts it
             else:
@@ -226,11 +240,16 @@ class FeatureMixin:
     def _drop(self, entry: QueuedMessage, reason: str) -> None:
         """``entry`` leaves the queue for ``reason``: dead-letter it (or drop it)."""
         self._gone(entry)
-        if self.vhost is not None and self.config.dead_letter_exchange is not None:
-            dl.dead_letter(self.vhost, self, entry.message, reason)  # type: ignore[arg-type]
+        self._dead_letter(entry.message, reason)
 
-    def dead_letter_unacked(self, entry: QueuedMessage, reason: str = dl.REJECTED) -> None:
-        """An unacked entry was rejected without requeue."""
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        config = self.config
+        dlx = config.dead_letter_exchange
+        if dlx is not None and self.host is not None and not self.deleted:
+            self.host.dead_letter(message, reason, self.name, dlx, config.dead_letter_routing_key)
+
+    def discard(self, entry: QueuedMessage, reason: str = dl.REJECTED) -> None:
+        """An unsettled entry was refused for good: dead-lettered if the queue says so."""
         self.unacked_count -= 1
         self._drop(entry, reason)
 
@@ -252,8 +271,8 @@ class FeatureMixin:
                 and self.ready_bytes + size > config.max_length_bytes
             )
         ):
-            if config.overflow == "reject-publish-dlx" and self.vhost is not None:
-                dl.dead_letter(self.vhost, self, message, dl.MAXLEN)  # type: ignore[arg-type]
+            if config.overflow == "reject-publish-dlx":
+                self._dead_letter(message, dl.MAXLEN)
             return False
         self._enter_features()
         now = self.timers.now

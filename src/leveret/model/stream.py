@@ -3,8 +3,8 @@
 Theory of operation: a ``StreamQueue`` appends every message it is given to a ``StreamLog``
 (offsets 0, 1, 2, ...) and never removes one on delivery. Each consumer (``StreamConsumer``)
 keeps its own next offset; ``dispatch`` reads from the log at that offset for every consumer
-with credit (``basic.qos`` prefetch, required) and ``basic.ack`` only gives credit back. A
-consumer that has read everything waits: the next append is handed to it by the same
+with credit, and settling a delivery only gives credit back (the owner does; nothing is
+removed). A consumer that has read everything waits: the next append is handed to it by the same
 ``dispatch``. Retention drops whole segments from the head (``StreamLog.retain``), checked
 when a segment fills and, for ``x-max-age``, on a timer; a consumer behind the new head
 jumps to it.
@@ -26,8 +26,10 @@ import datetime
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from leveret.errors import NotImplemented_, PreconditionFailed
+from leveret.model.consumer import UNLIMITED, Consumer, ConsumerOwner, Source
+from leveret.model.entry import QueuedMessage
 from leveret.model.message import HINT_HEADERS
-from leveret.model.queue import Consumer, Queue, QueuedMessage
+from leveret.model.queue import Queue
 from leveret.model.queue_args import parse_age, type_name
 
 if TYPE_CHECKING:
@@ -35,9 +37,8 @@ if TYPE_CHECKING:
 
     from leveret.model.message import Message
     from leveret.model.queue_args import QueueConfig
-    from leveret.model.session import Session
+    from leveret.model.queue_features import QueueHost
     from leveret.model.timers import Timers
-    from leveret.model.vhost import VirtualHost
 
 OFFSET_HEADER = "x-stream-offset"
 TIMESTAMP_HEADER = "x-stream-timestamp"
@@ -294,23 +295,23 @@ class StreamConsumer(Consumer):
     def __init__(
         self,
         tag: str,
-        queue: Queue,
-        session: Session,
+        queue: Source,
+        owner: ConsumerOwner,
         *,
         spec: OffsetSpec,
-        prefetch_count: int,
-        exclusive: bool,
-        arguments: Mapping[str, object],
+        credit: int = UNLIMITED,
+        exclusive: bool = False,
+        arguments: Mapping[str, object] | None = None,
         priority: int = 0,
         timeout: float | None = None,
     ) -> None:
         super().__init__(
             tag,
             queue,
-            session,
-            no_ack=False,
+            owner,
+            auto_settle=False,
             exclusive=exclusive,
-            prefetch_count=prefetch_count,
+            credit=credit,
             arguments=arguments,
             priority=priority,
             timeout=timeout,
@@ -330,7 +331,7 @@ class StreamQueue(Queue):
         backend: StreamBackend,
         arguments: Mapping[str, object] | None = None,
         config: QueueConfig,
-        vhost: VirtualHost | None = None,
+        host: QueueHost | None = None,
         timers: Timers | None = None,
     ) -> None:
         # RabbitMQ's rule (checked in queue_args): durable, not exclusive, not auto-delete.
@@ -340,7 +341,7 @@ class StreamQueue(Queue):
             durable=True,
             arguments=arguments,
             config=config,
-            vhost=vhost,
+            host=host,
             timers=timers,
         )
         self.backend = backend
@@ -410,9 +411,9 @@ class StreamQueue(Queue):
         end = log.next_offset
         for consumer in self.consumers:
             assert isinstance(consumer, StreamConsumer)
-            while consumer.offset < end and consumer.session.deliverable:
-                credit = consumer.prefetch_count - consumer.unacked
-                if credit <= 0:
+            while consumer.offset < end:
+                credit = consumer.credit
+                if credit <= 0 or not consumer.owner.accepts(consumer, 0):
                     break
                 entries = log.read(consumer.offset, min(credit, READ_BATCH))
                 if not entries:
@@ -422,28 +423,25 @@ class StreamQueue(Queue):
 
     def _hand_out(self, consumer: StreamConsumer, entries: list[StreamEntry]) -> bool:
         """Deliver ``entries`` in order while ``consumer`` can take them."""
-        session = consumer.session
+        owner = consumer.owner
         for entry in entries:
             if not consumer.can_take(entry.message):
                 return False
             consumer.offset = entry.offset + 1
             self.unacked_count += 1
-            session.deliver(consumer, QueuedMessage(entry.offset, entry.message))
+            owner.deliver(consumer, QueuedMessage(entry.offset, entry.message))
         return True
 
-    def get(self, *, no_ack: bool) -> QueuedMessage | None:
-        raise NotImplemented_(f"basic.get not supported by stream queues {self._where()}")
+    def unsupported(self, operation: str) -> NotImplemented_:
+        """The error for ``operation``, which streams do not support (RabbitMQ's text; a
+        front end names the operation in its own protocol's words)."""
+        return NotImplemented_(f"{operation} not supported by stream queues {self._where()}")
 
-    def check_consumer(
-        self, *, no_ack: bool, prefetch_count: int, arguments: Mapping[str, object]
-    ) -> OffsetSpec:
-        """RabbitMQ's checks of basic.consume on a stream; returns where to start."""
-        if not prefetch_count:
-            raise PreconditionFailed(f"consumer prefetch count is not set for '{self._where()}'")
-        if no_ack:
-            raise NotImplemented_(
-                f"automatic acknowledgement not supported by stream queues {self._where()}"
-            )
+    def get(self, *, auto_settle: bool) -> QueuedMessage | None:
+        raise self.unsupported("get")
+
+    def offset_spec(self, arguments: Mapping[str, object] | None) -> OffsetSpec:
+        """Where a consumer attached with ``arguments`` starts (``x-stream-offset``)."""
         return parse_offset_spec(
             arguments,
             where=f"for queue '{self.name}' in vhost '{self.vhost_name}'",
@@ -470,12 +468,7 @@ class StreamQueue(Queue):
         addition; RabbitMQ ignores the arguments of a passive declare and answers 0)."""
         if not arguments or OFFSET_HEADER not in arguments:
             return self.log.next_offset
-        spec = parse_offset_spec(
-            arguments,
-            where=f"for queue '{self.name}' in vhost '{self.vhost_name}'",
-            wall_ms=int(self.timers.wall * 1000),
-        )
-        return self.start_offset(spec)
+        return self.start_offset(self.offset_spec(arguments))
 
     def add_consumer(self, consumer: Consumer) -> None:
         assert isinstance(consumer, StreamConsumer)
@@ -487,6 +480,9 @@ class StreamQueue(Queue):
     def settle(self, entry: QueuedMessage) -> None:
         self.unacked_count -= 1
 
+    def discard(self, entry: QueuedMessage, reason: str = "") -> None:
+        self.unacked_count -= 1
+
     def requeue(self, entries: Iterable[QueuedMessage]) -> None:
         # A channel closed or a consumer timed out: nothing goes back, the log keeps it.
         self.unacked_count -= sum(1 for _ in entries)
@@ -495,13 +491,7 @@ class StreamQueue(Queue):
     def purge(self) -> int:
         if self.deleted:
             return 0  # VirtualHost.remove_queue purges what it deletes: nothing to do here
-        raise NotImplemented_(f"queue.purge not supported by stream queues {self._where()}")
-
-    def reject_refused(self) -> NotImplemented_:
-        """The error for basic.reject / basic.nack of a delivery from this stream."""
-        return NotImplemented_(
-            f"basic.nack and basic.reject not supported by stream queues {self._where()}"
-        )
+        raise self.unsupported("purge")
 
     def destroy(self) -> None:
         """The stream was deleted: its log goes too."""

@@ -1,9 +1,9 @@
-"""Virtual hosts: they own exchanges, queues and bindings, and route messages.
+"""Virtual hosts: they own exchanges, queues and bindings; their ``Router`` routes.
 
 Every check a declaration needs (reserved names, equivalence, exclusivity) lives here, with
 RabbitMQ's reply codes and reply texts, so that each protocol front end gets the same
-behaviour. Routing follows exchange-to-exchange bindings and alternate exchanges, each
-exchange visited at most once per message.
+behaviour. A vhost is its queues' ``QueueHost``: it deletes a queue that retires
+(``x-expires``, auto-delete) and republishes dead letters through its router.
 """
 
 from __future__ import annotations
@@ -13,23 +13,23 @@ import os
 from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
-from leveret.model.exchanges import ExchangeType, make_exchange_type
+from leveret.model.entry import MemoryGauge
+from leveret.model.exchange import Exchange
 from leveret.model.journal import NULL_JOURNAL, Journal
-from leveret.model.queue import MemoryGauge, Queue
+from leveret.model.queue import Queue
 from leveret.model.queue_args import parse_queue_args
+from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX, Router
 from leveret.model.stream import MemoryStreamBackend, StreamBackend, StreamQueue
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
+    from leveret.model.consumer import Source
     from leveret.model.message import Message
     from leveret.model.paging import Pager
-    from leveret.model.session import Session
 
-# Direct reply-to: the pseudo-queue a requester consumes from, and its per-channel names.
-REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_TO_PREFIX = REPLY_TO + "."
+__all__ = ["REPLY_TO", "REPLY_TO_PREFIX", "Exchange", "VirtualHost"]
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -75,37 +75,6 @@ def _require_equivalent(what: str, pairs: list[tuple[str, object, object]]) -> N
             )
 
 
-class Exchange:
-    """An exchange of a vhost; ``kind`` is its routing algorithm."""
-
-    def __init__(
-        self,
-        name: str,
-        type_name: str,
-        *,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: Mapping[str, object] | None = None,
-    ) -> None:
-        self.name = name
-        self.type_name = type_name
-        self.kind: ExchangeType = make_exchange_type(type_name)
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.internal = internal
-        self.arguments: Mapping[str, object] = dict(arguments or {})
-        alternate = self.arguments.get("alternate-exchange")
-        if isinstance(alternate, bytes):
-            alternate = alternate.decode(errors="replace")
-        self.alternate: str | None = alternate if isinstance(alternate, str) else None
-        # Exchanges that have a binding to this one, for cleanup on delete.
-        self.sources: set[Exchange] = set()
-
-    def __repr__(self) -> str:
-        return f"Exchange({self.name!r}, {self.type_name!r})"
-
-
 class VirtualHost:
     """One namespace of exchanges and queues."""
 
@@ -121,10 +90,9 @@ class VirtualHost:
         self.pager: Pager | None = None
         # Where stream queues keep their logs (the server supplies the file-backed one).
         self.stream_backend: StreamBackend = MemoryStreamBackend()
-        # Direct reply-to: the key of ``amq.rabbitmq.reply-to.<key>`` -> requester session.
-        self.reply_to: dict[str, Session] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        self.router = Router(self.exchanges, self.queues, self.timers)
         # Exchanges each queue is bound from, so deleting a queue finds its bindings.
         self._queue_sources: dict[Queue, set[Exchange]] = {}
         self.exchanges[""] = Exchange("", "direct", durable=True)
@@ -302,7 +270,8 @@ class VirtualHost:
     ) -> Queue:
         if passive:
             if name == REPLY_TO or (
-                name.startswith(REPLY_TO_PREFIX) and name[len(REPLY_TO_PREFIX) :] in self.reply_to
+                name.startswith(REPLY_TO_PREFIX)
+                and name[len(REPLY_TO_PREFIX) :] in self.router.reply_to
             ):
                 return Queue(self.name, name)  # a pseudo-queue: exists while its requester does
             queue = self.queue(name, owner)
@@ -330,7 +299,7 @@ class VirtualHost:
                     backend=self.stream_backend,
                     arguments=arguments,
                     config=config,
-                    vhost=self,
+                    host=self,
                     timers=self.timers,
                 )
             else:
@@ -343,7 +312,7 @@ class VirtualHost:
                     arguments=arguments,
                     gauge=self.gauge,
                     config=config,
-                    vhost=self,
+                    host=self,
                     timers=self.timers,
                 )
             self.queues[name] = queue
@@ -439,7 +408,7 @@ class VirtualHost:
         return count
 
     def remove_queue(self, queue: Queue) -> None:
-        """Delete ``queue`` and its bindings; consumers are told through ``on_queue_deleted``."""
+        """Delete ``queue`` and its bindings; its consumers' owners are told."""
         if self.queues.get(queue.name) is not queue:
             return
         del self.queues[queue.name]
@@ -452,51 +421,22 @@ class VirtualHost:
             self.journal.queue_deleted(self.name, queue.name, queue.store_id)
         if isinstance(queue, StreamQueue):
             queue.destroy()
-        for consumer in list(queue.consumers):
-            consumer.session.queue_deleted(queue)
+        consumers = list(queue.consumers)
         queue.consumers.clear()
+        for consumer in consumers:
+            consumer.owner.consumer_removed(consumer)
+
+    # -- QueueHost -----------------------------------------------------------------------
+
+    def retire(self, queue: Source) -> None:
+        """A queue has no more reason to exist (x-expires, auto-delete): delete it."""
+        if isinstance(queue, Queue):
+            self.remove_queue(queue)
+
+    def dead_letter(
+        self, message: Message, reason: str, queue: str, dlx: str, dlrk: str | None
+    ) -> None:
+        self.router.dead_letter(message, reason, queue, dlx, dlrk)
 
     def owned_queues(self, owner: object) -> Iterator[Queue]:
         return (q for q in list(self.queues.values()) if q.exclusive_owner is owner)
-
-    # -- routing -------------------------------------------------------------------------
-
-    def route(self, exchange: Exchange, routing_key: str, message: Message) -> list[Queue]:
-        """The queues ``message`` goes to, each once; [] when unroutable."""
-        if exchange.name == "":
-            queue = self.queues.get(routing_key)
-            return [queue] if queue is not None else []
-        kind = exchange.kind
-        headers = message.headers if kind.NEEDS_HEADERS else None
-        destinations = kind.route(routing_key, headers)
-        if (
-            len(destinations) == 1
-            and exchange.alternate is None
-            and type(first := next(iter(destinations))) is Queue
-        ):
-            return [first]
-        return self._route_slow(exchange, routing_key, message)
-
-    def _route_slow(self, start: Exchange, routing_key: str, message: Message) -> list[Queue]:
-        queues: dict[Queue, None] = {}
-        seen: set[Exchange] = set()
-        pending = [start]
-        while pending:
-            exchange = pending.pop()
-            if exchange in seen:
-                continue
-            seen.add(exchange)
-            kind = exchange.kind
-            headers = message.headers if kind.NEEDS_HEADERS else None
-            destinations = kind.route(routing_key, headers)
-            if not destinations and exchange.alternate is not None:
-                alternate = self.exchanges.get(exchange.alternate)
-                if alternate is not None:
-                    pending.append(alternate)
-                continue
-            for destination in destinations:
-                if isinstance(destination, Queue):
-                    queues[destination] = None
-                elif isinstance(destination, Exchange):
-                    pending.append(destination)
-        return list(queues)

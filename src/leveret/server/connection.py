@@ -1,8 +1,10 @@
 """The asyncio adapter for one client connection: socket bytes in, frames out.
 
-``data_received`` feeds the sans-IO ``AMQP091Connection`` synchronously and writes what it
-produced with one ``writelines`` per event-loop turn. Writes produced by other connections
-(deliveries to this one's consumers) are flushed with one ``call_soon`` per turn. A full
+The first bytes the client sends choose its front end (``frontend.py``: the protocol header
+names it). From then on ``data_received`` feeds that sans-IO front end synchronously and
+writes what it produced with one ``writelines`` per event-loop turn. Writes produced by
+other connections (deliveries to this one's consumers) are flushed with one ``call_soon``
+per turn. A full
 transport buffer (``pause_writing``) stops deliveries to this connection until it drains.
 """
 
@@ -12,11 +14,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, cast
 
-from leveret.server.amqp091 import AMQP091Connection, Limits
+from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
+from leveret.server.frontend import FrontEnd, FrontEndContext, choose
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
+    from leveret.protocol.amqp091.connection import Limits
     from leveret.server.flow import MemoryAlarm
 
 log = logging.getLogger("leveret.connection")
@@ -44,7 +48,12 @@ class ConnectionProtocol(asyncio.Protocol):
         self.registry = registry
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.amqp: AMQP091Connection | None = None
+        self.amqp: FrontEnd | None = None
+        # The first bytes, until they name the front end.
+        self._head = b""
+        self._loopback = False
+        self._accepted = 0.0
+        self._closed_in_handshake = False
         self.peer = "?"
         self._flush_scheduled = False
         self._turn_scheduled = False
@@ -59,26 +68,42 @@ class ConnectionProtocol(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         host, port = (peername[0], peername[1]) if peername else ("?", 0)
         self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.amqp = AMQP091Connection(
-            self.broker,
-            self.users,
-            peer=self.peer,
-            loopback=_is_loopback(host),
-            limits=self.limits,
-            now=self.loop.time(),
-        )
-        self.amqp.on_output = self._schedule_flush
+        self._loopback = _is_loopback(host)
+        self._accepted = self.loop.time()
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
         self._arm_timer()
 
     def data_received(self, data: bytes) -> None:
         amqp = self.amqp
-        assert amqp is not None
+        if amqp is None:
+            amqp = self._choose_front_end(data)
+            if amqp is None:
+                return
+            data, self._head = self._head, b""
         amqp.data_received(data, self.loop.time())
         self._after_turn(amqp)
 
-    def _after_turn(self, amqp: AMQP091Connection) -> None:
+    def _choose_front_end(self, data: bytes) -> FrontEnd | None:
+        """Collect the first bytes until they name the protocol; then make its front end."""
+        self._head += data
+        factory = choose(self._head)
+        if factory is None:
+            return None
+        amqp = self.amqp = factory(
+            FrontEndContext(
+                self.broker,
+                self.users,
+                self.limits,
+                self.peer,
+                self._loopback,
+                self._accepted,
+            )
+        )
+        amqp.on_output = self._schedule_flush
+        return amqp
+
+    def _after_turn(self, amqp: FrontEnd) -> None:
         if amqp.published:
             amqp.published = False
             self.alarm.published(self)
@@ -146,15 +171,22 @@ class ConnectionProtocol(asyncio.Protocol):
 
     def _arm_timer(self) -> None:
         amqp = self.amqp
-        if amqp is None:
-            return
         # Tick often enough for heartbeats (half an interval) and close handshakes.
-        interval = amqp.heartbeat / 2 if amqp.heartbeat else 1.0
+        interval = amqp.heartbeat / 2 if amqp is not None and amqp.heartbeat else 1.0
         self._timer = self.loop.call_later(min(interval, 1.0), self._on_timer)
 
     def _on_timer(self) -> None:
+        if self.transport is None:
+            return
         amqp = self.amqp
         if amqp is None:
+            # No complete protocol header yet: the handshake timeout applies all the same.
+            if self.loop.time() - self._accepted > HANDSHAKE_TIMEOUT:
+                log.info("closing connection %s: handshake timeout", self.peer)
+                self._closed_in_handshake = True
+                self.transport.close()
+                return
+            self._arm_timer()
             return
         amqp.tick(self.loop.time())
         self.alarm.check()
@@ -180,10 +212,13 @@ class ConnectionProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
         amqp = self.amqp
+        reason = "client closed" if exc is None else str(exc)
         if amqp is not None:
-            reason = amqp.close_reason or ("client closed" if exc is None else str(exc))
+            reason = amqp.close_reason or reason
             amqp.connection_lost()
-            log.info("closed connection %s (%s)", self.peer, reason)
+        elif self._closed_in_handshake:
+            reason = "handshake timeout"
+        log.info("closed connection %s (%s)", self.peer, reason)
         self.amqp = None
         self.transport = None
         self.registry.discard(self)

@@ -24,8 +24,8 @@ from leveret.config import default_data_dir
 from leveret.model.broker import Broker
 from leveret.model.stream import StreamQueue
 from leveret.server.amqp091 import Limits
-from leveret.server.amqp091_message import wire_message
-from leveret.server.amqp091_stream import stamp_stream
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.stream_headers import stamp_stream
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark

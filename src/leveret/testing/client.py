@@ -32,7 +32,7 @@ from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import encode_table
 from leveret.server.amqp091 import AMQP091Connection, Limits
-from leveret.server.amqp091_message import wire_message
+from leveret.server.amqp091.message import wire_message
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

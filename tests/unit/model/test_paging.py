@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 from leveret.model.message import Message
 from leveret.model.paging import decode_page, encode_page
 from leveret.model.queue import MESSAGE_OVERHEAD, QueuedMessage
-from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.server.amqp091.session import Session
 from leveret.testing import MemoryPager, RecordingSink, make_message
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
 
 if TYPE_CHECKING:

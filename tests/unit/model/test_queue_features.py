@@ -9,11 +9,11 @@ import pytest
 from leveret.errors import PreconditionFailed
 from leveret.model.dead_letter import is_cycle
 from leveret.model.queue_args import PLAIN, parse_queue_args
-from leveret.model.session import Session
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091_message import wire_message
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 
 if TYPE_CHECKING:

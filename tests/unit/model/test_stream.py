@@ -8,7 +8,6 @@ import pytest
 
 from leveret.errors import NotImplemented_, PreconditionFailed
 from leveret.model.queue_args import parse_queue_args
-from leveret.model.session import Session
 from leveret.model.stream import (
     MemoryStreamLog,
     OffsetSpec,
@@ -17,6 +16,7 @@ from leveret.model.stream import (
 )
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
 
 STREAM = {"x-queue-type": "stream"}
@@ -187,7 +187,7 @@ def test_get_purge_reject_and_nack_are_not_implemented() -> None:
     s, sink = w.session()
     with pytest.raises(NotImplemented_, match=r"basic\.get not supported by stream queues"):
         s.get("s", no_ack=False)
-    with pytest.raises(NotImplemented_, match=r"queue\.purge not supported"):
+    with pytest.raises(NotImplemented_, match=r"purge not supported by stream queues"):
         w.vhost.purge_queue("s", owner=w.owner)
     consume(s, "c", "first")
     assert len(sink.deliveries()) == 2

@@ -8,8 +8,8 @@ import pytest
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.broker import Broker
-from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ OWNER = object()
 
 
 def routed(vhost: VirtualHost, exchange: str, key: str = "", body: bytes = b"m") -> list[str]:
-    queues = vhost.route(vhost.exchange(exchange), key, make_message(body, key, exchange))
+    queues = vhost.router.route(vhost.exchange(exchange), key, make_message(body, key, exchange))
     return sorted(q.name for q in queues)
 
 

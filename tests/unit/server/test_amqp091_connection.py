@@ -11,9 +11,11 @@ from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091 import PACED_TURN_FRAMES, TURN_FRAMES, Limits
-from leveret.server.amqp091_channel import LARGE_BODY
-from leveret.server.amqp091_message import wire_message
+from leveret.protocol.amqp091.channel import LARGE_BODY
+from leveret.protocol.amqp091.connection import PACED_TURN_FRAMES, TURN_FRAMES, Limits
+from leveret.server.amqp091 import handlers
+from leveret.server.amqp091.channel import Channel
+from leveret.server.amqp091.message import wire_message
 from leveret.testing import (
     DEFAULT_CAPABILITIES,
     CodecClient,
@@ -572,7 +574,7 @@ def test_a_burst_of_frames_is_handled_in_bounded_turns() -> None:
 
 
 def test_a_bug_in_a_handler_closes_only_that_connection_with_541(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker = Broker()
     victim = connected(broker=broker)
@@ -581,9 +583,10 @@ def test_a_bug_in_a_handler_closes_only_that_connection_with_541(
     def broken(channel: object, method: object) -> None:
         raise RuntimeError("boom")
 
-    victim.conn._handlers[m.QueueDeclare.INDEX] = broken
-    victim.send(1, m.QueueDeclare(queue="q"))
-    close = victim.expect(0, m.ConnectionClose)
+    with monkeypatch.context() as patch:
+        patch.setitem(handlers.HANDLERS, m.QueueDeclare.INDEX, broken)
+        victim.send(1, m.QueueDeclare(queue="q"))
+        close = victim.expect(0, m.ConnectionClose)
     assert close.reply_code == 541
     assert "boom" in caplog.text
     declare(bystander, "q")
@@ -678,6 +681,7 @@ def test_deliver_fast_path_encodes_as_the_generic_encoder(
 ) -> None:
     client = connected(frame_max=4096)
     channel = client.conn.channels[1]
+    assert isinstance(channel, Channel)
     client.take_bytes()
     raw = BasicProperties(content_type="text/plain", delivery_mode=2).encode()
     for props in (raw, b"\x00\x00"):
@@ -705,6 +709,7 @@ def test_deliver_fast_path_encodes_as_the_generic_encoder(
 def test_a_large_body_is_written_from_the_message_itself(size: int) -> None:
     client = connected(frame_max=131072)
     channel = client.conn.channels[1]
+    assert isinstance(channel, Channel)
     client.take_bytes()
     props = BasicProperties(delivery_mode=2).encode()
     message = wire_message(

@@ -6,8 +6,8 @@ import pytest
 
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import decode_table
-from leveret.server.amqp091_message import wire_message
-from leveret.server.amqp091_stream import stamp_stream, stream_headers
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.stream_headers import stamp_stream, stream_headers
 
 CASES = [
     BasicProperties(),

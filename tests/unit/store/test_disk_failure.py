@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.model.broker import Broker
 from leveret.model.message import HINT_PERSISTENT, Message
-from leveret.model.session import Session
+from leveret.server.amqp091.session import Session
 from leveret.store.disk import FAIL_WRITES_ENV, DiskStore
 from leveret.store.records import scan
 from leveret.testing import RecordingSink, make_message

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.model.broker import Broker
 from leveret.model.message import HINT_PERSISTENT, Message
-from leveret.model.session import Session
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ import pytest
 
 from leveret.model.broker import Broker
 from leveret.model.queue import Queue
-from leveret.model.session import Session
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091_message import wire_message
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.session import Session
 from leveret.store.disk import DiskStore
 from leveret.store.recovery import restore
 from leveret.testing import MemoryPager, RecordingSink

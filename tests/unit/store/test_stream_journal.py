@@ -7,10 +7,10 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from leveret.model.journal import NullJournal
-from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
-from leveret.server.amqp091_message import wire_message
-from leveret.server.amqp091_stream import stamp_stream
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.session import Session
+from leveret.server.amqp091.stream_headers import stamp_stream
 from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 from leveret.testing import RecordingSink, make_message

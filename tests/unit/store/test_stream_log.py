@@ -12,8 +12,8 @@ import pytest
 from leveret.model.queue import MemoryGauge
 from leveret.model.stream import MemoryStreamLog, StreamEntry, StreamQueue
 from leveret.model.vhost import VirtualHost
-from leveret.server.amqp091_message import wire_message
-from leveret.server.amqp091_stream import stamp_stream
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.stream_headers import stamp_stream
 from leveret.store.records import StoreCorrupt
 from leveret.store.stream_log import FileStreamLog, StreamStore
 

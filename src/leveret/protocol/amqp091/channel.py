@@ -1,6 +1,10 @@
-"""One AMQP 0-9-1 channel on the server side: the session's sink (deliveries, returns,
-confirms, server-sent cancels become frames) and the assembly of published content
-(method, header, body frames → one ``Message``). Owned by ``AMQP091Connection``.
+"""One AMQP 0-9-1 channel on the server side, as the protocol sees it (sans-IO): whether it
+is closing, the assembly of published content (method, header and body frames into one
+message's properties and body, with the spec's order and size errors), and the encoding of
+``basic.deliver`` from pieces prepared once per consumer tag, exchange and routing key.
+
+``ServerConnection`` (``connection.py``) keeps one per open channel; a front end subclasses
+it to add what the channel means to the broker.
 """
 
 from __future__ import annotations
@@ -14,21 +18,17 @@ from leveret.protocol.amqp091._generated import methods as m
 
 # A module global: looked up once per delivery on the hot path, not through the module.
 from leveret.protocol.amqp091.framing import FRAME_END_BYTES
-from leveret.server.amqp091_message import wire_message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.model.broker import Client
-    from leveret.model.message import Message
-    from leveret.model.session import Session
-    from leveret.server.amqp091 import AMQP091Connection
+__all__ = ["LARGE_BODY", "ChannelState", "PendingPublish"]
 
 
 class PendingPublish(NamedTuple):
     """The fields of a basic.publish whose content is being assembled. A tuple rather than
-    the generated ``BasicPublish``: the front end's fast path (amqp091.py) builds it straight
-    from the frame, and a tuple is the cheapest object to make once per message."""
+    the generated ``BasicPublish``: the connection's fast path builds it straight from the
+    frame, and a tuple is the cheapest object to make once per message."""
 
     exchange: str
     routing_key: str
@@ -44,91 +44,72 @@ _BODY_HEADER = struct.Struct(">BBHI")  # end of the header frame, body frame hea
 _DELIVER_HEAD = struct.Struct(">BHIHHB")  # method frame header, 60/60, consumer-tag length
 
 
-class Channel:
-    """Server side of one channel: the session's sink and the content being assembled."""
+class ChannelState:
+    """A channel's protocol state: closing, content being assembled, deliver encoding."""
 
-    __slots__ = (
-        "_body",
-        "_body_received",
-        "_body_size",
-        "_deliver_consumer",
-        "_deliver_exchange",
-        "_deliver_names",
-        "_deliver_pack",
-        "_deliver_prefix",
-        "_deliver_routing_key",
-        "_raw_properties",
-        "closing",
-        "conn",
-        "id",
-        "publish",
-        "session",
-    )
-
-    def __init__(self, conn: AMQP091Connection, channel_id: int, client: Client) -> None:
-        self.conn = conn
+    def __init__(self, channel_id: int) -> None:
         self.id = channel_id
         self.closing = False
-        # The publish whose content is expected (None: none). Public so that the front
-        # end's fast path tests it without a method call.
+        # The publish whose content is expected (None: none). Public so that the
+        # connection's fast path tests it without a method call.
         self.publish: PendingPublish | None = None
         self._raw_properties = b""
         self._body: list[bytes] = []
         self._body_size = 0
         self._body_received = 0
         # basic.deliver's pre-encoded pieces for the last consumer tag, exchange and routing
-        # key delivered (they rarely change from one delivery to the next): see deliver.
+        # key delivered (they rarely change from one delivery to the next): see encode_deliver.
         self._deliver_consumer = ""
         self._deliver_exchange = ""
         self._deliver_routing_key = ""
         self._deliver_prefix = b""
         self._deliver_names = b""
         self._deliver_pack: Callable[..., bytes] | None = None
-        self.session: Session = client.open_session(channel_id, self)
 
-    # -- SessionSink -----------------------------------------------------------------
+    # -- basic.deliver -------------------------------------------------------------------
 
-    def deliver(
-        self, consumer_tag: str, delivery_tag: int, redelivered: bool, message: Message
-    ) -> None:
-        # The hot path: the method, header and body frames in one join, from pieces encoded
-        # once for the consumer tag, exchange and routing key of the previous delivery.
-        # The generated BasicDeliver + encode_message_frames (below) cost a dataclass, three
-        # str.encode calls and two joins per message.
-        body = message.body
-        size = len(body)
-        frame_max = self.conn.frame_max
+    def encode_deliver(
+        self,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        raw_properties: bytes,
+        size: int,
+        frame_max: int,
+    ) -> list[bytes] | None:
+        """basic.deliver's method frame, the content header frame and the body frame's
+        header as pieces for one join, from parts encoded once for the consumer tag,
+        exchange and routing key of the previous delivery (the generated BasicDeliver and
+        ``framing.encode_message_frames`` cost a dataclass, three str.encode calls and two
+        joins per message); the caller adds the body and the frame end. None when the body
+        does not fit one frame (or is empty, or a name is too long): the caller takes the
+        generic path."""
         if (
             consumer_tag != self._deliver_consumer
-            or message.exchange != self._deliver_exchange
-            or message.routing_key != self._deliver_routing_key
+            or exchange != self._deliver_exchange
+            or routing_key != self._deliver_routing_key
             or self._deliver_pack is None
         ):
-            self._prepare_deliver(consumer_tag, message.exchange, message.routing_key)
+            self._prepare_deliver(consumer_tag, exchange, routing_key)
         pack = self._deliver_pack
-        if pack is not None and size and (frame_max <= 0 or size <= frame_max - 8):
-            raw = message.raw_properties
-            parts = [
-                self._deliver_prefix,
-                pack(delivery_tag, redelivered, self._deliver_names, 12 + len(raw), 60, 0, size),
-                raw,
-                _BODY_HEADER.pack(206, 3, self.id, size),
-            ]
-            if size >= LARGE_BODY:
-                self.conn.send_encoded(b"".join(parts), body)
-            else:
-                parts.append(body)
-                parts.append(FRAME_END_BYTES)
-                self.conn.send_encoded(b"".join(parts))
-            return
-        method = m.BasicDeliver(
-            consumer_tag=consumer_tag,
-            delivery_tag=delivery_tag,
-            redelivered=redelivered,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-        )
-        self.conn.send_content(self.id, method.encode(), message)
+        if pack is None or not size or (frame_max > 0 and size > frame_max - 8):
+            return None
+        return [
+            self._deliver_prefix,
+            pack(
+                delivery_tag,
+                redelivered,
+                self._deliver_names,
+                12 + len(raw_properties),
+                60,
+                0,
+                size,
+            ),
+            raw_properties,
+            _BODY_HEADER.pack(206, 3, self.id, size),
+        ]
 
     def _prepare_deliver(self, consumer_tag: str, exchange: str, routing_key: str) -> None:
         """Encode the constant parts of basic.deliver for this tag, exchange and routing key:
@@ -152,27 +133,6 @@ class Channel:
         names = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
         self._deliver_names = names + FRAME_END_BYTES + bytes((2,)) + self.id.to_bytes(2, "big")
         self._deliver_pack = struct.Struct(f">QB{len(self._deliver_names)}sIHHQ").pack
-
-    def returned(self, reply_code: int, reply_text: str, message: Message) -> None:
-        method = m.BasicReturn(
-            reply_code=reply_code,
-            reply_text=reply_text,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-        )
-        self.conn.send_content(self.id, method.encode(), message)
-
-    def confirm(self, delivery_tag: int, *, multiple: bool, ack: bool) -> None:
-        method: m.Method
-        if ack:
-            method = m.BasicAck(delivery_tag=delivery_tag, multiple=multiple)
-        else:
-            method = m.BasicNack(delivery_tag=delivery_tag, multiple=multiple, requeue=False)
-        self.conn.send_method(self.id, method)
-
-    def consumer_cancelled(self, consumer_tag: str) -> None:
-        if self.conn.client_capabilities.get("consumer_cancel_notify") is True:
-            self.conn.send_method(self.id, m.BasicCancel(consumer_tag=consumer_tag, no_wait=True))
 
     # -- content assembly ------------------------------------------------------------
 
@@ -227,14 +187,14 @@ class Channel:
             )
         return self._body_received == self._body_size
 
-    def take_content(self) -> tuple[PendingPublish, Message]:
+    def take_content(self) -> tuple[PendingPublish, bytes, bytes]:
+        """The completed publish: its fields, the raw properties and the body."""
         publish = self.publish
         assert publish is not None
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self.publish = None
         self._body = []
-        message = wire_message(publish.exchange, publish.routing_key, self._raw_properties, body)
-        return publish, message
+        return publish, self._raw_properties, body
 
     def drop_content(self) -> None:
         self.publish = None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from leveret.errors import AccessRefused, NotAllowed, NotFound, PreconditionFailed
-from leveret.model.session import Session
 from leveret.model.vhost import VirtualHost
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, SinkEvent, make_message
 
 

@@ -12,7 +12,7 @@ import struct
 
 from leveret.model.message import HINT_HEADERS, Message
 from leveret.model.stream import OFFSET_HEADER, TIMESTAMP_HEADER
-from leveret.server.amqp091_message import decode_properties, encode_properties
+from leveret.server.amqp091.message import decode_properties, encode_properties
 
 _LONG = struct.Struct(">q")
 _U32 = struct.Struct(">I")

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from leveret.errors import PreconditionFailed
-from leveret.model.session import Session
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091_message import wire_message
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 
 if TYPE_CHECKING:

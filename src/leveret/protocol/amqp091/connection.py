@@ -1,9 +1,14 @@
-"""The AMQP 0-9-1 front end: turns frames into model calls and model output into frames.
+"""The server side of an AMQP 0-9-1 connection as a sans-IO machine: bytes and ``now`` in,
+encoded frames out (``out``), what the connection means to a broker left to a subclass.
 
-It is sans-IO: ``data_received(bytes, now)`` feeds it, encoded frames collect in ``out``
-for the asyncio adapter (server/connection.py) to write, and time comes in as ``now``.
-Only this module turns an ``AMQPError`` into ``channel.close`` or ``connection.close``,
-filling in the class and method id of the command being handled.
+It owns the protocol header, the connection class (start/start-ok with PLAIN and AMQPLAIN,
+tune/tune-ok negotiation, open, close in both directions, blocked/unblocked, update-secret),
+heartbeats and the handshake and close timeouts (``tick(now)``), channel states (open,
+closing: everything but close/close-ok dropped, as the spec asks), content assembly, the
+output buffer, fair turns of ``TURN_FRAMES`` frames, and the one place where an
+``AMQPError`` becomes ``channel.close`` (soft) or ``connection.close`` (hard), filled in with
+the class and method id of the command being handled. The two per-message methods,
+basic.publish and basic.ack, are read straight from the frame in the common case.
 
 Theory of operation (spec 0-9-1 section 4.2 and the connection class):
 
@@ -11,22 +16,21 @@ Theory of operation (spec 0-9-1 section 4.2 and the connection class):
     OPEN --connection.open--> RUNNING --hard error / we close--> CLOSING --close-ok--> CLOSED
     RUNNING --client connection.close--> CLOSED (after close-ok is written)
 
-A channel is OPEN after channel.open, CLOSING after we sent channel.close (everything but
-close/close-ok is dropped, as the spec asks), and free again after close-ok.
+A subclass (the broker's front end, ``server/amqp091/connection.py``) supplies the meaning
+through the hook methods at the end of the class: who may log in and open which vhost, what
+a channel is, what each method does, where a completed publish goes. Hooks are methods of a
+base class rather than events so that the compiled build calls them natively on the
+per-message path.
 """
 
 from __future__ import annotations
 
 import logging
-import platform
-import socket
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from leveret import __version__
 from leveret.errors import (
     BY_CODE,
     AccessRefused,
@@ -36,31 +40,33 @@ from leveret.errors import (
     FrameError,
     InternalError,
     NotAllowed,
-    PreconditionFailed,
     SyntaxError_,
     UnexpectedFrame,
 )
-from leveret.model.stream import StreamQueue
-from leveret.model.vhost import REPLY_TO
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.fieldtable import FieldTable, decode_table
 from leveret.protocol.amqp091.framing import FRAME_END_BYTES
-from leveret.server.amqp091_channel import Channel
 
 if TYPE_CHECKING:
-    from leveret.auth.users import User, UserStore
-    from leveret.model.broker import Broker, Client
-    from leveret.model.message import (
-        Message,
-    )
-    from leveret.model.session import Session
+    from collections.abc import Callable
+
+    from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "HANDSHAKE_TIMEOUT",
+    "OUTPUT_HIGH_WATER",
+    "PACED_TURN_FRAMES",
+    "TURN_FRAMES",
+    "Limits",
+    "ServerConnection",
+    "State",
+]
 
 log = logging.getLogger("leveret.connection")
 
 SUPPORTED_HEADER = framing.PROTOCOL_HEADER
-# The user-id property's bit in the low octet of the property flags (spec order: 11th of 14).
-_USER_ID_FLAG = 0x10
 
 # The class-id/method-id prefix of the per-message methods that _frame handles on a fast
 # path (basic.publish 60/40, basic.ack 60/80), and basic.ack's arguments after it.
@@ -79,6 +85,9 @@ class Limits:
     max_message_size: int = 128 * 1024 * 1024
 
 
+DEFAULT_LIMITS = Limits()
+
+
 class State(Enum):
     HEADER = auto()
     START = auto()
@@ -91,9 +100,9 @@ class State(Enum):
 
 # Frames one connection may handle per event-loop turn before the others get theirs.
 TURN_FRAMES = 300
-# A publisher whose last turn fed a queue that its consumers are falling behind
-# (Queue.falling_behind) gets turns of this size instead: it still runs every loop
-# iteration, but the consumers' acks and deliveries get most of a saturated loop.
+# A connection the subclass marks ``paced`` (a publisher feeding queues whose consumers
+# fall behind) gets turns of this size instead: it still runs every loop iteration, but the
+# consumers' acks and deliveries get most of a saturated loop.
 PACED_TURN_FRAMES = 30
 
 # Pending output (bytes) past which a connection takes no more deliveries until flushed.
@@ -112,26 +121,11 @@ _CLOSING = State.CLOSING
 _CLOSED = State.CLOSED
 
 
-Handler = Callable[[Channel, Any], None]
+class ServerConnection:
+    """One client connection speaking AMQP 0-9-1, without I/O and without a broker."""
 
-
-class AMQP091Connection:
-    """One client connection speaking AMQP 0-9-1, without I/O."""
-
-    def __init__(
-        self,
-        broker: Broker,
-        users: UserStore,
-        *,
-        peer: str,
-        loopback: bool,
-        limits: Limits = Limits(),
-        now: float = 0.0,
-    ) -> None:
-        self.broker = broker
-        self.users = users
+    def __init__(self, *, peer: str, limits: Limits = DEFAULT_LIMITS, now: float = 0.0) -> None:
         self.peer = peer
-        self.loopback = loopback
         self.limits = limits
         self.state = State.HEADER
         self.out: list[bytes] = []
@@ -140,9 +134,8 @@ class AMQP091Connection:
         self._transport_paused = False
         self.decoder = framing.FrameDecoder(frame_max=limits.frame_max)
         self._header = bytearray()
-        self.channels: dict[int, Channel] = {}
-        self.client: Client | None = None
-        self.user: User | None = None
+        self.channels: dict[int, ChannelState] = {}
+        self.user_name = ""
         self.client_properties: FieldTable = {}
         self.client_capabilities: FieldTable = {}
         self.channel_max = limits.channel_max
@@ -154,7 +147,6 @@ class AMQP091Connection:
         self.close_deadline: float | None = None
         self.should_close_transport = False
         self.close_reason = ""
-        self._confirming: set[Session] = set()
         # Set by the adapter: called when output appears outside data_received.
         self.on_output: Callable[[], None] | None = None
         self._in_receive = False
@@ -162,11 +154,10 @@ class AMQP091Connection:
         self._pending_pos = 0
         # Whether a message was published since the adapter last looked (memory alarm).
         self.published = False
-        # A publish of the last turn went to a queue whose consumers fall behind: the
-        # adapter paces this connection's next turn (server/connection.py).
+        # Set by the subclass at the end of a turn: the next turn is short and comes after
+        # every other connection had its own (server/connection.py).
         self.paced = False
         self.blocked = False
-        self._handlers: dict[int, Handler] = self._build_handlers()
 
     # -- output ----------------------------------------------------------------------
 
@@ -178,19 +169,16 @@ class AMQP091Connection:
         self.out.append(framing.encode_method_frame(channel_id, method.encode()))
         self._wrote()
 
-    def send_content(self, channel_id: int, method_payload: bytes, message: Message) -> None:
+    def send_content(
+        self, channel_id: int, method_payload: bytes, raw_properties: bytes, body: bytes
+    ) -> None:
         data = framing.encode_message_frames(
-            channel_id,
-            method_payload,
-            60,
-            message.body,
-            message.raw_properties,
-            self.frame_max,
+            channel_id, method_payload, 60, body, raw_properties, self.frame_max
         )
         self.send_encoded(data)
 
     def send_encoded(self, data: bytes, body: bytes = b"") -> None:
-        """Queue frames with content that the caller encoded (Channel.deliver's fast path).
+        """Queue frames with content that the caller encoded (the deliver fast path).
         A large ``body`` comes separately, followed by the frame end that closes it: the
         transport's writev takes it from the message itself instead of from a joined copy."""
         out = self.out
@@ -222,11 +210,13 @@ class AMQP091Connection:
         self._transport_paused = not writable
         self._update_writable()
 
+    @property
+    def writable(self) -> bool:
+        """Whether deliveries may be written now (neither the transport nor ``out`` full)."""
+        return not (self._transport_paused or self._out_full)
+
     def _update_writable(self) -> None:
-        writable = not (self._transport_paused or self._out_full)
-        client = self.client
-        if client is not None and client.writable != writable:
-            client.set_writable(writable)
+        self._writable_changed(not (self._transport_paused or self._out_full))
 
     # -- input -----------------------------------------------------------------------
 
@@ -238,7 +228,7 @@ class AMQP091Connection:
     def data_received(self, data: bytes, now: float) -> None:
         """Decode ``data``; frames beyond one turn's share wait in ``pending``."""
         self.last_received = now
-        self.broker.timers.now = now
+        self._clock(now)
         if self.finished:
             return
         if self.state is _HEADER_STATE:
@@ -291,17 +281,7 @@ class AMQP091Connection:
             self._pending_pos = pos
             if pos >= len(frames):
                 self._pending, self._pending_pos = [], 0
-            for session in self._confirming:
-                session.flush_confirms()
-            self._confirming.clear()
-            paced = False
-            if self.published:
-                for channel in self.channels.values():
-                    session = channel.session
-                    if session.feeds_backlog:
-                        session.feeds_backlog = False
-                        paced = True
-            self.paced = paced
+            self._turn_done()
         finally:
             self._in_receive = False
 
@@ -383,7 +363,7 @@ class AMQP091Connection:
             return False
         bits = payload[rk_end]
         try:
-            channel.session.check_publish(exchange)
+            self._check_publish(channel, exchange)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 40
@@ -401,7 +381,7 @@ class AMQP091Connection:
             return False
         delivery_tag, bits = _ACK_ARGS.unpack_from(payload, 4)
         try:
-            channel.session.ack(delivery_tag, multiple=bool(bits & 1))
+            self._ack(channel, delivery_tag, bool(bits & 1))
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 80
@@ -430,47 +410,32 @@ class AMQP091Connection:
             else:
                 complete = channel.content_body(payload)
             if complete:
-                publish, message = channel.take_content()
-                raw = message.raw_properties
-                if len(raw) > 1 and raw[1] & _USER_ID_FLAG:
-                    self._check_user_id(message)
-                channel.session.publish(
-                    publish.exchange,
-                    publish.routing_key,
-                    message,
-                    mandatory=publish.mandatory,
-                    immediate=publish.immediate,
-                )
+                publish, raw, body = channel.take_content()
+                self._content(channel, publish, raw, body)
                 self.published = True
-                if channel.session.confirm_mode:
-                    self._confirming.add(channel.session)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 40
             self._error(channel, exc)
 
-    def _check_user_id(self, message: Message) -> None:
-        user_id = message.properties.user_id
-        name = self.user.name if self.user is not None else ""
-        if user_id is not None and user_id != name:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{name}'"
-            )
-
     # -- errors ----------------------------------------------------------------------
 
-    def _error(self, channel: Channel | None, exc: AMQPError) -> None:
+    def _error(self, channel: ChannelState | None, exc: AMQPError) -> None:
         if exc.hard or channel is None:
             self._hard_close(exc)
         else:
             self._close_channel(channel, exc)
 
-    def _close_channel(self, channel: Channel, exc: AMQPError) -> None:
+    def fail_channel(self, channel: ChannelState, exc: AMQPError) -> None:
+        """Close ``channel`` (soft errors) or the connection (hard ones) with ``exc``, from
+        outside a method's handling (a commit that failed on disk, later)."""
+        self._error(channel, exc)
+
+    def _close_channel(self, channel: ChannelState, exc: AMQPError) -> None:
         log.debug("channel %d of %s closed: %s", channel.id, self.peer, exc.full_text())
         channel.drop_content()
         channel.closing = True
-        channel.session.close()
-        self._confirming.discard(channel.session)
+        self._channel_closed(channel)
         self.send_method(
             channel.id,
             m.ChannelClose(
@@ -517,12 +482,9 @@ class AMQP091Connection:
             self._release()
 
     def _release(self) -> None:
-        """Give back everything the connection held in the model."""
-        client = self.client
-        self.client = None
+        """Give back everything the connection held: the channels (the subclass also gives
+        back what it held in the broker)."""
         self.channels.clear()
-        if client is not None:
-            client.close()
 
     def connection_lost(self) -> None:
         self.state = State.CLOSED
@@ -580,28 +542,6 @@ class AMQP091Connection:
             self._wrote()
 
     # -- connection class ------------------------------------------------------------
-
-    def _server_properties(self) -> FieldTable:
-        capabilities: FieldTable = {
-            "publisher_confirms": True,
-            "exchange_exchange_bindings": True,
-            "basic.nack": True,
-            "consumer_cancel_notify": True,
-            "connection.blocked": True,
-            "authentication_failure_close": True,
-            "per_consumer_qos": True,
-            "consumer_priorities": True,
-            "direct_reply_to": True,
-        }
-        return {
-            "product": "Leveret",
-            "version": __version__,
-            "platform": f"Python {platform.python_version()}",
-            "copyright": "Copyright the Leveret authors",
-            "information": "Licensed under the Apache License 2.0",
-            "cluster_name": f"leveret@{socket.gethostname()}",
-            "capabilities": capabilities,
-        }
 
     def _send_start(self) -> None:
         self.send_method(
@@ -668,8 +608,7 @@ class AMQP091Connection:
         caps = method.client_properties.get("capabilities")
         self.client_capabilities = caps if isinstance(caps, dict) else {}
         username, password = self._credentials(method.mechanism, method.response)
-        user = self.users.authenticate(username, password, loopback=self.loopback)
-        if user is None:
+        if not self._login(username, password):
             log.warning(
                 "connection from %s: login refused for user '%s' with mechanism %s",
                 self.peer,
@@ -687,7 +626,7 @@ class AMQP091Connection:
                 self.state = State.CLOSED
                 self.should_close_transport = True
             return
-        self.user = user
+        self.user_name = username
         self.state = State.TUNE
         self.send_method(
             0,
@@ -732,24 +671,13 @@ class AMQP091Connection:
         self.state = State.OPEN
 
     def _open(self, method: m.ConnectionOpen) -> None:
-        assert self.user is not None
-        vhost = self.broker.vhosts.get(method.virtual_host)
-        if vhost is None:
-            raise NotAllowed(f"vhost {method.virtual_host} not found")
-        if method.virtual_host not in self.user.vhosts:
-            raise AccessRefused(
-                f"access to vhost '{method.virtual_host}' refused for user '{self.user.name}'",
-                hard=True,
-            )
-        product = self.client_properties.get("product", "")
-        self.client = self.broker.connect(vhost, self.user.name, f"{self.peer} ({product!s})")
-        self.client.writable = not (self._transport_paused or self._out_full)
+        self._open_vhost(method.virtual_host)
         self.state = State.RUNNING
         self.send_method(0, m.ConnectionOpenOk())
         log.info(
             "connection %s opened: user '%s', vhost '%s'",
             self.peer,
-            self.user.name,
+            self.user_name,
             method.virtual_host,
         )
 
@@ -795,11 +723,17 @@ class AMQP091Connection:
                 )
             )
             return
-        handler = self._handlers.get(method.INDEX)
         try:
-            if handler is None:
-                raise CommandInvalid(f"method {method.NAME} is not allowed from a client")
-            handler(channel, method)
+            if isinstance(method, m.ChannelClose):
+                self._channel_closed(channel)
+                del self.channels[channel_id]
+                self.send_method(channel_id, m.ChannelCloseOk())
+            elif isinstance(method, m.ChannelOpen):
+                raise ChannelError("second 'channel.open' seen")
+            elif isinstance(method, m.ChannelCloseOk):
+                pass  # we never sent channel.close on an open channel
+            else:
+                self._method(channel, method)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = method.CLASS_ID, method.METHOD_ID
@@ -815,262 +749,54 @@ class AMQP091Connection:
                 )
             )
             return
-        assert self.client is not None
-        self.channels[channel_id] = Channel(self, channel_id, self.client)
+        self.channels[channel_id] = self._new_channel(channel_id)
         self.send_method(channel_id, m.ChannelOpenOk())
 
-    # -- method handlers -------------------------------------------------------------
+    # -- hooks: what the connection means to a broker (a subclass supplies them) ---------
 
-    def _build_handlers(self) -> dict[int, Handler]:
-        table: dict[type[m.Method], Handler] = {
-            m.ChannelOpen: self._channel_reopen,
-            m.ChannelClose: self._channel_close,
-            m.ChannelCloseOk: self._channel_close_ok,
-            m.ChannelFlow: self._channel_flow,
-            m.ChannelFlowOk: self._ignore,
-            m.ExchangeDeclare: self._exchange_declare,
-            m.ExchangeDelete: self._exchange_delete,
-            m.ExchangeBind: self._exchange_bind,
-            m.ExchangeUnbind: self._exchange_unbind,
-            m.QueueDeclare: self._queue_declare,
-            m.QueueBind: self._queue_bind,
-            m.QueueUnbind: self._queue_unbind,
-            m.QueuePurge: self._queue_purge,
-            m.QueueDelete: self._queue_delete,
-            m.BasicQos: self._basic_qos,
-            m.BasicConsume: self._basic_consume,
-            m.BasicCancel: self._basic_cancel,
-            m.BasicPublish: self._basic_publish,
-            m.BasicGet: self._basic_get,
-            m.BasicAck: self._basic_ack,
-            m.BasicReject: self._basic_reject,
-            m.BasicNack: self._basic_nack,
-            m.BasicRecover: self._basic_recover,
-            m.BasicRecoverAsync: self._basic_recover_async,
-            m.TxSelect: self._tx_select,
-            m.TxCommit: self._tx_commit,
-            m.TxRollback: self._tx_rollback,
-            m.ConfirmSelect: self._confirm_select,
-        }
-        return {cls.INDEX: handler for cls, handler in table.items()}
+    def _clock(self, now: float) -> None:
+        """Bytes arrived at ``now`` (the broker's clock follows)."""
 
-    def _ignore(self, channel: Channel, method: Any) -> None:
-        pass
+    def _turn_done(self) -> None:
+        """A turn of frames was handled (confirms owed can go out; pacing is decided)."""
 
-    def _channel_reopen(self, channel: Channel, method: m.ChannelOpen) -> None:
-        raise ChannelError("second 'channel.open' seen")
+    def _writable_changed(self, writable: bool) -> None:
+        """Deliveries may (True) or may not (False) be written now."""
 
-    def _channel_close(self, channel: Channel, method: m.ChannelClose) -> None:
-        channel.session.close()
-        self._confirming.discard(channel.session)
-        assert self.client is not None
-        self.client.close_session(channel.id)
-        del self.channels[channel.id]
-        self.send_method(channel.id, m.ChannelCloseOk())
+    def _server_properties(self) -> FieldTable:
+        """connection.start's server-properties (product, version, capabilities...)."""
+        raise NotImplementedError
 
-    def _channel_close_ok(self, channel: Channel, method: m.ChannelCloseOk) -> None:
-        pass  # we never sent channel.close on an open channel
+    def _login(self, username: str, password: str) -> bool:
+        """Whether these credentials may log in from this peer."""
+        raise NotImplementedError
 
-    def _channel_flow(self, channel: Channel, method: m.ChannelFlow) -> None:
-        channel.session.set_flow(method.active)
-        self.send_method(channel.id, m.ChannelFlowOk(active=method.active))
+    def _open_vhost(self, name: str) -> None:
+        """connection.open of vhost ``name``; raises the AMQP error that refuses it."""
+        raise NotImplementedError
 
-    def _exchange_declare(self, channel: Channel, method: m.ExchangeDeclare) -> None:
-        channel.session.vhost.declare_exchange(
-            method.exchange,
-            method.type,
-            passive=method.passive,
-            durable=method.durable,
-            auto_delete=method.auto_delete,
-            internal=method.internal,
-            arguments=method.arguments,
-        )
-        if not method.no_wait:
-            self.send_method(channel.id, m.ExchangeDeclareOk())
+    def _new_channel(self, channel_id: int) -> ChannelState:
+        """A channel was opened."""
+        raise NotImplementedError
 
-    def _exchange_delete(self, channel: Channel, method: m.ExchangeDelete) -> None:
-        channel.session.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
-        if not method.no_wait:
-            self.send_method(channel.id, m.ExchangeDeleteOk())
+    def _channel_closed(self, channel: ChannelState) -> None:
+        """``channel`` closed (by the client, or by us after an error)."""
+        raise NotImplementedError
 
-    def _exchange_bind(self, channel: Channel, method: m.ExchangeBind) -> None:
-        channel.session.vhost.bind_exchange(
-            method.destination, method.source, method.routing_key, method.arguments
-        )
-        if not method.no_wait:
-            self.send_method(channel.id, m.ExchangeBindOk())
+    def _method(self, channel: ChannelState, method: m.Method) -> None:
+        """A method other than channel.open/close/close-ok arrived on an open channel."""
+        raise NotImplementedError
 
-    def _exchange_unbind(self, channel: Channel, method: m.ExchangeUnbind) -> None:
-        channel.session.vhost.unbind_exchange(
-            method.destination, method.source, method.routing_key, method.arguments
-        )
-        if not method.no_wait:
-            self.send_method(channel.id, m.ExchangeUnbindOk())
+    def _check_publish(self, channel: ChannelState, exchange: str) -> None:
+        """basic.publish to ``exchange`` arrived; raises if it cannot be published to."""
+        raise NotImplementedError
 
-    def _queue_declare(self, channel: Channel, method: m.QueueDeclare) -> None:
-        session = channel.session
-        queue = session.vhost.declare_queue(
-            method.queue,
-            owner=session.owner,
-            passive=method.passive,
-            durable=method.durable,
-            exclusive=method.exclusive,
-            auto_delete=method.auto_delete,
-            arguments=method.arguments,
-        )
-        session.last_queue = queue.name
-        count = queue.message_count
-        if method.passive and isinstance(queue, StreamQueue):
-            count = queue.lookup(method.arguments)  # a Leveret addition: offset lookups
-        if not method.no_wait:
-            self.send_method(
-                channel.id,
-                m.QueueDeclareOk(
-                    queue=queue.name,
-                    message_count=count,
-                    consumer_count=queue.consumer_count,
-                ),
-            )
+    def _content(
+        self, channel: ChannelState, publish: PendingPublish, raw_properties: bytes, body: bytes
+    ) -> None:
+        """A published message is complete."""
+        raise NotImplementedError
 
-    def _queue_bind(self, channel: Channel, method: m.QueueBind) -> None:
-        session = channel.session
-        queue = session.queue_name(method.queue)
-        routing_key = method.routing_key or (queue if not method.queue else "")
-        session.vhost.bind_queue(
-            queue, method.exchange, routing_key, method.arguments, owner=session.owner
-        )
-        if not method.no_wait:
-            self.send_method(channel.id, m.QueueBindOk())
-
-    def _queue_unbind(self, channel: Channel, method: m.QueueUnbind) -> None:
-        session = channel.session
-        queue = session.queue_name(method.queue)
-        routing_key = method.routing_key or (queue if not method.queue else "")
-        session.vhost.unbind_queue(
-            queue, method.exchange, routing_key, method.arguments, owner=session.owner
-        )
-        self.send_method(channel.id, m.QueueUnbindOk())
-
-    def _queue_purge(self, channel: Channel, method: m.QueuePurge) -> None:
-        session = channel.session
-        count = session.vhost.purge_queue(session.queue_name(method.queue), owner=session.owner)
-        if not method.no_wait:
-            self.send_method(channel.id, m.QueuePurgeOk(message_count=count))
-
-    def _queue_delete(self, channel: Channel, method: m.QueueDelete) -> None:
-        session = channel.session
-        count = session.vhost.delete_queue(
-            session.queue_name(method.queue),
-            owner=session.owner,
-            if_unused=method.if_unused,
-            if_empty=method.if_empty,
-        )
-        if not method.no_wait:
-            self.send_method(channel.id, m.QueueDeleteOk(message_count=count))
-
-    def _basic_qos(self, channel: Channel, method: m.BasicQos) -> None:
-        channel.session.set_qos(method.prefetch_size, method.prefetch_count, method.global_)
-        self.send_method(channel.id, m.BasicQosOk())
-
-    def _basic_consume(self, channel: Channel, method: m.BasicConsume) -> None:
-        session = channel.session
-        # consume-ok must precede the first delivery, so register after replying.
-        queue_name = session.queue_name(method.queue)
-        if queue_name != REPLY_TO:
-            queue_name = session.vhost.queue(queue_name, session.owner).name
-        tag = method.consumer_tag
-        if tag and tag in session.consumers:
-            raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
-        out_index = len(self.out)
-        tag = session.consume(
-            queue_name,
-            tag,
-            no_ack=method.no_ack,
-            exclusive=method.exclusive,
-            arguments=method.arguments,
-        )
-        if not method.no_wait:
-            self.out.insert(
-                out_index,
-                framing.encode_method_frame(
-                    channel.id, m.BasicConsumeOk(consumer_tag=tag).encode()
-                ),
-            )
-
-    def _basic_cancel(self, channel: Channel, method: m.BasicCancel) -> None:
-        channel.session.cancel(method.consumer_tag)
-        if not method.no_wait:
-            self.send_method(channel.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
-
-    def _basic_publish(self, channel: Channel, method: m.BasicPublish) -> None:
-        channel.session.check_publish(method.exchange)
-        channel.start_content(method)
-
-    def _basic_get(self, channel: Channel, method: m.BasicGet) -> None:
-        result = channel.session.get(method.queue, no_ack=method.no_ack)
-        if result is None:
-            self.send_method(channel.id, m.BasicGetEmpty())
-            return
-        delivery_tag, entry, remaining = result
-        message = entry.message
-        get_ok = m.BasicGetOk(
-            delivery_tag=delivery_tag,
-            redelivered=entry.redelivered,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-            message_count=remaining,
-        )
-        self.send_content(channel.id, get_ok.encode(), message)
-
-    def _basic_ack(self, channel: Channel, method: m.BasicAck) -> None:
-        channel.session.ack(method.delivery_tag, multiple=method.multiple)
-
-    def _basic_reject(self, channel: Channel, method: m.BasicReject) -> None:
-        channel.session.reject(method.delivery_tag, requeue=method.requeue)
-
-    def _basic_nack(self, channel: Channel, method: m.BasicNack) -> None:
-        channel.session.reject(
-            method.delivery_tag, multiple=method.multiple, requeue=method.requeue
-        )
-
-    def _basic_recover(self, channel: Channel, method: m.BasicRecover) -> None:
-        channel.session.recover(method.requeue)
-        self.send_method(channel.id, m.BasicRecoverOk())
-
-    def _basic_recover_async(self, channel: Channel, method: m.BasicRecoverAsync) -> None:
-        channel.session.recover(method.requeue)
-
-    def _tx_select(self, channel: Channel, method: m.TxSelect) -> None:
-        channel.session.select_tx()
-        self.send_method(channel.id, m.TxSelectOk())
-
-    def _tx_commit(self, channel: Channel, method: m.TxCommit) -> None:
-        def done(ok: bool) -> None:
-            # commit-ok only once the transaction is on disk (it may come a loop turn
-            # later, from the store's writer); the channel may have gone meanwhile.
-            if self.channels.get(channel.id) is not channel or channel.closing:
-                return
-            if ok:
-                self.send_method(channel.id, m.TxCommitOk())
-            else:
-                # The transaction is applied but not durable: the client must not believe
-                # it committed, and 541 is the spec's code for a failure of the server.
-                self._error(
-                    channel,
-                    InternalError(
-                        "tx.commit failed: the store could not write to disk",
-                        class_id=method.CLASS_ID,
-                        method_id=method.METHOD_ID,
-                    ),
-                )
-
-        channel.session.commit(done)
-
-    def _tx_rollback(self, channel: Channel, method: m.TxRollback) -> None:
-        channel.session.rollback()
-        self.send_method(channel.id, m.TxRollbackOk())
-
-    def _confirm_select(self, channel: Channel, method: m.ConfirmSelect) -> None:
-        channel.session.select_confirm()
-        if not method.nowait:
-            self.send_method(channel.id, m.ConfirmSelectOk())
+    def _ack(self, channel: ChannelState, delivery_tag: int, multiple: bool) -> None:
+        """basic.ack (read on the fast path)."""
+        raise NotImplementedError

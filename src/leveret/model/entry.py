@@ -1,0 +1,41 @@
+"""A message's place in one queue, and the memory gauge every queue adds its bytes to.
+
+The leaf of the queue modules: ``queue``, ``queue_features``, ``paging``, ``consumer`` and the
+store import it; it imports only the message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from leveret.model.message import Message
+
+__all__ = ["MESSAGE_OVERHEAD", "MemoryGauge", "QueuedMessage"]
+
+# Bytes a queued message costs beyond its body (objects, deque slot, index entries).
+MESSAGE_OVERHEAD = 256
+
+
+class MemoryGauge:
+    """Bytes of message data held by queues; the server compares it to its watermark."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
+class QueuedMessage:
+    """A message in one queue: its position there and whether it was delivered before."""
+
+    __slots__ = ("deliveries", "expires", "message", "priority", "redelivered", "seq", "sid")
+
+    def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
+        self.seq = seq
+        self.sid = 0  # the store's message id when it is on disk for this queue
+        self.message = message
+        self.redelivered = redelivered
+        self.expires: float | None = None  # monotonic deadline (TTL), None = never
+        self.priority = 0
+        self.deliveries = 0  # failed deliveries (returns), for quorum queues

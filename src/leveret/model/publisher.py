@@ -1,0 +1,161 @@
+"""Publishing, in the core's words: one ``Publisher`` per channel or link of any protocol.
+
+``publish`` checks what the core checks of a message (a per-message ``expiration`` must be
+valid; a ``reply_to`` of ``amq.rabbitmq.reply-to`` becomes this requester's reply address),
+routes it with the vhost's ``Router``, enqueues it, and reports back through the
+``PublishSink``: a message no queue took is ``returned`` when the publisher asked for that
+(``report_unroutable``; ``require_consumer`` also returns one that no consumer could take at
+once), and publisher confirms go out through ``Confirms`` once a publisher asked for them.
+In a transaction (``model/transaction.py``) publishes wait for the commit.
+
+``feeds_backlog`` is set when a publish went to a queue whose consumers are falling behind
+(``Queue.falling_behind``); the front end reads and clears it to pace this publisher.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.errors import AccessRefused, NotFound, PreconditionFailed
+from leveret.model.confirms import Confirms, ConfirmSink
+from leveret.model.message import HINT_EXPIRATION, HINT_REPLY_TO
+from leveret.model.queue_features import parse_expiration
+from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX
+from leveret.model.transaction import Transaction
+
+if TYPE_CHECKING:
+    from leveret.model.message import Message
+    from leveret.model.vhost import VirtualHost
+
+__all__ = ["NO_CONSUMERS", "NO_ROUTE", "PublishSink", "Publisher"]
+
+# Why a message came back to its publisher.
+NO_ROUTE = "no_route"
+NO_CONSUMERS = "no_consumers"
+
+
+class PublishSink(ConfirmSink, Protocol):
+    def returned(self, reason: str, message: Message) -> None:
+        """``message`` reached no queue (``NO_ROUTE``) or no consumer (``NO_CONSUMERS``)."""
+        ...
+
+
+class Publisher:
+    """The publishing side of one channel or link; see the module docstring."""
+
+    def __init__(self, vhost: VirtualHost, sink: PublishSink) -> None:
+        self.vhost = vhost
+        self.sink = sink
+        self.confirms: Confirms | None = None
+        self.tx: Transaction | None = None
+        self.feeds_backlog = False
+        # Direct reply-to: this requester's key while it consumes its replies ("" if not).
+        self.reply_key = ""
+
+    def check(self, exchange_name: str) -> None:
+        """Validate the target before the content arrives (RabbitMQ checks at publish)."""
+        exchange = self.vhost.exchange(exchange_name)
+        if exchange.internal:
+            raise AccessRefused(
+                f"cannot publish to internal exchange '{exchange_name}' "
+                f"in vhost '{self.vhost.name}'"
+            )
+
+    def publish(
+        self,
+        exchange_name: str,
+        routing_key: str,
+        message: Message,
+        *,
+        report_unroutable: bool = False,
+        require_consumer: bool = False,
+    ) -> None:
+        if message.hints & (HINT_EXPIRATION | HINT_REPLY_TO):
+            message = self._check_properties(message)
+        confirms = self.confirms
+        if confirms is not None:
+            confirms.seq += 1
+        tx = self.tx
+        if tx is not None:
+            self.check(exchange_name)
+            tx.publishes.append(
+                (exchange_name, routing_key, message, report_unroutable, require_consumer)
+            )
+            return
+        if confirms is None:
+            # Nothing to confirm: no need to watch the store's writes.
+            self.route(exchange_name, routing_key, message, report_unroutable, require_consumer)
+            return
+        journal = self.vhost.journal
+        writes = journal.writes
+        accepted = self.route(
+            exchange_name, routing_key, message, report_unroutable, require_consumer
+        )
+        confirms.published(accepted, journal.writes != writes)
+
+    def _check_properties(self, message: Message) -> Message:
+        """Validate ``expiration`` and rewrite a direct reply-to ``reply_to`` (RabbitMQ)."""
+        properties = message.properties
+        if message.hints & HINT_EXPIRATION and properties.expiration is not None:
+            parse_expiration(properties.expiration)
+        if message.hints & HINT_REPLY_TO and properties.reply_to == REPLY_TO:
+            if not self.reply_key:
+                raise PreconditionFailed("fast reply consumer does not exist")
+            message = message.replace(reply_to=REPLY_TO_PREFIX + self.reply_key)
+        return message
+
+    def route(
+        self,
+        exchange_name: str,
+        routing_key: str,
+        message: Message,
+        report_unroutable: bool,
+        require_consumer: bool,
+    ) -> bool:
+        """Route and enqueue; False when a queue refused the message (reject-publish)."""
+        vhost = self.vhost
+        exchange = vhost.exchanges.get(exchange_name)
+        if exchange is None:
+            # The exchange went between check and the body: as RabbitMQ, 404.
+            raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost.name}'")
+        queues, message = vhost.router.route_publish(exchange, routing_key, message)
+        if not queues:
+            if report_unroutable:
+                self.sink.returned(NO_ROUTE, message)
+            return True
+        if require_consumer:
+            queues = [q for q in queues if q.can_deliver_now(message)]
+            if not queues:
+                self.sink.returned(NO_CONSUMERS, message)
+                return True
+        accepted = True
+        for queue in queues:
+            if not queue.enqueue(message):
+                accepted = False
+            if queue.consumers and queue.falling_behind():
+                self.feeds_backlog = True
+        return accepted
+
+    def flush_confirms(self) -> None:
+        if self.confirms is not None:
+            self.confirms.flush()
+
+    def select_confirms(self) -> None:
+        if self.tx is not None:
+            raise PreconditionFailed("cannot switch from tx to confirm mode")
+        if self.confirms is None:
+            self.confirms = Confirms(self.vhost, self.sink)
+
+    def select_tx(self) -> Transaction:
+        if self.confirms is not None:
+            raise PreconditionFailed("cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = Transaction()
+        return self.tx
+
+    def close(self) -> None:
+        """The channel or link went: drop what a transaction held and pending confirms."""
+        if self.confirms is not None:
+            self.confirms.closed = True
+        if self.tx is not None:
+            self.tx.publishes.clear()

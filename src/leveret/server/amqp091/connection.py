@@ -1,0 +1,176 @@
+"""The broker's AMQP 0-9-1 front end: the protocol's connection machine
+(``protocol/amqp091/connection.py``) given its meaning in the broker core — who may log in
+and open which vhost (``auth/``), channels with their ``Session``, the method handlers
+(``handlers.py``), where a completed publish goes, confirms flushed once per turn, and the
+pacing of publishers whose queues' consumers fall behind.
+
+Sans-IO like the machine it extends: ``server/connection.py`` is its asyncio adapter.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+from typing import TYPE_CHECKING, cast
+
+from leveret import __version__
+from leveret.errors import AccessRefused, CommandInvalid, NotAllowed, PreconditionFailed
+from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, ServerConnection
+from leveret.server.amqp091.channel import Channel
+from leveret.server.amqp091.handlers import HANDLERS
+from leveret.server.amqp091.message import wire_message
+
+if TYPE_CHECKING:
+    from leveret.auth.users import User, UserStore
+    from leveret.model.broker import Broker, Client
+    from leveret.model.message import Message
+    from leveret.protocol.amqp091._generated import methods as m
+    from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
+    from leveret.protocol.amqp091.fieldtable import FieldTable
+    from leveret.server.amqp091.session import Session
+
+__all__ = ["AMQP091Connection", "Limits"]
+
+# The user-id property's bit in the low octet of the property flags (spec order: 11th of 14).
+_USER_ID_FLAG = 0x10
+
+
+class AMQP091Connection(ServerConnection):
+    """One client connection speaking AMQP 0-9-1 to the broker, without I/O."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        users: UserStore,
+        *,
+        peer: str,
+        loopback: bool,
+        limits: Limits = DEFAULT_LIMITS,
+        now: float = 0.0,
+    ) -> None:
+        super().__init__(peer=peer, limits=limits, now=now)
+        self.broker = broker
+        self.users = users
+        self.loopback = loopback
+        self.client: Client | None = None
+        self.user: User | None = None
+        self._confirming: set[Session] = set()
+
+    # -- hooks of the machine ------------------------------------------------------------
+
+    def _clock(self, now: float) -> None:
+        self.broker.timers.now = now
+
+    def _turn_done(self) -> None:
+        for session in self._confirming:
+            session.flush_confirms()
+        self._confirming.clear()
+        paced = False
+        if self.published:
+            for state in self.channels.values():
+                publisher = cast("Channel", state).session.publisher
+                if publisher.feeds_backlog:
+                    publisher.feeds_backlog = False
+                    paced = True
+        self.paced = paced
+
+    def _writable_changed(self, writable: bool) -> None:
+        client = self.client
+        if client is not None and client.writable != writable:
+            client.set_writable(writable)
+
+    def _server_properties(self) -> FieldTable:
+        # The RabbitMQ extensions this broker speaks, as clients look for them.
+        capabilities: FieldTable = {
+            "publisher_confirms": True,
+            "exchange_exchange_bindings": True,
+            "basic.nack": True,
+            "consumer_cancel_notify": True,
+            "connection.blocked": True,
+            "authentication_failure_close": True,
+            "per_consumer_qos": True,
+            "consumer_priorities": True,
+            "direct_reply_to": True,
+        }
+        return {
+            "product": "Leveret",
+            "version": __version__,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "Copyright the Leveret authors",
+            "information": "Licensed under the Apache License 2.0",
+            "cluster_name": f"leveret@{socket.gethostname()}",
+            "capabilities": capabilities,
+        }
+
+    def _login(self, username: str, password: str) -> bool:
+        self.user = self.users.authenticate(username, password, loopback=self.loopback)
+        return self.user is not None
+
+    def _open_vhost(self, name: str) -> None:
+        assert self.user is not None
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            raise NotAllowed(f"vhost {name} not found")
+        if name not in self.user.vhosts:
+            raise AccessRefused(
+                f"access to vhost '{name}' refused for user '{self.user.name}'", hard=True
+            )
+        product = self.client_properties.get("product", "")
+        self.client = self.broker.connect(vhost, self.user.name, f"{self.peer} ({product!s})")
+        self.client.writable = self.writable
+
+    def _new_channel(self, channel_id: int) -> ChannelState:
+        assert self.client is not None
+        return Channel(self, channel_id, self.client, self.broker.consumer_timeout)
+
+    def _channel_closed(self, channel: ChannelState) -> None:
+        session = cast("Channel", channel).session
+        session.close()
+        self._confirming.discard(session)
+        if self.client is not None:
+            self.client.close_session(channel.id)
+
+    def _method(self, channel: ChannelState, method: m.Method) -> None:
+        handler = HANDLERS.get(method.INDEX)
+        if handler is None:
+            raise CommandInvalid(f"method {method.NAME} is not allowed from a client")
+        handler(cast("Channel", channel), method)
+
+    def _check_publish(self, channel: ChannelState, exchange: str) -> None:
+        cast("Channel", channel).session.check_publish(exchange)
+
+    def _content(
+        self, channel: ChannelState, publish: PendingPublish, raw_properties: bytes, body: bytes
+    ) -> None:
+        message = wire_message(publish.exchange, publish.routing_key, raw_properties, body)
+        if len(raw_properties) > 1 and raw_properties[1] & _USER_ID_FLAG:
+            self._check_user_id(message)
+        session = cast("Channel", channel).session
+        session.publish(
+            publish.exchange,
+            publish.routing_key,
+            message,
+            mandatory=publish.mandatory,
+            immediate=publish.immediate,
+        )
+        if session.publisher.confirms is not None:
+            self._confirming.add(session)
+
+    def _ack(self, channel: ChannelState, delivery_tag: int, multiple: bool) -> None:
+        cast("Channel", channel).session.ack(delivery_tag, multiple=multiple)
+
+    def _check_user_id(self, message: Message) -> None:
+        user_id = message.properties.user_id
+        name = self.user.name if self.user is not None else ""
+        if user_id is not None and user_id != name:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{name}'"
+            )
+
+    def _release(self) -> None:
+        """Give back everything the connection held in the broker."""
+        client = self.client
+        self.client = None
+        super()._release()
+        if client is not None:
+            client.close()

@@ -1,0 +1,105 @@
+"""What the asyncio adapter (``connection.py``) needs of a protocol front end, and how the
+front end for a connection is chosen from the first bytes the client sends.
+
+Every front end is a sans-IO machine with the same surface (``FrontEnd``): bytes in with
+``data_received(data, now)``, encoded output out with ``take_output(now)``, turns for
+fairness (``pending``/``paced``/``run_turn``), timers (``tick``), flow control (``blocked``,
+``block``/``unblock``, ``set_writable``) and closing. ``FRONT_ENDS`` maps a protocol header
+to the factory of its front end; a header that is not in it goes to the default front end
+(AMQP 0-9-1), which answers an unsupported header with its own and closes, as RabbitMQ does.
+The choice is made once per connection, so the per-message path does not pay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.server.amqp091 import AMQP091Connection
+
+if TYPE_CHECKING:
+    from leveret.auth.users import UserStore
+    from leveret.model.broker import Broker
+    from leveret.protocol.amqp091.connection import Limits
+
+__all__ = ["FRONT_ENDS", "HEADER_SIZE", "FrontEnd", "FrontEndContext", "choose"]
+
+# Every AMQP protocol header is 8 octets ("AMQP" + 4 octets of version).
+HEADER_SIZE = 8
+
+
+class FrontEnd(Protocol):
+    """One client connection of some protocol, without I/O."""
+
+    on_output: Callable[[], None] | None
+    published: bool
+    paced: bool
+    blocked: bool
+    heartbeat: int
+    should_close_transport: bool
+    close_reason: str
+
+    @property
+    def pending(self) -> bool: ...
+
+    def data_received(self, data: bytes, now: float) -> None: ...
+
+    def run_turn(self) -> None: ...
+
+    def take_output(self, now: float) -> list[bytes]: ...
+
+    def tick(self, now: float) -> None: ...
+
+    def set_writable(self, writable: bool) -> None: ...
+
+    def block(self, reason: str) -> None: ...
+
+    def unblock(self, now: float) -> None: ...
+
+    def close(self, reply_code: int, reply_text: str, now: float) -> None: ...
+
+    def connection_lost(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class FrontEndContext:
+    """What a front end is made with: the broker, its users and limits, and the peer."""
+
+    broker: Broker
+    users: UserStore
+    limits: Limits
+    peer: str
+    loopback: bool
+    now: float
+
+
+FrontEndFactory = Callable[[FrontEndContext], FrontEnd]
+
+
+def _amqp091(context: FrontEndContext) -> FrontEnd:
+    return AMQP091Connection(
+        context.broker,
+        context.users,
+        peer=context.peer,
+        loopback=context.loopback,
+        limits=context.limits,
+        now=context.now,
+    )
+
+
+DEFAULT_FRONT_END: FrontEndFactory = _amqp091
+
+# Protocol header -> front end. AMQP 0-9-1 (``AMQP 0 0 9 1``) is the default for every header
+# not listed here.
+FRONT_ENDS: dict[bytes, FrontEndFactory] = {}
+
+
+def choose(head: bytes) -> FrontEndFactory | None:
+    """The front end for a connection whose first bytes are ``head``; None while more bytes
+    are needed to tell (a prefix of a listed header shorter than a whole header)."""
+    if len(head) >= HEADER_SIZE:
+        return FRONT_ENDS.get(head[:HEADER_SIZE], DEFAULT_FRONT_END)
+    if any(header.startswith(head) for header in FRONT_ENDS):
+        return None
+    return DEFAULT_FRONT_END

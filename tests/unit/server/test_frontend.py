@@ -1,0 +1,35 @@
+"""The choice of a connection's front end from its first bytes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from leveret.server import frontend
+from leveret.server.frontend import DEFAULT_FRONT_END, FrontEnd, FrontEndContext, choose
+
+if TYPE_CHECKING:
+    import pytest
+
+OTHER = b"AMQP\x00\x01\x00\x00"
+
+
+def _other(context: FrontEndContext) -> FrontEnd:
+    raise AssertionError("not called by choose")
+
+
+def test_every_header_goes_to_0_9_1_when_nothing_else_is_listed() -> None:
+    assert choose(b"AMQP\x00\x00\x09\x01") is DEFAULT_FRONT_END
+    assert choose(b"HTTP/1.1") is DEFAULT_FRONT_END
+    assert choose(b"A") is DEFAULT_FRONT_END  # no listed header: no need to wait
+
+
+def test_a_listed_header_is_told_apart_only_once_it_is_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(frontend.FRONT_ENDS, OTHER, _other)
+    assert choose(b"AMQP\x00\x01\x00") is None  # could still be either
+    assert choose(b"AMQP\x00\x00") is DEFAULT_FRONT_END  # 0-9-1's prefix, not OTHER's
+    assert choose(OTHER) is _other
+    assert choose(OTHER + b"frames") is _other
+    assert choose(b"AMQP\x00\x01\x00\x01") is DEFAULT_FRONT_END
+    assert choose(b"") is None

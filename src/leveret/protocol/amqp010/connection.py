@@ -688,10 +688,17 @@ class Connection:
         if not ssn.unacked:
             return
         first = min(ssn.unacked, key=lambda i: (i - ssn.next_out) & 0xFFFFFFFF)
-        self._control(channel, C.SessionCommandPoint(command_id=first, command_offset=0))
-        ssn.needs_command_point = False
+        expected: int | None = None
         for command_id in sorted(ssn.unacked, key=lambda i: (i - first) & 0xFFFFFFFF):
+            # Commands completed out of order leave gaps: each one needs a new command-point,
+            # or the receiver would number what follows it wrongly.
+            if command_id != expected:
+                self._control(
+                    channel, C.SessionCommandPoint(command_id=command_id, command_offset=0)
+                )
             self._send_sent(channel, ssn.unacked[command_id])
+            expected = serial_add(command_id, 1)
+        ssn.needs_command_point = expected != ssn.next_out
 
     def _on_session_control(self, channel: int, control: Control, now: float) -> None:
         if isinstance(control, C.SessionAttach):

@@ -469,3 +469,30 @@ def test_start_is_reported_to_the_client() -> None:
     client_events, _ = pair.pump()
     props: dict[str, Value] = {"product": "leveret", "platform": "Python"}
     assert client_events == [StartReceived(props, ["PLAIN", "ANONYMOUS"], ["en_US"])]
+
+
+def test_resume_after_out_of_order_completion_renumbers_after_the_gap() -> None:
+    # Found by the session model: with 1 completed and 0 not, the replay is [0] alone and
+    # the next new command (2) needs its own command-point.
+    table = SessionTable()
+    pair = _attached_pair(table)
+    pair.client.request_timeout(1, 60)
+    pair.pump()
+    client_session = pair.client.session(1)
+    assert client_session is not None
+    pair.client.send_command(1, QueueDeclare(queue="a"))
+    pair.client.send_command(1, QueueDeclare(queue="b"))
+    pair.pump()
+    pair.server.complete(1, 1)
+    pair.server.send_completed(1)
+    pair.pump()
+    pair.client.connection_lost(1.0)
+    pair.server.connection_lost(1.0)
+    again = Pair(table)
+    again.open()
+    again.client.attach(1, b"s1", session=client_session)
+    again.pump()
+    again.client.send_command(1, QueueDeclare(queue="c"))
+    _, server_events = again.pump()
+    received = [(e.command_id, e.command) for e in server_events if isinstance(e, CommandReceived)]
+    assert received == [(2, QueueDeclare(queue="c"))]

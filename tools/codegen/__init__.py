@@ -57,7 +57,10 @@ TARGETS: dict[str, Target] = {
         Target(
             "amqp08",
             ROOT / "spec/0-8/amqp0-8.stripped.xml",
-            (ROOT / "tools/codegen/overlays/qpid-0-8.xml",),
+            (
+                ROOT / "tools/codegen/overlays/qpid-0-8.xml",
+                ROOT / "tools/codegen/overlays/rabbitmq-0-8.xml",
+            ),
             ROOT / "src/leveret/protocol/amqp08/_generated",
             render.Options(
                 package=f"{_PROTOCOL}.amqp08",

@@ -4,9 +4,11 @@ The 0-8 specification defines a field table as the 0-9-1 one does (a long byte l
 ``shortstr name, type octet, value`` entries) but with five value types only: ``S`` (long
 string), ``I`` (signed 32-bit integer), ``D`` (decimal: scale octet + int32), ``T``
 (64-bit POSIX time) and ``F`` (nested table). :func:`encode_table` writes nothing else and
-refuses other Python values; :func:`decode_table` is the 0-9-1 decoder, so a peer that sends
-0-9-1 letters to a 0-8 connection (RabbitMQ does: ``tests/data/rabbitmq-headers``) is still
-understood. The generated 0-8 codec imports this module; nothing else needs to.
+refuses other Python values (RabbitMQ too keeps to them on a 0-8 connection: its
+``connection.start`` there carries an empty ``capabilities`` table instead of 0-9-1's
+booleans, ``tests/data/rabbitmq-headers``). :func:`decode_table` is the 0-9-1 decoder, so a
+0-8 client that sends 0-9-1 letters is still understood. The generated 0-8 codec imports this
+module; nothing else needs to.
 """
 
 from __future__ import annotations

@@ -553,3 +553,22 @@ def test_front_end_misuse_is_a_bug_not_a_close(pair: Pair) -> None:
     with pytest.raises(RuntimeError):
         pair.server.close_channel(9, 200, "")
     assert pair.server.credit(1) == 0
+
+
+def test_closing_gives_back_unacknowledged_messages(pair: Pair) -> None:
+    pair.client.open_channel(1)
+    pair.client.open_handle(1, 1, dest_name="a", consumer=True)
+    pair.client.open_handle(1, 2, dest_name="b", consumer=True)
+    pair.client.consume(1, prefetch=5)
+    pair.client.consume(2, prefetch=5)
+    pair.pump()
+    nbrs = [pair.server.notify(h, c.MessageHeader(body_size=1), b"x") for h in (1, 2, 1, 2)]
+    assert nbrs == [1, 2, 3, 4]
+    pair.client.close_handle(1)
+    pair.pump()
+    assert pair.of(ev.HandleClosed) == [ev.HandleClosed(1, 1, 200, "OK", True, (1, 3))]
+    pair.client.ack(1, 2)  # covers only handle 2's message 2
+    pair.client.close_channel(1)
+    pair.pump()
+    assert pair.of(ev.Acked) == [ev.Acked(1, (2,))]
+    assert pair.of(ev.ChannelClosed) == [ev.ChannelClosed(1, (2,), 200, "OK", True, (4,))]

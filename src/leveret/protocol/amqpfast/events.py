@@ -88,13 +88,15 @@ class ChannelOpened(Event):
 
 @dataclass(frozen=True, slots=True)
 class ChannelClosed(Event):
-    """The channel and ``handle_ids`` are gone: roll back its transaction, drop consumers."""
+    """The channel and ``handle_ids`` are gone: roll back its transaction, drop consumers,
+    and give back the ``unacked`` messages (delivered, never acknowledged)."""
 
     channel_id: int
     handle_ids: tuple[int, ...]
     reply_code: int
     reply_text: str
     by_client: bool
+    unacked: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +118,15 @@ class HandleOpened(Event):
 
 @dataclass(frozen=True, slots=True)
 class HandleClosed(Event):
+    """The handle is gone. Its ``unacked`` messages can no longer be acknowledged (CHANNEL
+    ACK covers open destinations only, 3.3.3): the front end gives them back."""
+
     channel_id: int
     handle_id: int
     reply_code: int
     reply_text: str
     by_client: bool
+    unacked: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -607,12 +607,13 @@ class FastServer:
             if self._owed is not None and self._owed.handle_id in channel.handles:
                 self._owed = None
             handles = tuple(sorted(channel.handles))
-            if channel.closing:
-                return ev.ChannelClosed(
-                    channel_id, handles, item.reply_code, item.reply_text, False
-                )
-            self._send(c.ChannelClose(channel_id, OK, "OK"))
-            return ev.ChannelClosed(channel_id, handles, item.reply_code, item.reply_text, True)
+            unacked = tuple(sorted(channel.outstanding))
+            by_client = not channel.closing
+            if by_client:
+                self._send(c.ChannelClose(channel_id, OK, "OK"))
+            return ev.ChannelClosed(
+                channel_id, handles, item.reply_code, item.reply_text, by_client, unacked
+            )
         if channel.closing:
             # 3.3.7: answer anything but CHANNEL CLOSE with another CHANNEL CLOSE.
             self._send(c.ChannelClose(channel_id, COMMAND_INVALID, "channel is closing"))
@@ -692,8 +693,11 @@ class FastServer:
             if not handle.closing and not channel.closing:
                 self._send(c.HandleClose(handle_id, OK, "OK"))
             by_client = not handle.closing
+            unacked = tuple(sorted(n for n, h in channel.outstanding.items() if h == handle_id))
+            for nbr in unacked:
+                del channel.outstanding[nbr]
             return ev.HandleClosed(
-                handle.channel_id, handle_id, item.reply_code, item.reply_text, by_client
+                handle.channel_id, handle_id, item.reply_code, item.reply_text, by_client, unacked
             )
         if channel.closing:
             self._send(c.ChannelClose(handle.channel_id, COMMAND_INVALID, "channel is closing"))

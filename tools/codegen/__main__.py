@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tools.codegen import DEFAULT_OUTPUT, DEFAULT_OVERLAYS, DEFAULT_SPEC, check, generate, write
+from tools.codegen import TARGETS, Target, check, generate_target, write
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,29 +16,53 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 1 (naming the files) if the committed output differs from a fresh run",
     )
-    parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC, help="spec XML")
+    parser.add_argument(
+        "--target",
+        choices=sorted(TARGETS),
+        action="append",
+        help="generate only this package (repeatable; default: all, or amqp091 with --out)",
+    )
+    parser.add_argument("--spec", type=Path, help="spec XML (one target only)")
     parser.add_argument(
         "--overlay",
         type=Path,
         action="append",
-        help="overlay XML, applied in order (default: tools/codegen/overlays/rabbitmq.xml)",
+        help="overlay XML, applied in order (one target only; replaces the target's own)",
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUTPUT, help="output directory")
+    parser.add_argument("--out", type=Path, help="output directory (one target only)")
     args = parser.parse_args(argv)
-    overlays = tuple(args.overlay) if args.overlay is not None else DEFAULT_OVERLAYS
+    custom = args.spec is not None or args.overlay is not None or args.out is not None
+    names = args.target or (["amqp091"] if custom else sorted(TARGETS))
+    if custom and len(names) != 1:
+        parser.error("--spec, --overlay and --out apply to a single --target")
+    targets = [TARGETS[name] for name in names]
+    if custom:
+        base = targets[0]
+        targets = [
+            Target(
+                base.name,
+                args.spec or base.spec,
+                tuple(args.overlay) if args.overlay is not None else base.overlays,
+                args.out or base.output,
+                base.options,
+                base.scraped,
+            )
+        ]
 
-    files = generate(args.spec, overlays)
-    if args.check:
-        stale = check(files, args.out)
-        if stale:
-            for name in stale:
-                print(f"out of date: {args.out / name}", file=sys.stderr)
-            print("run `python -m tools.codegen` to regenerate", file=sys.stderr)
-            return 1
-        return 0
-    write(files, args.out)
-    for name in files:
-        print(f"wrote {args.out / name}")
+    failed = False
+    for target in targets:
+        files = generate_target(target)
+        if args.check:
+            for name in check(files, target.output):
+                print(f"out of date: {target.output / name}", file=sys.stderr)
+                failed = True
+            continue
+        write(files, target.output)
+        for name in files:
+            print(f"wrote {target.output / name}")
+    if failed:
+        print("run `python -m tools.codegen` to regenerate", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -11,8 +11,32 @@ import keyword
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tools.codegen.spec import ERROR_KINDS
+
 if TYPE_CHECKING:
-    from tools.codegen.spec import AmqpClass, Field, Method, Spec
+    from tools.codegen.spec import AmqpClass, Field, Method, Result, Spec
+
+
+@dataclass(frozen=True)
+class Options:
+    """What differs between the generated packages (one per protocol version).
+
+    ``version`` labels the docstrings (default: ``major-minor-revision``); ``fieldtable`` is
+    the hand-written field-table module the generated code imports, ``wiretypes`` the one with
+    the codecs of the 0-9 types (``content``, ``rfc1982-long-set``). The defaults produce the
+    0-9-1 package.
+    """
+
+    package: str = "leveret.protocol.amqp091"
+    version: str = ""
+    fieldtable: str = "leveret.protocol.amqp091.fieldtable"
+    wiretypes: str = "leveret.protocol.amqp09.wiretypes"
+
+    def label(self, spec: Spec) -> str:
+        return self.version or f"{spec.major}-{spec.minor}-{spec.revision}"
+
+
+DEFAULT_OPTIONS = Options()
 
 # struct format letter and Python type of each fixed-size wire type.
 FIXED = {"octet": "B", "short": "H", "long": "L", "longlong": "Q", "timestamp": "Q"}
@@ -26,6 +50,11 @@ PY_TYPES = {
     "shortstr": "str",
     "longstr": "bytes",
     "table": "FieldTable",
+    "content": "Content",
+    "uuid": "UUID",
+    "rfc1982-long-set": "tuple[tuple[int, int], ...]",
+    "long-struct": "Struct | None",
+    "array": "list[FieldValue]",
 }
 DEFAULTS = {
     "bit": "False",
@@ -36,6 +65,18 @@ DEFAULTS = {
     "timestamp": "0",
     "shortstr": '""',
     "longstr": 'b""',
+    "content": "_NO_CONTENT",
+    "uuid": "_NIL_UUID",
+    "rfc1982-long-set": "()",
+    "long-struct": "None",
+}
+# Encoder / decoder helper of each type that is neither fixed-size nor a plain string.
+HELPERS = {
+    "table": ("encode_table", "decode_table"),
+    "content": ("encode_content", "decode_content"),
+    "rfc1982-long-set": ("encode_long_set", "decode_long_set"),
+    "long-struct": ("encode_long_struct", "decode_long_struct"),
+    "array": ("encode_array", "decode_array"),
 }
 STRUCT_SIZES = {"B": 1, "H": 2, "L": 4, "Q": 8}
 # Fields whose value is a credential: kept out of the dataclass repr (and so out of logs).
@@ -48,12 +89,15 @@ SECRET_FIELDS = frozenset(
 )
 # Locals the generated code uses; a field with one of these names would shadow it.
 RESERVED_LOCALS = frozenset({"buf", "offset", "n", "end", "cls", "self", "exc", "flags", "parts"})
+# Builtins the generated code calls; a field so named (0-9's message.append ``bytes``) would
+# shadow them, so it gets a trailing underscore like a keyword.
+SHADOWED_BUILTINS = frozenset({"bytes", "str", "bool", "len", "memoryview", "int", "type_"})
 
 
 def py_name(name: str) -> str:
     """Spec name to Python identifier: ``-`` becomes ``_``, keywords get a trailing ``_``."""
     ident = name.replace("-", "_")
-    if keyword.iskeyword(ident):
+    if keyword.iskeyword(ident) or ident in SHADOWED_BUILTINS:
         ident += "_"
     if ident in RESERVED_LOCALS:
         raise ValueError(f"field name {name!r} clashes with a generated local")
@@ -127,9 +171,17 @@ def _bit_groups(fields: tuple[Field, ...]) -> list[list[Field] | Field]:
     return out
 
 
-def _render_encode(cls: AmqpClass, method: Method, structs: Structs) -> str:
+def _render_encode(
+    cls: AmqpClass, method: Method, structs: Structs, fields: tuple[Field, ...] | None = None
+) -> str:
+    """``encode()`` of a method, or (``fields`` given) of a result struct without the ids."""
+    is_struct = fields is not None
+    if fields is None:
+        fields = method.fields
     pre: list[str] = []
-    segments: list[_Segment] = [_Segment("HH", [str(cls.index), str(method.index)])]
+    segments: list[_Segment] = [
+        _Segment() if is_struct else _Segment("HH", [str(cls.index), str(method.index)])
+    ]
 
     def fixed(fmt: str, expr: str) -> None:
         if segments[-1].raw is not None:
@@ -137,7 +189,7 @@ def _render_encode(cls: AmqpClass, method: Method, structs: Structs) -> str:
         segments[-1].fmt += fmt
         segments[-1].exprs.append(expr)
 
-    for group in _bit_groups(method.fields):
+    for group in _bit_groups(fields):
         if isinstance(group, list):
             bits = [f"({1 << i} if self.{py_name(f.name)} else 0)" for i, f in enumerate(group)]
             fixed("B", " | ".join(bits) if len(bits) > 1 else bits[0][1:-1])
@@ -152,13 +204,15 @@ def _render_encode(cls: AmqpClass, method: Method, structs: Structs) -> str:
         elif group.type == "longstr":
             fixed("L", f"len(self.{name})")
             segments.append(_Segment(raw=f"self.{name}"))
-        elif group.type == "table":
-            segments.append(_Segment(raw=f"encode_table(self.{name})"))
+        elif group.type in HELPERS:
+            segments.append(_Segment(raw=f"{HELPERS[group.type][0]}(self.{name})"))
+        elif group.type == "uuid":
+            segments.append(_Segment(raw=f"self.{name}.bytes"))
         else:  # pragma: no cover - spec.py rejects other types
             raise ValueError(group.type)
 
-    if not method.fields:
-        literal = (cls.index << 16 | method.index).to_bytes(4, "big")
+    if not fields:
+        literal = b"" if is_struct else (cls.index << 16 | method.index).to_bytes(4, "big")
         return f"    def encode(self) -> bytes:\n        return {literal!r}\n"
 
     parts = [
@@ -177,7 +231,11 @@ def _render_encode(cls: AmqpClass, method: Method, structs: Structs) -> str:
     )
 
 
-def _render_decode(method: Method, structs: Structs) -> str:
+def _render_decode(
+    method: Method, structs: Structs, fields: tuple[Field, ...] | None = None
+) -> str:
+    if fields is None:
+        fields = method.fields
     lines: list[str] = []
     pending: list[tuple[str, str]] = []  # (format letter, target local)
     post: list[str] = []  # bit extraction after the unpack
@@ -206,7 +264,7 @@ def _render_decode(method: Method, structs: Structs) -> str:
         lines.append('    raise IndexError("string runs past the end of the frame")')
         lines.append(f"{name} = {value}")
 
-    groups = _bit_groups(method.fields)
+    groups = _bit_groups(fields)
     for pos, group in enumerate(groups):
         last = pos == len(groups) - 1
         if isinstance(group, list):
@@ -234,16 +292,24 @@ def _render_decode(method: Method, structs: Structs) -> str:
             string(name, "bytes(buf[offset:end])")
             if not last:
                 lines.append("offset = end")
-        elif group.type == "table":
+        elif group.type in HELPERS:
             flush(True)
-            lines.append(f"{name}, offset = decode_table(buf, offset)")
+            lines.append(f"{name}, offset = {HELPERS[group.type][1]}(buf, offset)")
+        elif group.type == "uuid":
+            flush(True)
+            lines.append("end = offset + 16")
+            lines.append("if end > len(buf):")
+            lines.append('    raise IndexError("uuid runs past the end of the frame")')
+            lines.append(f"{name} = UUID(bytes=bytes(buf[offset:end]))")
+            if not last:
+                lines.append("offset = end")
         else:  # pragma: no cover
             raise ValueError(group.type)
     flush(False)
 
-    args = ", ".join(py_name(f.name) for f in method.fields)
+    args = ", ".join(py_name(f.name) for f in fields)
     head = "    @classmethod\n    def decode(cls, buf: memoryview, offset: int) -> Self:\n"
-    if not method.fields:
+    if not fields:
         return head + "        return cls()\n"
     return (
         head
@@ -267,6 +333,48 @@ def _method_doc(cls: AmqpClass, method: Method) -> str:
     return f"``{cls.name}.{method.name}`` ({cls.index}/{method.index}){suffix}."
 
 
+def _field_lines(cls: AmqpClass, method: Method, fields: tuple[Field, ...]) -> list[str]:
+    out = []
+    for f in fields:
+        name = py_name(f.name)
+        ptype = PY_TYPES[f.type]
+        secret = (cls.name, method.name, f.name) in SECRET_FIELDS
+        if f.type == "table":
+            default = "field(default_factory=dict)"
+        elif f.type == "array":
+            default = "field(default_factory=list)"
+        elif secret:
+            default = f"field(default={DEFAULTS[f.type]}, repr=False)"
+        else:
+            default = DEFAULTS[f.type]
+        out.append(f"    {name}: {ptype} = {default}")
+    return out
+
+
+def _render_result_class(cls: AmqpClass, method: Method, result: Result, structs: Structs) -> str:
+    """A method's result struct: the fields alone, bit-packed as in a method."""
+    name = class_name(cls, method) + "Result"
+    out = [
+        "@dataclass(slots=True)",
+        f"class {name}(Struct):",
+        f'    """Result of ``{cls.name}.{method.name}`` (struct type {result.type_code})."""',
+        "",
+        f"    TYPE_CODE: ClassVar[int] = ({cls.index} << 8) | {result.type_code}",
+        f'    NAME: ClassVar[str] = "{cls.name}.{method.name}"',
+    ]
+    if result.fields:
+        out.append("")
+    out.extend(_field_lines(cls, method, result.fields))
+    out.append("")
+    return (
+        "\n".join(out)
+        + "\n"
+        + _render_encode(cls, method, structs, result.fields)
+        + "\n"
+        + _render_decode(method, structs, result.fields)
+    )
+
+
 def _render_method_class(cls: AmqpClass, method: Method, structs: Structs) -> str:
     out = [
         "@dataclass(slots=True)",
@@ -284,17 +392,7 @@ def _render_method_class(cls: AmqpClass, method: Method, structs: Structs) -> st
     ]
     if method.fields:
         out.append("")
-    for f in method.fields:
-        name = py_name(f.name)
-        ptype = PY_TYPES[f.type]
-        secret = (cls.name, method.name, f.name) in SECRET_FIELDS
-        if f.type == "table":
-            default = "field(default_factory=dict)"
-        elif secret:
-            default = f"field(default={DEFAULTS[f.type]}, repr=False)"
-        else:
-            default = DEFAULTS[f.type]
-        out.append(f"    {name}: {ptype} = {default}")
+    out.extend(_field_lines(cls, method, method.fields))
     out.append("")
     return (
         "\n".join(out)
@@ -309,7 +407,7 @@ METHODS_HEAD = '''
 """AMQP {version} method classes: one dataclass per method with its own encode/decode.
 
 Generated from the spec XML; the codec layer and the broker import it (through
-``leveret.protocol.amqp091``). ``encode()`` returns a whole method-frame payload,
+``{package}``). ``encode()`` returns a whole method-frame payload,
 ``decode_method()`` parses one; malformed input raises :class:`leveret.errors.SyntaxError_`.
 """
 
@@ -318,9 +416,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from typing import ClassVar, Self
-
+{stdlib}
 from leveret.errors import CommandInvalid, SyntaxError_
-from leveret.protocol.amqp091.fieldtable import FieldTable, decode_table, encode_table
+{imports}
 
 {structs}
 _DECODE_ERRORS = (struct.error, IndexError, ValueError)
@@ -364,6 +462,66 @@ def _cannot_encode(cls: type[Method], exc: Exception) -> SyntaxError_:
     )
 '''
 
+STRUCT_HEAD = '''
+
+@dataclass(slots=True)
+class Struct:
+    """Base of the result structs (a method's ``<result>``, carried by ``execution.result``).
+
+    ``TYPE_CODE`` is ``class index << 8 | the struct's type``, the code a long-struct carries.
+    """
+
+    TYPE_CODE: ClassVar[int]
+    NAME: ClassVar[str]
+
+    def encode(self) -> bytes:
+        """Return the struct's fields (without the size and the type code)."""
+        raise NotImplementedError
+
+    @classmethod
+    def decode(cls, buf: memoryview, offset: int) -> Self:
+        """Decode the fields starting at ``offset`` (just after the type code)."""
+        raise NotImplementedError
+
+
+def _bad_struct(cls: type[Struct], exc: Exception) -> SyntaxError_:
+    return SyntaxError_(f"malformed {cls.NAME} result: {exc}", class_id=cls.TYPE_CODE >> 8)
+
+
+def _cannot_encode_struct(cls: type[Struct], exc: Exception) -> SyntaxError_:
+    return SyntaxError_(f"cannot encode {cls.NAME} result: {exc}", class_id=cls.TYPE_CODE >> 8)
+'''
+
+STRUCT_TAIL = '''
+
+RESULTS: dict[int, type[Struct]] = {{cls.TYPE_CODE: cls for cls in ({names},)}}
+"""Every result struct keyed by ``TYPE_CODE``."""
+
+
+def encode_long_struct(value: Struct | None) -> bytes:
+    """A long-struct: long size, short type code, the fields; ``None`` is size 0."""
+    if value is None:
+        return b"\\x00\\x00\\x00\\x00"
+    body = value.encode()
+    return _S_LH.pack(len(body) + 2, value.TYPE_CODE) + body
+
+
+def decode_long_struct(buf: memoryview, offset: int) -> tuple[Struct | None, int]:
+    """Decode the long-struct at ``offset``; return (struct or ``None``, offset after it)."""
+    size = _S_L.unpack_from(buf, offset)[0]
+    start = offset + 4
+    end = start + size
+    if end > len(buf):
+        raise IndexError("long-struct runs past the end of the frame")
+    if size == 0:
+        return None, end
+    code = _S_H.unpack_from(buf, start)[0]
+    cls = RESULTS.get(code)
+    if cls is None:
+        raise ValueError(f"unknown struct type {{code}}")
+    return cls.decode(buf[:end], start + 2), end
+'''
+
 METHODS_TAIL = '''
 
 METHODS: dict[int, type[Method]] = {{cls.INDEX: cls for cls in ({names},)}}
@@ -390,20 +548,82 @@ def decode_method(payload: bytes | memoryview) -> Method:
 '''
 
 
-def render_methods(spec: Spec, head: str) -> str:
+def _from_import(module: str, names: set[str]) -> str:
+    """One ``from module import ...`` line, names in isort's order (classes, then the rest)."""
+    ordered = sorted(n for n in names if n[0].isupper()) + sorted(
+        n for n in names if not n[0].isupper()
+    )
+    return f"from {module} import {', '.join(ordered)}"
+
+
+def _imports(types: set[str], opts: Options) -> tuple[str, str]:
+    """(stdlib lines, first-party lines after leveret.errors) the generated code needs."""
+    table: set[str] = set()
+    wire: set[str] = set()
+    if "table" in types:
+        table |= {"FieldTable", "decode_table", "encode_table"}
+    if "array" in types:
+        table |= {"FieldValue", "decode_array", "encode_array"}
+    if "content" in types:
+        wire |= {"Content", "decode_content", "encode_content"}
+    if "rfc1982-long-set" in types:
+        wire |= {"decode_long_set", "encode_long_set"}
+    lines = [(opts.fieldtable, table), (opts.wiretypes, wire)]
+    first = "\n".join(_from_import(mod, names) for mod, names in sorted(lines) if names)
+    stdlib = "from uuid import UUID\n" if "uuid" in types else ""
+    return stdlib, first
+
+
+def _used_types(spec: Spec) -> set[str]:
+    return {
+        f.type
+        for cls in spec.classes
+        for m in cls.methods
+        for f in (*m.fields, *(m.result.fields if m.result else ()))
+    }
+
+
+def render_methods(spec: Spec, head: str, opts: Options = DEFAULT_OPTIONS) -> str:
     structs = Structs()
     structs.name("HH")
     classes = [
         _render_method_class(cls, method, structs) for cls in spec.classes for method in cls.methods
     ]
     names = ", ".join(class_name(cls, m) for cls in spec.classes for m in cls.methods)
-    version = f"{spec.major}-{spec.minor}-{spec.revision}"
-    body = METHODS_HEAD.format(version=version, structs=structs.render())
-    return head + body + "\n\n" + "\n\n".join(classes) + METHODS_TAIL.format(names=names)
+    results = [(cls, m, m.result) for cls in spec.classes for m in cls.methods if m.result]
+    struct_classes = [
+        _render_result_class(cls, m, r, structs)
+        .replace("_cannot_encode(type(self)", "_cannot_encode_struct(type(self)")
+        .replace("_malformed(cls", "_bad_struct(cls")
+        for cls, m, r in results
+    ]
+    if results:
+        for fmt in ("L", "H", "LH"):
+            structs.name(fmt)
+    used = _used_types(spec)
+    stdlib, imports = _imports(used, opts)
+    body = METHODS_HEAD.format(
+        version=opts.label(spec),
+        structs=structs.render()
+        + ("_NIL_UUID = UUID(int=0)\n" if "uuid" in used else "")
+        + ("_NO_CONTENT = Content()\n" if "content" in used else ""),
+        package=opts.package,
+        stdlib=stdlib,
+        imports=imports,
+    )
+    out = head + body
+    if results:
+        out += STRUCT_HEAD
+    out += "\n\n" + "\n\n".join(classes + struct_classes) + METHODS_TAIL.format(names=names)
+    if results:
+        out += STRUCT_TAIL.format(
+            names=", ".join(class_name(cls, m) + "Result" for cls, m, _ in results)
+        )
+    return out
 
 
-def render_constants(spec: Spec, head: str) -> str:
-    version = f"{spec.major}-{spec.minor}-{spec.revision}"
+def render_constants(spec: Spec, head: str, opts: Options = DEFAULT_OPTIONS) -> str:
+    version = opts.label(spec)
     lines = [
         head,
         f'"""AMQP {version} constants: frame types, sizes, reply codes, class ids.',
@@ -418,10 +638,19 @@ def render_constants(spec: Spec, head: str) -> str:
         "",
     ]
     # Spec order for the plain constants, then the reply codes by value.
-    errors = sorted((c for c in spec.constants if c.kind), key=lambda c: c.value)
-    plain = [c for c in spec.constants if not c.kind]
+    errors = sorted((c for c in spec.constants if c.kind in ERROR_KINDS), key=lambda c: c.value)
+    plain = [c for c in spec.constants if c.kind not in ERROR_KINDS]
     lines.extend(f"{const_name(c.name)} = {c.value}" for c in [*plain, *errors])
     lines.append("")
+    ft_types = [c for c in spec.constants if c.kind == "field-table-type"]
+    if ft_types:
+        lines.append("FIELD_TABLE_TYPES: dict[int, tuple[str, int, int]] = {")
+        lines.extend(f'    {c.value}: ("{c.datatype}", {c.width}, {c.lfwidth}),' for c in ft_types)
+        lines.append("}")
+        lines.append(
+            '"""Field-table type code → (datatype, fixed width, length-prefix width), in octets."""'
+        )
+        lines.append("")
     lines.extend(f"CLASS_{const_name(cls.name)} = {cls.index}" for cls in spec.classes)
     lines.append("")
     for kind in ("soft-error", "hard-error"):
@@ -444,15 +673,10 @@ def _prop_skip(f: Field) -> list[str]:
     raise ValueError(f.type)  # pragma: no cover - bits are not properties
 
 
-def render_properties(spec: Spec, head: str) -> str:
-    basic = next(c for c in spec.classes if c.name == "basic")
-    props = basic.properties
-    if len(props) > 15:  # pragma: no cover
-        raise ValueError("more than 15 properties need several flag words")
-    flags = {py_name(f.name): 1 << (15 - i) for i, f in enumerate(props)}
-    known = sum(flags.values())
-    structs = Structs()
-    structs.name("H")
+def _property_codec(
+    props: tuple[Field, ...], flags: dict[str, int], structs: Structs
+) -> tuple[list[str], list[str]]:
+    """The encode and decode lines of a property list (inside the try blocks)."""
     enc: list[str] = []
     dec: list[str] = []
     for f in props:
@@ -502,6 +726,23 @@ def render_properties(spec: Spec, head: str) -> str:
         else:  # pragma: no cover
             raise ValueError(f.type)
 
+    return enc, dec
+
+
+def render_properties(spec: Spec, head: str, opts: Options = DEFAULT_OPTIONS) -> str:
+    basic = next(c for c in spec.classes if c.name == "basic")
+    props = basic.properties
+    if len(props) > 15:  # pragma: no cover
+        raise ValueError("more than 15 properties need several flag words")
+    flags = {py_name(f.name): 1 << (15 - i) for i, f in enumerate(props)}
+    known = sum(flags.values())
+    structs = Structs()
+    structs.name("H")
+    enc, dec = _property_codec(props, flags, structs)
+    # 0-8 and 0-9 give file, stream and tunnel content their own property lists.
+    others = [c for c in spec.classes if c.properties and c.name != "basic"]
+    extra = "".join(_other_properties(c, structs) for c in others)
+
     headers_skip: list[str] = []
     headers_flag = flags.get("headers")
     if headers_flag is not None:
@@ -521,8 +762,9 @@ def render_properties(spec: Spec, head: str) -> str:
     def indent(lines: list[str], n: int) -> str:
         return "".join(" " * n + line + "\n" for line in lines)
 
+    what = "``basic`` class" if not others else "content classes"
     out = f'''{head}
-"""Content-header properties of the ``basic`` class (the property flags and property list).
+"""Content-header properties of the {what} (the property flags and property list).
 
 Generated from the spec XML; the codec layer and the broker import it. The class-id,
 weight and body-size that precede the flags in a header frame belong to the framing layer.
@@ -535,7 +777,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from leveret.errors import SyntaxError_
-from leveret.protocol.amqp091.fieldtable import FieldTable, decode_table, encode_table
+from {opts.fieldtable} import FieldTable, decode_table, encode_table
 
 {structs.render()}
 _DECODE_ERRORS = (struct.error, IndexError, ValueError)
@@ -602,15 +844,96 @@ def decode_headers_only(buf: bytes | memoryview) -> FieldTable | None:
             f"malformed content properties: {{exc}}", class_id={basic.index}
         ) from exc
 '''
-    return out
+    if not others:
+        return out
+    classes = ", ".join(f"{c.index}: {_props_name(c)}" for c in [basic, *others])
+    return (
+        out
+        + extra
+        + f"\n\nPROPERTIES: dict[int, type[{_props_type(others)}]] = {{{classes}}}\n"
+        + '"""The property class of each content class, keyed by class-id."""\n'
+    )
 
 
-def render_init(spec: Spec, head: str) -> str:
-    version = f"{spec.major}-{spec.minor}-{spec.revision}"
+def _props_name(cls: AmqpClass) -> str:
+    return "".join(p.capitalize() for p in cls.name.split("-")) + "Properties"
+
+
+def _props_type(others: list[AmqpClass]) -> str:
+    return " | ".join(["BasicProperties", *(_props_name(c) for c in others)])
+
+
+def _other_properties(cls: AmqpClass, structs: Structs) -> str:
+    """Flags table and dataclass of a content class other than ``basic``."""
+    props = cls.properties
+    if len(props) > 15:  # pragma: no cover
+        raise ValueError("more than 15 properties need several flag words")
+    flags = {py_name(f.name): 1 << (15 - i) for i, f in enumerate(props)}
+    enc, dec = _property_codec(props, flags, structs)
+    prefix = const_name(cls.name)
+    name = _props_name(cls)
+    fields_src = "".join(
+        f"    {py_name(f.name)}: {PY_TYPES[f.type]} | None = None\n" for f in props
+    )
+    flags_src = "".join(f'    "{n}": 0x{bit:04X},\n' for n, bit in flags.items())
+    args = ", ".join(py_name(f.name) for f in props)
+
+    def indent(lines: list[str], n: int) -> str:
+        return "".join(" " * n + line + "\n" for line in lines)
+
+    return f'''
+
+{prefix}_PROPERTY_FLAGS: dict[str, int] = {{
+{flags_src}}}
+"""``{cls.name}`` property name → its bit in the property-flags word."""
+
+_{prefix}_KNOWN_FLAGS = 0x{sum(flags.values()):04X}
+
+
+@dataclass(slots=True)
+class {name}:
+    """The {len(props)} ``{cls.name}`` content properties, in spec order; ``None`` means absent."""
+
+{fields_src}
+    def encode(self) -> bytes:
+        """Return the property-flags word followed by the present properties."""
+        flags = 0
+        parts: list[bytes] = []
+        try:
+{indent(enc, 12)}        except _ENCODE_ERRORS as exc:
+            raise SyntaxError_(
+                f"cannot encode content properties: {{exc}}", class_id={cls.index}
+            ) from exc
+        return _S_H.pack(flags) + b"".join(parts)
+
+    @classmethod
+    def decode(cls, buf: bytes | memoryview) -> Self:
+        """Decode the property flags and property list that start ``buf``.
+
+        Raises:
+            SyntaxError_: truncated or malformed data, or unknown property flags.
+        """
+        try:
+            flags = _S_H.unpack_from(buf, 0)[0]
+            if flags & ~_{prefix}_KNOWN_FLAGS:
+                raise SyntaxError_(
+                    f"unknown property flags 0x{{flags:04X}}", class_id={cls.index}
+                )
+            offset = 2
+{indent(dec, 12)}        except _DECODE_ERRORS as exc:
+            raise SyntaxError_(
+                f"malformed content properties: {{exc}}", class_id={cls.index}
+            ) from exc
+        return cls({args})
+'''
+
+
+def render_init(spec: Spec, head: str, opts: Options = DEFAULT_OPTIONS) -> str:
+    version = opts.label(spec)
     return (
         f"{head}\n"
         f'"""Code generated from the AMQP {version} spec XML by ``python -m tools.codegen``.\n\n'
-        "Import through ``leveret.protocol.amqp091``; regenerate, never edit by hand.\n"
+        f"Import through ``{opts.package}``; regenerate, never edit by hand.\n"
         '"""\n\n'
         "from __future__ import annotations\n"
     )

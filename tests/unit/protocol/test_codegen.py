@@ -258,3 +258,97 @@ def test_overlay_adds_new_class(tmp_path: Path) -> None:
     )
     model = codegen_spec.load(TINY_SPEC, (overlay,))
     assert [c.name for c in model.classes] == ["basic", "confirm"]
+
+
+# -- the other targets: 0-8, 0-9 and the 0-9 working draft ------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(codegen.TARGETS))
+def test_every_target_is_up_to_date(name: str) -> None:
+    target = codegen.TARGETS[name]
+    assert codegen.check(codegen.generate_target(target), target.output) == []
+
+
+def test_check_cli_runs_every_target_and_one_on_request(tmp_path: Path) -> None:
+    run = [sys.executable, "-m", "tools.codegen", "--check"]
+    every = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert every.returncode == 0, every.stderr
+    one = [*run, "--target", "amqp08", "--out", str(tmp_path)]
+    missing = subprocess.run(one, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert missing.returncode == 1
+    assert str(tmp_path / "methods.py") in missing.stderr
+    both = [*run, "--target", "amqp08", "--target", "amqp09", "--out", str(tmp_path)]
+    refused = subprocess.run(both, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2
+    assert "single --target" in refused.stderr
+
+
+def test_clean_scraped_undoes_the_web_view_only() -> None:
+    scraped = "\n".join(
+        [
+            "Former-commit-id: 123",
+            "274 KiB",
+            '<?xml version="1.0"?>',
+            "|",
+            '<amqp major="99" minor="0">',
+            "|",
+            "|",
+            '<constant name="a" value="0x10"><doc>x <= y & z &amp; w</doc></constant>',
+            "</amqp>",
+        ]
+    )
+    text = codegen_spec.clean_scraped(scraped)
+    assert text.startswith('<?xml version="1.0"?>\n<amqp major="99" minor="0">\n<constant')
+    assert "x &lt;= y &amp; z &amp; w" in text
+    assert "|" not in text
+    with pytest.raises(codegen_spec.SpecError):
+        codegen_spec.clean_scraped("no xml here")
+
+
+def test_0_8_spelling_is_normalised(tmp_path: Path) -> None:
+    path = tmp_path / "spaced.xml"
+    path.write_text(
+        '<amqp xmlns="http://www.amqp.org/schema/amqp.xsd" major="8" minor="0">'
+        '<constant name="frame end" value="0xce"/>'
+        '<constant name="not found" value="404" class="soft error"/>'
+        '<domain name="queue name" type="shortstr"/>'
+        '<class name="basic" index="60"><field name="content type" type="shortstr"/>'
+        '<method name="get ok" index="71"><field name="queue" domain="queue name"/>'
+        '<field name="message count" type="long"/></method></class></amqp>'
+    )
+    model = codegen_spec.load(path)
+    assert (model.major, model.minor, model.revision) == (8, 0, 0)
+    assert [(c.name, c.value, c.kind) for c in model.constants] == [
+        ("frame-end", 206, ""),
+        ("not-found", 404, "soft-error"),
+    ]
+    (basic,) = model.classes
+    assert basic.properties[0].name == "content-type"
+    assert basic.methods[0].name == "get-ok"
+    assert [(f.name, f.type) for f in basic.methods[0].fields] == [
+        ("queue", "shortstr"),
+        ("message-count", "long"),
+    ]
+
+
+def test_struct_domains_and_results(tmp_path: Path) -> None:
+    body = (
+        '<domain name="long" type="long"/><domain name="props"><struct size="long">'
+        '<field name="x" domain="long"/></struct></domain>'
+        '<class name="q" index="50"><method name="query" index="60">'
+        '<field name="n" domain="long"/><result><struct size="long" type="61">'
+        '<field name="count" domain="long"/><field name="ids" domain="array"/>'
+        "</struct></result></method></class>"
+    )
+    path = tmp_path / "draft.xml"
+    path.write_text(f'<amqp major="99" minor="0">{body}</amqp>')
+    (cls,) = codegen_spec.load(path).classes
+    result = cls.methods[0].result
+    assert result is not None
+    assert result.type_code == 61
+    assert [(f.name, f.type) for f in result.fields] == [("count", "long"), ("ids", "array")]
+    # A method field may not take a struct-valued domain: it has no wire type here.
+    bad = body.replace('"n" domain="long"', '"n" domain="props"')
+    path.write_text(f'<amqp major="99" minor="0">{bad}</amqp>')
+    with pytest.raises(codegen_spec.SpecError, match="unknown domain 'props'"):
+        codegen_spec.load(path)

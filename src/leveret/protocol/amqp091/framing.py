@@ -24,6 +24,7 @@ __all__ = [
     "FRAME_HEARTBEAT",
     "FRAME_METHOD",
     "FRAME_OVERHEAD",
+    "FRAME_TYPES",
     "HEARTBEAT_FRAME",
     "PROTOCOL_HEADER",
     "Frame",
@@ -45,7 +46,8 @@ FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
-_FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+"""The frame types 0-9-1 defines (0-8 and 0-9 define more: their own framing modules)."""
 # The frame-end octet as bytes, for joins (the front end's pre-encoded deliveries too).
 FRAME_END_BYTES = b"\xce"
 _MAX_SIZE = 0xFFFFFFFF
@@ -91,12 +93,16 @@ class FrameDecoder:
     rejected as soon as its header arrives (without buffering its payload), as RabbitMQ does.
     After an error the decoder is poisoned: every later :meth:`feed` raises the same error.
     Frames completed in the failing call before the bad one are kept in :attr:`salvaged`.
+
+    ``frame_types`` are the types accepted (default 0-9-1's); the 0-8 and 0-9 codecs, whose
+    frames have the same layout, pass their larger sets.
     """
 
-    __slots__ = ("_buf", "_error", "frame_max", "salvaged")
+    __slots__ = ("_buf", "_error", "_frame_types", "frame_max", "salvaged")
 
-    def __init__(self, frame_max: int = 131072) -> None:
+    def __init__(self, frame_max: int = 131072, frame_types: frozenset[int] = FRAME_TYPES) -> None:
         self.frame_max = frame_max
+        self._frame_types = frame_types
         self._buf = bytearray()
         self._error: FrameError | None = None
         self.salvaged: list[Frame] = []
@@ -129,6 +135,7 @@ class FrameDecoder:
         append = frames.append
         unpack = _HEADER.unpack_from
         frame_max = self.frame_max
+        frame_types = self._frame_types
         limit = frame_max - FRAME_OVERHEAD if frame_max > 0 else _MAX_SIZE
         is_bytes = src is not buf
         mv = None if is_bytes else memoryview(src)
@@ -153,7 +160,7 @@ class FrameDecoder:
                     )
                 if size > limit:
                     self._fail(self._too_large(size), frames)
-                if ftype not in _FRAME_TYPES:
+                if ftype not in frame_types:
                     self._fail(
                         FrameError(f"unknown frame type {ftype} on channel {channel}"), frames
                     )

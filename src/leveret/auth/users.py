@@ -265,12 +265,12 @@ class UserStore:
         if name in self.users:
             raise UserExists(name)
         stored = passwords.hash_password(password) if password else b""
-        log.info("creating user '%s'", name)
+        log.debug("creating user '%s'", name)
         return self.put_user(name, stored)
 
     def delete_user(self, name: str) -> None:
         self.user(name)
-        log.info("deleting user '%s'", name)
+        log.debug("deleting user '%s'", name)
         del self.users[name]
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
@@ -282,21 +282,21 @@ class UserStore:
         user = self.user(name)
         if not password:
             raise InvalidArgument("a password must not be empty (clear_password removes it)")
-        log.info("changing password for user '%s'", name)
+        log.debug("changing password for user '%s'", name)
         user.password_hash = passwords.hash_password(password)
         user.hashing_algorithm = DEFAULT_ALGORITHM
         self._changed()
 
     def clear_password(self, name: str) -> None:
         user = self.user(name)
-        log.info("clearing password for user '%s'", name)
+        log.debug("clearing password for user '%s'", name)
         user.password_hash = b""
         self._changed()
 
     def set_user_tags(self, name: str, tags: Iterable[str]) -> None:
         user = self.user(name)
         user.tags = _tags(tags)
-        log.info("setting tags for user '%s' to [%s]", name, ", ".join(user.tags))
+        log.debug("setting tags for user '%s' to [%s]", name, ", ".join(user.tags))
         self._changed()
 
     def check_credentials(self, name: str, password: str) -> User:
@@ -333,7 +333,7 @@ class UserStore:
             )
         info = self.vhosts.get(name)
         if info is None:
-            log.info("adding vhost '%s'", name)
+            log.debug("adding vhost '%s'", name)
             info = self.vhosts[name] = VhostInfo(name)
         if description:
             info.description = description
@@ -350,7 +350,7 @@ class UserStore:
         """Forget the vhost and every permission and limit in it (the server removes its
         contents and closes its connections: server/admin.py)."""
         self.vhost(name)
-        log.info("deleting vhost '%s'", name)
+        log.debug("deleting vhost '%s'", name)
         del self.vhosts[name]
         for key in [k for k in self.permissions if k[1] == name]:
             del self.permissions[key]
@@ -369,7 +369,7 @@ class UserStore:
             permission = Permission(configure, write, read)
         except InvalidPattern as exc:
             raise InvalidArgument(str(exc)) from None
-        log.info(
+        log.debug(
             "setting permissions for '%s' in '%s' to '%s', '%s', '%s'",
             user,
             vhost,

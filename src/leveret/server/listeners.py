@@ -16,6 +16,7 @@ Only Python's ``ssl`` module: no crypto of our own.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 import time
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ class TlsError(Exception):
 
 def make_context(settings: Settings) -> ssl.SSLContext:
     """The server context the settings describe."""
+    for path in (settings.tls_certfile, settings.tls_keyfile, settings.tls_cacertfile):
+        if path and not os.access(path, os.R_OK):
+            raise TlsError(f"TLS settings cannot be used: cannot read {path}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = _VERSIONS[settings.tls_min_version]
     context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
@@ -68,9 +72,11 @@ def make_context(settings: Settings) -> ssl.SSLContext:
         if settings.tls_ciphers:
             context.set_ciphers(settings.tls_ciphers)
     except ssl.SSLError as exc:
-        raise TlsError(f"TLS settings cannot be used: {exc.reason or exc}") from None
+        # set_ciphers raises an SSLError without a reason attribute.
+        reason = getattr(exc, "reason", None) or exc
+        raise TlsError(f"TLS settings cannot be used: {reason}") from None
     except OSError as exc:
-        raise TlsError(f"TLS settings cannot be used: {exc.filename}: {exc.strerror}") from None
+        raise TlsError(f"TLS settings cannot be used: {exc.strerror}") from None
     if settings.tls_verify_peer:
         # fail_if_no_peer_cert: a client without a certificate fails the handshake;
         # otherwise a certificate is asked for, verified if sent, and not required.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def test_client_certificate_identity(tmp_path: Path) -> None:
     assert dn is not None
     # RabbitMQ's format: the certificate's last RDN first, short names, comma-separated.
     assert dn.startswith("CN=app-client,OU=Testing cert #")
-    assert dn.endswith(",O=trustme v" + trustme.__version__)
+    assert dn.endswith(",O=trustme v" + version("trustme"))
     assert certificate_identity(peercert, "common_name") == "app-client"
 
 

@@ -8,9 +8,13 @@ unknown mechanism, malformed response); a password never reaches the log. What t
 is told is RabbitMQ's: with the ``authentication_failure_close`` capability, 403
 "Login was refused using authentication mechanism X. For details see the broker
 logfile." (``Login.close_text``); without it, or for an unknown mechanism or a malformed
-response (``close_text`` None), nothing: the socket is closed. Either way only after
-:data:`FAILURE_DELAY` seconds, RabbitMQ's delay for any error before a connection is
-open, so that guessing passwords costs the client time.
+response (``close_text`` None), nothing: the socket is closed.
+
+The delay (:data:`FAILURE_DELAY`, RabbitMQ's 3 s for any error before a connection is
+open): RabbitMQ sends the 403 at once and holds the socket 3 s only if the client does not
+close it, so a client that closes on the 403 can guess again at once. Leveret sends the
+refusal itself (close method or dropped socket) only after the delay, for every client,
+so that every guess costs 3 s (docs/compatibility.md).
 
 Which mechanisms a connection is offered (:func:`mechanisms`): PLAIN and AMQPLAIN always,
 EXTERNAL when the client presented a verified certificate (RabbitMQ offers it only then),
@@ -90,7 +94,8 @@ class Login:
 
     @property
     def delay(self) -> float:
-        """Seconds to wait before closing a refused connection."""
+        """Seconds to wait before answering a refused login (sending ``close_text`` or
+        dropping the socket); nothing more is read from the client meanwhile."""
         return 0.0 if self.ok else FAILURE_DELAY
 
 

@@ -41,6 +41,27 @@ class Settings:
     log_level: str = "info"
     # Where durable entities and persistent messages are kept ("" = default_data_dir()).
     data_dir: str = ""
+    # RabbitMQ's loopback_users: users who may connect from loopback addresses only
+    # (empty, or "none", lets every user connect from anywhere).
+    loopback_users: tuple[str, ...] = ("guest",)
+    # RabbitMQ's connection_max: connections the broker accepts at once; None = no limit.
+    connection_max: int | None = None
+    # The user a client logging in with SASL ANONYMOUS becomes (RabbitMQ 4's
+    # anonymous_login_user); "" = ANONYMOUS is not offered.
+    anonymous_login_user: str = ""
+    # TLS (amqps): off unless tls_certfile is set; then a second listener on tls_port.
+    tls_port: int = 5671
+    tls_host: str = ""  # "" = the same address as host
+    tls_certfile: str = ""
+    tls_keyfile: str = ""
+    tls_cacertfile: str = ""  # CA bundle for client certificates
+    tls_verify_peer: bool = False  # ask for a client certificate and verify it
+    tls_fail_if_no_peer_cert: bool = False  # refuse clients without one (needs verify_peer)
+    tls_min_version: str = "1.2"  # "1.2" or "1.3"
+    tls_ciphers: str = ""  # OpenSSL cipher list for TLS 1.2 ("" = Python's defaults)
+    # EXTERNAL logins: the user name is the client certificate's whole subject DN
+    # ("distinguished_name", RabbitMQ's default) or its CN ("common_name").
+    ssl_cert_login_from: str = "distinguished_name"
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -51,12 +72,23 @@ def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+# List settings whose empty value means something (RabbitMQ: loopback_users = none).
+_MAY_BE_EMPTY = frozenset(("loopback_users",))
+TLS_VERSIONS = ("1.2", "1.3")
+CERT_LOGIN_FROM = ("distinguished_name", "common_name")
 
 
 def _coerce(name: str, value: object, source: str) -> object:
     field = _FIELDS.get(name)
     if field is None:
         raise ConfigError(f"{source}: unknown setting '{name}'")
+    if field.type in ("bool", bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _BOOLEANS:
+            return _BOOLEANS[value.strip().lower()]
+        raise ConfigError(f"{source}: {name} must be true or false, got {value!r}")
     if field.type in ("int", int, "int | None"):
         if isinstance(value, bool | float):
             raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")
@@ -68,6 +100,10 @@ def _coerce(name: str, value: object, source: str) -> object:
             raise ConfigError(f"{source}: {name} must not be negative, got {number}")
         return number
     if field.type in ("tuple[str, ...]", tuple):
+        if name in _MAY_BE_EMPTY and (
+            value == [] or (isinstance(value, str) and value.strip().lower() in ("", "none"))
+        ):
+            return ()
         # A TOML array, or a comma-separated string from a variable or flag.
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
@@ -94,6 +130,23 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError("default_user must not be empty")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level must be debug, info, warning or error: {settings.log_level}")
+    if settings.tls_port > 65535:
+        raise ConfigError(f"tls_port must be at most 65535, got {settings.tls_port}")
+    if settings.tls_certfile and not settings.tls_keyfile:
+        raise ConfigError("tls_certfile needs tls_keyfile (the certificate's private key)")
+    if settings.tls_keyfile and not settings.tls_certfile:
+        raise ConfigError("tls_keyfile needs tls_certfile")
+    if settings.tls_min_version not in TLS_VERSIONS:
+        raise ConfigError(f"tls_min_version must be 1.2 or 1.3, got {settings.tls_min_version}")
+    if settings.tls_fail_if_no_peer_cert and not settings.tls_verify_peer:
+        raise ConfigError("tls_fail_if_no_peer_cert needs tls_verify_peer")
+    if settings.tls_verify_peer and not settings.tls_cacertfile:
+        raise ConfigError("tls_verify_peer needs tls_cacertfile (the CA of client certificates)")
+    if settings.ssl_cert_login_from not in CERT_LOGIN_FROM:
+        raise ConfigError(
+            "ssl_cert_login_from must be distinguished_name or common_name, "
+            f"got {settings.ssl_cert_login_from}"
+        )
     return settings
 
 

@@ -416,3 +416,44 @@ def test_consumer_timeout_from_every_source(tmp_path: Path) -> None:
     assert load(environ={}, overrides={"consumer_timeout": 500}).consumer_timeout == 500
     with pytest.raises(ConfigError, match="consumer_timeout"):
         load(environ={"LEVERET_CONSUMER_TIMEOUT": "-1"})
+
+
+def test_auth_and_tls_settings() -> None:
+    env = {
+        "LEVERET_LOOPBACK_USERS": "none",
+        "LEVERET_CONNECTION_MAX": "10",
+        "LEVERET_TLS_CERTFILE": "c.pem",
+        "LEVERET_TLS_KEYFILE": "k.pem",
+        "LEVERET_TLS_CACERTFILE": "ca.pem",
+        "LEVERET_TLS_VERIFY_PEER": "yes",
+        "LEVERET_TLS_FAIL_IF_NO_PEER_CERT": "true",
+        "LEVERET_TLS_MIN_VERSION": "1.3",
+        "LEVERET_SSL_CERT_LOGIN_FROM": "common_name",
+    }
+    settings = load(environ=env)
+    assert settings.loopback_users == ()
+    assert settings.connection_max == 10
+    assert settings.tls_verify_peer is True
+    assert settings.tls_fail_if_no_peer_cert is True
+    assert settings.tls_min_version == "1.3"
+    assert settings.ssl_cert_login_from == "common_name"
+    assert load(environ={}).loopback_users == ("guest",)
+    assert load(environ={"LEVERET_LOOPBACK_USERS": "a, b"}).loopback_users == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LEVERET_TLS_VERIFY_PEER": "maybe"}, "must be true or false"),
+        ({"LEVERET_TLS_CERTFILE": "c.pem"}, "needs tls_keyfile"),
+        ({"LEVERET_TLS_KEYFILE": "k.pem"}, "needs tls_certfile"),
+        ({"LEVERET_TLS_MIN_VERSION": "1.1"}, "1.2 or 1.3"),
+        ({"LEVERET_TLS_FAIL_IF_NO_PEER_CERT": "1"}, "needs tls_verify_peer"),
+        ({"LEVERET_TLS_VERIFY_PEER": "1"}, "needs tls_cacertfile"),
+        ({"LEVERET_SSL_CERT_LOGIN_FROM": "email"}, "distinguished_name or common_name"),
+        ({"LEVERET_TLS_PORT": "70000"}, "at most 65535"),
+    ],
+)
+def test_bad_auth_and_tls_settings(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(environ=env)

@@ -1,4 +1,5 @@
-"""The ``leveret`` command: ``leveret serve`` runs the broker."""
+"""The ``leveret`` command: ``leveret serve`` runs the broker, ``leveret ctl`` manages a
+running one (``cli/ctl.py``)."""
 
 from __future__ import annotations
 
@@ -52,10 +53,29 @@ def _parser() -> argparse.ArgumentParser:
         "~/.local/share/leveret)",
     )
     serve.add_argument("--log-level", help="debug, info, warning or error")
+    serve.add_argument(
+        "--loopback-users",
+        help="users who may connect from loopback only, comma-separated ('none': no one)",
+    )
+    serve.add_argument("--connection-max", type=int, help="most connections at once")
+    serve.add_argument("--tls-port", type=int, help="amqps port (default 5671)")
+    serve.add_argument("--tls-certfile", help="server certificate (PEM); enables amqps")
+    serve.add_argument("--tls-keyfile", help="its private key (PEM)")
+    serve.add_argument("--tls-cacertfile", help="CA bundle for client certificates (PEM)")
+    sub.add_parser(
+        "ctl",
+        help="manage the running broker (rabbitmqctl's verbs; 'leveret ctl --help')",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ctl"]:
+        from leveret.cli import ctl
+
+        return ctl.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "serve":
         overrides = {
@@ -72,6 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "consumer_timeout": args.consumer_timeout,
             "log_level": args.log_level,
             "data_dir": args.data_dir,
+            "loopback_users": args.loopback_users,
+            "connection_max": args.connection_max,
+            "tls_port": args.tls_port,
+            "tls_certfile": args.tls_certfile,
+            "tls_keyfile": args.tls_keyfile,
+            "tls_cacertfile": args.tls_cacertfile,
         }
         try:
             settings = load(args.config, overrides=overrides)

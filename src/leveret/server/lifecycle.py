@@ -5,7 +5,11 @@ listener opens, so a client never sees a half-recovered broker. At shutdown the 
 writes what is pending (acks included) before the process exits.
 
 On SIGINT/SIGTERM every connection gets connection.close 320 CONNECTION_FORCED, the broker
-waits briefly for the close handshakes, then exits.
+waits briefly for the close handshakes, then exits. SIGHUP reloads the TLS certificates.
+
+Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/admin.py``
+``boot_auth``, after the store's recovery); once the listeners are up, the control channel
+``leveret ctl`` speaks to opens in the data directory (``server/control.py``).
 """
 
 from __future__ import annotations
@@ -23,12 +27,15 @@ from leveret.auth.users import UserStore
 from leveret.config import default_data_dir
 from leveret.model.broker import Broker
 from leveret.model.stream import StreamQueue
+from leveret.server.admin import Admin, AuthBootError, boot_auth
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.stream_headers import stamp_stream
 from leveret.server.connection import ConnectionProtocol
+from leveret.server.control import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
+from leveret.server.listeners import TlsContexts, TlsError
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.pages import PageFiles
 from leveret.store.records import StoreCorrupt
@@ -48,6 +55,11 @@ class StoreError(Exception):
     """The data directory cannot be used; the CLI prints this and exits with status 1."""
 
 
+class StartupError(StoreError):
+    """A file or setting the broker needs at boot cannot be used (auth.json, TLS files);
+    printed by the CLI like a store error, exit status 1."""
+
+
 class Server:
     """A running broker: the model, its listeners and its connections."""
 
@@ -55,11 +67,15 @@ class Server:
         self.settings = settings
         timeout = settings.consumer_timeout
         self.broker = Broker(consumer_timeout=timeout / 1000 if timeout else None)
-        for vhost in settings.vhosts:
-            self.broker.add_vhost(vhost)
-        self.users = UserStore.with_default_user(
-            settings.default_user, settings.default_pass, settings.vhosts
-        )
+        # Filled from data_dir/auth.json (or first-boot defaults) by boot_auth in _recover.
+        self.users = UserStore(loopback_users=settings.loopback_users)
+        self.users.connection_max = settings.connection_max
+        self.users.anonymous_user = settings.anonymous_login_user
+        self.data_path = Path(settings.data_dir or default_data_dir())
+        self.tls: TlsContexts | None = None
+        self.listening: list[str] = []
+        self.started_at = time.time()
+        self.control: ControlChannel | None = None
         self.limits = Limits(
             channel_max=settings.channel_max,
             frame_max=settings.frame_max,
@@ -79,7 +95,7 @@ class Server:
         self.streams: StreamStore | None = None
 
     def _recover(self, loop: asyncio.AbstractEventLoop) -> None:
-        path = self.settings.data_dir or str(default_data_dir())
+        path = str(self.data_path)
         started = time.monotonic()
         store = DiskStore(path)
         try:
@@ -108,6 +124,10 @@ class Server:
         streams.start(loop)
         self.store = store
         self.streams = streams
+        try:
+            boot_auth(self.users, self.broker, self.data_path, self.settings)
+        except AuthBootError as exc:
+            raise StartupError(str(exc)) from None
         log.info(
             "recovered %d exchanges, %d queues, %d bindings and %d messages from %s in %.2f s",
             len(recovered.exchanges),
@@ -149,9 +169,44 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
+            self.listening.append(f"amqp://{shown}:{port}")
             log.info("listening on amqp://%s:%d (%s)", shown, port, build_info.describe())
+        if self.settings.tls_certfile:
+            await self._start_tls(loop)
+        self.control = ControlChannel(Admin(self), self.data_path)
+        try:
+            await self.control.start()
+        except ControlChannelError as exc:
+            self.control = None
+            log.warning("leveret ctl will not reach this broker: %s", exc)
+
+    async def _start_tls(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The amqps listener beside the plain one: same front end, TLS first."""
+        try:
+            self.tls = TlsContexts(self.settings)
+        except TlsError as exc:
+            raise StartupError(str(exc)) from None
+        server = await loop.create_server(
+            lambda: ConnectionProtocol(
+                self.broker, self.users, self.limits, self.connections, self.alarm
+            ),
+            host=self.settings.tls_host or self.settings.host,
+            port=self.settings.tls_port,
+            reuse_address=True,
+            ssl=self.tls.listening,
+        )
+        self.servers.append(server)
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            self.listening.append(f"amqps://{shown}:{port}")
+            log.info("listening on amqps://%s:%d", shown, port)
 
     async def stop(self) -> None:
+        if self.control is not None:
+            await self.control.close()
+            self.control = None
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
@@ -185,9 +240,19 @@ class Server:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         await self.start()
         await self.stopping.wait()
         await self.stop()
+
+    def _on_hup(self) -> None:
+        if self.tls is None:
+            log.info("received SIGHUP: no TLS listener, nothing to reload")
+            return
+        try:
+            self.tls.reload()
+        except TlsError as exc:
+            log.error("received SIGHUP: %s; the certificates in use are kept", exc)
 
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)

@@ -1,0 +1,81 @@
+"""The auth registry on disk: ``data_dir/auth.json``, rewritten whole and atomically on
+every change, read at boot. The server imports it (``server/lifecycle.py`` at boot,
+``server/admin.py`` after each change).
+
+Why a file of its own and not records in ``defs.log``: an operator's change must be on disk
+before ``leveret ctl`` says it is done, while ``defs.log`` is written by the store's group
+commit off the loop and compacted at boot; the auth state is small (a file of a few
+kilobytes per hundred users) and changes rarely, so rewriting it costs nothing that
+matters; and it holds password hashes, so it is kept readable by the broker's user only
+(mode 0600), apart from data any backup tool may read. The write is the usual atomic
+replace: a temporary file in the same directory, fsync, rename over the old one, fsync of
+the directory. A crash at any point leaves the old file or the new one, never a mix; a
+``kill -9`` after ``save`` returned loses nothing.
+
+The format is RabbitMQ's definitions (``auth.definitions``) plus a ``format`` marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from leveret.auth.definitions import export_definitions, load_store
+from leveret.auth.users import AdminError, UserStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+AUTH_FILE = "auth.json"
+FORMAT = "leveret-auth 1"
+
+
+class AuthFileError(Exception):
+    """auth.json cannot be read or used; the broker refuses to start (never silently
+    starts with a default user instead of the operator's users)."""
+
+
+def snapshot(store: UserStore) -> dict[str, Any]:
+    return {"format": FORMAT, **export_definitions(store)}
+
+
+def save(path: Path, doc: dict[str, Any]) -> None:
+    """Replace ``path`` by ``doc`` atomically and durably."""
+    data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: Path, store: UserStore) -> bool:
+    """Fill ``store`` from ``path``; False when there is no file yet (a new data dir)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise AuthFileError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise AuthFileError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise AuthFileError(f"{path} is not a Leveret auth file ({FORMAT})")
+    try:
+        load_store(store, doc)
+    except AdminError as exc:
+        raise AuthFileError(f"{path}: {exc}") from None
+    return True

@@ -1,0 +1,425 @@
+"""``leveret ctl``: rabbitmqctl's verbs, with its argument order, against the running broker.
+
+The broker is found from the same settings as ``leveret serve`` (``--data-dir``,
+``--config``, ``LEVERET_*``): its control socket is ``data_dir/ctl.sock``
+(``server/control.py``), usable by the broker's own user only, so no password is needed on
+the broker's machine. Output is a table (tab-separated, a header line; rabbitmqctl's
+"Listing ..." banner unless ``-q``) or JSON (``--formatter json``). Exit codes are
+rabbitmqctl's: 0 done, 64 bad usage, 65 bad data or failed authentication, 67 no such
+user, 69 broker or vhost unavailable, 70 user exists; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from leveret.config import ConfigError, default_data_dir, load
+from leveret.server.control import socket_path
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+EX_USAGE = 64
+EX_UNAVAILABLE = 69
+DEFAULT_TIMEOUT = 60.0
+AWAIT_TIMEOUT = 300.0
+
+
+class CtlError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EX_USAGE, f"leveret ctl: {message} (see '{self.prog} --help')\n")
+
+
+def _common(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--data-dir", default=default, help="the broker's data directory")
+    parser.add_argument("--config", default=default, help="the broker's TOML config file")
+    parser.add_argument(
+        "--formatter", choices=("table", "json"), default=default, help="output format"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", default=default)
+    parser.add_argument(
+        "-t", "--timeout", type=float, default=default, help="seconds to wait for the broker"
+    )
+
+
+def _vhost(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+
+
+def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]:
+    def user(p: argparse.ArgumentParser) -> None:
+        p.add_argument("username")
+
+    def user_password(p: argparse.ArgumentParser) -> None:
+        p.add_argument("username")
+        p.add_argument("password", nargs="?", help="read from stdin when left out")
+
+    def tags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("username")
+        p.add_argument("tags", nargs="*")
+
+    def vhost_name(p: argparse.ArgumentParser) -> None:
+        p.add_argument("vhost")
+
+    def add_vhost(p: argparse.ArgumentParser) -> None:
+        p.add_argument("vhost")
+        p.add_argument("--description", default="")
+        p.add_argument("--tags", default="", help="comma-separated")
+        p.add_argument("--default-queue-type", choices=("classic", "quorum", "stream"))
+
+    def columns(p: argparse.ArgumentParser) -> None:
+        p.add_argument("columns", nargs="*")
+
+    def set_permissions(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        for name in ("username", "conf", "write", "read"):
+            p.add_argument(name)
+
+    def vhost_user(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("username")
+
+    def set_topic(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        for name in ("username", "exchange", "write", "read"):
+            p.add_argument(name)
+
+    def clear_topic(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("username")
+        p.add_argument("exchange", nargs="?")
+
+    def set_vhost_limits(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("definition", help="JSON, e.g. '{\"max-connections\": 10}'")
+
+    def list_vhost_limits(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("--global", dest="all", action="store_true", help="every vhost")
+
+    def set_user_limits(p: argparse.ArgumentParser) -> None:
+        p.add_argument("username")
+        p.add_argument("definition", help="JSON, e.g. '{\"max-channels\": 100}'")
+
+    def clear_user_limits(p: argparse.ArgumentParser) -> None:
+        p.add_argument("username")
+        p.add_argument("limit", help="max-connections, max-channels or all")
+
+    def list_user_limits(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--user")
+        p.add_argument("--global", dest="all", action="store_true", help="every user")
+
+    def file(p: argparse.ArgumentParser) -> None:
+        p.add_argument("file", help="'-' for standard input/output")
+
+    def none(p: argparse.ArgumentParser) -> None:
+        pass
+
+    return {
+        "add_user": ("create a user", user_password),
+        "delete_user": ("delete a user and their permissions", user),
+        "change_password": ("set a user's password", user_password),
+        "clear_password": ("remove a user's password (certificate login only)", user),
+        "set_user_tags": ("replace a user's tags", tags),
+        "list_users": ("list users and their tags", none),
+        "authenticate_user": ("check a user's password", user_password),
+        "add_vhost": ("create a virtual host", add_vhost),
+        "delete_vhost": ("delete a virtual host and everything in it", vhost_name),
+        "list_vhosts": ("list virtual hosts", columns),
+        "set_permissions": ("set a user's permissions in a vhost", set_permissions),
+        "clear_permissions": ("remove a user's permissions in a vhost", vhost_user),
+        "list_permissions": ("list the permissions in a vhost", _vhost),
+        "list_user_permissions": ("list a user's permissions", user),
+        "set_topic_permissions": ("set a user's topic permissions", set_topic),
+        "clear_topic_permissions": ("remove a user's topic permissions", clear_topic),
+        "list_topic_permissions": ("list the topic permissions in a vhost", _vhost),
+        "list_user_topic_permissions": ("list a user's topic permissions", user),
+        "set_vhost_limits": ("set a vhost's limits", set_vhost_limits),
+        "clear_vhost_limits": ("remove a vhost's limits", _vhost),
+        "list_vhost_limits": ("show vhost limits", list_vhost_limits),
+        "set_user_limits": ("set a user's limits", set_user_limits),
+        "clear_user_limits": ("remove a user's limit", clear_user_limits),
+        "list_user_limits": ("show user limits", list_user_limits),
+        "import_definitions": ("import users, vhosts, permissions, limits (JSON)", file),
+        "export_definitions": ("export users, vhosts, permissions, limits (JSON)", file),
+        "status": ("show the broker's status", none),
+        "await_startup": ("wait until the broker accepts commands", none),
+        "reload_tls": ("reload the TLS certificate, key and CA files", none),
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    main = _Parser(
+        prog="leveret ctl",
+        description="Manage a running Leveret broker (rabbitmqctl's verbs)",
+    )
+    _common(main, None)
+    sub = main.add_subparsers(dest="verb", required=True, metavar="command")
+    for verb, (help_text, build) in _specs().items():
+        p = sub.add_parser(verb, help=help_text, description=help_text)
+        _common(p, argparse.SUPPRESS)
+        build(p)
+    return main
+
+
+# -- talking to the broker ---------------------------------------------------------------
+
+
+def request(path: Path, verb: str, args: dict[str, Any], timeout: float) -> Any:
+    """One request to the broker's control socket; the result, or CtlError."""
+    payload = json.dumps({"verb": verb, "args": args}).encode() + b"\n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+            sock.sendall(payload)
+            chunks = []
+            while chunk := sock.recv(1 << 16):
+                chunks.append(chunk)
+        except FileNotFoundError:
+            raise CtlError(
+                f"no broker is running with data directory {path.parent} ({path} is missing)",
+                EX_UNAVAILABLE,
+            ) from None
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise CtlError(f"cannot reach the broker at {path}: {reason}", EX_UNAVAILABLE) from None
+    try:
+        reply = json.loads(b"".join(chunks))
+    except ValueError:
+        raise CtlError("the broker closed the control connection", EX_UNAVAILABLE) from None
+    if not reply.get("ok"):
+        raise CtlError(str(reply.get("error")), int(reply.get("code") or 1))
+    return reply.get("result")
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _print_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> None:
+    if columns is None:
+        columns = list(rows[0]) if rows else []
+    if columns:
+        print("\t".join(columns))
+    for row in rows:
+        print("\t".join(_cell(row.get(c, "")) for c in columns))
+
+
+# verb -> (banner, table columns when the result is empty)
+_BANNERS: dict[str, str] = {
+    "add_user": 'Adding user "{username}" ...',
+    "delete_user": 'Deleting user "{username}" ...',
+    "change_password": 'Changing password for user "{username}" ...',
+    "clear_password": 'Clearing password for user "{username}" ...',
+    "set_user_tags": 'Setting tags for user "{username}" to [{tag_list}] ...',
+    "list_users": "Listing users ...",
+    "authenticate_user": 'Authenticating user "{username}" ...',
+    "add_vhost": 'Adding vhost "{vhost}" ...',
+    "delete_vhost": 'Deleting vhost "{vhost}" ...',
+    "list_vhosts": "Listing vhosts ...",
+    "set_permissions": 'Setting permissions for user "{username}" in vhost "{vhost}" ...',
+    "clear_permissions": 'Clearing permissions for user "{username}" in vhost "{vhost}" ...',
+    "list_permissions": 'Listing permissions for vhost "{vhost}" ...',
+    "list_user_permissions": 'Listing permissions for user "{username}" ...',
+    "set_topic_permissions": (
+        'Setting topic permissions on "{exchange}" for user "{username}" in vhost "{vhost}" ...'
+    ),
+    "clear_topic_permissions": 'Clearing topic permissions for user "{username}" in vhost '
+    '"{vhost}" ...',
+    "list_topic_permissions": 'Listing topic permissions for vhost "{vhost}" ...',
+    "list_user_topic_permissions": 'Listing topic permissions for user "{username}" ...',
+    "set_vhost_limits": 'Setting vhost limits to "{definition}" for vhost "{vhost}" ...',
+    "clear_vhost_limits": 'Clearing vhost "{vhost}" limits ...',
+    "list_vhost_limits": 'Listing limits for vhost "{vhost}" ...',
+    "set_user_limits": 'Setting user limits to "{definition}" for user "{username}" ...',
+    "clear_user_limits": 'Clearing "{limit}" limit for user "{username}" ...',
+    "list_user_limits": "Listing user limits ...",
+    "import_definitions": 'Importing definitions in JSON from "{file}" ...',
+    "export_definitions": 'Exporting definitions in JSON to "{file}" ...',
+    "status": "Status of the broker ...",
+    "await_startup": "Waiting for the broker to start ...",
+    "reload_tls": "Reloading TLS certificates ...",
+}
+_EMPTY_COLUMNS = {
+    "list_users": ["user", "tags"],
+    "list_permissions": ["user", "configure", "write", "read"],
+    "list_user_permissions": ["vhost", "configure", "write", "read"],
+    "list_topic_permissions": ["user", "exchange", "write", "read"],
+    "list_user_topic_permissions": ["vhost", "exchange", "write", "read"],
+    "list_vhost_limits": ["vhost", "limits"],
+    "list_user_limits": ["user", "limits"],
+}
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        return str(args.password)
+    if sys.stdin.isatty():
+        return getpass.getpass("Password: ")
+    return sys.stdin.readline().rstrip("\n")
+
+
+def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
+    """The control request's arguments for the parsed command line."""
+    if verb in ("add_user", "change_password", "authenticate_user"):
+        return {"user": a.username, "password": _password(a)}
+    if verb in ("delete_user", "clear_password", "list_user_permissions"):
+        return {"user": a.username}
+    if verb == "list_user_topic_permissions":
+        return {"user": a.username}
+    if verb == "set_user_tags":
+        return {"user": a.username, "tags": list(a.tags)}
+    if verb == "add_vhost":
+        return {
+            "vhost": a.vhost,
+            "description": a.description,
+            "tags": [t for t in a.tags.split(",") if t.strip()],
+            "default_queue_type": a.default_queue_type,
+        }
+    if verb == "delete_vhost":
+        return {"vhost": a.vhost}
+    if verb == "set_permissions":
+        return {
+            "vhost": a.vhost,
+            "user": a.username,
+            "configure": a.conf,
+            "write": a.write,
+            "read": a.read,
+        }
+    if verb == "clear_permissions":
+        return {"vhost": a.vhost, "user": a.username}
+    if verb in ("list_permissions", "list_topic_permissions", "clear_vhost_limits"):
+        return {"vhost": a.vhost}
+    if verb == "set_topic_permissions":
+        return {
+            "vhost": a.vhost,
+            "user": a.username,
+            "exchange": a.exchange,
+            "write": a.write,
+            "read": a.read,
+        }
+    if verb == "clear_topic_permissions":
+        return {"vhost": a.vhost, "user": a.username, "exchange": a.exchange}
+    if verb == "set_vhost_limits":
+        return {"vhost": a.vhost, "limits": a.definition}
+    if verb == "list_vhost_limits":
+        return {"vhost": a.vhost, "global": a.all}
+    if verb == "set_user_limits":
+        return {"user": a.username, "limits": a.definition}
+    if verb == "clear_user_limits":
+        return {"user": a.username, "limit": a.limit}
+    if verb == "list_user_limits":
+        return {} if a.all or a.user is None else {"user": a.user}
+    if verb == "import_definitions":
+        return {"definitions": _read_definitions(a.file)}
+    return {}
+
+
+def _read_definitions(name: str) -> Any:
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CtlError(f"cannot read {name}: {exc.strerror}", 66) from None
+    except UnicodeDecodeError:
+        raise CtlError(f"{name} is not UTF-8", 65) from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CtlError(f"{name} is not valid JSON: {exc}", 65) from None
+
+
+def _show(verb: str, a: argparse.Namespace, result: Any) -> None:
+    if verb == "export_definitions":
+        text = json.dumps(result, indent=2, sort_keys=True) + "\n"
+        if a.file == "-":
+            sys.stdout.write(text)
+        else:
+            try:
+                Path(a.file).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise CtlError(f"cannot write {a.file}: {exc.strerror}", 73) from None
+        return
+    if a.formatter == "json":
+        if result is not None:
+            print(json.dumps(result, indent=1))
+        return
+    if isinstance(result, list):
+        columns = list(a.columns) if verb == "list_vhosts" and a.columns else None
+        if verb == "list_vhosts" and columns is None:
+            columns = ["name"]
+        if not result and columns is None:
+            columns = _EMPTY_COLUMNS.get(verb)
+        _print_table(result, columns)
+    elif isinstance(result, dict):
+        if verb in ("list_vhost_limits", "list_user_limits"):
+            print(json.dumps(result, separators=(",", ":")))
+        else:
+            for key, value in result.items():
+                print(f"{key}: {_cell(value)}")
+    elif result is not None:
+        print(result)
+
+
+def _await_startup(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            request(path, "status", {}, min(5.0, timeout))
+            return
+        except CtlError as exc:
+            if time.monotonic() >= deadline:
+                raise CtlError(
+                    f"the broker did not start within {timeout:g} s: {exc}", 75
+                ) from None
+        time.sleep(0.2)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(argv)
+    args.formatter = args.formatter or "table"
+    verb: str = args.verb
+    try:
+        settings = load(args.config, overrides={"data_dir": args.data_dir})
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return EX_USAGE
+    path = socket_path(Path(settings.data_dir or default_data_dir()))
+    if not args.quiet and args.formatter == "table":
+        values = {**vars(args), "tag_list": ", ".join(getattr(args, "tags", None) or [])}
+        try:
+            print(_BANNERS[verb].format(**values))
+        except (KeyError, IndexError):
+            pass  # a banner field this verb does not have: no banner
+    try:
+        if verb == "await_startup":
+            _await_startup(path, args.timeout or AWAIT_TIMEOUT)
+            return 0
+        result = request(path, verb, _request_args(verb, args), args.timeout or DEFAULT_TIMEOUT)
+        _show(verb, args, result)
+    except CtlError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    return 0

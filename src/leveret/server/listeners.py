@@ -1,0 +1,159 @@
+"""TLS for the ``amqps`` listener: the server's ``ssl.SSLContext`` from the settings,
+certificate reload without a restart, and the user name a client certificate gives for
+SASL EXTERNAL. ``server/lifecycle.py`` starts the listener and reloads on SIGHUP;
+``server/admin.py`` reloads on ``leveret ctl reload_tls``.
+
+Reload: the listening socket keeps one context for its whole life (asyncio has no way to
+swap it), so that context only chooses: its SNI callback, which OpenSSL runs on every
+ClientHello (with or without a server name), hands each new handshake the context
+loaded last. A reload builds the new context completely first (certificate, key, CA,
+ciphers); if anything is wrong it raises :class:`TlsError` and the old one stays.
+Connections already open keep the session they negotiated.
+
+Only Python's ``ssl`` module: no crypto of our own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from leveret.config import Settings
+
+log = logging.getLogger("leveret.server")
+
+_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+# RabbitMQ's attribute names in a formatted subject (rabbit_ssl); Python's ssl module gives
+# OpenSSL's long names.
+_SHORT_NAMES = {
+    "commonName": "CN",
+    "surname": "SN",
+    "givenName": "GIVENNAME",
+    "initials": "INITIALS",
+    "generationQualifier": "GENERATIONQUALIFIER",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "title": "TITLE",
+    "countryName": "C",
+    "serialNumber": "SERIALNUMBER",
+    "pseudonym": "PSEUDONYM",
+    "domainComponent": "DC",
+    "emailAddress": "EMAILADDRESS",
+    "streetAddress": "STREET",
+    "userId": "UID",
+}
+_ESCAPED = frozenset(',+"\\<>;')
+
+
+class TlsError(Exception):
+    """The TLS settings cannot be used (unreadable files, a key that does not match...)."""
+
+
+def make_context(settings: Settings) -> ssl.SSLContext:
+    """The server context the settings describe."""
+    for path in (settings.tls_certfile, settings.tls_keyfile, settings.tls_cacertfile):
+        if path and not os.access(path, os.R_OK):
+            raise TlsError(f"TLS settings cannot be used: cannot read {path}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = _VERSIONS[settings.tls_min_version]
+    context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    try:
+        context.load_cert_chain(settings.tls_certfile, settings.tls_keyfile)
+        if settings.tls_cacertfile:
+            context.load_verify_locations(cafile=settings.tls_cacertfile)
+        if settings.tls_ciphers:
+            context.set_ciphers(settings.tls_ciphers)
+    except ssl.SSLError as exc:
+        # set_ciphers raises an SSLError without a reason attribute.
+        reason = getattr(exc, "reason", None) or exc
+        raise TlsError(f"TLS settings cannot be used: {reason}") from None
+    except OSError as exc:
+        raise TlsError(f"TLS settings cannot be used: {exc.strerror}") from None
+    if settings.tls_verify_peer:
+        # fail_if_no_peer_cert: a client without a certificate fails the handshake;
+        # otherwise a certificate is asked for, verified if sent, and not required.
+        context.verify_mode = (
+            ssl.CERT_REQUIRED if settings.tls_fail_if_no_peer_cert else ssl.CERT_OPTIONAL
+        )
+    return context
+
+
+@dataclass
+class TlsState:
+    """What ``status`` reports about the TLS listener."""
+
+    certfile: str
+    loaded_at: float
+    reloads: int = 0
+
+
+class TlsContexts:
+    """The listening context and the context new handshakes get."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.current = make_context(settings)
+        self.listening = make_context(settings)
+        self.listening.sni_callback = self._choose
+        self.state = TlsState(settings.tls_certfile, time.time())
+
+    def _choose(
+        self, sslobj: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext
+    ) -> None:
+        if sslobj.context is not self.current:
+            sslobj.context = self.current
+
+    def reload(self) -> TlsState:
+        """Read the certificate, key and CA files again (same paths)."""
+        self.current = make_context(self.settings)
+        self.state = TlsState(self.settings.tls_certfile, time.time(), self.state.reloads + 1)
+        log.info("TLS certificates reloaded from %s", self.settings.tls_certfile)
+        return self.state
+
+
+def _escape(value: str) -> str:
+    out = "".join("\\" + c if c in _ESCAPED else c for c in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+Subject = tuple[tuple[tuple[str, str], ...], ...]
+
+
+def format_subject(subject: Subject) -> str:
+    """A certificate subject as RabbitMQ formats it for EXTERNAL (rabbit_ssl): RFC 4514
+    order (the last RDN of the certificate first), short attribute names, comma-separated,
+    multi-valued RDNs joined with '+'."""
+    return ",".join(
+        "+".join(f"{_SHORT_NAMES.get(name, name)}={_escape(value)}" for name, value in rdn)
+        for rdn in reversed(subject)
+    )
+
+
+def certificate_identity(peercert: object, login_from: str) -> str | None:
+    """The user name a verified client certificate stands for (``ssl_cert_login_from``:
+    the subject DN or its CN); None without a verified certificate. ``peercert`` is
+    ``transport.get_extra_info("peercert")``, which Python fills only after verifying it."""
+    if not isinstance(peercert, dict):
+        return None
+    subject = peercert.get("subject")
+    if not isinstance(subject, tuple) or not subject:
+        return None
+    if login_from == "common_name":
+        for rdn in subject:
+            for name, value in rdn:
+                if name == "commonName":
+                    return str(value)
+        return None
+    return format_subject(subject)

@@ -1,0 +1,157 @@
+"""TLS contexts from the settings, reload, and the user name a verified client certificate
+gives for EXTERNAL: real handshakes on 127.0.0.1 port 0 with a CA made by trustme."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from leveret.config import Settings
+from leveret.server.listeners import (
+    TlsContexts,
+    TlsError,
+    certificate_identity,
+    format_subject,
+    make_context,
+)
+
+
+def _files(tmp_path: Path, ca: trustme.CA, name: str = "server") -> tuple[Path, Path, Path]:
+    cert = ca.issue_cert("127.0.0.1", "localhost", common_name=name)
+    certfile, keyfile, cafile = (tmp_path / f"{name}.{x}" for x in ("crt", "key", "ca"))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    ca.cert_pem.write_to_path(str(cafile))
+    return certfile, keyfile, cafile
+
+
+def _settings(tmp_path: Path, ca: trustme.CA, **extra: Any) -> Settings:
+    certfile, keyfile, cafile = _files(tmp_path, ca)
+    return Settings(
+        tls_certfile=str(certfile),
+        tls_keyfile=str(keyfile),
+        tls_cacertfile=str(cafile),
+        **extra,
+    )
+
+
+class _Peer(asyncio.Protocol):
+    seen: list[object] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.seen.append(transport.get_extra_info("peercert"))
+        transport.close()
+
+
+async def _handshake(
+    contexts: TlsContexts, trust: trustme.CA, client_cert: trustme.LeafCert | None
+) -> tuple[dict[str, Any], object]:
+    """Connect once; the server certificate the client saw and the peercert the server saw."""
+    _Peer.seen = []
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_Peer, "127.0.0.1", 0, ssl=contexts.listening)
+    port = server.sockets[0].getsockname()[1]
+    client = ssl.create_default_context()
+    trust.configure_trust(client)
+    if client_cert is not None:
+        client_cert.configure_cert(client)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        seen = writer.get_extra_info("peercert")
+        await reader.read()
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    return seen, _Peer.seen[0]
+
+
+def test_client_certificate_identity(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    settings = _settings(tmp_path, ca, tls_verify_peer=True, tls_fail_if_no_peer_cert=True)
+    client_cert = ca.issue_cert("client@example", common_name="app-client")
+    _, peercert = asyncio.run(_handshake(TlsContexts(settings), ca, client_cert))
+    dn = certificate_identity(peercert, "distinguished_name")
+    assert dn is not None
+    # RabbitMQ's format: the certificate's last RDN first, short names, comma-separated.
+    assert dn.startswith("CN=app-client,OU=Testing cert #")
+    assert dn.endswith(",O=trustme v" + version("trustme"))
+    assert certificate_identity(peercert, "common_name") == "app-client"
+
+
+def test_no_client_certificate_means_no_identity(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    settings = _settings(tmp_path, ca, tls_verify_peer=True)  # asked for, not required
+    _, peercert = asyncio.run(_handshake(TlsContexts(settings), ca, None))
+    assert certificate_identity(peercert, "distinguished_name") is None
+    assert certificate_identity(None, "common_name") is None
+
+
+def test_required_client_certificate(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    settings = _settings(tmp_path, ca, tls_verify_peer=True, tls_fail_if_no_peer_cert=True)
+    # The server refuses the handshake; under TLS 1.3 the client learns it on its first
+    # read (an alert or the end of the stream), and the server never sees a connection.
+    with pytest.raises((ssl.SSLError, ConnectionError, IndexError)):
+        asyncio.run(_handshake(TlsContexts(settings), ca, None))
+    assert _Peer.seen == []
+
+
+def test_reload_serves_the_new_certificate(tmp_path: Path) -> None:
+    ca, other_ca = trustme.CA(), trustme.CA()
+    settings = _settings(tmp_path, ca)
+    contexts = TlsContexts(settings)
+    first, _ = asyncio.run(_handshake(contexts, ca, None))
+    # Rotate the files in place (same paths), as an operator renewing a certificate does.
+    rotated = other_ca.issue_cert("127.0.0.1", common_name="rotated")
+    rotated.private_key_pem.write_to_path(settings.tls_keyfile)
+    rotated.cert_chain_pems[0].write_to_path(settings.tls_certfile)
+    # Until the reload, the old certificate is served.
+    again, _ = asyncio.run(_handshake(contexts, ca, None))
+    assert again["subject"] == first["subject"]
+    assert contexts.reload().reloads == 1
+    new, _ = asyncio.run(_handshake(contexts, other_ca, None))
+    assert ("commonName", "rotated") in [pair for rdn in new["subject"] for pair in rdn]
+    with pytest.raises(ssl.SSLCertVerificationError):
+        asyncio.run(_handshake(contexts, ca, None))
+
+
+def test_a_bad_reload_keeps_the_old_certificate(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    settings = _settings(tmp_path, ca)
+    contexts = TlsContexts(settings)
+    Path(settings.tls_keyfile).write_text("not a key")
+    with pytest.raises(TlsError, match="TLS settings cannot be used"):
+        contexts.reload()
+    asyncio.run(_handshake(contexts, ca, None))
+
+
+def test_minimum_version_and_ciphers(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    context = make_context(_settings(tmp_path, ca, tls_min_version="1.3"))
+    assert context.minimum_version is ssl.TLSVersion.TLSv1_3
+    with pytest.raises(TlsError):
+        make_context(_settings(tmp_path, ca, tls_ciphers="NO-SUCH-CIPHER"))
+    with pytest.raises(TlsError, match=r"nothing\.pem"):
+        make_context(Settings(tls_certfile="nothing.pem", tls_keyfile="nothing.key"))
+
+
+@pytest.mark.parametrize(
+    ("subject", "dn"),
+    [
+        (((("countryName", "US"),), (("commonName", "guest"),)), "CN=guest,C=US"),
+        (((("organizationName", "A, B"),), (("commonName", "x+y"),)), "CN=x\\+y,O=A\\, B"),
+        (((("commonName", "#lead"),),), "CN=\\#lead"),
+        (((("commonName", " pad "),),), "CN=\\ pad\\ "),
+        (((("domainComponent", "com"), ("userId", "u")),), "DC=com+UID=u"),
+        (((("1.2.3.4", "v"),),), "1.2.3.4=v"),
+    ],
+)
+def test_subject_format(subject: Any, dn: str) -> None:
+    assert format_subject(subject) == dn

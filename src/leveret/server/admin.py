@@ -136,7 +136,7 @@ def _str_arg(args: dict[str, Any], name: str, default: str | None = None) -> str
 
 
 def _vhost_of(conn: ConnectionProtocol) -> str | None:
-    # The 0-9-1 front end's model client knows its vhost once connection.open succeeded.
+    # A front end's model client knows its vhost once the connection is open.
     amqp = conn.amqp
     client = amqp.client if amqp is not None else None
     return client.vhost.name if client is not None else None

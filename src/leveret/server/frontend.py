@@ -20,7 +20,7 @@ from leveret.server.amqp091 import AMQP091Connection
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
-    from leveret.model.broker import Broker
+    from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp091.connection import Limits
 
 __all__ = ["FRONT_ENDS", "HEADER_SIZE", "FrontEnd", "FrontEndContext", "choose"]
@@ -33,6 +33,8 @@ class FrontEnd(Protocol):
     """One client connection of some protocol, without I/O."""
 
     on_output: Callable[[], None] | None
+    # The model side of the connection once it is open (its vhost, user, exclusive queues).
+    client: Client | None
     published: bool
     paced: bool
     blocked: bool

@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import struct
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from bench.amqp import Connection, PublishTemplate, ack_frame, connect
+from leveret.model.stream import PRODUCER_HEADER, SEQUENCE_HEADER
+from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091._generated.properties import BasicProperties
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.fieldtable import FieldValue
 
 STREAM: dict[str, FieldValue] = {"x-queue-type": "stream"}
+_Q = struct.Struct(">q")
 
 
 async def _declare(conn: Connection, queue: str, stream: bool) -> None:
@@ -35,13 +40,37 @@ async def _declare(conn: Connection, queue: str, stream: bool) -> None:
     )
 
 
+def _dedup_template(queue: str, size: int, frame_max: int, producer: str) -> tuple[bytes, bytes]:
+    """The frames of one publish with de-duplication headers, split where the 8-byte
+    ``x-stream-sequence`` value goes."""
+    marker = 0x5A5A5A5A5A5A5A5A
+    props = BasicProperties(
+        headers={PRODUCER_HEADER: producer, SEQUENCE_HEADER: marker}, delivery_mode=2
+    ).encode()
+    method = m.BasicPublish(exchange="", routing_key=queue).encode()
+    whole = framing.encode_message_frames(1, method, 60, bytes(size), props, frame_max)
+    at = whole.index(_Q.pack(marker))
+    return whole[:at], whole[at + 8 :]
+
+
 async def append_rate(
-    host: str, port: int, queue: str, *, stream: bool, size: int, inflight: int, duration: float
+    host: str,
+    port: int,
+    queue: str,
+    *,
+    stream: bool,
+    size: int,
+    inflight: int,
+    duration: float,
+    dedup: bool = False,
 ) -> tuple[float, int]:
+    """Confirmed messages per second; with ``dedup`` every message carries
+    ``x-stream-producer`` / ``x-stream-sequence`` headers (as the Spark sink sends)."""
     conn = await connect(host, port, "guest", "guest", "/")
     await _declare(conn, queue, stream)
     await conn.call(1, m.ConfirmSelect(), m.ConfirmSelectOk)
     template = PublishTemplate(1, "", queue, size, persistent=True, frame_max=conn.frame_max)
+    head, tail = _dedup_template(queue, size, conn.frame_max, f"bench-{queue}")
     state = {"sent": 0, "confirmed": 0}
     room = asyncio.Event()
     room.set()
@@ -61,7 +90,11 @@ async def append_rate(
         if batch <= 0:
             room.clear()
             continue
-        conn.out.extend([template.prefix + stamp + template.suffix] * batch)
+        if dedup:
+            sent = state["sent"]
+            conn.out.extend([head + _Q.pack(sent + i) + tail for i in range(batch)])
+        else:
+            conn.out.extend([template.prefix + stamp + template.suffix] * batch)
         state["sent"] += batch
         conn.flush()
         await conn.writable.wait()

@@ -416,3 +416,11 @@ def test_consumer_timeout_from_every_source(tmp_path: Path) -> None:
     assert load(environ={}, overrides={"consumer_timeout": 500}).consumer_timeout == 500
     with pytest.raises(ConfigError, match="consumer_timeout"):
         load(environ={"LEVERET_CONSUMER_TIMEOUT": "-1"})
+
+
+def test_stream_confirm_is_fsync_unless_written_is_asked_for() -> None:
+    assert load(environ=NO_ENV).stream_confirm == "fsync"
+    written = load(environ={"LEVERET_STREAM_CONFIRM": "written"})
+    assert written.stream_confirm == "written"
+    with pytest.raises(ConfigError, match="stream_confirm"):
+        load(environ={"LEVERET_STREAM_CONFIRM": "never"})

@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
         "~/.local/share/leveret)",
     )
     serve.add_argument("--log-level", help="debug, info, warning or error")
+    serve.add_argument(
+        "--stream-confirm",
+        help="fsync (default: confirm stream appends once synced) or written (once written, "
+        "not synced: a machine crash can lose confirmed messages)",
+    )
     return parser
 
 
@@ -72,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "consumer_timeout": args.consumer_timeout,
             "log_level": args.log_level,
             "data_dir": args.data_dir,
+            "stream_confirm": args.stream_confirm,
         }
         try:
             settings = load(args.config, overrides=overrides)

@@ -1,7 +1,7 @@
 """Stream queue figures: append rate with confirms (stream vs classic durable queue) and
 consume rate from a stream, with the raw client of ``bench/amqp.py`` and with pika.
 
-    python -m bench.stream --port 5672 [--duration 10] [--size 1024] [--inflight 1000]
+    python -m bench.stream --port 5672 [--duration 10] [--size 1024] [--inflight 1000] [--dedup]
 
 Each part uses its own queue (deleted at the end). ``append``: one publisher, persistent
 ``size``-byte messages, at most ``inflight`` unconfirmed, for ``duration`` seconds; prints
@@ -180,6 +180,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--inflight", type=int, default=1000)
     parser.add_argument("--consume", type=int, default=200_000, help="messages to consume")
+    parser.add_argument(
+        "--dedup",
+        action="store_true",
+        help="stream appends carry x-stream-producer / x-stream-sequence (as the Spark sink)",
+    )
     args = parser.parse_args()
     host, port = args.host, args.port
     tag = uuid.uuid4().hex[:8]
@@ -192,9 +197,10 @@ def main() -> None:
     print(f"append, classic durable queue: {rate:,.0f} confirmed msg/s")
     rate, appended = asyncio.run(
         append_rate(host, port, stream, stream=True, size=args.size,
-                    inflight=args.inflight, duration=args.duration)
+                    inflight=args.inflight, duration=args.duration, dedup=args.dedup)
     )  # fmt: skip
-    print(f"append, stream: {rate:,.0f} confirmed msg/s")
+    shown = " with de-duplication ids" if args.dedup else ""
+    print(f"append, stream{shown}: {rate:,.0f} confirmed msg/s")
     count = min(args.consume, appended)
     rate = asyncio.run(consume_rate(host, port, stream, count))
     print(f"stream consume, raw client: {rate:,.0f} msg/s ({count:,} messages)")

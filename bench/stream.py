@@ -1,7 +1,7 @@
 """Stream queue figures: append rate with confirms (stream vs classic durable queue) and
 consume rate from a stream, with the raw client of ``bench/amqp.py`` and with pika.
 
-    python -m bench.stream --port 5672 [--duration 10] [--size 1024] [--inflight 1000]
+    python -m bench.stream --port 5672 [--duration 10] [--size 1024] [--inflight 1000] [--dedup]
 
 Each part uses its own queue (deleted at the end). ``append``: one publisher, persistent
 ``size``-byte messages, at most ``inflight`` unconfirmed, for ``duration`` seconds; prints
@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import struct
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from bench.amqp import Connection, PublishTemplate, ack_frame, connect
+from leveret.model.stream import PRODUCER_HEADER, SEQUENCE_HEADER
+from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091._generated.properties import BasicProperties
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.fieldtable import FieldValue
 
 STREAM: dict[str, FieldValue] = {"x-queue-type": "stream"}
+_Q = struct.Struct(">q")
 
 
 async def _declare(conn: Connection, queue: str, stream: bool) -> None:
@@ -35,13 +40,37 @@ async def _declare(conn: Connection, queue: str, stream: bool) -> None:
     )
 
 
+def _dedup_template(queue: str, size: int, frame_max: int, producer: str) -> tuple[bytes, bytes]:
+    """The frames of one publish with de-duplication headers, split where the 8-byte
+    ``x-stream-sequence`` value goes."""
+    marker = 0x5A5A5A5A5A5A5A5A
+    props = BasicProperties(
+        headers={PRODUCER_HEADER: producer, SEQUENCE_HEADER: marker}, delivery_mode=2
+    ).encode()
+    method = m.BasicPublish(exchange="", routing_key=queue).encode()
+    whole = framing.encode_message_frames(1, method, 60, bytes(size), props, frame_max)
+    at = whole.index(_Q.pack(marker))
+    return whole[:at], whole[at + 8 :]
+
+
 async def append_rate(
-    host: str, port: int, queue: str, *, stream: bool, size: int, inflight: int, duration: float
+    host: str,
+    port: int,
+    queue: str,
+    *,
+    stream: bool,
+    size: int,
+    inflight: int,
+    duration: float,
+    dedup: bool = False,
 ) -> tuple[float, int]:
+    """Confirmed messages per second; with ``dedup`` every message carries
+    ``x-stream-producer`` / ``x-stream-sequence`` headers (as the Spark sink sends)."""
     conn = await connect(host, port, "guest", "guest", "/")
     await _declare(conn, queue, stream)
     await conn.call(1, m.ConfirmSelect(), m.ConfirmSelectOk)
     template = PublishTemplate(1, "", queue, size, persistent=True, frame_max=conn.frame_max)
+    head, tail = _dedup_template(queue, size, conn.frame_max, f"bench-{queue}")
     state = {"sent": 0, "confirmed": 0}
     room = asyncio.Event()
     room.set()
@@ -61,7 +90,11 @@ async def append_rate(
         if batch <= 0:
             room.clear()
             continue
-        conn.out.extend([template.prefix + stamp + template.suffix] * batch)
+        if dedup:
+            sent = state["sent"]
+            conn.out.extend([head + _Q.pack(sent + i) + tail for i in range(batch)])
+        else:
+            conn.out.extend([template.prefix + stamp + template.suffix] * batch)
         state["sent"] += batch
         conn.flush()
         await conn.writable.wait()
@@ -147,6 +180,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--inflight", type=int, default=1000)
     parser.add_argument("--consume", type=int, default=200_000, help="messages to consume")
+    parser.add_argument(
+        "--dedup",
+        action="store_true",
+        help="stream appends carry x-stream-producer / x-stream-sequence (as the Spark sink)",
+    )
     args = parser.parse_args()
     host, port = args.host, args.port
     tag = uuid.uuid4().hex[:8]
@@ -159,9 +197,10 @@ def main() -> None:
     print(f"append, classic durable queue: {rate:,.0f} confirmed msg/s")
     rate, appended = asyncio.run(
         append_rate(host, port, stream, stream=True, size=args.size,
-                    inflight=args.inflight, duration=args.duration)
+                    inflight=args.inflight, duration=args.duration, dedup=args.dedup)
     )  # fmt: skip
-    print(f"append, stream: {rate:,.0f} confirmed msg/s")
+    shown = " with de-duplication ids" if args.dedup else ""
+    print(f"append, stream{shown}: {rate:,.0f} confirmed msg/s")
     count = min(args.consume, appended)
     rate = asyncio.run(consume_rate(host, port, stream, count))
     print(f"stream consume, raw client: {rate:,.0f} msg/s ({count:,} messages)")

@@ -62,6 +62,10 @@ class Settings:
     # EXTERNAL logins: the user name is the client certificate's whole subject DN
     # ("distinguished_name", RabbitMQ's default) or its CN ("common_name").
     ssl_cert_login_from: str = "distinguished_name"
+    # When a stream append is confirmed: "fsync" (after fdatasync, the default) or "written"
+    # (after the write to the file, before it is synced: RabbitMQ's streams' guarantee,
+    # which leans on replication; a crash of the machine can lose confirmed messages).
+    stream_confirm: str = "fsync"
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -128,6 +132,8 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError(f"heartbeat must be at most 65535, got {settings.heartbeat}")
     if not settings.default_user:
         raise ConfigError("default_user must not be empty")
+    if settings.stream_confirm not in ("fsync", "written"):
+        raise ConfigError(f"stream_confirm must be fsync or written: {settings.stream_confirm}")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level must be debug, info, warning or error: {settings.log_level}")
     if settings.tls_port > 65535:

@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", help="debug, info, warning or error")
     serve.add_argument(
+        "--stream-confirm",
+        help="fsync (default: confirm stream appends once synced) or written (once written, "
+        "not synced: a machine crash can lose confirmed messages)",
+    )
+    serve.add_argument(
         "--loopback-users",
         help="users who may connect from loopback only, comma-separated ('none': no one)",
     )
@@ -98,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tls_certfile": args.tls_certfile,
             "tls_keyfile": args.tls_keyfile,
             "tls_cacertfile": args.tls_cacertfile,
+            "stream_confirm": args.stream_confirm,
         }
         try:
             settings = load(args.config, overrides=overrides)

@@ -109,7 +109,12 @@ class Server:
         # The store holds the directory's lock now, so its scratch pages are ours to reset.
         self.pages = PageFiles(store.path / "pages")
         self.broker.attach_pager(self.pages)
-        streams = StreamStore(Path(path) / "streams", wire_message, stamp_stream)
+        streams = StreamStore(
+            Path(path) / "streams",
+            wire_message,
+            stamp_stream,
+            sync=self.settings.stream_confirm == "fsync",
+        )
         streams.gauge = self.broker.gauge
         streams.on_synced = self.alarm.check
         self.broker.attach_streams(streams)

@@ -2,10 +2,12 @@
 with publisher confirms that also wait for the stream writer.
 
 A session compares ``writes`` before and after routing; stream appends count there too, and
-``after_commit`` first waits (in call order) until every stream append made so far is
-synced, then hands the callback to the message store, which runs it after its own commit.
-So a confirm goes out only when both the classic-queue records and the stream records of
-the publishes it covers are on disk, and confirms keep their order.
+``after_commit`` waits for both writers at once: the callback runs when the stream writer
+has synced every append made so far AND the message store has committed its batch. Each
+writer runs its callbacks in registration order, so a later confirm never completes before
+an earlier one. So a confirm goes out only when both the classic-queue records and the
+stream records of the publishes it covers are on disk, confirms keep their order, and the
+two syncs overlap instead of following each other.
 """
 
 from __future__ import annotations
@@ -89,5 +91,12 @@ class StreamJournal:
         self.disk.removed(queue_id, sid)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
-        disk = self.disk
-        self.streams.after_sync(lambda: disk.after_commit(callback))
+        waiting = [2]
+
+        def one_done() -> None:
+            waiting[0] -= 1
+            if not waiting[0]:
+                callback()
+
+        self.disk.after_commit(one_done)
+        self.streams.after_sync(one_done)

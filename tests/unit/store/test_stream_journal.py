@@ -1,10 +1,13 @@
-"""StreamJournal: publisher confirms wait for the stream writer, then the message store,
-and keep their order; everything else goes to the message store unchanged."""
+"""StreamJournal: publisher confirms wait for both the stream writer and the message store
+(the two at once, whichever finishes last), and keep their order; everything else goes to
+the message store unchanged."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
+
+import pytest
 
 from leveret.model.journal import NullJournal
 from leveret.model.vhost import VirtualHost
@@ -40,7 +43,8 @@ class SlowDisk(NullJournal):
             callback()
 
 
-def test_confirms_wait_for_the_stream_sync_then_the_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store_first", [True, False])
+def test_confirms_wait_for_the_stream_sync_and_the_store(tmp_path: Path, store_first: bool) -> None:
     loop = asyncio.new_event_loop()
     streams = StreamStore(tmp_path, wire_message, stamp_stream)
     streams.start(loop)
@@ -65,7 +69,7 @@ def test_confirms_wait_for_the_stream_sync_then_the_store(tmp_path: Path) -> Non
     session.publish("", "c", make_message(b"c2", "c"))
     session.flush_confirms()  # queues behind the stream publish
     assert sink.take("confirm") == []
-    assert disk.pending == []  # still waiting for the stream writer
+    assert len(disk.pending) == 2  # both writers are waited for at once
 
     async def until_synced() -> None:
         for _ in range(5000):
@@ -73,10 +77,14 @@ def test_confirms_wait_for_the_stream_sync_then_the_store(tmp_path: Path) -> Non
                 return
             await asyncio.sleep(0.001)
 
-    loop.run_until_complete(until_synced())
-    assert sink.take("confirm") == []  # now waiting for the message store
-    assert len(disk.pending) == 2
-    disk.commit()
+    if store_first:
+        disk.commit()
+        assert sink.take("confirm") == []  # still waiting for the stream writer
+        loop.run_until_complete(until_synced())
+    else:
+        loop.run_until_complete(until_synced())
+        assert sink.take("confirm") == []  # still waiting for the message store
+        disk.commit()
     assert [(e.delivery_tag, e.ack) for e in sink.take("confirm")] == [(2, True), (3, True)]
     streams.close()
     loop.close()

@@ -27,14 +27,21 @@ if TYPE_CHECKING:
 class Harness:
     """A StreamStore on a private event loop; ``sync()`` runs the loop until all is on disk."""
 
-    def __init__(self, path: Path, **kw: int) -> None:
+    def __init__(self, path: Path, *, cache_bytes: int = 4 << 20, sync: bool = True) -> None:
         self.path = path
-        self.kw = kw
+        self.cache_bytes = cache_bytes
+        self.sync_writes = sync
         self.loop = asyncio.new_event_loop()
         self.store = self._open()
 
     def _open(self) -> StreamStore:
-        store = StreamStore(self.path, wire_message, stamp_stream, **self.kw)
+        store = StreamStore(
+            self.path,
+            wire_message,
+            stamp_stream,
+            cache_bytes=self.cache_bytes,
+            sync=self.sync_writes,
+        )
         store.start(self.loop)
         return store
 
@@ -317,3 +324,46 @@ def test_timestamps_stay_ordered_across_a_restart_with_the_clock_behind(h: Harne
     queue.enqueue(wire_message("", "s", b"\x00\x00", b"b"))
     first, second = queue.log.read(0, 2)
     assert first.timestamp == second.timestamp == 2_000_000_000
+
+
+def test_many_streams_are_written_then_synced_in_one_pass(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    real_write, real_sync = os.write, os.fdatasync
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        events.append("write")
+        return real_write(fd, data)
+
+    def sync(fd: int) -> None:
+        events.append("sync")
+        real_sync(fd)
+
+    logs = [h.log(store_id=i) for i in range(1, 5)]
+    h.sync()
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "fdatasync", sync)
+    for stream_log in logs:
+        append(stream_log, b"x")
+    h.sync()
+    assert events == ["write"] * 4 + ["sync"] * 4
+
+
+def test_written_mode_confirms_without_a_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    syncs: list[int] = []
+    monkeypatch.setattr(os, "fdatasync", syncs.append)
+    harness = Harness(tmp_path / "streams", sync=False)  # stream_confirm = "written"
+    try:
+        stream_log = harness.log()
+        done: list[int] = []
+        append(stream_log, b"a")
+        harness.store.after_sync(lambda: done.append(1))
+        harness.sync()
+        assert done == [1]
+        assert syncs == []
+        assert [e.message.body for e in stream_log.read(0, 5)] == [b"a"]
+    finally:
+        harness.close()

@@ -457,6 +457,8 @@ def test_auth_and_tls_settings() -> None:
 def test_bad_auth_and_tls_settings(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(environ=env)
+
+
 def test_stream_confirm_is_fsync_unless_written_is_asked_for() -> None:
     assert load(environ=NO_ENV).stream_confirm == "fsync"
     written = load(environ={"LEVERET_STREAM_CONFIRM": "written"})

@@ -43,8 +43,10 @@ def _ruff() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "ruff"]
 
 
-def _format(source: str, name: str) -> str:
-    """Format ``source`` with the project's ruff settings, as if it lived in _generated/."""
+def _format(
+    source: str, name: str, package: str = "src/leveret/protocol/amqp091/_generated"
+) -> str:
+    """Format ``source`` with the project's ruff settings, as if it lived in ``package``."""
     result = subprocess.run(
         [
             *_ruff(),
@@ -52,7 +54,7 @@ def _format(source: str, name: str) -> str:
             "--config",
             str(ROOT / "pyproject.toml"),
             "--stdin-filename",
-            f"src/leveret/protocol/amqp091/_generated/{name}",
+            f"{package}/{name}",
             "-",
         ],
         input=source,

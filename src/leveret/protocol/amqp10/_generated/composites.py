@@ -66,6 +66,50 @@ from leveret.protocol.amqp10.types import (
 
 _ENCODE_ERRORS = (struct.error, UnicodeEncodeError, OverflowError, TypeError, AttributeError)
 _LIST0 = b"\x45"
+__all__ = [
+    "BY_CODE",
+    "Accepted",
+    "AmqpSequence",
+    "AmqpValue",
+    "ApplicationProperties",
+    "Attach",
+    "Begin",
+    "Close",
+    "Coordinator",
+    "Data",
+    "Declare",
+    "Declared",
+    "DeleteOnClose",
+    "DeleteOnNoLinks",
+    "DeleteOnNoLinksOrMessages",
+    "DeleteOnNoMessages",
+    "DeliveryAnnotations",
+    "Detach",
+    "Discharge",
+    "Disposition",
+    "End",
+    "Error",
+    "Flow",
+    "Footer",
+    "Header",
+    "MessageAnnotations",
+    "Modified",
+    "Open",
+    "Properties",
+    "Received",
+    "Rejected",
+    "Released",
+    "SaslChallenge",
+    "SaslInit",
+    "SaslMechanisms",
+    "SaslOutcome",
+    "SaslResponse",
+    "Source",
+    "Target",
+    "TransactionalState",
+    "Transfer",
+]
+
 _D_OPEN = b"\x00S\x10"
 _D_BEGIN = b"\x00S\x11"
 _D_ATTACH = b"\x00S\x12"

@@ -10,12 +10,42 @@
 """AMQP 1.0 restricted types with choices, and the definitions of the spec.
 
 Generated from the spec XML; any layer may import it. Symbol choices are ``StrEnum``
-members (equal to their symbol), numeric and boolean ones ``IntEnum`` members.
+members (equal to their symbol), numeric ones ``IntEnum`` members, boolean ones bools.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import Final
+
+__all__ = [
+    "MAJOR",
+    "MESSAGE_FORMAT",
+    "MINOR",
+    "MIN_MAX_FRAME_SIZE",
+    "PORT",
+    "REVISION",
+    "SASL_MAJOR",
+    "SASL_MINOR",
+    "SASL_REVISION",
+    "SECURE_PORT",
+    "TLS_MAJOR",
+    "TLS_MINOR",
+    "TLS_REVISION",
+    "AmqpErrorCondition",
+    "ConnectionErrorCondition",
+    "LinkErrorCondition",
+    "ReceiverSettleMode",
+    "Role",
+    "SaslCode",
+    "SenderSettleMode",
+    "SessionErrorCondition",
+    "StdDistMode",
+    "TerminusDurability",
+    "TerminusExpiryPolicy",
+    "TransactionErrorCondition",
+    "TxnCapability",
+]
 
 PORT = 5672
 SECURE_PORT = 5671
@@ -32,11 +62,11 @@ SASL_MINOR = 0
 SASL_REVISION = 0
 
 
-class Role(enum.IntEnum):
+class Role:
     """``role`` (boolean; transport, section definitions)."""
 
-    SENDER = 0
-    RECEIVER = 1
+    SENDER: Final = False
+    RECEIVER: Final = True
 
 
 class SenderSettleMode(enum.IntEnum):

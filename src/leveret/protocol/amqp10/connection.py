@@ -1188,16 +1188,18 @@ class Connection:
             session.next_outgoing_id = (session.next_outgoing_id + frames) & SEQUENCE_MASK
             self._out += pieces
         else:
-            session.pending.append((frames, pieces))
+            # Frame by frame from here: the window may open a few frames at a time.
+            session.pending.append(pieces[:2])
+            session.pending.extend(pieces[i : i + 3] for i in range(2, len(pieces), 3))
+            self._flush_pending(session)
         return delivery_id
 
     def _flush_pending(self, session: Session) -> None:
         pending = session.pending
-        while pending and session.remote_incoming_window >= pending[0][0]:
-            frames, pieces = pending.pop(0)
-            session.remote_incoming_window -= frames
-            session.next_outgoing_id = (session.next_outgoing_id + frames) & SEQUENCE_MASK
-            self._out += pieces
+        while pending and session.remote_incoming_window > 0:
+            self._out += pending.popleft()
+            session.remote_incoming_window -= 1
+            session.next_outgoing_id = (session.next_outgoing_id + 1) & SEQUENCE_MASK
 
     def settle(
         self,

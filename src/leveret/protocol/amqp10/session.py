@@ -8,6 +8,7 @@ Plain slotted records with the few computations that belong to them; the transit
 from __future__ import annotations
 
 import enum
+from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -139,7 +140,8 @@ class Session:
         self.remote_handle_max = SEQUENCE_MASK
         self.links: dict[int, Link] = {}  # by our handle
         self.by_remote: dict[int, Link] = {}  # by the peer's handle
-        self.pending: list[tuple[int, list[bytes | memoryview]]] = []  # (frames, pieces)
+        # Transfer frames (each as its pieces) waiting for the peer's incoming window.
+        self.pending: deque[list[bytes | memoryview]] = deque()
         self.end_error: Error | None = None
         self.reported = False  # SessionEnded already emitted
 

@@ -10,6 +10,24 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from leveret.protocol.amqp10 import (
+    Accepted,
+    Attach,
+    Begin,
+    Close,
+    Detach,
+    Disposition,
+    End,
+    Error,
+    Flow,
+    Modified,
+    Open,
+    Rejected,
+    Released,
+    Source,
+    Target,
+    Transfer,
+)
 from leveret.protocol.amqp10.types import (
     Array,
     Byte,
@@ -134,3 +152,101 @@ def same(a: object, b: object) -> bool:
     if isinstance(a, uuid.UUID | str | bytes | int | float) or a is None:
         return a == b
     raise AssertionError(f"unexpected value {a!r}")
+
+
+def _sym(alphabet: str = string.ascii_lowercase + ":-") -> st.SearchStrategy[str]:
+    return st.text(alphabet, min_size=1, max_size=10).map(Symbol)
+
+
+U32 = st.integers(0, 2**32 - 1)
+ERRORS = st.builds(
+    Error,
+    condition=_sym(),
+    description=st.none() | st.text(max_size=10),
+    info=st.none() | st.dictionaries(_sym(), SCALARS, max_size=2),
+)
+PERFORMATIVES: st.SearchStrategy[Composite] = st.one_of(
+    st.builds(
+        Open,
+        container_id=st.text(max_size=10),
+        hostname=st.none() | st.text(max_size=10),
+        max_frame_size=U32,
+        channel_max=st.integers(0, 65535),
+        idle_time_out=st.none() | U32,
+        offered_capabilities=st.none() | st.lists(_sym(), min_size=1, max_size=3).map(tuple),
+        properties=st.none() | st.dictionaries(_sym(), SCALARS, max_size=3),
+    ),
+    st.builds(
+        Begin,
+        remote_channel=st.none() | st.integers(0, 65535),
+        next_outgoing_id=U32,
+        incoming_window=U32,
+        outgoing_window=U32,
+        handle_max=U32,
+    ),
+    st.builds(
+        Attach,
+        name=st.text(max_size=10),
+        handle=U32,
+        role=st.booleans(),
+        snd_settle_mode=st.integers(0, 2),
+        rcv_settle_mode=st.integers(0, 1),
+        source=st.none()
+        | st.builds(
+            Source,
+            address=st.none() | st.text(max_size=10),
+            dynamic=st.booleans(),
+            filter=st.none()
+            | st.dictionaries(_sym(), st.builds(Described, _sym(), SCALARS), max_size=2),
+            outcomes=st.none() | st.lists(_sym(), min_size=1, max_size=3).map(tuple),
+        ),
+        target=st.none() | st.builds(Target, address=st.none() | st.text(max_size=10)),
+        initial_delivery_count=st.none() | U32,
+        max_message_size=st.none() | st.integers(0, 2**64 - 1),
+    ),
+    st.builds(
+        Flow,
+        next_incoming_id=st.none() | U32,
+        incoming_window=U32,
+        next_outgoing_id=U32,
+        outgoing_window=U32,
+        handle=st.none() | U32,
+        delivery_count=st.none() | U32,
+        link_credit=st.none() | U32,
+        drain=st.booleans(),
+        echo=st.booleans(),
+    ),
+    st.builds(
+        Transfer,
+        handle=U32,
+        delivery_id=st.none() | U32,
+        delivery_tag=st.none() | st.binary(max_size=32),
+        message_format=st.none() | U32,
+        settled=st.none() | st.booleans(),
+        more=st.booleans(),
+        state=st.none() | st.just(Accepted()),
+        aborted=st.booleans(),
+        batchable=st.booleans(),
+    ),
+    st.builds(
+        Disposition,
+        role=st.booleans(),
+        first=U32,
+        last=st.none() | U32,
+        settled=st.booleans(),
+        state=st.one_of(
+            st.none(),
+            st.just(Accepted()),
+            st.just(Released()),
+            st.builds(Rejected, error=st.none() | ERRORS),
+            st.builds(
+                Modified,
+                delivery_failed=st.none() | st.booleans(),
+                message_annotations=st.none() | st.dictionaries(_sym(), SCALARS, max_size=2),
+            ),
+        ),
+    ),
+    st.builds(Detach, handle=U32, closed=st.booleans(), error=st.none() | ERRORS),
+    st.builds(End, error=st.none() | ERRORS),
+    st.builds(Close, error=st.none() | ERRORS),
+)

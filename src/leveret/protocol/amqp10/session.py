@@ -45,6 +45,7 @@ class Link:
     """One link end: ``role`` is ours (``Role.SENDER``: we send transfers on it)."""
 
     __slots__ = (
+        "_state",
         "auto_credit",
         "credit",
         "delivery_count",
@@ -62,17 +63,20 @@ class Link:
         "part_tag",
         "parts",
         "peer_max_message_size",
+        "receiving",
         "remote_handle",
         "reported",
         "role",
-        "state",
+        "sending",
     )
 
     def __init__(self, name: str, handle: int, role: bool, state: LinkState) -> None:
         self.name = name
         self.handle = handle
         self.role = role
-        self.state = state
+        self._state = state
+        self.receiving = False
+        self.sending = False
         self.remote_handle: int | None = None
         self.delivery_count = 0
         self.initial_delivery_count = 0
@@ -91,6 +95,17 @@ class Link:
         self.part_settled = False
         self.part_format = 0
         self.part_state: Value = None
+
+    @property
+    def state(self) -> LinkState:
+        return self._state
+
+    @state.setter
+    def state(self, value: LinkState) -> None:
+        self._state = value
+        # What the per-message paths test instead of role and state.
+        self.receiving = value is LinkState.ATTACHED and self.role is True
+        self.sending = value is LinkState.ATTACHED and self.role is False
 
 
 class Session:

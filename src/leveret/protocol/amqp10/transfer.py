@@ -50,6 +50,7 @@ _NULL = fc.NULL
 _TRUE = fc.TRUE
 _FALSE = fc.FALSE
 _VBIN8 = fc.VBIN8
+_LIST8 = fc.LIST8
 
 
 def _slow(body: bytes) -> TransferFields:
@@ -176,12 +177,15 @@ class TransferEncoder:
     """Encodes the transfers of one sending link: ``channel`` and ``handle`` are fixed, the
     largest frame is the peer's ``max_frame_size``."""
 
-    __slots__ = ("_cont_last", "_cont_more", "_handle", "channel", "max_frame_size")
+    __slots__ = ("_cont_last", "_cont_more", "_handle", "_structs", "channel", "max_frame_size")
 
     def __init__(self, channel: int, handle: int, max_frame_size: int) -> None:
         self.channel = channel
         self.max_frame_size = max_frame_size
         self._handle = write_uint(handle)
+        # One struct per delivery-tag length packs a whole single-frame transfer head:
+        # frame header, descriptor, list8 header, handle, delivery-id, tag, format, settled.
+        self._structs: dict[int, struct.Struct] = {}
         # Continuation frames' performatives (with and without more=true), fixed per link.
         h = self._handle
         more = h + _CONT_TAIL
@@ -197,28 +201,36 @@ class TransferEncoder:
         message_format: int = 0,
     ) -> list[bytes | memoryview]:
         """The frames of one delivery, as pieces to write in order (``payload`` not copied)."""
-        if len(delivery_tag) > 32:
+        tag_size = len(delivery_tag)
+        if tag_size > 32:
             raise ValueError("a delivery-tag is at most 32 bytes")
         tail = (
             _LAST_FORMAT[settled]
             if message_format == 0
             else (write_uint(message_format) + (b"\x41" if settled else b"\x42"))
         )
-        fields_size = len(self._handle) + 7 + len(delivery_tag) + len(tail)
-        n = len(payload)
+        fields_size = len(self._handle) + 7 + tag_size + len(tail)
         # Single frame: 8 header + 3 descriptor + 3 list8 header + fields + payload.
-        size = 14 + fields_size + n
-        if size <= self.max_frame_size:
-            head = _HEAD.pack(size, 2, 0, self.channel, 0, 0x53, 0x14, fc.LIST8, fields_size + 1, 5)
-            return [
-                head
-                + self._handle
-                + _ID_TAG.pack(_UINT, delivery_id, _VBIN8, len(delivery_tag))
-                + delivery_tag
-                + tail,
-                payload,
-            ]
-        return self._split(delivery_id, delivery_tag, payload, tail, fields_size)
+        size = 14 + fields_size + len(payload)
+        if size > self.max_frame_size:
+            return self._split(delivery_id, delivery_tag, payload, tail, fields_size)
+        if message_format == 0:
+            st = self._structs.get(tag_size)
+            if st is None:
+                st = self._structs[tag_size] = struct.Struct(
+                    f">IBBHBBBBBB{len(self._handle)}sBIBB{tag_size}s2s"
+                )
+            head = st.pack(
+                size, 2, 0, self.channel, 0, 0x53, 0x14, _LIST8, fields_size + 1, 5,
+                self._handle, _UINT, delivery_id, _VBIN8, tag_size, delivery_tag, tail,
+            )  # fmt: skip
+            return [head, payload]
+        head = _HEAD.pack(size, 2, 0, self.channel, 0, 0x53, 0x14, _LIST8, fields_size + 1, 5)
+        return [
+            head + self._handle + _ID_TAG.pack(_UINT, delivery_id, _VBIN8, tag_size)
+            + delivery_tag + tail,
+            payload,
+        ]  # fmt: skip
 
     def _split(
         self,

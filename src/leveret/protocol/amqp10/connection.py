@@ -548,7 +548,6 @@ class Connection:
             self._decoder.expect_header = True
             self.state = ConnectionState.HEADER_WAIT
         else:
-            self.state = ConnectionState.SASL
             self._send_sasl(SaslOutcome(code=SaslCode.AUTH if code is None else code))
             self._close_error = Error(
                 condition=AmqpErrorCondition.UNAUTHORIZED_ACCESS,
@@ -895,7 +894,6 @@ class Connection:
             link.delivery_count = perf.initial_delivery_count or 0
         session.links[handle] = link
         session.by_remote[perf.handle] = link
-        link.parts = None
         self._pending[(session.channel, handle)] = perf
         self._events.append(
             LinkAttachRequested(

@@ -77,7 +77,8 @@ class ConnectionOpened:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionClosed:
-    """The connection is over (the transport may be closed once the output is flushed)."""
+    """The connection is over (the transport may be closed once the output is flushed);
+    its sessions and links end with it, without events of their own."""
 
     error: Error | None
     local: bool
@@ -97,6 +98,8 @@ class SessionBegun:
 
 @dataclass(frozen=True, slots=True)
 class SessionEnded:
+    """The session is over; its links end with it, without events of their own."""
+
     channel: int
     error: Error | None
     local: bool

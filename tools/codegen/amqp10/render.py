@@ -225,6 +225,16 @@ def _field_codec(f: Field, spec: Spec) -> tuple[str, str, str, str | None]:
     return reader, writer, ptype, check
 
 
+def _wire_type(f: Field, spec: Spec) -> str:
+    """A field's AMQP type as the TYPES ClassVar lists it: the primitive (``uint``), a
+    composite's name (``error``), ``*`` for any value, ``symbol[]`` for a multiple symbol,
+    ``fields`` for a map whose keys the spec makes symbols."""
+    prim = spec.primitive(f.type)
+    if prim == "map" and _keyed_by_symbols(f.type, spec):
+        return "fields"
+    return f"{prim}[]" if f.multiple else prim
+
+
 def _keyed_by_symbols(type_name: str, spec: Spec) -> bool:
     name = type_name
     while name in spec.types and spec.types[name].kind == "restricted":
@@ -266,6 +276,7 @@ def _render_list_composite(t: TypeDef, spec: Spec) -> str:
         f'    DESCRIPTOR_NAME: ClassVar[str] = "{t.descriptor_name}"',
         f"    DESCRIPTOR_CODE: ClassVar[int] = 0x{t.descriptor_code:x}",
         f"    FIELDS: ClassVar[tuple[str, ...]] = {tuple(py_name(f.name) for f in t.fields)!r}",
+        f"    TYPES: ClassVar[tuple[str, ...]] = {tuple(_wire_type(f, spec) for f in t.fields)!r}",
     ]
     codecs = [_field_codec(f, spec) for f in t.fields]
     # Mandatory fields first in the class body is not needed: kw_only lets them sit anywhere.
@@ -356,6 +367,7 @@ def _render_restricted_described(t: TypeDef, spec: Spec) -> str:
     if prim == "map" and _keyed_by_symbols(t.source, spec):
         writer = "write_fields"
     args = "buf, off, depth" if reader in DEPTH_READERS else "buf, off"
+    wire = "fields" if writer == "write_fields" else prim
     out = [
         "@register",
         "@dataclass(slots=True)",
@@ -366,6 +378,7 @@ def _render_restricted_described(t: TypeDef, spec: Spec) -> str:
         f'    DESCRIPTOR_NAME: ClassVar[str] = "{t.descriptor_name}"',
         f"    DESCRIPTOR_CODE: ClassVar[int] = 0x{t.descriptor_code:x}",
         '    FIELDS: ClassVar[tuple[str, ...]] = ("value",)',
+        f'    TYPES: ClassVar[tuple[str, ...]] = ("{wire}",)',
         "",
         f"    value: {ptype}",
         "",

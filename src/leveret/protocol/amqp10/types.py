@@ -186,6 +186,8 @@ class Composite:
     NAME: ClassVar[str]
     DESCRIPTOR_NAME: ClassVar[str]
     DESCRIPTOR_CODE: ClassVar[int]
+    FIELDS: ClassVar[tuple[str, ...]]  # the Python names of the fields, in list order
+    TYPES: ClassVar[tuple[str, ...]]  # their AMQP types ("uint", "error", "*", "symbol[]")
 
     def encode(self) -> bytes:
         raise NotImplementedError

@@ -161,6 +161,7 @@ class Error(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:error:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x1D
     FIELDS: ClassVar[tuple[str, ...]] = ("condition", "description", "info")
+    TYPES: ClassVar[tuple[str, ...]] = ("symbol", "string", "fields")
 
     condition: str
     description: str | None = None
@@ -226,6 +227,18 @@ class Open(Composite):
         "offered_capabilities",
         "desired_capabilities",
         "properties",
+    )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "string",
+        "string",
+        "uint",
+        "ushort",
+        "uint",
+        "symbol[]",
+        "symbol[]",
+        "symbol[]",
+        "symbol[]",
+        "fields",
     )
 
     container_id: str
@@ -330,6 +343,16 @@ class Begin(Composite):
         "desired_capabilities",
         "properties",
     )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "ushort",
+        "uint",
+        "uint",
+        "uint",
+        "uint",
+        "symbol[]",
+        "symbol[]",
+        "fields",
+    )
 
     remote_channel: int | None = None
     next_outgoing_id: int
@@ -430,6 +453,22 @@ class Attach(Composite):
         "offered_capabilities",
         "desired_capabilities",
         "properties",
+    )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "string",
+        "uint",
+        "boolean",
+        "ubyte",
+        "ubyte",
+        "*",
+        "*",
+        "map",
+        "boolean",
+        "uint",
+        "ulong",
+        "symbol[]",
+        "symbol[]",
+        "fields",
     )
 
     name: str
@@ -579,6 +618,19 @@ class Flow(Composite):
         "echo",
         "properties",
     )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "uint",
+        "uint",
+        "uint",
+        "uint",
+        "uint",
+        "uint",
+        "uint",
+        "uint",
+        "boolean",
+        "boolean",
+        "fields",
+    )
 
     next_incoming_id: int | None = None
     incoming_window: int
@@ -695,6 +747,19 @@ class Transfer(Composite):
         "aborted",
         "batchable",
     )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "uint",
+        "uint",
+        "binary",
+        "uint",
+        "boolean",
+        "boolean",
+        "ubyte",
+        "*",
+        "boolean",
+        "boolean",
+        "boolean",
+    )
 
     handle: int
     delivery_id: int | None = None
@@ -795,6 +860,7 @@ class Disposition(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:disposition:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x15
     FIELDS: ClassVar[tuple[str, ...]] = ("role", "first", "last", "settled", "state", "batchable")
+    TYPES: ClassVar[tuple[str, ...]] = ("boolean", "uint", "uint", "boolean", "*", "boolean")
 
     role: bool
     first: int
@@ -867,6 +933,7 @@ class Detach(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:detach:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x16
     FIELDS: ClassVar[tuple[str, ...]] = ("handle", "closed", "error")
+    TYPES: ClassVar[tuple[str, ...]] = ("uint", "boolean", "error")
 
     handle: int
     closed: bool = False
@@ -917,6 +984,7 @@ class End(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:end:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x17
     FIELDS: ClassVar[tuple[str, ...]] = ("error",)
+    TYPES: ClassVar[tuple[str, ...]] = ("error",)
 
     error: Error | None = None
 
@@ -953,6 +1021,7 @@ class Close(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:close:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x18
     FIELDS: ClassVar[tuple[str, ...]] = ("error",)
+    TYPES: ClassVar[tuple[str, ...]] = ("error",)
 
     error: Error | None = None
 
@@ -995,6 +1064,7 @@ class Header(Composite):
         "first_acquirer",
         "delivery_count",
     )
+    TYPES: ClassVar[tuple[str, ...]] = ("boolean", "ubyte", "uint", "boolean", "uint")
 
     durable: bool | None = None
     priority: int | None = None
@@ -1057,6 +1127,7 @@ class DeliveryAnnotations(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:delivery-annotations:map"
     DESCRIPTOR_CODE: ClassVar[int] = 0x71
     FIELDS: ClassVar[tuple[str, ...]] = ("value",)
+    TYPES: ClassVar[tuple[str, ...]] = ("fields",)
 
     value: dict[Value, Value]
 
@@ -1083,6 +1154,7 @@ class MessageAnnotations(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:message-annotations:map"
     DESCRIPTOR_CODE: ClassVar[int] = 0x72
     FIELDS: ClassVar[tuple[str, ...]] = ("value",)
+    TYPES: ClassVar[tuple[str, ...]] = ("fields",)
 
     value: dict[Value, Value]
 
@@ -1122,6 +1194,21 @@ class Properties(Composite):
         "group_id",
         "group_sequence",
         "reply_to_group_id",
+    )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "*",
+        "binary",
+        "*",
+        "string",
+        "*",
+        "*",
+        "symbol",
+        "symbol",
+        "timestamp",
+        "timestamp",
+        "string",
+        "uint",
+        "string",
     )
 
     message_id: Value = None
@@ -1233,6 +1320,7 @@ class ApplicationProperties(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:application-properties:map"
     DESCRIPTOR_CODE: ClassVar[int] = 0x74
     FIELDS: ClassVar[tuple[str, ...]] = ("value",)
+    TYPES: ClassVar[tuple[str, ...]] = ("map",)
 
     value: dict[Value, Value]
 
@@ -1259,6 +1347,7 @@ class Data(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:data:binary"
     DESCRIPTOR_CODE: ClassVar[int] = 0x75
     FIELDS: ClassVar[tuple[str, ...]] = ("value",)
+    TYPES: ClassVar[tuple[str, ...]] = ("binary",)
 
     value: bytes
 
@@ -1285,6 +1374,7 @@ class AmqpSequence(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:amqp-sequence:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x76
     FIELDS: ClassVar[tuple[str, ...]] = ("value",)
+    TYPES: ClassVar[tuple[str, ...]] = ("list",)
 
     value: list[Value]
 
@@ -1311,6 +1401,7 @@ class AmqpValue(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:amqp-value:*"
     DESCRIPTOR_CODE: ClassVar[int] = 0x77
     FIELDS: ClassVar[tuple[str, ...]] = ("value",)
+    TYPES: ClassVar[tuple[str, ...]] = ("*",)
 
     value: Value
 
@@ -1335,6 +1426,7 @@ class Footer(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:footer:map"
     DESCRIPTOR_CODE: ClassVar[int] = 0x78
     FIELDS: ClassVar[tuple[str, ...]] = ("value",)
+    TYPES: ClassVar[tuple[str, ...]] = ("fields",)
 
     value: dict[Value, Value]
 
@@ -1361,6 +1453,7 @@ class Received(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:received:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x23
     FIELDS: ClassVar[tuple[str, ...]] = ("section_number", "section_offset")
+    TYPES: ClassVar[tuple[str, ...]] = ("uint", "ulong")
 
     section_number: int
     section_offset: int
@@ -1406,6 +1499,7 @@ class Accepted(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:accepted:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x24
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    TYPES: ClassVar[tuple[str, ...]] = ()
 
     def encode(self) -> bytes:
         return _D_ACCEPTED + _LIST0
@@ -1429,6 +1523,7 @@ class Rejected(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:rejected:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x25
     FIELDS: ClassVar[tuple[str, ...]] = ("error",)
+    TYPES: ClassVar[tuple[str, ...]] = ("error",)
 
     error: Error | None = None
 
@@ -1465,6 +1560,7 @@ class Released(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:released:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x26
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    TYPES: ClassVar[tuple[str, ...]] = ()
 
     def encode(self) -> bytes:
         return _D_RELEASED + _LIST0
@@ -1492,6 +1588,7 @@ class Modified(Composite):
         "undeliverable_here",
         "message_annotations",
     )
+    TYPES: ClassVar[tuple[str, ...]] = ("boolean", "boolean", "fields")
 
     delivery_failed: bool | None = None
     undeliverable_here: bool | None = None
@@ -1553,6 +1650,19 @@ class Source(Composite):
         "default_outcome",
         "outcomes",
         "capabilities",
+    )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "*",
+        "uint",
+        "symbol",
+        "uint",
+        "boolean",
+        "fields",
+        "symbol",
+        "fields",
+        "*",
+        "symbol[]",
+        "symbol[]",
     )
 
     address: Value = None
@@ -1666,6 +1776,15 @@ class Target(Composite):
         "dynamic_node_properties",
         "capabilities",
     )
+    TYPES: ClassVar[tuple[str, ...]] = (
+        "*",
+        "uint",
+        "symbol",
+        "uint",
+        "boolean",
+        "fields",
+        "symbol[]",
+    )
 
     address: Value = None
     durable: int = TerminusDurability.NONE
@@ -1746,6 +1865,7 @@ class DeleteOnClose(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:delete-on-close:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x2B
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    TYPES: ClassVar[tuple[str, ...]] = ()
 
     def encode(self) -> bytes:
         return _D_DELETE_ON_CLOSE + _LIST0
@@ -1769,6 +1889,7 @@ class DeleteOnNoLinks(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:delete-on-no-links:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x2C
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    TYPES: ClassVar[tuple[str, ...]] = ()
 
     def encode(self) -> bytes:
         return _D_DELETE_ON_NO_LINKS + _LIST0
@@ -1795,6 +1916,7 @@ class DeleteOnNoMessages(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:delete-on-no-messages:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x2D
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    TYPES: ClassVar[tuple[str, ...]] = ()
 
     def encode(self) -> bytes:
         return _D_DELETE_ON_NO_MESSAGES + _LIST0
@@ -1821,6 +1943,7 @@ class DeleteOnNoLinksOrMessages(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:delete-on-no-links-or-messages:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x2E
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    TYPES: ClassVar[tuple[str, ...]] = ()
 
     def encode(self) -> bytes:
         return _D_DELETE_ON_NO_LINKS_OR_MESSAGES + _LIST0
@@ -1844,6 +1967,7 @@ class SaslMechanisms(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:sasl-mechanisms:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x40
     FIELDS: ClassVar[tuple[str, ...]] = ("sasl_server_mechanisms",)
+    TYPES: ClassVar[tuple[str, ...]] = ("symbol[]",)
 
     sasl_server_mechanisms: tuple[str, ...]
 
@@ -1884,6 +2008,7 @@ class SaslInit(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:sasl-init:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x41
     FIELDS: ClassVar[tuple[str, ...]] = ("mechanism", "initial_response", "hostname")
+    TYPES: ClassVar[tuple[str, ...]] = ("symbol", "binary", "string")
 
     mechanism: str
     initial_response: bytes | None = field(default=None, repr=False)
@@ -1934,6 +2059,7 @@ class SaslChallenge(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:sasl-challenge:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x42
     FIELDS: ClassVar[tuple[str, ...]] = ("challenge",)
+    TYPES: ClassVar[tuple[str, ...]] = ("binary",)
 
     challenge: bytes
 
@@ -1972,6 +2098,7 @@ class SaslResponse(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:sasl-response:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x43
     FIELDS: ClassVar[tuple[str, ...]] = ("response",)
+    TYPES: ClassVar[tuple[str, ...]] = ("binary",)
 
     response: bytes = field(repr=False)
 
@@ -2010,6 +2137,7 @@ class SaslOutcome(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:sasl-outcome:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x44
     FIELDS: ClassVar[tuple[str, ...]] = ("code", "additional_data")
+    TYPES: ClassVar[tuple[str, ...]] = ("ubyte", "binary")
 
     code: int
     additional_data: bytes | None = None
@@ -2053,6 +2181,7 @@ class Coordinator(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:coordinator:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x30
     FIELDS: ClassVar[tuple[str, ...]] = ("capabilities",)
+    TYPES: ClassVar[tuple[str, ...]] = ("symbol[]",)
 
     capabilities: tuple[str, ...] | None = None
 
@@ -2089,6 +2218,7 @@ class Declare(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:declare:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x31
     FIELDS: ClassVar[tuple[str, ...]] = ("global_id",)
+    TYPES: ClassVar[tuple[str, ...]] = ("*",)
 
     global_id: Value = None
 
@@ -2125,6 +2255,7 @@ class Discharge(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:discharge:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x32
     FIELDS: ClassVar[tuple[str, ...]] = ("txn_id", "fail")
+    TYPES: ClassVar[tuple[str, ...]] = ("*", "boolean")
 
     txn_id: Value
     fail: bool | None = None
@@ -2168,6 +2299,7 @@ class Declared(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:declared:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x33
     FIELDS: ClassVar[tuple[str, ...]] = ("txn_id",)
+    TYPES: ClassVar[tuple[str, ...]] = ("*",)
 
     txn_id: Value
 
@@ -2206,6 +2338,7 @@ class TransactionalState(Composite):
     DESCRIPTOR_NAME: ClassVar[str] = "amqp:transactional-state:list"
     DESCRIPTOR_CODE: ClassVar[int] = 0x34
     FIELDS: ClassVar[tuple[str, ...]] = ("txn_id", "outcome")
+    TYPES: ClassVar[tuple[str, ...]] = ("*", "*")
 
     txn_id: Value
     outcome: Value = None

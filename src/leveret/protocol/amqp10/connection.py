@@ -1093,6 +1093,17 @@ class Connection:
         _, link = self._link(channel, handle)
         self._link_flow(session, link, echo=echo)
 
+    def set_incoming_window(self, channel: int, window: int) -> None:
+        """Change how many transfer frames the peer may send on the session from now on, and
+        tell it (a flow). 0 stops the session's incoming transfers: the broker's back-pressure
+        on a publisher; a peer that sends anyway ends the session with window-violation."""
+        session = self._session(channel)
+        if not 0 <= window <= SEQUENCE_MASK:
+            raise LocalProtocolError(f"incoming window {window} out of range")
+        session.incoming_window_size = window
+        session.incoming_window = window
+        self._send(channel, self._session_flow(session))
+
     def credit(self, channel: int, handle: int) -> int:
         """The link's credit as this side sees it."""
         return self._link(channel, handle)[1].credit

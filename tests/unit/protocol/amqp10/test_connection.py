@@ -498,14 +498,36 @@ def test_window_violation_ends_the_session() -> None:
     events = server.receive_data(_frame(3, attach), 0)
     req = _one(events, LinkAttachRequested)
     server.accept_link(req.channel, req.handle, credit=100)
-    # The window is 2 frames and re-granted at half: a flow goes out after the first. A peer
-    # that ignores flows and keeps sending is cut off once the grant is used up.
+    # The window is re-granted when half is used, so an honest peer never runs out of it...
     frames = b"".join(
         _frame(3, Transfer(handle=0, delivery_id=i, delivery_tag=b"%d" % i, settled=True))
-        for i in range(2)
+        for i in range(5)
     )
     events = server.receive_data(frames, 0)
-    assert len([e for e in events if isinstance(e, MessageReceived)]) == 2
+    assert len([e for e in events if isinstance(e, MessageReceived)]) == 5
+    # ...until the broker closes it (back-pressure) and the peer sends anyway.
+    server.set_incoming_window(req.channel, 0)
+    assert b"\x00\x53\x13" in server.data_to_send(0)  # the flow telling the peer
+    late = _frame(3, Transfer(handle=0, delivery_id=5, delivery_tag=b"5", settled=True))
+    ended = _one(server.receive_data(late, 0), SessionEnded)
+    assert ended.error is not None
+    assert ended.error.condition == "amqp:session:window-violation"
+
+
+def test_a_closed_window_holds_an_honest_sender_back() -> None:
+    pair = _opened()
+    channel, handle, s_channel, _ = _link(pair, Role.SENDER, credit=10)
+    pair.server.set_incoming_window(s_channel, 0)
+    pair.pump()
+    for _ in range(3):
+        pair.client.send_transfer(channel, handle, b"m", settled=True)
+    _, server_events = pair.pump()
+    assert not [e for e in server_events if isinstance(e, MessageReceived)]
+    pair.server.set_incoming_window(s_channel, 2)
+    _, server_events = pair.pump()
+    assert len([e for e in server_events if isinstance(e, MessageReceived)]) == 3
+    with pytest.raises(LocalProtocolError, match="out of range"):
+        pair.server.set_incoming_window(s_channel, -1)
 
 
 def test_transfer_without_credit_detaches_the_link() -> None:

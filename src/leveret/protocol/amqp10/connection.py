@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -754,12 +755,14 @@ class Connection:
     def end(self, channel: int, error: Error | None = None) -> None:
         """End a session (``SessionEnded`` on the peer's answer)."""
         session = self._session(channel)
+        self._drop_pending(session)
         self._send(channel, End(error=error))
         session.state = SessionState.END_SENT
         session.end_error = error
 
     def _session_error(self, session: Session, condition: str, description: str) -> None:
         err = Error(condition=condition, description=description)
+        self._drop_pending(session)
         self._send(session.channel, End(error=err))
         session.state = SessionState.END_SENT
         session.end_error = err
@@ -988,14 +991,16 @@ class Connection:
         self, channel: int, handle: int, *, closed: bool = True, error: Error | None = None
     ) -> None:
         """Detach (``closed``: close) a link; ``LinkDetached`` comes on the peer's answer."""
-        _, link = self._link(channel, handle)
+        session, link = self._link(channel, handle)
         self._pending.pop((channel, handle), None)
+        self._drop_pending(session, handle)
         self._send(channel, Detach(handle=handle, closed=closed, error=error))
         link.state = LinkState.DETACH_SENT
         self._detach_errors[(channel, handle)] = error
 
     def _link_error(self, session: Session, link: Link, condition: str, description: str) -> None:
         err = Error(condition=condition, description=description)
+        self._drop_pending(session, link.handle)
         self._send(session.channel, Detach(handle=link.handle, closed=True, error=err))
         link.state = LinkState.DETACH_SENT
         link.parts = None
@@ -1022,6 +1027,7 @@ class Connection:
             error = self._detach_errors.pop(key, None)
             closed = True
         else:
+            self._drop_pending(session, link.handle)
             self._send(session.channel, Detach(handle=link.handle, closed=perf.closed))
             local = False
             error = perf.error
@@ -1208,15 +1214,25 @@ class Connection:
             self._out += pieces
         else:
             # Frame by frame from here: the window may open a few frames at a time.
-            session.pending.append(pieces[:2])
-            session.pending.extend(pieces[i : i + 3] for i in range(2, len(pieces), 3))
+            session.pending.append((handle, pieces[:2]))
+            session.pending.extend((handle, pieces[i : i + 3]) for i in range(2, len(pieces), 3))
             self._flush_pending(session)
         return delivery_id
+
+    @staticmethod
+    def _drop_pending(session: Session, handle: int | None = None) -> None:
+        """Forget the frames still waiting for the window (all, or one link's): once a detach
+        or an end has gone out, frames sent after it would reach a freed (or reused) handle."""
+        if session.pending:
+            if handle is None:
+                session.pending.clear()
+            else:
+                session.pending = deque(p for p in session.pending if p[0] != handle)
 
     def _flush_pending(self, session: Session) -> None:
         pending = session.pending
         while pending and session.remote_incoming_window > 0:
-            self._out += pending.popleft()
+            self._out += pending.popleft()[1]
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SEQUENCE_MASK
 

@@ -155,8 +155,8 @@ class Session:
         self.remote_handle_max = SEQUENCE_MASK
         self.links: dict[int, Link] = {}  # by our handle
         self.by_remote: dict[int, Link] = {}  # by the peer's handle
-        # Transfer frames (each as its pieces) waiting for the peer's incoming window.
-        self.pending: deque[list[bytes | memoryview]] = deque()
+        # Transfer frames (our handle, the frame's pieces) waiting for the peer's window.
+        self.pending: deque[tuple[int, list[bytes | memoryview]]] = deque()
         self.end_error: Error | None = None
         self.reported = False  # SessionEnded already emitted
 

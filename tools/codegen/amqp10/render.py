@@ -9,6 +9,7 @@ Three modules: ``encodings.py`` (format codes and their widths), ``definitions.p
 from __future__ import annotations
 
 import keyword
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -153,9 +154,11 @@ def render_definitions(spec: Spec, head: str) -> str:
         "from __future__ import annotations",
         "",
         "import enum",
-        "from typing import Final",
-        "",
     ]
+    choices = [t for t in spec.types.values() if t.choices]
+    if any(spec.primitive(t.source) == "boolean" for t in choices):
+        lines.append("from typing import Final")
+    lines.append("")
     exported = [const_name(d.name) for d in spec.definitions]
     exported += [enum_name(t) for t in spec.types.values() if t.choices]
     lines.append("__all__ = [" + ", ".join(f'"{n}"' for n in _all_order(exported)) + "]")
@@ -315,6 +318,8 @@ def _render_list_composite(t: TypeDef, spec: Spec) -> str:
             default = _default_expr(f, spec)
             if default == "False":
                 arg = f"self.{name} or None"
+            elif default == "True":
+                arg = f"None if self.{name} else False"
             elif default is not None:
                 arg = f"None if self.{name} == {default} else self.{name}"
             else:
@@ -428,50 +433,30 @@ fields a newer peer adds). Import through ``leveret.protocol.amqp10``.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import {dataclass_names}
 from typing import ClassVar, Self
 
-from leveret.protocol.amqp10._generated.definitions import {enums}
-from leveret.protocol.amqp10.errors import DecodeError
+{enums}from leveret.protocol.amqp10.errors import DecodeError
 from leveret.protocol.amqp10.types import (
-    Composite,
-    Value,
-    described_list,
-    list_header,
-    read_any,
-    read_binary,
-    read_boolean,
-    read_list,
-    read_map,
-    read_string,
-    read_symbol,
-    read_symbols,
-    read_timestamp,
-    read_ubyte,
-    read_uint,
-    read_ulong,
-    read_ushort,
-    register,
-    skip_fields,
-    write_any,
-    write_binary,
-    write_boolean,
-    write_fields,
-    write_list,
-    write_map,
-    write_string,
-    write_symbol,
-    write_symbols,
-    write_timestamp,
-    write_ubyte,
-    write_uint,
-    write_ulong,
-    write_ushort,
+{names}
 )
 
 _ENCODE_ERRORS = (struct.error, UnicodeEncodeError, OverflowError, TypeError, AttributeError)
 _LIST0 = b"\\x45"
 '''
+# What the generated classes may call from types.py; only the names a module uses are imported.
+TYPES_NAMES = (
+    "Composite",
+    "Value",
+    "described_list",
+    "list_header",
+    "register",
+    "skip_fields",
+    *sorted({name for codec in FIELD_CODEC.values() for name in codec[:2]}),
+    "read_symbols",
+    "write_fields",
+    "write_symbols",
+)
 
 
 def render_composites(spec: Spec, head: str) -> str:
@@ -484,7 +469,12 @@ def render_composites(spec: Spec, head: str) -> str:
             if f.default is not None and f.type in spec.types and spec.types[f.type].choices
         }
     )
-    parts = [head, COMPOSITES_HEAD.format(enums=", ".join(enums))]
+    enum_import = (
+        f"from leveret.protocol.amqp10._generated.definitions import {', '.join(enums)}\n"
+        if enums
+        else ""
+    )
+    parts: list[str] = []
     parts.extend(f"_D_{const_name(t.name)} = {_descriptor_bytes(t)!r}\n" for t in described)
     parts.append("\n")
     # Composite classes a field refers to (error) must exist first: sort those to the front.
@@ -501,7 +491,17 @@ def render_composites(spec: Spec, head: str) -> str:
             parts.append("\n\n" + _render_typed_reader(t))
     names = ", ".join(class_name(t.name) for t in described)
     exported = _all_order([*(class_name(t.name) for t in described), "BY_CODE"])
-    parts.insert(2, "__all__ = [" + ", ".join(f'"{n}"' for n in exported) + "]\n\n")
+    body = "".join(parts)
+    used = sorted(
+        {n for n in TYPES_NAMES if re.search(rf"\b{n}\b", body)} | {"Composite", "register"}
+    )
+    header = COMPOSITES_HEAD.format(
+        enums=enum_import,
+        dataclass_names="dataclass, field" if "field(" in body else "dataclass",
+        names="".join(f"    {n},\n" for n in used).rstrip("\n"),
+    )
+    parts = [head, header, "__all__ = [" + ", ".join(f'"{n}"' for n in exported) + "]\n\n"]
+    parts.append(body)
     parts.append(
         "\n\nBY_CODE: dict[int, type[Composite]] = {cls.DESCRIPTOR_CODE: cls for cls in ("
         + names

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -120,3 +121,76 @@ def test_generated_code_is_formatted() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout
+
+
+# -- the generator on a tiny fixture document ------------------------------------------------
+
+TINY = Path(__file__).parents[1] / "data" / "amqp10-tiny.xml"
+TYPES_XML = codegen.SPEC_DIR / "types.bare.xml"
+
+
+@pytest.fixture(scope="module")
+def tiny_files() -> dict[str, str]:
+    return codegen.generate((TYPES_XML, TINY), codegen.DEFAULT_SEED)
+
+
+def test_tiny_generated_classes_work(tiny_files: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "tiny_composites.py").write_text(tiny_files["composites.py"])
+    spec = importlib.util.spec_from_file_location(
+        "tiny_composites", tmp_path / "tiny_composites.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tiny_composites"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["tiny_composites"]
+    book_cls = module.Book
+    assert book_cls.DESCRIPTOR_CODE == (3 << 32) | 2
+    assert book_cls.TYPES == ("string", "symbol[]", "string", "uint", "boolean", "*", "fields")
+    book = book_cls(title="AMQP", tags=("a", "b"), notes={"k": 1})
+    data = book.encode()
+    # Not a smallulong: the descriptor is a full ulong; defaults are sent as nulls.
+    assert data[:10] == b"\x00\x80" + ((3 << 32) | 2).to_bytes(8, "big")
+    assert decode_whole(data) == book
+    other = decode_whole(book_cls(title="x", in_print=False, pages=7).encode())
+    assert isinstance(other, book_cls)
+    assert other.in_print is False
+    blob = module.Blob(b"\x01\x02")
+    assert decode_whole(blob.encode()) == blob
+    assert "SHELF_SIZE = 42" in tiny_files["definitions.py"]
+    assert 'RED = "example:red"' in tiny_files["definitions.py"]
+
+
+def test_tiny_output_is_ruff_clean(tiny_files: dict[str, str], tmp_path: Path) -> None:
+    codegen.write(tiny_files, tmp_path)
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    for args in (["format", "--check"], ["check"]):
+        result = subprocess.run(
+            [ruff, *args, "--config", str(ROOT / "pyproject.toml"), "."],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_unsupported_spec_shapes_fail(tmp_path: Path) -> None:
+    text = TINY.read_text()
+    multiple = tmp_path / "multiple.xml"
+    multiple.write_text(
+        text.replace('name="isbn" type="string"', 'name="isbn" type="uint" multiple="true"')
+    )
+    with pytest.raises(ValueError, match="multiple uint fields are not supported"):
+        codegen.generate((TYPES_XML, multiple), codegen.DEFAULT_SEED)
+    unknown = tmp_path / "unknown.xml"
+    unknown.write_text(text.replace('type="fields"/>', 'type="nonesuch"/>'))
+    with pytest.raises(codegen_spec.SpecError, match="unknown type 'nonesuch'"):
+        codegen.generate((TYPES_XML, unknown), codegen.DEFAULT_SEED)
+    twice = tmp_path / "twice.xml"
+    twice.write_text(text.replace('<type name="fields"', '<type name="blob"'))
+    with pytest.raises(codegen_spec.SpecError, match="defined twice"):
+        codegen.generate((TYPES_XML, twice), codegen.DEFAULT_SEED)

@@ -10,13 +10,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import tools.codegen.amqp10 as codegen
 from tools.codegen.amqp10 import spec as codegen_spec
 
+from leveret.protocol.amqp10 import types
 from leveret.protocol.amqp10._generated import composites, definitions, encodings
 from leveret.protocol.amqp10.types import Composite, decode_whole
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = codegen.ROOT
 
@@ -125,7 +130,7 @@ def test_generated_code_is_formatted() -> None:
 
 # -- the generator on a tiny fixture document ------------------------------------------------
 
-TINY = Path(__file__).parents[1] / "data" / "amqp10-tiny.xml"
+TINY = Path(__file__).parents[1] / "data" / "amqp10-tiny.xml"  # example:book:list, as the spec's
 TYPES_XML = codegen.SPEC_DIR / "types.bare.xml"
 
 
@@ -134,6 +139,24 @@ def tiny_files() -> dict[str, str]:
     return codegen.generate((TYPES_XML, TINY), codegen.DEFAULT_SEED)
 
 
+@pytest.fixture
+def scratch_registry() -> Iterator[None]:
+    """Classes a test generates register themselves for decoding: forget them afterwards."""
+    by_code, by_name, encoders = (
+        dict(types._BY_CODE),
+        dict(types._BY_NAME),
+        dict(types._ENCODERS),
+    )
+    yield
+    types._BY_CODE.clear()
+    types._BY_CODE.update(by_code)
+    types._BY_NAME.clear()
+    types._BY_NAME.update(by_name)
+    types._ENCODERS.clear()
+    types._ENCODERS.update(encoders)
+
+
+@pytest.mark.usefixtures("scratch_registry")
 def test_tiny_generated_classes_work(tiny_files: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "tiny_composites.py").write_text(tiny_files["composites.py"])
     spec = importlib.util.spec_from_file_location(

@@ -279,7 +279,6 @@ class ClientConnection:
         self._now = 0.0
         self._last_received = 0.0
         self._last_sent = 0.0
-        self._wrote = False
         self._publish_methods: dict[tuple[str, str, bool, bool], bytes] = {}
         if not manual:
             self._emit(framing.PROTOCOL_HEADER)
@@ -729,7 +728,9 @@ class ClientConnection:
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         self._out_size = 0
-        self._wrote = True
+        # The latest time we were told of: never later than the write (heartbeats early at
+        # worst, never late).
+        self._last_sent = self._now
         return data
 
     @property
@@ -826,7 +827,7 @@ class ClientConnection:
                 self._misuse(f"channel.close-ok on channel {channel} while {ch.state.name}")
             del self._channels[channel]
             self._content.pop(channel, None)
-        elif ch.state is not ChannelState.OPEN:
+        elif ch.state > ChannelState.OPEN:
             self._misuse(f"{method.NAME} on channel {channel} while {ch.state.name}")
         elif t is m.ConfirmSelect:
             ch.confirming = True
@@ -910,7 +911,7 @@ class ClientConnection:
         made from its output) as one buffer; returns the first one's delivery tag in confirm
         mode, else 0."""
         ch = self._channels.get(channel)
-        if ch is None or ch.state is not ChannelState.OPEN:
+        if ch is None or ch.state > ChannelState.OPEN:
             self._misuse(f"publish on channel {channel}, which is not open")
         self._out.append(data)
         self._out_size += len(data)
@@ -924,7 +925,7 @@ class ClientConnection:
         """Queue a basic.ack (one ``struct`` call: the consumer's per-message path)."""
         if channel not in self._fast and not self.manual:
             ch = self._channels.get(channel)
-            if ch is None or ch.state is not ChannelState.OPEN:
+            if ch is None or ch.state > ChannelState.OPEN:
                 raise RuntimeError(f"basic.ack on channel {channel}, which is not open")
         self._out.append(
             _ACK_FRAME.pack(
@@ -957,9 +958,9 @@ class ClientConnection:
         hb = self.heartbeat
         if not hb or not ConnectionState.AWAIT_OPEN <= self.state <= ConnectionState.OPEN:
             return []
-        if self._wrote or self._out:
-            self._wrote = False
-            self._last_sent = now
+        self._now = now
+        if self._out:
+            self._last_sent = now  # about to be written
         silent = now - self._last_received
         if silent > 2 * hb:
             self.state = ConnectionState.CLOSED

@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from bench.amqp import Connection, PublishTemplate, ack_frame, connect
+from bench.amqp import Connection, PublishTemplate, connect
 from leveret.protocol.amqp091._generated import methods as m
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ async def append_rate(
         if batch <= 0:
             room.clear()
             continue
-        conn.out.extend([template.prefix + stamp + template.suffix] * batch)
+        conn.publish((template.prefix + stamp + template.suffix) * batch, batch)
         state["sent"] += batch
         conn.flush()
         await conn.writable.wait()
@@ -86,7 +86,7 @@ async def consume_rate(host: str, port: int, queue: str, count: int) -> float:
 
     def after_data() -> None:
         if state["n"] - state["acked"] >= 100 or (done.done() and state["n"] > state["acked"]):
-            conn.out.append(ack_frame(1, state["last"], multiple=True))
+            conn.ack(state["last"], multiple=True)
             state["acked"] = state["n"]
 
     conn.on_deliver = on_deliver

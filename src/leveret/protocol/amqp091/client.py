@@ -80,6 +80,7 @@ __all__ = [
     "Deliveries",
     "amqplain_response",
     "encode_ack",
+    "encode_publish",
     "plain_response",
 ]
 
@@ -144,6 +145,24 @@ def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
     return _ACK_FRAME.pack(
         framing.FRAME_METHOD, channel, 13, 60, 80, delivery_tag, multiple, framing.FRAME_END
     )
+
+
+def encode_publish(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    body: bytes | memoryview,
+    properties: bytes,
+    frame_max: int,
+    *,
+    mandatory: bool = False,
+    immediate: bool = False,
+) -> bytes:
+    """basic.publish + content header + body frames (split at ``frame_max``) in one buffer."""
+    method = m.BasicPublish(
+        exchange=exchange, routing_key=routing_key, mandatory=mandatory, immediate=immediate
+    ).encode()
+    return framing.encode_message_frames(channel, method, 60, body, properties, frame_max)
 
 
 def _negotiate(ours: int, theirs: int) -> int:

@@ -337,6 +337,27 @@ def test_deliveries_as_events_and_into_columns() -> None:
             assert {BasicProperties.decode(p).priority for p in columns.properties} == {1}
 
 
+def test_content_of_two_channels_interleaved_is_assembled_per_channel() -> None:
+    for columns in (None, Deliveries()):
+        pair = opened(ClientConnection(deliveries=columns))
+        client = pair.client
+        client.open_channel(2)
+        pair.pump()
+        one = deliver(1, b"one", channel=1)
+        two = deliver(2, b"two", channel=2)
+        method_end = one.index(b"\xce\x02\x00\x01") + 1  # ch 1: method | header | body
+        header_end = one.index(b"\xce\x03\x00\x01") + 1
+        data = one[:header_end] + two + one[header_end:]
+        assert method_end < header_end
+        events = client.receive_data(data, 0)
+        if columns is None:
+            got = [(e.channel, e.body) for e in events if isinstance(e, ContentReceived)]
+        else:
+            assert events == []
+            got = list(zip(columns.channels, columns.bodies, strict=True))
+        assert got == [(2, b"two"), (1, b"one")]
+
+
 def test_mandatory_return_and_confirms() -> None:
     pair = opened()
     client = pair.client
@@ -489,6 +510,16 @@ _BAD_INPUT = {
     "unknown method": (framing.encode_frame(1, 1, struct.pack(">HH", 99, 1)), CommandInvalid),
     "malformed method": (framing.encode_frame(1, 1, struct.pack(">HH", 50, 11)), SyntaxError_),
     "truncated ack": (framing.encode_frame(1, 1, struct.pack(">HHQ", 60, 80, 1)), SyntaxError_),
+    "malformed deliver": (
+        framing.encode_frame(1, 1, b"\x00\x3c\x00\x3c\xff")
+        + b"".join(framing.encode_content_frames(1, 60, b"x", b"\x00\x00", 4096)),
+        SyntaxError_,
+    ),
+    "deliver with a 30-byte exchange name in 10 bytes": (
+        framing.encode_frame(1, 1, b"\x00\x3c\x00\x3c\x00" + bytes(9) + b"\x1e")
+        + b"".join(framing.encode_content_frames(1, 60, b"x", b"\x00\x00", 4096)),
+        SyntaxError_,
+    ),
 }
 
 

@@ -28,13 +28,13 @@ _FRAME = struct.Struct(">BHI")
 _END_HEADER = struct.Struct(">BBHIHHQ")
 _END_BODY = struct.Struct(">BBHI")
 _QBB = struct.Struct(">QBB")
-_DELIVER = b"\x00\x3c\x00\x3c"  # class 60 (basic), method 60 (deliver)
+# A frame header with the class-id and method-id a method frame's payload starts with.
+_FRAME_METHOD_ID = struct.Struct(">BHII")
+_DELIVER_ID = (60 << 16) | 60  # basic.deliver
 _END = framing.FRAME_END
 _TYPES = frozenset(
     (framing.FRAME_METHOD, framing.FRAME_HEADER, framing.FRAME_BODY, framing.FRAME_HEARTBEAT)
 )
-_INCOMPLETE = -1  # a delivery has begun but its last frame is not in the buffer yet
-_IRREGULAR = -2  # not laid out as the column path expects: hand it to the frame callback
 
 
 class Deliveries:
@@ -89,6 +89,18 @@ def _too_large(size: int, limit: int) -> FrameError:
     )
 
 
+class _Incomplete(Exception):
+    """A delivery has begun but its last frame is not in the buffer yet."""
+
+
+class _Irregular(Exception):
+    """Not laid out as the column path expects: the frame callback takes it frame by frame."""
+
+
+_ANY_CHANNEL = range(0x10000)
+_NO_CHANNEL: frozenset[int] = frozenset()
+
+
 def walk_frames(
     buf: bytes,
     off: int,
@@ -110,109 +122,98 @@ def walk_frames(
     frame-end octet, an unknown frame type or a frame over the limit raises
     :class:`~leveret.errors.FrameError` (501); an oversized frame as soon as its header is in.
     """
+    if out is None:
+        out = Deliveries()  # never appended to: no channel takes the column path
+        channels = _NO_CHANNEL
+    elif channels is None:
+        channels = _ANY_CHANNEL
     n = len(buf)
     unpack = _FRAME.unpack_from
+    unpack_with_method = _FRAME_METHOD_ID.unpack_from
     unpack_header = _END_HEADER.unpack_from
     unpack_body = _END_BODY.unpack_from
     unpack_deliver = _QBB.unpack_from
-    startswith = buf.startswith
-    fast = out is not None
-    if out is not None:
-        chans = out.channels
-        tags = out.tags
-        redelivered = out.redelivered
-        exchanges = out.exchanges
-        routing_keys = out.routing_keys
-        properties = out.properties
-        bodies = out.bodies
+    frame_end = _END
+    chans = out.channels
+    tags = out.tags
+    redelivered = out.redelivered
+    exchanges = out.exchanges
+    routing_keys = out.routing_keys
+    properties = out.properties
+    bodies = out.bodies
     while n - off >= 8:
-        ftype, channel, size = unpack(buf, off)
+        if n - off >= 11:
+            # The method id comes with the frame header (one struct call, no startswith).
+            ftype, channel, size, method_id = unpack_with_method(buf, off)
+        else:
+            ftype, channel, size = unpack(buf, off)
+            method_id = 0
         start = off + 7
         end = start + size
         if end >= n:
             if size > limit:
                 raise _too_large(size, limit)
             break
-        if (
-            fast
-            and ftype == 1
-            and startswith(_DELIVER, start)
-            and (channels is None or channel in channels)
-        ):
-            # One pass through this block; `break` leaves it with p telling what was found.
-            p = _IRREGULAR
-            while True:
-                if buf[end] != _END or size > limit:
-                    break
+        if method_id == _DELIVER_ID and ftype == 1 and channel in channels and size >= 4:
+            # The column path: every way out but the last line raises, to the slow path
+            # (_Irregular) or to wait for more bytes (_Incomplete).
+            try:
                 if n - end < 20:
-                    p = _INCOMPLETE
-                    break
-                _e, htype, hch, hsize, _cls, _weight, body_size = unpack_header(buf, end)
-                if htype != 2 or hch != channel or hsize < 14 or hsize > limit:
-                    break
+                    raise _Incomplete
+                fend, htype, hch, hsize, _cls, _weight, body_size = unpack_header(buf, end)
+                # (a | b) > limit is true whenever a or b is over it (and sometimes when
+                # neither is: the frame callback then checks them one by one).
+                if fend != frame_end or htype != 2 or hch != channel or (size | hsize) > limit:
+                    raise _Irregular
                 hstart = end + 8
                 hend = hstart + hsize
                 if hend >= n:
-                    p = _INCOMPLETE
-                    break
+                    raise _Incomplete
                 if body_size == 0:
-                    if buf[hend] != _END:
-                        break
+                    if buf[hend] != frame_end or hsize < 14:
+                        raise _Irregular
                     body = b""
                     p = hend + 1
                 else:
                     if n - hend < 8:
-                        p = _INCOMPLETE
-                        break
-                    bend_octet, btype, bch, bsize = unpack_body(buf, hend)
-                    if (
-                        bend_octet != _END
-                        or btype != 3
-                        or bch != channel
-                        or bsize > limit
-                        or bsize > body_size
-                    ):
-                        break
+                        raise _Incomplete
+                    bfend, btype, bch, bsize = unpack_body(buf, hend)
+                    if bfend != frame_end or btype != 3 or bch != channel or hsize < 14:
+                        raise _Irregular
                     bstart = hend + 8
-                    bend = bstart + bsize
-                    if bend >= n:
-                        p = _INCOMPLETE
-                        break
-                    if buf[bend] != _END:
-                        break
+                    p = bstart + bsize
+                    if p >= n:
+                        raise _Incomplete
                     if bsize == body_size:
-                        body = buf[bstart:bend]
-                        p = bend + 1
+                        if buf[p] != frame_end or bsize > limit:
+                            raise _Irregular
+                        body = buf[bstart:p]
+                        p += 1
                     else:
-                        first = buf[bstart:bend]
-                        body, p = _more_body(buf, bend + 1, channel, limit, first, body_size)
-                        if p < 0:
-                            break
-                # The deliver arguments: consumer-tag, delivery-tag, redelivered, exchange, key.
+                        body, p = _more_body(buf, hend, channel, limit, body_size)
+                # The deliver arguments: consumer-tag, delivery-tag, redelivered, exchange,
+                # key; past the end of the frame (or of the buffer) means malformed.
                 o = start + 5 + buf[start + 4]
-                if o + 11 > end:
-                    p = _IRREGULAR
-                    break
                 tag, bits, elen = unpack_deliver(buf, o)
                 o += 10
                 kend = o + elen
-                if kend >= end or kend + 1 + buf[kend] > end:
-                    p = _IRREGULAR
-                    break
+                rend = kend + 1 + buf[kend]
+                if rend > end:
+                    raise _Irregular
                 chans.append(channel)
                 tags.append(tag)
                 redelivered.append(bits & 1)
                 exchanges.append(buf[o:kend])
-                routing_keys.append(buf[kend + 1 : kend + 1 + buf[kend]])
+                routing_keys.append(buf[kend + 1 : rend])
                 properties.append(buf[hstart + 12 : hend])
                 bodies.append(body)
-                break
-            if p >= 0:
                 off = p
                 continue
-            if p == _INCOMPLETE:
+            except _Incomplete:
                 break
-        if buf[end] != _END:
+            except (_Irregular, struct.error, IndexError):
+                pass
+        if buf[end] != frame_end:
             raise FrameError(
                 f"frame_end: expected 0xCE after a {size}-byte payload of a type {ftype} frame"
                 f" on channel {channel}, got 0x{buf[end]:02x}"
@@ -227,30 +228,30 @@ def walk_frames(
     return off
 
 
-def _more_body(
-    buf: bytes, p: int, channel: int, limit: int, first: bytes, body_size: int
-) -> tuple[bytes, int]:
-    """The rest of a body split over several frames, and the offset after its last frame.
+def _more_body(buf: bytes, p: int, channel: int, limit: int, body_size: int) -> tuple[bytes, int]:
+    """A body split over body frames from ``p`` on, and the offset after the last one.
 
-    The offset is ``_INCOMPLETE`` when not all of it is in ``buf`` and ``_IRREGULAR`` when the
-    frames are not consecutive body frames of ``channel`` adding up to ``body_size``.
+    Raises _Incomplete when not all of it is in ``buf`` yet, _Irregular when the frames are
+    not consecutive, well-formed body frames of ``channel`` adding up to ``body_size``.
     """
     n = len(buf)
-    pieces = [first]
-    got = len(first)
+    pieces = []
+    got = 0
     while got < body_size:
         if n - p < 8:
-            return b"", _INCOMPLETE
-        btype, bch, bsize = _FRAME.unpack_from(buf, p)
-        bstart = p + 7
+            raise _Incomplete
+        btype, bch, bsize = _FRAME.unpack_from(buf, p + 1)
+        if buf[p] != _END or btype != 3 or bch != channel or bsize > limit:
+            raise _Irregular
+        bstart = p + 8
         bend = bstart + bsize
-        if btype != 3 or bch != channel or bsize > limit or got + bsize > body_size:
-            return b"", _IRREGULAR
         if bend >= n:
-            return b"", _INCOMPLETE
-        if buf[bend] != _END:
-            return b"", _IRREGULAR
-        pieces.append(buf[bstart:bend])
+            raise _Incomplete
         got += bsize
-        p = bend + 1
-    return b"".join(pieces), p
+        if got > body_size:
+            raise _Irregular
+        pieces.append(buf[bstart:bend])
+        p = bend
+    if buf[p] != _END:
+        raise _Irregular
+    return b"".join(pieces), p + 1

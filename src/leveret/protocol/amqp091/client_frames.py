@@ -154,7 +154,9 @@ def walk_frames(
             if size > limit:
                 raise _too_large(size, limit)
             break
-        if method_id == _DELIVER_ID and ftype == 1 and channel in channels and size >= 4:
+        # A payload under 4 bytes cannot match: its frame-end octet would be part of the id,
+        # and a wrong frame-end octet sends it to the frame callback's error.
+        if method_id == _DELIVER_ID and ftype == 1 and channel in channels:
             # The column path: every way out but the last line raises, to the slow path
             # (_Irregular) or to wait for more bytes (_Incomplete).
             try:

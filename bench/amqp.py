@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from leveret.protocol.amqp091.client_events import Event
 
-__all__ = ["AmqpError", "Connection", "PublishTemplate", "ack_frame", "connect"]
+__all__ = ["CHANNEL", "AmqpError", "Connection", "PublishTemplate", "ack_frame", "connect"]
 
 M = TypeVar("M", bound=m.Method)
 

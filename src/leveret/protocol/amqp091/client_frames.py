@@ -99,6 +99,7 @@ class _Irregular(Exception):
 
 _ANY_CHANNEL = range(0x10000)
 _NO_CHANNEL: frozenset[int] = frozenset()
+_NO_COLUMNS = Deliveries()  # never appended to: with _NO_CHANNEL no delivery takes that path
 
 
 def walk_frames(
@@ -123,7 +124,7 @@ def walk_frames(
     :class:`~leveret.errors.FrameError` (501); an oversized frame as soon as its header is in.
     """
     if out is None:
-        out = Deliveries()  # never appended to: no channel takes the column path
+        out = _NO_COLUMNS
         channels = _NO_CHANNEL
     elif channels is None:
         channels = _ANY_CHANNEL

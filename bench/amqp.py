@@ -1,10 +1,12 @@
 """A minimal asyncio AMQP 0-9-1 client for the load generator, on the project's own codec.
 
-Frames are cut by :class:`leveret.protocol.amqp091.framing.FrameDecoder` and methods are built
-and decoded with the generated classes, in the client role.  The paths that run once per message
-are hand-rolled on top of them: ``basic.deliver``, ``basic.ack`` and ``basic.nack`` are read
-with one ``struct`` call each, a publish is a pre-encoded prefix + stamp + pre-encoded suffix,
-and everything written while handling one ``data_received`` is sent in one ``write``.
+The protocol is the client-role machine shared by every client-side user
+(:class:`leveret.protocol.amqp091.client.ClientConnection`); this module adds the asyncio
+transport and the load generator's callbacks. The machine appends every ``basic.deliver`` of
+a read straight into its columns, and ``on_deliver`` runs over them; a publish is a
+pre-encoded prefix + stamp + pre-encoded suffix (:class:`PublishTemplate`, from the machine's
+encoder), many of them handed to the machine as one buffer; an ack is one ``struct`` call; and
+everything queued while handling one ``data_received`` goes out in one ``write``.
 """
 
 from __future__ import annotations
@@ -12,30 +14,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import struct
 from collections import deque
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from bench.stats import STAMP_SIZE
-from leveret.errors import FrameError
+from leveret.errors import AMQPError
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.amqp091.client import (
+    CLIENT_CAPABILITIES,
+    ClientConnection,
+    Deliveries,
+    encode_ack,
+    encode_publish,
+)
+from leveret.protocol.amqp091.client_events import MethodReceived, ProtocolHeaderReceived
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["AmqpError", "Connection", "PublishTemplate", "ack_frame", "connect"]
+    from leveret.protocol.amqp091.client_events import Event
+
+__all__ = ["CHANNEL", "AmqpError", "Connection", "PublishTemplate", "ack_frame", "connect"]
 
 M = TypeVar("M", bound=m.Method)
 
-_DELIVER = b"\x00\x3c\x00\x3c"  # basic.deliver (60, 60)
-_ACK = b"\x00\x3c\x00\x50"  # basic.ack (60, 80)
-_NACK = b"\x00\x3c\x00\x78"  # basic.nack (60, 120)
-_QB = struct.Struct(">QB")
-_Q = struct.Struct(">Q")
-_ACK_FRAME = struct.Struct(">BHIHHQBB")  # method frame: header, 60, 80, tag, multiple, end
-_FRAME_END = framing.FRAME_END
+CHANNEL = 1  # every connection of the load generator uses one channel
 
 
 class AmqpError(Exception):
@@ -65,21 +70,17 @@ class PublishTemplate:
             raise ValueError(f"body size {size} is smaller than the {STAMP_SIZE}-byte stamp")
         if 0 < frame_max < STAMP_SIZE + framing.FRAME_OVERHEAD:
             raise ValueError(f"frame_max {frame_max} is too small for the stamp")
-        method = m.BasicPublish(exchange=exchange, routing_key=routing_key).encode()
         props = BasicProperties(delivery_mode=2 if persistent else 1).encode()
         marker = b"\xa5" * STAMP_SIZE
-        whole = framing.encode_message_frames(
-            channel, method, 60, marker + bytes(size - STAMP_SIZE), props, frame_max
+        whole = encode_publish(
+            channel, exchange, routing_key, marker + bytes(size - STAMP_SIZE), props, frame_max
         )
         # The stamp sits right after the first body frame's 7-byte header.
-        at = (
-            len(framing.encode_method_frame(channel, method))
-            + framing.FRAME_HEADER_SIZE
-            + 12
-            + len(props)
-            + 1
-            + framing.FRAME_HEADER_SIZE
+        method_size = framing.FRAME_OVERHEAD + len(
+            m.BasicPublish(exchange=exchange, routing_key=routing_key).encode()
         )
+        at = method_size + framing.FRAME_HEADER_SIZE + 12 + len(props) + 1
+        at += framing.FRAME_HEADER_SIZE
         assert whole[at : at + STAMP_SIZE] == marker
         self.prefix = whole[:at]
         self.suffix = whole[at + STAMP_SIZE :]
@@ -87,9 +88,7 @@ class PublishTemplate:
 
 def ack_frame(channel: int, delivery_tag: int, *, multiple: bool) -> bytes:
     """A basic.ack method frame."""
-    return _ACK_FRAME.pack(
-        framing.FRAME_METHOD, channel, 13, 60, 80, delivery_tag, int(multiple), _FRAME_END
-    )
+    return encode_ack(channel, delivery_tag, multiple)
 
 
 class Connection(asyncio.Protocol):
@@ -97,15 +96,31 @@ class Connection(asyncio.Protocol):
 
     ``on_deliver(delivery_tag, redelivered, stamp)`` runs per delivered message (``stamp`` is
     the first 16 bytes of the body); ``on_confirm(delivery_tag, multiple, ack)`` per basic.ack
-    or basic.nack; ``after_data()`` once after each batch of frames (flush acks there).
+    or basic.nack; ``after_data()`` once after each batch of frames (queue acks there with
+    :meth:`ack`; what is queued goes out right after it).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        user: str = "guest",
+        password: str = "guest",  # noqa: S107 - RabbitMQ's default user
+        vhost: str = "/",
+        frame_max: int = 131072,
+    ) -> None:
         self.transport: asyncio.Transport | None = None
-        self.frame_max = 131072
-        self.out: list[bytes] = []
+        self.deliveries = Deliveries()
+        self.machine = ClientConnection(
+            user,
+            password,
+            vhost,
+            client_properties={
+                "product": "leveret-bench",
+                "capabilities": dict(CLIENT_CAPABILITIES),
+            },
+            frame_max=frame_max,
+            deliveries=self.deliveries,
+        )
         self.error: str | None = None
-        self.blocked = False
         self.writable = asyncio.Event()
         self.writable.set()
         self.lost = asyncio.get_running_loop().create_future()
@@ -113,13 +128,17 @@ class Connection(asyncio.Protocol):
         self.on_confirm: Callable[[int, bool, bool], None] | None = None
         self.after_data: Callable[[], None] | None = None
         self.flow_changed: Callable[[], None] | None = None
-        self._decoder = framing.FrameDecoder(frame_max=0)
         self._inbox: deque[tuple[int, m.Method]] = deque()
         self._waiter: asyncio.Future[None] | None = None
-        self._tag = 0
-        self._redelivered = 0
-        self._left = 0
-        self._stamp = b""
+
+    @property
+    def frame_max(self) -> int:
+        return self.machine.frame_max
+
+    @property
+    def blocked(self) -> bool:
+        """The broker sent connection.blocked (and not yet connection.unblocked)."""
+        return self.machine.blocked
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -131,7 +150,7 @@ class Connection(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=1 << 20)
-        transport.write(framing.PROTOCOL_HEADER)
+        self.flush()  # the protocol header
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.error is None:
@@ -151,85 +170,81 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self._decoder.feed(data)
-        except FrameError as exc:
-            self._fail(f"frame error from the broker: {exc}")
+            # Heartbeats are off (tune-ok asks for none), so the machine needs no clock.
+            events = self.machine.receive_data(data, 0.0)
+        except AMQPError as exc:
+            self.flush()  # the connection.close the machine queued
+            self._fail(f"protocol error from the broker: {exc.reply_code} {exc}")
             return
         try:
-            self._frames(frames)
+            d = self.deliveries
+            if d.tags:
+                on_deliver = self.on_deliver
+                if on_deliver is not None:
+                    for tag, redelivered, body in zip(d.tags, d.redelivered, d.bodies, strict=True):
+                        on_deliver(tag, redelivered, body[:STAMP_SIZE])
+                d.clear()
+            for event in events:
+                self._event(event)
+            if self.after_data is not None:
+                self.after_data()
         except Exception as exc:  # a bug here must fail the run, not vanish in a log line
             self._fail(f"client error: {type(exc).__name__}: {exc}")
-
-    def _frames(self, frames: list[framing.Frame]) -> None:
-        for ftype, channel, view in frames:
-            payload = cast("bytes", view)  # the decoder hands out bytes slices (framing.py)
-            if ftype == 1:
-                if payload.startswith(_DELIVER):
-                    self._tag, self._redelivered = _QB.unpack_from(payload, 5 + payload[4])
-                elif payload.startswith(_ACK):
-                    tag, flags = _QB.unpack_from(payload, 4)
-                    if self.on_confirm is not None:
-                        self.on_confirm(tag, bool(flags & 1), True)
-                elif payload.startswith(_NACK):
-                    tag, flags = _QB.unpack_from(payload, 4)
-                    if self.on_confirm is not None:
-                        self.on_confirm(tag, bool(flags & 1), False)
-                else:
-                    self._method(channel, m.decode_method(payload))
-            elif ftype == 2:
-                self._left = _Q.unpack_from(payload, 4)[0]
-                self._stamp = b""
-                if self._left == 0 and self.on_deliver is not None:
-                    self.on_deliver(self._tag, self._redelivered, b"")
-            elif ftype == 3:
-                if len(self._stamp) < STAMP_SIZE:
-                    self._stamp += payload[: STAMP_SIZE - len(self._stamp)]
-                self._left -= len(payload)
-                if self._left == 0 and self.on_deliver is not None:
-                    self.on_deliver(self._tag, self._redelivered & 1, self._stamp)
-        if self.after_data is not None:
-            self.after_data()
-        if self.out:
-            self.flush()
+        self.flush()
 
     # -- output -------------------------------------------------------------------------
 
     def flush(self) -> None:
-        out = self.out
-        if out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
-        out.clear()
+        """Write everything the machine has queued, in one ``write``."""
+        data = self.machine.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     def send(self, channel: int, method: m.Method) -> None:
-        self.out.append(framing.encode_method_frame(channel, method.encode()))
+        self.machine.send_method(channel, method)
         self.flush()
+
+    def publish(self, data: bytes, count: int = 1) -> None:
+        """Queue ``count`` encoded publishes (template copies) on channel 1; :meth:`flush`."""
+        self.machine.publish_encoded(CHANNEL, data, count)
+
+    def ack(self, delivery_tag: int, *, multiple: bool) -> None:
+        """Queue a basic.ack on channel 1 (sent after the current read, or by :meth:`flush`)."""
+        self.machine.ack(CHANNEL, delivery_tag, multiple)
 
     # -- methods ------------------------------------------------------------------------
 
-    def _method(self, channel: int, method: m.Method) -> None:
-        if isinstance(method, m.ConnectionClose):
-            self.send(0, m.ConnectionCloseOk())
-            self._fail(f"connection.close {method.reply_code} {method.reply_text}")
-        elif isinstance(method, m.ChannelClose):
-            self.send(channel, m.ChannelCloseOk())
-            self._fail(f"channel.close {method.reply_code} {method.reply_text} (ch {channel})")
-        elif isinstance(method, m.ConnectionBlocked):
-            self.blocked = True
-        elif isinstance(method, m.ConnectionUnblocked):
-            self.blocked = False
-            if self.flow_changed is not None:
-                self.flow_changed()
-        elif isinstance(method, m.BasicCancel):
-            self._fail(f"consumer {method.consumer_tag} cancelled by the broker")
-        else:
-            self._inbox.append((channel, method))
-            self._wake()
+    def _event(self, event: Event) -> None:
+        if isinstance(event, MethodReceived):
+            channel, method = event.channel, event.method
+            if isinstance(method, m.BasicAck | m.BasicNack):
+                if self.on_confirm is not None:
+                    self.on_confirm(
+                        method.delivery_tag, method.multiple, isinstance(method, m.BasicAck)
+                    )
+            elif isinstance(method, m.ConnectionClose):
+                self._fail(f"connection.close {method.reply_code} {method.reply_text}")
+            elif isinstance(method, m.ChannelClose):
+                self._fail(f"channel.close {method.reply_code} {method.reply_text} (ch {channel})")
+            elif isinstance(method, m.ConnectionBlocked):
+                pass  # the machine keeps the flag
+            elif isinstance(method, m.ConnectionUnblocked):
+                if self.flow_changed is not None:
+                    self.flow_changed()
+            elif isinstance(method, m.BasicCancel):
+                self._fail(f"consumer {method.consumer_tag} cancelled by the broker")
+            else:
+                self._inbox.append((channel, method))
+                self._wake()
+        elif isinstance(event, ProtocolHeaderReceived):
+            self._fail(f"the broker refused AMQP 0-9-1: {event.data!r}")
 
     def _fail(self, error: str) -> None:
         if self.error is None:
             self.error = error
         self._wake()
         if self.transport is not None:
+            self.flush()  # a close-ok or close the machine queued
             self.transport.close()
 
     def _wake(self) -> None:
@@ -253,36 +268,18 @@ class Connection(asyncio.Protocol):
         self.send(channel, method)
         return await self.expect(reply)
 
-    async def open(self, user: str, password: str, vhost: str, frame_max: int = 131072) -> None:
-        await self.expect(m.ConnectionStart)
-        self.send(
-            0,
-            m.ConnectionStartOk(
-                client_properties={
-                    "product": "leveret-bench",
-                    "capabilities": {
-                        "publisher_confirms": True,
-                        "basic.nack": True,
-                        "connection.blocked": True,
-                        "consumer_cancel_notify": True,
-                    },
-                },
-                mechanism="PLAIN",
-                response=b"\x00" + user.encode() + b"\x00" + password.encode(),
-                locale="en_US",
-            ),
-        )
-        tune = await self.expect(m.ConnectionTune)
-        fm = min(tune.frame_max or frame_max, frame_max)
-        self.frame_max = fm
-        self.send(0, m.ConnectionTuneOk(channel_max=tune.channel_max, frame_max=fm, heartbeat=0))
-        await self.call(0, m.ConnectionOpen(virtual_host=vhost), m.ConnectionOpenOk)
+    async def open(self, within: float = 30.0) -> None:
+        """Wait until the machine has run the handshake (start, tune and open are its own)."""
+        await self.expect(m.ConnectionStart, within)
+        await self.expect(m.ConnectionTune, within)
+        await self.expect(m.ConnectionOpenOk, within)
 
     async def close(self, within: float = 5.0) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        if self.error is None:
-            self.send(0, m.ConnectionClose(reply_code=200, reply_text="bye"))
+        if self.error is None and self.machine.is_open:
+            self.machine.close(200, "bye")
+            self.flush()
             with contextlib.suppress(AmqpError, TimeoutError):
                 await self.expect(m.ConnectionCloseOk, within=within)
         self.transport.close()
@@ -293,8 +290,10 @@ async def connect(
 ) -> Connection:
     """Open a connection (and channel 1 unless ``channel`` is False)."""
     loop = asyncio.get_running_loop()
-    _transport, conn = await loop.create_connection(Connection, host, port)
-    await conn.open(user, password, vhost)
+    _transport, conn = await loop.create_connection(
+        lambda: Connection(user, password, vhost), host, port
+    )
+    await conn.open()
     if channel:
-        await conn.call(1, m.ChannelOpen(), m.ChannelOpenOk)
+        await conn.call(CHANNEL, m.ChannelOpen(), m.ChannelOpenOk)
     return conn

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.amqp import PublishTemplate, ack_frame, connect
+from bench.amqp import PublishTemplate, connect
 from bench.run import rss_kib, start_leveret
 from leveret.protocol.amqp091._generated import methods as m
 
@@ -69,9 +69,11 @@ async def fill(port: int, count: int, size: int, in_flight: int) -> float:
             await room.wait()
             continue
         batch = min(count - sent, in_flight - (sent - confirmed), 100)
+        parts: list[bytes] = []
         for _ in range(batch):
-            conn.out.append(template.prefix + _SEQ.pack(sent) + template.suffix)
+            parts += (template.prefix, _SEQ.pack(sent), template.suffix)
             sent += 1
+        conn.publish(b"".join(parts), batch)
         conn.flush()
         await asyncio.sleep(0)
     while confirmed < count:
@@ -104,7 +106,7 @@ async def drain(port: int, count: int) -> float:
 
     def after_data() -> None:
         if last_tag:
-            conn.out.append(ack_frame(1, last_tag, multiple=True))
+            conn.ack(last_tag, multiple=True)
 
     conn.on_deliver = on_deliver
     conn.after_data = after_data

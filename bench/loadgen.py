@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bench.amqp import Connection, PublishTemplate, ack_frame, connect
+from bench.amqp import CHANNEL, Connection, PublishTemplate, connect
 from bench.stats import (
     STAMP,
     ConfirmTracker,
@@ -266,8 +266,7 @@ class Publisher:
         conn, pid = self.conn, self.pid
         prefix, suffix = self.template.prefix, self.template.suffix
         pack, now = STAMP.pack, time.monotonic_ns
-        transport = conn.transport
-        assert transport is not None
+        publish, flush = conn.publish, conn.flush
         while self.seq < limit and conn.error is None:
             if now() >= stop_ns:
                 break
@@ -283,7 +282,8 @@ class Publisher:
             for s in range(seq, seq + n):
                 parts += (prefix, pack(now(), s, pid), suffix)
             self.seq = seq + n
-            transport.write(b"".join(parts))
+            publish(b"".join(parts), n)
+            flush()
             await asyncio.sleep(0)
 
     async def run_rate(self, start_ns: int, stop_ns: int, rate: float, phase: float) -> None:
@@ -293,8 +293,7 @@ class Publisher:
         pack, now = STAMP.pack, time.monotonic_ns
         period = 1e9 / rate
         next_ns = start_ns + int(phase * period)
-        transport = conn.transport
-        assert transport is not None
+        publish, flush = conn.publish, conn.flush
         while conn.error is None:
             t = now()
             if t >= stop_ns:
@@ -312,7 +311,8 @@ class Publisher:
                 parts += (prefix, pack(now(), s, pid), suffix)
             self.seq = seq + due
             next_ns += int(due * period)
-            transport.write(b"".join(parts))
+            publish(b"".join(parts), due)
+            flush()
 
     async def settle(self, deadline_ns: int) -> None:
         """Wait until every publish is confirmed (or the deadline passes)."""
@@ -424,6 +424,8 @@ class Consumer:
         self.w1 = FOREVER_NS
         self.t_first = 0
         self.t_last = 0
+        # The machine's own ack: one struct call per message, no wrapper in between.
+        self.ack = conn.machine.ack
         conn.on_deliver = self.deliver
         conn.after_data = self.after_data
 
@@ -437,12 +439,12 @@ class Consumer:
             self.redelivered += 1
         if not self.autoack:
             if self.multi == 1:
-                self.conn.out.append(ack_frame(1, tag, multiple=False))
+                self.ack(CHANNEL, tag, False)
             else:
                 self.unacked += 1
                 self.last_tag = tag
                 if self.unacked >= self.multi:
-                    self.conn.out.append(ack_frame(1, tag, multiple=True))
+                    self.ack(CHANNEL, tag, True)
                     self.unacked = 0
         if len(stamp) < STAMP.size:
             self.unexpected += 1
@@ -466,7 +468,7 @@ class Consumer:
 
     def final_ack(self) -> None:
         if self.unacked and self.conn.error is None:
-            self.conn.out.append(ack_frame(1, self.last_tag, multiple=True))
+            self.conn.ack(self.last_tag, multiple=True)
             self.conn.flush()
             self.unacked = 0
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from bench.amqp import Connection, PublishTemplate, ack_frame, connect
+from bench.amqp import Connection, PublishTemplate, connect
 from leveret.model.stream import PRODUCER_HEADER, SEQUENCE_HEADER
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
@@ -92,9 +92,9 @@ async def append_rate(
             continue
         if dedup:
             sent = state["sent"]
-            conn.out.extend([head + _Q.pack(sent + i) + tail for i in range(batch)])
+            conn.publish(b"".join(head + _Q.pack(sent + i) + tail for i in range(batch)), batch)
         else:
-            conn.out.extend([template.prefix + stamp + template.suffix] * batch)
+            conn.publish((template.prefix + stamp + template.suffix) * batch, batch)
         state["sent"] += batch
         conn.flush()
         await conn.writable.wait()
@@ -119,7 +119,7 @@ async def consume_rate(host: str, port: int, queue: str, count: int) -> float:
 
     def after_data() -> None:
         if state["n"] - state["acked"] >= 100 or (done.done() and state["n"] > state["acked"]):
-            conn.out.append(ack_frame(1, state["last"], multiple=True))
+            conn.ack(state["last"], multiple=True)
             state["acked"] = state["n"]
 
     conn.on_deliver = on_deliver

@@ -251,15 +251,27 @@ def test_sink_fast_properties_match_the_generated_encoder() -> None:
 
 
 def test_confirm_bookkeeping() -> None:
+    """in_flight and nacked follow the client machine's confirm count (scripted broker)."""
+
+    def frame(channel: int, method: m.Method) -> bytes:
+        return framing.encode_method_frame(channel, method.encode())
+
     c = AmqpClient(ConnectionParams())
+    c.machine.receive_data(
+        frame(0, m.ConnectionStart(0, 9, {}, b"PLAIN", b"en_US"))
+        + frame(0, m.ConnectionTune(2047, 131072, 0))
+        + frame(0, m.ConnectionOpenOk()),
+        0,
+    )
+    c.machine.open_channel(1)
+    c.machine.send_method(1, m.ConfirmSelect())
+    c.machine.receive_data(frame(1, m.ChannelOpenOk()) + frame(1, m.ConfirmSelectOk()), 0)
     for _ in range(10):
         c.publish_frames(b"")
-    c._out.clear()
     assert c.in_flight == 10
-    c._settle(3, multiple=True)
-    c._settle(5, multiple=False)
+    c.machine.receive_data(frame(1, m.BasicAck(3, multiple=True)) + frame(1, m.BasicAck(5)), 0)
     assert c.in_flight == 6
-    c._settle(4, multiple=False)
-    assert c.in_flight == 5
-    c._settle(10, multiple=True)
-    assert c.in_flight == 0
+    c.machine.receive_data(frame(1, m.BasicNack(4)), 0)
+    assert (c.in_flight, c.nacked) == (5, 1)
+    c.machine.receive_data(frame(1, m.BasicAck(10, multiple=True)), 0)
+    assert (c.in_flight, c.nacked) == (0, 1)

@@ -1,30 +1,36 @@
 """A lean, synchronous AMQP 0-9-1 client for the Spark connector (no pyspark import here).
 
-It speaks the client role with the broker's own sans-IO codec (``protocol.amqp091``: frame
-constants, generated methods, field tables) over one blocking socket. The consume path does
-not build per-message objects: :func:`scan_frames` walks every complete frame in a received
-buffer in one pass and appends each ``basic.deliver`` (method + content header + body) straight
-into the columns of a :class:`Deliveries`; everything else comes back as a :class:`Frame` for the
-slow path. Publishing is pipelined with publisher confirms (:meth:`AmqpClient.publish` /
-:meth:`AmqpClient.wait_confirms`).
+The protocol is the client-role machine shared by every client-side user
+(:class:`leveret.protocol.amqp091.client.ClientConnection`); this module adds one blocking
+socket and the connector's API. The consume path does not build per-message objects: the
+machine appends each ``basic.deliver`` straight into the columns of a :class:`Deliveries`
+(``client.deliveries``). Publishing is pipelined with publisher confirms
+(:meth:`AmqpClient.publish_frames` / :meth:`AmqpClient.wait_confirms`).
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from leveret.errors import FrameError
-from leveret.protocol.amqp091 import framing
+from leveret.errors import AMQPError
 from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091.client import CLIENT_CAPABILITIES, ClientConnection, ConnectionState
+from leveret.protocol.amqp091.client_events import (
+    ContentReceived,
+    HeartbeatMissed,
+    MethodReceived,
+    ProtocolHeaderReceived,
+)
+from leveret.protocol.amqp091.client_frames import NO_LIMIT, Deliveries, walk_frames
 from leveret.protocol.amqp091.framing import Frame
 
 if TYPE_CHECKING:
+    from leveret.protocol.amqp091.client_events import Event
     from leveret.protocol.amqp091.fieldtable import FieldTable
 
 __all__ = [
@@ -35,15 +41,8 @@ __all__ = [
     "scan_frames",
 ]
 
-_HEADER = struct.Struct(">BHI")
-_CONTENT = struct.Struct(">HHQ")
-_QBB = struct.Struct(">QBB")
-# Frame-end octet + next frame header (+ content-header prefix), as the broker writes them.
-_END_HEADER = struct.Struct(">BBHIHHQ")
-_END_BODY = struct.Struct(">BBHI")
-_DELIVER = b"\x00\x3c\x00\x3c"  # class 60 (basic), method 60 (deliver)
-_FRAME_END = framing.FRAME_END
 _RECV_SIZE = 1 << 20
+_FLUSH_SIZE = 65536
 
 M = TypeVar("M", bound=m.Method)
 
@@ -95,155 +94,20 @@ class ConnectionParams:
         return cls(**values)  # type: ignore[arg-type]
 
 
-class Deliveries:
-    """Deliveries in columns, as :func:`scan_frames` appends them (one list per field)."""
-
-    __slots__ = ("bodies", "exchanges", "properties", "redelivered", "routing_keys", "tags")
-
-    def __init__(self) -> None:
-        self.tags: list[int] = []
-        self.redelivered: list[int] = []
-        self.exchanges: list[bytes] = []
-        self.routing_keys: list[bytes] = []
-        self.properties: list[bytes] = []  # raw property flags + property list
-        self.bodies: list[bytes] = []
-
-    def __len__(self) -> int:
-        return len(self.tags)
-
-    def clear(self) -> None:
-        for name in self.__slots__:
-            getattr(self, name).clear()
-
-    def take(self, n: int | None = None) -> Deliveries:
-        """Remove the first ``n`` deliveries (all when None) into a new object."""
-        out = Deliveries()
-        if n is None or n >= len(self.tags):
-            for name in self.__slots__:
-                setattr(out, name, getattr(self, name))
-                setattr(self, name, [])
-            return out
-        for name in self.__slots__:
-            column = getattr(self, name)
-            setattr(out, name, column[:n])
-            del column[:n]
-        return out
-
-
-def _frame_error(what: str) -> FrameError:
-    return FrameError(f"frame_end: expected 0xCE after {what}")
-
-
 def scan_frames(buf: bytes, out: Deliveries, control: list[Frame]) -> int:
     """Parse every complete frame of ``buf``; return how many bytes were consumed.
 
     A ``basic.deliver`` is taken only once its content header and every body frame are in
     ``buf`` (a delivery is never split across calls), and appended to ``out``; every other
-    frame is appended to ``control`` in order. The fast path (a delivery whose body fits one
-    frame) unpacks each frame-end octet together with the next frame's header, the way the
-    broker's encoder writes them (``framing.encode_message_frames``).
+    frame is appended to ``control`` in order. Stateless (no channel or frame_max checks):
+    the protocol's one frame reader (``client_frames.walk_frames``) on a recorded buffer.
     """
-    n = len(buf)
-    off = 0
-    unpack = _HEADER.unpack_from
-    unpack_header = _END_HEADER.unpack_from
-    unpack_body = _END_BODY.unpack_from
-    unpack_deliver = _QBB.unpack_from
-    startswith = buf.startswith
-    tags = out.tags
-    redelivered = out.redelivered
-    exchanges = out.exchanges
-    routing_keys = out.routing_keys
-    properties = out.properties
-    bodies = out.bodies
-    while n - off >= 8:
-        ftype, channel, size = unpack(buf, off)
-        start = off + 7
-        end = start + size
-        if end >= n:
-            break
-        if ftype != 1 or not startswith(_DELIVER, start):
-            if buf[end] != _FRAME_END:
-                raise _frame_error(f"a {size}-byte frame of type {ftype}")
-            control.append(Frame(ftype, channel, buf[start:end]))
-            off = end + 1
-            continue
-        # Method frame end + content header frame header + class/weight/body-size.
-        if n - end < 20:
-            break
-        fend, htype, _hch, hsize, _cls, _weight, body_size = unpack_header(buf, end)
-        hstart = end + 8
-        hend = hstart + hsize
-        if hend >= n:
-            break
-        if fend != _FRAME_END or htype != 2 or hsize < 14:
-            raise FrameError(f"basic.deliver not followed by a content header ({htype})")
-        if body_size == 0:
-            if buf[hend] != _FRAME_END:
-                raise _frame_error("a content header")
-            body = b""
-            p = hend + 1
-        else:
-            if n - hend < 8:
-                break
-            fend, btype, _bch, bsize = unpack_body(buf, hend)
-            bstart = hend + 8
-            bend = bstart + bsize
-            if bend >= n:
-                break
-            if fend != _FRAME_END or btype != 3 or buf[bend] != _FRAME_END:
-                raise FrameError(f"content header not followed by a body frame ({btype})")
-            p = bend + 1
-            if bsize == body_size:
-                body = buf[bstart:bend]
-            else:
-                joined = _more_body(buf, p, buf[bstart:bend], body_size)
-                if joined is None:
-                    break
-                body, p = joined
-        # The deliver arguments: consumer-tag, delivery-tag, redelivered, exchange, key.
-        o = start + 5 + buf[start + 4]
-        tag, bits, elen = unpack_deliver(buf, o)
-        o += 10
-        exchanges.append(buf[o : o + elen])
-        o += elen
-        routing_keys.append(buf[o + 1 : o + 1 + buf[o]])
-        tags.append(tag)
-        redelivered.append(bits & 1)
-        properties.append(buf[hstart + 12 : hend])
-        bodies.append(body)
-        off = p
-    return off
 
+    def other(frame_type: int, channel: int, payload: bytes) -> bool:
+        control.append(Frame(frame_type, channel, payload))
+        return False
 
-def _more_body(buf: bytes, p: int, first: bytes, body_size: int) -> tuple[bytes, int] | None:
-    """The rest of a body split over several frames; None when not all of it is in ``buf``."""
-    n = len(buf)
-    pieces = [first]
-    got = len(first)
-    while got < body_size:
-        if n - p < 8:
-            return None
-        btype, _bch, bsize = _HEADER.unpack_from(buf, p)
-        bstart = p + 7
-        bend = bstart + bsize
-        if bend >= n:
-            return None
-        if btype != 3 or buf[bend] != _FRAME_END:
-            raise FrameError(f"body frame expected, got type {btype}")
-        pieces.append(buf[bstart:bend])
-        got += bsize
-        p = bend + 1
-    if got != body_size:
-        raise FrameError(f"body of {got} bytes, the content header announced {body_size}")
-    return b"".join(pieces), p
-
-
-@dataclass
-class _Returned:
-    method: m.BasicReturn
-    body_size: int = -1
-    received: int = 0
+    return walk_frames(buf, 0, out, None, NO_LIMIT, other)
 
 
 class AmqpClient:
@@ -257,26 +121,35 @@ class AmqpClient:
     def __init__(self, params: ConnectionParams, *, timeout: float = 30.0) -> None:
         self.params = params
         self.timeout = timeout
-        self.server_properties: FieldTable = {}
-        self.frame_max = params.frame_max
         self.deliveries = Deliveries()
+        self.machine = ClientConnection(
+            params.username,
+            params.password,
+            params.vhost,
+            client_properties={
+                "product": "leveret.spark",
+                "capabilities": dict(CLIENT_CAPABILITIES),
+            },
+            frame_max=params.frame_max,
+            heartbeat=params.heartbeat,
+            deliveries=self.deliveries,
+        )
         self._sock: socket.socket | None = None
-        self._rest = b""
         self._methods: list[tuple[int, m.Method]] = []
-        self._returned: _Returned | None = None
         self.returns: list[m.BasicReturn] = []
         self.cancelled: list[str] = []
-        self._out: list[bytes] = []
-        self._out_size = 0
-        # Publisher confirms.
-        self._confirming = False
-        self._next_tag = 1
-        self._confirmed_upto = 0  # every tag <= this is settled
-        self._settled: set[int] = set()
-        self.nacked = 0
         self._consumer_seq = 0
 
     # -- connection --------------------------------------------------------------------
+
+    @property
+    def server_properties(self) -> FieldTable:
+        return self.machine.server_properties
+
+    @property
+    def frame_max(self) -> int:
+        """The frame_max in force (what we asked for until the server's tune)."""
+        return self.machine.frame_max
 
     @property
     def product(self) -> str:
@@ -314,44 +187,10 @@ class AmqpClient:
         return self
 
     def _handshake(self) -> None:
-        p = self.params
-        self._send_now(framing.PROTOCOL_HEADER)
-        start = self._expect(0, m.ConnectionStart)
-        self.server_properties = start.server_properties
-        response = b"\x00" + p.username.encode() + b"\x00" + p.password.encode()
-        self.send_method(
-            0,
-            m.ConnectionStartOk(
-                client_properties={
-                    "product": "leveret.spark",
-                    "capabilities": {
-                        "publisher_confirms": True,
-                        "basic.nack": True,
-                        "consumer_cancel_notify": True,
-                        "connection.blocked": True,
-                    },
-                },
-                mechanism="PLAIN",
-                response=response,
-                locale="en_US",
-            ),
-        )
-        self.flush()
-        tune = self._expect(0, m.ConnectionTune)
-        frame_max = p.frame_max
-        if tune.frame_max and (frame_max == 0 or tune.frame_max < frame_max):
-            frame_max = tune.frame_max
-        self.frame_max = frame_max
-        heartbeat = min(p.heartbeat, tune.heartbeat) if tune.heartbeat else p.heartbeat
-        self.send_method(
-            0,
-            m.ConnectionTuneOk(
-                channel_max=tune.channel_max or 2047, frame_max=frame_max, heartbeat=heartbeat
-            ),
-        )
-        self.send_method(0, m.ConnectionOpen(virtual_host=p.vhost))
+        """The machine runs the handshake; this writes and reads until it is done."""
         self.flush()
         self._expect(0, m.ConnectionOpenOk)
+        self._methods.clear()  # start and tune, reported on the way
         self.rpc(m.ChannelOpen(), m.ChannelOpenOk)
 
     def close(self) -> None:
@@ -362,19 +201,19 @@ class AmqpClient:
         """
         if self._sock is None:
             return
+        machine = self.machine
         try:
-            self._out.clear()
-            self.send_method(0, m.ConnectionClose(reply_code=200, reply_text="bye"))
-            self.flush()
-            deadline = time.monotonic() + 1.0
-            self._sock.settimeout(0.2)
-            while time.monotonic() < deadline:
-                if any(isinstance(meth, m.ConnectionCloseOk) for _, meth in self._methods):
-                    break
-                try:
-                    self._read_once()
-                except (AmqpClientError, OSError, TimeoutError):
-                    break
+            machine.data_to_send()  # what was queued and not sent yet is dropped
+            if machine.is_open:
+                machine.close(200, "bye")
+                self.flush()
+                deadline = time.monotonic() + 1.0
+                self._sock.settimeout(0.2)
+                while time.monotonic() < deadline and not machine.closed:
+                    try:
+                        self._read_once()
+                    except (AmqpClientError, OSError, TimeoutError):
+                        break
         except OSError:
             pass
         finally:
@@ -396,7 +235,20 @@ class AmqpClient:
 
     # -- writing -------------------------------------------------------------------------
 
-    def _send_now(self, data: bytes) -> None:
+    def send_method(self, channel: int, method: m.Method) -> None:
+        """Queue one method frame (sent at the next :meth:`flush`)."""
+        self.machine.send_method(channel, method)
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if self.machine.output_size >= _FLUSH_SIZE:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write everything the machine has queued."""
+        data = self.machine.data_to_send()
+        if not data:
+            return
         if self._sock is None:
             raise AmqpClientError("connection is closed")
         try:
@@ -404,23 +256,6 @@ class AmqpClient:
         except OSError as exc:
             self.abort()
             raise AmqpClientError(f"send failed: {exc}") from exc
-
-    def send_method(self, channel: int, method: m.Method) -> None:
-        """Queue one method frame (sent at the next :meth:`flush`)."""
-        self.write(framing.encode_method_frame(channel, method.encode()))
-
-    def write(self, data: bytes) -> None:
-        self._out.append(data)
-        self._out_size += len(data)
-        if self._out_size >= 65536:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._out:
-            data = b"".join(self._out)
-            self._out.clear()
-            self._out_size = 0
-            self._send_now(data)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -438,64 +273,63 @@ class AmqpClient:
         if not chunk:
             self.abort()
             raise AmqpClientError("the broker closed the connection")
-        data = self._rest + chunk if self._rest else chunk
-        if data.startswith(b"AMQP"):
-            raise AmqpClientError(f"the broker refused the protocol version: {data[:8]!r}")
-        control: list[Frame] = []
-        used = scan_frames(data, self.deliveries, control)
-        self._rest = data[used:]
-        for frame in control:
-            self._control(frame)
+        machine = self.machine
+        try:
+            events = machine.receive_data(chunk, time.monotonic())
+        except AMQPError as exc:
+            self._closed_by_us(exc)
+        for event in events:
+            self._event(event)
+        if machine.output_size:
+            self.flush()  # close-oks, flow-oks and the like go out at once
 
-    def _control(self, frame: Frame) -> None:
-        ftype, channel, payload = frame
-        if ftype == framing.FRAME_METHOD:
-            method = m.decode_method(payload)
-            if isinstance(method, m.ConnectionClose):
-                self._reply_close(0, m.ConnectionCloseOk())
+    def _closed_by_us(self, exc: AMQPError) -> NoReturn:
+        """The broker broke the protocol: tell it (the machine queued connection.close)."""
+        try:
+            self.flush()
+        except AmqpClientError:
+            pass
+        self.abort()
+        raise AmqpClientError(
+            f"protocol error from the broker: {exc.reply_code} {exc}", exc.reply_code
+        ) from exc
+
+    def _event(self, event: Event) -> None:
+        if type(event) is MethodReceived:
+            channel, method = event.channel, event.method
+            t = type(method)
+            if t is m.BasicAck or t is m.BasicNack:
+                return  # the machine keeps the confirm count
+            if isinstance(method, m.ConnectionClose | m.ChannelClose):
+                what = "connection" if channel == 0 else "channel"
+                try:
+                    self.flush()  # the close-ok the machine queued
+                except AmqpClientError:
+                    pass
                 self.abort()
                 raise AmqpClientError(
-                    f"connection closed by the broker: {method.reply_code} {method.reply_text}",
+                    f"{what} closed by the broker: {method.reply_code} {method.reply_text}",
                     method.reply_code,
                 )
-            if isinstance(method, m.ChannelClose):
-                self._reply_close(channel, m.ChannelCloseOk())
-                self.abort()
-                raise AmqpClientError(
-                    f"channel closed by the broker: {method.reply_code} {method.reply_text}",
-                    method.reply_code,
-                )
-            if isinstance(method, m.BasicAck | m.BasicNack) and channel == self.CHANNEL:
-                self._settle(method.delivery_tag, multiple=method.multiple)
-                if isinstance(method, m.BasicNack):
-                    self.nacked += 1
-                return
-            if isinstance(method, m.BasicReturn):
-                self._returned = _Returned(method)
-                return
             if isinstance(method, m.BasicCancel):
                 self.cancelled.append(method.consumer_tag)
                 return
             self._methods.append((channel, method))
-        elif ftype == framing.FRAME_HEADER and self._returned is not None:
-            _cls, body_size, _raw = framing.parse_content_header(payload)
-            self._returned.body_size = body_size
-            if body_size == 0:
-                self.returns.append(self._returned.method)
-                self._returned = None
-        elif ftype == framing.FRAME_BODY and self._returned is not None:
-            self._returned.received += len(payload)
-            if self._returned.received >= self._returned.body_size:
-                self.returns.append(self._returned.method)
-                self._returned = None
-        elif ftype == framing.FRAME_HEARTBEAT and self.params.heartbeat:
-            self._send_now(framing.HEARTBEAT_FRAME)
+        elif isinstance(event, ContentReceived):
+            if isinstance(event.method, m.BasicReturn):
+                self.returns.append(event.method)
+        elif isinstance(event, ProtocolHeaderReceived):
+            self.abort()
+            raise AmqpClientError(f"the broker refused the protocol version: {event.data!r}")
+        elif isinstance(event, HeartbeatMissed):
+            self.abort()
+            raise AmqpClientError(f"no heartbeat from the broker for {event.silent_for:.0f} s")
 
-    def _reply_close(self, channel: int, method: m.Method) -> None:
-        try:
-            self._send_now(framing.encode_method_frame(channel, method.encode()))
-        except AmqpClientError:
-            pass
+    def _heartbeats(self) -> None:
+        if self.machine.heartbeat:
+            for event in self.machine.tick(time.monotonic()):
+                self._event(event)
+            self.flush()
 
     def _expect(self, channel: int, cls: type[M]) -> M:
         deadline = time.monotonic() + self.timeout
@@ -506,6 +340,8 @@ class AmqpClient:
                     return method
             if time.monotonic() > deadline:
                 raise AmqpClientError(f"timed out waiting for {cls.NAME}")
+            if self.machine.state is ConnectionState.CLOSED:
+                raise AmqpClientError(f"connection closed while waiting for {cls.NAME}")
             try:
                 self._read_once()
             except TimeoutError as exc:
@@ -521,6 +357,7 @@ class AmqpClient:
         """Read once, waiting at most ``timeout`` seconds; False when nothing arrived."""
         if self._sock is None:
             raise AmqpClientError("connection is closed")
+        self._heartbeats()
         self.flush()
         self._sock.settimeout(max(timeout, 0.0001))
         try:
@@ -581,38 +418,29 @@ class AmqpClient:
 
     def ack(self, delivery_tag: int, *, multiple: bool = True) -> None:
         """Queue a basic.ack (sent at the next flush, read or poll)."""
-        self.send_method(self.CHANNEL, m.BasicAck(delivery_tag=delivery_tag, multiple=multiple))
+        self.machine.ack(self.CHANNEL, delivery_tag, multiple)
+        self._maybe_flush()
 
     # -- publishing ------------------------------------------------------------------------
 
     def confirm_select(self) -> None:
         self.rpc(m.ConfirmSelect(), m.ConfirmSelectOk)
-        self._confirming = True
 
     @property
     def in_flight(self) -> int:
         """Published messages not yet confirmed."""
-        return self._next_tag - 1 - self._confirmed_upto - len(self._settled)
+        return self.machine.unconfirmed(self.CHANNEL)
 
-    def _settle(self, tag: int, *, multiple: bool) -> None:
-        if multiple:
-            if tag > self._confirmed_upto:
-                self._confirmed_upto = tag
-            self._settled = {t for t in self._settled if t > tag}
-        else:
-            self._settled.add(tag)
-        upto = self._confirmed_upto
-        settled = self._settled
-        while upto + 1 in settled:
-            upto += 1
-            settled.discard(upto)
-        self._confirmed_upto = upto
+    @property
+    def nacked(self) -> int:
+        """Published messages the broker nacked."""
+        return self.machine.nacked(self.CHANNEL)
 
     def publish_frames(self, frames: bytes) -> int:
-        """Queue one encoded publish (method + header + body frames); returns its tag."""
-        self.write(frames)
-        tag = self._next_tag
-        self._next_tag += 1
+        """Queue one encoded publish (method + header + body frames); returns its tag (0
+        outside confirm mode)."""
+        tag = self.machine.publish_encoded(self.CHANNEL, frames)
+        self._maybe_flush()
         return tag
 
     def wait_confirms(self, max_in_flight: int, timeout: float) -> None:

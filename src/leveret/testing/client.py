@@ -1,9 +1,12 @@
 """A sans-IO AMQP 0-9-1 client that drives an ``AMQP091Connection`` in memory, for tests.
 
-It is built on the project's own codec (framing + generated methods), which works in both
-roles: client methods are encoded with ``encode()`` and wrapped in frames, server output is
-cut into frames by a ``FrameDecoder`` and decoded with ``decode_method``. Content (deliveries,
-get-ok, returns) is assembled into one :class:`Delivery`.
+The client side is the protocol's one client-role machine
+(:class:`leveret.protocol.amqp091.client.ClientConnection`) in ``manual`` mode: the test sends
+every method itself (handshake steps and close-oks included, or deliberately wrong ones), and
+the machine follows what was sent, checks and decodes what the server answers, and assembles
+content (deliveries, get-ok, returns) into one :class:`Delivery`. A server that breaks the
+protocol fails the test with an ``AssertionError``. Raw bytes (:meth:`CodecClient.send_raw`)
+bypass the machine.
 
 Typical use::
 
@@ -26,11 +29,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from leveret.auth.users import UserStore
+from leveret.errors import AMQPError
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.protocol.amqp091.fieldtable import encode_table
+from leveret.protocol.amqp091.client import (
+    CLIENT_CAPABILITIES,
+    ClientConnection,
+    amqplain_response,
+    plain_response,
+)
+from leveret.protocol.amqp091.client_events import (
+    ContentReceived,
+    HeartbeatReceived,
+    MethodReceived,
+    ProtocolHeaderReceived,
+)
 from leveret.server.amqp091 import AMQP091Connection, Limits
 from leveret.server.amqp091.message import wire_message
 
@@ -58,15 +73,7 @@ __all__ = [
 
 M = TypeVar("M", bound=m.Method)
 
-DEFAULT_CAPABILITIES: dict[str, bool] = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-}
+DEFAULT_CAPABILITIES: dict[str, bool] = dict(CLIENT_CAPABILITIES)
 """The capabilities a modern client (pika, aio-pika) advertises in start-ok."""
 
 
@@ -117,38 +124,16 @@ class ProtocolHeader:
 Received = MethodFrame | Delivery | Heartbeat | ProtocolHeader
 
 
-def plain_response(user: str, password: str) -> bytes:
-    """The SASL PLAIN response: authzid NUL authcid NUL password."""
-    return b"\x00" + user.encode() + b"\x00" + password.encode()
-
-
-def amqplain_response(user: str, password: str) -> bytes:
-    """The AMQPLAIN response: a field table without its length prefix."""
-    return encode_table({"LOGIN": user, "PASSWORD": password})[4:]
-
-
-@dataclass
-class _Content:
-    method: m.Method
-    body_size: int = -1
-    properties: BasicProperties = field(default_factory=BasicProperties)
-    body: list[bytes] = field(default_factory=list)
-    received: int = 0
-
-
 class CodecClient:
     """The client side of one in-memory connection to an :class:`AMQP091Connection`."""
 
     def __init__(self, conn: AMQP091Connection, clock: FakeClock | None = None) -> None:
         self.conn = conn
         self.clock = clock if clock is not None else FakeClock()
-        self.frame_max = conn.limits.frame_max
+        self.machine = ClientConnection(frame_max=conn.limits.frame_max, manual=True)
         self.start: m.ConnectionStart | None = None
         self.tune: m.ConnectionTune | None = None
-        self._decoder = framing.FrameDecoder(frame_max=0)
         self._inbox: deque[Received] = deque()
-        self._content: dict[int, _Content] = {}
-        self._saw_output = False
 
     @classmethod
     def connect(
@@ -173,10 +158,15 @@ class CodecClient:
         )
         return cls(conn, clock)
 
+    @property
+    def frame_max(self) -> int:
+        """The frame_max publishes are split at: the server's offer, then what we tuned."""
+        return self.machine.frame_max
+
     # -- sending ---------------------------------------------------------------------
 
     def send_raw(self, data: bytes, *, all_turns: bool = True) -> None:
-        """Feed bytes to the server as if they arrived on the socket now.
+        """Feed bytes to the server as if they arrived on the socket now (no checks).
 
         The server handles a bounded number of frames per turn; like the asyncio adapter,
         this runs the remaining turns too unless ``all_turns`` is False.
@@ -185,15 +175,22 @@ class CodecClient:
         while all_turns and self.conn.pending:
             self.conn.run_turn()
 
+    def _flush(self) -> None:
+        data = self.machine.data_to_send()
+        if data:
+            self.send_raw(data)
+
     def send_header(self, header: bytes = framing.PROTOCOL_HEADER) -> None:
         self.send_raw(header)
 
     def encode(self, channel: int, method: m.Method) -> bytes:
+        """One method frame, for tests that alter it before :meth:`send_raw`."""
         return framing.encode_method_frame(channel, method.encode())
 
     def send(self, channel: int, method: m.Method) -> None:
         """Send one method frame (content methods need :meth:`publish`)."""
-        self.send_raw(self.encode(channel, method))
+        self.machine.send_method(channel, method)
+        self._flush()
 
     def encode_publish(
         self,
@@ -206,12 +203,10 @@ class CodecClient:
         mandatory: bool = False,
         immediate: bool = False,
     ) -> bytes:
-        method = m.BasicPublish(
-            exchange=exchange, routing_key=routing_key, mandatory=mandatory, immediate=immediate
-        )
         props = (properties if properties is not None else BasicProperties()).encode()
-        frames = framing.encode_content_frames(channel, 60, body, props, self.frame_max)
-        return b"".join((self.encode(channel, method), *frames))
+        return self.machine.encode_publish(
+            channel, exchange, routing_key, body, props, mandatory=mandatory, immediate=immediate
+        )
 
     def publish(
         self,
@@ -225,17 +220,17 @@ class CodecClient:
         immediate: bool = False,
     ) -> None:
         """basic.publish + content header + body frames, split as frame-max requires."""
-        self.send_raw(
-            self.encode_publish(
-                channel,
-                exchange,
-                routing_key,
-                body,
-                properties,
-                mandatory=mandatory,
-                immediate=immediate,
-            )
+        data = self.encode_publish(
+            channel,
+            exchange,
+            routing_key,
+            body,
+            properties,
+            mandatory=mandatory,
+            immediate=immediate,
         )
+        self.machine.publish_encoded(channel, data)
+        self._flush()
 
     # -- the handshake ---------------------------------------------------------------
 
@@ -285,8 +280,6 @@ class CodecClient:
         self.send(
             0, m.ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
         )
-        if frame_max:
-            self.frame_max = frame_max
         self.send(0, m.ConnectionOpen(virtual_host=vhost))
         self.expect(0, m.ConnectionOpenOk)
         return self.start
@@ -317,47 +310,22 @@ class CodecClient:
         data = self.take_bytes()
         if not data:
             return
-        if not self._saw_output and data.startswith(b"AMQP"):
-            self._inbox.append(ProtocolHeader(data[:8]))
-            data = data[8:]
-        self._saw_output = True
-        for frame_type, channel, payload in self._decoder.feed(data):
-            self._frame(frame_type, channel, bytes(payload))
-
-    def _frame(self, frame_type: int, channel: int, payload: bytes) -> None:
-        if frame_type == framing.FRAME_HEARTBEAT:
-            self._inbox.append(Heartbeat(channel))
-            return
-        if frame_type == framing.FRAME_METHOD:
-            if channel in self._content:
-                raise AssertionError(f"method frame on channel {channel} inside content")
-            method = m.decode_method(payload)
-            if method.HAS_CONTENT:
-                self._content[channel] = _Content(method)
-            else:
-                self._inbox.append(MethodFrame(channel, method))
-            return
-        content = self._content.get(channel)
-        if content is None:
-            raise AssertionError(f"content frame type {frame_type} on channel {channel}")
-        if frame_type == framing.FRAME_HEADER:
-            if content.body_size != -1:
-                raise AssertionError(f"second content header on channel {channel}")
-            _class_id, body_size, raw = framing.parse_content_header(payload)
-            content.body_size = body_size
-            content.properties = BasicProperties.decode(raw)
-        else:
-            if content.body_size == -1:
-                raise AssertionError(f"body frame before the header on channel {channel}")
-            content.body.append(payload)
-            content.received += len(payload)
-            if content.received > content.body_size:
-                raise AssertionError(f"body longer than announced on channel {channel}")
-        if content.received == content.body_size:
-            del self._content[channel]
-            self._inbox.append(
-                Delivery(channel, content.method, content.properties, b"".join(content.body))
-            )
+        try:
+            events = self.machine.receive_data(data, self.clock.now)
+        except AMQPError as exc:
+            raise AssertionError(f"the server broke the protocol: {exc!r}") from exc
+        inbox = self._inbox
+        for event in events:
+            if isinstance(event, MethodReceived):
+                inbox.append(MethodFrame(event.channel, event.method))
+            elif isinstance(event, ContentReceived):
+                inbox.append(
+                    Delivery(event.channel, event.method, event.decode_properties(), event.body)
+                )
+            elif isinstance(event, HeartbeatReceived):
+                inbox.append(Heartbeat())
+            elif isinstance(event, ProtocolHeaderReceived):
+                inbox.append(ProtocolHeader(event.data))
 
     def frames(self) -> list[Received]:
         """Everything the server sent that was not consumed yet, oldest first."""

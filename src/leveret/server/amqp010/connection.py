@@ -250,6 +250,9 @@ class AMQP010Connection:
             self.conn.send_exception(
                 ev.channel, code, text[:65535], command_id=ev.command_id, command=ev.command
             )
+            # As Qpid C++: a session that failed a command is detached, which is what tells
+            # a client waiting for a result (qpid-python fails its futures then).
+            self.conn.detach(ev.channel)
             self.output_ready()
 
     # -- events --------------------------------------------------------------------------

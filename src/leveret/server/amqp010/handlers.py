@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from leveret.errors import AccessRefused, AMQPError, NotFound, PreconditionFailed
+from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.dtx import XA_OK
 from leveret.model.exchanges import TYPES
 from leveret.model.exchanges.base import freeze
@@ -269,7 +269,6 @@ def _deferred_status(conn: AMQP010Connection, ssn: Session, ev: CommandReceived)
 def dtx_prepare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxPrepare)
-    _need_dtx(ssn)
     ssn.coordinator.prepare(_xid(command.xid), _deferred_status(conn, ssn, ev))
     return False
 
@@ -277,7 +276,6 @@ def dtx_prepare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> b
 def dtx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxCommit)
-    _need_dtx(ssn)
     ssn.coordinator.commit(
         _xid(command.xid), one_phase=command.one_phase, done=_deferred_status(conn, ssn, ev)
     )
@@ -287,7 +285,6 @@ def dtx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bo
 def dtx_rollback(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxRollback)
-    _need_dtx(ssn)
     status = ssn.coordinator.rollback(_xid(command.xid))
     conn.result(ev, XaResult(status=status))
     return True
@@ -296,7 +293,6 @@ def dtx_rollback(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> 
 def dtx_forget(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxForget)
-    _need_dtx(ssn)
     ssn.coordinator.forget(_xid(command.xid))
     return True
 
@@ -317,7 +313,6 @@ def dtx_set_timeout(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) 
 
 
 def dtx_recover(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
-    _need_dtx(ssn)
     xids = [_wire_xid(xid) for xid in ssn.coordinator.recover()]
     conn.result(ev, RecoverResult(in_doubt=list(xids)))
     return True
@@ -336,6 +331,8 @@ def exchange_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived)
     if command.passive:
         vhost.exchange(name)
         return True
+    if name.startswith(("amq.", "qpid.")) and name not in vhost.exchanges:
+        raise _fail(ExecutionErrorCode.NOT_ALLOWED, f"exchange name '{name}' is reserved")
     if type_name not in TYPES:
         raise _fail(ExecutionErrorCode.NOT_FOUND, f"exchange type '{type_name}' not known")
     alternate = command.alternate_exchange
@@ -461,8 +458,10 @@ def exchange_bound(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -
     if exchange is not None:
         bindings = list(exchange.kind.bindings())
         if queue is not None:
-            bindings = [b for b in bindings if b[0] is queue]
-            result.queue_not_matched = not bindings
+            to_queue = [b for b in bindings if b[0] is queue]
+            result.queue_not_matched = not to_queue
+            if to_queue:
+                bindings = to_queue
         if command.binding_key is not None:
             result.key_not_matched = not any(k == command.binding_key for _d, k, _a in bindings)
             if not result.key_not_matched:
@@ -489,7 +488,13 @@ def queue_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) ->
     if not name:
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.declare: no queue name")
     if command.passive:
-        ssn.vhost.declare_queue(name, owner=ssn, passive=True)
+        # Qpid: any session may passively declare an exclusive queue (request/reply), but
+        # not claim it exclusively.
+        queue = ssn.vhost.queues.get(name)
+        if queue is None:
+            raise NotFound(f"no queue '{name}' in vhost '{ssn.vhost.name}'")
+        if command.exclusive and queue.exclusive_owner is not ssn:
+            raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, f"queue '{name}' is not exclusive here")
         return True
     existing = ssn.vhost.queues.get(name)
     if existing is not None:
@@ -502,17 +507,18 @@ def queue_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) ->
         if command.exclusive and existing.exclusive_owner is not ssn:
             raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, f"queue '{name}' is in use")
         return True
-    try:
-        ssn.vhost.declare_queue(
-            name,
-            owner=ssn,
-            durable=command.durable,
-            exclusive=command.exclusive,
-            auto_delete=command.auto_delete,
-            arguments=arguments,
-        )
-    except PreconditionFailed:
-        raise
+    ssn.vhost.declare_queue(
+        name,
+        owner=ssn,
+        durable=command.durable,
+        exclusive=command.exclusive,
+        # Qpid: an exclusive auto-delete queue goes with its session, not with its last
+        # subscriber (the session deletes its exclusive queues when it ends).
+        auto_delete=command.auto_delete and not command.exclusive,
+        arguments=arguments,
+    )
+    if command.exclusive and command.auto_delete:
+        ssn.auto_delete_exclusive.add(name)
     return True
 
 
@@ -523,8 +529,16 @@ def queue_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> 
     if not name:
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.delete: no queue name")
     vhost = ssn.vhost
-    vhost.queue(name, ssn)  # 404 when missing (0-10), 405 when locked
+    queue = vhost.queue(name, ssn)  # 404 when missing (0-10), 405 when locked
+    entries = queue.ready_entries() if isinstance(queue.arguments.get(DLX), str) else []
     vhost.delete_queue(name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty)
+    alternate = vhost.exchanges.get(str(queue.arguments.get(DLX)))
+    if alternate is not None:
+        # Qpid: what a deleted queue still held goes to its alternate exchange.
+        for entry in entries:
+            message = entry.message
+            for target in vhost.router.route(alternate, message.routing_key, message):
+                target.enqueue(message)
     return True
 
 
@@ -557,7 +571,7 @@ def queue_query(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> b
             alternate_exchange=alternate if isinstance(alternate, str) else None,
             durable=queue.durable,
             exclusive=queue.exclusive,
-            auto_delete=queue.auto_delete,
+            auto_delete=queue.auto_delete or queue.name in ssn.auto_delete_exclusive,
             arguments=arguments,
             message_count=queue.message_count,
             subscriber_count=queue.consumer_count + len(queue.browsers),

@@ -166,6 +166,8 @@ class Session(ConsumerOwner):
         self.unsettled: dict[int, Delivery] = {}
         self.browsed: dict[int, tuple[Subscription, QueuedMessage]] = {}
         self.windowed: dict[int, _Sent] = {}
+        # Exclusive queues declared auto-delete (they go with the session; queue.query says so).
+        self.auto_delete_exclusive: set[str] = set()
         self.dtx_selected = False
         self.branch: Branch | None = None
         self.branches: set[Branch] = set()
@@ -356,10 +358,17 @@ class Session(ConsumerOwner):
         """Use up the credit on what is there now, then have none (spec: message.flush)."""
         sub = self.subscription(destination)
         self._kick(sub)
-        sub.stop()
+        self._zero(sub)
 
     def stop(self, destination: str) -> None:
-        self.subscription(destination).stop()
+        self._zero(self.subscription(destination))
+
+    def _zero(self, sub: Subscription) -> None:
+        """No credit, and none coming back from transfers already sent (Qpid C++)."""
+        sub.stop()
+        windowed = self.windowed
+        for command_id in [i for i, sent in windowed.items() if sent.subscription is sub]:
+            del windowed[command_id]
 
     def _kick(self, sub: Subscription) -> None:
         if sub.consumer is not None:

@@ -14,6 +14,7 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp091.channel",
     "leveret.server.amqp091.session",
     "leveret.server.amqp091.message",
+    "leveret.server.amqp010.session",
     "leveret.server.connection",
     "leveret.model.message",
     "leveret.model.entry",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from leveret.model.dtx import Coordinator
 from leveret.model.entry import MemoryGauge
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.stream import MemoryStreamBackend, StreamBackend
@@ -37,6 +38,8 @@ class Broker:
         self.journal: Journal = NULL_JOURNAL
         self.pager: Pager | None = None
         self.stream_backend: StreamBackend = MemoryStreamBackend()
+        # Distributed (XA) transaction branches of every front end that speaks XA.
+        self.dtx = Coordinator(self.timers)
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)

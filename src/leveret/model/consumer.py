@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
 
-__all__ = ["UNLIMITED", "Consumer", "ConsumerOwner", "Source"]
+__all__ = ["UNLIMITED", "Browser", "Consumer", "ConsumerOwner", "Source"]
 
 # Credit of a consumer that nobody limits (large, and still a small int when spent from).
 UNLIMITED = 1 << 60
@@ -83,6 +83,15 @@ class ConsumerOwner:
 
     def consumer_deadline(self, consumer: Consumer, now: float) -> None:
         """The deadline ``consumer`` asked ``Timers`` for (``armed``) came."""
+        raise NotImplementedError
+
+
+class Browser:
+    """Something that looks at a queue's ready messages without taking them (AMQP 0-10's
+    not-acquired subscriptions): in ``Queue.browsers``, woken when messages become ready;
+    it reads ``Queue.ready`` itself, from where it last stopped."""
+
+    def browse(self) -> None:
         raise NotImplementedError
 
 

@@ -23,7 +23,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused
-from leveret.model.consumer import Consumer
+from leveret.model.consumer import Browser, Consumer
 from leveret.model.entry import MESSAGE_OVERHEAD, MemoryGauge, QueuedMessage
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
@@ -96,6 +96,9 @@ class Queue(FeatureMixin):
         # Where a deep queue pages its tail (None: it never pages), and the paged tail.
         self.pager: Pager | None = None
         self._tail: PagedTail | None = None
+        # Consumers that look at ready messages without taking them (AMQP 0-10's
+        # not-acquired subscriptions): woken when messages become ready.
+        self.browsers: list[Browser] = []
         self._init_features()
 
     def __repr__(self) -> str:
@@ -140,6 +143,8 @@ class Queue(FeatureMixin):
 
     def enqueue(self, message: Message) -> bool:
         """Queue (or hand over) ``message``; False when the queue refused it (overflow)."""
+        if self.browsers:
+            return self._enqueue_browsed(message)
         if self._special or message.hints & QUEUE_HINTS:
             return self._enqueue_special(message)
         self.gauge.bytes += len(message.body) + MESSAGE_OVERHEAD
@@ -153,6 +158,20 @@ class Queue(FeatureMixin):
             else:
                 self.ready.append(entry)
         return True
+
+    def _enqueue_browsed(self, message: Message) -> bool:
+        self.browsers, browsers = [], self.browsers
+        try:
+            accepted = self.enqueue(message)
+        finally:
+            self.browsers = browsers
+        self.wake_browsers()
+        return accepted
+
+    def wake_browsers(self) -> None:
+        """Ready messages may have arrived: let each browser look."""
+        for browser in list(self.browsers):
+            browser.browse()
 
     def falling_behind(self) -> bool:
         """Consumers are attached but the ready backlog is past ``backlog_pace``."""
@@ -206,6 +225,35 @@ class Queue(FeatureMixin):
             self.ready_bytes -= len(entry.message.body)
         return entry
 
+    def acquire(self, entry: QueuedMessage) -> bool:
+        """Take ``entry``, still ready, out of the queue unsettled, as a delivery would
+        (AMQP 0-10's message.acquire of a browsed message); False if it is not ready any
+        more. Not for queues with priorities."""
+        ready = self.ready
+        if not isinstance(ready, deque):
+            return False
+        i = bisect_left(ready, entry.seq, key=lambda e: e.seq)
+        if i >= len(ready) or ready[i] is not entry:
+            return False
+        del ready[i]
+        self.unacked_count += 1
+        if self._special:
+            self.ready_bytes -= len(entry.message.body)
+        if entry.sid and not entry.redelivered:
+            self.journal.delivered(self.store_id, entry.sid)
+        if self._tail is not None and len(ready) < self.resident_low:
+            self._page_in()
+        return True
+
+    def withdraw(self, sid: int) -> QueuedMessage | None:
+        """The ready entry with store id ``sid``, taken out unsettled (recovery of a
+        prepared distributed transaction that settles it); None when it is not there."""
+        self._unpage_all()
+        for entry in self.ready:
+            if entry.sid == sid:
+                return entry if self.acquire(entry) else None
+        return None
+
     # -- settlement ----------------------------------------------------------------------
 
     def settle(self, entry: QueuedMessage) -> None:
@@ -217,6 +265,8 @@ class Queue(FeatureMixin):
         """Put unacked entries back at their original positions, marked redelivered."""
         if self._special:
             self._requeue_special(entries)
+            if self.browsers:
+                self.wake_browsers()
             return
         ready = self.ready
         assert isinstance(ready, deque)
@@ -230,6 +280,8 @@ class Queue(FeatureMixin):
                 ready.insert(bisect_left(ready, entry.seq, key=lambda e: e.seq), entry)
         self.unacked_count -= count
         self.dispatch()
+        if self.browsers:
+            self.wake_browsers()
 
     def purge(self) -> int:
         count = len(self.ready)

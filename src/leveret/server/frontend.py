@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from leveret.protocol.amqp010.framing import PROTOCOL_HEADER as AMQP010_HEADER
+from leveret.server.amqp010 import AMQP010Connection
 from leveret.server.amqp091 import AMQP091Connection
 
 if TYPE_CHECKING:
@@ -90,11 +92,23 @@ def _amqp091(context: FrontEndContext) -> FrontEnd:
     )
 
 
+def _amqp010(context: FrontEndContext) -> FrontEnd:
+    return AMQP010Connection(
+        context.broker,
+        context.users,
+        peer=context.peer,
+        loopback=context.loopback,
+        now=context.now,
+    )
+
+
 DEFAULT_FRONT_END: FrontEndFactory = _amqp091
 
 # Protocol header -> front end. AMQP 0-9-1 (``AMQP 0 0 9 1``) is the default for every header
 # not listed here.
-FRONT_ENDS: dict[bytes, FrontEndFactory] = {}
+FRONT_ENDS: dict[bytes, FrontEndFactory] = {
+    AMQP010_HEADER: _amqp010,  # AMQP 1 1 0 10
+}
 
 
 def choose(head: bytes) -> FrontEndFactory | None:

@@ -37,6 +37,7 @@ from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
 from leveret.store.disk import DiskStore, StoreInUse
+from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
 from leveret.store.records import StoreCorrupt
 from leveret.store.recovery import restore
@@ -93,6 +94,7 @@ class Server:
         self.store: DiskStore | None = None
         self.pages: PageFiles | None = None
         self.streams: StreamStore | None = None
+        self.dtx: DtxFile | None = None
 
     def _recover(self, loop: asyncio.AbstractEventLoop) -> None:
         path = str(self.data_path)
@@ -125,6 +127,7 @@ class Server:
             store.close()
             raise StoreError(str(exc)) from None
         self.broker.attach_journal(StreamJournal(store, streams))
+        self._recover_dtx(Path(path), loop)
         store.start(loop)
         streams.start(loop)
         self.store = store
@@ -144,6 +147,23 @@ class Server:
         )
         if stream_count:
             log.info("opened %d streams", stream_count)
+
+    def _recover_dtx(self, path: Path, loop: asyncio.AbstractEventLoop) -> None:
+        """Prepared distributed-transaction branches come back in doubt, holding what they
+        settle out of their (recovered) queues until their coordinator decides."""
+        dtx = DtxFile(path / "dtx.log")
+        try:
+            prepared = dtx.open()
+        except (StoreCorrupt, OSError, ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"cannot read {path / 'dtx.log'}: {exc}") from None
+        for branch in prepared:
+            vhost = self.broker.add_vhost(branch.vhost)
+            self.broker.dtx.restore(branch, vhost, wire_message)
+        dtx.start(loop)
+        self.broker.dtx.log = dtx
+        self.dtx = dtx
+        if prepared:
+            log.info("recovered %d prepared transaction branches", len(prepared))
 
     def _open_streams(self, streams: StreamStore) -> int:
         """Open every stream's files now (torn tails are cut at boot, retention timers start)
@@ -236,6 +256,9 @@ class Server:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self.dtx is not None:
+            self.dtx.close()
+            self.dtx = None
         if self.pages is not None:
             self.pages.close()
             self.pages = None

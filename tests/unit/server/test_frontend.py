@@ -17,10 +17,18 @@ def _other(context: FrontEndContext) -> FrontEnd:
     raise AssertionError("not called by choose")
 
 
-def test_every_header_goes_to_0_9_1_when_nothing_else_is_listed() -> None:
+def test_every_unlisted_header_goes_to_0_9_1() -> None:
     assert choose(b"AMQP\x00\x00\x09\x01") is DEFAULT_FRONT_END
     assert choose(b"HTTP/1.1") is DEFAULT_FRONT_END
-    assert choose(b"A") is DEFAULT_FRONT_END  # no listed header: no need to wait
+    assert choose(b"H") is DEFAULT_FRONT_END  # no listed header starts so: no need to wait
+    assert choose(b"A") is None  # could still be AMQP 0-10's
+
+
+def test_the_0_10_header_goes_to_the_0_10_front_end() -> None:
+    factory = choose(b"AMQP\x01\x01\x00\x0a")
+    assert factory is frontend.FRONT_ENDS[b"AMQP\x01\x01\x00\x0a"]
+    assert factory is not DEFAULT_FRONT_END
+    assert choose(b"AMQP\x01\x01\x00\x0a" + b"frames") is factory
 
 
 def test_a_listed_header_is_told_apart_only_once_it_is_whole(

@@ -392,7 +392,13 @@ class Connection:
         notify = command_id in ssn.sync_requested
         ssn.sync_requested.discard(command_id)
         if self._release_syncs(ssn) or notify:
-            self._control(channel, C.SessionCompleted(commands=ssn.completed.copy()))
+            self._control(channel, self._completed_control(ssn))
+
+    @staticmethod
+    def _completed_control(ssn: Session) -> C.SessionCompleted:
+        # timely-reply: the peer answers with known-completed at once, which keeps the
+        # completed set short (peers such as Qpid's clients send it only when asked).
+        return C.SessionCompleted(commands=ssn.completed.copy(), timely_reply=True)
 
     def send_completed(self, channel: int, *, timely_reply: bool = False) -> None:
         """Report every completed command the peer does not yet know about."""
@@ -749,7 +755,10 @@ class Connection:
             ssn.unacked = {i: s for i, s in ssn.unacked.items() if i not in done}
             if done:
                 self._events.append(CommandsCompleted(channel, done))
-                self._known_completed.setdefault(channel, SequenceSet()).add_set(done)
+                if control.timely_reply:
+                    # Only when asked: Qpid's qpid.messaging client has no handler for an
+                    # unsolicited known-completed and fails its connection on one.
+                    self._known_completed.setdefault(channel, SequenceSet()).add_set(done)
         elif isinstance(control, C.SessionKnownCompleted):
             ssn.completed.remove_set(control.commands or SequenceSet())
         elif isinstance(control, C.SessionFlush):
@@ -761,7 +770,7 @@ class Connection:
             if control.confirmed:
                 self._control(channel, C.SessionConfirmed(commands=ssn.completed.copy()))
             if control.completed:
-                self._control(channel, C.SessionCompleted(commands=ssn.completed.copy()))
+                self._control(channel, self._completed_control(ssn))
         elif isinstance(control, C.SessionGap):
             for lower, upper in control.commands or SequenceSet():
                 ssn.completed.add_range(lower, upper)
@@ -834,7 +843,7 @@ class Connection:
             ssn.incomplete.remove(command_id)
             ssn.pending_syncs.append(command_id)
             if self._release_syncs(ssn):
-                self._control(channel, C.SessionCompleted(commands=ssn.completed.copy()))
+                self._control(channel, self._completed_control(ssn))
             return
         if isinstance(command, ExecutionResult):
             self._events.append(ResultReceived(channel, command.command_id or 0, command.value))

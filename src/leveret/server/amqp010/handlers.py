@@ -1,0 +1,627 @@
+"""The AMQP 0-10 commands a client sends on a session, each mapped onto the broker core:
+message, exchange, queue, tx and dtx. ``HANDLERS`` maps a command class to its handler; a
+handler returns True when the command is complete, False when it completes later (a
+transfer waiting for the store, a commit). Errors are raised (the core's ``AMQPError``, or
+``ExecutionError`` where 0-10 wants a code the core does not use) and turned into
+``execution.exception`` by the connection (``connection.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from leveret.errors import AccessRefused, AMQPError, NotFound
+from leveret.model.dtx import XA_OK
+from leveret.model.exchanges import TYPES
+from leveret.model.exchanges.base import freeze
+from leveret.model.stream import StreamQueue
+from leveret.protocol.amqp010._generated import commands as c
+from leveret.protocol.amqp010._generated.constants import ExecutionErrorCode
+from leveret.protocol.amqp010._generated.structs import (
+    Acquired,
+    ExchangeBoundResult,
+    ExchangeQueryResult,
+    GetTimeoutResult,
+    MessageResumeResult,
+    QueueQueryResult,
+    RecoverResult,
+    XaResult,
+    Xid,
+)
+from leveret.protocol.amqp010.errors import ExecutionError
+from leveret.protocol.amqp010.ops import decode_header
+from leveret.protocol.amqp010.sequence import SequenceSet
+from leveret.server.amqp010.mapping import routing_key_of, transfer_message, user_id_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from leveret.model.dtx import Xid as CoreXid
+    from leveret.protocol.amqp010.events import CommandReceived
+    from leveret.protocol.amqp010.types import Struct
+    from leveret.server.amqp010.connection import AMQP010Connection
+    from leveret.server.amqp010.session import Session
+
+Handler = "Callable[[AMQP010Connection, Session, CommandReceived], bool]"
+
+# The queue argument that carries a 0-10 queue's alternate exchange in the core (a rejected
+# message goes there: the core's dead-lettering, RabbitMQ's name).
+DLX = "x-dead-letter-exchange"
+
+
+def _fail(code: ExecutionErrorCode, text: str) -> ExecutionError:
+    return ExecutionError(text, error_code=int(code))
+
+
+def _args(value: dict[str, Any] | None) -> dict[str, object]:
+    return dict(value or {})
+
+
+# -- message -------------------------------------------------------------------------------
+
+
+def message_transfer(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.MessageTransfer)
+    exchange = command.destination or ""
+    header: list[Struct] = decode_header(ev.header) if ev.header is not None else []
+    user_id = user_id_of(header)
+    if user_id is not None and user_id.decode(errors="replace") != ssn.user:
+        raise _fail(
+            ExecutionErrorCode.UNAUTHORIZED_ACCESS,
+            f"authorised user id '{ssn.user}' differs from the message's user-id "
+            f"'{user_id.decode(errors='replace')}'",
+        )
+    routing_key = routing_key_of(header)
+    ssn.check_publish(exchange)
+    message = transfer_message(exchange, routing_key, header, ev.body or b"")
+    conn.published = True
+    done = ssn.publish(ev.command_id, exchange, routing_key, message)
+    conn.confirming.add(ssn)
+    return done
+
+
+def _transfers(command: c.MessageAccept | c.MessageReject | c.MessageRelease) -> SequenceSet:
+    return command.transfers or SequenceSet()
+
+
+def message_accept(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    assert isinstance(ev.command, c.MessageAccept)
+    ssn.accept(_transfers(ev.command))
+    return True
+
+
+def message_reject(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    assert isinstance(ev.command, c.MessageReject)
+    ssn.reject(_transfers(ev.command))
+    return True
+
+
+def message_release(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    assert isinstance(ev.command, c.MessageRelease)
+    ssn.release(_transfers(ev.command))
+    return True
+
+
+def message_acquire(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.MessageAcquire)
+    ids = ssn.acquire(command.transfers or SequenceSet())
+    conn.result(ev, Acquired(transfers=SequenceSet.of(*ids)))
+    return True
+
+
+def message_resume(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    # Leveret keeps no partial transfers: every resume-id is unknown, offset 0 (spec).
+    conn.result(ev, MessageResumeResult(offset=0))
+    return True
+
+
+def message_subscribe(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.MessageSubscribe)
+    if not command.queue:
+        raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "message.subscribe: no queue given")
+    try:
+        ssn.subscribe(
+            command.queue,
+            command.destination or "",
+            accept_mode=command.accept_mode or 0,
+            acquire_mode=command.acquire_mode or 0,
+            exclusive=command.exclusive,
+            arguments=_args(command.arguments),
+        )
+    except AccessRefused as exc:
+        # The core's "in exclusive use" (403) is 0-10's resource-locked.
+        raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, exc.reply_text) from None
+    return True
+
+
+def message_cancel(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    assert isinstance(ev.command, c.MessageCancel)
+    ssn.cancel(ev.command.destination or "")
+    return True
+
+
+def message_set_flow_mode(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    assert isinstance(ev.command, c.MessageSetFlowMode)
+    ssn.set_flow_mode(ev.command.destination or "", ev.command.flow_mode or 0)
+    return True
+
+
+def message_flow(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.MessageFlow)
+    ssn.flow(command.destination or "", command.unit or 0, command.value or 0)
+    return True
+
+
+def message_flush(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    assert isinstance(ev.command, c.MessageFlush)
+    ssn.flush(ev.command.destination or "")
+    return True
+
+
+def message_stop(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    assert isinstance(ev.command, c.MessageStop)
+    ssn.stop(ev.command.destination or "")
+    return True
+
+
+# -- tx ------------------------------------------------------------------------------------
+
+
+def tx_select(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    ssn.select_tx()
+    return True
+
+
+def tx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command_id = ev.command_id
+
+    def done(ok: bool) -> None:
+        if ssn.closed:
+            return
+        if not ok:
+            conn.fail_command(
+                ssn,
+                ev,
+                _fail(
+                    ExecutionErrorCode.INTERNAL_ERROR,
+                    "tx.commit failed: the store could not write to disk",
+                ),
+            )
+            return
+        ssn.complete(command_id)
+
+    ssn.commit(done)
+    return False
+
+
+def tx_rollback(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    ssn.rollback()
+    return True
+
+
+# -- dtx -----------------------------------------------------------------------------------
+
+
+def _xid(xid: Xid | None) -> CoreXid:
+    if xid is None:
+        raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "dtx: no xid given")
+    return (xid.format or 0, xid.global_id or b"", xid.branch_id or b"")
+
+
+def _wire_xid(xid: CoreXid) -> Xid:
+    return Xid(format=xid[0], global_id=xid[1], branch_id=xid[2])
+
+
+def _need_dtx(ssn: Session) -> None:
+    if not ssn.dtx_selected:
+        raise _fail(ExecutionErrorCode.COMMAND_INVALID, "session is not selected for dtx")
+
+
+def dtx_select(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    ssn.select_dtx()
+    return True
+
+
+def dtx_start(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxStart)
+    _need_dtx(ssn)
+    if ssn.branch is not None:
+        raise _fail(ExecutionErrorCode.ILLEGAL_STATE, "session is already associated")
+    branch = ssn.coordinator.start(
+        ssn, _xid(command.xid), ssn.vhost, join=command.join, resume=command.resume
+    )
+    ssn.branch = branch
+    ssn.branches.add(branch)
+    conn.result(ev, XaResult(status=XA_OK))
+    return True
+
+
+def dtx_end(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxEnd)
+    _need_dtx(ssn)
+    xid = _xid(command.xid)
+    status = ssn.coordinator.end(ssn, xid, fail=command.fail, suspend=command.suspend)
+    branch = ssn.branch
+    if branch is not None and branch.xid == xid:
+        ssn.branch = None
+        if not command.suspend:
+            ssn.branches.discard(branch)
+    conn.result(ev, XaResult(status=status))
+    return True
+
+
+def _deferred_status(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> Any:
+    def done(status: int) -> None:
+        if ssn.closed or ssn.link is None:
+            return
+        conn.result(ev, XaResult(status=status))
+        ssn.complete(ev.command_id)
+
+    return done
+
+
+def dtx_prepare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxPrepare)
+    ssn.coordinator.prepare(_xid(command.xid), _deferred_status(conn, ssn, ev))
+    return False
+
+
+def dtx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxCommit)
+    ssn.coordinator.commit(
+        _xid(command.xid), one_phase=command.one_phase, done=_deferred_status(conn, ssn, ev)
+    )
+    return False
+
+
+def dtx_rollback(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxRollback)
+    status = ssn.coordinator.rollback(_xid(command.xid))
+    conn.result(ev, XaResult(status=status))
+    return True
+
+
+def dtx_forget(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxForget)
+    ssn.coordinator.forget(_xid(command.xid))
+    return True
+
+
+def dtx_get_timeout(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxGetTimeout)
+    timeout = ssn.coordinator.get_timeout(_xid(command.xid))
+    conn.result(ev, GetTimeoutResult(timeout=timeout))
+    return True
+
+
+def dtx_set_timeout(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.DtxSetTimeout)
+    ssn.coordinator.set_timeout(_xid(command.xid), command.timeout or 0)
+    return True
+
+
+def dtx_recover(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    xids = [_wire_xid(xid) for xid in ssn.coordinator.recover()]
+    conn.result(ev, RecoverResult(in_doubt=list(xids)))
+    return True
+
+
+# -- exchange ------------------------------------------------------------------------------
+
+
+def exchange_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.ExchangeDeclare)
+    name = command.exchange or ""
+    type_name = command.type or ""
+    arguments = _args(command.arguments)
+    vhost = ssn.vhost
+    if command.passive:
+        vhost.exchange(name)
+        return True
+    if name.startswith(("amq.", "qpid.")) and name not in vhost.exchanges:
+        raise _fail(ExecutionErrorCode.NOT_ALLOWED, f"exchange name '{name}' is reserved")
+    if type_name not in TYPES:
+        raise _fail(ExecutionErrorCode.NOT_FOUND, f"exchange type '{type_name}' not known")
+    alternate = command.alternate_exchange
+    if alternate:
+        vhost.exchange(alternate)
+        arguments["alternate-exchange"] = alternate
+    existing = vhost.exchanges.get(name)
+    if existing is not None and (name.startswith("amq.") or name == ""):
+        if existing.type_name != type_name:
+            raise _fail(
+                ExecutionErrorCode.NOT_ALLOWED,
+                f"exchange '{name}' exists with type '{existing.type_name}'",
+            )
+        return True
+    if existing is not None:
+        if existing.type_name != type_name:
+            raise _fail(
+                ExecutionErrorCode.NOT_ALLOWED,
+                f"exchange '{name}' exists with type '{existing.type_name}'",
+            )
+        if alternate is not None and existing.alternate != (alternate or None):
+            raise _fail(
+                ExecutionErrorCode.NOT_ALLOWED,
+                f"exchange '{name}' exists with another alternate exchange",
+            )
+        return True  # Qpid: a redeclaration of the same name and type succeeds
+    vhost.declare_exchange(
+        name,
+        type_name,
+        durable=command.durable,
+        auto_delete=command.auto_delete,
+        arguments=arguments,
+    )
+    return True
+
+
+def _used_as_alternate(ssn: Session, name: str) -> bool:
+    vhost = ssn.vhost
+    return any(x.alternate == name for x in vhost.exchanges.values() if x.name != name) or any(
+        q.arguments.get(DLX) == name for q in vhost.queues.values()
+    )
+
+
+def exchange_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.ExchangeDelete)
+    name = command.exchange or ""
+    if name == "":
+        raise _fail(ExecutionErrorCode.INVALID_ARGUMENT, "the default exchange cannot be deleted")
+    if name not in ssn.vhost.exchanges:
+        raise NotFound(f"no exchange '{name}' in vhost '{ssn.vhost.name}'")
+    if _used_as_alternate(ssn, name):
+        raise _fail(ExecutionErrorCode.NOT_ALLOWED, f"exchange '{name}' is an alternate exchange")
+    ssn.vhost.delete_exchange(name, if_unused=command.if_unused)
+    return True
+
+
+def exchange_query(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.ExchangeQuery)
+    exchange = ssn.vhost.exchanges.get(command.name or "")
+    if exchange is None:
+        result = ExchangeQueryResult(not_found=True)
+    else:
+        args: dict[str, Any] = dict(exchange.arguments)
+        result = ExchangeQueryResult(
+            type=exchange.type_name, durable=exchange.durable, arguments=args
+        )
+    conn.result(ev, result)
+    return True
+
+
+def _binding(ssn: Session, command: c.ExchangeBind | c.ExchangeUnbind) -> tuple[str, str, str]:
+    queue = command.queue or ""
+    exchange = command.exchange or ""
+    if not queue:
+        raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "no queue given")
+    if exchange == "":
+        raise _fail(
+            ExecutionErrorCode.INVALID_ARGUMENT, "bindings to the default exchange are implicit"
+        )
+    return queue, exchange, command.binding_key or ""
+
+
+def exchange_bind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.ExchangeBind)
+    queue, exchange, key = _binding(ssn, command)
+    arguments = _args(command.arguments)
+    target = ssn.vhost.exchange(exchange)
+    if target.type_name == "headers" and "x-match" not in arguments and arguments:
+        raise _fail(ExecutionErrorCode.INTERNAL_ERROR, "headers binding needs x-match")
+    ssn.vhost.bind_queue(queue, exchange, key, arguments, owner=ssn)
+    return True
+
+
+def exchange_unbind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.ExchangeUnbind)
+    queue, exchange, key = _binding(ssn, command)
+    vhost = ssn.vhost
+    vhost.exchange(exchange)
+    vhost.queue(queue, ssn)
+    source = vhost.exchanges[exchange]
+    if not any(dest is vhost.queues[queue] and k == key for dest, k, _a in source.kind.bindings()):
+        raise NotFound(f"no binding of '{queue}' to '{exchange}' with key '{key}'")
+    for dest, k, a in list(source.kind.bindings()):
+        if dest is vhost.queues[queue] and k == key:
+            vhost.unbind_queue(queue, exchange, key, a, owner=ssn)
+    return True
+
+
+def exchange_bound(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.ExchangeBound)
+    vhost = ssn.vhost
+    exchange = vhost.exchanges.get(command.exchange or "")
+    queue = vhost.queues.get(command.queue or "") if command.queue else None
+    result = ExchangeBoundResult(
+        exchange_not_found=exchange is None,
+        queue_not_found=bool(command.queue) and queue is None,
+    )
+    if exchange is not None:
+        bindings = list(exchange.kind.bindings())
+        if queue is not None:
+            to_queue = [b for b in bindings if b[0] is queue]
+            result.queue_not_matched = not to_queue
+            if to_queue:
+                bindings = to_queue
+        if command.binding_key is not None:
+            result.key_not_matched = not any(k == command.binding_key for _d, k, _a in bindings)
+            if not result.key_not_matched:
+                bindings = [b for b in bindings if b[1] == command.binding_key]
+        if command.arguments:
+            wanted = freeze(command.arguments)
+            result.args_not_matched = not any(freeze(dict(a)) == wanted for _d, _k, a in bindings)
+    conn.result(ev, result)
+    return True
+
+
+# -- queue ---------------------------------------------------------------------------------
+
+
+def queue_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.QueueDeclare)
+    arguments = _args(command.arguments)
+    alternate = command.alternate_exchange
+    if alternate:
+        ssn.vhost.exchange(alternate)
+        arguments.setdefault(DLX, alternate)
+    name = command.queue or ""
+    if not name:
+        raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.declare: no queue name")
+    if command.passive:
+        # Qpid: any session may passively declare an exclusive queue (request/reply), but
+        # not claim it exclusively.
+        queue = ssn.vhost.queues.get(name)
+        if queue is None:
+            raise NotFound(f"no queue '{name}' in vhost '{ssn.vhost.name}'")
+        if command.exclusive and queue.exclusive_owner is not ssn:
+            raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, f"queue '{name}' is not exclusive here")
+        return True
+    existing = ssn.vhost.queues.get(name)
+    if existing is not None:
+        # Qpid: a redeclaration succeeds whatever its other fields, unless exclusivity says no.
+        if existing.exclusive_owner is not None and existing.exclusive_owner is not ssn:
+            raise _fail(
+                ExecutionErrorCode.RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked queue '{name}'",
+            )
+        if command.exclusive and existing.exclusive_owner is not ssn:
+            raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, f"queue '{name}' is in use")
+        return True
+    ssn.vhost.declare_queue(
+        name,
+        owner=ssn,
+        durable=command.durable,
+        exclusive=command.exclusive,
+        # Qpid: an exclusive auto-delete queue goes with its session, not with its last
+        # subscriber (the session deletes its exclusive queues when it ends).
+        auto_delete=command.auto_delete and not command.exclusive,
+        arguments=arguments,
+    )
+    if command.exclusive and command.auto_delete:
+        ssn.auto_delete_exclusive.add(name)
+    return True
+
+
+def queue_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.QueueDelete)
+    name = command.queue or ""
+    if not name:
+        raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.delete: no queue name")
+    vhost = ssn.vhost
+    queue = vhost.queue(name, ssn)  # 404 when missing (0-10), 405 when locked
+    entries = queue.ready_entries() if isinstance(queue.arguments.get(DLX), str) else []
+    vhost.delete_queue(name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty)
+    alternate = vhost.exchanges.get(str(queue.arguments.get(DLX)))
+    if alternate is not None:
+        # Qpid: what a deleted queue still held goes to its alternate exchange.
+        for entry in entries:
+            message = entry.message
+            for target in vhost.router.route(alternate, message.routing_key, message):
+                target.enqueue(message)
+    return True
+
+
+def queue_purge(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.QueuePurge)
+    name = command.queue or ""
+    if not name:
+        raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.purge: no queue name")
+    queue = ssn.vhost.queue(name, ssn)
+    if isinstance(queue, StreamQueue):
+        raise queue.unsupported("queue.purge")
+    queue.purge()
+    return True
+
+
+def queue_query(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    command = ev.command
+    assert isinstance(command, c.QueueQuery)
+    queue = ssn.vhost.queues.get(command.queue or "")
+    if queue is None:
+        conn.result(ev, QueueQueryResult())
+        return True
+    arguments: dict[str, Any] = {k: v for k, v in queue.arguments.items() if k != DLX}
+    alternate = queue.arguments.get(DLX)
+    conn.result(
+        ev,
+        QueueQueryResult(
+            queue=queue.name,
+            alternate_exchange=alternate if isinstance(alternate, str) else None,
+            durable=queue.durable,
+            exclusive=queue.exclusive,
+            auto_delete=queue.auto_delete or queue.name in ssn.auto_delete_exclusive,
+            arguments=arguments,
+            message_count=queue.message_count,
+            subscriber_count=queue.consumer_count + len(queue.browsers),
+        ),
+    )
+    return True
+
+
+def not_implemented(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+    raise _fail(
+        ExecutionErrorCode.NOT_IMPLEMENTED, f"{ev.command.NAME} is not implemented by Leveret"
+    )
+
+
+HANDLERS: dict[type[Any], Callable[[AMQP010Connection, Session, CommandReceived], bool]] = {
+    c.MessageTransfer: message_transfer,
+    c.MessageAccept: message_accept,
+    c.MessageReject: message_reject,
+    c.MessageRelease: message_release,
+    c.MessageAcquire: message_acquire,
+    c.MessageResume: message_resume,
+    c.MessageSubscribe: message_subscribe,
+    c.MessageCancel: message_cancel,
+    c.MessageSetFlowMode: message_set_flow_mode,
+    c.MessageFlow: message_flow,
+    c.MessageFlush: message_flush,
+    c.MessageStop: message_stop,
+    c.TxSelect: tx_select,
+    c.TxCommit: tx_commit,
+    c.TxRollback: tx_rollback,
+    c.DtxSelect: dtx_select,
+    c.DtxStart: dtx_start,
+    c.DtxEnd: dtx_end,
+    c.DtxCommit: dtx_commit,
+    c.DtxForget: dtx_forget,
+    c.DtxGetTimeout: dtx_get_timeout,
+    c.DtxPrepare: dtx_prepare,
+    c.DtxRecover: dtx_recover,
+    c.DtxRollback: dtx_rollback,
+    c.DtxSetTimeout: dtx_set_timeout,
+    c.ExchangeDeclare: exchange_declare,
+    c.ExchangeDelete: exchange_delete,
+    c.ExchangeQuery: exchange_query,
+    c.ExchangeBind: exchange_bind,
+    c.ExchangeUnbind: exchange_unbind,
+    c.ExchangeBound: exchange_bound,
+    c.QueueDeclare: queue_declare,
+    c.QueueDelete: queue_delete,
+    c.QueuePurge: queue_purge,
+    c.QueueQuery: queue_query,
+}
+
+__all__ = ["HANDLERS", "AMQPError", "not_implemented"]

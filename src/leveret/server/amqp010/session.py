@@ -1,0 +1,571 @@
+"""One AMQP 0-10 session's semantics over the broker core: subscriptions (a ``Consumer`` per
+acquiring subscription, a ``Browser`` per not-acquired one) with 0-10 flow control (credit
+and window modes, message and byte units), the transfers it sent and what settles them
+(``message.accept``/``reject``/``release``/``acquire``), publishing with completion after
+the store has what it must keep (the core's confirms), ``tx`` and ``dtx``.
+
+The session outlives its transport: it is the ``context`` of the protocol machine's session
+(``protocol/amqp010/session.py``), detached when the connection drops and attached again on
+resume, so its subscriptions, unsettled deliveries and branch associations follow it. While
+detached it takes no deliveries. Owned by the 0-10 front end's connection
+(``connection.py``), which hands it commands (``handlers.py``) and the completions the
+client reports.
+
+Byte credit: a transfer costs its header and body octets (Qpid's count). The queue asks
+``accepts`` with the body size only, so a transfer is sent while the byte credit covers the
+body, and may then overdraw the credit by its header; the credit stops at zero.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from leveret.errors import NotAllowed, NotFound, PreconditionFailed
+from leveret.model import settle
+from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner
+from leveret.model.publisher import Publisher
+from leveret.model.settle import Delivery
+from leveret.model.stream import StreamQueue
+from leveret.model.transaction import ACCEPT
+from leveret.protocol.amqp010._generated.commands import MessageTransfer
+from leveret.server.amqp010.mapping import delivery_header
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from leveret.model.dtx import Branch, Coordinator
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.message import Message
+    from leveret.model.queue import Queue
+    from leveret.model.transaction import Transaction
+    from leveret.model.vhost import VirtualHost
+    from leveret.protocol.amqp010.sequence import SequenceSet
+
+__all__ = ["UNLIMITED_WIRE", "Session", "SessionLink", "Subscription"]
+
+# A flow value of 2**32 - 1 means "no limit" (spec: message.flow).
+UNLIMITED_WIRE = 0xFFFFFFFF
+_ACCEPT_EXPLICIT = 0
+_ACCEPT_NONE = 1
+_PRE_ACQUIRED = 0
+_NOT_ACQUIRED = 1
+
+
+class SessionLink(Protocol):
+    """What a session needs of the connection it is attached to."""
+
+    def send_transfer(
+        self, channel: int, command: MessageTransfer, header: bytes, body: bytes
+    ) -> int: ...
+
+    def complete(self, channel: int, command_id: int) -> None: ...
+
+    def output_ready(self) -> None: ...
+
+
+class Subscription(Browser):
+    """One ``message.subscribe`` of a session."""
+
+    def __init__(
+        self,
+        session: Session,
+        destination: str,
+        queue: Queue,
+        *,
+        explicit_accept: bool,
+        acquire: bool,
+    ) -> None:
+        self.session = session
+        self.destination = destination
+        self.queue = queue
+        self.explicit_accept = explicit_accept
+        self.acquire = acquire
+        self.consumer: Consumer | None = None
+        # Spec: window mode until set-flow-mode says otherwise; no credit at first.
+        self.window = True
+        self.byte_credit = 0
+        # A browser's own message credit (an acquiring one's is its consumer's) and the
+        # sequence number of the last ready entry it saw.
+        self.browse_credit = 0
+        self.browsed_upto = 0
+        self.browsing = False
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.destination!r})"
+
+    @property
+    def message_credit(self) -> int:
+        consumer = self.consumer
+        return consumer.credit if consumer is not None else self.browse_credit
+
+    def add_credit(self, messages: int, octets: int) -> None:
+        if messages:
+            consumer = self.consumer
+            current = consumer.credit if consumer is not None else self.browse_credit
+            value = (
+                UNLIMITED
+                if messages == UNLIMITED_WIRE or current >= UNLIMITED
+                else (current + messages)
+            )
+            if consumer is not None:
+                consumer.credit = value
+            else:
+                self.browse_credit = value
+        if octets:
+            if octets == UNLIMITED_WIRE or self.byte_credit >= UNLIMITED:
+                self.byte_credit = UNLIMITED
+            else:
+                self.byte_credit += octets
+
+    def stop(self) -> None:
+        if self.consumer is not None:
+            self.consumer.credit = 0
+        self.browse_credit = 0
+        self.byte_credit = 0
+
+    def browse(self) -> None:
+        self.session.browse(self)
+
+
+class _Sent(NamedTuple):
+    """A transfer this session sent: what window-mode completion gives back."""
+
+    subscription: Subscription
+    size: int
+
+
+class Session(ConsumerOwner):
+    """The broker's state of one 0-10 session; see the module docstring."""
+
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        coordinator: Coordinator,
+        user: str,
+        name: bytes,
+    ) -> None:
+        self.vhost = vhost
+        self.coordinator = coordinator
+        self.user = user
+        self.name = name
+        self.link: SessionLink | None = None
+        self.channel = 0
+        self.writable = True
+        self.closed = False
+        self.publisher = Publisher(vhost, self)
+        self.publisher.select_confirms()
+        # (confirm sequence number, command id) of transfers waiting for the store.
+        self._waiting: deque[tuple[int, int]] = deque()
+        # Command ids completed while detached, for the protocol machine on reattach.
+        self.completed_detached: list[int] = []
+        self.subscriptions: dict[str, Subscription] = {}
+        self._by_consumer: dict[Consumer, Subscription] = {}
+        # Transfers sent: acquired and not settled; sent not acquired; counted in a window.
+        self.unsettled: dict[int, Delivery] = {}
+        self.browsed: dict[int, tuple[Subscription, QueuedMessage]] = {}
+        self.windowed: dict[int, _Sent] = {}
+        # Exclusive queues declared auto-delete (they go with the session; queue.query says so).
+        self.auto_delete_exclusive: set[str] = set()
+        self.dtx_selected = False
+        self.branch: Branch | None = None
+        self.branches: set[Branch] = set()
+
+    def __repr__(self) -> str:
+        return f"Session({self.name!r})"
+
+    # -- attachment ----------------------------------------------------------------------
+
+    def attach(self, link: SessionLink, channel: int) -> None:
+        self.link = link
+        self.channel = channel
+        self.redispatch()
+
+    def detach(self) -> None:
+        self.link = None
+
+    def set_writable(self, writable: bool) -> None:
+        self.writable = writable
+        if writable:
+            self.redispatch()
+
+    def redispatch(self) -> None:
+        for sub in list(self.subscriptions.values()):
+            if sub.consumer is not None:
+                sub.queue.dispatch()
+            else:
+                self.browse(sub)
+
+    # -- ConsumerOwner -------------------------------------------------------------------
+
+    def accepts(self, consumer: Consumer, size: int) -> bool:
+        if self.link is None or not self.writable or self.closed:
+            return False
+        sub = self._by_consumer.get(consumer)
+        return sub is not None and sub.byte_credit >= size and sub.byte_credit > 0
+
+    def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        sub = self._by_consumer[consumer]
+        consumer.credit -= 1
+        command_id = self._send(sub, entry, acquired=True)
+        if not consumer.auto_settle:
+            self.unsettled[command_id] = Delivery(entry, sub.queue, consumer)
+
+    def consumer_removed(self, consumer: Consumer) -> None:
+        sub = self._by_consumer.pop(consumer, None)
+        if sub is not None and self.subscriptions.get(sub.destination) is sub:
+            del self.subscriptions[sub.destination]
+
+    def consumer_deadline(self, consumer: Consumer, now: float) -> None:
+        return None  # 0-10 subscriptions have no settlement timeout
+
+    def _send(self, sub: Subscription, entry: QueuedMessage, *, acquired: bool) -> int:
+        link = self.link
+        assert link is not None
+        message = entry.message
+        header = delivery_header(message, entry.redelivered)
+        body = message.body
+        command = MessageTransfer(
+            destination=sub.destination,
+            accept_mode=_ACCEPT_EXPLICIT if sub.explicit_accept else _ACCEPT_NONE,
+            acquire_mode=_PRE_ACQUIRED if acquired else _NOT_ACQUIRED,
+        )
+        command_id = link.send_transfer(self.channel, command, header, body)
+        size = len(header) + len(body)
+        if sub.byte_credit < UNLIMITED:
+            sub.byte_credit = max(0, sub.byte_credit - size)
+        if sub.window:
+            self.windowed[command_id] = _Sent(sub, size)
+        link.output_ready()
+        return command_id
+
+    # -- browsing (not-acquired subscriptions) -------------------------------------------
+
+    def browse(self, sub: Subscription) -> None:
+        """Send copies of the ready entries ``sub`` has not seen, while it has credit."""
+        if (
+            sub.browsing
+            or sub.consumer is not None
+            or self.subscriptions.get(sub.destination) is not sub
+        ):
+            return
+        sub.browsing = True
+        try:
+            for entry in self._unseen(sub):
+                if (
+                    self.link is None
+                    or not self.writable
+                    or sub.browse_credit <= 0
+                    or sub.byte_credit < len(entry.message.body)
+                    or sub.byte_credit <= 0
+                ):
+                    return
+                sub.browse_credit -= 1
+                sub.browsed_upto = entry.seq
+                command_id = self._send(sub, entry, acquired=False)
+                self.browsed[command_id] = (sub, entry)
+        finally:
+            sub.browsing = False
+
+    @staticmethod
+    def _unseen(sub: Subscription) -> Iterator[QueuedMessage]:
+        ready = sub.queue.ready
+        if isinstance(ready, deque):
+            start = bisect_right(ready, sub.browsed_upto, key=lambda e: e.seq)
+            for i in range(start, len(ready)):
+                yield ready[i]
+        else:
+            yield from sorted((e for e in ready if e.seq > sub.browsed_upto), key=lambda e: e.seq)
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        queue_name: str,
+        destination: str,
+        *,
+        accept_mode: int,
+        acquire_mode: int,
+        exclusive: bool,
+        arguments: dict[str, object],
+    ) -> Subscription:
+        if not queue_name:
+            raise NotFound("message.subscribe: no queue given")
+        queue = self.vhost.queue(queue_name, self)
+        if isinstance(queue, StreamQueue):
+            raise NotAllowed(f"stream queue '{queue_name}' cannot be subscribed to over 0-10")
+        if destination in self.subscriptions:
+            raise NotAllowed(f"subscription '{destination}' already exists on the session")
+        sub = Subscription(
+            self,
+            destination,
+            queue,
+            explicit_accept=accept_mode == _ACCEPT_EXPLICIT,
+            acquire=acquire_mode != _NOT_ACQUIRED,
+        )
+        if sub.acquire:
+            consumer = Consumer(
+                destination,
+                queue,
+                self,
+                auto_settle=not sub.explicit_accept,
+                exclusive=exclusive,
+                credit=0,
+                arguments=arguments,
+            )
+            queue.add_consumer(consumer)
+            sub.consumer = consumer
+            self._by_consumer[consumer] = sub
+        else:
+            queue.check_exclusive_use(exclusive)
+            queue.browsers.append(sub)
+        self.subscriptions[destination] = sub
+        return sub
+
+    def subscription(self, destination: str) -> Subscription:
+        sub = self.subscriptions.get(destination)
+        if sub is None:
+            raise NotFound(f"no subscription '{destination}' on the session")
+        return sub
+
+    def cancel(self, destination: str) -> None:
+        sub = self.subscription(destination)
+        del self.subscriptions[destination]
+        self._drop_subscription(sub)
+
+    def _drop_subscription(self, sub: Subscription) -> None:
+        consumer = sub.consumer
+        if consumer is not None:
+            self._by_consumer.pop(consumer, None)
+            sub.queue.remove_consumer(consumer)
+        elif sub in sub.queue.browsers:
+            sub.queue.browsers.remove(sub)
+
+    def flow(self, destination: str, unit: int, value: int) -> None:
+        sub = self.subscription(destination)
+        if unit == 0:
+            sub.add_credit(value, 0)
+        else:
+            sub.add_credit(0, value)
+        self._kick(sub)
+
+    def set_flow_mode(self, destination: str, mode: int) -> None:
+        sub = self.subscription(destination)
+        sub.window = mode == 1
+
+    def flush(self, destination: str) -> None:
+        """Use up the credit on what is there now, then have none (spec: message.flush)."""
+        sub = self.subscription(destination)
+        self._kick(sub)
+        self._zero(sub)
+
+    def stop(self, destination: str) -> None:
+        self._zero(self.subscription(destination))
+
+    def _zero(self, sub: Subscription) -> None:
+        """No credit, and none coming back from transfers already sent (Qpid C++)."""
+        sub.stop()
+        windowed = self.windowed
+        for command_id in [i for i, sent in windowed.items() if sent.subscription is sub]:
+            del windowed[command_id]
+
+    def _kick(self, sub: Subscription) -> None:
+        if sub.consumer is not None:
+            sub.queue.dispatch()
+        else:
+            self.browse(sub)
+
+    def completed_by_peer(self, commands: SequenceSet) -> None:
+        """The client completed transfers we sent: window mode gives their credit back."""
+        windowed = self.windowed
+        if not windowed:
+            return
+        kicked: set[Subscription] = set()
+        for command_id in _select(windowed, commands):
+            sent = windowed.pop(command_id)
+            sub = sent.subscription
+            if sub.window and self.subscriptions.get(sub.destination) is sub:
+                sub.add_credit(1, sent.size)
+                kicked.add(sub)
+        for sub in kicked:
+            self._kick(sub)
+
+    # -- settling transfers --------------------------------------------------------------
+
+    def accept(self, transfers: SequenceSet) -> None:
+        deliveries = [self.unsettled.pop(i) for i in _select(self.unsettled, transfers)]
+        for command_id in _select(self.browsed, transfers):
+            del self.browsed[command_id]  # not acquired: nothing to accept (spec)
+        if not deliveries:
+            return
+        tx = self._holding_tx()
+        if tx is not None:
+            for delivery in deliveries:
+                tx.settle(ACCEPT, delivery, None)
+            return
+        settle.accept(deliveries)
+
+    def reject(self, transfers: SequenceSet) -> None:
+        deliveries = [self.unsettled.pop(i) for i in _select(self.unsettled, transfers)]
+        for command_id in _select(self.browsed, transfers):
+            del self.browsed[command_id]
+        settle.reject(deliveries)
+        self._redispatch_queues(deliveries)
+
+    def release(self, transfers: SequenceSet) -> None:
+        deliveries = [self.unsettled.pop(i) for i in _select(self.unsettled, transfers)]
+        for command_id in _select(self.browsed, transfers):
+            del self.browsed[command_id]
+        settle.release(deliveries)
+
+    def acquire(self, transfers: SequenceSet) -> list[int]:
+        """Acquire browsed transfers that are still available; returns their ids."""
+        acquired = []
+        for command_id in _select(self.browsed, transfers):
+            sub, entry = self.browsed.pop(command_id)
+            queue = sub.queue
+            if queue.deleted or not queue.acquire(entry):
+                continue
+            acquired.append(command_id)
+            delivery = Delivery(entry, queue, None)
+            if sub.explicit_accept:
+                self.unsettled[command_id] = delivery
+            else:
+                settle.accept([delivery])
+        return acquired
+
+    def _redispatch_queues(self, deliveries: Iterable[Delivery]) -> None:
+        for queue in {d.queue for d in deliveries}:
+            queue.dispatch()
+
+    def _holding_tx(self) -> Transaction | None:
+        branch = self.branch
+        if branch is not None:
+            return branch.tx
+        return self.publisher.tx
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def check_publish(self, exchange: str) -> None:
+        self.publisher.check(exchange)
+
+    def publish(self, command_id: int, exchange: str, routing_key: str, message: Message) -> bool:
+        """Route ``message``; True when the transfer is complete now, False when it
+        completes once the store has it (``confirm``)."""
+        branch = self.branch
+        if branch is not None:
+            self.publisher.check(exchange)
+            branch.tx.publishes.append((exchange, routing_key, message, False, False))
+            return True
+        if self.publisher.tx is not None:
+            self.publisher.publish(exchange, routing_key, message)
+            return True
+        confirms = self.publisher.confirms
+        assert confirms is not None
+        self._waiting.append((confirms.seq + 1, command_id))
+        self.publisher.publish(exchange, routing_key, message)
+        return False
+
+    def returned(self, reason: str, message: Message) -> None:
+        return None  # 0-10 has no returns: an unroutable message is dropped
+
+    def confirm(self, upto: int, *, multiple: bool, ack: bool) -> None:
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= upto:
+            _seq, command_id = waiting.popleft()
+            self.complete(command_id)
+
+    def complete(self, command_id: int) -> None:
+        if self.link is not None:
+            self.link.complete(self.channel, command_id)
+            self.link.output_ready()
+        else:
+            self.completed_detached.append(command_id)
+
+    def flush_confirms(self) -> None:
+        self.publisher.flush_confirms()
+
+    # -- tx ------------------------------------------------------------------------------
+
+    def select_tx(self) -> None:
+        if self.dtx_selected:
+            raise PreconditionFailed("session is selected for dtx, not tx")
+        publisher = self.publisher
+        if publisher.tx is None:
+            # Transfers before tx.select still complete through the confirms they started.
+            publisher.flush_confirms()
+            publisher.confirms = None
+            publisher.select_tx()
+
+    def tx(self) -> Transaction:
+        tx = self.publisher.tx
+        if tx is None:
+            raise PreconditionFailed("session is not transactional (tx.select first)")
+        return tx
+
+    def commit(self, done: Callable[[bool], None]) -> None:
+        self.tx().commit(self.publisher.route, _apply, self.vhost.journal, done)
+
+    def rollback(self) -> None:
+        held = self.tx().rollback()
+        if held:
+            settle.release(d for d, _token in held)
+
+    # -- dtx -----------------------------------------------------------------------------
+
+    def select_dtx(self) -> None:
+        if self.publisher.tx is not None:
+            raise PreconditionFailed("session is selected for tx, not dtx")
+        self.dtx_selected = True
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The session ended: cancel its subscriptions, release what it had not settled,
+        end its branch associations (rollback-only), delete its exclusive queues."""
+        if self.closed:
+            return
+        self.closed = True
+        self.link = None
+        for sub in list(self.subscriptions.values()):
+            self._drop_subscription(sub)
+        self.subscriptions.clear()
+        self._by_consumer.clear()
+        for branch in list(self.branches):
+            self.coordinator.session_gone(self, branch)
+        self.branches.clear()
+        self.branch = None
+        held = []
+        if self.publisher.tx is not None:
+            held = [d for d, _token in self.publisher.tx.rollback()]
+        self.publisher.close()
+        deliveries = held + list(self.unsettled.values())
+        self.unsettled.clear()
+        self.browsed.clear()
+        self.windowed.clear()
+        if deliveries:
+            settle.release(deliveries)
+        for queue in list(self.vhost.owned_queues(self)):
+            self.vhost.remove_queue(queue)
+
+
+def _apply(outcome: str, settlements: list[tuple[Delivery, object]]) -> None:
+    deliveries = [d for d, _token in settlements]
+    if outcome == ACCEPT:
+        settle.accept(deliveries)
+    else:
+        settle.release(deliveries)
+
+
+def _select(
+    held: dict[int, object]
+    | dict[int, Delivery]
+    | dict[int, _Sent]
+    | dict[int, tuple[Subscription, QueuedMessage]],
+    ids: SequenceSet,
+) -> list[int]:
+    """The ids of ``held`` that are in ``ids`` (in ``ids``' order when it is the smaller)."""
+    if ids.count() <= len(held):
+        return [i for i in ids.ids() if i in held]
+    return [i for i in held if i in ids]

@@ -67,6 +67,8 @@ __all__ = ["PACED_TURN_BYTES", "TURN_BYTES", "AMQP10Connection"]
 TURN_BYTES = 256 * 1024
 PACED_TURN_BYTES = 16 * 1024
 OUTPUT_HIGH_WATER = 256 * 1024
+# The RabbitMQ version whose AMQP 1.0 behaviour this front end follows.
+RABBITMQ_DIALECT = "4.0.0"
 
 
 class AMQP10Connection:
@@ -101,10 +103,14 @@ class AMQP10Connection:
                 channel_max=limits.channel_max,
                 idle_time_out=limits.heartbeat * 1000,
                 sasl_mechanisms=mechanisms,
+                # RabbitMQ's own 1.0 clients refuse a server that does not call itself
+                # RabbitMQ 4 or later: Leveret speaks RabbitMQ 4's 1.0 dialect (addresses, the
+                # management node), so it says so, and names itself beside it.
                 properties={
-                    Symbol("product"): "Leveret",
-                    Symbol("version"): __version__,
-                    Symbol("platform"): f"Python {platform.python_version()}",
+                    Symbol("product"): "RabbitMQ",
+                    Symbol("version"): RABBITMQ_DIALECT,
+                    Symbol("leveret-version"): __version__,
+                    Symbol("platform"): f"Python {platform.python_version()} (Leveret)",
                 },
                 offered_capabilities=("ANONYMOUS-RELAY",),
             )

@@ -28,14 +28,16 @@ from leveret.errors import AMQPError
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp10 import (
     Accepted,
+    AMQP10Error,
     AmqpValue,
+    Error,
     Properties,
     Rejected,
     UInt,
     ULong,
 )
-from leveret.protocol.amqp10.message import encode_message, parse_message
-from leveret.server.amqp10.errors import error_for
+from leveret.protocol.amqp10.message import encode_message
+from leveret.protocol.amqp10.types import decode_value
 from leveret.server.amqp10.message import field_value, value_of_field
 
 if TYPE_CHECKING:
@@ -89,14 +91,12 @@ class ManagementNode:
     def receive(self, event: MessageReceived) -> None:
         session = self.session
         try:
-            sections = parse_message(event.payload)
-            props = sections.properties()
-            body = sections.body()
-        except AMQPError as exc:
+            props, body = _request_sections(event.payload)
+        except AMQP10Error as exc:
+            log.warning("management request refused: %s (%r)", exc, bytes(event.payload[:200]))
             if not event.settled:
-                session.settle_incoming(
-                    event.delivery_id, event.delivery_id, Rejected(error=error_for(exc))
-                )
+                error = Error(condition=exc.condition, description=exc.description)
+                session.settle_incoming(event.delivery_id, event.delivery_id, Rejected(error=error))
             return
         if not event.settled:
             session.settle_incoming(event.delivery_id, event.delivery_id, Accepted())
@@ -327,6 +327,21 @@ class ManagementNode:
 
     def close(self) -> None:
         self.closed = True
+
+
+def _request_sections(payload: bytes) -> tuple[Properties | None, Value]:
+    """A request's properties and body, in whatever order they come (RabbitMQ's own client
+    puts an ``amqp-value`` null before the properties, and RabbitMQ reads it so)."""
+    props: Properties | None = None
+    body: Value = None
+    off = 0
+    while off < len(payload):
+        value, off = decode_value(payload, off)
+        if isinstance(value, Properties):
+            props = value
+        elif isinstance(value, AmqpValue):
+            body = value
+    return props, body
 
 
 def _map(body: Value, allowed: tuple[str, ...], what: str) -> dict[str, object]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import uuid
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,7 @@ __all__ = [
     "field_value",
     "first_sections",
     "payload_for_amqp10",
+    "routing_annotations",
     "split_payload",
     "stored_message",
     "value_of_field",
@@ -437,19 +439,48 @@ def encode_properties(view: PropertiesView, changes: Mapping[str, object]) -> by
 # -- what a 1.0 consumer is sent -------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
+def routing_annotations(exchange: str, routing_key: str) -> bytes:
+    """The message-annotations section RabbitMQ 4 gives a 1.0 consumer: ``x-exchange`` and
+    ``x-routing-key`` (encoded once per exchange and key)."""
+    return MessageAnnotations(
+        {Symbol("x-exchange"): exchange, Symbol("x-routing-key"): routing_key}
+    ).encode()
+
+
 def payload_for_amqp10(message: Message, redelivered: bool, delivery_count: int) -> bytes:
-    """The transfer payload of a 1.0 message for a 1.0 consumer: as it came on a first
-    delivery, with the header rewritten on a redelivery (spec 3.2.1)."""
+    """The transfer payload of a 1.0 message for a 1.0 consumer: the bare message and body
+    as they came, the message annotations with ``x-exchange`` and ``x-routing-key`` (as
+    RabbitMQ 4 sends them), and on a redelivery a header with ``first-acquirer`` false and
+    the ``delivery-count`` (spec 3.2.1)."""
     raw = message.raw_properties
-    if not redelivered:
-        return raw + message.body if raw else message.body
-    header = Header()
-    rest = raw
-    if raw and _code_at(raw, 0) == HEADER:
+    routing = routing_annotations(message.exchange, message.routing_key)
+    if not raw:
+        return (
+            routing + message.body
+            if not redelivered
+            else (_redelivered_header(None, delivery_count) + routing + message.body)
+        )
+    end = 0
+    header: Header | None = None
+    if _code_at(raw, 0) == HEADER:
         end = skip_value(raw, 0)
-        decoded, _ = Header.decode_body(raw, 3, 0)
-        header = decoded
-        rest = raw[end:]
+        header, _ = Header.decode_body(raw, 3, 0)
+    head = _redelivered_header(header, delivery_count) if redelivered else raw[:end]
+    if end < len(raw) and _code_at(raw, end) == MESSAGE_ANNOTATIONS:
+        ma_end = skip_value(raw, end)
+        value, _ = decode_value(raw, end)
+        annotations = dict(getattr(value, "value", None) or {})
+        annotations[Symbol("x-exchange")] = message.exchange
+        annotations[Symbol("x-routing-key")] = message.routing_key
+        return b"".join(
+            (head, MessageAnnotations(annotations).encode(), raw[ma_end:], message.body)
+        )
+    return b"".join((head, routing, raw[end:], message.body))
+
+
+def _redelivered_header(header: Header | None, delivery_count: int) -> bytes:
+    header = header or Header()
     header.first_acquirer = False
     header.delivery_count = max(delivery_count, 1)
-    return header.encode() + rest + message.body
+    return header.encode()

@@ -14,11 +14,9 @@ refused with the spec's condition (``amqp:not-found``, ``amqp:unauthorized-acces
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
@@ -170,7 +168,7 @@ class Session:
         answer: Source | None = None
         temporary = False
         if source.dynamic:
-            queue = vhost.declare_queue(_temp_name(), owner=owner, exclusive=True)
+            queue = vhost.declare_queue("", owner=owner, exclusive=True)
             answer = dataclasses.replace(source, address=queue_address(queue.name))
             temporary = True
         else:
@@ -186,7 +184,7 @@ class Session:
             if where.bind:
                 assert where.exchange is not None
                 vhost.exchange(where.exchange)
-                queue = vhost.declare_queue(_temp_name(), owner=owner, exclusive=True)
+                queue = vhost.declare_queue("", owner=owner, exclusive=True)
                 vhost.bind_queue(
                     queue.name, where.exchange, where.routing_key or "", {}, owner=owner
                 )
@@ -315,10 +313,6 @@ class Session:
                 delivery.consumer.unsettled -= 1
         if held:
             settle.release(held)
-
-
-def _temp_name() -> str:
-    return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 def _offset_spec(filters: dict[Value, Value] | None) -> object:

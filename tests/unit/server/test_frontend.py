@@ -17,10 +17,21 @@ def _other(context: FrontEndContext) -> FrontEnd:
     raise AssertionError("not called by choose")
 
 
-def test_every_header_goes_to_0_9_1_when_nothing_else_is_listed() -> None:
+def test_every_header_goes_to_0_9_1_when_nothing_else_is_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(frontend, "FRONT_ENDS", {})
     assert choose(b"AMQP\x00\x00\x09\x01") is DEFAULT_FRONT_END
     assert choose(b"HTTP/1.1") is DEFAULT_FRONT_END
     assert choose(b"A") is DEFAULT_FRONT_END  # no listed header: no need to wait
+
+
+def test_both_amqp_1_0_headers_go_to_the_1_0_front_end() -> None:
+    amqp = choose(b"AMQP\x00\x01\x00\x00")
+    assert amqp is not None
+    assert amqp is not DEFAULT_FRONT_END
+    assert choose(b"AMQP\x03\x01\x00\x00") is amqp
+    assert choose(b"A") is None  # a prefix of the 1.0 headers: wait for more
 
 
 def test_a_listed_header_is_told_apart_only_once_it_is_whole(

@@ -49,7 +49,7 @@ class _Peer(asyncio.Protocol):
                 hostname=f"vhost:{vhost}",
                 sasl_mechanism="PLAIN",
                 sasl_username="guest",
-                sasl_password="guest",
+                sasl_password="guest",  # noqa: S106 - the broker's default user
             )
         )
         self.transport: asyncio.Transport | None = None

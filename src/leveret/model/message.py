@@ -10,6 +10,12 @@ the original bytes, so a property set that is never looked at is never decoded.
 use without decoding anything. Features that must change a message (dead-lettering adds
 ``x-death``, quorum queues add ``x-delivery-count``, direct reply-to rewrites ``reply_to``)
 call ``Message.replace``, which re-encodes through the encoder the front end supplied.
+
+``format`` says which wire format ``raw_properties`` and ``body`` are in (as RabbitMQ's
+``mc`` keeps the protocol a message came in): 0, the default, is AMQP 0-9-1's encoded basic
+properties and the body; front ends number the others (``server/formats.py``). The model
+never looks inside either; it carries the number through copies, pages and the store, so a
+message is converted only when a consumer of another protocol takes it.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class Message:
         "_properties",
         "body",
         "exchange",
+        "format",
         "hints",
         "raw_properties",
         "routing_key",
@@ -79,6 +86,7 @@ class Message:
         decode: PropertiesDecoder,
         encode: PropertiesEncoder | None = None,
         hints: int = 0,
+        format: int = 0,  # the wire format (module docstring)
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -87,6 +95,7 @@ class Message:
         self._decode = decode
         self._encode = encode
         self.hints = hints
+        self.format = format
         self._properties: PropertiesView | None = None
         # The store's id for this message once it was written (0: not stored).
         self.store_id = 0
@@ -122,6 +131,7 @@ class Message:
             self._decode,
             self._encode,
             new_hints,
+            self.format,
         )
 
     @property

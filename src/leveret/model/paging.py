@@ -94,6 +94,7 @@ def decode_page(
     entry_cls: type[QueuedMessage],
     decode: PropertiesDecoder,
     encode: PropertiesEncoder | None,
+    format: int = 0,  # Message.format of every message of the page
 ) -> list[QueuedMessage]:
     unpack = _ENTRY.unpack_from
     size = _ENTRY.size
@@ -111,7 +112,7 @@ def decode_page(
         pos += plen
         body = data[pos : pos + blen]
         pos += blen
-        message = Message(exchange, routing_key, props, body, decode, encode, hints)
+        message = Message(exchange, routing_key, props, body, decode, encode, hints, format)
         message.store_id = store_id
         entry = entry_cls(seq, message, bool(redelivered))
         entry.sid = sid
@@ -124,7 +125,17 @@ class Page:
     wrote is bytes on the pager (``decode``/``encode`` rebuild its messages); a page from
     a ``PageSource`` is loaded by that source."""
 
-    __slots__ = ("body_bytes", "count", "decode", "encode", "first_seq", "handle", "sids", "source")
+    __slots__ = (
+        "body_bytes",
+        "count",
+        "decode",
+        "encode",
+        "first_seq",
+        "format",
+        "handle",
+        "sids",
+        "source",
+    )
 
     def __init__(
         self,
@@ -136,6 +147,7 @@ class Page:
         encode: PropertiesEncoder | None,
         source: PageSource | None = None,
         first_seq: int = 0,
+        format: int = 0,  # Message.format of its messages
     ) -> None:
         self.handle = handle
         self.count = count
@@ -145,6 +157,7 @@ class Page:
         self.encode = encode
         self.source = source
         self.first_seq = first_seq
+        self.format = format
 
     def load(self, pager: Pager | None, entry_cls: type[QueuedMessage]) -> list[QueuedMessage]:
         """The page's entries (the page stays where it is)."""
@@ -152,7 +165,9 @@ class Page:
             return self.source.load(self.handle, self.first_seq)
         assert pager is not None
         assert self.decode is not None
-        return decode_page(pager.read(self.handle), entry_cls, self.decode, self.encode)
+        return decode_page(
+            pager.read(self.handle), entry_cls, self.decode, self.encode, self.format
+        )
 
     def discard(self, pager: Pager | None) -> None:
         if self.source is not None:
@@ -179,15 +194,17 @@ class PagedTail:
         entries = self.open
         first = entries[0].message
         decode, encode = first._decode, first._encode
-        # A page decodes with one pair of property functions; a message from another front
-        # end would start its own page (not possible today: there is one front end).
+        # A page decodes with one pair of property functions: a page holding messages of
+        # two wire formats (two front ends) is not written; it stays open, in memory.
         if self.pager is None or any(e.message._decode is not decode for e in entries):
             return None
         handle = self.pager.write(encode_page(entries))
         if handle is None:
             return None
         sids = array("Q", [e.sid for e in entries if e.sid])
-        page = Page(handle, len(entries), self.open_bytes, sids, decode, encode)
+        page = Page(
+            handle, len(entries), self.open_bytes, sids, decode, encode, format=first.format
+        )
         self.pages.append(page)
         self.open = []
         self.open_bytes = 0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
 from leveret.server.frontend import FrontEnd, FrontEndContext, choose
+from leveret.server.listeners import certificate_identity
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
@@ -40,8 +41,13 @@ class ConnectionProtocol(asyncio.Protocol):
         limits: Limits,
         registry: set[ConnectionProtocol],
         alarm: MemoryAlarm,
+        *,
+        cert_login_from: str | None = None,
     ) -> None:
         self.alarm = alarm
+        # TLS listeners: how a verified client certificate names its user (SASL EXTERNAL).
+        self.cert_login_from = cert_login_from
+        self._certificate_identity: str | None = None
         self.broker = broker
         self.users = users
         self.limits = limits
@@ -70,6 +76,10 @@ class ConnectionProtocol(asyncio.Protocol):
         self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._loopback = _is_loopback(host)
         self._accepted = self.loop.time()
+        if self.cert_login_from is not None:
+            self._certificate_identity = certificate_identity(
+                transport.get_extra_info("peercert"), self.cert_login_from
+            )
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
         self._arm_timer()
@@ -98,6 +108,7 @@ class ConnectionProtocol(asyncio.Protocol):
                 self.peer,
                 self._loopback,
                 self._accepted,
+                self._certificate_identity,
             )
         )
         amqp.on_output = self._schedule_flush

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from leveret.protocol.amqp010.framing import PROTOCOL_HEADER as AMQP010_HEADER
 from leveret.server.amqp010 import AMQP010Connection
 from leveret.server.amqp091 import AMQP091Connection
+from leveret.server.amqp10.connection import AMQP10Connection
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
@@ -76,6 +77,8 @@ class FrontEndContext:
     peer: str
     loopback: bool
     now: float
+    # The user name a verified TLS client certificate stands for (SASL EXTERNAL), if any.
+    certificate_identity: str | None = None
 
 
 FrontEndFactory = Callable[[FrontEndContext], FrontEnd]
@@ -102,12 +105,27 @@ def _amqp010(context: FrontEndContext) -> FrontEnd:
     )
 
 
+def _amqp10(context: FrontEndContext) -> FrontEnd:
+    return AMQP10Connection(
+        context.broker,
+        context.users,
+        peer=context.peer,
+        loopback=context.loopback,
+        limits=context.limits,
+        now=context.now,
+        certificate_identity=context.certificate_identity,
+    )
+
+
 DEFAULT_FRONT_END: FrontEndFactory = _amqp091
 
 # Protocol header -> front end. AMQP 0-9-1 (``AMQP 0 0 9 1``) is the default for every header
 # not listed here.
 FRONT_ENDS: dict[bytes, FrontEndFactory] = {
     AMQP010_HEADER: _amqp010,  # AMQP 1 1 0 10
+    # AMQP 1.0, and its SASL layer's header (spec 2.2, 5.3.1): the 1.0 front end.
+    b"AMQP\x00\x01\x00\x00": _amqp10,
+    b"AMQP\x03\x01\x00\x00": _amqp10,
 }
 
 

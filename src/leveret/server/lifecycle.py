@@ -30,12 +30,12 @@ from leveret.model.stream import StreamQueue
 from leveret.server.admin import Admin, AuthBootError, boot_auth
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091.message import wire_message
-from leveret.server.amqp091.stream_headers import stamp_stream
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.control import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.stored import stamp_stream, stored_message
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
@@ -116,12 +116,13 @@ class Server:
             wire_message,
             stamp_stream,
             sync=self.settings.stream_confirm == "fsync",
+            make_other=stored_message,
         )
         streams.gauge = self.broker.gauge
         streams.on_synced = self.alarm.check
         self.broker.attach_streams(streams)
         try:
-            restore(self.broker, recovered, wire_message)
+            restore(self.broker, recovered, stored_message)
             stream_count = self._open_streams(streams)
         except (StoreCorrupt, OSError) as exc:
             store.close()
@@ -213,7 +214,12 @@ class Server:
             raise StartupError(str(exc)) from None
         server = await loop.create_server(
             lambda: ConnectionProtocol(
-                self.broker, self.users, self.limits, self.connections, self.alarm
+                self.broker,
+                self.users,
+                self.limits,
+                self.connections,
+                self.alarm,
+                cert_login_from=self.settings.ssl_cert_login_from,
             ),
             host=self.settings.tls_host or self.settings.host,
             port=self.settings.tls_port,

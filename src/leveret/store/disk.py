@@ -12,6 +12,9 @@ end with a commit record. Message records (binary):
 
 - ``M`` qid mid time exchange routing-key properties body: a persistent message entered
   durable queue ``qid`` at ``time`` (wall clock, ms); ``mid`` is its store id.
+- ``N`` qid mid time exchange routing-key format properties body: the same for a message
+  of another wire format than 0-9-1's (``Message.format``, one octet; an AMQP 1.0 message
+  keeps its sections as they came).
 - ``E`` qid mid: the same message also entered another durable queue (the body is
   written once).
 - ``D`` (qid, mid)...: first deliveries (they come back with redelivered=true).
@@ -60,7 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.store.records import COMMIT, HEADER_SIZE, StoreCorrupt, frame, read_checked
-from leveret.store.segment_index import M_RECORD, SegmentIndex, StoredMessages
+from leveret.store.segment_index import M_RECORD, N_RECORD, SegmentIndex, StoredMessages
 from leveret.store.values import canonical, dump_table, load_table
 
 if TYPE_CHECKING:
@@ -75,6 +78,7 @@ SEGMENT_BYTES = 64 << 20
 # The record format of this store; written to ``data_dir/FORMAT`` when a directory is new.
 FORMAT = "leveret-store 2"
 _M = M_RECORD
+_N = N_RECORD
 _E = struct.Struct("<cQQ")
 _COMMIT_FRAME = frame(COMMIT)
 RETRY_SECONDS = 1.0
@@ -93,7 +97,7 @@ class RecoveredQueue:
     qid: int
     auto_delete: bool
     arguments: dict[str, object]
-    messages: Iterable[tuple[int, str, str, bytes, bytes, bool, float]] = ()
+    messages: Iterable[tuple[int, str, str, bytes, bytes, bool, float, int]] = ()
 
 
 @dataclass
@@ -369,7 +373,7 @@ class DiskStore:
                 start = end + HEADER_SIZE
                 end = start + len(payload)
                 kind = payload[0]
-                if kind == 77:  # M
+                if kind in (77, 78):  # M, or N (another wire format): the same prefix
                     _k, qid, mid, _t, _e, _r, _p = m_unpack(payload)
                     mids.append(mid)
                     starts.append(start)
@@ -602,9 +606,29 @@ class DiskStore:
             exchange = message.exchange.encode()
             routing_key = message.routing_key.encode()
             props = message.raw_properties
+            fmt = message.format
             self._msgs.append(
-                _M.pack(
-                    b"M", queue_id, mid, self._now_ms, len(exchange), len(routing_key), len(props)
+                (
+                    _M.pack(
+                        b"M",
+                        queue_id,
+                        mid,
+                        self._now_ms,
+                        len(exchange),
+                        len(routing_key),
+                        len(props),
+                    )
+                    if not fmt
+                    else _N.pack(
+                        b"N",
+                        queue_id,
+                        mid,
+                        self._now_ms,
+                        len(exchange),
+                        len(routing_key),
+                        len(props),
+                        fmt,
+                    )
                 )
                 + exchange
                 + routing_key

@@ -8,7 +8,7 @@ original order), then bindings (queue and exchange-to-exchange).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 from leveret.errors import AMQPError
 from leveret.model.queue import QueuedMessage
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from leveret.model.queue import Queue
     from leveret.store.disk import Recovered
 
+    # Rebuilds a stored message: exchange, routing key, raw properties, body, Message.format.
+    MessageFactory: TypeAlias = Callable[[str, str, bytes, bytes, int], Message]
+
 log = logging.getLogger("leveret.store")
 
 
@@ -30,9 +33,7 @@ class StoredPages:
     """The ``PageSource`` of recovered deep queues: their pages are runs of message ids
     whose records stay in the store's segments until the queue reaches them."""
 
-    def __init__(
-        self, index: SegmentIndex, make_message: Callable[[str, str, bytes, bytes], Message]
-    ) -> None:
+    def __init__(self, index: SegmentIndex, make_message: MessageFactory) -> None:
         self.index = index
         self.make_message = make_message
         self.pages = 0
@@ -41,8 +42,8 @@ class StoredPages:
         mids, delivered = cast("tuple[array[int], bytes]", handle)
         entries = []
         make = self.make_message
-        for i, (exchange, routing_key, props, body, _at) in enumerate(self.index.load(mids)):
-            message = make(exchange, routing_key, props, body)
+        for i, (exchange, routing_key, props, body, _at, fmt) in enumerate(self.index.load(mids)):
+            message = make(exchange, routing_key, props, body, fmt)
             message.store_id = mid = mids[i]
             entry = QueuedMessage(first_seq + i, message, bool(delivered[i]))
             entry.sid = mid
@@ -57,18 +58,18 @@ class StoredPages:
 
 def _restore_messages(
     queue: Queue,
-    messages: Iterable[tuple[int, str, str, bytes, bytes, bool, float]],
-    make_message: Callable[[str, str, bytes, bytes], Message],
+    messages: Iterable[tuple[int, str, str, bytes, bytes, bool, float, int]],
+    make_message: MessageFactory,
     sources: dict[int, StoredPages],
 ) -> None:
     """The head as objects; a deep queue's rest as pages that point into the segments."""
     stored = messages if isinstance(messages, StoredMessages) else None
     pages = stored is not None and queue.pager is not None and not queue.config.special
     restored = 0
-    for mid, exchange, routing_key, props, body, delivered, at in messages:
+    for mid, exchange, routing_key, props, body, delivered, at, fmt in messages:
         if pages and restored == queue.resident_max:
             break
-        message = make_message(exchange, routing_key, props, body)
+        message = make_message(exchange, routing_key, props, body, fmt)
         message.store_id = mid
         queue.restore(message, mid, delivered, enqueued_at=at)
         restored += 1
@@ -83,10 +84,10 @@ def _restore_messages(
             # A message of the head made the queue take the feature paths (a TTL, a
             # priority): those keep every message as an object.
             records = stored.index.load(mids)
-            for mid, flag, (exchange, routing_key, props, body, at) in zip(
+            for mid, flag, (exchange, routing_key, props, body, at, fmt) in zip(
                 mids, seen, records, strict=True
             ):
-                message = make_message(exchange, routing_key, props, body)
+                message = make_message(exchange, routing_key, props, body, fmt)
                 message.store_id = mid
                 queue.restore(message, mid, bool(flag), enqueued_at=at)
             continue
@@ -98,7 +99,7 @@ def _restore_messages(
 def restore(
     broker: Broker,
     recovered: Recovered,
-    make_message: Callable[[str, str, bytes, bytes], Message],
+    make_message: MessageFactory,
 ) -> None:
     for rec in recovered.exchanges:
         vhost = broker.add_vhost(rec["v"])

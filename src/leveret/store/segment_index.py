@@ -25,9 +25,12 @@ if TYPE_CHECKING:
 # A message record: kind, queue id, message id, enqueue time (wall clock, ms),
 # exchange/routing-key/properties lengths.
 M_RECORD = struct.Struct("<cQQQBBI")
+# The same for a message of another wire format (``N``): its ``Message.format`` follows.
+N_RECORD = struct.Struct("<cQQQBBIB")
+N_KIND = 78  # b"N"
 
-# exchange, routing key, raw properties, body, enqueue time (wall clock, seconds)
-StoredRecord = tuple[str, str, bytes, bytes, float]
+# exchange, routing key, raw properties, body, enqueue time (wall clock, seconds), format
+StoredRecord = tuple[str, str, bytes, bytes, float, int]
 
 
 class SegmentIndex:
@@ -56,6 +59,7 @@ class SegmentIndex:
         out: list[StoredRecord] = []
         segment_of = self.segment_of
         unpack, size = M_RECORD.unpack_from, M_RECORD.size
+        n_unpack, n_size = N_RECORD.unpack_from, N_RECORD.size
         n = len(mids)
         i = 0
         while i < n:
@@ -76,14 +80,20 @@ class SegmentIndex:
             for x in where:
                 start = starts[x] - lo
                 end = start + lengths[x]
-                _k, _qid, _mid, ms, exlen, rklen, proplen = unpack(data, start)
-                pos = start + size
+                if data[start] == N_KIND:
+                    _k, _qid, _mid, ms, exlen, rklen, proplen, fmt = n_unpack(data, start)
+                    pos = start + n_size
+                else:
+                    _k, _qid, _mid, ms, exlen, rklen, proplen = unpack(data, start)
+                    pos = start + size
+                    fmt = 0
                 exchange = data[pos : pos + exlen].decode()
                 pos += exlen
                 routing_key = data[pos : pos + rklen].decode()
                 pos += rklen
                 props = data[pos : pos + proplen]
-                out.append((exchange, routing_key, props, data[pos + proplen : end], ms / 1000))
+                body = data[pos + proplen : end]
+                out.append((exchange, routing_key, props, body, ms / 1000, fmt))
             i = j
         return out
 
@@ -110,7 +120,7 @@ class StoredMessages:
     """A recovered queue's messages in queue order, read from the segments on demand.
 
     Items are (mid, exchange, routing key, raw properties, body, delivered before, enqueue
-    time in wall-clock seconds)."""
+    time in wall-clock seconds, ``Message.format``)."""
 
     CHUNK = 4096
 
@@ -121,11 +131,11 @@ class StoredMessages:
     def __len__(self) -> int:
         return len(self._refs)
 
-    def __iter__(self) -> Iterator[tuple[int, str, str, bytes, bytes, bool, float]]:
+    def __iter__(self) -> Iterator[tuple[int, str, str, bytes, bytes, bool, float, int]]:
         for mids, delivered in self.runs(0, self.CHUNK):
             for mid, seen, record in zip(mids, delivered, self.index.load(mids), strict=True):
-                exchange, routing_key, props, body, at = record
-                yield (mid, exchange, routing_key, props, body, bool(seen), at)
+                exchange, routing_key, props, body, at, fmt = record
+                yield (mid, exchange, routing_key, props, body, bool(seen), at, fmt)
 
     def runs(self, skip: int, size: int) -> Iterator[tuple[array[int], bytes]]:
         """The ids (and delivered flags) after the first ``skip``, ``size`` at a time."""

@@ -12,6 +12,8 @@ record (so a torn tail is told from damage exactly as for the message store):
 - ``m`` offset timestamp producer sequence exchange routing-key properties body: one message
   with its properties as published; ``x-stream-offset`` / ``x-stream-timestamp`` are added
   when it is read (records written before carry them already; the stamp replaces them).
+- ``n``: the same for a message of another wire format (``Message.format``, one octet after
+  the sequence; an AMQP 1.0 message keeps its sections as they came).
 
 Memory per stream stays small however long it is: a sparse index (every ``INDEX_EVERY``-th
 record: offset, file position, timestamp) per segment, and a cache of the newest entries
@@ -50,6 +52,7 @@ from leveret.store.records import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
+    StoreCorrupt,
     frame,
     read_checked,
 )
@@ -73,9 +76,16 @@ RETRY_SECONDS = 1.0
 # kind, offset, timestamp, len(exchange), len(routing key), len(properties), len(producer),
 # sequence; then exchange, routing key, producer, properties, body.
 _M = struct.Struct("<cQqBBIHq")
+_N = struct.Struct("<cQqBBIHqB")
 _COMMIT_FRAME = frame(COMMIT)
 # What one cached entry costs besides its body and properties (objects, list slot).
 _ENTRY_OVERHEAD = 200
+
+
+def _no_other_formats(
+    exchange: str, routing_key: str, props: bytes, body: bytes, fmt: int
+) -> Message:
+    raise StoreCorrupt(f"stream record of wire format {fmt}, which this store cannot read")
 
 
 def _segment_name(first: int) -> str:
@@ -154,10 +164,10 @@ class FileStreamLog:
             pos = 0
             for payload in result.payloads:
                 kind = payload[0] if payload else 0
-                if kind == 0x6D:  # "m"
+                if kind in (0x6D, 0x6E):  # "m", "n"
                     _k, offset, ts, _le, _lr, _lp, lprod, seq = _M.unpack_from(payload)
                     if lprod:
-                        start = _M.size + _le + _lr
+                        start = (_M.size if kind == 0x6D else _N.size) + _le + _lr
                         name = bytes(payload[start : start + lprod]).decode()
                         self._producers[name] = seq
                     segment.note(offset, pos, ts)
@@ -211,16 +221,31 @@ class FileStreamLog:
         props = message.raw_properties
         name = producer.encode()
         body = message.body
+        fmt = message.format
         prefix = (
-            _M.pack(
-                b"m",
-                offset,
-                timestamp,
-                len(exchange),
-                len(routing_key),
-                len(props),
-                len(name),
-                sequence,
+            (
+                _M.pack(
+                    b"m",
+                    offset,
+                    timestamp,
+                    len(exchange),
+                    len(routing_key),
+                    len(props),
+                    len(name),
+                    sequence,
+                )
+                if not fmt
+                else _N.pack(
+                    b"n",
+                    offset,
+                    timestamp,
+                    len(exchange),
+                    len(routing_key),
+                    len(props),
+                    len(name),
+                    sequence,
+                    fmt,
+                )
             )
             + exchange
             + routing_key
@@ -400,19 +425,26 @@ class FileStreamLog:
                     break
                 payload = view[at + HEADER_SIZE : end]
                 at = end
-                if not payload or payload[0] != 0x6D:  # "m"
+                kind = payload[0] if payload else 0
+                if kind not in (0x6D, 0x6E):  # "m", "n"
                     continue
                 _k, off, ts, le, lr, lp, lprod, _seq = _M.unpack_from(payload)
                 if off < offset:
                     continue
-                p = _M.size
+                fmt = 0 if kind == 0x6D else payload[_M.size]
+                p = _M.size if kind == 0x6D else _N.size
                 exchange = bytes(payload[p : p + le]).decode()
                 p += le
                 routing_key = bytes(payload[p : p + lr]).decode()
                 p += lr + lprod
                 props = bytes(payload[p : p + lp])
                 body = bytes(payload[p + lp :])
-                out.append(StreamEntry(off, ts, make(exchange, routing_key, props, body)))
+                message = (
+                    make(exchange, routing_key, props, body)
+                    if not fmt
+                    else self.store.make_other(exchange, routing_key, props, body, fmt)
+                )
+                out.append(StreamEntry(off, ts, message))
             if at == 0:
                 if len(data) < want:
                     break  # nothing more in the file
@@ -436,12 +468,16 @@ class StreamStore:
         segment_bytes: int = SEGMENT_BYTES,
         cache_bytes: int = CACHE_BYTES,
         sync: bool = True,
+        make_other: Callable[[str, str, bytes, bytes, int], Message] | None = None,
     ) -> None:
         self.path = Path(path)
         # False only by the explicit setting ``stream_confirm = "written"``: a batch counts
         # as done once written (in the page cache), not once fdatasync'ed.
         self.sync = sync
         self.make_message = make_message
+        # Messages of other wire formats (``n`` records): exchange, routing key, properties,
+        # body and ``Message.format`` in, the message out.
+        self.make_other = make_other if make_other is not None else _no_other_formats
         self.stamp_out = stamp
         self.segment_bytes = segment_bytes
         self.cache_bytes = cache_bytes

@@ -31,6 +31,14 @@ def test_the_0_10_header_goes_to_the_0_10_front_end() -> None:
     assert choose(b"AMQP\x01\x01\x00\x0a" + b"frames") is factory
 
 
+def test_both_amqp_1_0_headers_go_to_the_1_0_front_end() -> None:
+    amqp = choose(b"AMQP\x00\x01\x00\x00")
+    assert amqp is not None
+    assert amqp is not DEFAULT_FRONT_END
+    assert choose(b"AMQP\x03\x01\x00\x00") is amqp
+    assert choose(b"A") is None  # a prefix of the 1.0 headers: wait for more
+
+
 def test_a_listed_header_is_told_apart_only_once_it_is_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -13,6 +13,7 @@ from leveret.model.queue import Queue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
+from leveret.server.stored import stored_message
 from leveret.store.disk import DiskStore
 from leveret.store.recovery import restore
 from leveret.testing import MemoryPager, RecordingSink
@@ -54,7 +55,7 @@ def _recover(path: Path) -> tuple[Broker, DiskStore, Queue]:
     recovered = store.open()
     broker = Broker()
     broker.attach_pager(MemoryPager())
-    restore(broker, recovered, wire_message)
+    restore(broker, recovered, stored_message)
     return broker, store, broker.vhosts["/"].queues["q"]
 
 

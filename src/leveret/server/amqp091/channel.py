@@ -13,6 +13,7 @@ from leveret.protocol.amqp091.channel import LARGE_BODY, ChannelState
 # A module global: looked up once per delivery on the hot path, not through the module.
 from leveret.protocol.amqp091.framing import FRAME_END_BYTES
 from leveret.server.amqp091.session import Session
+from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from leveret.model.broker import Client
@@ -42,6 +43,10 @@ class Channel(ChannelState):
     ) -> None:
         # The hot path: method, header and body frames in one join (ChannelState).
         body = message.body
+        raw = message.raw_properties
+        if message.format:
+            # Published in another protocol: converted for this consumer (server/formats.py).
+            raw, body = amqp091_parts(message)
         size = len(body)
         conn = self.conn
         parts = self.encode_deliver(
@@ -50,7 +55,7 @@ class Channel(ChannelState):
             redelivered,
             message.exchange,
             message.routing_key,
-            message.raw_properties,
+            raw,
             size,
             conn.frame_max,
         )
@@ -69,7 +74,7 @@ class Channel(ChannelState):
             exchange=message.exchange,
             routing_key=message.routing_key,
         )
-        conn.send_content(self.id, method.encode(), message.raw_properties, body)
+        conn.send_content(self.id, method.encode(), raw, body)
 
     def returned(self, reply_code: int, reply_text: str, message: Message) -> None:
         method = m.BasicReturn(
@@ -78,7 +83,8 @@ class Channel(ChannelState):
             exchange=message.exchange,
             routing_key=message.routing_key,
         )
-        self.conn.send_content(self.id, method.encode(), message.raw_properties, message.body)
+        raw, body = amqp091_parts(message)
+        self.conn.send_content(self.id, method.encode(), raw, body)
 
     def confirm(self, delivery_tag: int, *, multiple: bool, ack: bool) -> None:
         method: m.Method

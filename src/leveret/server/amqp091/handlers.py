@@ -14,6 +14,7 @@ from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.server.amqp091.session import stream_refusal
+from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -199,7 +200,8 @@ def basic_get(channel: Channel, method: m.BasicGet) -> None:
         routing_key=message.routing_key,
         message_count=remaining,
     )
-    channel.conn.send_content(channel.id, get_ok.encode(), message.raw_properties, message.body)
+    raw, body = amqp091_parts(message)
+    channel.conn.send_content(channel.id, get_ok.encode(), raw, body)
 
 
 def basic_ack(channel: Channel, method: m.BasicAck) -> None:

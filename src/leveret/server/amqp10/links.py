@@ -1,0 +1,285 @@
+"""AMQP 1.0 links over the broker core: a link the broker sends on is a consumer of a queue
+(:class:`OutgoingLink`, a ``ConsumerOwner``), a link the broker receives on is a publisher
+(:class:`IncomingLink`, with the core's ``Publisher``).
+
+- Outgoing: link credit is the consumer's credit (a ``flow`` sets it; every transfer spends
+  one; settling gives none back, unlike 0-9-1's prefetch). A drain hands out what is ready
+  and then gives up the rest (``drained``). Sender settle mode ``settled`` is at-most-once:
+  the consumer settles automatically and transfers go pre-settled; otherwise each delivery
+  stays unsettled in its queue until the peer's disposition says accepted (it leaves),
+  rejected (dead-lettered where the queue says), released (back to its place, as
+  redelivered), or modified (released; ``undeliverable-here`` rejects it, as RabbitMQ).
+- Incoming: every message is published through the core with confirms, so an unsettled
+  transfer is settled (``accepted``) once the store has what it routed, ``released`` when
+  no queue took it (RabbitMQ 4's answer to an unroutable message), ``rejected`` with the
+  error when the publish failed or a queue refused it (``x-overflow reject-publish``).
+  Dispositions for contiguous deliveries with one outcome go as one range.
+
+Used by ``session.py``; sans-IO (the machine queues frames, the adapter writes them).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from leveret.errors import AMQPError, NotFound
+from leveret.model import settle
+from leveret.model.consumer import Consumer, ConsumerOwner
+from leveret.model.publisher import Publisher
+from leveret.model.settle import Delivery
+from leveret.protocol.amqp10 import (
+    Accepted,
+    Error,
+    Modified,
+    Rejected,
+    Released,
+    Role,
+)
+from leveret.server.amqp10.address import AddressError, parse_target
+from leveret.server.amqp10.errors import error_for
+from leveret.server.amqp10.from_amqp091 import payload_from_amqp091
+from leveret.server.amqp10.message import FORMAT, amqp10_message, payload_for_amqp10
+
+if TYPE_CHECKING:
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.message import Message
+    from leveret.model.queue import Queue
+    from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
+    from leveret.protocol.amqp10.types import Value
+    from leveret.server.amqp10.session import Session
+
+log = logging.getLogger("leveret.amqp10")
+
+__all__ = ["IncomingLink", "OutgoingLink"]
+
+_ACCEPTED = Accepted()
+_RELEASED = Released()
+_new_tuple = tuple.__new__
+
+
+class OutgoingLink(ConsumerOwner):
+    """A link the broker sends on: one consumer of one queue."""
+
+    def __init__(
+        self,
+        session: Session,
+        handle: int,
+        name: str,
+        queue: Queue,
+        *,
+        settled: bool,
+        temporary: bool = False,
+    ) -> None:
+        self.session = session
+        self.handle = handle
+        self.name = name
+        self.queue = queue
+        self.settled = settled
+        # A temporary queue made for this link (dynamic node, v1 exchange source): deleted
+        # with it.
+        self.temporary = temporary
+        self.closed = False
+        # A stream's link replaces it with a StreamConsumer before start().
+        self.consumer = Consumer(name, queue, self, auto_settle=settled, exclusive=False, credit=0)
+
+    def start(self) -> None:
+        self.queue.add_consumer(self.consumer)
+
+    # -- ConsumerOwner -----------------------------------------------------------------
+
+    def accepts(self, consumer: Consumer, size: int) -> bool:
+        return self.session.writable and not self.closed
+
+    def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        session = self.session
+        message = entry.message
+        redelivered = entry.redelivered
+        if message.format == FORMAT:
+            payload = payload_for_amqp10(message, redelivered, entry.deliveries)
+        else:
+            payload = payload_from_amqp091(message, redelivered, entry.deliveries)
+        consumer.credit -= 1
+        delivery_id = session.send(self.handle, payload, self.settled)
+        if not self.settled:
+            consumer.unsettled += 1
+            session.unsettled[delivery_id] = _new_tuple(
+                Delivery, (entry, consumer.queue, consumer, session.timers.now)
+            )
+
+    def consumer_removed(self, consumer: Consumer) -> None:
+        """The queue was deleted: detach with amqp:resource-deleted (RabbitMQ 4)."""
+        if not self.closed:
+            self.session.link_lost(
+                self,
+                Error(
+                    condition="amqp:resource-deleted",
+                    description=f"queue '{self.queue.name}' was deleted",
+                ),
+            )
+
+    def consumer_deadline(self, consumer: Consumer, now: float) -> None:
+        """1.0 consumers have no settlement deadline."""
+
+    # -- the link ----------------------------------------------------------------------
+
+    def credit_granted(self, event: CreditGranted) -> None:
+        consumer = self.consumer
+        consumer.credit = event.credit
+        if event.credit > 0:
+            self.queue.dispatch()
+        if event.drain:
+            if consumer.credit > 0:
+                self.session.drained(self.handle)
+            consumer.credit = 0
+
+    def close(self) -> None:
+        """The link is detached (or its session ended): stop consuming. Its unsettled
+        deliveries stay with the session, which releases them when it ends."""
+        if self.closed:
+            return
+        self.closed = True
+        self.queue.remove_consumer(self.consumer)
+        if self.temporary and not self.queue.deleted:
+            self.session.delete_queue(self.queue)
+
+
+class IncomingLink:
+    """A link the broker receives on: messages are published with the core's
+    ``Publisher``; its ``PublishSink`` turns confirms into dispositions."""
+
+    def __init__(
+        self,
+        session: Session,
+        handle: int,
+        name: str,
+        *,
+        exchange: str | None,
+        routing_key: str | None,
+    ) -> None:
+        self.session = session
+        self.handle = handle
+        self.name = name
+        # None: the anonymous terminus (each message's ``to``); a key of None: the message's
+        # ``subject`` gives it.
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.publisher = Publisher(session.vhost, self)
+        self.publisher.select_confirms()
+        # Publish number (the confirms' sequence) -> delivery-id, for unsettled transfers.
+        self.waiting: dict[int, int] = {}
+        self._confirmed = 0
+        self._released: set[int] = set()
+        self.closed = False
+
+    def receive(self, event: MessageReceived) -> None:
+        publisher = self.publisher
+        confirms = publisher.confirms
+        assert confirms is not None
+        session = self.session
+        try:
+            exchange, routing_key = self._route_of(event.payload)
+            message = amqp10_message(exchange, routing_key, event.payload)
+            if session.check_user_id and message.hints:
+                session.check_user(message)
+            seq = confirms.seq + 1
+            if not event.settled:
+                self.waiting[seq] = event.delivery_id
+            publisher.publish(exchange, routing_key, message, report_unroutable=True)
+        except AMQPError as exc:
+            self._refuse(event, exc)
+            return
+        session.published(self)
+
+    def _refuse(self, event: MessageReceived, exc: AMQPError) -> None:
+        confirms = self.publisher.confirms
+        assert confirms is not None
+        # The publish never reached the confirms (or failed inside): drop its number.
+        self.waiting.pop(confirms.seq + 1, None)
+        self.waiting.pop(confirms.seq, None)
+        if not event.settled:
+            self.session.settle_incoming(
+                event.delivery_id, event.delivery_id, Rejected(error=error_for(exc))
+            )
+
+    def _route_of(self, payload: bytes) -> tuple[str, str]:
+        exchange = self.exchange
+        routing_key = self.routing_key
+        if exchange is not None and routing_key is not None:
+            return exchange, routing_key
+        to, subject = self.session.to_and_subject(payload)
+        if exchange is None:
+            if to is None:
+                raise NotFound("message without 'to' sent to the anonymous terminus")
+            try:
+                address = parse_target(to)
+            except AddressError as exc:
+                raise NotFound(str(exc)) from None
+            if address.queue is not None:
+                return "", address.queue
+            if address.exchange is None:
+                raise NotFound(f"'{to}' is not an address to send to")
+            exchange, routing_key = address.exchange, address.routing_key
+            self.publisher.check(exchange)
+        if routing_key is None:
+            routing_key = subject or ""
+        return exchange, routing_key
+
+    # -- PublishSink -----------------------------------------------------------------------
+
+    def returned(self, reason: str, message: Message) -> None:
+        confirms = self.publisher.confirms
+        assert confirms is not None
+        self._released.add(confirms.seq)
+
+    def confirm(self, upto: int, *, multiple: bool, ack: bool) -> None:
+        first = self._confirmed + 1 if multiple else upto
+        if upto > self._confirmed:
+            self._confirmed = upto
+        waiting = self.waiting
+        released = self._released
+        run_first = run_last = -1
+        run_state: Value = None
+        settle_incoming = self.session.settle_incoming
+        for seq in range(first, upto + 1):
+            delivery_id = waiting.pop(seq, None)
+            if delivery_id is None:
+                continue
+            if seq in released:
+                released.discard(seq)
+                state: Value = _RELEASED
+            else:
+                state = _ACCEPTED if ack else Rejected()
+            if run_first >= 0 and state is run_state and delivery_id == run_last + 1:
+                run_last = delivery_id
+                continue
+            if run_first >= 0:
+                settle_incoming(run_first, run_last, run_state)
+            run_first = run_last = delivery_id
+            run_state = state
+        if run_first >= 0:
+            settle_incoming(run_first, run_last, run_state)
+        if released:
+            self._released = {s for s in released if s > upto}
+
+    def close(self) -> None:
+        self.closed = True
+        self.publisher.close()
+
+
+def outcome(state: Value, deliveries: list[Delivery]) -> None:
+    """Apply a consumer's outcome to unsettled ``deliveries`` (spec 3.4)."""
+    if state is None or isinstance(state, Accepted):
+        settle.accept(deliveries)
+    elif isinstance(state, Rejected):
+        settle.reject(deliveries)
+    elif isinstance(state, Modified):
+        if state.undeliverable_here:
+            settle.reject(deliveries)
+        else:
+            settle.release(deliveries)
+    else:
+        settle.release(deliveries)
+
+
+_ROLE_RECEIVER = Role.RECEIVER

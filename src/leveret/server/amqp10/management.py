@@ -1,0 +1,382 @@
+"""RabbitMQ 4's HTTP-over-AMQP management node (``/management``), so RabbitMQ's own 1.0
+clients declare and delete queues, exchanges and bindings through it.
+
+A client attaches a link pair with the address ``/management`` (one link each way, both
+with the same name). Each request is a message whose properties carry ``message-id``,
+``to`` (the HTTP target: ``/queues/:queue``, ``/exchanges/:exchange``, ``/bindings``,
+``/bindings/src=…;dstq=…;key=…;args=…``, ``/queues/:queue/messages``), ``subject`` (the HTTP
+method) and ``reply-to`` ``$me``, with an ``amqp-value`` body (a map for PUT and POST). The
+answer goes back on the paired link: ``correlation-id`` = the request's message-id,
+``subject`` = the status code (``200``, ``201``, ``204``, ``400``, ``403``, ``404``,
+``409``), application property ``http:response`` = ``1.1`` and an ``amqp-value`` body (the
+queue, a message count, the bindings, or the error's text), as
+``rabbit_amqp_management`` answers.
+
+The 1.0 front end's session imports it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import zlib
+from collections import deque
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from leveret.errors import AMQPError
+from leveret.model.stream import StreamQueue
+from leveret.protocol.amqp10 import (
+    Accepted,
+    AMQP10Error,
+    AmqpValue,
+    Error,
+    Properties,
+    Rejected,
+    UInt,
+    ULong,
+)
+from leveret.protocol.amqp10.message import encode_message
+from leveret.protocol.amqp10.types import decode_value
+from leveret.server.amqp10.message import field_value, value_of_field
+
+if TYPE_CHECKING:
+    from leveret.model.queue import Queue
+    from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
+    from leveret.protocol.amqp10.types import Value
+    from leveret.server.amqp10.session import Session
+
+log = logging.getLogger("leveret.amqp10")
+
+__all__ = ["ManagementNode"]
+
+_STATUS_FOR_CODE = {403: "403", 404: "404", 405: "409", 406: "409"}
+
+
+class HttpError(Exception):
+    def __init__(self, status: str, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+class ManagementNode:
+    """One link of a management link pair (``sending``: the broker answers on it)."""
+
+    def __init__(self, session: Session, handle: int, name: str, *, sending: bool) -> None:
+        self.session = session
+        self.handle = handle
+        self.name = name
+        self.sending = sending
+        self.credit = 0
+        self.answers: deque[bytes] = deque()
+        self.closed = False
+
+    # -- the sending link ---------------------------------------------------------------
+
+    def credit_granted(self, event: CreditGranted) -> None:
+        self.credit = event.credit
+        self.flush()
+        if event.drain and self.credit > 0:
+            self.session.drained(self.handle)
+            self.credit = 0
+
+    def flush(self) -> None:
+        while self.answers and self.credit > 0 and not self.closed:
+            self.credit -= 1
+            self.session.send(self.handle, self.answers.popleft(), True)
+
+    # -- the receiving link -------------------------------------------------------------
+
+    def receive(self, event: MessageReceived) -> None:
+        session = self.session
+        try:
+            props, body = _request_sections(event.payload)
+        except AMQP10Error as exc:
+            log.warning("management request refused: %s (%r)", exc, bytes(event.payload[:200]))
+            if not event.settled:
+                error = Error(condition=exc.condition, description=exc.description)
+                session.settle_incoming(event.delivery_id, event.delivery_id, Rejected(error=error))
+            return
+        if not event.settled:
+            session.settle_incoming(event.delivery_id, event.delivery_id, Accepted())
+        if props is None:
+            return
+        request: Value = body.value if isinstance(body, AmqpValue) else None
+        method = props.subject or ""
+        target = props.to if isinstance(props.to, str) else ""
+        try:
+            status, answer = self.handle_request(method, target, request)
+        except HttpError as exc:
+            log.warning("management request %s %s failed: %s", method, target, exc.text)
+            status, answer = exc.status, exc.text
+        except AMQPError as exc:
+            status = _STATUS_FOR_CODE.get(exc.reply_code, "400")
+            answer = exc.reply_text
+            log.warning("management request %s %s failed: %s", method, target, answer)
+        payload = encode_message(
+            AmqpValue(answer),
+            properties=Properties(subject=status, correlation_id=props.message_id),
+            application_properties={"http:response": "1.1"},
+        )
+        reply = session.management_reply(self.name)
+        if reply is not None:
+            reply.answers.append(payload)
+            reply.flush()
+
+    # -- HTTP over AMQP ---------------------------------------------------------------------
+
+    def handle_request(self, method: str, target: str, body: Value) -> tuple[str, Value]:
+        split = urlsplit(target)
+        segments = split.path.split("/")[1:]
+        query = {k: v[0] for k, v in parse_qs(split.query).items()}
+        if len(segments) == 2 and segments[0] == "queues":
+            name = unquote(segments[1])
+            if method == "GET":
+                return "200", self._queue_info(self._queue(name))
+            if method == "PUT":
+                return self._declare_queue(name, body)
+            if method == "DELETE":
+                count = self.session.vhost.delete_queue(name, owner=self.session.client)
+                return "200", {"message_count": ULong(count)}
+        if (
+            len(segments) == 3
+            and segments[0] == "queues"
+            and segments[2] == "messages"
+            and method == "DELETE"
+        ):
+            name = unquote(segments[1])
+            queue = self._queue(name)
+            if isinstance(queue, StreamQueue):
+                raise HttpError("400", f"purge not supported by queue '{name}'")
+            count = self.session.vhost.purge_queue(name, owner=self.session.client)
+            return "200", {"message_count": ULong(count)}
+        if len(segments) == 2 and segments[0] == "exchanges":
+            name = unquote(segments[1])
+            if not name:
+                raise HttpError("403", "operation not permitted on the default exchange")
+            if method == "PUT":
+                return self._declare_exchange(name, body)
+            if method == "DELETE":
+                if name.startswith("amq."):
+                    raise HttpError("403", f"exchange '{name}' starts with reserved prefix 'amq.'")
+                if name in self.session.vhost.exchanges:
+                    self.session.vhost.delete_exchange(name)
+                return "204", None
+        if segments == ["bindings"]:
+            if method == "POST":
+                self._bind(body)
+                return "204", None
+            if method == "GET":
+                return "200", self._bindings(query)
+        if len(segments) == 2 and segments[0] == "bindings" and method == "DELETE":
+            self._unbind(segments[1])
+            return "204", None
+        raise HttpError("400", f"unsupported request {method} {target}")
+
+    def _queue(self, name: str) -> Queue:
+        return self.session.vhost.queue(name, self.session.client)
+
+    def _queue_info(self, queue: Queue) -> dict[Value, Value]:
+        vhost = self.session.vhost
+        arguments: dict[Value, Value] = {
+            str(k): value_of_field(v) for k, v in queue.arguments.items()
+        }
+        kind = (
+            "stream"
+            if isinstance(queue, StreamQueue)
+            else str(queue.arguments.get("x-queue-type", "classic"))
+        )
+        return {
+            "message_count": ULong(
+                queue.message_count if not isinstance(queue, StreamQueue) else 0
+            ),
+            "consumer_count": UInt(queue.consumer_count),
+            "name": queue.name,
+            "vhost": vhost.name,
+            "durable": queue.durable,
+            "auto_delete": queue.auto_delete,
+            "exclusive": queue.exclusive,
+            "type": kind,
+            "arguments": arguments,
+            "leader": "leveret",
+            "replicas": ["leveret"],
+        }
+
+    def _declare_queue(self, name: str, body: Value) -> tuple[str, Value]:
+        if not name:
+            raise HttpError("400", "declare queue with empty name not allowed")
+        props = _map(body, ("durable", "exclusive", "auto_delete", "arguments"), "queue")
+        durable = props.get("durable", True)
+        exclusive = props.get("exclusive", False)
+        auto_delete = props.get("auto_delete", False)
+        arguments = _arguments(props.get("arguments"))
+        vhost = self.session.vhost
+        existed = name in vhost.queues
+        if name.startswith("amq.") and not existed:
+            raise HttpError("403", f"queue '{name}' starts with reserved prefix 'amq.'")
+        queue = vhost.declare_queue(
+            name,
+            owner=self.session.client,
+            durable=bool(durable),
+            exclusive=bool(exclusive),
+            auto_delete=bool(auto_delete),
+            arguments=arguments,
+        )
+        return ("200" if existed else "201"), self._queue_info(queue)
+
+    def _declare_exchange(self, name: str, body: Value) -> tuple[str, Value]:
+        props = _map(body, ("type", "durable", "auto_delete", "internal", "arguments"), "exchange")
+        vhost = self.session.vhost
+        if name.startswith("amq.") and name not in vhost.exchanges:
+            raise HttpError("403", f"exchange '{name}' starts with reserved prefix 'amq.'")
+        vhost.declare_exchange(
+            name,
+            str(props.get("type", "direct")),
+            durable=bool(props.get("durable", True)),
+            auto_delete=bool(props.get("auto_delete", False)),
+            internal=bool(props.get("internal", False)),
+            arguments=_arguments(props.get("arguments")),
+        )
+        return "204", None
+
+    def _bind(self, body: Value) -> None:
+        props = _map(
+            body,
+            ("source", "destination_queue", "destination_exchange", "binding_key", "arguments"),
+            "binding",
+        )
+        source = str(props.get("source", ""))
+        key = str(props.get("binding_key", ""))
+        arguments = _arguments(props.get("arguments"))
+        if not source:
+            raise HttpError("403", "operation not permitted on the default exchange")
+        vhost = self.session.vhost
+        if "destination_queue" in props:
+            vhost.bind_queue(
+                str(props["destination_queue"]), source, key, arguments, owner=self.session.client
+            )
+        elif "destination_exchange" in props:
+            vhost.bind_exchange(str(props["destination_exchange"]), source, key, arguments)
+        else:
+            raise HttpError("400", "binding without a destination")
+
+    def _bindings(self, query: dict[str, str]) -> Value:
+        source = query.get("src")
+        key = query.get("key")
+        if source is None or key is None:
+            raise HttpError("400", "missing 'src' or 'key' in query")
+        if "dstq" in query:
+            kind, destination = "queue", query["dstq"]
+        elif "dste" in query:
+            kind, destination = "exchange", query["dste"]
+        else:
+            raise HttpError("400", "missing 'dste' or 'dstq' in query")
+        out: list[Value] = []
+        for found_key, arguments in self._find_bindings(source, kind, destination):
+            if found_key != key:
+                continue
+            out.append(
+                {
+                    "source": source,
+                    f"destination_{kind}": destination,
+                    "binding_key": found_key,
+                    "arguments": {str(k): value_of_field(v) for k, v in arguments.items()},
+                    "location": _binding_uri(source, kind, destination, found_key, arguments),
+                }
+            )
+        return out
+
+    def _find_bindings(
+        self, source: str, kind: str, destination: str
+    ) -> list[tuple[str, dict[str, object]]]:
+        vhost = self.session.vhost
+        exchange = vhost.exchanges.get(source)
+        if exchange is None:
+            return []
+        target: object = (
+            vhost.queues.get(destination) if kind == "queue" else vhost.exchanges.get(destination)
+        )
+        return [
+            (key, dict(arguments or {}))
+            for destination_, key, arguments in exchange.kind.bindings()
+            if destination_ is target
+        ]
+
+    def _unbind(self, segment: str) -> None:
+        fields = dict(part.split("=", 1) for part in segment.split(";") if "=" in part)
+        source = unquote(fields.get("src", ""))
+        key = unquote(fields.get("key", ""))
+        args_hash = fields.get("args", "")
+        if "dstq" in fields:
+            kind, destination = "queue", unquote(fields["dstq"])
+        elif "dste" in fields:
+            kind, destination = "exchange", unquote(fields["dste"])
+        else:
+            raise HttpError("400", f"bad binding path segment '{segment}'")
+        vhost = self.session.vhost
+        for found_key, arguments in self._find_bindings(source, kind, destination):
+            if found_key == key and _args_hash(arguments) == args_hash:
+                if kind == "queue":
+                    vhost.unbind_queue(
+                        destination, source, key, arguments, owner=self.session.client
+                    )
+                else:
+                    vhost.unbind_exchange(destination, source, key, arguments)
+                return
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _request_sections(payload: bytes) -> tuple[Properties | None, Value]:
+    """A request's properties and body, in whatever order they come (RabbitMQ's own client
+    puts an ``amqp-value`` null before the properties, and RabbitMQ reads it so)."""
+    props: Properties | None = None
+    body: Value = None
+    off = 0
+    while off < len(payload):
+        value, off = decode_value(payload, off)
+        if isinstance(value, Properties):
+            props = value
+        elif isinstance(value, AmqpValue):
+            body = value
+    return props, body
+
+
+def _map(body: Value, allowed: tuple[str, ...], what: str) -> dict[str, object]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise HttpError("400", f"bad {what} body")
+    out: dict[str, object] = {}
+    for key, value in body.items():
+        if not isinstance(key, str) or key not in allowed:
+            raise HttpError("400", f"bad {what} property {key!r}")
+        out[str(key)] = value if key == "arguments" else field_value(value)
+    return out
+
+
+def _arguments(value: object) -> dict[str, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise HttpError("400", "arguments must be a map")
+    return {str(k): field_value(v) for k, v in value.items()}
+
+
+def _args_hash(arguments: dict[str, object]) -> str:
+    if not arguments:
+        return ""
+    digest = zlib.crc32(repr(sorted(arguments.items())).encode()).to_bytes(4, "big")
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _binding_uri(
+    source: str, kind: str, destination: str, key: str, arguments: dict[str, object]
+) -> str:
+    char = "q" if kind == "queue" else "e"
+    return (
+        f"/bindings/src={quote(source, safe='')};dst{char}={quote(destination, safe='')};"
+        f"key={quote(key, safe='')};args={_args_hash(arguments)}"
+    )

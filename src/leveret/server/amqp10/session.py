@@ -1,0 +1,340 @@
+"""One AMQP 1.0 session of the broker's 1.0 front end: its links (what each attach
+resolves to in the broker), its unsettled outgoing deliveries (delivery-id → the core's
+``Delivery``; the machine only moves the ranges) and the peer's dispositions applied to
+them. The model side of a session: ``Client.attach`` holds it (``close``, ``set_writable``).
+
+Attaches are resolved with RabbitMQ's addresses (``address.py``): a source names a queue to
+consume (a stream reads from ``rabbitmq:stream-offset-spec``), a dynamic source is a new
+exclusive queue (request/reply), a v1 exchange or topic source a temporary queue bound to
+it; a target names an exchange and key, a queue, or nothing (each message's ``to``);
+``/management`` is the management node (``management.py``). What cannot be resolved is
+refused with the spec's condition (``amqp:not-found``, ``amqp:unauthorized-access``,
+``amqp:invalid-field``, ``amqp:not-implemented`` for the transaction coordinator).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from typing import TYPE_CHECKING
+
+from leveret.errors import AMQPError, NotFound, PreconditionFailed
+from leveret.model import settle
+from leveret.model.stream import StreamConsumer, StreamQueue
+from leveret.protocol.amqp10 import (
+    Described,
+    Error,
+    Properties,
+    Role,
+    SenderSettleMode,
+    Source,
+    Target,
+    Timestamp,
+)
+from leveret.protocol.amqp10.types import decode_value
+from leveret.server.amqp10.address import AddressError, parse_source, parse_target, queue_address
+from leveret.server.amqp10.errors import error_for
+from leveret.server.amqp10.links import IncomingLink, OutgoingLink, outcome
+from leveret.server.amqp10.management import ManagementNode
+from leveret.server.amqp10.message import first_sections, split_payload
+
+if TYPE_CHECKING:
+    from leveret.model.message import Message
+    from leveret.model.queue import Queue
+    from leveret.model.settle import Delivery
+    from leveret.protocol.amqp10.events import (
+        DispositionReceived,
+        LinkAttachRequested,
+    )
+    from leveret.protocol.amqp10.types import Value
+    from leveret.server.amqp10.connection import AMQP10Connection
+
+log = logging.getLogger("leveret.amqp10")
+
+__all__ = ["INCOMING_CREDIT", "Session"]
+
+# Link credit granted to a publisher's link, topped up at half (RabbitMQ 4 grants 128..170).
+INCOMING_CREDIT = 256
+STREAM_FILTER = "rabbitmq:stream-offset-spec"
+_PROPERTIES = 0x73
+Link = OutgoingLink | IncomingLink | ManagementNode
+
+
+class Session:
+    """One 1.0 session: links, unsettled deliveries, the peer's dispositions."""
+
+    def __init__(self, conn: AMQP10Connection, channel: int) -> None:
+        self.conn = conn
+        self.channel = channel
+        client = conn.client
+        assert client is not None
+        self.client = client
+        self.vhost = client.vhost
+        self.timers = self.vhost.timers
+        self.links: dict[int, Link] = {}
+        self.unsettled: dict[int, Delivery] = {}
+        self.writable = True
+        self.closed = False
+        self.check_user_id = True
+
+    # -- what links ask of their session -------------------------------------------------
+
+    def send(self, handle: int, payload: bytes, settled: bool) -> int:
+        return self.conn.send_transfer(self.channel, handle, payload, settled)
+
+    def drained(self, handle: int) -> None:
+        self.conn.machine.drained(self.channel, handle)
+        self.conn.wrote()
+
+    def settle_incoming(self, first: int, last: int, state: Value) -> None:
+        if self.closed:
+            return
+        self.conn.machine.settle(self.channel, first, last, role=Role.RECEIVER, state=state)
+        self.conn.wrote()
+
+    def published(self, link: IncomingLink) -> None:
+        self.conn.published_on(link)
+
+    def check_user(self, message: Message) -> None:
+        """RabbitMQ's rule: a user-id property must be the authenticated user."""
+        user_id = message.properties.user_id
+        name = self.client.user
+        if user_id is not None and user_id != name:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{name}'"
+            )
+
+    def to_and_subject(self, payload: bytes) -> tuple[str | None, str | None]:
+        """A message's ``to`` and ``subject`` (read only for the links that need them)."""
+        where = first_sections(split_payload(payload)[0]).get(_PROPERTIES)
+        if where is None:
+            return None, None
+        props, _ = decode_value(payload, where[0])
+        if not isinstance(props, Properties):
+            return None, None
+        to = props.to if isinstance(props.to, str) else None
+        return to, props.subject
+
+    def management_reply(self, name: str) -> ManagementNode | None:
+        """The sending link of the management link pair named ``name`` (any sending
+        management link of the session if none has that name)."""
+        fallback = None
+        for link in self.links.values():
+            if isinstance(link, ManagementNode) and link.sending:
+                if link.name == name:
+                    return link
+                fallback = link
+        return fallback
+
+    def link_lost(self, link: Link, error: Error) -> None:
+        """Detach ``link`` from our side (its queue went)."""
+        self.links.pop(link.handle, None)
+        link.close()
+        if not self.closed:
+            self.conn.machine.detach(self.channel, link.handle, error=error)
+            self.conn.wrote()
+
+    def delete_queue(self, queue: Queue) -> None:
+        if queue.name in self.vhost.queues and self.vhost.queues[queue.name] is queue:
+            self.vhost.remove_queue(queue)
+
+    # -- attach --------------------------------------------------------------------------
+
+    def attach(self, event: LinkAttachRequested) -> None:
+        machine = self.conn.machine
+        try:
+            if event.role == Role.SENDER:
+                self._attach_outgoing(event)
+            else:
+                self._attach_incoming(event)
+        except AMQPError as exc:
+            machine.refuse_link(self.channel, event.handle, error_for(exc))
+        except AddressError as exc:
+            machine.refuse_link(
+                self.channel,
+                event.handle,
+                Error(condition="amqp:invalid-field", description=str(exc)),
+            )
+        self.conn.wrote()
+
+    def _attach_outgoing(self, event: LinkAttachRequested) -> None:
+        source = event.source
+        machine = self.conn.machine
+        if source is None:
+            raise AddressError("a receiving link needs a source")
+        settled = event.snd_settle_mode == SenderSettleMode.SETTLED
+        vhost, owner = self.vhost, self.client
+        answer: Source | None = None
+        temporary = False
+        if source.dynamic:
+            queue = vhost.declare_queue("", owner=owner, exclusive=True)
+            answer = dataclasses.replace(source, address=queue_address(queue.name))
+            temporary = True
+        else:
+            address = source.address
+            if not isinstance(address, str):
+                raise AddressError("a receiving link needs a source address")
+            where = parse_source(address)
+            if where.management:
+                node = self.conn.management(self, event.handle, event.name, sending=True)
+                machine.accept_link(self.channel, event.handle)
+                self.links[event.handle] = node
+                return
+            if where.bind:
+                assert where.exchange is not None
+                vhost.exchange(where.exchange)
+                queue = vhost.declare_queue("", owner=owner, exclusive=True)
+                vhost.bind_queue(
+                    queue.name, where.exchange, where.routing_key or "", {}, owner=owner
+                )
+                temporary = True
+            else:
+                assert where.queue is not None
+                queue = vhost.queue(where.queue, owner)
+        stream = isinstance(queue, StreamQueue)
+        spec = None
+        if isinstance(queue, StreamQueue):
+            spec = queue.offset_spec({"x-stream-offset": _offset_spec(source.filter)})
+            settled = False  # a stream's deliveries are settled (they only return credit)
+        link = OutgoingLink(
+            self, event.handle, event.name, queue, settled=settled, temporary=temporary
+        )
+        if stream:
+            assert spec is not None
+            link.consumer = StreamConsumer(event.name, queue, link, spec=spec, credit=0)
+        machine.accept_link(
+            self.channel,
+            event.handle,
+            source=answer if answer is not None else source,
+            snd_settle_mode=SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED,
+        )
+        self.links[event.handle] = link
+        link.start()
+
+    def _attach_incoming(self, event: LinkAttachRequested) -> None:
+        target = event.target
+        machine = self.conn.machine
+        if target is not None and not isinstance(target, Target):
+            # The transaction coordinator (or anything else that is not a target).
+            machine.refuse_link(
+                self.channel,
+                event.handle,
+                Error(
+                    condition="amqp:not-implemented",
+                    description="transactions are not supported on this broker",
+                ),
+            )
+            return
+        address = None if target is None else target.address
+        exchange: str | None = None
+        routing_key: str | None = None
+        if address is not None:
+            if not isinstance(address, str):
+                raise AddressError("a target address must be a string")
+            where = parse_target(address)
+            if where.management:
+                node = self.conn.management(self, event.handle, event.name, sending=False)
+                machine.accept_link(
+                    self.channel, event.handle, credit=INCOMING_CREDIT, auto_credit=True
+                )
+                self.links[event.handle] = node
+                return
+            if where.queue is not None:
+                self.vhost.queue(where.queue, self.client)
+                exchange, routing_key = "", where.queue
+            else:
+                assert where.exchange is not None
+                exchange, routing_key = where.exchange, where.routing_key
+                if exchange:
+                    self.vhost.exchange(exchange)
+        link = IncomingLink(
+            self, event.handle, event.name, exchange=exchange, routing_key=routing_key
+        )
+        if exchange is not None:
+            link.publisher.check(exchange)
+        machine.accept_link(self.channel, event.handle, credit=INCOMING_CREDIT, auto_credit=True)
+        self.links[event.handle] = link
+
+    def detached(self, handle: int) -> None:
+        link = self.links.pop(handle, None)
+        if link is not None:
+            link.close()
+
+    # -- dispositions --------------------------------------------------------------------
+
+    def disposition(self, event: DispositionReceived) -> None:
+        if event.role != Role.RECEIVER:
+            return  # the peer settling its own transfers to us: nothing to do
+        state = event.state
+        if not event.settled and state is None:
+            return  # a non-terminal state (received): nothing to apply
+        unsettled = self.unsettled
+        taken: list[Delivery] = []
+        first, last = event.first, event.last
+        if last - first > len(unsettled):
+            ids = [i for i in unsettled if first <= i <= last]
+        else:
+            ids = [i for i in range(first, last + 1) if i in unsettled]
+        for delivery_id in ids:
+            delivery = unsettled.pop(delivery_id)
+            consumer = delivery.consumer
+            if consumer is not None:
+                consumer.unsettled -= 1
+            taken.append(delivery)
+        if taken:
+            outcome(state, taken)
+        if not event.settled:
+            self.conn.machine.settle(self.channel, first, last, role=Role.SENDER, state=state)
+            self.conn.wrote()
+
+    # -- the model's Attachment ----------------------------------------------------------
+
+    def set_writable(self, writable: bool) -> None:
+        self.writable = writable
+        if writable:
+            for link in list(self.links.values()):
+                if isinstance(link, OutgoingLink) and link.consumer.credit > 0:
+                    link.queue.dispatch()
+
+    def close(self) -> None:
+        """The session ended (or the connection went): stop every link and requeue what
+        the peer had not settled."""
+        if self.closed:
+            return
+        self.closed = True
+        for link in list(self.links.values()):
+            link.close()
+        self.links.clear()
+        held = list(self.unsettled.values())
+        self.unsettled.clear()
+        for delivery in held:
+            if delivery.consumer is not None:
+                delivery.consumer.unsettled -= 1
+        if held:
+            settle.release(held)
+
+
+def _offset_spec(filters: dict[Value, Value] | None) -> object:
+    """RabbitMQ's ``rabbitmq:stream-offset-spec`` filter as an ``x-stream-offset`` value."""
+    if not filters:
+        return "next"
+    value = filters.get(STREAM_FILTER)
+    if value is None:
+        for item in filters.values():
+            if isinstance(item, Described) and item.descriptor == STREAM_FILTER:
+                value = item
+                break
+    if value is None:
+        return "next"
+    if isinstance(value, Described):
+        value = value.value
+    if isinstance(value, Timestamp):
+        return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
+    if isinstance(value, bool):
+        raise NotFound("bad stream offset")
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    raise PreconditionFailed(f"invalid stream offset {value!r}")

@@ -1,0 +1,143 @@
+"""The 1.0 side of ``Message`` and the mappings between 1.0 and 0-9-1: the bare message is
+kept byte for byte, what the model reads, changes made by features, both directions."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from leveret.model.message import HINT_EXPIRATION, HINT_HEADERS, HINT_PERSISTENT, HINT_PRIORITY
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.amqp10 import (
+    AmqpValue,
+    Data,
+    Header,
+    Properties,
+    Symbol,
+    UByte,
+    UInt,
+)
+from leveret.protocol.amqp10.errors import DecodeError
+from leveret.protocol.amqp10.message import encode_message, parse_message
+from leveret.server.amqp10.from_amqp091 import to_amqp10
+from leveret.server.amqp10.message import FORMAT, amqp10_message, payload_for_amqp10
+from leveret.server.amqp10.to_amqp091 import amqp091_parts, from_amqp10
+from leveret.server.stored import stored_message
+
+
+def _sample() -> bytes:
+    return encode_message(
+        Data(b"payload"),
+        header=Header(durable=True, priority=UByte(4), ttl=UInt(5000)),
+        delivery_annotations={Symbol("x-hop"): "only"},
+        message_annotations={Symbol("x-opt-a"): "b"},
+        properties=Properties(message_id="m1", subject="s", user_id=b"guest"),
+        application_properties={"k": "v", "n": 3},
+        footer={Symbol("sig"): b"\x01"},
+    )
+
+
+def test_the_bare_message_is_kept_byte_for_byte_and_delivery_annotations_dropped() -> None:
+    payload = _sample()
+    message = amqp10_message("ex", "rk", payload)
+    assert message.format == FORMAT
+    sent = payload_for_amqp10(message, False, 0)
+    assert parse_message(sent).bare == parse_message(payload).bare
+    assert b"x-hop" not in sent
+    annotations = parse_message(sent).message_annotations()
+    assert annotations == {"x-opt-a": "b", "x-exchange": "ex", "x-routing-key": "rk"}
+
+
+def test_hints_and_view_follow_rabbitmq_4() -> None:
+    message = amqp10_message("", "q", _sample())
+    assert message.hints & HINT_PERSISTENT
+    assert message.hints & HINT_PRIORITY
+    assert message.hints & HINT_EXPIRATION
+    assert message.hints & HINT_HEADERS
+    view = message.properties
+    assert (view.priority, view.expiration, view.delivery_mode) == (4, "5000", 2)
+    assert view.user_id == "guest"
+    assert view.headers == {"k": "v", "n": 3, "x-opt-a": "b"}
+    # No header: durable, as RabbitMQ 4 treats it.
+    bare = amqp10_message("", "q", encode_message(Data(b"x")))
+    assert bare.hints == HINT_PERSISTENT
+    explicit = amqp10_message("", "q", encode_message(Data(b"x"), header=Header(durable=False)))
+    assert not explicit.hints & HINT_PERSISTENT
+
+
+def test_redelivery_rewrites_only_the_header() -> None:
+    payload = _sample()
+    message = amqp10_message("ex", "rk", payload)
+    sent = parse_message(payload_for_amqp10(message, True, 2))
+    header = sent.header()
+    assert header is not None
+    assert (header.first_acquirer, header.delivery_count, header.priority) == (False, 2, 4)
+    assert sent.bare == parse_message(payload).bare
+
+
+def test_dead_lettering_changes_annotations_not_the_bare_message() -> None:
+    payload = _sample()
+    message = amqp10_message("ex", "rk", payload)
+    headers = dict(message.headers or {})
+    headers["x-death"] = [{"count": 1, "queue": "q"}]
+    changed = message.replace(headers=headers, expiration=None)
+    assert changed.format == FORMAT
+    again = payload_for_amqp10(changed, False, 0)
+    assert parse_message(again).bare == parse_message(payload).bare
+    assert changed.properties.expiration is None
+    assert changed.headers is not None
+    assert changed.headers["x-death"] == [{"count": 1, "queue": "q"}]
+
+
+def test_the_store_rebuilds_a_message_of_either_format() -> None:
+    message = amqp10_message("ex", "rk", _sample())
+    back = stored_message("ex", "rk", message.raw_properties, message.body, FORMAT)
+    assert back.format == FORMAT
+    assert back.hints == message.hints
+    assert payload_for_amqp10(back, False, 0) == payload_for_amqp10(message, False, 0)
+
+
+def test_to_amqp091_maps_every_property() -> None:
+    raw, body = amqp091_parts(amqp10_message("ex", "rk", _sample()))
+    props = BasicProperties.decode(raw)
+    assert body == b"payload"
+    assert props.headers == {"k": "v", "n": 3, "x-opt-a": "b"}
+    assert (props.delivery_mode, props.priority, props.expiration) == (2, 4, "5000")
+    assert (props.message_id, props.user_id) == ("m1", "guest")
+
+
+def test_a_non_data_body_goes_to_0_9_1_as_encoded_sections() -> None:
+    payload = encode_message(AmqpValue({"a": 1}))
+    props, body = from_amqp10(payload)
+    assert props.type == "amqp-1.0"
+    assert body == payload
+
+
+def test_0_9_1_round_trips_through_1_0() -> None:
+    stamp = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    props = BasicProperties(
+        content_type="t",
+        content_encoding="e",
+        headers={"a": 1, "s": "x", "when": stamp, "x-k": "v", "CC": ["c"]},
+        delivery_mode=2,
+        priority=1,
+        correlation_id="c",
+        reply_to="r",
+        expiration="10",
+        message_id="urn:uuid:12345678-1234-5678-1234-567812345678",
+        timestamp=17,
+        type="ty",
+        user_id="u",
+        app_id="app",
+    )
+    back, body = from_amqp10(to_amqp10(props, b"b"))
+    assert body == b"b"
+    assert back == props
+
+
+def test_a_malformed_message_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        amqp10_message("", "q", b"\x00\x53\x75\xa0\x05ab")
+    with pytest.raises(DecodeError):
+        amqp10_message("", "q", encode_message(Data(b"x")) + b"\x00\x53\x73\x45")

@@ -3,11 +3,6 @@ resource kind, topic permissions, and the limits refusing the N+1th connection, 
 and queue, with RabbitMQ 3.10.8's reply codes and texts (recorded in
 tests/unit/auth/test_access.py and test_connections.py).
 
-The broker's front end does not call the access API yet (it is wired after the core
-reshaping, see docs/compatibility.md): every case the front end must refuse is marked
-``xfail(strict=True)`` and flips to a pass once wired; the allowed cases pass now and
-must keep passing.
-
 Set-up: vhost ``m``; user ``mx`` (password ``pw``) with configure, write and read
 ``^ok`` there, topic permissions on ``ok-t`` (write and read ``^ok\\.``), and the
 resources made by guest (who has full permissions in ``m``).
@@ -34,7 +29,6 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
 
-WIRING = "wired after the core reshaping: the front end calls the auth access API"
 V = "m"
 
 
@@ -161,8 +155,7 @@ def _cases() -> list[Any]:
     cases = []
     for operation, permission, kind, allowed, op, text in MATRIX:
         case_id = f"{operation}-{permission}-{kind}-{'allowed' if allowed else 'denied'}"
-        marks = [] if allowed else [pytest.mark.xfail(strict=True, reason=WIRING)]
-        cases.append(pytest.param(allowed, op, text, id=case_id, marks=marks))
+        cases.append(pytest.param(allowed, op, text, id=case_id))
     return cases
 
 
@@ -187,7 +180,6 @@ def test_matrix(matrix_broker: tuple[Broker, Any], allowed: bool, op: Op, text: 
 # -- connection.open, limits, the failed-login delay ---------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (RabbitMQ refuses a vhost with 530)")
 def test_vhost_without_permissions_is_530(matrix_broker: tuple[Broker, Any]) -> None:
     broker, data = matrix_broker
     ok(data, "add_user", "stranger", "pw")
@@ -213,7 +205,6 @@ def _limited(data: Any, user: str, vhost_limits: str, user_limits: str) -> None:
     ok(data, "set_user_limits", user, user_limits)
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (connection.open, channel.open)")
 @pytest.mark.parametrize(
     ("vhost_limits", "user_limits", "allowed", "text"),
     [
@@ -251,7 +242,6 @@ def test_the_n_plus_first_connection_is_refused(
             conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (channel.open)")
 def test_the_n_plus_first_channel_is_refused(matrix_broker: tuple[Broker, Any]) -> None:
     broker, data = matrix_broker
     _limited(data, "chans", "{}", '{"max-channels": 2}')
@@ -271,7 +261,6 @@ def test_the_n_plus_first_channel_is_refused(matrix_broker: tuple[Broker, Any]) 
     )
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (queue.declare)")
 def test_the_n_plus_first_queue_is_refused(matrix_broker: tuple[Broker, Any]) -> None:
     broker, data = matrix_broker
     _limited(data, "queues", '{"max-queues": 1}', "{}")
@@ -289,10 +278,8 @@ def test_the_n_plus_first_queue_is_refused(matrix_broker: tuple[Broker, Any]) ->
         "PRECONDITION_FAILED - cannot declare queue 'q2': queue limit in vhost 'lim-queues' "
         "(1) is reached",
     )
-    conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (connection_max at connection.open)")
 def test_node_connection_limit() -> None:
     broker = start(new_data_dir(), "--connection-max", "2")
     conns = []
@@ -332,7 +319,6 @@ def _refused_login_time(broker: Broker, capability: bool) -> tuple[float, bytes]
     return elapsed, received
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (the refusal is sent after FAILURE_DELAY)")
 @pytest.mark.parametrize("capability", [True, False], ids=["failure-close", "no-capability"])
 def test_a_failed_login_costs_the_client_three_seconds(
     matrix_broker: tuple[Broker, Any], capability: bool

@@ -165,11 +165,6 @@ def test_reload_on_sighup_and_by_ctl(tmp_path: Path) -> None:
         broker.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wired after the core reshaping: the 0-9-1 front end offers EXTERNAL "
-    "(auth.authn.mechanisms) and logs in through auth.authn.login",
-)
 def test_external_login_from_the_client_certificate(tmp_path: Path) -> None:
     ca = trustme.CA()
     env = {**MUTUAL, "LEVERET_SSL_CERT_LOGIN_FROM": "common_name"}

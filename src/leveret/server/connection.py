@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
 from leveret.server.frontend import FrontEnd, FrontEndContext, choose
+from leveret.server.listeners import certificate_identity
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from leveret.server.flow import MemoryAlarm
 
 log = logging.getLogger("leveret.connection")
+
+# Seconds between ticks until the connection is open: a refused login is answered when its
+# delay ends (auth.authn.FAILURE_DELAY), give or take this.
+HANDSHAKE_TICK = 0.25
 
 
 def _is_loopback(host: str) -> bool:
@@ -40,8 +45,13 @@ class ConnectionProtocol(asyncio.Protocol):
         limits: Limits,
         registry: set[ConnectionProtocol],
         alarm: MemoryAlarm,
+        *,
+        cert_login_from: str = "distinguished_name",
     ) -> None:
         self.alarm = alarm
+        # ssl_cert_login_from: which part of a client certificate names its user.
+        self.cert_login_from = cert_login_from
+        self._identity: str | None = None
         self.broker = broker
         self.users = users
         self.limits = limits
@@ -69,6 +79,10 @@ class ConnectionProtocol(asyncio.Protocol):
         host, port = (peername[0], peername[1]) if peername else ("?", 0)
         self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._loopback = _is_loopback(host)
+        # Python fills peercert only for a certificate it verified (amqps with verify_peer).
+        self._identity = certificate_identity(
+            transport.get_extra_info("peercert"), self.cert_login_from
+        )
         self._accepted = self.loop.time()
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
@@ -98,6 +112,7 @@ class ConnectionProtocol(asyncio.Protocol):
                 self.peer,
                 self._loopback,
                 self._accepted,
+                self._identity,
             )
         )
         amqp.on_output = self._schedule_flush
@@ -173,6 +188,8 @@ class ConnectionProtocol(asyncio.Protocol):
         amqp = self.amqp
         # Tick often enough for heartbeats (half an interval) and close handshakes.
         interval = amqp.heartbeat / 2 if amqp is not None and amqp.heartbeat else 1.0
+        if amqp is None or amqp.client is None:
+            interval = HANDSHAKE_TICK
         self._timer = self.loop.call_later(min(interval, 1.0), self._on_timer)
 
     def _on_timer(self) -> None:

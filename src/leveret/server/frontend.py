@@ -74,6 +74,9 @@ class FrontEndContext:
     peer: str
     loopback: bool
     now: float
+    # The user name the peer's verified TLS client certificate gives (SASL EXTERNAL);
+    # None on plain connections and without a verified certificate.
+    certificate_identity: str | None = None
 
 
 FrontEndFactory = Callable[[FrontEndContext], FrontEnd]
@@ -87,6 +90,7 @@ def _amqp091(context: FrontEndContext) -> FrontEnd:
         loopback=context.loopback,
         limits=context.limits,
         now=context.now,
+        certificate_identity=context.certificate_identity,
     )
 
 

@@ -193,7 +193,12 @@ class Server:
             raise StartupError(str(exc)) from None
         server = await loop.create_server(
             lambda: ConnectionProtocol(
-                self.broker, self.users, self.limits, self.connections, self.alarm
+                self.broker,
+                self.users,
+                self.limits,
+                self.connections,
+                self.alarm,
+                cert_login_from=self.settings.ssl_cert_login_from,
             ),
             host=self.settings.tls_host or self.settings.host,
             port=self.settings.tls_port,

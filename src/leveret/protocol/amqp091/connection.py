@@ -521,6 +521,7 @@ class ServerConnection:
 
     def connection_lost(self) -> None:
         self.state = State.CLOSED
+        self.refusal_deadline = None
         self._release()
 
     # -- flow control ----------------------------------------------------------------

@@ -15,6 +15,7 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp091.session",
     "leveret.server.amqp091.message",
     "leveret.server.connection",
+    "leveret.server.guard",
     "leveret.model.message",
     "leveret.model.entry",
     "leveret.model.consumer",

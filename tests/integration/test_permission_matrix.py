@@ -136,11 +136,16 @@ def routes(exchange: str, routing_key: str) -> Observe:
 
 
 def declare_x(
-    name: str, *, passive: bool = False, durable: bool = False, ae: str | None = None
+    name: str,
+    *,
+    passive: bool = False,
+    durable: bool = False,
+    ae: str | None = None,
+    kind: str = "direct",
 ) -> Op:
     arguments = {"alternate-exchange": ae} if ae is not None else None
     return lambda ch: ch.exchange_declare(
-        name, "direct", passive=passive, durable=durable, arguments=arguments
+        name, kind, passive=passive, durable=durable, arguments=arguments
     )
 
 
@@ -215,6 +220,11 @@ class Case:
     observe: Observe | None = None
 
     @property
+    def hard(self) -> bool:
+        """Refused with a connection error (5xx but 506), not a channel one."""
+        return self.code >= 500
+
+    @property
     def id(self) -> str:
         outcome = f"refused-{self.code}" if self.refusal else "allowed"
         who = "" if self.user == MX else f"-{self.user}"
@@ -231,6 +241,9 @@ MATRIX: list[Case] = [
     Case("exchange.declare", "configure, existing", MX, declare_x("r-x"),
          refused(MX, "exchange 'r-x'")),
     Case("exchange.declare", "passive, no permission", MX, declare_x("no-x", passive=True)),
+    Case("exchange.declare", "an unknown type, before the permission", MX,
+         declare_x("w-new-x", kind="no-such-type"),
+         "COMMAND_INVALID - unknown exchange type 'no-such-type'", code=503),
     Case("exchange.declare", "alternate-exchange: read new + write AE", MX,
          declare_x("ok-ae", ae="w-x")),
     Case("exchange.declare", "alternate-exchange: write on the AE", MX,
@@ -409,13 +422,18 @@ def test_matrix(matrix: Target, case: Case) -> None:
             assert ch.is_open
             return
         before = case.observe(admin) if case.observe is not None else None
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        closed: type[pika.exceptions.AMQPError] = (
+            pika.exceptions.ConnectionClosedByBroker
+            if case.hard
+            else pika.exceptions.ChannelClosedByBroker
+        )
+        with pytest.raises(closed) as info:
             case.op(ch)
         assert info.value.reply_code == case.code
         assert info.value.reply_text.startswith(case.refusal), info.value.reply_text
         if case.observe is not None:
             assert case.observe(admin) == before
-        assert conn.is_open  # a channel error: the connection stays
+        assert conn.is_open is not case.hard  # a channel error: the connection stays
     finally:
         for c in (conn, admin):
             if c.is_open:

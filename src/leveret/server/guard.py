@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from leveret.model.exchanges import make_exchange_type
 from leveret.model.vhost import new_queue_name
 
 if TYPE_CHECKING:
@@ -66,8 +67,11 @@ class Guard:
     # -- exchanges -----------------------------------------------------------------------
 
     def exchange_declare(
-        self, name: str, *, passive: bool, arguments: Mapping[str, object] | None
+        self, name: str, type_name: str, *, passive: bool, arguments: Mapping[str, object] | None
     ) -> None:
+        if not passive:
+            # RabbitMQ refuses an unknown type (503) before any permission is looked at.
+            make_exchange_type(type_name)
         self.access.exchange_declare(
             name,
             passive=passive,

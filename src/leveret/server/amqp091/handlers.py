@@ -36,7 +36,7 @@ def ignore(channel: Channel, method: Any) -> None:
 
 def exchange_declare(channel: Channel, method: m.ExchangeDeclare) -> None:
     channel.guard.exchange_declare(
-        method.exchange, passive=method.passive, arguments=method.arguments
+        method.exchange, method.type, passive=method.passive, arguments=method.arguments
     )
     channel.session.vhost.declare_exchange(
         method.exchange,

@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 
 from leveret.auth.authn import FAILURE_DELAY
 from leveret.auth.users import IMPERSONATOR, UserStore
+from leveret.errors import AccessRefused
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.server.amqp091 import handlers
 from leveret.testing import DEFAULT_CAPABILITIES, CodecClient
 
 if TYPE_CHECKING:
@@ -452,3 +454,30 @@ def test_a_server_named_queue_is_checked_under_the_name_it_gets() -> None:
     close = client.expect(1, m.ChannelClose)
     assert close.reply_text.startswith("ACCESS_REFUSED - access to queue 'amq.gen-")
     assert list(client.conn.broker.vhosts[V].queues) == [name]
+
+
+def test_anonymous_logs_in_as_its_configured_user_only_when_offered() -> None:
+    users = _store()
+    client = _client(users)
+    _start(client)
+    client.start_ok(mechanism="ANONYMOUS", response=b"")
+    client.tick(FAILURE_DELAY)
+    client.expect_nothing()  # not offered: dropped without a close method
+    assert _dropping(client)
+    users.anonymous_user = "app"
+    client = _client(users)
+    _start(client)
+    client.start_ok(mechanism="ANONYMOUS", response=b"")
+    _open(client)
+    client.expect(0, m.ConnectionOpenOk)
+    assert client.conn.user_name == "app"
+
+
+def test_the_generic_publish_path_makes_the_same_checks() -> None:
+    """basic.publish goes through handlers.basic_publish when the fast path declines it."""
+    client = _app()
+    channel = client.conn.channels[1]
+    handler = handlers.HANDLERS[m.BasicPublish.INDEX]
+    with pytest.raises(AccessRefused, match=r"access to exchange 'amq\.default'"):
+        handler(channel, m.BasicPublish(exchange="", routing_key="app-q"))
+    assert channel.publish is None  # no content is expected after a refusal

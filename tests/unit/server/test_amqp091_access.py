@@ -24,6 +24,7 @@ from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091 import handlers
+from leveret.server.amqp091.channel import Channel
 from leveret.testing import DEFAULT_CAPABILITIES, CodecClient
 
 if TYPE_CHECKING:
@@ -477,6 +478,7 @@ def test_the_generic_publish_path_makes_the_same_checks() -> None:
     """basic.publish goes through handlers.basic_publish when the fast path declines it."""
     client = _app()
     channel = client.conn.channels[1]
+    assert isinstance(channel, Channel)
     handler = handlers.HANDLERS[m.BasicPublish.INDEX]
     with pytest.raises(AccessRefused, match=r"access to exchange 'amq\.default'"):
         handler(channel, m.BasicPublish(exchange="", routing_key="app-q"))

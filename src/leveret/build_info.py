@@ -21,6 +21,7 @@ HOT_PATH_MODULES = (
     "leveret.protocol.amqp10.session",
     "leveret.server.amqp10.links",
     "leveret.server.connection",
+    "leveret.server.guard",
     "leveret.model.message",
     "leveret.model.entry",
     "leveret.model.consumer",

@@ -1,16 +1,22 @@
-"""The permission matrix through a real client (pika): each operation x allowed/denied x
-resource kind, topic permissions, and the limits refusing the N+1th connection, channel
-and queue, with RabbitMQ 3.10.8's reply codes and texts (recorded in
-tests/unit/auth/test_access.py and test_connections.py).
+"""The permission matrix through a real client (pika): every operation that names a
+resource x the permission or rule it needs x allowed and refused, with RabbitMQ 3.10.8's
+reply codes and texts; connection.open's 530s; the limits refusing the N+1th connection,
+channel and queue; the failed-login delay.
 
-The broker's front end does not call the access API yet (it is wired after the core
-reshaping, see docs/compatibility.md): every case the front end must refuse is marked
-``xfail(strict=True)`` and flips to a pass once wired; the allowed cases pass now and
-must keep passing.
+The texts are RabbitMQ's: the same cases run against RabbitMQ with
+``LEVERET_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2F`` (set up through its
+management API, ``tests/integration/access_support.py``); tests marked ``leveret_only``
+cover where Leveret differs on purpose (docs/compatibility.md). A refused operation must
+also have changed nothing: where it can be seen through AMQP (an exchange or queue that
+would have been made or deleted, messages that would have been taken, a binding or a
+publish that would have routed), an administrator's connection looks before and after.
 
-Set-up: vhost ``m``; user ``mx`` (password ``pw``) with configure, write and read
-``^ok`` there, topic permissions on ``ok-t`` (write and read ``^ok\\.``), and the
-resources made by guest (who has full permissions in ``m``).
+Set-up, in vhost ``authz-m``: user ``authz-mx`` may configure ``^(ok|c)-``, write
+``^(ok|w)-`` and read ``^(ok|r)-``, so each case shows which permission an operation
+needs (``c-q`` may only be configured, ``w-x`` only written to, ...); its topic
+permissions on ``ok-t`` are write ``^{username}\\.`` and read ``^{vhost}\\.``. User
+``authz-ax`` has ``.*`` everywhere and the ``impersonator`` tag: what even full
+permissions may not do. guest (full permissions) makes the resources.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pika
@@ -27,172 +34,413 @@ import pytest
 
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.sasl import plain_response
-from tests.integration.ctl_support import login, new_data_dir, ok, start
+from tests.integration.access_support import Definitions, LeveretTarget, Target, target
+from tests.integration.ctl_support import login
 
 if TYPE_CHECKING:
     from tests.integration.conftest import Broker
 
-pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
+__all__ = ["target"]
 
-WIRING = "wired after the core reshaping: the front end calls the auth access API"
-V = "m"
+pytestmark = [pytest.mark.interop]
+
+V = "authz-m"
+MX, MX_PW = "authz-mx", "pw-mx"
+AX, AX_PW = "authz-ax", "pw-ax"
+PASSWORDS = {MX: MX_PW, AX: AX_PW, "guest": "guest"}
+
+QUEUES = ("ok-q", "c-q", "w-q", "r-q", "no-q", "c-qm", "c-qdel", "r-qdel", "sink-q", "sink-t")
+DIRECT = ("ok-x", "c-x", "w-x", "r-x", "no-x", "c-xdel", "w-xdel")
+TOPIC = ("ok-t", "ok-t2")
 
 
 @pytest.fixture(scope="module")
-def matrix_broker() -> Iterator[tuple[Broker, Any]]:
-    data = new_data_dir()
-    broker = start(data)
+def matrix(target: Target) -> Target:
+    defs = Definitions(
+        vhosts=[V],
+        users={MX: (MX_PW, ()), AX: (AX_PW, ("impersonator",))},
+        permissions=[
+            ("guest", V, ".*", ".*", ".*"),
+            (MX, V, "^(ok|c)-", "^(ok|w)-", "^(ok|r)-"),
+            (AX, V, ".*", ".*", ".*"),
+        ],
+        topic_permissions=[(MX, V, "ok-t", "^{username}\\.", "^{vhost}\\.")],
+    )
+    target.apply(defs)
+    conn = login(target.broker, "guest", "guest", V)
     try:
-        ok(data, "add_vhost", V)
-        ok(data, "set_permissions", "-p", V, "guest", ".*", ".*", ".*")
-        ok(data, "add_user", "mx", "pw")
-        ok(data, "set_permissions", "-p", V, "mx", "^ok", "^ok", "^ok")
-        ok(data, "set_topic_permissions", "-p", V, "mx", "ok-t", "^ok\\.", "^ok\\.")
-        admin = login(broker, "guest", "guest", V)
-        ch = admin.channel()
-        for queue in ("ok-q", "no-q", "ok-qdel"):
+        ch = conn.channel()
+        for queue in QUEUES:
             ch.queue_declare(queue)
-        for exchange, kind in [("ok-x", "direct"), ("no-x", "direct"), ("ok-xdel", "direct")]:
-            ch.exchange_declare(exchange, kind)
-        ch.exchange_declare("ok-t", "topic")
-        ch.exchange_declare("no-xdel", "direct")
-        ch.queue_declare("no-qdel")
-        admin.close()
-        yield broker, data
+        for exchange in DIRECT:
+            ch.exchange_declare(exchange, "direct")
+        for exchange in TOPIC:
+            ch.exchange_declare(exchange, "topic")
+        # Where a refused publish would have gone.
+        ch.queue_bind("sink-q", "r-x", "sink")
+        ch.queue_bind("sink-t", "ok-t", "#")
+        ch.confirm_delivery()
+        ch.basic_publish("", "c-qm", b"must stay")
     finally:
-        broker.stop()
+        conn.close()
+    return target
 
 
-def refused(what: str) -> str:
-    return f"ACCESS_REFUSED - access to {what} in vhost '{V}' refused for user 'mx'"
+# -- what an administrator sees ----------------------------------------------------------
+
+Op = Callable[[Any], object]
+Observe = Callable[[Any], object]
 
 
-def topic_refused(key: str) -> str:
-    return (
-        f"ACCESS_REFUSED - access to topic '{key}' in exchange 'ok-t' in vhost '{V}' refused "
-        "for user 'mx'"
+def _passive(conn: Any, declare: Callable[[Any], Any]) -> Any:
+    """``declare``'s answer on a fresh channel, or None for 404."""
+    ch = conn.channel()
+    try:
+        result = declare(ch)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code != 404:
+            raise
+        return None
+    ch.close()
+    return result
+
+
+def exchange_exists(name: str) -> Observe:
+    return lambda conn: _passive(conn, lambda ch: ch.exchange_declare(name, passive=True))
+
+
+def queue_exists(name: str) -> Observe:
+    return lambda conn: _passive(conn, lambda ch: ch.queue_declare(name, passive=True)) is not None
+
+
+def message_count(queue: str) -> Observe:
+    return lambda conn: conn.channel().queue_declare(queue, passive=True).method.message_count
+
+
+def routes(exchange: str, routing_key: str) -> Observe:
+    """Whether a publish to ``exchange`` with ``routing_key`` reaches a queue (mandatory)."""
+
+    def observe(conn: Any) -> bool:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        try:
+            ch.basic_publish(exchange, routing_key, b"probe", mandatory=True)
+        except pika.exceptions.UnroutableError:
+            return False
+        return True
+
+    return observe
+
+
+# -- the operations --------------------------------------------------------------------------
+
+
+def declare_x(
+    name: str,
+    *,
+    passive: bool = False,
+    durable: bool = False,
+    ae: str | None = None,
+    kind: str = "direct",
+) -> Op:
+    arguments = {"alternate-exchange": ae} if ae is not None else None
+    return lambda ch: ch.exchange_declare(
+        name, kind, passive=passive, durable=durable, arguments=arguments
     )
 
 
-Op = Callable[[Any], object]
+def declare_q(
+    name: str, *, passive: bool = False, exclusive: bool = False, dlx: str | None = None
+) -> Op:
+    arguments = {"x-dead-letter-exchange": dlx} if dlx is not None else None
+    return lambda ch: ch.queue_declare(
+        name, passive=passive, exclusive=exclusive, arguments=arguments
+    )
 
 
-def _publish(exchange: str, key: str) -> Op:
+def then(first: Op, second: Op) -> Op:
     def op(ch: Any) -> None:
-        ch.confirm_delivery()
-        ch.basic_publish(exchange, key, b"x")
+        first(ch)
+        second(ch)
 
     return op
 
 
-# (operation, permission, resource kind, allowed?, the operation, RabbitMQ's text if denied)
-MATRIX: list[tuple[str, str, str, bool, Op, str]] = [
-    ("exchange.declare", "configure", "exchange", True,
-     lambda ch: ch.exchange_declare("ok-new-x", "direct"), ""),
-    ("exchange.declare", "configure", "exchange", False,
-     lambda ch: ch.exchange_declare("no-new-x", "direct"), refused("exchange 'no-new-x'")),
-    ("exchange.declare", "write", "alternate exchange", False,
-     lambda ch: ch.exchange_declare("ok-ae", "direct", arguments={"alternate-exchange": "no-x"}),
-     refused("exchange 'no-x'")),
-    ("exchange.delete", "configure", "exchange", True,
-     lambda ch: ch.exchange_delete("ok-xdel"), ""),
-    ("exchange.delete", "configure", "exchange", False,
-     lambda ch: ch.exchange_delete("no-xdel"), refused("exchange 'no-xdel'")),
-    ("queue.declare", "configure", "queue", True,
-     lambda ch: ch.queue_declare("ok-new-q"), ""),
-    ("queue.declare", "configure", "queue", False,
-     lambda ch: ch.queue_declare("no-new-q"), refused("queue 'no-new-q'")),
-    ("queue.declare", "configure", "server-named queue", False,
-     lambda ch: ch.queue_declare("", exclusive=True), "ACCESS_REFUSED - access to queue 'amq.gen-"),
-    ("queue.declare", "write", "dead-letter exchange", False,
-     lambda ch: ch.queue_declare("ok-dlx", arguments={"x-dead-letter-exchange": "no-x"}),
-     refused("exchange 'no-x'")),
-    ("queue.declare passive", "none", "queue", True,
-     lambda ch: ch.queue_declare("no-q", passive=True), ""),
-    ("queue.delete", "configure", "queue", True, lambda ch: ch.queue_delete("ok-qdel"), ""),
-    ("queue.delete", "configure", "queue", False,
-     lambda ch: ch.queue_delete("no-qdel"), refused("queue 'no-qdel'")),
-    ("queue.purge", "read", "queue", True, lambda ch: ch.queue_purge("ok-q"), ""),
-    ("queue.purge", "read", "queue", False,
-     lambda ch: ch.queue_purge("no-q"), refused("queue 'no-q'")),
-    ("queue.bind", "write+read", "queue, exchange", True,
-     lambda ch: ch.queue_bind("ok-q", "ok-x", "k"), ""),
-    ("queue.bind", "write", "queue", False,
-     lambda ch: ch.queue_bind("no-q", "ok-x", "k"), refused("queue 'no-q'")),
-    ("queue.bind", "read", "exchange", False,
-     lambda ch: ch.queue_bind("ok-q", "no-x", "k"), refused("exchange 'no-x'")),
-    ("queue.unbind", "write", "queue", False,
-     lambda ch: ch.queue_unbind("no-q", "ok-x", "k"), refused("queue 'no-q'")),
-    ("queue.unbind", "read", "exchange", False,
-     lambda ch: ch.queue_unbind("ok-q", "no-x", "k"), refused("exchange 'no-x'")),
-    ("exchange.bind", "write+read", "exchange, exchange", True,
-     lambda ch: ch.exchange_bind("ok-x", "ok-t", "ok.k"), ""),
-    ("exchange.bind", "write", "destination exchange", False,
-     lambda ch: ch.exchange_bind("no-x", "ok-x", "k"), refused("exchange 'no-x'")),
-    ("exchange.bind", "read", "source exchange", False,
-     lambda ch: ch.exchange_bind("ok-x", "no-x", "k"), refused("exchange 'no-x'")),
-    ("exchange.unbind", "write", "destination exchange", False,
-     lambda ch: ch.exchange_unbind("no-x", "ok-x", "k"), refused("exchange 'no-x'")),
-    ("basic.publish", "write", "exchange", True, _publish("ok-x", "k"), ""),
-    ("basic.publish", "write", "exchange", False,
-     _publish("no-x", "k"), refused("exchange 'no-x'")),
-    ("basic.publish", "write", "default exchange", False,
-     _publish("", "ok-q"), refused("exchange 'amq.default'")),
-    ("basic.get", "read", "queue", True, lambda ch: ch.basic_get("ok-q"), ""),
-    ("basic.get", "read", "queue", False,
-     lambda ch: ch.basic_get("no-q"), refused("queue 'no-q'")),
-    ("basic.consume", "read", "queue", True,
-     lambda ch: ch.basic_consume("ok-q", lambda *a: None), ""),
-    ("basic.consume", "read", "queue", False,
-     lambda ch: ch.basic_consume("no-q", lambda *a: None), refused("queue 'no-q'")),
-    ("basic.consume", "none", "direct reply-to", True,
-     lambda ch: ch.basic_consume("amq.rabbitmq.reply-to", lambda *a: None, auto_ack=True), ""),
-    ("basic.publish", "topic write", "routing key", True, _publish("ok-t", "ok.key"), ""),
-    ("basic.publish", "topic write", "routing key", False,
-     _publish("ok-t", "bad.key"), topic_refused("bad.key")),
-    ("queue.bind", "topic read", "routing key", True,
-     lambda ch: ch.queue_bind("ok-q", "ok-t", "ok.#"), ""),
-    ("queue.bind", "topic read", "routing key", False,
-     lambda ch: ch.queue_bind("ok-q", "ok-t", "bad.#"), topic_refused("bad.#")),
+def publish(exchange: str, routing_key: str, *, user_id: str | None = None) -> Op:
+    def op(ch: Any) -> None:
+        ch.confirm_delivery()
+        ch.basic_publish(exchange, routing_key, b"x", pika.BasicProperties(user_id=user_id))
+
+    return op
+
+
+def tx_publish(exchange: str, routing_key: str) -> Op:
+    def op(ch: Any) -> None:
+        ch.tx_select()
+        ch.basic_publish(exchange, routing_key, b"x")
+        ch.tx_commit()
+
+    return op
+
+
+def consume(queue: str, *, auto_ack: bool = False) -> Op:
+    return lambda ch: ch.basic_consume(queue, lambda *a: None, auto_ack=auto_ack)
+
+
+# -- RabbitMQ's answers --------------------------------------------------------------------
+
+
+def refused(user: str, what: str) -> str:
+    return f"ACCESS_REFUSED - access to {what} in vhost '{V}' refused for user '{user}'"
+
+
+def topic_refused(user: str, key: str, exchange: str = "ok-t") -> str:
+    return (
+        f"ACCESS_REFUSED - access to topic '{key}' in exchange '{exchange}' in vhost '{V}' "
+        f"refused for user '{user}'"
+    )
+
+
+def reserved(kind: str, name: str) -> str:
+    return f"ACCESS_REFUSED - {kind} name '{name}' contains reserved prefix 'amq.*'"
+
+
+DEFAULT = "ACCESS_REFUSED - operation not permitted on the default exchange"
+
+
+@dataclass(frozen=True)
+class Case:
+    operation: str
+    rule: str  # the permission or rule the case is about
+    user: str
+    op: Op
+    refusal: str = ""  # the start of RabbitMQ's reply text; "" = allowed
+    code: int = 403
+    # What an administrator sees that a refused operation must not change.
+    observe: Observe | None = None
+
+    @property
+    def hard(self) -> bool:
+        """Refused with a connection error (5xx but 506), not a channel one."""
+        return self.code >= 500
+
+    @property
+    def id(self) -> str:
+        outcome = f"refused-{self.code}" if self.refusal else "allowed"
+        who = "" if self.user == MX else f"-{self.user}"
+        return f"{self.operation}: {self.rule}{who} -> {outcome}"
+
+
+MATRIX: list[Case] = [
+    # exchange.declare: configure on the exchange (new or not); if new, amq. is reserved and
+    # an alternate exchange needs read on the new one and write on the AE; passive: nothing.
+    Case("exchange.declare", "configure, new", MX, declare_x("c-new-x")),
+    Case("exchange.declare", "configure, new", MX, declare_x("w-new-x"),
+         refused(MX, "exchange 'w-new-x'"), observe=exchange_exists("w-new-x")),
+    Case("exchange.declare", "configure, existing", MX, declare_x("c-x")),
+    Case("exchange.declare", "configure, existing", MX, declare_x("r-x"),
+         refused(MX, "exchange 'r-x'")),
+    Case("exchange.declare", "passive, no permission", MX, declare_x("no-x", passive=True)),
+    Case("exchange.declare", "an unknown type, before the permission", MX,
+         declare_x("w-new-x", kind="no-such-type"),
+         "COMMAND_INVALID - unknown exchange type 'no-such-type'", code=503),
+    Case("exchange.declare", "alternate-exchange: read new + write AE", MX,
+         declare_x("ok-ae", ae="w-x")),
+    Case("exchange.declare", "alternate-exchange: write on the AE", MX,
+         declare_x("ok-ae2", ae="r-x"), refused(MX, "exchange 'r-x'"),
+         observe=exchange_exists("ok-ae2")),
+    Case("exchange.declare", "alternate-exchange: read on the new exchange", MX,
+         declare_x("c-ae", ae="w-x"), refused(MX, "exchange 'c-ae'"),
+         observe=exchange_exists("c-ae")),
+    Case("exchange.declare", "the default exchange", AX, declare_x(""), DEFAULT),
+    Case("exchange.declare", "the default exchange, passive", AX, declare_x("", passive=True),
+         DEFAULT),
+    Case("exchange.declare", "amq. prefix, new", AX, declare_x("amq.new"),
+         reserved("exchange", "amq.new"), observe=exchange_exists("amq.new")),
+    Case("exchange.declare", "amq. exchange that exists", AX,
+         declare_x("amq.direct", durable=True)),
+    Case("exchange.declare", "amq. exchange that exists", MX,
+         declare_x("amq.direct", durable=True), refused(MX, "exchange 'amq.direct'")),
+    # exchange.delete: configure, whether it exists or not; never "" or amq.*
+    Case("exchange.delete", "configure", MX, lambda ch: ch.exchange_delete("c-xdel")),
+    Case("exchange.delete", "configure", MX, lambda ch: ch.exchange_delete("w-xdel"),
+         refused(MX, "exchange 'w-xdel'"), observe=exchange_exists("w-xdel")),
+    Case("exchange.delete", "configure, missing", MX, lambda ch: ch.exchange_delete("w-gone"),
+         refused(MX, "exchange 'w-gone'")),
+    Case("exchange.delete", "the default exchange", AX, lambda ch: ch.exchange_delete(""),
+         DEFAULT),
+    Case("exchange.delete", "amq. exchange", AX, lambda ch: ch.exchange_delete("amq.direct"),
+         "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost 'authz-m' not "
+         "allowed", observe=exchange_exists("amq.direct")),
+    # exchange.bind / unbind: write on the destination, read on the source, topic read
+    Case("exchange.bind", "write dest + read source", MX,
+         lambda ch: ch.exchange_bind("w-x", "r-x", "eb")),
+    Case("exchange.bind", "write on the destination", MX,
+         lambda ch: ch.exchange_bind("c-x", "r-x", "eb-c"), refused(MX, "exchange 'c-x'")),
+    Case("exchange.bind", "read on the source", MX,
+         lambda ch: ch.exchange_bind("w-x", "c-x", "eb-c"), refused(MX, "exchange 'c-x'")),
+    Case("exchange.bind", "the default exchange as destination", AX,
+         lambda ch: ch.exchange_bind("", "r-x", "eb"), DEFAULT),
+    Case("exchange.bind", "the default exchange as source", MX,
+         lambda ch: ch.exchange_bind("w-x", "", "eb"), DEFAULT),
+    Case("exchange.bind", "topic read on the key", MX,
+         lambda ch: ch.exchange_bind("w-x", "ok-t", f"{V}.eb")),
+    Case("exchange.bind", "topic read on the key", MX,
+         lambda ch: ch.exchange_bind("w-x", "ok-t", "bad.eb"), topic_refused(MX, "bad.eb")),
+    Case("exchange.unbind", "write dest + read source", MX,
+         lambda ch: ch.exchange_unbind("w-x", "r-x", "eb")),
+    Case("exchange.unbind", "write on the destination", MX,
+         lambda ch: ch.exchange_unbind("c-x", "r-x", "eb"), refused(MX, "exchange 'c-x'")),
+    Case("exchange.unbind", "read on the source", MX,
+         lambda ch: ch.exchange_unbind("w-x", "c-x", "eb"), refused(MX, "exchange 'c-x'")),
+    Case("exchange.unbind", "topic read on the key", MX,
+         lambda ch: ch.exchange_unbind("w-x", "ok-t", "bad.eb"), topic_refused(MX, "bad.eb")),
+    Case("exchange.unbind", "the default exchange as source", AX,
+         lambda ch: ch.exchange_unbind("w-x", "", "eb"), DEFAULT),
+    # queue.declare: amq. reserved first, configure (server-named: on the generated name);
+    # if new, a dead-letter exchange needs read on the queue and write on the DLX.
+    Case("queue.declare", "configure, new", MX, declare_q("c-new-q")),
+    Case("queue.declare", "configure, new", MX, declare_q("w-new-q"),
+         refused(MX, "queue 'w-new-q'"), observe=queue_exists("w-new-q")),
+    Case("queue.declare", "configure, existing", MX, declare_q("c-q")),
+    Case("queue.declare", "configure, existing", MX, declare_q("r-q"), refused(MX, "queue 'r-q'")),
+    Case("queue.declare", "passive, no permission", MX, declare_q("no-q", passive=True)),
+    Case("queue.declare", "server-named: configure on amq.gen-*", MX,
+         declare_q("", exclusive=True), "ACCESS_REFUSED - access to queue 'amq.gen-"),
+    Case("queue.declare", "server-named: configure on amq.gen-*", AX,
+         declare_q("", exclusive=True)),
+    Case("queue.declare", "amq. prefix", AX, declare_q("amq.q"), reserved("queue", "amq.q"),
+         observe=queue_exists("amq.q")),
+    Case("queue.declare", "amq. prefix, before the permission", MX, declare_q("amq.q"),
+         reserved("queue", "amq.q")),
+    Case("queue.declare", "x-dead-letter-exchange: read queue + write DLX", MX,
+         declare_q("ok-dlq1", dlx="w-x")),
+    Case("queue.declare", "x-dead-letter-exchange: write on the DLX", MX,
+         declare_q("ok-dlq2", dlx="r-x"), refused(MX, "exchange 'r-x'"),
+         observe=queue_exists("ok-dlq2")),
+    Case("queue.declare", "x-dead-letter-exchange: read on the queue", MX,
+         declare_q("c-dlq", dlx="w-x"), refused(MX, "queue 'c-dlq'"),
+         observe=queue_exists("c-dlq")),
+    Case("queue.declare", "x-dead-letter-exchange: the default exchange", MX,
+         declare_q("ok-dlq3", dlx=""), refused(MX, "exchange 'amq.default'")),
+    # queue.delete: configure, whether it exists or not
+    Case("queue.delete", "configure", MX, lambda ch: ch.queue_delete("c-qdel")),
+    Case("queue.delete", "configure", MX, lambda ch: ch.queue_delete("r-qdel"),
+         refused(MX, "queue 'r-qdel'"), observe=queue_exists("r-qdel")),
+    Case("queue.delete", "configure, missing", MX, lambda ch: ch.queue_delete("w-gone-q"),
+         refused(MX, "queue 'w-gone-q'")),
+    # queue.purge: read
+    Case("queue.purge", "read", MX, lambda ch: ch.queue_purge("r-q")),
+    Case("queue.purge", "read", MX, lambda ch: ch.queue_purge("c-qm"),
+         refused(MX, "queue 'c-qm'"), observe=message_count("c-qm")),
+    # queue.bind / unbind: write on the queue, read on the exchange, topic read on the key
+    Case("queue.bind", "write queue + read exchange", MX,
+         lambda ch: ch.queue_bind("w-q", "r-x", "qb")),
+    Case("queue.bind", "write on the queue", MX, lambda ch: ch.queue_bind("r-q", "r-x", "qb-r"),
+         refused(MX, "queue 'r-q'"), observe=routes("r-x", "qb-r")),
+    Case("queue.bind", "read on the exchange", MX, lambda ch: ch.queue_bind("w-q", "c-x", "qb-c"),
+         refused(MX, "exchange 'c-x'"), observe=routes("c-x", "qb-c")),
+    Case("queue.bind", "read on an amq. exchange", MX,
+         lambda ch: ch.queue_bind("w-q", "amq.topic", "qb"), refused(MX, "exchange 'amq.topic'")),
+    Case("queue.bind", "the default exchange", MX, lambda ch: ch.queue_bind("w-q", "", "qb"),
+         DEFAULT),
+    Case("queue.bind", "topic read on the key", MX,
+         lambda ch: ch.queue_bind("w-q", "ok-t", f"{V}.#")),
+    Case("queue.bind", "topic read on the key", MX,
+         lambda ch: ch.queue_bind("w-q", "ok-t", "bad.#"), topic_refused(MX, "bad.#"),
+         observe=routes("ok-t", "bad.qb")),
+    Case("queue.bind", "the channel's last queue", MX,
+         then(declare_q("ok-q"), lambda ch: ch.queue_bind("", "r-x", "qb-last"))),
+    Case("queue.bind", "the channel's last queue", MX,
+         then(declare_q("c-q"), lambda ch: ch.queue_bind("", "r-x", "qb-last-c")),
+         refused(MX, "queue 'c-q'"), observe=routes("r-x", "qb-last-c")),
+    Case("queue.unbind", "write queue + read exchange", MX,
+         lambda ch: ch.queue_unbind("w-q", "r-x", "qb")),
+    Case("queue.unbind", "write on the queue", MX,
+         lambda ch: ch.queue_unbind("r-q", "r-x", "qb"), refused(MX, "queue 'r-q'")),
+    Case("queue.unbind", "read on the exchange", MX,
+         lambda ch: ch.queue_unbind("w-q", "c-x", "qb"), refused(MX, "exchange 'c-x'")),
+    Case("queue.unbind", "topic read on the key", MX,
+         lambda ch: ch.queue_unbind("w-q", "ok-t", "bad.#"), topic_refused(MX, "bad.#")),
+    Case("queue.unbind", "the default exchange", MX, lambda ch: ch.queue_unbind("w-q", "", "qb"),
+         DEFAULT),
+    # basic.publish: write on the exchange before it is looked up; topic write on the key;
+    # user-id must be the user's own unless an impersonator.
+    Case("basic.publish", "write", MX, publish("w-x", "k")),
+    Case("basic.publish", "write", MX, publish("r-x", "sink"), refused(MX, "exchange 'r-x'"),
+         observe=message_count("sink-q")),
+    Case("basic.publish", "write on the default exchange", MX, publish("", "sink-q"),
+         refused(MX, "exchange 'amq.default'"), observe=message_count("sink-q")),
+    Case("basic.publish", "write on the default exchange", AX, publish("", "no-such-queue")),
+    Case("basic.publish", "write on an amq. exchange", MX, publish("amq.direct", "k"),
+         refused(MX, "exchange 'amq.direct'")),
+    Case("basic.publish", "write, before the exchange is looked up", MX, publish("r-gone", "k"),
+         refused(MX, "exchange 'r-gone'")),
+    Case("basic.publish", "write, then the exchange must exist", MX, publish("w-gone", "k"),
+         f"NOT_FOUND - no exchange 'w-gone' in vhost '{V}'", code=404),
+    Case("basic.publish", "write, in a transaction", MX, tx_publish("r-x", "sink"),
+         refused(MX, "exchange 'r-x'"), observe=message_count("sink-q")),
+    Case("basic.publish", "topic write on the key", MX, publish("ok-t", f"{MX}.k")),
+    Case("basic.publish", "topic write on the key", MX, publish("ok-t", "bad.k"),
+         topic_refused(MX, "bad.k"), observe=message_count("sink-t")),
+    Case("basic.publish", "topic exchange without topic permissions", MX,
+         publish("ok-t2", "any.k")),
+    Case("basic.publish", "user-id of the user", MX, publish("w-x", "k", user_id=MX)),
+    Case("basic.publish", "user-id of another user", MX, publish("w-x", "k", user_id="someone"),
+         f"PRECONDITION_FAILED - user_id property set to 'someone' but authenticated user was "
+         f"'{MX}'", code=406),
+    Case("basic.publish", "user-id of another user, impersonator", AX,
+         publish("w-x", "k", user_id="someone")),
+    # basic.get / basic.consume: read (direct reply-to: nothing)
+    Case("basic.get", "read", MX, lambda ch: ch.basic_get("r-q")),
+    Case("basic.get", "read", MX, lambda ch: ch.basic_get("c-qm"), refused(MX, "queue 'c-qm'"),
+         observe=message_count("c-qm")),
+    Case("basic.consume", "read", MX, consume("r-q")),
+    Case("basic.consume", "read", MX, consume("c-qm"), refused(MX, "queue 'c-qm'"),
+         observe=message_count("c-qm")),
+    Case("basic.consume", "the channel's last queue", MX,
+         then(declare_q("c-q"), consume("")), refused(MX, "queue 'c-q'")),
+    Case("basic.consume", "direct reply-to, no permission", MX,
+         consume("amq.rabbitmq.reply-to", auto_ack=True)),
 ]  # fmt: skip
 
 
-def _cases() -> list[Any]:
-    cases = []
-    for operation, permission, kind, allowed, op, text in MATRIX:
-        case_id = f"{operation}-{permission}-{kind}-{'allowed' if allowed else 'denied'}"
-        marks = [] if allowed else [pytest.mark.xfail(strict=True, reason=WIRING)]
-        cases.append(pytest.param(allowed, op, text, id=case_id, marks=marks))
-    return cases
+def test_case_ids_are_unique() -> None:
+    ids = [case.id for case in MATRIX]
+    assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize(("allowed", "op", "text"), _cases())
-def test_matrix(matrix_broker: tuple[Broker, Any], allowed: bool, op: Op, text: str) -> None:
-    broker, _ = matrix_broker
-    conn = login(broker, "mx", "pw", V)
+@pytest.mark.parametrize("case", MATRIX, ids=[case.id for case in MATRIX])
+def test_matrix(matrix: Target, case: Case) -> None:
+    broker = matrix.broker
+    admin = login(broker, "guest", "guest", V)
+    conn = login(broker, case.user, PASSWORDS[case.user], V)
     try:
         ch = conn.channel()
-        if allowed:
-            op(ch)
+        if not case.refusal:
+            case.op(ch)
+            assert ch.is_open
             return
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-            op(ch)
-        assert info.value.reply_code == 403
-        assert info.value.reply_text.startswith(text)
+        before = case.observe(admin) if case.observe is not None else None
+        closed: type[pika.exceptions.AMQPError] = (
+            pika.exceptions.ConnectionClosedByBroker
+            if case.hard
+            else pika.exceptions.ChannelClosedByBroker
+        )
+        with pytest.raises(closed) as info:
+            case.op(ch)
+        assert info.value.reply_code == case.code
+        assert info.value.reply_text.startswith(case.refusal), info.value.reply_text
+        if case.observe is not None:
+            assert case.observe(admin) == before
+        assert conn.is_open is not case.hard  # a channel error: the connection stays
     finally:
-        if conn.is_open:
-            conn.close()
+        for c in (conn, admin):
+            if c.is_open:
+                c.close()
 
 
-# -- connection.open, limits, the failed-login delay ---------------------------------------
-
-
-@pytest.mark.xfail(strict=True, reason=WIRING + " (RabbitMQ refuses a vhost with 530)")
-def test_vhost_without_permissions_is_530(matrix_broker: tuple[Broker, Any]) -> None:
-    broker, data = matrix_broker
-    ok(data, "add_user", "stranger", "pw")
-    text = _refused_login(broker, "stranger", "pw", V)
-    assert "(530) \"NOT_ALLOWED - access to vhost 'm' refused for user 'stranger'\"" in text
+# -- connection.open -----------------------------------------------------------------------
 
 
 def _refused_login(broker: Broker, user: str, password: str, vhost: str) -> str:
@@ -205,28 +453,51 @@ def _refused_login(broker: Broker, user: str, password: str, vhost: str) -> str:
     pytest.fail("the connection was accepted")
 
 
-def _limited(data: Any, user: str, vhost_limits: str, user_limits: str) -> None:
-    ok(data, "add_vhost", f"lim-{user}")
-    ok(data, "add_user", user, "pw")
-    ok(data, "set_permissions", "-p", f"lim-{user}", user, ".*", ".*", ".*")
-    ok(data, "set_vhost_limits", "-p", f"lim-{user}", vhost_limits)
-    ok(data, "set_user_limits", user, user_limits)
+def test_vhost_without_permissions_is_530(matrix: Target) -> None:
+    matrix.apply(Definitions(users={"authz-stranger": ("pw", ())}))
+    text = _refused_login(matrix.broker, "authz-stranger", "pw", V)
+    assert "(530)" in text
+    assert f"NOT_ALLOWED - access to vhost '{V}' refused for user 'authz-stranger'" in text
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (connection.open, channel.open)")
+def test_missing_vhost_is_530(matrix: Target) -> None:
+    text = _refused_login(matrix.broker, MX, MX_PW, "authz-no-such-vhost")
+    assert "(530)" in text
+    assert "NOT_ALLOWED - vhost authz-no-such-vhost not found" in text
+
+
+# -- limits --------------------------------------------------------------------------------
+
+
+def _limited(
+    target: Target, user: str, vhost_limits: dict[str, int], user_limits: dict[str, int]
+) -> str:
+    vhost = f"authz-lim-{user}"
+    target.apply(
+        Definitions(
+            vhosts=[vhost], users={user: ("pw", ())}, permissions=[(user, vhost, ".*", ".*", ".*")]
+        )
+    )
+    if vhost_limits:
+        target.set_vhost_limits(vhost, vhost_limits)
+    if user_limits:
+        target.set_user_limits(user, user_limits)
+    return vhost
+
+
 @pytest.mark.parametrize(
     ("vhost_limits", "user_limits", "allowed", "text"),
     [
         (
-            '{"max-connections": 2}',
-            "{}",
+            {"max-connections": 2},
+            {},
             2,
-            "NOT_ALLOWED - access to vhost 'lim-{u}' refused for user '{u}': connection limit "
-            "(2) is reached",
+            "NOT_ALLOWED - access to vhost 'authz-lim-{u}' refused for user '{u}': connection "
+            "limit (2) is reached",
         ),
         (
-            "{}",
-            '{"max-connections": 1}',
+            {},
+            {"max-connections": 1},
             1,
             "NOT_ALLOWED - connection refused for user '{u}': user connection limit (1) is reached",
         ),
@@ -234,76 +505,112 @@ def _limited(data: Any, user: str, vhost_limits: str, user_limits: str) -> None:
     ids=["vhost-max-connections", "user-max-connections"],
 )
 def test_the_n_plus_first_connection_is_refused(
-    matrix_broker: tuple[Broker, Any],
-    vhost_limits: str,
-    user_limits: str,
+    matrix: Target,
+    vhost_limits: dict[str, int],
+    user_limits: dict[str, int],
     allowed: int,
     text: str,
 ) -> None:
-    broker, data = matrix_broker
-    user = f"u{allowed}{len(vhost_limits)}"
-    _limited(data, user, vhost_limits, user_limits)
-    conns = [login(broker, user, "pw", f"lim-{user}") for _ in range(allowed)]
+    user = f"authz-c{allowed}{len(vhost_limits)}"
+    vhost = _limited(matrix, user, vhost_limits, user_limits)
+    conns = [login(matrix.broker, user, "pw", vhost) for _ in range(allowed)]
     try:
-        assert text.format(u=user) in _refused_login(broker, user, "pw", f"lim-{user}")
+        assert text.format(u=user) in _refused_login(matrix.broker, user, "pw", vhost)
+        # A place freed is a place taken.
+        conns.pop().close()
+        conns.append(login(matrix.broker, user, "pw", vhost))
     finally:
         for conn in conns:
             conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (channel.open)")
-def test_the_n_plus_first_channel_is_refused(matrix_broker: tuple[Broker, Any]) -> None:
-    broker, data = matrix_broker
-    _limited(data, "chans", "{}", '{"max-channels": 2}')
-    conn = login(broker, "chans", "pw", "lim-chans")
+def test_the_n_plus_first_channel_is_refused(matrix: Target) -> None:
+    user = "authz-chans"
+    vhost = _limited(matrix, user, {}, {"max-channels": 2})
+    first = login(matrix.broker, user, "pw", vhost)
+    conn = login(matrix.broker, user, "pw", vhost)
     try:
-        conn.channel()
+        first.channel()  # the limit counts the user's channels on all connections
+        closed = conn.channel()
+        closed.close()  # a closed channel no longer counts
         conn.channel()
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
             conn.channel()
     finally:
-        if conn.is_open:
-            conn.close()
+        for c in (first, conn):
+            if c.is_open:
+                c.close()
     assert info.value.reply_code == 530
     assert info.value.reply_text == (
-        "NOT_ALLOWED - number of channels opened for user 'chans' has reached the maximum "
+        f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the maximum "
         "allowed user limit of (2)"
     )
+    # The refused connection's channel was given back: the user may open one again.
+    again = login(matrix.broker, user, "pw", vhost)
+    again.channel()
+    again.close()
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (queue.declare)")
-def test_the_n_plus_first_queue_is_refused(matrix_broker: tuple[Broker, Any]) -> None:
-    broker, data = matrix_broker
-    _limited(data, "queues", '{"max-queues": 1}', "{}")
-    conn = login(broker, "queues", "pw", "lim-queues")
+def test_the_n_plus_first_queue_is_refused(matrix: Target) -> None:
+    user = "authz-queues"
+    vhost = _limited(matrix, user, {"max-queues": 1}, {})
+    conn = login(matrix.broker, user, "pw", vhost)
     try:
         ch = conn.channel()
         ch.queue_declare("q1")
         ch.queue_declare("q1")  # redeclaring is not a new queue
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.queue_declare("q2")
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as server_named:
+            ch.queue_declare("", exclusive=True)
     finally:
         conn.close()
     assert (info.value.reply_code, info.value.reply_text) == (
         406,
-        "PRECONDITION_FAILED - cannot declare queue 'q2': queue limit in vhost 'lim-queues' "
+        f"PRECONDITION_FAILED - cannot declare queue 'q2': queue limit in vhost '{vhost}' "
         "(1) is reached",
     )
-    conn.close()
+    assert server_named.value.reply_code == 406
+    assert server_named.value.reply_text.startswith(
+        "PRECONDITION_FAILED - cannot declare queue 'amq.gen-"
+    )
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (connection_max at connection.open)")
+@pytest.mark.leveret_only
 def test_node_connection_limit() -> None:
-    broker = start(new_data_dir(), "--connection-max", "2")
+    target = LeveretTarget("--connection-max", "2")
     conns = []
     try:
-        conns = [login(broker, "guest", "guest") for _ in range(2)]
-        text = _refused_login(broker, "guest", "guest", "/")
+        conns = [login(target.broker, "guest", "guest") for _ in range(2)]
+        text = _refused_login(target.broker, "guest", "guest", "/")
         assert "connection refused: node connection limit (2) is reached" in text
     finally:
         for conn in conns:
             conn.close()
-        broker.stop()
+        target.close()
+
+
+# -- Leveret's own rules (docs/compatibility.md) ---------------------------------------------
+
+
+@pytest.mark.leveret_only
+def test_a_revoked_permission_applies_at_once(matrix: Target) -> None:
+    """RabbitMQ caches permission checks per channel until it closes; Leveret drops each
+    connection's cache whenever the registry changes."""
+    user = "authz-revoked"
+    matrix.apply(Definitions(users={user: ("pw", ())}, permissions=[(user, V, ".*", "^ok-", ".*")]))
+    conn = login(matrix.broker, user, "pw", V)
+    try:
+        ch = conn.channel()
+        publish("ok-x", "k")(ch)
+        matrix.clear_permissions(user, V)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.basic_publish("ok-x", "k", b"x")
+    finally:
+        if conn.is_open:
+            conn.close()
+    assert info.value.reply_text == refused(user, "exchange 'ok-x'")
 
 
 def _frame(method: m.Method) -> bytes:
@@ -320,7 +627,7 @@ def _refused_login_time(broker: Broker, capability: bool) -> tuple[float, bytes]
         start_ok = m.ConnectionStartOk(
             client_properties={"capabilities": {"authentication_failure_close": capability}},
             mechanism="PLAIN",
-            response=plain_response("mx", "wrong"),
+            response=plain_response(MX, "wrong"),
             locale="en_US",
         )
         started = time.monotonic()
@@ -332,18 +639,19 @@ def _refused_login_time(broker: Broker, capability: bool) -> tuple[float, bytes]
     return elapsed, received
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING + " (the refusal is sent after FAILURE_DELAY)")
+@pytest.mark.leveret_only
 @pytest.mark.parametrize("capability", [True, False], ids=["failure-close", "no-capability"])
-def test_a_failed_login_costs_the_client_three_seconds(
-    matrix_broker: tuple[Broker, Any], capability: bool
-) -> None:
+def test_a_failed_login_costs_the_client_three_seconds(matrix: Target, capability: bool) -> None:
     """Every refused login is answered 3 s late (auth.authn.FAILURE_DELAY), with the 403
     close for clients with authentication_failure_close, by closing the socket for others
     (RabbitMQ 3.10.8's answers; RabbitMQ itself holds only clients that do not close)."""
-    broker, _ = matrix_broker
-    elapsed, received = _refused_login_time(broker, capability)
-    assert elapsed >= 2.9
+    elapsed, received = _refused_login_time(matrix.broker, capability)
+    assert 2.9 <= elapsed < 4.5
     if capability:
-        assert b"Login was refused using authentication mechanism PLAIN" in received
+        assert received.startswith(b"\x01\x00\x00")  # a method frame on channel 0
+        assert (
+            b"ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+            b"For details see the broker logfile." in received
+        )
     else:
         assert received == b""

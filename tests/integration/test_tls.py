@@ -14,6 +14,7 @@ import pika
 import pika.exceptions
 import pytest
 import trustme
+from cryptography import x509
 
 from tests.integration.ctl_support import ctl, new_data_dir, ok, start
 from tests.integration.pika_support import connection_parameters
@@ -165,11 +166,6 @@ def test_reload_on_sighup_and_by_ctl(tmp_path: Path) -> None:
         broker.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wired after the core reshaping: the 0-9-1 front end offers EXTERNAL "
-    "(auth.authn.mechanisms) and logs in through auth.authn.login",
-)
 def test_external_login_from_the_client_certificate(tmp_path: Path) -> None:
     ca = trustme.CA()
     env = {**MUTUAL, "LEVERET_SSL_CERT_LOGIN_FROM": "common_name"}
@@ -183,5 +179,36 @@ def test_external_login_from_the_client_certificate(tmp_path: Path) -> None:
         )
         _round_trip(conn, "external")
         conn.close()
+    finally:
+        broker.stop()
+
+
+def test_external_with_the_distinguished_name(tmp_path: Path) -> None:
+    """The default ssl_cert_login_from: the user is named by the certificate's whole subject
+    in RabbitMQ's format; a certificate whose user does not exist is refused (403, after the
+    failed-login delay) and the log says why; the plain listener never offers EXTERNAL."""
+    ca = trustme.CA()
+    broker, port, data = _start_tls(tmp_path, ca, MUTUAL)
+    try:
+        client = ca.issue_cert("client", common_name="app-dn")
+        dn = x509.load_pem_x509_certificate(client.cert_chain_pems[0].bytes()).subject
+        name = dn.rfc4514_string()  # CN=app-dn,OU=...,O=trustme ...: last RDN first
+        external = pika.credentials.ExternalCredentials()
+        started = time.monotonic()
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
+            _tls_connect(port, _client_context(ca, client), credentials=external)
+        assert time.monotonic() - started >= 2.9
+        assert "Login was refused using authentication mechanism EXTERNAL" in str(info.value)
+        assert f"EXTERNAL login refused for user '{name}': unknown user" in broker.log_text()
+        ok(data, "add_user", name)
+        ok(data, "set_permissions", name, ".*", ".*", ".*")
+        conn = _tls_connect(port, _client_context(ca, client), credentials=external)
+        _round_trip(conn, "external-dn")
+        conn.close()
+        # Without TLS there is no certificate: EXTERNAL is not offered (pika gives up).
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            pika.BlockingConnection(
+                connection_parameters(broker.host, broker.port, credentials=external)
+            )
     finally:
         broker.stop()

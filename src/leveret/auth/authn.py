@@ -1,6 +1,7 @@
 """The login decision: a SASL mechanism and response (``connection.start-ok``) in, a user or
-a refusal with its reason out. Every front end calls :func:`login`; ``UserStore.authenticate``
-(the PLAIN/AMQPLAIN path of today's 0-9-1 front end) calls :func:`password_login`.
+a refusal with its reason out. Every front end calls :func:`login` (the 0-9-1 one does);
+``UserStore.authenticate`` (a name and password checked outside any protocol) calls
+:func:`password_login`.
 
 A refusal is logged once, with the peer, the user name and why (unknown user, bad
 password, blank password, no password set, not allowed from this address, no certificate,

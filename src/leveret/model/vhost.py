@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.paging import Pager
 
-__all__ = ["REPLY_TO", "REPLY_TO_PREFIX", "Exchange", "VirtualHost"]
+__all__ = ["REPLY_TO", "REPLY_TO_PREFIX", "Exchange", "VirtualHost", "new_queue_name"]
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -55,6 +55,11 @@ EQUIVALENT_QUEUE_ARGS = (
     "x-max-age",
     "x-stream-max-segment-size-bytes",
 )
+
+
+def new_queue_name() -> str:
+    """A name for a server-named queue (RabbitMQ's ``amq.gen-`` and 128 random bits)."""
+    return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 def _fmt(value: object) -> str:
@@ -267,7 +272,11 @@ class VirtualHost:
         exclusive: bool = False,
         auto_delete: bool = False,
         arguments: Mapping[str, object] | None = None,
+        generated_name: str = "",
     ) -> Queue:
+        """``generated_name``: the name a server-named queue (``name`` "") gets, made by
+        the caller with :func:`new_queue_name` so that it can be checked first (access
+        control); by default one is made here."""
         if passive:
             if name == REPLY_TO or (
                 name.startswith(REPLY_TO_PREFIX)
@@ -279,7 +288,7 @@ class VirtualHost:
                 queue.touch()  # RabbitMQ: a passive declare counts as a use too
             return queue
         if name == "":
-            name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            name = generated_name or new_queue_name()
         elif name.startswith("amq."):
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         existing = self.queues.get(name)

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.connection")
 
+# Seconds between ticks until the connection is open: a refused login is answered when its
+# delay ends (auth.authn.FAILURE_DELAY), give or take this.
+HANDSHAKE_TICK = 0.25
+
 
 def _is_loopback(host: str) -> bool:
     return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
@@ -42,12 +46,12 @@ class ConnectionProtocol(asyncio.Protocol):
         registry: set[ConnectionProtocol],
         alarm: MemoryAlarm,
         *,
-        cert_login_from: str | None = None,
+        cert_login_from: str = "distinguished_name",
     ) -> None:
         self.alarm = alarm
-        # TLS listeners: how a verified client certificate names its user (SASL EXTERNAL).
+        # ssl_cert_login_from: which part of a client certificate names its user.
         self.cert_login_from = cert_login_from
-        self._certificate_identity: str | None = None
+        self._identity: str | None = None
         self.broker = broker
         self.users = users
         self.limits = limits
@@ -75,11 +79,11 @@ class ConnectionProtocol(asyncio.Protocol):
         host, port = (peername[0], peername[1]) if peername else ("?", 0)
         self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._loopback = _is_loopback(host)
+        # Python fills peercert only for a certificate it verified (amqps with verify_peer).
+        self._identity = certificate_identity(
+            transport.get_extra_info("peercert"), self.cert_login_from
+        )
         self._accepted = self.loop.time()
-        if self.cert_login_from is not None:
-            self._certificate_identity = certificate_identity(
-                transport.get_extra_info("peercert"), self.cert_login_from
-            )
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
         self._arm_timer()
@@ -108,7 +112,7 @@ class ConnectionProtocol(asyncio.Protocol):
                 self.peer,
                 self._loopback,
                 self._accepted,
-                self._certificate_identity,
+                self._identity,
             )
         )
         amqp.on_output = self._schedule_flush
@@ -184,6 +188,8 @@ class ConnectionProtocol(asyncio.Protocol):
         amqp = self.amqp
         # Tick often enough for heartbeats (half an interval) and close handshakes.
         interval = amqp.heartbeat / 2 if amqp is not None and amqp.heartbeat else 1.0
+        if amqp is None or amqp.client is None:
+            interval = HANDSHAKE_TICK
         self._timer = self.loop.call_later(min(interval, 1.0), self._on_timer)
 
     def _on_timer(self) -> None:

@@ -77,7 +77,8 @@ class FrontEndContext:
     peer: str
     loopback: bool
     now: float
-    # The user name a verified TLS client certificate stands for (SASL EXTERNAL), if any.
+    # The user name the peer's verified TLS client certificate gives (SASL EXTERNAL);
+    # None on plain connections and without a verified certificate.
     certificate_identity: str | None = None
 
 
@@ -92,6 +93,7 @@ def _amqp091(context: FrontEndContext) -> FrontEnd:
         loopback=context.loopback,
         limits=context.limits,
         now=context.now,
+        certificate_identity=context.certificate_identity,
     )
 
 

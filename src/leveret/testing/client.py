@@ -145,8 +145,10 @@ class CodecClient:
         limits: Limits | None = None,
         clock: FakeClock | None = None,
         peer: str = "127.0.0.1:50000",
+        certificate_identity: str | None = None,
     ) -> CodecClient:
-        """A fresh server connection (new broker and guest/guest store unless given)."""
+        """A fresh server connection (new broker and guest/guest store unless given);
+        ``certificate_identity``: as if over TLS with a verified client certificate."""
         clock = clock if clock is not None else FakeClock()
         conn = AMQP091Connection(
             broker if broker is not None else Broker(),
@@ -155,6 +157,7 @@ class CodecClient:
             loopback=loopback,
             limits=limits if limits is not None else Limits(),
             now=clock.now,
+            certificate_identity=certificate_identity,
         )
         return cls(conn, clock)
 

@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from leveret.auth.authn import FAILURE_DELAY
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
@@ -113,6 +114,7 @@ def test_wrong_password_with_authentication_failure_close_gets_403() -> None:
     client.send_header()
     client.expect(0, m.ConnectionStart)
     client.start_ok(password="wrong")
+    client.tick(FAILURE_DELAY)  # a refusal is answered after the delay
     close = expect_connection_close(client, 403)
     assert "ACCESS_REFUSED" in close.reply_text
     assert (close.class_id, close.method_id) == (10, 11)
@@ -133,6 +135,7 @@ def test_unknown_user_is_refused() -> None:
     client.send_header()
     client.expect(0, m.ConnectionStart)
     client.start_ok(user="nobody", password="guest")
+    client.tick(FAILURE_DELAY)
     expect_connection_close(client, 403)
 
 
@@ -141,6 +144,7 @@ def test_guest_is_refused_from_a_non_loopback_peer() -> None:
     client.send_header()
     client.expect(0, m.ConnectionStart)
     client.start_ok()
+    client.tick(FAILURE_DELAY)
     expect_connection_close(client, 403)
 
 

@@ -1,20 +1,28 @@
 """The server side of an AMQP 0-9-1 connection as a sans-IO machine: bytes and ``now`` in,
 encoded frames out (``out``), what the connection means to a broker left to a subclass.
 
-It owns the protocol header, the connection class (start/start-ok with PLAIN and AMQPLAIN,
-tune/tune-ok negotiation, open, close in both directions, blocked/unblocked, update-secret),
-heartbeats and the handshake and close timeouts (``tick(now)``), channel states (open,
-closing: everything but close/close-ok dropped, as the spec asks), content assembly, the
-output buffer, fair turns of ``TURN_FRAMES`` frames, and the one place where an
-``AMQPError`` becomes ``channel.close`` (soft) or ``connection.close`` (hard), filled in with
-the class and method id of the command being handled. The two per-message methods,
-basic.publish and basic.ack, are read straight from the frame in the common case.
+It owns the protocol header, the connection class (start/start-ok, the SASL decision and
+its delay left to the subclass; tune/tune-ok negotiation, open, close in both directions,
+blocked/unblocked, update-secret), heartbeats and the handshake, login-refusal and close
+timeouts (``tick(now)``), channel states (open, closing: everything but close/close-ok
+dropped, as the spec asks), content assembly, the output buffer, fair turns of
+``TURN_FRAMES`` frames, and the one place where an ``AMQPError`` becomes ``channel.close``
+(soft) or ``connection.close`` (hard), filled in with the class and method id of the command
+being handled. The two per-message methods, basic.publish and basic.ack, are read straight
+from the frame in the common case.
 
 Theory of operation (spec 0-9-1 section 4.2 and the connection class):
 
     HEADER --protocol header--> START --start-ok--> TUNE --tune-ok--> OPEN
     OPEN --connection.open--> RUNNING --hard error / we close--> CLOSING --close-ok--> CLOSED
     RUNNING --client connection.close--> CLOSED (after close-ok is written)
+    START --refused start-ok--> CLOSED, reading nothing, the transport kept open until the
+        refusal's delay has passed (``tick``); then connection.close 403 --> CLOSING, or the
+        transport is closed
+
+Before tune-ok, frames are limited to the spec's minimum frame size (4096 octets, refused
+at the header as the spec allows), so an unauthenticated peer cannot make the server buffer
+a large frame; tune-ok raises the limit to the negotiated frame-max.
 
 A subclass (the broker's front end, ``server/amqp091/connection.py``) supplies the meaning
 through the hook methods at the end of the class: who may log in and open which vhost, what
@@ -29,7 +37,7 @@ import logging
 import struct
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leveret.errors import (
     BY_CODE,
@@ -45,13 +53,14 @@ from leveret.errors import (
 )
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.protocol.amqp091.fieldtable import FieldTable, decode_table
+from leveret.protocol.amqp091._generated.constants import FRAME_MIN_SIZE
 from leveret.protocol.amqp091.framing import FRAME_END_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
+    from leveret.protocol.amqp091.fieldtable import FieldTable
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -60,6 +69,7 @@ __all__ = [
     "PACED_TURN_FRAMES",
     "TURN_FRAMES",
     "Limits",
+    "LoginOutcome",
     "ServerConnection",
     "State",
 ]
@@ -86,6 +96,25 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+class LoginOutcome(Protocol):
+    """What the ``_login`` hook decides (``leveret.auth.authn.Login`` is one): the user, or a
+    refusal answered ``delay`` seconds later with connection.close 403 ``close_text`` to a
+    client with the ``authentication_failure_close`` capability, else (or when
+    ``close_text`` is None) by closing the socket."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def username(self) -> str: ...
+
+    @property
+    def close_text(self) -> str | None: ...
+
+    @property
+    def delay(self) -> float: ...
 
 
 class State(Enum):
@@ -132,7 +161,7 @@ class ServerConnection:
         self._out_size = 0
         self._out_full = False
         self._transport_paused = False
-        self.decoder = framing.FrameDecoder(frame_max=limits.frame_max)
+        self.decoder = framing.FrameDecoder(frame_max=FRAME_MIN_SIZE)
         self._header = bytearray()
         self.channels: dict[int, ChannelState] = {}
         self.user_name = ""
@@ -145,6 +174,10 @@ class ServerConnection:
         self.last_sent = now
         self.created = now
         self.close_deadline: float | None = None
+        # A refused login waiting for its delay: when to answer, and the 403 text to send
+        # then ("" = close the socket without a close method).
+        self.refusal_deadline: float | None = None
+        self._refusal_text = ""
         self.should_close_transport = False
         self.close_reason = ""
         # Set by the adapter: called when output appears outside data_received.
@@ -363,7 +396,7 @@ class ServerConnection:
             return False
         bits = payload[rk_end]
         try:
-            self._check_publish(channel, exchange)
+            self._check_publish(channel, exchange, routing_key)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 40
@@ -488,6 +521,7 @@ class ServerConnection:
 
     def connection_lost(self) -> None:
         self.state = State.CLOSED
+        self.refusal_deadline = None
         self._release()
 
     # -- flow control ----------------------------------------------------------------
@@ -508,6 +542,10 @@ class ServerConnection:
 
     def tick(self, now: float) -> None:
         """Send a heartbeat when idle, close when the peer went silent (two intervals)."""
+        if self.refusal_deadline is not None:
+            if now >= self.refusal_deadline:
+                self._answer_refusal(now)
+            return
         if self.state is State.CLOSING:
             if self.close_deadline is not None and now >= self.close_deadline:
                 self.state = State.CLOSED
@@ -550,7 +588,7 @@ class ServerConnection:
                 version_major=0,
                 version_minor=9,
                 server_properties=self._server_properties(),
-                mechanisms=b"PLAIN AMQPLAIN",
+                mechanisms=" ".join(self._mechanisms()).encode(),
                 locales=b"en_US",
             ),
         )
@@ -607,26 +645,11 @@ class ServerConnection:
         self.client_properties = method.client_properties
         caps = method.client_properties.get("capabilities")
         self.client_capabilities = caps if isinstance(caps, dict) else {}
-        username, password = self._credentials(method.mechanism, method.response)
-        if not self._login(username, password):
-            log.warning(
-                "connection from %s: login refused for user '%s' with mechanism %s",
-                self.peer,
-                username,
-                method.mechanism,
-            )
-            text = (
-                f"Login was refused using authentication mechanism {method.mechanism}. "
-                "For details see the broker logfile."
-            )
-            if self.client_capabilities.get("authentication_failure_close") is True:
-                self.state = State.OPEN  # so that _hard_close sends the close method
-                self._hard_close(AccessRefused(text, hard=True, class_id=10, method_id=11))
-            else:
-                self.state = State.CLOSED
-                self.should_close_transport = True
+        outcome = self._login(method.mechanism, method.response)
+        if not outcome.ok:
+            self._refuse_login(outcome)
             return
-        self.user_name = username
+        self.user_name = outcome.username
         self.state = State.TUNE
         self.send_method(
             0,
@@ -637,22 +660,39 @@ class ServerConnection:
             ),
         )
 
-    def _credentials(self, mechanism: str, response: bytes) -> tuple[str, str]:
-        try:
-            if mechanism == "PLAIN":
-                parts = response.split(b"\x00")
-                if len(parts) != 3:
-                    raise SyntaxError_("malformed PLAIN response")
-                return parts[1].decode(), parts[2].decode()
-            if mechanism == "AMQPLAIN":
-                table, _ = decode_table(len(response).to_bytes(4, "big") + response, 0)
-                login, password = table.get("LOGIN"), table.get("PASSWORD")
-                if not isinstance(login, str) or not isinstance(password, str):
-                    raise SyntaxError_("AMQPLAIN response without LOGIN and PASSWORD")
-                return login, password
-        except UnicodeDecodeError as exc:
-            raise SyntaxError_("credentials are not UTF-8") from exc
-        raise AccessRefused(f"unsupported authentication mechanism '{mechanism}'", hard=True)
+    def _refuse_login(self, outcome: LoginOutcome) -> None:
+        """Read nothing more; answer once ``outcome.delay`` has passed (``tick``), so that
+        every guess costs the client that long."""
+        text = outcome.close_text
+        if text is None or self.client_capabilities.get("authentication_failure_close") is not True:
+            text = ""
+        self._refusal_text = text
+        self.refusal_deadline = self.last_received + outcome.delay
+        self.close_reason = "login refused"
+        self.state = State.CLOSED
+        self._release()
+
+    def _answer_refusal(self, now: float) -> None:
+        text = self._refusal_text
+        self.refusal_deadline = None
+        # Frames the client pipelined after its start-ok were never handled: drop them.
+        self._pending, self._pending_pos = [], 0
+        if not text:
+            self.should_close_transport = True
+            return
+        # 10/11, the start-ok that failed, as the spec asks (RabbitMQ 3.10 sends 0/0).
+        refusal = AccessRefused(text, hard=True, class_id=10, method_id=11)
+        self.send_method(
+            0,
+            m.ConnectionClose(
+                reply_code=refusal.reply_code,
+                reply_text=refusal.full_text(),
+                class_id=refusal.class_id,
+                method_id=refusal.method_id,
+            ),
+        )
+        self.state = State.CLOSING
+        self.close_deadline = now + 5.0
 
     def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
         limits = self.limits
@@ -749,7 +789,15 @@ class ServerConnection:
                 )
             )
             return
-        self.channels[channel_id] = self._new_channel(channel_id)
+        try:
+            channel = self._new_channel(channel_id)
+        except AMQPError as exc:
+            # A refusal of the broker (the user's channel limit): a connection error.
+            if not exc.class_id:
+                exc.class_id, exc.method_id = 20, 10
+            self._hard_close(exc)
+            return
+        self.channels[channel_id] = channel
         self.send_method(channel_id, m.ChannelOpenOk())
 
     # -- hooks: what the connection means to a broker (a subclass supplies them) ---------
@@ -767,8 +815,12 @@ class ServerConnection:
         """connection.start's server-properties (product, version, capabilities...)."""
         raise NotImplementedError
 
-    def _login(self, username: str, password: str) -> bool:
-        """Whether these credentials may log in from this peer."""
+    def _mechanisms(self) -> list[str]:
+        """The SASL mechanisms connection.start offers, in preference order."""
+        raise NotImplementedError
+
+    def _login(self, mechanism: str, response: bytes) -> LoginOutcome:
+        """Whether the start-ok's ``mechanism`` and ``response`` log in from this peer."""
         raise NotImplementedError
 
     def _open_vhost(self, name: str) -> None:
@@ -776,7 +828,7 @@ class ServerConnection:
         raise NotImplementedError
 
     def _new_channel(self, channel_id: int) -> ChannelState:
-        """A channel was opened."""
+        """A channel was opened; raises the AMQP error that refuses it (a hard one)."""
         raise NotImplementedError
 
     def _channel_closed(self, channel: ChannelState) -> None:
@@ -787,8 +839,9 @@ class ServerConnection:
         """A method other than channel.open/close/close-ok arrived on an open channel."""
         raise NotImplementedError
 
-    def _check_publish(self, channel: ChannelState, exchange: str) -> None:
-        """basic.publish to ``exchange`` arrived; raises if it cannot be published to."""
+    def _check_publish(self, channel: ChannelState, exchange: str, routing_key: str) -> None:
+        """basic.publish to ``exchange`` with ``routing_key`` arrived; raises if it may not
+        be published."""
         raise NotImplementedError
 
     def _content(

@@ -1,6 +1,7 @@
 """One AMQP 0-9-1 channel of the broker: the protocol's channel state (content assembly,
 deliver encoding) plus the ``Session`` behind it, whose output (deliveries, returns,
-confirms, server-sent cancels) it turns into frames. Owned by the front end's connection.
+confirms, server-sent cancels) it turns into frames, and the connection's ``Guard``.
+Owned by the front end's connection.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Client
     from leveret.model.message import Message
     from leveret.protocol.amqp091.connection import ServerConnection
+    from leveret.server.guard import Guard
 
 
 class Channel(ChannelState):
@@ -30,9 +32,12 @@ class Channel(ChannelState):
         channel_id: int,
         client: Client,
         consumer_timeout: float | None,
+        guard: Guard,
     ) -> None:
         super().__init__(channel_id)
         self.conn = conn
+        # The connection's access checks, which the handlers make before the core acts.
+        self.guard = guard
         self.session = Session(client.vhost, client, self, consumer_timeout=consumer_timeout)
         client.attach(channel_id, self.session)
 

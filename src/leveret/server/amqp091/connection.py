@@ -1,8 +1,10 @@
 """The broker's AMQP 0-9-1 front end: the protocol's connection machine
 (``protocol/amqp091/connection.py``) given its meaning in the broker core — who may log in
-and open which vhost (``auth/``), channels with their ``Session``, the method handlers
-(``handlers.py``), where a completed publish goes, confirms flushed once per turn, and the
-pacing of publishers whose queues' consumers fall behind.
+(``auth.authn``) and open which vhost within its limits (``UserStore.open_connection``),
+what the user may do there (``server/guard.py``, checked by the handlers and on publish),
+channels with their ``Session`` (counted against the user's channel limit), the method
+handlers (``handlers.py``), where a completed publish goes, confirms flushed once per turn,
+and the pacing of publishers whose queues' consumers fall behind.
 
 Sans-IO like the machine it extends: ``server/connection.py`` is its asyncio adapter.
 """
@@ -14,18 +16,21 @@ import socket
 from typing import TYPE_CHECKING, cast
 
 from leveret import __version__
-from leveret.errors import AccessRefused, CommandInvalid, NotAllowed, PreconditionFailed
+from leveret.auth import authn
+from leveret.errors import CommandInvalid, NotAllowed
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, ServerConnection
 from leveret.server.amqp091.channel import Channel
 from leveret.server.amqp091.handlers import HANDLERS
 from leveret.server.amqp091.message import wire_message
+from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
+    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
-    from leveret.model.message import Message
     from leveret.protocol.amqp091._generated import methods as m
     from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
+    from leveret.protocol.amqp091.connection import LoginOutcome
     from leveret.protocol.amqp091.fieldtable import FieldTable
     from leveret.server.amqp091.session import Session
 
@@ -47,13 +52,19 @@ class AMQP091Connection(ServerConnection):
         loopback: bool,
         limits: Limits = DEFAULT_LIMITS,
         now: float = 0.0,
+        certificate_identity: str | None = None,
     ) -> None:
         super().__init__(peer=peer, limits=limits, now=now)
         self.broker = broker
         self.users = users
         self.loopback = loopback
+        # The user name the client's verified TLS certificate gives (SASL EXTERNAL).
+        self.certificate_identity = certificate_identity
         self.client: Client | None = None
         self.user: User | None = None
+        # Set at connection.open: what the user may do in the vhost, until released.
+        self.access: Access | None = None
+        self.guard: Guard | None = None
         self._confirming: set[Session] = set()
 
     # -- hooks of the machine ------------------------------------------------------------
@@ -102,29 +113,47 @@ class AMQP091Connection(ServerConnection):
             "capabilities": capabilities,
         }
 
-    def _login(self, username: str, password: str) -> bool:
-        self.user = self.users.authenticate(username, password, loopback=self.loopback)
-        return self.user is not None
+    def _mechanisms(self) -> list[str]:
+        return authn.mechanisms(self.users, certificate_identity=self.certificate_identity)
+
+    def _login(self, mechanism: str, response: bytes) -> LoginOutcome:
+        login = authn.login(
+            self.users,
+            mechanism,
+            response,
+            loopback=self.loopback,
+            peer=self.peer,
+            certificate_identity=self.certificate_identity,
+        )
+        self.user = login.user
+        return login
 
     def _open_vhost(self, name: str) -> None:
         assert self.user is not None
+        # RabbitMQ's checks in its order (the vhost, access to it, the connection limits),
+        # all 530; the connection counts against the limits from here until released.
+        access = self.users.open_connection(self.user, name, peer=self.peer)
         vhost = self.broker.vhosts.get(name)
         if vhost is None:
+            access.close()
             raise NotAllowed(f"vhost {name} not found")
-        if name not in self.user.vhosts:
-            raise AccessRefused(
-                f"access to vhost '{name}' refused for user '{self.user.name}'", hard=True
-            )
+        self.access = access
+        self.guard = Guard(access, vhost)
         product = self.client_properties.get("product", "")
         self.client = self.broker.connect(vhost, self.user.name, f"{self.peer} ({product!s})")
         self.client.writable = self.writable
 
     def _new_channel(self, channel_id: int) -> ChannelState:
         assert self.client is not None
-        return Channel(self, channel_id, self.client, self.broker.consumer_timeout)
+        assert self.access is not None
+        assert self.guard is not None
+        self.access.open_channel()
+        return Channel(self, channel_id, self.client, self.broker.consumer_timeout, self.guard)
 
     def _channel_closed(self, channel: ChannelState) -> None:
         session = cast("Channel", channel).session
+        if not session.closed and self.access is not None:
+            self.access.close_channel()
         session.close()
         self._confirming.discard(session)
         if self.client is not None:
@@ -136,15 +165,17 @@ class AMQP091Connection(ServerConnection):
             raise CommandInvalid(f"method {method.NAME} is not allowed from a client")
         handler(cast("Channel", channel), method)
 
-    def _check_publish(self, channel: ChannelState, exchange: str) -> None:
-        cast("Channel", channel).session.check_publish(exchange)
+    def _check_publish(self, channel: ChannelState, exchange: str, routing_key: str) -> None:
+        channel = cast("Channel", channel)
+        channel.guard.publish(exchange, routing_key, channel.session.publisher)
 
     def _content(
         self, channel: ChannelState, publish: PendingPublish, raw_properties: bytes, body: bytes
     ) -> None:
         message = wire_message(publish.exchange, publish.routing_key, raw_properties, body)
         if len(raw_properties) > 1 and raw_properties[1] & _USER_ID_FLAG:
-            self._check_user_id(message)
+            # Only then are the properties decoded: the user's own name, or an impersonator.
+            cast("Channel", channel).guard.check_user_id(message.properties.user_id)
         session = cast("Channel", channel).session
         session.publish(
             publish.exchange,
@@ -159,18 +190,15 @@ class AMQP091Connection(ServerConnection):
     def _ack(self, channel: ChannelState, delivery_tag: int, multiple: bool) -> None:
         cast("Channel", channel).session.ack(delivery_tag, multiple=multiple)
 
-    def _check_user_id(self, message: Message) -> None:
-        user_id = message.properties.user_id
-        name = self.user.name if self.user is not None else ""
-        if user_id is not None and user_id != name:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{name}'"
-            )
-
     def _release(self) -> None:
-        """Give back everything the connection held in the broker."""
+        """Give back everything the connection held in the broker, and its place in the
+        connection and channel limits."""
         client = self.client
         self.client = None
         super()._release()
         if client is not None:
             client.close()
+        access = self.access
+        if access is not None:
+            self.access = None
+            access.close()

@@ -2,6 +2,10 @@
 core: exchange, queue, basic (but the per-message publish and ack, which the connection
 reads on its fast path), tx and confirm. ``HANDLERS`` maps a method's index to its handler;
 errors are raised as ``AMQPError`` and turned into closes by the connection machine.
+
+Each handler that touches a resource first asks the connection's ``Guard`` (permissions,
+topic permissions, the vhost's queue limit) with the names the core will see, after the
+protocol's shortcuts (the empty queue name, the empty binding key) are resolved.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ def ignore(channel: Channel, method: Any) -> None:
 
 
 def exchange_declare(channel: Channel, method: m.ExchangeDeclare) -> None:
+    channel.guard.exchange_declare(
+        method.exchange, method.type, passive=method.passive, arguments=method.arguments
+    )
     channel.session.vhost.declare_exchange(
         method.exchange,
         method.type,
@@ -46,12 +53,14 @@ def exchange_declare(channel: Channel, method: m.ExchangeDeclare) -> None:
 
 
 def exchange_delete(channel: Channel, method: m.ExchangeDelete) -> None:
+    channel.guard.exchange_delete(method.exchange)
     channel.session.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
     if not method.no_wait:
         channel.conn.send_method(channel.id, m.ExchangeDeleteOk())
 
 
 def exchange_bind(channel: Channel, method: m.ExchangeBind) -> None:
+    channel.guard.exchange_bind(method.destination, method.source, method.routing_key)
     channel.session.vhost.bind_exchange(
         method.destination, method.source, method.routing_key, method.arguments
     )
@@ -60,6 +69,7 @@ def exchange_bind(channel: Channel, method: m.ExchangeBind) -> None:
 
 
 def exchange_unbind(channel: Channel, method: m.ExchangeUnbind) -> None:
+    channel.guard.exchange_unbind(method.destination, method.source, method.routing_key)
     channel.session.vhost.unbind_exchange(
         method.destination, method.source, method.routing_key, method.arguments
     )
@@ -69,6 +79,10 @@ def exchange_unbind(channel: Channel, method: m.ExchangeUnbind) -> None:
 
 def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
     session = channel.session
+    # A server-named queue's name is made first, so that it is checked before it exists.
+    name = channel.guard.queue_declare(
+        method.queue, passive=method.passive, arguments=method.arguments
+    )
     queue = session.vhost.declare_queue(
         method.queue,
         owner=session.owner,
@@ -77,6 +91,7 @@ def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
         exclusive=method.exclusive,
         auto_delete=method.auto_delete,
         arguments=method.arguments,
+        generated_name=name,
     )
     session.last_queue = queue.name
     count = queue.message_count
@@ -99,10 +114,12 @@ def _routing_key(method: m.QueueBind | m.QueueUnbind, queue: str) -> str:
 def queue_bind(channel: Channel, method: m.QueueBind) -> None:
     session = channel.session
     queue = session.queue_name(method.queue)
+    routing_key = _routing_key(method, queue)
+    channel.guard.queue_bind(queue, method.exchange, routing_key)
     session.vhost.bind_queue(
         queue,
         method.exchange,
-        _routing_key(method, queue),
+        routing_key,
         method.arguments,
         owner=session.owner,
     )
@@ -113,10 +130,12 @@ def queue_bind(channel: Channel, method: m.QueueBind) -> None:
 def queue_unbind(channel: Channel, method: m.QueueUnbind) -> None:
     session = channel.session
     queue = session.queue_name(method.queue)
+    routing_key = _routing_key(method, queue)
+    channel.guard.queue_unbind(queue, method.exchange, routing_key)
     session.vhost.unbind_queue(
         queue,
         method.exchange,
-        _routing_key(method, queue),
+        routing_key,
         method.arguments,
         owner=session.owner,
     )
@@ -125,7 +144,9 @@ def queue_unbind(channel: Channel, method: m.QueueUnbind) -> None:
 
 def queue_purge(channel: Channel, method: m.QueuePurge) -> None:
     session = channel.session
-    queue = session.vhost.queue(session.queue_name(method.queue), session.owner)
+    name = session.queue_name(method.queue)
+    channel.guard.queue_purge(name)
+    queue = session.vhost.queue(name, session.owner)
     if isinstance(queue, StreamQueue):
         raise stream_refusal(queue, "queue.purge")
     count = queue.purge()
@@ -135,8 +156,10 @@ def queue_purge(channel: Channel, method: m.QueuePurge) -> None:
 
 def queue_delete(channel: Channel, method: m.QueueDelete) -> None:
     session = channel.session
+    name = session.queue_name(method.queue)
+    channel.guard.queue_delete(name)
     count = session.vhost.delete_queue(
-        session.queue_name(method.queue),
+        name,
         owner=session.owner,
         if_unused=method.if_unused,
         if_empty=method.if_empty,
@@ -155,6 +178,7 @@ def basic_consume(channel: Channel, method: m.BasicConsume) -> None:
     conn = channel.conn
     # consume-ok must precede the first delivery, so register after replying.
     queue_name = session.queue_name(method.queue)
+    channel.guard.consume(queue_name)
     if queue_name != REPLY_TO:
         queue_name = session.vhost.queue(queue_name, session.owner).name
     tag = method.consumer_tag
@@ -182,12 +206,14 @@ def basic_cancel(channel: Channel, method: m.BasicCancel) -> None:
 
 
 def basic_publish(channel: Channel, method: m.BasicPublish) -> None:
-    channel.session.check_publish(method.exchange)
+    channel.guard.publish(method.exchange, method.routing_key, channel.session.publisher)
     channel.start_content(method)
 
 
 def basic_get(channel: Channel, method: m.BasicGet) -> None:
-    result = channel.session.get(method.queue, no_ack=method.no_ack)
+    queue = channel.session.queue_name(method.queue)
+    channel.guard.get(queue)
+    result = channel.session.get(queue, no_ack=method.no_ack)
     if result is None:
         channel.conn.send_method(channel.id, m.BasicGetEmpty())
         return

@@ -15,6 +15,8 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp091.session",
     "leveret.server.amqp091.message",
     "leveret.server.connection",
+    "leveret.server.legacy.connection",
+    "leveret.server.legacy.channel",
     "leveret.model.message",
     "leveret.model.entry",
     "leveret.model.consumer",

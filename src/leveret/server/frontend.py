@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.server.amqp091 import AMQP091Connection
+from leveret.server.legacy.connection import LegacyConnection
+from leveret.server.legacy.dialects import DIALECTS, Dialect
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
@@ -92,9 +94,28 @@ def _amqp091(context: FrontEndContext) -> FrontEnd:
 
 DEFAULT_FRONT_END: FrontEndFactory = _amqp091
 
+
+def _legacy(dialect: Dialect) -> FrontEndFactory:
+    def make(context: FrontEndContext) -> FrontEnd:
+        return LegacyConnection(
+            context.broker,
+            context.users,
+            dialect,
+            peer=context.peer,
+            loopback=context.loopback,
+            limits=context.limits,
+            now=context.now,
+        )
+
+    return make
+
+
 # Protocol header -> front end. AMQP 0-9-1 (``AMQP 0 0 9 1``) is the default for every header
-# not listed here.
-FRONT_ENDS: dict[bytes, FrontEndFactory] = {}
+# not listed here. AMQP 0-8 (``AMQP 1 1 8 0`` and ``AMQP 1 1 9 1``) and 0-9 (``AMQP 1 1 0 9``):
+# the 0-9-1 front end with their differences translated at its edge (server/legacy/).
+FRONT_ENDS: dict[bytes, FrontEndFactory] = {
+    header: _legacy(dialect) for dialect in DIALECTS for header in dialect.headers
+}
 
 
 def choose(head: bytes) -> FrontEndFactory | None:

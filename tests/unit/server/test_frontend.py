@@ -17,7 +17,10 @@ def _other(context: FrontEndContext) -> FrontEnd:
     raise AssertionError("not called by choose")
 
 
-def test_every_header_goes_to_0_9_1_when_nothing_else_is_listed() -> None:
+def test_every_header_goes_to_0_9_1_when_nothing_else_is_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(frontend, "FRONT_ENDS", {})
     assert choose(b"AMQP\x00\x00\x09\x01") is DEFAULT_FRONT_END
     assert choose(b"HTTP/1.1") is DEFAULT_FRONT_END
     assert choose(b"A") is DEFAULT_FRONT_END  # no listed header: no need to wait

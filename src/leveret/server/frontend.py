@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.server.amqp091 import AMQP091Connection
+from leveret.server.amqpfast import FastConnection
 from leveret.server.legacy.connection import LegacyConnection
 from leveret.server.legacy.dialects import DIALECTS, Dialect
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp091.connection import Limits
 
-__all__ = ["FRONT_ENDS", "HEADER_SIZE", "FrontEnd", "FrontEndContext", "choose"]
+__all__ = ["FRONT_ENDS", "HEADER_SIZE", "INITIATIONS", "FrontEnd", "FrontEndContext", "choose"]
 
 # Every AMQP protocol header is 8 octets ("AMQP" + 4 octets of version).
 HEADER_SIZE = 8
@@ -118,9 +119,27 @@ FRONT_ENDS: dict[bytes, FrontEndFactory] = {
 }
 
 
+def _amqpfast(context: FrontEndContext) -> FrontEnd:
+    return FastConnection(
+        context.broker,
+        context.users,
+        peer=context.peer,
+        loopback=context.loopback,
+        limits=context.limits,
+        now=context.now,
+    )
+
+
+# Initiations shorter than an AMQP header, told apart by their first octet (never "A"):
+# AMQP/Fast 0.8a2's ``128 <version>`` (RFC 006, 3.2.2; the version is the machine's to check).
+INITIATIONS: dict[int, FrontEndFactory] = {128: _amqpfast}
+
+
 def choose(head: bytes) -> FrontEndFactory | None:
     """The front end for a connection whose first bytes are ``head``; None while more bytes
     are needed to tell (a prefix of a listed header shorter than a whole header)."""
+    if head and head[0] in INITIATIONS:
+        return INITIATIONS[head[0]]
     if len(head) >= HEADER_SIZE:
         return FRONT_ENDS.get(head[:HEADER_SIZE], DEFAULT_FRONT_END)
     if any(header.startswith(head) for header in FRONT_ENDS):

@@ -374,3 +374,38 @@ def test_0_8_test_class() -> None:
     assert (ok.integer_result, ok.string_result) == (5, b"x")
     client.send(1, m08.TestInteger(operation=9))
     assert client.expect(0, m08.ConnectionClose).reply_code == 503
+
+
+# -- through the core to 0-9-1 and back ----------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
+def test_messages_cross_between_the_old_versions_and_0_9_1(dialect: Dialect) -> None:
+    from leveret.protocol.amqp091._generated.properties import BasicProperties
+    from leveret.testing import CodecClient
+
+    broker = Broker()
+    old = LegacyClient.connect(dialect, broker)
+    old.handshake()
+    old.open_channel(1)
+    new = CodecClient.connect(broker)
+    new.handshake()
+    new.open_channel(1)
+    mm = old.methods
+    old.send(1, mm.QueueDeclare(queue="x"))
+    old.expect(1, mm.QueueDeclareOk)
+    props = old.properties.BasicProperties(
+        content_type="text/plain", headers={"n": 1, "s": "v"}, delivery_mode=2, priority=4
+    )
+    old.send_content(1, mm.BasicPublish(routing_key="x"), b"old to new", props)
+    new.send(1, m091.BasicGet(queue="x", no_ack=True))
+    got = new.expect_content(1, m091.BasicGetOk)
+    assert got.body == b"old to new"
+    assert got.properties == BasicProperties(
+        content_type="text/plain", headers={"n": 1, "s": "v"}, delivery_mode=2, priority=4
+    )
+    new.publish(1, "", "x", b"new to old", BasicProperties(correlation_id="c", reply_to="r"))
+    old.send(1, mm.BasicGet(queue="x", no_ack=True))
+    back = old.expect_content(1, mm.BasicGetOk)
+    assert back.body == b"new to old"
+    assert (back.properties.correlation_id, back.properties.reply_to) == ("c", "r")

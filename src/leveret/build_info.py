@@ -22,6 +22,8 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp10.links",
     "leveret.server.connection",
     "leveret.server.guard",
+    "leveret.server.legacy.connection",
+    "leveret.server.legacy.channel",
     "leveret.model.message",
     "leveret.model.entry",
     "leveret.model.consumer",

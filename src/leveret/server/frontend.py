@@ -20,13 +20,16 @@ from leveret.protocol.amqp010.framing import PROTOCOL_HEADER as AMQP010_HEADER
 from leveret.server.amqp010 import AMQP010Connection
 from leveret.server.amqp091 import AMQP091Connection
 from leveret.server.amqp10.connection import AMQP10Connection
+from leveret.server.amqpfast import FastConnection
+from leveret.server.legacy.connection import LegacyConnection
+from leveret.server.legacy.dialects import DIALECTS, Dialect
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp091.connection import Limits
 
-__all__ = ["FRONT_ENDS", "HEADER_SIZE", "FrontEnd", "FrontEndContext", "choose"]
+__all__ = ["FRONT_ENDS", "HEADER_SIZE", "INITIATIONS", "FrontEnd", "FrontEndContext", "choose"]
 
 # Every AMQP protocol header is 8 octets ("AMQP" + 4 octets of version).
 HEADER_SIZE = 8
@@ -121,19 +124,55 @@ def _amqp10(context: FrontEndContext) -> FrontEnd:
 
 DEFAULT_FRONT_END: FrontEndFactory = _amqp091
 
+
+def _legacy(dialect: Dialect) -> FrontEndFactory:
+    def make(context: FrontEndContext) -> FrontEnd:
+        return LegacyConnection(
+            context.broker,
+            context.users,
+            dialect,
+            peer=context.peer,
+            loopback=context.loopback,
+            limits=context.limits,
+            now=context.now,
+        )
+
+    return make
+
+
 # Protocol header -> front end. AMQP 0-9-1 (``AMQP 0 0 9 1``) is the default for every header
-# not listed here.
+# not listed here. AMQP 0-8 (``AMQP 1 1 8 0`` and ``AMQP 1 1 9 1``) and 0-9 (``AMQP 1 1 0 9``):
+# the 0-9-1 front end with their differences translated at its edge (server/legacy/).
 FRONT_ENDS: dict[bytes, FrontEndFactory] = {
     AMQP010_HEADER: _amqp010,  # AMQP 1 1 0 10
     # AMQP 1.0, and its SASL layer's header (spec 2.2, 5.3.1): the 1.0 front end.
     b"AMQP\x00\x01\x00\x00": _amqp10,
     b"AMQP\x03\x01\x00\x00": _amqp10,
+    **{header: _legacy(dialect) for dialect in DIALECTS for header in dialect.headers},
 }
+
+
+def _amqpfast(context: FrontEndContext) -> FrontEnd:
+    return FastConnection(
+        context.broker,
+        context.users,
+        peer=context.peer,
+        loopback=context.loopback,
+        limits=context.limits,
+        now=context.now,
+    )
+
+
+# Initiations shorter than an AMQP header, told apart by their first octet (never "A"):
+# AMQP/Fast 0.8a2's ``128 <version>`` (RFC 006, 3.2.2; the version is the machine's to check).
+INITIATIONS: dict[int, FrontEndFactory] = {128: _amqpfast}
 
 
 def choose(head: bytes) -> FrontEndFactory | None:
     """The front end for a connection whose first bytes are ``head``; None while more bytes
     are needed to tell (a prefix of a listed header shorter than a whole header)."""
+    if head and head[0] in INITIATIONS:
+        return INITIATIONS[head[0]]
     if len(head) >= HEADER_SIZE:
         return FRONT_ENDS.get(head[:HEADER_SIZE], DEFAULT_FRONT_END)
     if any(header.startswith(head) for header in FRONT_ENDS):

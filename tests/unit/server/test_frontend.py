@@ -17,14 +17,18 @@ def _other(context: FrontEndContext) -> FrontEnd:
     raise AssertionError("not called by choose")
 
 
-def test_every_unlisted_header_goes_to_0_9_1() -> None:
+def test_every_header_goes_to_0_9_1_when_nothing_else_is_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(frontend, "FRONT_ENDS", {})
     assert choose(b"AMQP\x00\x00\x09\x01") is DEFAULT_FRONT_END
     assert choose(b"HTTP/1.1") is DEFAULT_FRONT_END
     assert choose(b"H") is DEFAULT_FRONT_END  # no listed header starts so: no need to wait
-    assert choose(b"A") is None  # could still be AMQP 0-10's
+    assert choose(b"A") is DEFAULT_FRONT_END
 
 
 def test_the_0_10_header_goes_to_the_0_10_front_end() -> None:
+    assert choose(b"A") is None  # could still be AMQP 0-10's (or 1.0's, 0-8's, 0-9's)
     factory = choose(b"AMQP\x01\x01\x00\x0a")
     assert factory is frontend.FRONT_ENDS[b"AMQP\x01\x01\x00\x0a"]
     assert factory is not DEFAULT_FRONT_END

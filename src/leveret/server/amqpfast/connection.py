@@ -1,0 +1,541 @@
+"""The broker's AMQP/Fast 0.8a2 front end: ``FastServer``'s events (``protocol/amqpfast``)
+mapped onto the core, with the ``FrontEnd`` surface the asyncio adapter drives.
+
+What each RFC 006 notion becomes:
+
+- login and CONNECTION OPEN: the user registry and a vhost named by the virtual path, as for
+  0-9-1 (402 INVALID_PATH for an unknown vhost, 403 when the user has no access to it);
+- a channel: a 0-9-1 ``Session`` (the same delivery bookkeeping, QoS, settlement and
+  transactions); message-nbrs map to the session's delivery tags; CHANNEL ACK settles
+  (accept), HANDLE UNGET releases (requeue), a closed handle or channel gives back what it
+  held; a transacted channel is a core transaction (COMMIT / ROLLBACK);
+- a queue destination: the queue of that name (it must exist: destinations are "managed at
+  the server end", 3.5.2.1), sent to through the default exchange; a temporary queue is an
+  exclusive queue of this connection, deleted with its channel (3.5.2.2);
+- a topic destination: the routing key of a message published to ``amq.topic``; a consumer of
+  a topic gets a queue of its own bound to ``amq.topic`` with the destination as binding key:
+  exclusive and gone with the handle for a temporary subscription, durable and named
+  ``<client-name>.<identifier>`` for a durable one (ended by HANDLE CANCEL);
+- HANDLE CONSUME: a consumer with the handle's prefetch as credit (``unreliable``: settled
+  as it goes out); HANDLE FLOW pauses and resumes it;
+- HANDLE QUERY / BROWSE: a queue's ready messages numbered 1..n in their order.
+
+Messages are converted to and from the core's 0-9-1 form by ``mapping.py``. Sans-IO: bytes in
+(``data_received``), bytes out (``take_output``), time as arguments.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from leveret.errors import AMQPError
+from leveret.model.consumer import UNLIMITED
+from leveret.protocol.amqpfast import events as ev
+from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer
+from leveret.server.amqp091.session import Session
+from leveret.server.amqpfast.mapping import from_message, to_message
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from leveret.auth.users import User, UserStore
+    from leveret.model.broker import Broker, Client
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.message import Message
+    from leveret.model.queue import Queue
+    from leveret.protocol.amqp091.connection import Limits
+
+__all__ = ["FastConnection"]
+
+log = logging.getLogger("leveret.connection")
+
+TOPIC_EXCHANGE = "amq.topic"
+_numbers = itertools.count(1)
+
+
+@dataclass
+class _Handle:
+    channel_id: int
+    service: ev.ServiceType
+    dest_name: str
+    temporary: bool
+    consumer_tag: str = ""
+    # The queue made for a topic subscription (deleted with the handle unless durable).
+    subscription: str = ""
+    durable: bool = False
+    prefetch: int = 0
+    unreliable: bool = False
+
+
+@dataclass
+class _Channel:
+    session: Session
+    sink: _Sink
+    # message-nbr -> the session's delivery tag, for deliveries not yet acknowledged.
+    tags: dict[int, int] = field(default_factory=dict)
+    temporaries: list[str] = field(default_factory=list)
+
+
+class _Sink:
+    """A channel's ``SessionSink``: deliveries become HANDLE NOTIFYs."""
+
+    def __init__(self, conn: FastConnection, channel_id: int) -> None:
+        self.conn = conn
+        self.channel_id = channel_id
+
+    def deliver(
+        self, consumer_tag: str, delivery_tag: int, redelivered: bool, message: Message
+    ) -> None:
+        self.conn.deliver(self.channel_id, consumer_tag, delivery_tag, redelivered, message)
+
+    def returned(self, reply_code: int, reply_text: str, message: Message) -> None:
+        """Nothing is published mandatory: AMQP/Fast has no returns."""
+
+    def confirm(self, delivery_tag: int, *, multiple: bool, ack: bool) -> None:
+        """No publisher confirms in AMQP/Fast."""
+
+    def consumer_cancelled(self, consumer_tag: str) -> None:
+        self.conn.consumer_gone(consumer_tag)
+
+
+def _settle(session: Session, tag: int, *, accept: bool) -> None:
+    """Acknowledge (accept) or give back (requeue) one delivery of ``session``."""
+    try:
+        if accept:
+            session.ack(tag)
+        else:
+            session.reject(tag, requeue=True)
+    except AMQPError:
+        pass  # already settled: a consumer timeout or a closed handle gave it back
+
+
+class FastConnection:
+    """One AMQP/Fast client connection to the broker, without I/O."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        users: UserStore,
+        *,
+        peer: str,
+        loopback: bool,
+        limits: Limits,
+        now: float = 0.0,
+    ) -> None:
+        self.broker = broker
+        self.users = users
+        self.peer = peer
+        self.loopback = loopback
+        self.number = next(_numbers)
+        self.server = FastServer(
+            frame_max=max(limits.frame_max, 1024) if limits.frame_max else 131072,
+            channel_max=limits.channel_max,
+            temporary_prefix=f"fast.temp-{self.number}",
+            now=now,
+        )
+        self.on_output: Callable[[], None] | None = None
+        self.client: Client | None = None
+        self.user: User | None = None
+        self.published = False
+        self.paced = False
+        self.blocked = False
+        self.heartbeat = 0
+        self.should_close_transport = False
+        self.close_reason = ""
+        self.channels: dict[int, _Channel] = {}
+        self.handles: dict[int, _Handle] = {}
+        self._by_tag: dict[str, int] = {}
+        self.client_name = ""
+        self._in_receive = False
+
+    # -- FrontEnd -----------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        return False
+
+    def data_received(self, data: bytes, now: float) -> None:
+        self.broker.timers.now = now
+        self.server.receive_data(data, now)
+        self._in_receive = True
+        try:
+            self._run()
+        except Exception:
+            # A bug of ours costs this connection, never the broker (541 + traceback).
+            log.exception("internal error on AMQP/Fast connection %s", self.peer)
+            self.server.close(541, "internal error; see the broker log")
+        finally:
+            self._in_receive = False
+
+    def run_turn(self) -> None:
+        """Every command is handled as it arrives (no turns to run)."""
+
+    def take_output(self, now: float) -> list[bytes]:
+        data = self.server.data_to_send()
+        return [data] if data else []
+
+    def tick(self, now: float) -> None:
+        closed = self.server.tick(now)
+        if closed is not None:
+            self.close_reason = closed.reply_text
+            self._release()
+            self.should_close_transport = True
+        self._wrote()
+
+    def set_writable(self, writable: bool) -> None:
+        if self.client is not None and self.client.writable != writable:
+            self.client.set_writable(writable)
+
+    def block(self, reason: str) -> None:
+        self.blocked = True
+
+    def unblock(self, now: float) -> None:
+        self.blocked = False
+
+    def close(self, reply_code: int, reply_text: str, now: float) -> None:
+        self.server.close(reply_code, reply_text)
+        self._wrote()
+
+    def connection_lost(self) -> None:
+        self._release()
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _wrote(self) -> None:
+        if not self._in_receive and self.on_output is not None:
+            self.on_output()
+
+    def _run(self) -> None:
+        server = self.server
+        while True:
+            event = server.next_event()
+            if event is NEED_DATA:
+                return
+            if event is PAUSED:
+                # A decision was taken while handling the event that paused it; if the
+                # machine is still paused, nothing more can be read until the next call.
+                return
+            assert isinstance(event, ev.Event)
+            self._event(event)
+
+    def _event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.MessageReceived):
+            self._publish(event)
+        elif isinstance(event, ev.Acked):
+            self._acked(event.channel_id, event.message_nbrs)
+        elif isinstance(event, ev.LoginRequested):
+            self._login(event)
+        elif isinstance(event, ev.OpenRequested):
+            self._open(event)
+        elif isinstance(event, ev.ChannelOpened):
+            self._channel_opened(event)
+        elif isinstance(event, ev.ChannelClosed):
+            self._channel_closed(event.channel_id, event.handle_ids)
+        elif isinstance(event, ev.HandleOpened):
+            self._handle_opened(event)
+        elif isinstance(event, ev.HandleClosed):
+            self._handle_closed(event.handle_id, event.unacked)
+        elif isinstance(event, ev.ConsumeRequested):
+            self._consume(event)
+        elif isinstance(event, ev.CancelRequested):
+            self._cancel_subscription(event)
+        elif isinstance(event, ev.FlowChanged):
+            self._flow(event.handle_id, event.paused)
+        elif isinstance(event, ev.UngetRequested):
+            self._unget(event.channel_id, event.message_nbr)
+        elif isinstance(event, ev.Committed):
+            self._commit(event.channel_id)
+        elif isinstance(event, ev.RolledBack):
+            self.channels[event.channel_id].session.rollback()
+        elif isinstance(event, ev.QueryRequested):
+            self._query(event)
+        elif isinstance(event, ev.BrowseRequested):
+            self._browse(event)
+        elif isinstance(event, ev.ConnectionClosed):
+            self.close_reason = event.reply_text
+            self._release()
+            self.should_close_transport = True
+
+    # -- connection ------------------------------------------------------------------------
+
+    def _login(self, event: ev.LoginRequested) -> None:
+        user = None
+        if event.mechanism == "PLAIN":
+            user = self.users.authenticate(event.login, event.password, loopback=self.loopback)
+        if user is None:
+            log.warning(
+                "AMQP/Fast connection from %s: login refused for '%s'", self.peer, event.login
+            )
+            self.server.refuse_login("ACCESS_REFUSED - login refused")
+            return
+        self.user = user
+        self.server.accept_login()
+
+    def _open(self, event: ev.OpenRequested) -> None:
+        user = self.user
+        assert user is not None
+        vhost = self.broker.vhosts.get(event.virtual_path)
+        if vhost is None:
+            self.server.refuse_open(402, f"INVALID_PATH - vhost {event.virtual_path} not found")
+            return
+        if event.virtual_path not in user.vhosts:
+            self.server.refuse_open(
+                403, f"ACCESS_REFUSED - access to vhost '{event.virtual_path}' refused"
+            )
+            return
+        self.client_name = event.client_name
+        self.client = self.broker.connect(vhost, user.name, f"{self.peer} (AMQP/Fast)")
+        self.server.accept_open()
+        log.info(
+            "AMQP/Fast connection %s opened: user '%s', vhost '%s'",
+            self.peer,
+            user.name,
+            event.virtual_path,
+        )
+
+    def _release(self) -> None:
+        client, self.client = self.client, None
+        for channel in self.channels.values():
+            channel.session.close()
+        self.channels.clear()
+        self.handles.clear()
+        if client is not None:
+            client.close()
+
+    # -- channels --------------------------------------------------------------------------
+
+    def _channel_opened(self, event: ev.ChannelOpened) -> None:
+        client = self.client
+        assert client is not None
+        sink = _Sink(self, event.channel_id)
+        session = Session(client.vhost, client, sink, consumer_timeout=None)
+        if event.transacted:
+            session.select_tx()
+        self.channels[event.channel_id] = _Channel(session, sink)
+
+    def _channel_closed(self, channel_id: int, handle_ids: tuple[int, ...]) -> None:
+        for handle_id in handle_ids:
+            self._drop_handle(handle_id)
+        channel = self.channels.pop(channel_id, None)
+        if channel is None:
+            return
+        channel.session.close()  # cancels consumers, requeues what was not acknowledged
+        vhost = channel.session.vhost
+        for name in channel.temporaries:
+            queue = vhost.queues.get(name)
+            if queue is not None:
+                vhost.remove_queue(queue)
+
+    def _acked(self, channel_id: int, nbrs: tuple[int, ...]) -> None:
+        channel = self.channels[channel_id]
+        for nbr in nbrs:
+            tag = channel.tags.pop(nbr, None)
+            if tag is not None:
+                _settle(channel.session, tag, accept=True)
+
+    def _unget(self, channel_id: int, nbr: int) -> None:
+        channel = self.channels[channel_id]
+        tag = channel.tags.pop(nbr, None)
+        if tag is not None:
+            _settle(channel.session, tag, accept=False)
+
+    def _commit(self, channel_id: int) -> None:
+        # The CHANNEL REPLY goes out with this turn's output; the store's sync follows.
+        self.channels[channel_id].session.commit(lambda ok: None)
+
+    # -- handles ---------------------------------------------------------------------------
+
+    def _handle_opened(self, event: ev.HandleOpened) -> None:
+        channel = self.channels[event.channel_id]
+        handle = _Handle(event.channel_id, event.service, event.dest_name, event.temporary)
+        self.handles[event.handle_id] = handle
+        if event.temporary and event.service is ev.ServiceType.QUEUE:
+            vhost = channel.session.vhost
+            existing = vhost.queues.get(event.dest_name)
+            if existing is not None and existing.exclusive_owner is not self.client:
+                self.server.close_handle(
+                    event.handle_id, 405, f"RESOURCE_LOCKED - queue '{event.dest_name}' in use"
+                )
+                return
+            if existing is not None:
+                existing.purge()  # reopening a temporary queue purges it (3.5.2.2)
+                return
+            try:
+                vhost.declare_queue(event.dest_name, owner=self.client, exclusive=True)
+            except AMQPError as exc:
+                self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+                return
+            channel.temporaries.append(event.dest_name)
+
+    def _drop_handle(self, handle_id: int) -> None:
+        handle = self.handles.pop(handle_id, None)
+        if handle is None:
+            return
+        channel = self.channels.get(handle.channel_id)
+        if channel is not None and handle.consumer_tag:
+            self._by_tag.pop(handle.consumer_tag, None)
+            channel.session.cancel(handle.consumer_tag)
+        if channel is not None and handle.subscription and not handle.durable:
+            vhost = channel.session.vhost
+            queue = vhost.queues.get(handle.subscription)
+            if queue is not None:
+                vhost.remove_queue(queue)
+
+    def _handle_closed(self, handle_id: int, unacked: tuple[int, ...]) -> None:
+        handle = self.handles.get(handle_id)
+        channel = self.channels.get(handle.channel_id) if handle is not None else None
+        # The consumer goes first, so what is given back is not handed to it again.
+        self._drop_handle(handle_id)
+        if channel is None:
+            return
+        tags = [channel.tags.pop(nbr) for nbr in unacked if nbr in channel.tags]
+        for tag in tags:
+            _settle(channel.session, tag, accept=False)
+
+    def _publish(self, event: ev.MessageReceived) -> None:
+        channel = self.channels[event.channel_id]
+        handle = self.handles[event.handle_id]
+        session = channel.session
+        exchange = TOPIC_EXCHANGE if handle.service is ev.ServiceType.TOPIC else ""
+        message = to_message(
+            exchange, event.destination, event.header, event.body, session.vhost.timers.wall
+        )
+        session.publish(exchange, event.destination, message)
+        self.published = True
+
+    def _consume(self, event: ev.ConsumeRequested) -> None:
+        channel = self.channels[event.channel_id]
+        handle = self.handles[event.handle_id]
+        session = channel.session
+        vhost = session.vhost
+        queue_name = event.destination
+        try:
+            if handle.service is ev.ServiceType.TOPIC:
+                queue_name = self._subscribe(channel, handle, event)
+            elif queue_name not in vhost.queues:
+                self.server.close_handle(
+                    event.handle_id, 404, f"NOT_FOUND - no queue '{queue_name}'"
+                )
+                return
+            tag = f"amq.fast-{self.number}-{event.handle_id}"
+            handle.consumer_tag = tag
+            handle.prefetch = event.prefetch
+            handle.unreliable = event.unreliable
+            self._by_tag[tag] = event.handle_id
+            session.prefetch_count = event.prefetch
+            session.consume(queue_name, tag, no_ack=event.unreliable, exclusive=False, arguments={})
+        except AMQPError as exc:
+            self._by_tag.pop(handle.consumer_tag, None)
+            handle.consumer_tag = ""
+            self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+
+    def _subscribe(self, channel: _Channel, handle: _Handle, event: ev.ConsumeRequested) -> str:
+        """The queue of a topic subscription, bound to amq.topic with the destination."""
+        vhost = channel.session.vhost
+        if event.identifier:
+            name = f"{self._client_name()}.{event.identifier}"
+            queue: Queue = vhost.declare_queue(name, owner=self.client, durable=True)
+            handle.durable = True
+        else:
+            # A temporary subscription: a server-named queue of this connection.
+            queue = vhost.declare_queue("", owner=self.client, exclusive=True)
+        handle.subscription = queue.name
+        vhost.bind_queue(queue.name, TOPIC_EXCHANGE, event.destination, {}, owner=self.client)
+        return queue.name
+
+    def _client_name(self) -> str:
+        """Durable subscriptions belong to the client name (CONNECTION OPEN), else the user."""
+        return self.client_name or (self.user.name if self.user else "fast")
+
+    def _cancel_subscription(self, event: ev.CancelRequested) -> None:
+        channel = self.channels[event.channel_id]
+        vhost = channel.session.vhost
+        name = f"{self._client_name()}.{event.identifier}"
+        handle = self.handles.get(event.handle_id)
+        if handle is not None and handle.subscription == name and handle.consumer_tag:
+            channel.session.cancel(handle.consumer_tag)
+            self._by_tag.pop(handle.consumer_tag, None)
+            handle.consumer_tag = handle.subscription = ""
+        queue = vhost.queues.get(name)
+        if queue is not None:
+            vhost.remove_queue(queue)
+
+    def _flow(self, handle_id: int, paused: bool) -> None:
+        handle = self.handles.get(handle_id)
+        if handle is None or not handle.consumer_tag:
+            return
+        channel = self.channels[handle.channel_id]
+        consumer = channel.session.consumers.get(handle.consumer_tag)
+        if consumer is None:
+            return
+        if paused:
+            consumer.credit = 0
+        else:
+            consumer.credit = (
+                UNLIMITED if handle.unreliable else max(handle.prefetch - consumer.unsettled, 0)
+            )
+            consumer.queue.dispatch()
+
+    def _query(self, event: ev.QueryRequested) -> None:
+        entries = self._browsable(event.handle_id, event.destination)
+        listing = f"1-{len(entries)}" if len(entries) > 1 else ("1" if entries else "")
+        self.server.index(event.handle_id, event.message_nbr, listing.encode())
+
+    def _browse(self, event: ev.BrowseRequested) -> None:
+        handle = self.handles.get(event.handle_id)
+        entries = self._browsable(event.handle_id, handle.dest_name if handle else "")
+        if not 1 <= event.message_nbr <= len(entries):
+            self.server.browse_missing(event.handle_id, event.confirm_tag)
+            return
+        message = entries[event.message_nbr - 1].message
+        wall = self.channels[self.handles[event.handle_id].channel_id].session.vhost.timers.wall
+        self.server.notify(
+            event.handle_id, from_message(message, wall), message.body, delivered=False
+        )
+
+    def _browsable(self, handle_id: int, destination: str) -> list[QueuedMessage]:
+        """The ready messages of queue ``destination`` (the full name), in order."""
+        handle = self.handles.get(handle_id)
+        if handle is None:
+            return []
+        vhost = self.channels[handle.channel_id].session.vhost
+        queue = vhost.queues.get(destination)
+        return [] if queue is None else queue.ready_entries()
+
+    # -- deliveries ------------------------------------------------------------------------
+
+    def deliver(
+        self,
+        channel_id: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        message: Message,
+    ) -> None:
+        handle_id = self._by_tag.get(consumer_tag)
+        channel = self.channels.get(channel_id)
+        if handle_id is None or channel is None:
+            return
+        handle = self.handles[handle_id]
+        header = from_message(message, channel.session.vhost.timers.wall)
+        nbr = self.server.notify(
+            handle_id,
+            header,
+            message.body,
+            dest_name=message.routing_key if handle.service is ev.ServiceType.TOPIC else "",
+            redelivered=redelivered,
+        )
+        if not handle.unreliable:
+            channel.tags[nbr] = delivery_tag
+        self._wrote()
+
+    def consumer_gone(self, consumer_tag: str) -> None:
+        """The consumer's queue was deleted: the handle can no longer consume."""
+        handle_id = self._by_tag.pop(consumer_tag, None)
+        if handle_id is not None and handle_id in self.handles:
+            self.handles[handle_id].consumer_tag = ""
+            self.server.close_handle(handle_id, 404, "NOT_FOUND - the queue was deleted")
+            self._wrote()

@@ -1,0 +1,237 @@
+"""The broker's AMQP 0-8 and 0-9 front ends: the 0-9-1 front end with a translating edge.
+
+``LegacyConnection`` is an ``AMQP091Connection`` (same machine, sessions and handlers) for a
+client that sent an older protocol header. Everything the versions share with 0-9-1 octet for
+octet goes through the 0-9-1 code unchanged; what differs is in the connection's
+``Dialect`` (``dialects.py``) and is translated here, at the edge, frame by frame:
+
+- inbound method frames: a renamed id is rewritten to 0-9-1's, a short argument list padded,
+  a refused id answered with 541 as RabbitMQ does, and a method of the version's own
+  (``access``, ``file``, ``stream``, ``message``, ``channel.ping``...) decoded with the
+  version's codec and handed to ``handlers.py``;
+- outbound methods: ``send_method`` encodes the few replies whose form differs with the
+  version's codec (0-8's ``connection.close`` 10/60, its field-less ``channel.open-ok``);
+- content frames of the ``file`` and ``stream`` classes (class ids 70 and 80), which the
+  0-9-1 assembly refuses, are assembled by the channel (``channel.py``);
+- ``connection.start`` names the version (8-0 or 0-9), with RabbitMQ's empty capabilities
+  table for 0-8.
+
+Sans-IO like the machine it extends; ``server/frontend.py`` picks it from the header.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from leveret.errors import (
+    AMQPError,
+    ChannelError,
+    FrameError,
+    InternalError,
+    SyntaxError_,
+    UnexpectedFrame,
+)
+from leveret.protocol.amqp091 import framing
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, State
+from leveret.server.amqp091.connection import AMQP091Connection
+from leveret.server.legacy.channel import LegacyChannel
+from leveret.server.legacy.handlers import LEGACY_HANDLERS, not_implemented
+
+if TYPE_CHECKING:
+    from leveret.auth.users import UserStore
+    from leveret.model.broker import Broker
+    from leveret.protocol.amqp091.channel import ChannelState
+    from leveret.protocol.amqp091.fieldtable import FieldTable
+    from leveret.server.legacy.dialects import Dialect
+
+__all__ = ["LegacyConnection"]
+
+log = logging.getLogger("leveret.connection")
+
+_METHOD = framing.FRAME_METHOD
+_HEADER = framing.FRAME_HEADER
+_BODY = framing.FRAME_BODY
+
+
+class LegacyConnection(AMQP091Connection):
+    """One client connection speaking AMQP 0-8 or 0-9 to the broker, without I/O."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        users: UserStore,
+        dialect: Dialect,
+        *,
+        peer: str,
+        loopback: bool,
+        limits: Limits = DEFAULT_LIMITS,
+        now: float = 0.0,
+    ) -> None:
+        super().__init__(broker, users, peer=peer, loopback=loopback, limits=limits, now=now)
+        self.dialect = dialect
+        # The broker-wide state of the older classes (file staging areas, message
+        # references), kept on the broker object so that it outlives a connection.
+        self.legacy_state: Any = None
+
+    # -- the protocol header and connection.start ------------------------------------------
+
+    def _protocol_header(self, data: bytes) -> bytes:
+        needed = 8 - len(self._header)
+        self._header += data[:needed]
+        rest = data[needed:]
+        if len(self._header) < 8:
+            return b""
+        if bytes(self._header) not in self.dialect.headers:
+            # The front end is chosen by the header, so this is a bug of the caller.
+            raise RuntimeError(f"header {bytes(self._header)!r} is not {self.dialect.name}'s")
+        self.state = State.START
+        self._send_start()
+        return rest
+
+    def _send_start(self) -> None:
+        dialect = self.dialect
+        self.send_method(
+            0,
+            m.ConnectionStart(
+                version_major=dialect.version_major,
+                version_minor=dialect.version_minor,
+                server_properties=self._server_properties(),
+                # RabbitMQ's order on these headers (its 0-9-1 answer lists the same two).
+                mechanisms=b"AMQPLAIN PLAIN",
+                locales=b"en_US",
+            ),
+        )
+
+    def _server_properties(self) -> FieldTable:
+        properties = super()._server_properties()
+        if not self.dialect.capabilities:
+            # 0-8 field tables have no boolean; RabbitMQ sends an empty table.
+            properties["capabilities"] = {}
+        return properties
+
+    # -- output ----------------------------------------------------------------------------
+
+    def send_method(self, channel_id: int, method: m.Method) -> None:
+        encode = self.dialect.outbound.get(method.INDEX)
+        payload = method.encode() if encode is None else encode(method)
+        if not payload:
+            return
+        self.out.append(framing.encode_method_frame(channel_id, payload))
+        self._wrote()
+
+    def send_legacy(self, channel_id: int, payload: bytes) -> None:
+        """A method of the version's own codec, encoded by the caller."""
+        self.out.append(framing.encode_method_frame(channel_id, payload))
+        self._wrote()
+
+    # -- input -----------------------------------------------------------------------------
+
+    def _frame(self, frame: framing.Frame) -> None:
+        frame_type, channel_id, payload = frame
+        if frame_type == _METHOD:
+            if len(payload) >= 4:
+                key = int.from_bytes(payload[:4], "big")
+                dialect = self.dialect
+                if key in dialect.own:
+                    self._own_method(channel_id, payload)
+                    return
+                if key in dialect.renamed:
+                    renamed = dialect.renamed[key]
+                    payload = renamed.to_bytes(4, "big") + bytes(payload[4:])
+                    frame = framing.Frame(frame_type, channel_id, payload)
+                elif key in dialect.padded:
+                    frame = framing.Frame(
+                        frame_type, channel_id, bytes(payload) + dialect.padded[key]
+                    )
+                elif key in dialect.refused:
+                    # RabbitMQ 3.10.8's answer to the other version's connection.close
+                    # (tests/data/rabbitmq-headers): 541, class 0, method 0.
+                    self._hard_close(InternalError())
+                    return
+        elif frame_type in (_HEADER, _BODY) and channel_id:
+            channel = self.channels.get(channel_id)
+            if isinstance(channel, LegacyChannel) and channel.assembling() and not channel.closing:
+                self._legacy_content(channel, frame_type, payload)
+                return
+        super()._frame(frame)
+
+    def _own_method(self, channel_id: int, payload: bytes | memoryview) -> None:
+        """A method only the older version has: decoded with its codec, then handled."""
+        try:
+            method = self.dialect.decode(payload)
+        except SyntaxError_ as exc:
+            self._hard_close(FrameError(str(exc), class_id=exc.class_id, method_id=exc.method_id))
+            return
+        except AMQPError as exc:
+            self._hard_close(exc)
+            return
+        class_id: int = method.CLASS_ID
+        method_id: int = method.METHOD_ID
+        name: str = method.NAME
+        if self.state is State.CLOSING:
+            return
+        if channel_id == 0 or self.state is not State.RUNNING:
+            self._hard_close(
+                UnexpectedFrame(
+                    f"method {name} is not allowed on channel {channel_id} now",
+                    class_id=class_id,
+                    method_id=method_id,
+                )
+            )
+            return
+        channel = self.channels.get(channel_id)
+        if channel is None:
+            self._hard_close(
+                ChannelError(
+                    f"expected 'channel.open' on channel {channel_id}",
+                    class_id=class_id,
+                    method_id=method_id,
+                )
+            )
+            return
+        if channel.closing:
+            return
+        if channel.expecting_content() or cast("LegacyChannel", channel).assembling():
+            self._hard_close(
+                UnexpectedFrame(
+                    f"expected content on channel {channel_id}, got {name}",
+                    class_id=class_id,
+                    method_id=method_id,
+                )
+            )
+            return
+        handler = LEGACY_HANDLERS.get(type(method), not_implemented)
+        try:
+            handler(cast("LegacyChannel", channel), method)
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = class_id, method_id
+            self._error(channel, exc)
+
+    def _legacy_content(
+        self, channel: LegacyChannel, frame_type: int, payload: bytes | memoryview
+    ) -> None:
+        try:
+            if frame_type == _HEADER:
+                channel.legacy_header(payload, self.limits.max_message_size)
+            else:
+                channel.legacy_body(payload)
+            if channel.legacy_complete():
+                channel.finish_content()
+                self.published = True
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = channel.content_method()
+            self._error(channel, exc)
+
+    # -- channels --------------------------------------------------------------------------
+
+    def _new_channel(self, channel_id: int) -> ChannelState:
+        assert self.client is not None
+        return LegacyChannel(self, channel_id, self.client, self.broker.consumer_timeout)
+
+    def _channel_closed(self, channel: ChannelState) -> None:
+        cast("LegacyChannel", channel).close_legacy()
+        super()._channel_closed(channel)

@@ -71,7 +71,7 @@ def _start(client: CodecClient) -> m.ConnectionStart:
 
 def _open(client: CodecClient, vhost: str = V) -> None:
     client.expect(0, m.ConnectionTune)
-    client.send(0, m.ConnectionTuneOk(channel_max=0, frame_max=131072, heartbeat=0))
+    client.send(0, m.ConnectionTuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
     client.send(0, m.ConnectionOpen(virtual_host=vhost))
 
 
@@ -143,19 +143,17 @@ def test_a_refused_login_is_answered_only_when_its_delay_ends(capability: bool) 
     _start(client)
     caps: FieldTable = dict(DEFAULT_CAPABILITIES, authentication_failure_close=capability)
     # The client pipelines the rest of its handshake: none of it is handled.
-    client.send_raw(
-        client.encode(
-            0,
-            m.ConnectionStartOk(
-                client_properties={"capabilities": caps},
-                mechanism="PLAIN",
-                response=b"\x00app\x00wrong",
-                locale="en_US",
-            ),
-        )
-        + client.encode(0, m.ConnectionTuneOk(channel_max=0, frame_max=131072, heartbeat=0))
-        + client.encode(0, m.ConnectionOpen(virtual_host=V))
+    client.send(
+        0,
+        m.ConnectionStartOk(
+            client_properties={"capabilities": caps},
+            mechanism="PLAIN",
+            response=b"\x00app\x00wrong",
+            locale="en_US",
+        ),
     )
+    client.send(0, m.ConnectionTuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+    client.send(0, m.ConnectionOpen(virtual_host=V))
     client.send(1, m.ChannelOpen())
     client.tick(FAILURE_DELAY - 0.01)
     client.expect_nothing()
@@ -211,35 +209,32 @@ def test_nothing_a_refused_client_sends_is_read(data: bytes, when: float) -> Non
 # -- frames before tune-ok -----------------------------------------------------------------
 
 
-def _start_ok_frame(size: int) -> bytes:
-    """A PLAIN start-ok frame of exactly ``size`` octets (padded in client-properties)."""
-    frame = framing.encode_method_frame(
-        0,
-        m.ConnectionStartOk(
-            client_properties={"capabilities": dict(DEFAULT_CAPABILITIES), "pad": ""},
-            mechanism="PLAIN",
-            response=b"\x00guest\x00guest",
-            locale="en_US",
-        ).encode(),
-    )
-    pad = "x" * (size - len(frame))
-    frame = framing.encode_method_frame(
-        0,
-        m.ConnectionStartOk(
+def _start_ok(size: int) -> m.ConnectionStartOk:
+    """A PLAIN start-ok whose frame is exactly ``size`` octets (padded in client-properties)."""
+
+    def start_ok(pad: str) -> m.ConnectionStartOk:
+        return m.ConnectionStartOk(
             client_properties={"capabilities": dict(DEFAULT_CAPABILITIES), "pad": pad},
             mechanism="PLAIN",
             response=b"\x00guest\x00guest",
             locale="en_US",
-        ).encode(),
-    )
-    assert len(frame) == size
-    return frame
+        )
+
+    unpadded = len(framing.encode_method_frame(0, start_ok("").encode()))
+    method = start_ok("x" * (size - unpadded))
+    assert len(framing.encode_method_frame(0, method.encode())) == size
+    return method
+
+
+def _start_ok_frame(size: int) -> bytes:
+    """The same start-ok as raw bytes (for frames the client machine would not send)."""
+    return framing.encode_method_frame(0, _start_ok(size).encode())
 
 
 def test_a_start_ok_of_4096_octets_is_read() -> None:
     client = CodecClient.connect()
     _start(client)
-    client.send_raw(_start_ok_frame(4096))
+    client.send(0, _start_ok(4096))
     client.expect(0, m.ConnectionTune)
 
 

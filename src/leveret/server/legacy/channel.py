@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from leveret.model.broker import Client
     from leveret.model.message import Message
+    from leveret.server.guard import Guard
     from leveret.server.legacy.connection import LegacyConnection
 
 __all__ = ["ContentAssembly", "LegacyChannel"]
@@ -53,8 +54,9 @@ class LegacyChannel(Channel):
         channel_id: int,
         client: Client,
         consumer_timeout: float | None,
+        guard: Guard,
     ) -> None:
-        super().__init__(conn, channel_id, client, consumer_timeout)
+        super().__init__(conn, channel_id, client, consumer_timeout, guard)
         self.legacy = conn
         # Consumers of the file, stream and message classes by tag: the object that encodes
         # deliveries to them (basic consumers are not listed: the 0-9-1 encoding serves).

@@ -230,7 +230,12 @@ class LegacyConnection(AMQP091Connection):
 
     def _new_channel(self, channel_id: int) -> ChannelState:
         assert self.client is not None
-        return LegacyChannel(self, channel_id, self.client, self.broker.consumer_timeout)
+        assert self.access is not None
+        assert self.guard is not None
+        self.access.open_channel()
+        return LegacyChannel(
+            self, channel_id, self.client, self.broker.consumer_timeout, self.guard
+        )
 
     def _channel_closed(self, channel: ChannelState) -> None:
         cast("LegacyChannel", channel).close_legacy()

@@ -36,6 +36,7 @@ from leveret.server.control import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.pages import PageFiles
 from leveret.store.records import StoreCorrupt
@@ -111,9 +112,10 @@ class Server:
         self.broker.attach_pager(self.pages)
         streams = StreamStore(
             Path(path) / "streams",
-            wire_message,
+            RECORDS,
             stamp_stream,
             sync=self.settings.stream_confirm == "fsync",
+            legacy_entry=legacy_entry,
         )
         streams.gauge = self.broker.gauge
         streams.on_synced = self.alarm.check

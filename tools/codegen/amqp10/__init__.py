@@ -49,7 +49,4 @@ def generate(
         "definitions.py": render.render_definitions(model, head),
         "encodings.py": render.render_encodings(model, head),
     }
-    return {
-        name: _format(src, name, DEFAULT_OUTPUT)
-        for name, src in sorted(sources.items())
-    }
+    return {name: _format(src, name, DEFAULT_OUTPUT) for name, src in sorted(sources.items())}

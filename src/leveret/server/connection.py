@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
-from leveret.server.frontend import FrontEnd, FrontEndContext, choose
+from leveret.server.frontend import FrontEnd, FrontEndContext, FrontEndFactory, choose
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
@@ -40,7 +40,11 @@ class ConnectionProtocol(asyncio.Protocol):
         limits: Limits,
         registry: set[ConnectionProtocol],
         alarm: MemoryAlarm,
+        front_end: FrontEndFactory | None = None,
     ) -> None:
+        # A listener of one protocol (the stream port) names its front end; otherwise the
+        # first bytes choose it.
+        self.front_end = front_end
         self.alarm = alarm
         self.broker = broker
         self.users = users
@@ -87,7 +91,7 @@ class ConnectionProtocol(asyncio.Protocol):
     def _choose_front_end(self, data: bytes) -> FrontEnd | None:
         """Collect the first bytes until they name the protocol; then make its front end."""
         self._head += data
-        factory = choose(self._head)
+        factory = self.front_end or choose(self._head)
         if factory is None:
             return None
         amqp = self.amqp = factory(

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
+import shutil
 import signal
+import subprocess
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pika
@@ -369,3 +373,44 @@ def test_de_duplication_survives_kill_9(target: Target) -> None:
         broker.stop()
     assert resumed == next_id
     assert got == [b"c%d" % i for i in range(55)]
+
+
+JS_CLIENT = "rabbitmq-stream-js-client@1.0.0"
+
+
+@pytest.fixture(scope="module")
+def node_modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """RabbitMQ's Node.js stream client, installed with npm into a temporary directory."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not installed")
+    prefix = tmp_path_factory.mktemp("js")
+    result = subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), JS_CLIENT],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"npm could not install {JS_CLIENT}: {result.stderr[-300:]}")
+    return prefix / "node_modules"
+
+
+def test_the_node_js_stream_client(target: Target, node_modules: Path) -> None:
+    if target.broker is None:
+        # RabbitMQ 3.10.8 closes the connection on exchange-command-versions (0x0d),
+        # which this client sends right after open: it cannot talk to 3.10.8 at all.
+        pytest.skip("rabbitmq-stream-js-client needs RabbitMQ 3.11 or later")
+    stream = unique("js")
+    script = Path(__file__).parent / "js" / "stream_client.js"
+    result = subprocess.run(
+        ["node", str(script), str(target.stream_port), stream],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NODE_PATH": str(node_modules)},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome == {"got": [f"js-{i}" for i in range(10)], "sequence": 10}

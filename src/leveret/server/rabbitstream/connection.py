@@ -70,6 +70,11 @@ TURN_FRAMES = 300
 HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 5.0
 SERVER_PROPERTIES = {
+    # Stream clients gate features on the RabbitMQ version the server names (the Node.js
+    # client needs one at all): 3.12 is the newest whose stream protocol Leveret offers
+    # whole (3.13 adds filtering, which it does not).
+    "version": "3.12.0",
+    "leveret": "stream protocol",
     "product": "Leveret",
     "platform": "Python",
     "copyright": "Leveret authors",

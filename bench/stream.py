@@ -2,6 +2,9 @@
 consume rate from a stream, with the raw client of ``bench/amqp.py`` and with pika.
 
     python -m bench.stream --port 5672 [--duration 10] [--size 1024] [--inflight 1000] [--dedup]
+        [--pid BROKER_PID]
+
+The stream protocol's rows: ``python -m bench.stream_protocol`` (same figures over port 5552).
 
 Each part uses its own queue (deleted at the end). ``append``: one publisher, persistent
 ``size``-byte messages, at most ``inflight`` unconfirmed, for ``duration`` seconds; prints
@@ -20,6 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from bench.amqp import Connection, PublishTemplate, connect
+from bench.stream_protocol import cpu_seconds
 from leveret.model.stream import PRODUCER_HEADER, SEQUENCE_HEADER
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
@@ -185,8 +189,14 @@ def main() -> None:
         action="store_true",
         help="stream appends carry x-stream-producer / x-stream-sequence (as the Spark sink)",
     )
+    parser.add_argument("--pid", type=int, help="the broker's pid: its CPU per message")
     args = parser.parse_args()
     host, port = args.host, args.port
+    pid = args.pid
+
+    def per_message(cpu0: float, n: int) -> str:
+        return f", broker CPU {(cpu_seconds(pid) - cpu0) / n * 1e6:.1f} us/msg" if pid else ""
+
     tag = uuid.uuid4().hex[:8]
     classic, stream = f"bench.classic.{tag}", f"bench.stream.{tag}"
     rate, _n = asyncio.run(
@@ -195,15 +205,20 @@ def main() -> None:
     )  # fmt: skip
     asyncio.run(_length(host, port, classic, delete=True))
     print(f"append, classic durable queue: {rate:,.0f} confirmed msg/s")
+    cpu0 = cpu_seconds(pid)
     rate, appended = asyncio.run(
         append_rate(host, port, stream, stream=True, size=args.size,
                     inflight=args.inflight, duration=args.duration, dedup=args.dedup)
     )  # fmt: skip
     shown = " with de-duplication ids" if args.dedup else ""
-    print(f"append, stream{shown}: {rate:,.0f} confirmed msg/s")
+    print(f"append, stream{shown}: {rate:,.0f} confirmed msg/s{per_message(cpu0, appended)}")
     count = min(args.consume, appended)
+    cpu0 = cpu_seconds(pid)
     rate = asyncio.run(consume_rate(host, port, stream, count))
-    print(f"stream consume, raw client: {rate:,.0f} msg/s ({count:,} messages)")
+    print(
+        f"stream consume, raw client: {rate:,.0f} msg/s ({count:,} messages)"
+        f"{per_message(cpu0, count)}"
+    )
     rate = pika_consume_rate(host, port, stream, min(count, 50_000))
     print(f"stream consume, pika BlockingConnection: {rate:,.0f} msg/s")
     asyncio.run(_length(host, port, stream, delete=True))

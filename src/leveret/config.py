@@ -66,6 +66,10 @@ class Settings:
     # (after the write to the file, before it is synced: RabbitMQ's streams' guarantee,
     # which leans on replication; a crash of the machine can lose confirmed messages).
     stream_confirm: str = "fsync"
+    # RabbitMQ's stream protocol: its own listener (0 picks a free port); with TLS on, a
+    # second one on stream_tls_port (RabbitMQ's stream.listeners.ssl, 5551).
+    stream_port: int = 5552
+    stream_tls_port: int = 5551
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -138,6 +142,10 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError(f"log_level must be debug, info, warning or error: {settings.log_level}")
     if settings.tls_port > 65535:
         raise ConfigError(f"tls_port must be at most 65535, got {settings.tls_port}")
+    if settings.stream_port > 65535:
+        raise ConfigError(f"stream_port must be at most 65535, got {settings.stream_port}")
+    if settings.stream_tls_port > 65535:
+        raise ConfigError(f"stream_tls_port must be at most 65535, got {settings.stream_tls_port}")
     if settings.tls_certfile and not settings.tls_keyfile:
         raise ConfigError("tls_certfile needs tls_keyfile (the certificate's private key)")
     if settings.tls_keyfile and not settings.tls_certfile:

@@ -80,6 +80,8 @@ class Broker:
 def start_broker(*extra_args: str, env: dict[str, str] | None = None) -> Broker:
     """Start ``python -m leveret serve`` on 127.0.0.1 port 0 and wait for its listener line."""
     cmd = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0"]
+    if "--stream-port" not in extra_args:
+        cmd += ["--stream-port", "0"]  # never the fixed 5552 (RabbitMQ's, on this machine)
     if "--data-dir" not in extra_args and "LEVERET_DATA_DIR" not in (env or {}):
         cmd += ["--data-dir", tempfile.mkdtemp(dir=_DATA_ROOT)]
     proc = subprocess.Popen(

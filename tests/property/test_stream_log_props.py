@@ -4,7 +4,8 @@ retention, syncs and restarts returns exactly the appended messages by offset.
 Both logs (in memory and on disk) run the same machine. The reference keeps every appended
 (offset, body, timestamp); retention may only move the first offset forward by whole
 segments, never past the open segment, and a read at any offset returns the reference's
-entries from max(offset, first) on, in order, with no gap.
+entries from max(offset, first) on, in order, with no gap. On disk, the messages of one
+chunk (appended between two syncs, in one segment) share the first one's timestamp.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from leveret.model.stream import MemoryStreamLog, StreamLog
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.stream_headers import stamp_stream
+from leveret.server.stream_message import RECORDS
 from leveret.store.stream_log import StreamStore
 
 SEGMENT_BYTES = 600
@@ -35,6 +37,8 @@ class LogMachine(RuleBasedStateMachine):
         self.producers: dict[str, int] = {}
         self.first = 0
         self.clock = 0
+        # The timestamp of the open chunk (disk: until the next sync or segment roll).
+        self.chunk_ts: int | None = None
         if self.on_disk:
             self.dir = Path(tempfile.mkdtemp(prefix="leveret-stream-props-"))
             self.loop = asyncio.new_event_loop()
@@ -42,7 +46,7 @@ class LogMachine(RuleBasedStateMachine):
         self.log = self._open()
 
     def _store(self) -> StreamStore:
-        store = StreamStore(self.dir, wire_message, stamp_stream, cache_bytes=700)
+        store = StreamStore(self.dir, RECORDS, stamp_stream, cache_bytes=700)
         store.start(self.loop)
         return store
 
@@ -52,6 +56,8 @@ class LogMachine(RuleBasedStateMachine):
         return MemoryStreamLog(SEGMENT_BYTES)
 
     def _sync(self) -> None:
+        self.chunk_ts = None
+
         async def wait() -> None:
             store = self.store
             for _ in range(10_000):
@@ -80,10 +86,14 @@ class LogMachine(RuleBasedStateMachine):
         body = (b"%d:" % offset).ljust(size, b"x")
         seq = self.producers.get(producer, -1) + 1 if producer else -1
         message = stamp_stream(wire_message("", "s", b"\x00\x00", body), offset, self.clock)
-        self.log.append(message, self.clock, producer, seq)
+        rolled = self.log.append(message, self.clock, producer, seq)
         if producer:
             self.producers[producer] = seq
-        self.appended.append((offset, body, self.clock))
+        if self.chunk_ts is None:
+            self.chunk_ts = self.clock
+        self.appended.append((offset, body, self.chunk_ts if self.on_disk else self.clock))
+        if rolled:
+            self.chunk_ts = None
 
     @rule(offset=st.integers(-2, 80), count=st.integers(1, 40))
     def read(self, offset: int, count: int) -> None:

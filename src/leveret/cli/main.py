@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--connection-max", type=int, help="most connections at once")
     serve.add_argument("--tls-port", type=int, help="amqps port (default 5671)")
+    serve.add_argument(
+        "--stream-port", type=int, help="RabbitMQ stream protocol port (default 5552; 0: any)"
+    )
     serve.add_argument("--tls-certfile", help="server certificate (PEM); enables amqps")
     serve.add_argument("--tls-keyfile", help="its private key (PEM)")
     serve.add_argument("--tls-cacertfile", help="CA bundle for client certificates (PEM)")
@@ -104,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tls_keyfile": args.tls_keyfile,
             "tls_cacertfile": args.tls_cacertfile,
             "stream_confirm": args.stream_confirm,
+            "stream_port": args.stream_port,
         }
         try:
             settings = load(args.config, overrides=overrides)

@@ -17,11 +17,20 @@ headers to a message (a wire-format concern, so the front end supplies it).
 De-duplication: a message with ``x-stream-producer`` (string of 1 to 256 characters) and
 ``x-stream-sequence`` (integer >= 0) headers is dropped when the log already holds a
 sequence at least as high for that producer; the log keeps that state durably
-(``StreamLog.producers``).
+(``StreamLog.producers``). The stream protocol's publisher reference and publishing id are
+the same pair (``StreamQueue.append_entry``).
+
+Chunks: a log keeps its messages as osiris chunks (one per group-commit batch), the unit the
+stream protocol delivers. A ``ChunkConsumer`` (a stream-protocol subscription) takes whole
+chunks once they are committed (on disk), its credit counting chunks; its owner is a
+``ChunkOwner`` whose callbacks the front end supplies. The chunk and record format is the
+front end's business: the log reaches it through a ``RecordCodec``. Consumer offsets stored
+by reference (``StreamLog.store_offset``) are kept by the log as durably as its messages.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -33,7 +42,7 @@ from leveret.model.queue import Queue
 from leveret.model.queue_args import parse_age, type_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from leveret.model.message import Message
     from leveret.model.queue_args import QueueConfig
@@ -58,8 +67,37 @@ class StreamEntry(NamedTuple):
     message: Message
 
 
+class StoredChunk(NamedTuple):
+    """A committed chunk as a stream-protocol reader gets it: ``data`` is the chunk's header
+    and entries as stored (sent without re-encoding); offsets ``first .. first+records-1``."""
+
+    first: int
+    records: int
+    timestamp: int
+    data: bytes
+
+
+class RecordCodec(Protocol):
+    """The stored form of messages, supplied by the server (the model knows no format)."""
+
+    def entry(self, message: Message) -> list[bytes]:
+        """``message`` as one stored entry (pieces to be joined into a chunk)."""
+        ...
+
+    def messages(self, entry: bytes, stream: str) -> list[Message | None]:
+        """The messages of an entry's records, in order (None: a record unreadable here)."""
+        ...
+
+    def chunk(self, entries: list[bytes], records: int, first: int, timestamp: int) -> bytes:
+        """A chunk of ``entries`` holding offsets ``first ..`` (its stored bytes)."""
+        ...
+
+
 class StreamLog(Protocol):
     """An append-only log of messages by offset, whole segments dropped from the head."""
+
+    # Called when ``committed_offset`` moved (set by the queue).
+    on_committed: Callable[[], None] | None
 
     @property
     def first_offset(self) -> int:
@@ -82,8 +120,39 @@ class StreamLog(Protocol):
         ``producer`` is "" for a message without de-duplication headers."""
         ...
 
+    def append_entry(
+        self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
+    ) -> bool:
+        """Store an entry as published over the stream protocol (a record or a sub-batch of
+        ``records`` records) at ``next_offset``; True when this closed a segment."""
+        ...
+
     def read(self, offset: int, count: int) -> list[StreamEntry]:
         """Up to ``count`` entries from ``offset`` (from the first retained one if older)."""
+        ...
+
+    @property
+    def committed_offset(self) -> int:
+        """Offsets below this are in committed chunks (``read_chunks`` gives them)."""
+        ...
+
+    @property
+    def last_chunk_offset(self) -> int:
+        """The first offset of the last committed chunk (== next_offset when none)."""
+        ...
+
+    def read_chunks(self, offset: int, count: int) -> list[StoredChunk]:
+        """Up to ``count`` committed chunks, from the one holding ``offset`` (or the first
+        retained one if ``offset`` is older)."""
+        ...
+
+    @property
+    def offsets(self) -> Mapping[str, int]:
+        """Consumer offsets stored by reference (survive restarts and retention)."""
+        ...
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        """Keep ``offset`` for ``reference`` (written with the next batch)."""
         ...
 
     def offset_at(self, timestamp: int) -> int:
@@ -131,13 +200,22 @@ class _Segment:
 
 
 class MemoryStreamLog:
-    """A ``StreamLog`` held in memory, with the same segment and retention rules."""
+    """A ``StreamLog`` held in memory, with the same segment and retention rules; with a
+    ``codec`` it also keeps one committed chunk per append (the stream protocol's view)."""
 
-    def __init__(self, segment_bytes: int | None = None) -> None:
+    def __init__(
+        self, segment_bytes: int | None = None, codec: RecordCodec | None = None, name: str = ""
+    ) -> None:
         self.segment_bytes = MEMORY_SEGMENT_BYTES if segment_bytes is None else segment_bytes
+        self.codec = codec
+        self.name = name
         self._segments = [_Segment(0)]
         self._next = 0
         self._producers: dict[str, int] = {}
+        self._offsets: dict[str, int] = {}
+        self._chunks: list[StoredChunk] = []
+        self._chunk_firsts: list[int] = []
+        self.on_committed: Callable[[], None] | None = None
 
     @property
     def first_offset(self) -> int:
@@ -152,16 +230,62 @@ class MemoryStreamLog:
         return self._producers
 
     def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
+        if self.codec is not None:
+            self._add_chunk([b"".join(self.codec.entry(message))], 1, timestamp)
+        return self._add([message], timestamp, producer, sequence)
+
+    def append_entry(
+        self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
+    ) -> bool:
+        codec = self.codec
+        if codec is None:
+            raise RuntimeError("a stream log without a record codec stores no entries")
+        self._add_chunk([entry], records, timestamp)
+        messages = codec.messages(entry, self.name)
+        return self._add(messages, timestamp, producer, sequence)
+
+    def _add_chunk(self, entries: list[bytes], records: int, timestamp: int) -> None:
+        assert self.codec is not None
+        data = self.codec.chunk(entries, records, self._next, timestamp)
+        self._chunks.append(StoredChunk(self._next, records, timestamp, data))
+        self._chunk_firsts.append(self._next)
+
+    def _add(
+        self, messages: list[Message | None], timestamp: int, producer: str, sequence: int
+    ) -> bool:
         segment = self._segments[-1]
-        segment.entries.append(StreamEntry(self._next, timestamp, message))
-        segment.size += len(message.body) + len(message.raw_properties)
-        self._next += 1
+        for message in messages:
+            if message is not None:
+                segment.entries.append(StreamEntry(self._next, timestamp, message))
+                segment.size += len(message.body) + len(message.raw_properties)
+            self._next += 1
         if producer:
             self._producers[producer] = sequence
+        if self.on_committed is not None and self._chunks:
+            self.on_committed()
         if segment.size >= self.segment_bytes:
             self._segments.append(_Segment(self._next))
             return True
         return False
+
+    @property
+    def committed_offset(self) -> int:
+        return self._next
+
+    @property
+    def last_chunk_offset(self) -> int:
+        return self._chunks[-1].first if self._chunks else self._next
+
+    def read_chunks(self, offset: int, count: int) -> list[StoredChunk]:
+        start = max(bisect.bisect_right(self._chunk_firsts, offset) - 1, 0)
+        return self._chunks[start : start + count]
+
+    @property
+    def offsets(self) -> Mapping[str, int]:
+        return self._offsets
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        self._offsets[reference] = offset
 
     def read(self, offset: int, count: int) -> list[StreamEntry]:
         segments = self._segments
@@ -171,9 +295,10 @@ class MemoryStreamLog:
         while index > 0 and segments[index].first > offset:
             index -= 1
         while index < len(segments) and len(out) < count:
-            segment = segments[index]
-            start = offset - segment.first
-            out.extend(segment.entries[start : start + count - len(out)])
+            entries = segments[index].entries
+            # Entries are in offset order; unreadable records leave gaps.
+            start = bisect.bisect_left(entries, offset, key=lambda e: e.offset)
+            out.extend(entries[start : start + count - len(out)])
             index += 1
             offset = segments[index].first if index < len(segments) else offset
         return out
@@ -200,6 +325,12 @@ class MemoryStreamLog:
             total -= head.size
             del segments[0]
             dropped += 1
+        if dropped:
+            first = segments[0].first
+            cut = bisect.bisect_right(self._chunk_firsts, first) - 1
+            if cut > 0:
+                del self._chunks[:cut]
+                del self._chunk_firsts[:cut]
         return dropped
 
     def wait_durable(self) -> None:
@@ -207,13 +338,18 @@ class MemoryStreamLog:
 
     def destroy(self) -> None:
         self._segments = [_Segment(self._next)]
+        self._chunks = []
+        self._chunk_firsts = []
 
 
 class MemoryStreamBackend:
     """Streams in memory; ``stamp`` re-encodes the headers through the message's encoder."""
 
+    def __init__(self, codec: RecordCodec | None = None) -> None:
+        self.codec = codec
+
     def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
-        return MemoryStreamLog(segment_bytes)
+        return MemoryStreamLog(segment_bytes, self.codec, name)
 
     def stamp(self, message: Message, offset: int, timestamp: int) -> Message:
         headers = dict(message.headers or {})
@@ -320,6 +456,39 @@ class StreamConsumer(Consumer):
         self.offset = 0
 
 
+class ChunkOwner(ConsumerOwner):
+    """The owner of chunk consumers: the front end's callbacks (a stream-protocol
+    connection). ``deliver_chunk`` spends the consumer's credit; ``writable`` False holds
+    deliveries back (a full socket)."""
+
+    def __init__(
+        self,
+        deliver_chunk: Callable[[ChunkConsumer, StoredChunk], None],
+        removed: Callable[[Consumer], None],
+    ) -> None:
+        self.deliver_chunk = deliver_chunk
+        self.removed = removed
+        self.writable = True
+
+    def accepts(self, consumer: Consumer, size: int) -> bool:
+        return self.writable
+
+    def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        raise RuntimeError("a chunk consumer takes chunks, not messages")
+
+    def consumer_removed(self, consumer: Consumer) -> None:
+        self.removed(consumer)
+
+    def consumer_deadline(self, consumer: Consumer, now: float) -> None:
+        return None  # chunks are never settled, so there is no deadline
+
+
+class ChunkConsumer(StreamConsumer):
+    """A consumer that takes whole committed chunks (credit counts chunks)."""
+
+    __slots__ = ()
+
+
 class StreamQueue(Queue):
     """A durable stream; see the module docstring."""
 
@@ -363,6 +532,7 @@ class StreamQueue(Queue):
             log = self._log = self.backend.open(
                 self.vhost_name, self.name, self.store_id, self.config.segment_bytes
             )
+            log.on_committed = self._committed
             if log.next_offset > log.first_offset:
                 # Timestamps stay ordered across a restart even if the clock went back.
                 self._last_timestamp = log.read(log.next_offset - 1, 1)[0].timestamp
@@ -397,6 +567,25 @@ class StreamQueue(Queue):
             self.dispatch()
         return True
 
+    def append_entry(self, entry: bytes, records: int, producer: str, sequence: int) -> bool:
+        """Append an entry published over the stream protocol; False for a duplicate
+        (``producer`` "" = no de-duplication), which is confirmed once durable all the same."""
+        log = self.log
+        if producer and sequence <= log.producers.get(producer, -1):
+            log.wait_durable()
+            return False
+        timestamp = max(int(self.timers.wall * 1000), self._last_timestamp)
+        self._last_timestamp = timestamp
+        if log.append_entry(entry, records, timestamp, producer, sequence):
+            self._retain()
+        if self.consumers:
+            self.dispatch()
+        return True
+
+    def _committed(self) -> None:
+        if self.consumers and not self.deleted:
+            self.dispatch()
+
     def can_deliver_now(self, message: Message) -> bool:
         end = self.log.next_offset
         return any(
@@ -411,6 +600,9 @@ class StreamQueue(Queue):
         end = log.next_offset
         for consumer in self.consumers:
             assert isinstance(consumer, StreamConsumer)
+            if isinstance(consumer, ChunkConsumer):
+                self._dispatch_chunks(consumer, log)
+                continue
             while consumer.offset < end:
                 credit = consumer.credit
                 if credit <= 0 or not consumer.owner.accepts(consumer, 0):
@@ -432,6 +624,19 @@ class StreamQueue(Queue):
             owner.deliver(consumer, QueuedMessage(entry.offset, entry.message))
         return True
 
+    def _dispatch_chunks(self, consumer: ChunkConsumer, log: StreamLog) -> None:
+        owner = consumer.owner
+        assert isinstance(owner, ChunkOwner)
+        while consumer.credit > 0 and owner.writable and consumer.offset < log.committed_offset:
+            chunks = log.read_chunks(consumer.offset, consumer.credit)
+            if not chunks:
+                return
+            for chunk in chunks:
+                consumer.offset = chunk.first + chunk.records
+                owner.deliver_chunk(consumer, chunk)
+                if consumer.credit <= 0 or not owner.writable:
+                    return
+
     def unsupported(self, operation: str) -> NotImplemented_:
         """The error for ``operation``, which streams do not support (RabbitMQ's text; a
         front end names the operation in its own protocol's words)."""
@@ -448,13 +653,16 @@ class StreamQueue(Queue):
             wall_ms=int(self.timers.wall * 1000),
         )
 
-    def start_offset(self, spec: OffsetSpec) -> int:
-        """The first offset a consumer attached with ``spec`` gets (once it exists)."""
+    def start_offset(self, spec: OffsetSpec, *, chunks: bool = False) -> int:
+        """The first offset a consumer attached with ``spec`` gets (once it exists);
+        ``chunks``: for a chunk consumer, for which ``last`` is the last chunk."""
         log = self.log
         first, end = log.first_offset, log.next_offset
         if spec.kind == "first":
             return first
         if spec.kind == "last":
+            if chunks:
+                return max(log.last_chunk_offset, first)
             return max(end - 1, first)
         if spec.kind == "offset":
             return max(spec.value, first)
@@ -472,7 +680,9 @@ class StreamQueue(Queue):
 
     def add_consumer(self, consumer: Consumer) -> None:
         assert isinstance(consumer, StreamConsumer)
-        consumer.offset = self.start_offset(consumer.spec)
+        consumer.offset = self.start_offset(
+            consumer.spec, chunks=isinstance(consumer, ChunkConsumer)
+        )
         super().add_consumer(consumer)
 
     # -- settlement: acks only give credit back ----------------------------------------------

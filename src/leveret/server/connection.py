@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
-from leveret.server.frontend import FrontEnd, FrontEndContext, choose
+from leveret.server.frontend import FrontEnd, FrontEndContext, FrontEndFactory, choose
 from leveret.server.listeners import certificate_identity
 
 if TYPE_CHECKING:
@@ -47,7 +47,11 @@ class ConnectionProtocol(asyncio.Protocol):
         alarm: MemoryAlarm,
         *,
         cert_login_from: str = "distinguished_name",
+        front_end: FrontEndFactory | None = None,
     ) -> None:
+        # A listener of one protocol (the stream port) names its front end; otherwise the
+        # first bytes choose it.
+        self.front_end = front_end
         self.alarm = alarm
         # ssl_cert_login_from: which part of a client certificate names its user.
         self.cert_login_from = cert_login_from
@@ -101,7 +105,7 @@ class ConnectionProtocol(asyncio.Protocol):
     def _choose_front_end(self, data: bytes) -> FrontEnd | None:
         """Collect the first bytes until they name the protocol; then make its front end."""
         self._head += data
-        factory = choose(self._head)
+        factory = self.front_end or choose(self._head)
         if factory is None:
             return None
         amqp = self.amqp = factory(

@@ -36,6 +36,8 @@ from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
 from leveret.server.stored import stamp_stream, stored_message
+from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
+from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
@@ -46,6 +48,7 @@ from leveret.store.stream_log import StreamStore
 
 if TYPE_CHECKING:
     from leveret.config import Settings
+    from leveret.server.frontend import FrontEnd, FrontEndContext
 
 log = logging.getLogger("leveret.server")
 
@@ -95,6 +98,11 @@ class Server:
         self.pages: PageFiles | None = None
         self.streams: StreamStore | None = None
         self.dtx: DtxFile | None = None
+        self.stream_server = StreamServer(
+            self.broker,
+            self.users,
+            StreamSettings(heartbeat=settings.heartbeat, host=_advertised(settings.host)),
+        )
 
     def _recover(self, loop: asyncio.AbstractEventLoop) -> None:
         path = str(self.data_path)
@@ -113,10 +121,10 @@ class Server:
         self.broker.attach_pager(self.pages)
         streams = StreamStore(
             Path(path) / "streams",
-            wire_message,
+            RECORDS,
             stamp_stream,
             sync=self.settings.stream_confirm == "fsync",
-            make_other=stored_message,
+            legacy_entry=legacy_entry,
         )
         streams.gauge = self.broker.gauge
         streams.on_synced = self.alarm.check
@@ -197,6 +205,7 @@ class Server:
             shown = f"[{host}]" if ":" in host else host
             self.listening.append(f"amqp://{shown}:{port}")
             log.info("listening on amqp://%s:%d (%s)", shown, port, build_info.describe())
+        await self._start_stream(loop, tls=False)
         if self.settings.tls_certfile:
             await self._start_tls(loop)
         self.control = ControlChannel(Admin(self), self.data_path)
@@ -205,6 +214,47 @@ class Server:
         except ControlChannelError as exc:
             self.control = None
             log.warning("leveret ctl will not reach this broker: %s", exc)
+
+    def _stream_front_end(self, context: FrontEndContext) -> FrontEnd:
+        return StreamConnection(
+            self.stream_server, peer=context.peer, loopback=context.loopback, now=context.now
+        )
+
+    async def _start_stream(self, loop: asyncio.AbstractEventLoop, *, tls: bool) -> None:
+        """The stream-protocol listener (``stream_port``; with TLS, ``stream_tls_port``).
+        A port that cannot be had is logged and the broker runs without it (the default
+        5552 is often taken by a RabbitMQ on the same machine)."""
+        settings = self.settings
+        port = settings.stream_tls_port if tls else settings.stream_port
+        host = (settings.tls_host or settings.host) if tls else settings.host
+        try:
+            server = await loop.create_server(
+                lambda: ConnectionProtocol(
+                    self.broker,
+                    self.users,
+                    self.limits,
+                    self.connections,
+                    self.alarm,
+                    front_end=self._stream_front_end,
+                ),
+                host=host,
+                port=port,
+                reuse_address=True,
+                ssl=self.tls.listening if tls and self.tls is not None else None,
+            )
+        except OSError as exc:
+            log.error("stream protocol listener on %s:%d not started: %s", host, port, exc)
+            return
+        self.servers.append(server)
+        scheme = "rabbitmq-stream+tls" if tls else "rabbitmq-stream"
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            bound_host, bound_port = sock.getsockname()[:2]
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+            self.listening.append(f"{scheme}://{shown}:{bound_port}")
+            log.info("listening on %s://%s:%d", scheme, shown, bound_port)
+            if not tls:
+                self.stream_server.settings.port = bound_port
 
     async def _start_tls(self, loop: asyncio.AbstractEventLoop) -> None:
         """The amqps listener beside the plain one: same front end, TLS first."""
@@ -233,6 +283,7 @@ class Server:
             shown = f"[{host}]" if ":" in host else host
             self.listening.append(f"amqps://{shown}:{port}")
             log.info("listening on amqps://%s:%d", shown, port)
+        await self._start_stream(loop, tls=True)
 
     async def stop(self) -> None:
         if self.control is not None:
@@ -291,6 +342,12 @@ class Server:
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)
         self.stopping.set()
+
+
+def _advertised(host: str) -> str:
+    """The host stream clients are told to connect to (metadata, open): the listening
+    address, unless it is a wildcard."""
+    return "localhost" if host in ("", "0.0.0.0", "::") else host
 
 
 def serve(settings: Settings) -> None:

@@ -1,6 +1,8 @@
-"""0-9-1 messages in AMQP 1.0 form and back: what a stream keeps for a message published
-over 0-9-1 (the stream protocol's readers get AMQP 1.0 messages), and what a 0-9-1 reader
-gets from a message published over the stream protocol. The server's stream glue imports it.
+"""0-9-1 messages in AMQP 1.0 form and back, and the form a stream stores a message in.
+
+The stream protocol's readers get AMQP 1.0 messages, so a stream keeps every message as a
+1.0 message (one osiris record). The server's stream glue and the stream store's codec
+import this module.
 
 The mapping is RabbitMQ's (``rabbit_msg_record`` in 3.10):
 
@@ -16,7 +18,9 @@ user-id                      properties: user-id (binary)
 content-type / -encoding     properties: content-type / content-encoding (symbols)
 timestamp (s)                properties: creation-time (ms)
 type, app-id, cluster-id     message annotations ``x-basic-type``, ``x-basic-app-id``,
-                             ``x-basic-cluster-id``
+                             ``x-basic-cluster-id`` (and ``x-basic-content-type`` /
+                             ``-encoding`` for a content type that is not ASCII, which
+                             a symbol cannot hold)
 headers                      application properties (strings, numbers, booleans,
                              timestamps, binaries; nested tables and arrays are left out,
                              as in RabbitMQ 3.10)
@@ -27,10 +31,17 @@ Back to 0-9-1: the same table read the other way; other message annotations and 
 application property become headers; data sections are concatenated into the body; an
 ``amqp-value`` or ``amqp-sequence`` body is given as its encoded bytes.
 
-The AMQP 1.0 encoding here is the few types this mapping needs (described lists and maps of
-primitives). When ``leveret.protocol.amqp10`` lands (its ``types.encode``/``decode`` and its
-message sections), ``_encode``/``_decode`` below are replaced by it and the interface stays:
-``to_amqp10(properties, body) -> bytes`` and ``from_amqp10(data) -> (properties, body)``.
+What a stream stores for a 0-9-1 publish (:func:`record_parts`): the mapping above, plus
+three message annotations first, in this order: ``x-exchange`` and ``x-routing-key`` (as
+RabbitMQ's streams give them to stream-protocol readers) and ``x-amqp091-properties``, the
+publisher's property bytes as they arrived. A 0-9-1 reader of such a record
+(:func:`message_of`) takes those bytes back with a fixed-layout parse instead of the
+mapping, so 0-9-1 in, 0-9-1 out stays byte-identical and cheap; only a message published
+over the stream protocol (or 1.0) pays the mapping when a 0-9-1 reader takes it. The 1.0
+sections of a property set are made once per distinct property bytes (a small cache), so a
+publisher that repeats its properties pays the mapping once.
+
+The AMQP 1.0 encoding is ``leveret.protocol.amqp10``'s.
 """
 
 from __future__ import annotations
@@ -38,133 +49,48 @@ from __future__ import annotations
 import datetime
 import decimal
 import struct
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.amqp10 import types as t
+from leveret.protocol.amqp10._generated.composites import (
+    ApplicationProperties,
+    Header,
+    MessageAnnotations,
+    Properties,
+)
+from leveret.protocol.amqp10.errors import DecodeError
+from leveret.protocol.amqp10.message import (
+    AMQP_SEQUENCE,
+    AMQP_VALUE,
+    APPLICATION_PROPERTIES,
+    DATA,
+    HEADER,
+    PROPERTIES,
+    parse_message,
+)
+from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records
+from leveret.server.amqp091.message import wire_message
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
+    from leveret.model.message import Message
     from leveret.protocol.amqp091.fieldtable import FieldTable, FieldValue
+    from leveret.protocol.amqp10.types import Value
 
-HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES = 0x70, 0x72, 0x73, 0x74
-DATA, AMQP_SEQUENCE, AMQP_VALUE = 0x75, 0x76, 0x77
-DELIVERY_ANNOTATIONS, FOOTER = 0x71, 0x78
+EXCHANGE_ANNOTATION = "x-exchange"
+ROUTING_KEY_ANNOTATION = "x-routing-key"
+PROPERTIES_ANNOTATION = "x-amqp091-properties"
 
-_B = struct.Struct(">B")
 _I = struct.Struct(">I")
-_Q = struct.Struct(">q")
-_UQ = struct.Struct(">Q")
-_D = struct.Struct(">d")
-_BB = struct.Struct(">BB")
 _II = struct.Struct(">II")
-
-
-class Symbol(str):
-    """An AMQP 1.0 symbol (encoded 0xa3/0xb3), as opposed to a string."""
-
-    __slots__ = ()
-
-
-class Timestamp(int):
-    """An AMQP 1.0 timestamp, ms since the epoch (0x83)."""
-
-    __slots__ = ()
-
-
-class UByte(int):
-    __slots__ = ()
-
-
-class UInt(int):
-    __slots__ = ()
-
-
-Value: TypeAlias = (
-    "bool | int | float | str | bytes | list[Value] | dict[Value, Value] | Described | None"
-)
-
-
-class Described:
-    """A described value with an unsigned-long descriptor (sections, unknown types)."""
-
-    __slots__ = ("code", "value")
-
-    def __init__(self, code: int, value: Value) -> None:
-        self.code = code
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Described) and (other.code, other.value) == (
-            self.code,
-            self.value,
-        )
-
-    def __hash__(self) -> int:
-        return hash(self.code)
+_BB = struct.Struct(">BB")
 
 
 class MessageFormatError(ValueError):
     """The bytes are not an AMQP 1.0 message this mapping can read."""
 
 
-# -- encoding --------------------------------------------------------------------------------
-
-
-def _encode(value: Value) -> bytes:
-    if value is None:
-        return b"\x40"
-    if value is True:
-        return b"\x41"
-    if value is False:
-        return b"\x42"
-    if isinstance(value, Timestamp):
-        return b"\x83" + _Q.pack(value)
-    if isinstance(value, UByte):
-        return b"\x50" + _B.pack(value)
-    if isinstance(value, UInt):
-        return b"\x70" + _I.pack(value)
-    if isinstance(value, int):
-        if -128 <= value <= 127:
-            return b"\x55" + struct.pack(">b", value)
-        if -(2**63) <= value < 2**63:
-            return b"\x81" + _Q.pack(value)
-        return b"\x80" + _UQ.pack(value)  # ulong: an unsigned value past long's range
-    if isinstance(value, float):
-        return b"\x82" + _D.pack(value)
-    if isinstance(value, str):
-        raw = value.encode()
-        small, large = (0xA3, 0xB3) if isinstance(value, Symbol) else (0xA1, 0xB1)
-        if len(raw) < 256:
-            return _BB.pack(small, len(raw)) + raw
-        return _B.pack(large) + _I.pack(len(raw)) + raw
-    if isinstance(value, bytes | bytearray | memoryview):
-        raw = bytes(value)
-        if len(raw) < 256:
-            return _BB.pack(0xA0, len(raw)) + raw
-        return b"\xb0" + _I.pack(len(raw)) + raw
-    if isinstance(value, Described):
-        return b"\x00\x53" + _B.pack(value.code) + _encode(value.value)
-    if isinstance(value, list):
-        return _compound(0xC0, 0xD0, [_encode(v) for v in value]) if value else b"\x45"
-    if isinstance(value, dict):
-        items = [part for k, v in value.items() for part in (_encode(k), _encode(v))]
-        return _compound(0xC1, 0xD1, items)
-    raise TypeError(f"cannot encode {type(value).__name__} as AMQP 1.0")
-
-
-def _compound(small: int, large: int, items: list[bytes]) -> bytes:
-    body = b"".join(items)
-    if len(body) + 1 < 256 and len(items) < 256:
-        return _BB.pack(small, len(body) + 1) + _B.pack(len(items)) + body
-    return _B.pack(large) + _II.pack(len(body) + 4, len(items)) + body
-
-
-def _section(code: int, fields: list[Value]) -> bytes:
-    while fields and fields[-1] is None:
-        fields.pop()  # trailing nulls are left out of a described list
-    return _encode(Described(code, fields))
-
+# -- 0-9-1 -> 1.0 ----------------------------------------------------------------------------
 
 _LEFT_OUT = object()
 
@@ -174,138 +100,149 @@ def _simple(value: FieldValue) -> Value | object:
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return value
     if isinstance(value, datetime.datetime):
-        return Timestamp(int(value.timestamp() * 1000))
+        return t.Timestamp(int(value.timestamp() * 1000))
     if isinstance(value, decimal.Decimal):
         return str(value)
     return _LEFT_OUT
 
 
-def to_amqp10(props: BasicProperties, body: bytes) -> bytes:
-    """A 0-9-1 message (decoded properties, body) as an AMQP 1.0 message."""
-    parts = []
-    priority = props.priority
-    ttl: Value = None
+def _sections(props: BasicProperties) -> tuple[bytes, dict[Value, Value], bytes]:
+    """(header section, extra message annotations, properties + application properties)."""
+    ttl: int | None = None
     annotations: dict[Value, Value] = {}
     if props.expiration is not None:
         if props.expiration.isdigit():
-            ttl = UInt(min(int(props.expiration), 0xFFFFFFFF))
+            ttl = min(int(props.expiration), 0xFFFFFFFF)
         else:
-            annotations[Symbol("x-basic-expiration")] = props.expiration
+            annotations[t.Symbol("x-basic-expiration")] = props.expiration
     durable = props.delivery_mode == 2
-    if durable or priority is not None or ttl is not None:
-        parts.append(
-            _section(HEADER, [durable, UByte(priority) if priority is not None else None, ttl])
-        )
+    header = b""
+    if durable or props.priority is not None or ttl is not None:
+        header = Header(durable=durable, priority=props.priority, ttl=ttl).encode()
+    # Symbols are ASCII; a 0-9-1 content type that is not goes in an annotation instead.
+    content_type, content_encoding = props.content_type, props.content_encoding
+    if content_type is not None and not content_type.isascii():
+        annotations[t.Symbol("x-basic-content-type")] = content_type
+        content_type = None
+    if content_encoding is not None and not content_encoding.isascii():
+        annotations[t.Symbol("x-basic-content-encoding")] = content_encoding
+        content_encoding = None
     for name, value in (
         ("x-basic-type", props.type),
         ("x-basic-app-id", props.app_id),
         ("x-basic-cluster-id", props.cluster_id),
     ):
         if value is not None:
-            annotations[Symbol(name)] = value
-    if annotations:
-        parts.append(_encode(Described(MESSAGE_ANNOTATIONS, annotations)))
-    fields: list[Value] = [
-        props.message_id,
-        props.user_id.encode() if props.user_id is not None else None,
-        None,  # to
-        None,  # subject
-        props.reply_to,
-        props.correlation_id,
-        Symbol(props.content_type) if props.content_type is not None else None,
-        Symbol(props.content_encoding) if props.content_encoding is not None else None,
-        None,  # absolute-expiry-time
-        Timestamp(props.timestamp * 1000) if props.timestamp is not None else None,
-    ]
-    if any(f is not None for f in fields):
-        parts.append(_section(PROPERTIES, fields))
+            annotations[t.Symbol(name)] = value
+    fields = Properties(
+        message_id=props.message_id,
+        user_id=props.user_id.encode() if props.user_id is not None else None,
+        reply_to=props.reply_to,
+        correlation_id=props.correlation_id,
+        content_type=t.Symbol(content_type) if content_type is not None else None,
+        content_encoding=t.Symbol(content_encoding) if content_encoding is not None else None,
+        creation_time=props.timestamp * 1000 if props.timestamp is not None else None,
+    )
+    rest = fields.encode() if fields != Properties() else b""
     if props.headers:
         app: dict[Value, Value] = {}
-        for key, header in props.headers.items():
-            mapped = _simple(header)
+        for key, header_value in props.headers.items():
+            mapped = _simple(header_value)
             if mapped is not _LEFT_OUT:
                 app[key] = mapped  # type: ignore[assignment]
         if app:
-            parts.append(_encode(Described(APPLICATION_PROPERTIES, app)))
-    parts.append(b"\x00\x53\x75" + _encode(body))
+            rest += ApplicationProperties(app).encode()
+    return header, annotations, rest
+
+
+def _data(body: bytes) -> bytes:
+    """The head of a data section holding ``body`` (the body itself follows it)."""
+    if len(body) < 256:
+        return b"\x00\x53\x75\xa0" + bytes((len(body),))
+    return b"\x00\x53\x75\xb0" + _I.pack(len(body))
+
+
+def to_amqp10(props: BasicProperties, body: bytes) -> bytes:
+    """A 0-9-1 message (decoded properties, body) as an AMQP 1.0 message."""
+    header, annotations, rest = _sections(props)
+    parts = [header]
+    if annotations:
+        parts.append(MessageAnnotations(annotations).encode())
+    parts += [rest, _data(body), body]
     return b"".join(parts)
 
 
-# -- decoding --------------------------------------------------------------------------------
+# -- the stored form of a 0-9-1 publish ------------------------------------------------------
 
-_FIXED: dict[int, tuple[int, Callable[[bytes], Value]]] = {
-    0x50: (1, lambda b: b[0]),
-    0x51: (1, lambda b: struct.unpack(">b", b)[0]),
-    0x52: (1, lambda b: b[0]),
-    0x53: (1, lambda b: b[0]),
-    0x54: (1, lambda b: struct.unpack(">b", b)[0]),
-    0x55: (1, lambda b: struct.unpack(">b", b)[0]),
-    0x60: (2, lambda b: struct.unpack(">H", b)[0]),
-    0x61: (2, lambda b: struct.unpack(">h", b)[0]),
-    0x70: (4, lambda b: struct.unpack(">I", b)[0]),
-    0x71: (4, lambda b: struct.unpack(">i", b)[0]),
-    0x72: (4, lambda b: struct.unpack(">f", b)[0]),
-    0x73: (4, lambda b: chr(struct.unpack(">I", b)[0])),
-    0x80: (8, lambda b: struct.unpack(">Q", b)[0]),
-    0x81: (8, lambda b: struct.unpack(">q", b)[0]),
-    0x82: (8, lambda b: struct.unpack(">d", b)[0]),
-    0x83: (8, lambda b: Timestamp(struct.unpack(">q", b)[0])),
-    0x98: (16, lambda b: bytes(b)),
-}
+_MA_HEAD = b"\x00\x53\x72\xd1"
+_EXCHANGE_KEY = t.encode_value(t.Symbol(EXCHANGE_ANNOTATION))
+_ROUTING_KEY_KEY = t.encode_value(t.Symbol(ROUTING_KEY_ANNOTATION))
+_PROPERTIES_KEY = t.encode_value(t.Symbol(PROPERTIES_ANNOTATION))
+_CACHE_MAX = 1024
 
 
-def _decode(data: bytes, at: int) -> tuple[Value, int]:
-    code = data[at]
-    at += 1
-    if code == 0x00:
-        descriptor, at = _decode(data, at)
-        value, at = _decode(data, at)
-        if not isinstance(descriptor, int) or isinstance(descriptor, bool):
-            return Described(-1, value), at  # a symbolic descriptor: kept opaque
-        return Described(descriptor, value), at
-    if code == 0x40:
-        return None, at
-    if code in (0x41, 0x42):
-        return code == 0x41, at
-    if code == 0x56:
-        return data[at] == 1, at + 1
-    if code in (0x43, 0x44):
-        return 0, at
-    if code == 0x45:
-        return [], at
-    fixed = _FIXED.get(code)
-    if fixed is not None:
-        size, read = fixed
-        if at + size > len(data):
-            raise MessageFormatError("value cut short")
-        return read(data[at : at + size]), at + size
-    if code in (0xA0, 0xA1, 0xA3, 0xB0, 0xB1, 0xB3):
-        if code < 0xB0:
-            size, at = data[at], at + 1
-        else:
-            size, at = _I.unpack_from(data, at)[0], at + 4
-        raw = data[at : at + size]
-        if len(raw) != size:
-            raise MessageFormatError("value cut short")
-        at += size
-        if code in (0xA0, 0xB0):
-            return raw, at
-        text = raw.decode()
-        return (Symbol(text) if code in (0xA3, 0xB3) else text), at
-    if code in (0xC0, 0xC1, 0xD0, 0xD1):
-        if code < 0xD0:
-            _size, count, at = data[at], data[at + 1], at + 2
-        else:
-            _size, count = _II.unpack_from(data, at)
-            at += 8
-        items = []
-        for _ in range(count):
-            item, at = _decode(data, at)
-            items.append(item)
-        if code in (0xC0, 0xD0):
-            return items, at
-        return dict(zip(items[::2], items[1::2], strict=True)), at
-    raise MessageFormatError(f"AMQP 1.0 type 0x{code:02x} is not read by this mapping")
+class _Prepared:
+    """The parts of a stored record that depend only on the property bytes."""
+
+    __slots__ = ("count", "header", "items", "rest")
+
+    def __init__(self, raw: bytes) -> None:
+        header, annotations, rest = _sections(BasicProperties.decode(raw))
+        self.header = header
+        self.items = _PROPERTIES_KEY + t.encode_value(raw)
+        for key, value in annotations.items():
+            self.items += t.encode_value(key) + t.encode_value(value)
+        self.count = 6 + 2 * len(annotations)
+        self.rest = rest
+
+
+_prepared: dict[bytes, _Prepared] = {}
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    if len(data) < 256:
+        return _BB.pack(0xA1, len(data)) + data
+    return b"\xb1" + _I.pack(len(data)) + data
+
+
+def record_parts(message: Message) -> tuple[bytes, bytes]:
+    """A 0-9-1 ``message`` as the record a stream stores: (everything before the body,
+    the body), so the body is copied only once, into the chunk."""
+    raw = message.raw_properties
+    prepared = _prepared.get(raw)
+    if prepared is None:
+        if len(_prepared) >= _CACHE_MAX:
+            _prepared.clear()
+        prepared = _prepared[raw] = _Prepared(raw)
+    items = (
+        _EXCHANGE_KEY
+        + _string(message.exchange)
+        + _ROUTING_KEY_KEY
+        + _string(message.routing_key)
+        + prepared.items
+    )
+    body = message.body
+    head = b"".join(
+        (
+            prepared.header,
+            _MA_HEAD,
+            _II.pack(len(items) + 4, prepared.count),
+            items,
+            prepared.rest,
+            _data(body),
+        )
+    )
+    return head, body
+
+
+def record_of(message: Message) -> bytes:
+    """``record_parts`` joined."""
+    head, body = record_parts(message)
+    return head + body
+
+
+# -- 1.0 -> 0-9-1 ----------------------------------------------------------------------------
 
 
 def _str(value: Value) -> str | None:
@@ -316,63 +253,194 @@ def _str(value: Value) -> str | None:
     return str(value)
 
 
+def _header_value(value: Value) -> FieldValue | object:
+    if isinstance(value, bool | int | float | str | bytes):
+        return value
+    return _LEFT_OUT
+
+
 def from_amqp10(data: bytes) -> tuple[BasicProperties, bytes]:
     """An AMQP 1.0 message as 0-9-1 properties and a body; ``MessageFormatError`` when the
     bytes are not a message."""
-    at = 0
-    body: list[bytes] = []
-    headers: FieldTable = {}
-    kw: dict[str, object] = {}
+    props, body, _annotations = _from_amqp10(data)
+    return props, body
+
+
+def _from_amqp10(data: bytes) -> tuple[BasicProperties, bytes, dict[Value, Value]]:
     try:
-        while at < len(data):
-            start = at
-            section, at = _decode(data, at)
-            if not isinstance(section, Described):
-                raise MessageFormatError("a message section must be a described value")
-            code, value = section.code, section.value
-            if code == HEADER and isinstance(value, list):
-                value += [None] * (3 - len(value))
-                kw["delivery_mode"] = 2 if value[0] else 1
-                if isinstance(value[1], int):
-                    kw["priority"] = value[1]
-                if isinstance(value[2], int):
-                    kw["expiration"] = str(value[2])
-            elif code == MESSAGE_ANNOTATIONS and isinstance(value, dict):
-                for key, item in value.items():
-                    name = str(key)
-                    if name == "x-basic-type":
-                        kw["type"] = _str(item)
-                    elif name == "x-basic-app-id":
-                        kw["app_id"] = _str(item)
-                    elif name == "x-basic-cluster-id":
-                        kw["cluster_id"] = _str(item)
-                    elif name == "x-basic-expiration":
-                        kw["expiration"] = _str(item)
-                    elif isinstance(item, bool | int | float | str | bytes):
-                        headers[name] = item
-            elif code == PROPERTIES and isinstance(value, list):
-                value += [None] * (10 - len(value))
-                kw["message_id"] = _str(value[0])
-                kw["user_id"] = _str(value[1])
-                kw["reply_to"] = _str(value[4])
-                kw["correlation_id"] = _str(value[5])
-                kw["content_type"] = _str(value[6])
-                kw["content_encoding"] = _str(value[7])
-                if isinstance(value[9], int):
-                    kw["timestamp"] = value[9] // 1000
-            elif code == APPLICATION_PROPERTIES and isinstance(value, dict):
-                for key, item in value.items():
-                    if isinstance(item, bool | int | float | str | bytes):
-                        headers[str(key)] = item
-            elif code == DATA and isinstance(value, bytes):
-                body.append(value)
-            elif code in (AMQP_VALUE, AMQP_SEQUENCE):
-                body.append(data[start:at])
-    except (IndexError, struct.error, UnicodeDecodeError, ValueError) as exc:
-        if isinstance(exc, MessageFormatError):
-            raise
+        message = parse_message(data)
+        header = message.header()
+        annotations = message.message_annotations()
+        properties = message.properties()
+        application = message.application_properties()
+        body_code = message.body_code
+        if body_code == DATA:
+            body = message.data()
+        elif body_code in (AMQP_VALUE, AMQP_SEQUENCE):
+            body = b"".join(data[s.start : s.end] for s in message.sections if s.code == body_code)
+        else:
+            body = b""
+    except DecodeError as exc:
         raise MessageFormatError(f"not an AMQP 1.0 message: {exc}") from exc
+    kw: dict[str, object] = {}
+    headers: FieldTable = {}
+    if header is not None:
+        kw["delivery_mode"] = 2 if header.durable else 1
+        kw["priority"] = header.priority
+        if header.ttl is not None:
+            kw["expiration"] = str(header.ttl)
+    for key, item in annotations.items():
+        name = str(key)
+        if name == "x-basic-type":
+            kw["type"] = _str(item)
+        elif name == "x-basic-app-id":
+            kw["app_id"] = _str(item)
+        elif name == "x-basic-cluster-id":
+            kw["cluster_id"] = _str(item)
+        elif name == "x-basic-expiration":
+            kw["expiration"] = _str(item)
+        elif name == "x-basic-content-type":
+            kw["content_type"] = _str(item)
+        elif name == "x-basic-content-encoding":
+            kw["content_encoding"] = _str(item)
+        elif name not in (EXCHANGE_ANNOTATION, ROUTING_KEY_ANNOTATION, PROPERTIES_ANNOTATION):
+            value = _header_value(item)
+            if value is not _LEFT_OUT:
+                headers[name] = value  # type: ignore[assignment]
+    if properties is not None:
+        kw["message_id"] = _str(properties.message_id)
+        kw["user_id"] = _str(properties.user_id)
+        kw["reply_to"] = _str(properties.reply_to)
+        kw["correlation_id"] = _str(properties.correlation_id)
+        kw["content_type"] = _str(properties.content_type) or kw.get("content_type")
+        kw["content_encoding"] = _str(properties.content_encoding) or kw.get("content_encoding")
+        if properties.creation_time is not None:
+            kw["timestamp"] = int(properties.creation_time) // 1000
+    for key, item in application.items():
+        value = _header_value(item)
+        if value is not _LEFT_OUT:
+            headers[str(key)] = value  # type: ignore[assignment]
     if headers:
         kw["headers"] = headers
     props = BasicProperties(**{k: v for k, v in kw.items() if v is not None})  # type: ignore[arg-type]
-    return props, b"".join(body)
+    return props, body, annotations
+
+
+_HEADER_PREFIX = b"\x00\x53" + bytes((HEADER,))
+_DATA_PREFIX = b"\x00\x53" + bytes((DATA,))
+_EXCHANGE_AT = len(_MA_HEAD) + 8
+_SKIPPABLE = frozenset((PROPERTIES, APPLICATION_PROPERTIES))
+_STRING_HEAD = frozenset((0xA1, 0xB1))
+
+
+def _read_sized(record: bytes, at: int, small: int) -> tuple[bytes, int]:
+    """The bytes of a str8/str32 (``small`` 0xa1) or vbin8/vbin32 (0xa0) value at ``at``."""
+    code = record[at]
+    if code == small:
+        size = record[at + 1]
+        start = at + 2
+    elif code == small + 0x10:
+        size = _I.unpack_from(record, at + 1)[0]
+        start = at + 5
+    else:
+        raise MessageFormatError("not the stored form")
+    end = start + size
+    if end > len(record):
+        raise MessageFormatError("value cut short")
+    return record[start:end], end
+
+
+def _stored_form(record: bytes) -> Message | None:
+    """The 0-9-1 message of a record written by ``record_parts``; None for any other."""
+    at = 0
+    if record.startswith(_HEADER_PREFIX):
+        at = t.skip_value(record, 0)
+    if record[at : at + 4] != _MA_HEAD:
+        return None
+    ma_end = at + 8 + _I.unpack_from(record, at + 4)[0]
+    p = at + _EXCHANGE_AT
+    if record[p : p + len(_EXCHANGE_KEY)] != _EXCHANGE_KEY:
+        return None
+    exchange, p = _read_sized(record, p + len(_EXCHANGE_KEY), 0xA1)
+    if record[p : p + len(_ROUTING_KEY_KEY)] != _ROUTING_KEY_KEY:
+        return None
+    routing_key, p = _read_sized(record, p + len(_ROUTING_KEY_KEY), 0xA1)
+    if record[p : p + len(_PROPERTIES_KEY)] != _PROPERTIES_KEY:
+        return None
+    raw, p = _read_sized(record, p + len(_PROPERTIES_KEY), 0xA0)
+    p = ma_end
+    n = len(record)
+    while p < n and record[p + 2] in _SKIPPABLE and record[p] == 0:
+        p = t.skip_value(record, p)
+    body: bytes = b""
+    parts = 0
+    while p < n:
+        if record[p : p + 3] != _DATA_PREFIX:
+            return None
+        chunk, p = _read_sized(record, p + 3, 0xA0)
+        body = chunk if not parts else body + chunk
+        parts += 1
+    return wire_message(exchange.decode(), routing_key.decode(), raw, body)
+
+
+def message_of(record: bytes, routing_key: str = "") -> Message:
+    """The 0-9-1 message a reader of a stream gets for a stored ``record``.
+
+    A record stored from a 0-9-1 publish gives back its exchange, routing key and property
+    bytes as published; any other 1.0 message goes through the mapping (exchange "",
+    routing key ``routing_key``, the stream's name, unless it carries ``x-exchange`` /
+    ``x-routing-key`` annotations). ``MessageFormatError`` when it is not a message."""
+    try:
+        message = _stored_form(record)
+    except (IndexError, struct.error, DecodeError, UnicodeDecodeError) as exc:
+        raise MessageFormatError(f"not an AMQP 1.0 message: {exc}") from exc
+    if message is not None:
+        return message
+    props, body, annotations = _from_amqp10(record)
+    exchange = _str(annotations.get(t.Symbol(EXCHANGE_ANNOTATION))) or ""
+    key = _str(annotations.get(t.Symbol(ROUTING_KEY_ANNOTATION)))
+    return wire_message(exchange, routing_key if key is None else key, props.encode(), body)
+
+
+# -- the RecordCodec the model's stream logs use --------------------------------------------
+
+_U32 = struct.Struct(">I")
+
+
+def _unreadable(record: bytes, stream: str) -> Message:
+    """What a 0-9-1 reader gets for a record that is not an AMQP 1.0 message (a stream
+    client may publish any bytes): the bytes as the body, no properties."""
+    return wire_message("", stream, b"\x00\x00", record)
+
+
+class StreamRecords:
+    """``model.stream.RecordCodec``: entries are osiris entries holding 1.0 messages."""
+
+    def entry(self, message: Message) -> list[bytes]:
+        head, body = record_parts(message)
+        return [_U32.pack(len(head) + len(body)), head, body]
+
+    def messages(self, entry: bytes, stream: str) -> list[Message | None]:
+        out: list[Message | None] = []
+        for record in entry_records(entry):
+            if record is None:
+                out.append(None)
+                continue
+            try:
+                out.append(message_of(record, stream))
+            except MessageFormatError:
+                out.append(_unreadable(record, stream))
+        return out
+
+    def chunk(self, entries: list[bytes], records: int, first: int, timestamp: int) -> bytes:
+        return encode_chunk(
+            entries, chunk_id=first, timestamp=timestamp, num_records=records, epoch=1
+        )
+
+
+RECORDS = StreamRecords()
+
+
+def legacy_entry(exchange: str, routing_key: str, properties: bytes, body: bytes) -> list[bytes]:
+    """The stored entry of a message kept in the previous stream format (0-9-1 parts)."""
+    return RECORDS.entry(wire_message(exchange, routing_key, properties, body))

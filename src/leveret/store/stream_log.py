@@ -1,43 +1,43 @@
-"""Stream logs on disk: one directory per stream, append-only segment files, group commit.
+"""Stream logs on disk: one directory per stream, segment files of osiris chunks, group commit.
 
 Layout::
 
-    data_dir/streams/<queue store id>/00000000000000000000.seg   named by first offset
+    data_dir/streams/<queue store id>/00000000000000000000.segment   named by first offset
 
-A segment is a sequence of ``records.py`` records written in batches that end with a commit
-record (so a torn tail is told from damage exactly as for the message store):
+A segment is a sequence of osiris chunks, one per group-commit batch, stored exactly as a
+stream-protocol reader is sent them (``stream_segments.py`` has the file format, the
+tracking trailer and the torn-tail rule). Every message is kept in AMQP 1.0 form (the
+front end's ``RecordCodec``): a stream-protocol publish as it arrived, a 0-9-1 publish
+converted once, with its original property bytes kept for 0-9-1 readers. Readers see
+``x-stream-offset`` / ``x-stream-timestamp`` added on the way out (0-9-1) or the chunk as
+stored (stream protocol); all messages of a chunk share its timestamp (as in RabbitMQ).
 
-- ``P`` + JSON ``{producer: sequence}``: the de-duplication state when the segment was
-  opened (first record of every segment, so retention never loses it);
-- ``m`` offset timestamp producer sequence exchange routing-key properties body: one message
-  with its properties as published; ``x-stream-offset`` / ``x-stream-timestamp`` are added
-  when it is read (records written before carry them already; the stamp replaces them).
-- ``n``: the same for a message of another wire format (``Message.format``, one octet after
-  the sequence; an AMQP 1.0 message keeps its sections as they came).
+Appending only adds the entry's bytes to the open chunk (``_Building``) of the log. Once
+per loop turn the open chunks of every stream are closed (header, CRC over the pieces,
+trailer) and go to ONE writer thread that writes them and fdatasyncs each touched file,
+then reports back on the loop. A chunk is *committed* once synced: only then do
+stream-protocol readers get it (``read_chunks``); 0-9-1 readers read entries at once, as
+before. ``writes`` counts appends, ``synced`` how many are on disk; a confirm registered with
+``after_sync`` runs once everything appended before it is synced. A failed write is cut
+back (ftruncate) and retried every second: confirms wait, nothing is nacked.
 
-Memory per stream stays small however long it is: a sparse index (every ``INDEX_EVERY``-th
-record: offset, file position, timestamp) per segment, and a cache of the newest entries
-bounded by ``cache_bytes`` (entries not yet synced are never evicted, so a read below the
-cache always finds its bytes on disk). Reading below the cache reads a chunk of the file
-synchronously on the loop thread.
+Memory per stream stays small however long it is: a sparse index (a chunk every
+``INDEX_BYTES`` of file: offset, position, timestamp) per segment, and a cache of the newest
+chunks bounded by ``cache_bytes`` (chunks not yet synced are never evicted, so a read below
+the cache always finds its bytes on disk). Reading below the cache reads the file
+synchronously on the loop thread (one ``pread`` of up to ``READ_CHUNK`` bytes).
 
-Group commit: ``StreamStore`` is shared by every stream of the broker. Appends only add
-framed records to the log's pending list; once per loop turn the pending records of every
-stream go to ONE writer thread that writes and fdatasyncs each touched file, then reports
-back on the loop. ``writes`` counts appends, ``synced`` how many are on disk; a confirm
-registered with ``after_sync`` runs once everything appended before it is synced. A failed
-write is cut back (ftruncate) and retried every second: confirms wait, nothing is nacked.
+Directories in the previous format (``*.seg`` files of records) are converted at boot
+(``stream_legacy.py``).
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import os
 import queue as queue_mod
 import shutil
-import struct
 import threading
 import time
 import zlib
@@ -46,15 +46,24 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.stream import MemoryStreamLog, StreamEntry
-from leveret.store.records import (
-    COMMIT,
-    HEADER,
+from leveret.model.stream import MemoryStreamLog, StoredChunk, StreamEntry
+from leveret.protocol.rabbitstream.chunk import (
+    CHUNK_TRACKING_DELTA,
+    CHUNK_TRACKING_SNAPSHOT,
+    CHUNK_USER,
     HEADER_SIZE,
-    MAGIC,
-    StoreCorrupt,
-    frame,
-    read_checked,
+    chunk_header,
+    parse_header,
+    split_entries,
+)
+from leveret.store import stream_legacy
+from leveret.store.stream_segments import (
+    SUFFIX,
+    SegmentScan,
+    encode_trailer,
+    is_user,
+    scan_segment,
+    segment_name,
 )
 
 if TYPE_CHECKING:
@@ -63,33 +72,17 @@ if TYPE_CHECKING:
 
     from leveret.model.message import Message
     from leveret.model.queue import MemoryGauge
-    from leveret.model.stream import StreamLog
+    from leveret.model.stream import RecordCodec, StreamLog
 
 log = logging.getLogger("leveret.store")
 
 SEGMENT_BYTES = 64 << 20
 CACHE_BYTES = 4 << 20
-INDEX_EVERY = 128
+INDEX_BYTES = 64 << 10
 READ_CHUNK = 256 << 10
-READ_AHEAD = 256  # entries
 RETRY_SECONDS = 1.0
-# kind, offset, timestamp, len(exchange), len(routing key), len(properties), len(producer),
-# sequence; then exchange, routing key, producer, properties, body.
-_M = struct.Struct("<cQqBBIHq")
-_N = struct.Struct("<cQqBBIHqB")
-_COMMIT_FRAME = frame(COMMIT)
-# What one cached entry costs besides its body and properties (objects, list slot).
+# What one decoded cached message costs besides its bytes (objects, list slot).
 _ENTRY_OVERHEAD = 200
-
-
-def _no_other_formats(
-    exchange: str, routing_key: str, props: bytes, body: bytes, fmt: int
-) -> Message:
-    raise StoreCorrupt(f"stream record of wire format {fmt}, which this store cannot read")
-
-
-def _segment_name(first: int) -> str:
-    return f"{first:020d}.seg"
 
 
 class _Segment:
@@ -100,107 +93,150 @@ class _Segment:
     def __init__(self, first: int) -> None:
         self.first = first
         self.next = first  # one past its last offset
-        self.size = 0  # bytes, commit records included
+        self.size = 0  # bytes, pending chunks included
         self.last_ts = -1
         self.idx_offset = array("q")
         self.idx_pos = array("q")
         self.idx_ts = array("q")
 
-    def note(self, offset: int, pos: int, timestamp: int) -> None:
-        if (offset - self.first) % INDEX_EVERY == 0:
-            self.idx_offset.append(offset)
+    def note(self, first: int, records: int, pos: int, timestamp: int) -> None:
+        """A chunk at ``pos`` (index it when the last index point is far enough back)."""
+        if not self.idx_pos or pos - self.idx_pos[-1] >= INDEX_BYTES:
+            self.idx_offset.append(first)
             self.idx_pos.append(pos)
             self.idx_ts.append(timestamp)
-        self.next = offset + 1
-        self.last_ts = timestamp
+        if records:
+            self.next = first + records
+            self.last_ts = timestamp
+
+
+class _Building:
+    """The open chunk of a log: entries appended since the last batch."""
+
+    __slots__ = (
+        "entries",
+        "first",
+        "messages",
+        "offsets",
+        "parts",
+        "producers",
+        "raw",
+        "records",
+        "segment",
+        "snapshot",
+        "timestamp",
+    )
+
+    def __init__(self, segment: _Segment, first: int, timestamp: int, snapshot: bool) -> None:
+        self.segment = segment
+        self.first = first
+        self.timestamp = timestamp
+        self.snapshot = snapshot  # the first chunk of its segment: carries the whole state
+        self.parts: list[bytes] = []
+        self.entries = 0
+        self.records = 0
+        self.messages: list[Message | None] = []
+        self.raw: list[tuple[int, bytes]] = []  # (index in messages, entry) not decoded yet
+        self.producers: dict[str, int] = {}
+        self.offsets: dict[str, int] = {}
+
+
+class _Chunk:
+    """A closed user chunk in the cache."""
+
+    __slots__ = ("first", "messages", "records", "sent", "timestamp")
+
+    def __init__(
+        self,
+        first: int,
+        records: int,
+        timestamp: int,
+        sent: bytes,
+        messages: list[Message | None] | None,
+    ) -> None:
+        self.first = first
+        self.records = records
+        self.timestamp = timestamp
+        self.sent = sent  # header + entries: what a stream-protocol reader is sent
+        self.messages = messages  # decoded lazily for 0-9-1 readers
+
+    @property
+    def cost(self) -> int:
+        return len(self.sent) + _ENTRY_OVERHEAD * self.records
 
 
 class FileStreamLog:
     """A ``StreamLog`` in its own directory; see the module docstring."""
 
     def __init__(
-        self,
-        store: StreamStore,
-        path: Path,
-        segment_bytes: int,
-        make_message: Callable[[str, str, bytes, bytes], Message],
+        self, store: StreamStore, path: Path, segment_bytes: int, codec: RecordCodec, name: str
     ) -> None:
         self.store = store
         self.path = path
         self.segment_bytes = max(1, segment_bytes)
-        self._make = make_message
+        self.codec = codec
+        self.name = name
+        self.on_committed: Callable[[], None] | None = None
         self._segments: list[_Segment] = []
         self._firsts: list[int] = []
         self._producers: dict[str, int] = {}
+        self._offsets: dict[str, int] = {}
         self._next = 0
-        # Newest entries: _cache[_head:] hold offsets _cache_first.. (contiguous).
-        self._cache: list[StreamEntry] = []
-        self._head = 0
-        self._cache_first = 0
+        self._committed = 0  # offsets below this are in synced chunks
+        self._last_chunk = 0  # first offset of the last submitted user chunk
+        self._building: list[_Building] = []
+        self._cache: list[_Chunk] = []
         self._cache_bytes = 0
-        self._durable = 0  # offsets below this are synced
-        # Records waiting for the writer: (segment first offset, framed bytes).
-        self._out: list[tuple[int, bytes]] = []
+        # Chunks closed and waiting for the writer: (segment first offset, pieces).
+        self._out: list[tuple[int, list[bytes]]] = []
         self._unsynced = 0  # bytes appended since the last submit (the memory gauge's share)
         self._deletes: list[int] = []
         self._rfds: dict[int, int] = {}
         self._ahead: list[StreamEntry] = []  # contiguous entries last read from the files
         self.destroyed = False
         path.mkdir(parents=True, exist_ok=True)
+        if store.legacy_entry is not None:
+            stream_legacy.convert(path, store.legacy_entry)
         self._recover()
 
     # -- boot ----------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        names = sorted(p for p in self.path.iterdir() if p.suffix == ".seg")
+        names = sorted(p for p in self.path.iterdir() if p.suffix == SUFFIX)
+        scan = SegmentScan(producers=self._producers, offsets=self._offsets)
         for number, file in enumerate(names):
-            last = number == len(names) - 1
             try:
                 first = int(file.stem)
             except ValueError:
                 continue
-            result = read_checked(file, last=last)
+            scan_segment(file, first, last=number == len(names) - 1, scan=scan)
+            if not scan.chunks:
+                file.unlink()  # created but never written (a crash right after)
+                continue
             segment = _Segment(first)
-            pos = 0
-            for payload in result.payloads:
-                kind = payload[0] if payload else 0
-                if kind in (0x6D, 0x6E):  # "m", "n"
-                    _k, offset, ts, _le, _lr, _lp, lprod, seq = _M.unpack_from(payload)
-                    if lprod:
-                        start = (_M.size if kind == 0x6D else _N.size) + _le + _lr
-                        name = bytes(payload[start : start + lprod]).decode()
-                        self._producers[name] = seq
-                    segment.note(offset, pos, ts)
-                elif kind == 0x50:  # "P"
-                    self._producers.update(json.loads(bytes(payload[1:])))
-                pos += HEADER_SIZE + len(payload)
-            segment.size = result.good_end
+            for info in scan.chunks:
+                h = info.header
+                segment.note(h.chunk_id, h.num_records if is_user(h) else 0, info.pos, h.timestamp)
+                if is_user(h):
+                    self._last_chunk = h.chunk_id
+            segment.size = scan.size
             if self._segments and segment.first != self._segments[-1].next:
                 log.warning("stream %s: offsets %d..%d are missing", self.path,
                             self._segments[-1].next, segment.first)  # fmt: skip
             self._add_segment(segment)
         if not self._segments:
-            self._open_segment(0)
-        elif self._segments[-1].size == 0:
-            # Created but never written (a crash right after): it still needs its snapshot.
-            empty = self._segments.pop()
-            self._firsts.pop()
-            self._open_segment(empty.first)
-        self._next = self._segments[-1].next
-        self._cache_first = self._durable = self._next
+            self._add_segment(_Segment(0))
+        self._next = self._committed = self._segments[-1].next
+        if self._segments[-1].size >= self.segment_bytes:
+            self._new_segment(max(self._segments[-1].last_ts, 0))
+        if not any(s.next > s.first for s in self._segments):
+            self._last_chunk = self._next
 
     def _add_segment(self, segment: _Segment) -> None:
         self._segments.append(segment)
         self._firsts.append(segment.first)
 
-    def _open_segment(self, first: int) -> None:
-        segment = _Segment(first)
-        self._add_segment(segment)
-        record = frame(b"P" + json.dumps(self._producers).encode())
-        segment.size += len(record)
-        self._out.append((first, record))
-
-    # -- the StreamLog protocol ----------------------------------------------------------
+    # -- the StreamLog protocol: writing ---------------------------------------------------
 
     @property
     def first_offset(self) -> int:
@@ -211,124 +247,316 @@ class FileStreamLog:
         return self._next
 
     @property
+    def committed_offset(self) -> int:
+        return self._committed
+
+    @property
+    def last_chunk_offset(self) -> int:
+        return self._last_chunk
+
+    @property
     def producers(self) -> Mapping[str, int]:
         return self._producers
 
-    def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
-        offset = self._next
-        exchange = message.exchange.encode()
-        routing_key = message.routing_key.encode()
-        props = message.raw_properties
-        name = producer.encode()
-        body = message.body
-        fmt = message.format
-        prefix = (
-            (
-                _M.pack(
-                    b"m",
-                    offset,
-                    timestamp,
-                    len(exchange),
-                    len(routing_key),
-                    len(props),
-                    len(name),
-                    sequence,
-                )
-                if not fmt
-                else _N.pack(
-                    b"n",
-                    offset,
-                    timestamp,
-                    len(exchange),
-                    len(routing_key),
-                    len(props),
-                    len(name),
-                    sequence,
-                    fmt,
-                )
-            )
-            + exchange
-            + routing_key
-            + name
-        )
-        # Framed without copying the body here: the batch is joined once at submit.
-        length = len(prefix) + len(props) + len(body)
-        crc = zlib.crc32(body, zlib.crc32(props, zlib.crc32(prefix)))
+    @property
+    def offsets(self) -> Mapping[str, int]:
+        return self._offsets
+
+    def _open(self, timestamp: int) -> _Building:
+        building = self._building
         segment = self._segments[-1]
-        first = segment.first
-        segment.note(offset, segment.size, timestamp)
-        segment.size += HEADER_SIZE + length
-        out = self._out
-        out.append((first, HEADER.pack(MAGIC, length, crc) + prefix))
-        out.append((first, props))
-        out.append((first, body))
-        self._next = offset + 1
+        if building and building[-1].segment is segment:
+            return building[-1]
+        fresh = segment.size == 0
+        opened = _Building(segment, self._next, timestamp, snapshot=fresh)
+        building.append(opened)
+        return opened
+
+    def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
+        pieces = self.codec.entry(message)
+        building = self._open(timestamp)
+        if not building.entries:
+            building.timestamp = timestamp  # it held only a stored offset so far
+        building.messages.append(message)
+        return self._appended(building, pieces, 1, producer, sequence)
+
+    def append_entry(
+        self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
+    ) -> bool:
+        building = self._open(timestamp)
+        if not building.entries:
+            building.timestamp = timestamp
+        building.raw.append((len(building.messages), entry))
+        building.messages.extend([None] * records)
+        return self._appended(building, [entry], records, producer, sequence)
+
+    def _appended(
+        self, building: _Building, pieces: list[bytes], records: int, producer: str, sequence: int
+    ) -> bool:
+        size = sum(len(p) for p in pieces)
+        building.parts.extend(pieces)
+        building.entries += 1
+        building.records += records
+        self._next += records
         if producer:
             self._producers[producer] = sequence
-        self._cache.append(StreamEntry(offset, timestamp, message))
-        self._cache_bytes += len(message.body) + len(props) + _ENTRY_OVERHEAD
-        self._evict()
-        self._unsynced += HEADER_SIZE + length
-        self.store.appended(self, HEADER_SIZE + length)
+            building.producers[producer] = sequence
+        segment = building.segment
+        segment.size += size
+        self._unsynced += size
+        self.store.appended(self, size)
         if segment.size >= self.segment_bytes:
-            self._open_segment(self._next)
+            self._close(building)
+            self._building.remove(building)
+            self._new_segment(building.timestamp)
             return True
         return False
 
+    def _new_segment(self, timestamp: int) -> None:
+        """Open the next segment; its first chunk (written with the next batch even if no
+        message comes) carries the whole tracking state, so retention of the older
+        segments never loses it."""
+        self._add_segment(_Segment(self._next))
+        self._open(timestamp)
+        self.store.appended(self, 0)
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        self._offsets[reference] = offset
+        self._open(max(self._segments[-1].last_ts, 0)).offsets[reference] = offset
+        self.store.appended(self, 0)
+
+    def _close(self, building: _Building) -> None:
+        """Turn an open chunk into the pieces the writer appends (and a cached chunk)."""
+        if building.snapshot:
+            trailer = encode_trailer(self._producers, self._offsets)
+        else:
+            trailer = encode_trailer(building.producers, building.offsets)
+        if building.entries:
+            crc = 0
+            length = 0
+            for part in building.parts:
+                crc = zlib.crc32(part, crc)
+                length += len(part)
+            kind = CHUNK_USER
+        else:
+            crc = length = 0
+            kind = CHUNK_TRACKING_SNAPSHOT if building.snapshot else CHUNK_TRACKING_DELTA
+        header = chunk_header(
+            chunk_id=building.first,
+            timestamp=building.timestamp,
+            num_entries=building.entries,
+            num_records=building.records,
+            crc=crc,
+            data_length=length,
+            trailer_length=len(trailer),
+            chunk_type=kind,
+        )
+        sent = b"".join([header, *building.parts])
+        segment = building.segment
+        pos = segment.size - length
+        segment.size += HEADER_SIZE + len(trailer)
+        segment.note(building.first, building.records, pos, building.timestamp)
+        self._out.append((segment.first, [sent, trailer]))
+        if building.records:
+            self._last_chunk = building.first
+            messages = None if building.raw else building.messages
+            chunk = _Chunk(building.first, building.records, building.timestamp, sent, messages)
+            self._cache.append(chunk)
+            self._cache_bytes += chunk.cost
+
+    def take_batch(self) -> list[tuple[int, list[bytes]]]:
+        """Close the open chunks; what the writer appends now (loop thread)."""
+        for building in self._building:
+            self._close(building)
+        self._building = []
+        out, self._out = self._out, []
+        return out
+
+    # -- reading: entries (0-9-1 readers) ---------------------------------------------------
+
     def read(self, offset: int, count: int) -> list[StreamEntry]:
-        # Entries are kept as published; the stream headers are added on the way out, so
-        # the append path does no per-message re-encoding (only readers that need the
-        # 0-9-1 headers pay for them).
+        # Entries are kept as published; the stream headers are added on the way out.
         stamp = self.store.stamp_out
         return [
             StreamEntry(e.offset, e.timestamp, stamp(e.message, e.offset, e.timestamp))
             for e in self._read(offset, count)
         ]
 
+    def _cache_first(self) -> int:
+        if self._cache:
+            return self._cache[0].first
+        if self._building:
+            return self._building[0].first
+        return self._next
+
     def _read(self, offset: int, count: int) -> list[StreamEntry]:
         offset = max(offset, self.first_offset)
         out: list[StreamEntry] = []
-        while len(out) < count and offset < self._next:
-            if offset >= self._cache_first:
-                start = self._head + offset - self._cache_first
-                out.extend(self._cache[start : start + count - len(out)])
-                break
-            got = self._read_ahead(offset, min(count - len(out), self._cache_first - offset))
-            if not got:
-                break
+        cache_first = self._cache_first()
+        while len(out) < count and offset < cache_first:
+            got, offset = self._read_ahead(offset, count - len(out), cache_first)
             out.extend(got)
-            offset = got[-1].offset + 1
+        if len(out) >= count or offset >= self._next:
+            return out
+        for first, timestamp, messages in self._in_memory(offset):
+            for i in range(max(offset - first, 0), len(messages)):
+                message = messages[i]
+                if message is not None:
+                    out.append(StreamEntry(first + i, timestamp, message))
+                    if len(out) >= count:
+                        return out
         return out
 
-    def _read_ahead(self, offset: int, count: int) -> list[StreamEntry]:
-        """Entries from the files, through a small read-ahead: a consumer that reads history
-        with one credit at a time (an ack per message) costs one file read per batch."""
+    def _in_memory(self, offset: int) -> Iterable[tuple[int, int, list[Message | None]]]:
+        """(first offset, timestamp, messages) of the cached and open chunks from the one
+        holding ``offset``."""
+        cache = self._cache
+        i = bisect.bisect_right(cache, offset, key=lambda c: c.first) - 1
+        for chunk in cache[max(i, 0) :]:
+            if chunk.first + chunk.records <= offset:
+                continue
+            if chunk.messages is None:
+                chunk.messages = self._decode(chunk.sent)
+            yield chunk.first, chunk.timestamp, chunk.messages
+        for building in self._building:
+            if building.first + building.records <= offset:
+                continue
+            if building.raw:
+                for index, entry in building.raw:
+                    decoded = self.codec.messages(entry, self.name)
+                    building.messages[index : index + len(decoded)] = decoded
+                building.raw = []
+            yield building.first, building.timestamp, building.messages
+
+    def _decode(self, sent: bytes | memoryview) -> list[Message | None]:
+        header = parse_header(sent)
+        data = memoryview(sent)[HEADER_SIZE + header.bloom_size :][: header.data_length]
+        out: list[Message | None] = []
+        for entry, _records in split_entries(data, header.num_entries):
+            out.extend(self.codec.messages(entry, self.name))
+        return out
+
+    def _read_ahead(self, offset: int, count: int, limit: int) -> tuple[list[StreamEntry], int]:
+        """Entries from the files, through a small read-ahead (the chunks of one read), and
+        the offset to read from next: a consumer that reads history one credit at a time
+        costs one file read per ``READ_CHUNK``."""
         ahead = self._ahead
         if not ahead or not ahead[0].offset <= offset <= ahead[-1].offset:
-            ahead = self._ahead = self._read_file(
-                offset, min(max(count, READ_AHEAD), self._cache_first - offset)
-            )
+            ahead = []
+            chunks = self._file_chunks(offset, 1 << 30, limit, READ_CHUNK)
+            if not chunks:
+                return [], limit
+            for chunk in chunks:
+                messages = self._decode(chunk.data)
+                ahead.extend(
+                    StreamEntry(chunk.first + i, chunk.timestamp, m)
+                    for i, m in enumerate(messages)
+                    if m is not None and chunk.first + i >= offset
+                )
+            self._ahead = ahead
             if not ahead:
-                return []
-        start = offset - ahead[0].offset
-        return ahead[start : start + count]
+                return [], chunks[-1].first + chunks[-1].records
+        start = bisect.bisect_left(ahead, offset, key=lambda e: e.offset)
+        got = ahead[start : start + count]
+        if not got:
+            return [], ahead[-1].offset + 1
+        return got, got[-1].offset + 1
+
+    # -- reading: chunks (stream-protocol readers) ---------------------------------------------
+
+    def read_chunks(self, offset: int, count: int) -> list[StoredChunk]:
+        offset = max(offset, self.first_offset)
+        committed = self._committed
+        out: list[StoredChunk] = []
+        cache_first = self._cache[0].first if self._cache else committed
+        if offset < cache_first:
+            out = self._file_chunks(offset, count, min(cache_first, committed), READ_CHUNK)
+            if out:
+                return out
+            offset = cache_first
+        cache = self._cache
+        i = max(bisect.bisect_right(cache, offset, key=lambda c: c.first) - 1, 0)
+        for chunk in cache[i:]:
+            if chunk.first + chunk.records > committed or len(out) >= count:
+                break
+            if chunk.first + chunk.records > offset:
+                out.append(StoredChunk(chunk.first, chunk.records, chunk.timestamp, chunk.sent))
+        return out
+
+    def _fd(self, first: int) -> int:
+        fd = self._rfds.get(first)
+        if fd is None:
+            fd = self._rfds[first] = os.open(self.path / segment_name(first), os.O_RDONLY)
+        return fd
+
+    def _file_chunks(self, offset: int, count: int, limit: int, budget: int) -> list[StoredChunk]:
+        """Up to ``count`` user chunks from the files, from the one holding ``offset``, below
+        offset ``limit`` (synced bytes only), reading about ``budget`` bytes."""
+        out: list[StoredChunk] = []
+        index = bisect.bisect_right(self._firsts, offset) - 1
+        read = 0
+        while index < len(self._segments) and len(out) < count and read < budget:
+            segment = self._segments[index]
+            if segment.first >= limit:
+                break
+            j = bisect.bisect_right(segment.idx_offset, offset) - 1
+            pos = segment.idx_pos[j] if j >= 0 else 0
+            fd = self._fd(segment.first)
+            while len(out) < count and read < budget:
+                data = os.pread(fd, READ_CHUNK, pos)
+                if len(data) < HEADER_SIZE:
+                    break
+                at = 0
+                while at + HEADER_SIZE <= len(data) and len(out) < count:
+                    header = parse_header(data, at)
+                    end = at + header.size
+                    if end > len(data):
+                        if at == 0 and len(data) >= READ_CHUNK:  # a chunk larger than a read
+                            data = os.pread(fd, header.size, pos)
+                            if len(data) == header.size:
+                                continue
+                        break
+                    if header.chunk_id >= limit:
+                        return out
+                    if is_user(header) and header.chunk_id + header.num_records > offset:
+                        sent = data[at : end - header.trailer_length]
+                        out.append(
+                            StoredChunk(header.chunk_id, header.num_records, header.timestamp, sent)
+                        )
+                    at = end
+                read += at
+                pos += at
+                if at == 0 or len(data) < READ_CHUNK:
+                    break
+            index += 1
+            offset = self._segments[index].first if index < len(self._segments) else limit
+        return out
 
     def offset_at(self, timestamp: int) -> int:
-        segments = self._segments
-        for segment in segments:
-            if segment.last_ts < timestamp:
+        cache_first = self._cache_first()
+        for segment in self._segments:
+            if segment.last_ts < timestamp or segment.first >= cache_first:
                 continue
             j = bisect.bisect_left(segment.idx_ts, timestamp)
             start = segment.idx_offset[j - 1] if j > 0 else segment.first
-            while start < self._next:
-                entries = self._read(start, INDEX_EVERY + 1)
-                for entry in entries:
-                    if entry.timestamp >= timestamp:
-                        return entry.offset
-                if not entries:
+            while start < cache_first:
+                chunks = self._file_chunks(start, 64, cache_first, READ_CHUNK)
+                for chunk in chunks:
+                    if chunk.timestamp >= timestamp:
+                        return max(chunk.first, self.first_offset)
+                if not chunks:
                     break
-                start = entries[-1].offset + 1
+                start = chunks[-1].first + chunks[-1].records
+            break
+        for cached in self._cache:
+            if cached.timestamp >= timestamp:
+                return cached.first
+        for building in self._building:
+            if building.records and building.timestamp >= timestamp:
+                return building.first
         return self._next
+
+    # -- retention, durability, deletion ------------------------------------------------------
 
     def retain(self, max_bytes: int | None, oldest: int | None) -> int:
         segments = self._segments
@@ -336,6 +564,8 @@ class FileStreamLog:
         dropped = 0
         while len(segments) > 1:
             head = segments[0]
+            if any(b.segment is head for b in self._building):
+                break  # its open chunk is not closed yet
             too_big = max_bytes is not None and total > max_bytes
             too_old = oldest is not None and head.next > head.first and head.last_ts < oldest
             if not (too_big or too_old):
@@ -351,13 +581,14 @@ class FileStreamLog:
         if dropped:
             self._ahead = []
             first = self.first_offset
-            while self._cache_first < first and self._head < len(self._cache):
-                self._pop_cached()
+            cache = self._cache
+            while cache and cache[0].first + cache[0].records <= first:
+                self._cache_bytes -= cache.pop(0).cost
             self.store.appended(self, 0)
         return dropped
 
     def wait_durable(self) -> None:
-        if self._durable < self._next:
+        if self._committed < self._next or self._building:
             self.store.barrier()
 
     def destroy(self) -> None:
@@ -366,94 +597,30 @@ class FileStreamLog:
             os.close(fd)
         self._rfds.clear()
         self._cache = []
-        self._head = 0
+        self._building = []
         self.store.destroyed(self)
-
-    # -- cache ---------------------------------------------------------------------------
-
-    def _pop_cached(self) -> None:
-        entry = self._cache[self._head]
-        self._head += 1
-        self._cache_first += 1
-        self._cache_bytes -= (
-            len(entry.message.body) + len(entry.message.raw_properties) + _ENTRY_OVERHEAD
-        )
 
     def _evict(self) -> None:
         limit = self.store.cache_bytes
         cache = self._cache
+        n = 0
         while (
             self._cache_bytes > limit
-            and self._head < len(cache)
-            and self._cache_first < self._durable
+            and n < len(cache)
+            and cache[n].first + cache[n].records <= self._committed
         ):
-            self._pop_cached()
-        if self._head > 1024 and self._head * 2 > len(cache):
-            del cache[: self._head]
-            self._head = 0
+            self._cache_bytes -= cache[n].cost
+            n += 1
+        if n:
+            del cache[:n]
 
     def synced_upto(self, offset: int) -> None:
-        """The writer synced every record before ``offset`` (loop thread)."""
-        self._durable = max(self._durable, offset)
-        self._evict()
-
-    # -- reading the files ---------------------------------------------------------------
-
-    def _fd(self, first: int) -> int:
-        fd = self._rfds.get(first)
-        if fd is None:
-            fd = self._rfds[first] = os.open(self.path / _segment_name(first), os.O_RDONLY)
-        return fd
-
-    def _read_file(self, offset: int, count: int) -> list[StreamEntry]:
-        """Up to ``count`` entries from ``offset`` within one segment (synced bytes only)."""
-        segment = self._segments[bisect.bisect_right(self._firsts, offset) - 1]
-        j = bisect.bisect_right(segment.idx_offset, offset) - 1
-        pos = segment.idx_pos[j] if j >= 0 else 0
-        fd = self._fd(segment.first)
-        out: list[StreamEntry] = []
-        make = self._make
-        want = READ_CHUNK
-        while len(out) < count and pos < segment.size:
-            data = os.pread(fd, want, pos)
-            view = memoryview(data)
-            at = 0
-            while at + HEADER_SIZE <= len(data) and len(out) < count:
-                _magic, length, _crc = HEADER.unpack_from(view, at)
-                end = at + HEADER_SIZE + length
-                if end > len(data):
-                    break
-                payload = view[at + HEADER_SIZE : end]
-                at = end
-                kind = payload[0] if payload else 0
-                if kind not in (0x6D, 0x6E):  # "m", "n"
-                    continue
-                _k, off, ts, le, lr, lp, lprod, _seq = _M.unpack_from(payload)
-                if off < offset:
-                    continue
-                fmt = 0 if kind == 0x6D else payload[_M.size]
-                p = _M.size if kind == 0x6D else _N.size
-                exchange = bytes(payload[p : p + le]).decode()
-                p += le
-                routing_key = bytes(payload[p : p + lr]).decode()
-                p += lr + lprod
-                props = bytes(payload[p : p + lp])
-                body = bytes(payload[p + lp :])
-                message = (
-                    make(exchange, routing_key, props, body)
-                    if not fmt
-                    else self.store.make_other(exchange, routing_key, props, body, fmt)
-                )
-                out.append(StreamEntry(off, ts, message))
-            if at == 0:
-                if len(data) < want:
-                    break  # nothing more in the file
-                want *= 2  # one record larger than the chunk
-                continue
-            pos += at
-            if len(data) < want:
-                break
-        return out
+        """The writer synced every chunk before ``offset`` (loop thread)."""
+        if offset > self._committed:
+            self._committed = offset
+            self._evict()
+            if self.on_committed is not None:
+                self.on_committed()
 
 
 class StreamStore:
@@ -462,23 +629,23 @@ class StreamStore:
     def __init__(
         self,
         path: str | Path,
-        make_message: Callable[[str, str, bytes, bytes], Message],
+        codec: RecordCodec,
         stamp: Callable[[Message, int, int], Message],
         *,
         segment_bytes: int = SEGMENT_BYTES,
         cache_bytes: int = CACHE_BYTES,
         sync: bool = True,
-        make_other: Callable[[str, str, bytes, bytes, int], Message] | None = None,
+        legacy_entry: Callable[[str, str, bytes, bytes], list[bytes]] | None = None,
     ) -> None:
         self.path = Path(path)
         # False only by the explicit setting ``stream_confirm = "written"``: a batch counts
         # as done once written (in the page cache), not once fdatasync'ed.
         self.sync = sync
-        self.make_message = make_message
-        # Messages of other wire formats (``n`` records): exchange, routing key, properties,
-        # body and ``Message.format`` in, the message out.
-        self.make_other = make_other if make_other is not None else _no_other_formats
+        self.codec = codec
         self.stamp_out = stamp
+        # The stored entry of a message of the previous format (exchange, routing key,
+        # properties, body): directories in that format are converted when opened.
+        self.legacy_entry = legacy_entry
         self.segment_bytes = segment_bytes
         self.cache_bytes = cache_bytes
         # Bytes appended but not yet synced count in the broker's memory gauge, so the memory
@@ -503,7 +670,7 @@ class StreamStore:
 
     def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
         if not store_id:
-            return MemoryStreamLog(segment_bytes)
+            return MemoryStreamLog(segment_bytes, self.codec, name)
         existing = self.logs.get(store_id)
         if existing is not None:
             return existing
@@ -511,7 +678,8 @@ class StreamStore:
             self,
             self.path / str(store_id),
             self.segment_bytes if segment_bytes is None else segment_bytes,
-            self.make_message,
+            self.codec,
+            name,
         )
         self.logs[store_id] = stream_log
         return stream_log
@@ -595,20 +763,8 @@ class StreamStore:
             return
         work = []
         for stream_log in self._dirty:
-            out, stream_log._out = stream_log._out, []
+            framed = stream_log.take_batch()
             deletes, stream_log._deletes = stream_log._deletes, []
-            chunks: list[tuple[int, list[bytes]]] = []
-            for first, record in out:
-                if chunks and chunks[-1][0] == first:
-                    chunks[-1][1].append(record)
-                else:
-                    chunks.append((first, [record]))
-            framed = [(first, b"".join(parts) + _COMMIT_FRAME) for first, parts in chunks]
-            by_first = {segment.first: segment for segment in stream_log._segments}
-            for first, _parts in chunks:
-                segment = by_first.get(first)
-                if segment is not None:  # else already dropped by retention
-                    segment.size += len(_COMMIT_FRAME)
             work.append(
                 (stream_log, framed, deletes, stream_log.destroyed, stream_log._next,
                  stream_log._unsynced)
@@ -685,12 +841,15 @@ class StreamStore:
                         os.close(opened[0])
                     shutil.rmtree(path, ignore_errors=True)
                     continue
-                for first, data in framed:
+                for first, pieces in framed:
                     fd = self._segment_fd(path, first, synced)
                     written.append((fd, os.fstat(fd).st_size))
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    size = sum(len(p) for p in pieces)
+                    done = os.writev(fd, pieces)
+                    if done < size:  # a short write: the rest, joined
+                        view = memoryview(b"".join(pieces))[done:]
+                        while view:
+                            view = view[os.write(fd, view) :]
                     synced[fd] = None
                 if deletes:
                     deleted.append((path, deletes))
@@ -710,7 +869,7 @@ class StreamStore:
         for path, deletes in deleted:
             for first in deletes:
                 try:
-                    os.unlink(path / _segment_name(first))
+                    os.unlink(path / segment_name(first))
                 except OSError as exc:
                     log.warning("store: cannot delete stream segment %s: %s", first, exc)
 
@@ -718,7 +877,7 @@ class StreamStore:
         opened = self._wfds.get(path)
         if opened is not None and opened[1] == first:
             return opened[0]
-        fd = os.open(path / _segment_name(first), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path / segment_name(first), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         if opened is not None:  # the previous segment is complete: sync and close it
             os.fsync(opened[0])
             os.close(opened[0])

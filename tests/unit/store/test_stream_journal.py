@@ -11,9 +11,9 @@ import pytest
 
 from leveret.model.journal import NullJournal
 from leveret.model.vhost import VirtualHost
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
 from leveret.server.amqp091.stream_headers import stamp_stream
+from leveret.server.stream_message import RECORDS
 from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 from leveret.testing import RecordingSink, make_message
@@ -46,7 +46,7 @@ class SlowDisk(NullJournal):
 @pytest.mark.parametrize("store_first", [True, False])
 def test_confirms_wait_for_the_stream_sync_and_the_store(tmp_path: Path, store_first: bool) -> None:
     loop = asyncio.new_event_loop()
-    streams = StreamStore(tmp_path, wire_message, stamp_stream)
+    streams = StreamStore(tmp_path, RECORDS, stamp_stream)
     streams.start(loop)
     disk = SlowDisk()
     journal = StreamJournal(disk, streams)

@@ -14,6 +14,7 @@ from leveret.model.stream import MemoryStreamLog, StreamEntry, StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.stream_headers import stamp_stream
+from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.records import StoreCorrupt
 from leveret.store.stream_log import FileStreamLog, StreamStore
 
@@ -37,10 +38,11 @@ class Harness:
     def _open(self) -> StreamStore:
         store = StreamStore(
             self.path,
-            wire_message,
+            RECORDS,
             stamp_stream,
             cache_bytes=self.cache_bytes,
             sync=self.sync_writes,
+            legacy_entry=legacy_entry,
         )
         store.start(self.loop)
         return store
@@ -104,12 +106,17 @@ def test_read_back_across_segments_and_restart(h: Harness) -> None:
     entries = stream_log.read(37, 10)
     assert [e.offset for e in entries] == list(range(37, 47))
     assert bodies(entries) == expected[37:47]
-    assert [e.timestamp for e in entries] == list(range(1037, 1047))
+    # A chunk's messages share its timestamp (its first message's append time).
+    stamps = [e.timestamp for e in entries]
+    assert stamps == sorted(stamps)
+    assert all(1000 <= e.timestamp <= 1000 + e.offset for e in entries)
     entry = entries[0]
     assert entry.message.exchange == "ex"
     assert entry.message.routing_key == "rk"
-    assert entry.message.headers == {"x-stream-offset": 37, "x-stream-timestamp": 1037}
-    assert stream_log.offset_at(1050) == 50
+    assert entry.message.headers == {"x-stream-offset": 37, "x-stream-timestamp": entry.timestamp}
+    # Timestamps are per chunk: the first message whose (chunk's) timestamp is at or after.
+    stamped = stream_log.read(0, 100)
+    assert stream_log.offset_at(1050) == next(e.offset for e in stamped if e.timestamp >= 1050)
     assert stream_log.offset_at(0) == 0
     assert stream_log.offset_at(5000) == 100
     assert append(stream_log, b"after") == 100
@@ -126,7 +133,7 @@ def test_old_offsets_are_read_from_the_file_with_a_small_cache(tmp_path: Path) -
                 h.sync()
         h.sync()
         assert stream_log._cache_bytes <= 10_000
-        assert stream_log._cache_first > 1000
+        assert stream_log._cache_first() > 1000
         for start in (0, 1, 127, 128, 129, 999, 1500):
             got = stream_log.read(start, 300)
             assert [e.offset for e in got] == list(range(start, start + 300))
@@ -144,7 +151,7 @@ def test_unsynced_entries_stay_cached(tmp_path: Path) -> None:
         # Nothing synced yet: all of it must still be readable.
         assert bodies(stream_log.read(0, 100)) == [b"x%d" % i for i in range(50)]
         h.sync()
-        assert stream_log._cache_first == 50
+        assert stream_log._cache_first() == 50
         assert bodies(stream_log.read(0, 100)) == [b"x%d" % i for i in range(50)]
     finally:
         h.close()
@@ -176,7 +183,7 @@ def test_retention_deletes_segment_files(h: Harness) -> None:
     assert len(os.listdir(stream_log.path)) == before - dropped
     first = stream_log.first_offset
     assert stream_log.read(0, 1)[0].offset == first
-    assert sorted(os.listdir(stream_log.path))[0] == f"{first:020d}.seg"
+    assert sorted(os.listdir(stream_log.path))[0] == f"{first:020d}.segment"
     h.reopen()
     assert h.log(segment_bytes=1000).first_offset == first
 
@@ -198,10 +205,10 @@ def test_torn_tail_is_cut_with_one_log_line(h: Harness, caplog: pytest.LogCaptur
         append(stream_log, b"m%d" % i)
     h.sync()
     h.store.close()
-    segment = stream_log.path / f"{0:020d}.seg"
+    segment = stream_log.path / f"{0:020d}.segment"
     size = segment.stat().st_size
     with open(segment, "ab") as f:
-        f.write(b"\xa7\x4c\x00\x10\x00")  # a record cut short by a crash
+        f.write(b"\x50\x00\x00\x01\x00")  # a chunk header cut short by a crash
     with caplog.at_level(logging.WARNING, logger="leveret.store"):
         h.store = h._open()
         stream_log = h.log()
@@ -221,7 +228,7 @@ def test_damage_before_synced_data_refuses_to_open(h: Harness) -> None:
     h.store.close()
     first = sorted(stream_log.path.iterdir())[0]
     data = bytearray(first.read_bytes())
-    data[20] ^= 0xFF
+    data[60] ^= 0xFF  # in the first chunk's entries (covered by its CRC)
     first.write_bytes(bytes(data))
     h.store = h._open()
     with pytest.raises(StoreCorrupt, match="damaged"):
@@ -280,7 +287,7 @@ def test_an_empty_last_segment_gets_its_producer_snapshot(h: Harness) -> None:
     path = h.log(segment_bytes=300).path
     h.store.close()
     # A crash right after the writer created the next segment file, before writing to it.
-    (path / f"{2:020d}.seg").write_bytes(b"")
+    (path / f"{2:020d}.segment").write_bytes(b"")
     h.store = h._open()
     stream_log = h.log(segment_bytes=300)
     append(stream_log, b"c" * 50)  # stays in the open segment
@@ -332,9 +339,15 @@ def test_many_streams_are_written_then_synced_in_one_pass(
     events: list[str] = []
     real_write, real_sync = os.write, os.fdatasync
 
+    real_writev = os.writev
+
     def write(fd: int, data: bytes | memoryview) -> int:
         events.append("write")
         return real_write(fd, data)
+
+    def writev(fd: int, pieces: list[bytes]) -> int:
+        events.append("write")
+        return real_writev(fd, pieces)
 
     def sync(fd: int) -> None:
         events.append("sync")
@@ -343,6 +356,7 @@ def test_many_streams_are_written_then_synced_in_one_pass(
     logs = [h.log(store_id=i) for i in range(1, 5)]
     h.sync()
     monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "writev", writev)
     monkeypatch.setattr(os, "fdatasync", sync)
     for stream_log in logs:
         append(stream_log, b"x")

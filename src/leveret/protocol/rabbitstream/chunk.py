@@ -78,6 +78,88 @@ def simple_entry(record: bytes | bytearray | memoryview) -> bytes:
     return _U32.pack(len(record)) + record
 
 
+def chunk_header(
+    *,
+    chunk_id: int,
+    timestamp: int,
+    num_entries: int,
+    num_records: int,
+    crc: int,
+    data_length: int,
+    trailer_length: int = 0,
+    epoch: int = 1,
+    chunk_type: int = CHUNK_USER,
+) -> bytes:
+    """The 48-byte header of a chunk whose data (``data_length`` bytes, CRC ``crc``) the
+    caller writes after it, so the data need not be joined just to be checksummed."""
+    return HEADER.pack(
+        MAGIC_VERSION,
+        chunk_type,
+        num_entries,
+        num_records,
+        timestamp,
+        epoch,
+        chunk_id,
+        crc,
+        data_length,
+        trailer_length,
+        0,
+    )
+
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+
+
+def split_entries(data: bytes | memoryview, num_entries: int) -> list[tuple[bytes, int]]:
+    """The entries of a chunk's data as (entry bytes, records in it); ``UnknownFrame`` when
+    the data is cut short."""
+    out: list[tuple[bytes, int]] = []
+    at = 0
+    try:
+        for _ in range(num_entries):
+            if data[at] & 0x80:
+                _kind, count, _uncompressed, length = _SUB_BATCH.unpack_from(data, at)
+                end = at + SUB_BATCH_HEADER_SIZE + length
+            else:
+                count = 1
+                end = at + 4 + _U32.unpack_from(data, at)[0]
+            if end > len(data):
+                raise UnknownFrame("chunk entry overruns the data")
+            out.append((bytes(data[at:end]), count))
+            at = end
+    except (struct.error, IndexError) as exc:
+        raise UnknownFrame(f"chunk entries: {exc}") from exc
+    return out
+
+
+def entry_records(entry: bytes) -> list[bytes | None]:
+    """The records of one (well-framed) entry. A sub-batch compressed with gzip is
+    decompressed; with any other codec (snappy, lz4, zstd: the client's business), or when
+    its inside is malformed, each of its records is None."""
+    if not entry[0] & 0x80:
+        return [entry[4 : 4 + _U32.unpack_from(entry, 0)[0]]]
+    kind, count, _uncompressed, length = _SUB_BATCH.unpack_from(entry, 0)
+    try:
+        inner = entry[SUB_BATCH_HEADER_SIZE : SUB_BATCH_HEADER_SIZE + length]
+        compression = (kind >> 4) & 0x07
+        if compression == COMPRESSION_GZIP:
+            inner = zlib.decompress(inner, 16 + zlib.MAX_WBITS)
+        elif compression != COMPRESSION_NONE:
+            return [None] * count
+        out: list[bytes | None] = []
+        pos = 0
+        for _ in range(count):
+            size = _U32.unpack_from(inner, pos)[0]
+            if pos + 4 + size > len(inner):
+                return [None] * count
+            out.append(inner[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        return out
+    except (struct.error, zlib.error):
+        return [None] * count
+
+
 def encode_chunk(
     entries: list[bytes],
     *,

@@ -1,0 +1,10 @@
+"""The stream-protocol front end: RabbitMQ's stream protocol (port 5552) on Leveret's stream
+queues. ``connection.py`` is the sans-IO connection machine, ``state.py`` what the
+connections of one broker share; the listener is started by ``server/lifecycle.py``."""
+
+from __future__ import annotations
+
+from leveret.server.rabbitstream.connection import StreamConnection
+from leveret.server.rabbitstream.state import StreamServer, StreamSettings
+
+__all__ = ["StreamConnection", "StreamServer", "StreamSettings"]

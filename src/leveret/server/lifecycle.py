@@ -35,8 +35,8 @@ from leveret.server.control import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
-from leveret.server.stored import stamp_stream, stored_message
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
+from leveret.server.stored import stamp_stream, stored_message
 from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile

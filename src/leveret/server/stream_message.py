@@ -71,6 +71,7 @@ from leveret.protocol.amqp10.message import (
 )
 from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records
 from leveret.server.amqp091.message import wire_message
+from leveret.server.formats import AMQP10
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -417,7 +418,12 @@ class StreamRecords:
     """``model.stream.RecordCodec``: entries are osiris entries holding 1.0 messages."""
 
     def entry(self, message: Message) -> list[bytes]:
-        head, body = record_parts(message)
+        if message.format == AMQP10:
+            # A 1.0 message is stored as it came: its sections before the body, then the
+            # body sections (server/formats.py).
+            head, body = message.raw_properties, message.body
+        else:
+            head, body = record_parts(message)
         return [_U32.pack(len(head) + len(body)), head, body]
 
     def messages(self, entry: bytes, stream: str) -> list[Message | None]:

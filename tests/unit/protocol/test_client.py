@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.auth.authn import FAILURE_DELAY
 from leveret.errors import (
     AMQPError,
     ChannelError,
@@ -156,6 +157,10 @@ def test_amqplain_login() -> None:
 
 def test_a_refused_login_is_answered_and_closes() -> None:
     pair = Pair(ClientConnection(password="wrong"))
+    pair.pump()
+    # The server answers a refused login only once its delay has passed.
+    pair.clock.advance(FAILURE_DELAY)
+    pair.server.tick(pair.clock.now)
     events = pair.pump()
     close = events[-1]
     assert isinstance(close, MethodReceived)

@@ -134,7 +134,6 @@ HANDSHAKE_WAIT = 6.0
 handshake, or that it sent connection.close on, only after a delay (up to about 3 s)."""
 
 
-
 def after_close(wire: Wire, event: Json) -> Json:
     """Answer a server close with close-ok and note what follows (normally the end)."""
     if event.get("m") == "connection.close":

@@ -1717,3 +1717,43 @@ def tx_commit_ack(env: Env) -> Json:
     wire.expect(m.BasicRecoverOk)
     after = wire.call(ch, m.QueueDeclare(queue=q, passive=True))
     return {"before": before, "after": after}
+
+
+# == queue deletion and its consumers =========================================================
+
+
+@scenario("consumers")
+def queue_delete_with_own_consumer(env: Env) -> Json:
+    """The channel that consumes from a queue deletes it: what it receives, in order."""
+    wire, ch = env.chan()
+    q = env.name()
+    declare(wire, ch, q)
+    wire.send(ch, m.BasicConsume(queue=q, consumer_tag="own"))
+    wire.expect(m.BasicConsumeOk)
+    wire.send(ch, m.QueueDelete(queue=q))
+    return [summary(e) for e in wire.drain()]
+
+
+@scenario("consumers")
+def queue_delete_with_consumer_on_other_channel(env: Env) -> Json:
+    """Channel 2 consumes, channel 1 deletes the queue: what each channel receives."""
+    wire, ch = env.chan()
+    wire.channel(2)
+    q = env.name()
+    declare(wire, ch, q)
+    wire.send(2, m.BasicConsume(queue=q, consumer_tag="other"))
+    wire.expect(m.BasicConsumeOk)
+    wire.send(ch, m.QueueDelete(queue=q))
+    return sorted((summary(e) for e in wire.drain()), key=lambda e: (e.get("ch", 0), e["m"]))
+
+
+@scenario("consumers")
+def queue_delete_with_consumer_on_other_connection(env: Env) -> Json:
+    owner, ch = env.chan()
+    other, och = env.chan()
+    q = env.name()
+    declare(owner, ch, q)
+    other.send(och, m.BasicConsume(queue=q, consumer_tag="remote"))
+    other.expect(m.BasicConsumeOk)
+    deleted = owner.call(ch, m.QueueDelete(queue=q))
+    return {"deleter": deleted, "consumer": [summary(e) for e in other.drain()]}

@@ -16,10 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conformance import brokers, compare, harness
 from conformance.suites import PIKA_NOTE
+
+if TYPE_CHECKING:
+    from conformance.suites import Suite
 
 BASELINE = harness.PACKAGE_DIR / "baseline.json"
 COMPATIBILITY = harness.ROOT / "docs" / "compatibility.md"
@@ -29,43 +34,62 @@ def _meta_file(work: harness.Workdir, suite: str, target: str) -> Path:
     return work.results / f"{suite}.{target}.meta.json"
 
 
+def _run_one(
+    work: harness.Workdir, suite: Suite, name: str, rabbit: brokers.Target
+) -> harness.RunResult:
+    """One suite on one broker (Leveret started for it and stopped after)."""
+    log = None
+    if name == "rabbitmq":
+        target = rabbit
+    else:
+        work.logs.mkdir(parents=True, exist_ok=True)
+        log = (work.logs / f"{suite.name}.leveret-broker.log").open("w")
+        target = brokers.start_leveret(log_file=log)
+    print(f"{suite.name}: running on {name} ({target.host}:{target.port})", flush=True)
+    try:
+        result = harness.run_suite(work, suite, target)
+    finally:
+        target.stop()
+        if log is not None:
+            log.close()
+    _meta_file(work, suite.name, name).write_text(
+        json.dumps(
+            {
+                "seconds": result.seconds,
+                "exit_code": result.exit_code,
+                "timed_out": result.timed_out,
+            }
+        )
+    )
+    passed = sum(r["outcome"] == "passed" for r in result.results.values())
+    print(
+        f"{suite.name}: {name}: {len(result.results)} tests, {passed} passed, "
+        f"{result.seconds:.0f} s{' (timed out)' if result.timed_out else ''}",
+        flush=True,
+    )
+    return result
+
+
 def _run(args: argparse.Namespace, work: harness.Workdir) -> list[compare.SuiteComparison]:
     suites = harness.suites_named(args.suites)
     rabbit = brokers.rabbitmq(args.rabbitmq_url, args.rabbitmq_http)
-    if not args.leveret_only and not brokers.reachable(rabbit):
+    runs = [
+        (suite, name)
+        for suite in suites
+        for name in ("rabbitmq", "leveret")
+        if not (
+            name == "rabbitmq"
+            and args.reuse_rabbitmq
+            and work.result_file(suite, "rabbitmq").exists()
+        )
+    ]
+    if any(name == "rabbitmq" for _, name in runs) and not brokers.reachable(rabbit):
         raise SystemExit(f"RabbitMQ is not reachable at {rabbit.host}:{rabbit.port}")
-    for suite in suites:
-        targets = ["leveret"] if args.leveret_only else ["rabbitmq", "leveret"]
-        for name in targets:
-            if name == "rabbitmq":
-                target = rabbit
-                log = None
-            else:
-                work.logs.mkdir(parents=True, exist_ok=True)
-                log = (work.logs / f"{suite.name}.leveret-broker.log").open("w")
-                target = brokers.start_leveret(log_file=log)
-            print(f"{suite.name}: running on {name} ({target.host}:{target.port})", flush=True)
-            try:
-                result = harness.run_suite(work, suite, target)
-            finally:
-                target.stop()
-                if log is not None:
-                    log.close()
-            _meta_file(work, suite.name, name).write_text(
-                json.dumps(
-                    {
-                        "seconds": result.seconds,
-                        "exit_code": result.exit_code,
-                        "timed_out": result.timed_out,
-                    }
-                )
-            )
-            passed = sum(r["outcome"] == "passed" for r in result.results.values())
-            print(
-                f"{suite.name}: {name}: {len(result.results)} tests, {passed} passed, "
-                f"{result.seconds:.0f} s{' (timed out)' if result.timed_out else ''}",
-                flush=True,
-            )
+    # Runs are independent (a Leveret each, unique names on RabbitMQ); the suites mostly wait
+    # on the network, so a few at once shorten the wall time without starving the machine.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for future in [pool.submit(_run_one, work, s, n, rabbit) for s, n in runs]:
+            future.result()
     return _load(work, [s.name for s in suites])
 
 
@@ -127,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--rabbitmq-url", default=brokers.RABBITMQ_URL)
     p_run.add_argument("--rabbitmq-http", default=brokers.RABBITMQ_HTTP)
     p_run.add_argument(
-        "--leveret-only",
+        "--reuse-rabbitmq",
         action="store_true",
-        help="run only on Leveret and compare with the saved RabbitMQ results",
+        help="compare with RabbitMQ's saved results where a suite has them (run it otherwise)",
     )
     p_run.add_argument("--no-baseline", action="store_true", help="do not write baseline.json")
+    p_run.add_argument(
+        "--jobs", type=int, default=1, help="suite runs at once (default 1; each is niced)"
+    )
     p_report = sub.add_parser("report", help="compare the saved results again")
     p_report.add_argument("suites", nargs="*")
     p_report.add_argument("--no-baseline", action="store_true")

@@ -154,6 +154,8 @@ def run_suite(work: Workdir, suite: Suite, target: Target) -> RunResult:
     work.logs.mkdir(parents=True, exist_ok=True)
     report = work.result_file(suite, target.name)
     report.unlink(missing_ok=True)
+    partial = Path(f"{report}.partial")
+    partial.unlink(missing_ok=True)
     plugin_args: list[str] = []
     for plugin in ("conformance_report", *suite.plugins):
         plugin_args += ["-p", plugin]
@@ -205,7 +207,13 @@ def run_suite(work: Workdir, suite: Suite, target: Target) -> RunResult:
     results: dict[str, dict[str, Any]] = {}
     if report.exists():
         results = json.loads(report.read_text())
-    elif not timed_out:
+    elif partial.exists():
+        # Stopped before the end (time limit): what finished; the rest count as missing.
+        for line in partial.read_text().splitlines():
+            entry = json.loads(line)
+            results[entry.pop("nodeid")] = entry
+        report.write_text(json.dumps(results, indent=1, sort_keys=True))
+    if not results:
         print(f"  {suite.name}: no report; see {log_path}", file=sys.stderr)
     return RunResult(suite.name, target.name, seconds, code, timed_out, results)
 

@@ -100,6 +100,7 @@ SUITES: dict[str, Suite] = {
             tests=("tests",),
             env=_docker_env,
             plugins=("conformance_docker",),
+            suite_timeout=3600,
         ),
         Suite(
             name="aio-pika",
@@ -107,6 +108,7 @@ SUITES: dict[str, Suite] = {
             tests=("tests",),
             env=_docker_env,
             plugins=("conformance_docker",),
+            suite_timeout=3600,
         ),
         Suite(
             name="rabbitpy",

@@ -1,7 +1,8 @@
 """pytest plugin loaded into every client suite: one outcome per test, written as JSON.
 
 Loaded by the harness (``-p conformance_report``) in the suites' own venv; it imports only
-the standard library and pytest. ``CONFORMANCE_REPORT`` names the output file.
+the standard library and pytest. ``CONFORMANCE_REPORT`` names the output file; each finished
+test is also appended to ``CONFORMANCE_REPORT.partial`` as it ends.
 
 A test's outcome folds its three phases: ``failed`` if any phase failed (a teardown error
 after a passing call counts: the suite's author meant it to pass), ``skipped`` if setup
@@ -54,6 +55,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     elif report.skipped and report.when == "setup":
         entry["outcome"] = "skipped"
         entry["message"] = _message(report)[:200]
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    # One line per finished test, so a run stopped by the harness's time limit still says
+    # what it got through (the whole file is written at the end of the session).
+    target = os.environ.get("CONFORMANCE_REPORT")
+    entry = _RESULTS.get(nodeid)
+    if target and entry is not None:
+        with Path(target + ".partial").open("a") as out:
+            out.write(json.dumps({"nodeid": nodeid, **entry}) + "\n")
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:

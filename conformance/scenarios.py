@@ -13,6 +13,7 @@ shared broker in any order.
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from dataclasses import dataclass
@@ -216,7 +217,21 @@ for _label, _header in _HEADERS.items():
     scenario("protocol header", f"header-{_label}")(_header_scenario(_header))
 
 
-def _old_header_session(header: bytes) -> Callable[[Env], Json]:
+def _with_ids(event: Any) -> Json:
+    """``summary`` plus the raw class/method ids (0-8 numbers some methods differently)."""
+    out = summary(event)
+    if isinstance(event, Method | Content):
+        out["ids"] = [event.method.CLASS_ID, event.method.METHOD_ID]
+    elif out["m"] == "odd" and len(out.get("payload", "")) >= 8:
+        out["ids"] = [int(out["payload"][0:4], 16), int(out["payload"][4:8], 16)]
+    return out
+
+
+# 0-8 numbers connection.close / close-ok 10/60 and 10/61 (0-9-1: 10/50 and 10/51).
+_CLOSE_0_8 = struct.pack(">HH", 10, 60) + m.ConnectionClose(reply_code=200).encode()[4:]
+
+
+def _old_header_session(header: bytes, close: bytes | None = None) -> Callable[[Env], Json]:
     def func(env: Env) -> Json:
         """An 0-8/0-9 client's whole session: handshake, declare, publish, get, close."""
         wire = env.raw()
@@ -232,23 +247,28 @@ def _old_header_session(header: bytes) -> Callable[[Env], Json]:
             m.ConnectionTuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0),
         )
         wire.send(0, m.ConnectionOpen(virtual_host="/"))
-        steps = [summary(wire.next())]
+        steps = [_with_ids(wire.next())]
         wire.send(1, m.ChannelOpen())
-        steps.append(summary(wire.next()))
+        steps.append(_with_ids(wire.next()))
         q = env.name()
         wire.send(1, m.QueueDeclare(queue=q, exclusive=True))
-        steps.append(summary(wire.next()))
+        steps.append(_with_ids(wire.next()))
         wire.publish(1, "", q, b"old")
         steps.append(get(wire, 1, q))
-        wire.send(0, m.ConnectionClose(reply_code=200))
-        steps.append(summary(wire.next()))
-        return {"steps": steps}
+        if close is None:
+            wire.send(0, m.ConnectionClose(reply_code=200))
+        else:
+            wire.frame(framing.FRAME_METHOD, 0, close)
+        steps.append(_with_ids(wire.next()))
+        return {"start": [first.method.version_major, first.method.version_minor], "steps": steps}
 
     return func
 
 
 scenario("protocol header", "session-amqp-1-1-0-9")(_old_header_session(_HEADERS["amqp-1-1-0-9"]))
-scenario("protocol header", "session-amqp-1-1-8-0")(_old_header_session(_HEADERS["amqp-1-1-8-0"]))
+scenario("protocol header", "session-amqp-1-1-8-0")(
+    _old_header_session(_HEADERS["amqp-1-1-8-0"], _CLOSE_0_8)
+)
 
 
 @scenario("protocol header")

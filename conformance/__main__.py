@@ -113,11 +113,17 @@ def _load(work: harness.Workdir, names: list[str]) -> list[compare.SuiteComparis
     return out
 
 
-def _report(comparisons: list[compare.SuiteComparison], write: bool) -> int:
+def _report(comparisons: list[compare.SuiteComparison], write: bool, details: bool = False) -> int:
     if not comparisons:
         print("no results: run `python -m conformance run` first", file=sys.stderr)
         return 2
     print(compare.table(comparisons))
+    if details:
+        for c in comparisons:
+            for nodeid in c.differences():
+                entry = c.leveret.get(nodeid, {})
+                phase, message = entry.get("phase", ""), entry.get("message", "")
+                print(f"\n{c.suite}::{nodeid}\n    {phase}: {message}")
     print(f"\n{PIKA_NOTE}")
     if write:
         compare.write_baseline(BASELINE, comparisons)
@@ -162,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     p_report = sub.add_parser("report", help="compare the saved results again")
     p_report.add_argument("suites", nargs="*")
     p_report.add_argument("--no-baseline", action="store_true")
+    for p in (p_run, p_report):
+        p.add_argument(
+            "--details", action="store_true", help="print Leveret's failure of every difference"
+        )
     p_record = sub.add_parser("record", help="record RabbitMQ's outcome of every scenario")
     p_record.add_argument("--rabbitmq-url", default=brokers.RABBITMQ_URL)
     p_record.add_argument("names", nargs="*", help="only these scenarios")
@@ -173,9 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run":
         harness.install(work, harness.suites_named(args.suites))
-        return _report(_run(args, work), not args.no_baseline)
+        return _report(_run(args, work), not args.no_baseline, args.details)
     if args.command == "report":
-        return _report(_load(work, args.suites), not args.no_baseline)
+        return _report(_load(work, args.suites), not args.no_baseline, args.details)
     from conformance import record
 
     return record.main(args.rabbitmq_url, args.names)

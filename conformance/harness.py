@@ -145,6 +145,33 @@ class RunResult:
     results: dict[str, dict[str, Any]]
 
 
+def _has_pytest_config(folder: Path) -> bool:
+    checks = (
+        ("pytest.ini", ""),
+        ("tox.ini", "[pytest]"),
+        ("setup.cfg", "[tool:pytest]"),
+        ("pyproject.toml", "[tool.pytest.ini_options]"),
+    )
+    for name, marker in checks:
+        path = folder / name
+        if path.exists() and marker in path.read_text(errors="replace"):
+            return True
+    return False
+
+
+def _config_args(work: Workdir, folder: Path) -> list[str]:
+    """Keep pytest's configuration search inside the suite.
+
+    A suite without a pytest configuration of its own (rabbitpy, amqpstorm) would otherwise
+    pick up this checkout's pyproject.toml further up (strict markers, warnings as errors).
+    """
+    if _has_pytest_config(folder):
+        return [f"--rootdir={folder}"]
+    empty = work.root / "pytest-empty.ini"
+    empty.write_text("[pytest]\n")
+    return ["-c", str(empty), f"--rootdir={folder}"]
+
+
 def run_suite(work: Workdir, suite: Suite, target: Target) -> RunResult:
     """Run ``suite`` against ``target`` in the harness venv; per-test outcomes from the plugin."""
     cwd = work.suite_dir(suite)
@@ -169,6 +196,7 @@ def run_suite(work: Workdir, suite: Suite, target: Target) -> RunResult:
         *suite.tests,
         *plugin_args,
         *suite.pytest_args,
+        *_config_args(work, cwd),
         "-p",
         "no:cacheprovider",
         # A file that cannot be imported here (a Redis- or SQL-only test module) is one

@@ -337,7 +337,8 @@ class ServerConnection:
                 self._channel_method(channel_id, method)
         elif frame_type == framing.FRAME_HEARTBEAT:
             if channel_id != 0:
-                self._hard_close(FrameError("heartbeat frame on a non-zero channel"))
+                # RabbitMQ answers 505 (spec 4.2.7 would say 501).
+                self._hard_close(UnexpectedFrame(f"heartbeat frame on channel {channel_id}"))
         else:
             self._content_frame(frame_type, channel_id, payload)
 
@@ -394,7 +395,8 @@ class ServerConnection:
             if self.state is _CLOSING:
                 return
             if channel_id == 0:
-                self._hard_close(ChannelError("content frame on channel 0"))
+                # RabbitMQ answers 505 (spec 4.2.6.1 would say 504).
+                self._hard_close(UnexpectedFrame(f"type {frame_type} frame on channel 0"))
                 return
             self._hard_close(UnexpectedFrame("content frame before the connection is open"))
             return
@@ -413,6 +415,9 @@ class ServerConnection:
                 publish, raw, body = channel.take_content()
                 self._content(channel, publish, raw, body)
                 self.published = True
+        except UnexpectedFrame as exc:
+            # A frame out of place names the publish it interrupted, or nothing (RabbitMQ).
+            self._hard_close(exc)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 40
@@ -578,14 +583,21 @@ class ServerConnection:
                 self._tune_ok(method)
             elif state is State.OPEN and isinstance(method, m.ConnectionOpen):
                 self._open(method)
-            elif state is State.RUNNING and isinstance(method, m.ConnectionCloseOk):
-                pass  # a close-ok nobody asked for: ignore, as RabbitMQ does
             elif state is State.RUNNING and isinstance(
                 method, m.ConnectionBlocked | m.ConnectionUnblocked
             ):
                 pass
             elif state is State.RUNNING and isinstance(method, m.ConnectionUpdateSecret):
                 self.send_method(0, m.ConnectionUpdateSecretOk())
+            elif state is State.RUNNING:
+                # Anything else on channel 0 of an open connection, a close-ok nobody asked
+                # for included: RabbitMQ's 504.
+                raise ChannelError(
+                    "unexpected method in connection state running",
+                    hard=True,
+                    class_id=method.CLASS_ID,
+                    method_id=method.METHOD_ID,
+                )
             elif method.CLASS_ID == m.ConnectionStart.CLASS_ID:
                 raise CommandInvalid(
                     f"unexpected method {method.NAME} in state {state.name.lower()}",
@@ -656,14 +668,26 @@ class ServerConnection:
 
     def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
         limits = self.limits
-        frame_max = method.frame_max or limits.frame_max
+        # 0 means "no limit", which is above any limit offered (RabbitMQ's reading).
+        frame_max = method.frame_max or (1 << 32)
+        channel_max = method.channel_max or (1 << 16)
+        problem = ""
         if frame_max < 4096:
-            raise NotAllowed(f"frame_max={frame_max} < 4096 min size")
-        if limits.frame_max and frame_max > limits.frame_max:
-            raise NotAllowed(f"frame_max={frame_max} > {limits.frame_max} max size")
-        channel_max = method.channel_max or limits.channel_max
-        if limits.channel_max and channel_max > limits.channel_max:
-            raise NotAllowed(f"channel_max={channel_max} > {limits.channel_max} max")
+            problem = f"frame_max={frame_max} < 4096 min size"
+        elif limits.frame_max and frame_max > limits.frame_max:
+            problem = f"frame_max={method.frame_max} > {limits.frame_max} max size"
+        elif limits.channel_max and channel_max > limits.channel_max:
+            problem = f"channel_max={method.channel_max} > {limits.channel_max} max"
+        if problem:
+            # The connection is not open yet: RabbitMQ drops the socket, no close method.
+            log.info("closing connection %s: %s", self.peer, problem)
+            self.close_reason = problem
+            self.state = State.CLOSED
+            self.should_close_transport = True
+            self._release()
+            return
+        frame_max = min(frame_max, limits.frame_max) if limits.frame_max else frame_max
+        channel_max = min(channel_max, limits.channel_max) if limits.channel_max else channel_max
         self.frame_max = frame_max
         self.decoder.frame_max = frame_max
         self.channel_max = channel_max
@@ -688,11 +712,7 @@ class ServerConnection:
             return
         if self.state is not _RUNNING:
             self._hard_close(
-                UnexpectedFrame(
-                    f"channel method {method.NAME} before the connection is open",
-                    class_id=method.CLASS_ID,
-                    method_id=method.METHOD_ID,
-                )
+                UnexpectedFrame(f"channel method {method.NAME} before the connection is open")
             )
             return
         channel = self.channels.get(channel_id)
@@ -713,15 +733,14 @@ class ServerConnection:
                 del self.channels[channel_id]
             elif isinstance(method, m.ChannelClose):
                 self.send_method(channel_id, m.ChannelCloseOk())
+            elif isinstance(method, m.ChannelOpen):
+                self._hard_close(
+                    ChannelError("second 'channel.open' seen", hard=True, class_id=20, method_id=10)
+                )
             return
         if channel.expecting_content():
-            self._hard_close(
-                UnexpectedFrame(
-                    f"expected content header on channel {channel_id}, got {method.NAME}",
-                    class_id=method.CLASS_ID,
-                    method_id=method.METHOD_ID,
-                )
-            )
+            # RabbitMQ names the publish whose content was interrupted.
+            self._hard_close(UnexpectedFrame(channel.content_expected(), class_id=60, method_id=40))
             return
         try:
             if isinstance(method, m.ChannelClose):
@@ -731,7 +750,8 @@ class ServerConnection:
             elif isinstance(method, m.ChannelOpen):
                 raise ChannelError("second 'channel.open' seen")
             elif isinstance(method, m.ChannelCloseOk):
-                pass  # we never sent channel.close on an open channel
+                # We never sent channel.close on an open channel: RabbitMQ's 503.
+                raise CommandInvalid("unimplemented method", hard=True)
             else:
                 self._method(channel, method)
         except AMQPError as exc:
@@ -740,10 +760,15 @@ class ServerConnection:
             self._error(channel, exc)
 
     def _open_channel(self, channel_id: int) -> None:
-        if channel_id > self.channel_max:
+        # channel_max bounds how many channels are open at once, not their numbers
+        # (RabbitMQ 3.10's reading; clients such as aiormq pick numbers up to 65535).
+        if self.channel_max and len(self.channels) >= self.channel_max:
+            count = len(self.channels)
             self._hard_close(
                 NotAllowed(
-                    f"channel number {channel_id} exceeds channel_max {self.channel_max}",
+                    f"number of channels opened ({count}) has reached the negotiated "
+                    f"channel_max ({self.channel_max})",
+                    hard=True,
                     class_id=20,
                     method_id=10,
                 )

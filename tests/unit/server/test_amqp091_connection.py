@@ -199,9 +199,7 @@ def test_tune_ok_outside_the_offer_drops_the_socket(channel_max: int, frame_max:
     client.expect(0, m.ConnectionStart)
     client.start_ok()
     client.expect(0, m.ConnectionTune)
-    client.send(
-        0, m.ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=0)
-    )
+    client.send(0, m.ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=0))
     assert client.frames() == []
     assert client.conn.should_close_transport
 

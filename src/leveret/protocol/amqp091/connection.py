@@ -169,6 +169,19 @@ class ServerConnection:
         self.out.append(framing.encode_method_frame(channel_id, method.encode()))
         self._wrote()
 
+    def output_mark(self) -> int:
+        """Where the output stands now (see ``send_method_at``)."""
+        return len(self.out)
+
+    def send_method_at(self, mark: int, channel_id: int, method: m.Method) -> None:
+        """Send ``method`` before what was queued since ``mark``: a reply that must precede
+        the frames its own handling produced (consume-ok before the first delivery,
+        delete-ok before the cancels, recover-ok before the redeliveries)."""
+        frame = framing.encode_method_frame(channel_id, method.encode())
+        self.out.insert(mark, frame)
+        self._out_size += len(frame)
+        self._wrote()
+
     def send_content(
         self, channel_id: int, method_payload: bytes, raw_properties: bytes, body: bytes
     ) -> None:
@@ -633,7 +646,8 @@ class ServerConnection:
             )
             if self.client_capabilities.get("authentication_failure_close") is True:
                 self.state = State.OPEN  # so that _hard_close sends the close method
-                self._hard_close(AccessRefused(text, hard=True, class_id=10, method_id=11))
+                # RabbitMQ 3.10.8 names no method (0/0) in this close.
+                self._hard_close(AccessRefused(text, hard=True))
             else:
                 self.state = State.CLOSED
                 self.should_close_transport = True
@@ -744,9 +758,12 @@ class ServerConnection:
             return
         try:
             if isinstance(method, m.ChannelClose):
+                # close-ok goes before what the close causes on other channels (requeued
+                # messages delivered there), as RabbitMQ orders them.
+                mark = self.output_mark()
                 self._channel_closed(channel)
                 del self.channels[channel_id]
-                self.send_method(channel_id, m.ChannelCloseOk())
+                self.send_method_at(mark, channel_id, m.ChannelCloseOk())
             elif isinstance(method, m.ChannelOpen):
                 raise ChannelError("second 'channel.open' seen")
             elif isinstance(method, m.ChannelCloseOk):

@@ -484,7 +484,7 @@ _HOSTILE_AFTER_OPEN: dict[str, tuple[bytes, tuple[int, ...], bool]] = {
     "unknown-method": (method_frame(1, 99, 1), (503, 540), False),
     "bad-frame-end": (method_frame(1, 50, 10)[:-1] + b"\x00", (501,), True),
     "unknown-frame-type": (frame(9, 1, b"abc"), (501,), True),
-    "content-header-on-channel-0": (content_header(0, 10), (504,), False),
+    "content-header-on-channel-0": (content_header(0, 10), (505,), False),
     "body-without-publish": (frame(FRAME_BODY, 1, b"zzz"), (505,), False),
     "method-on-unopened-channel": (queue_declare(7, b"robust.t"), (504,), False),
     "content-on-unopened-channel": (content_header(9, 10), (504,), False),

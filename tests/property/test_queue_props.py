@@ -227,6 +227,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.model[index].global_ = count
         else:
             self.model[index].per_consumer = count
+            # RabbitMQ: a per-consumer limit lifts the channel-wide one.
+            self.model[index].global_ = 0
             # Leveret applies a per-consumer limit to the channel's existing consumers too.
             for consumer in self.consumers.values():
                 if consumer.session == index:

@@ -260,6 +260,8 @@ class Queue(FeatureMixin):
         """An unacked entry was acked, rejected or dropped: it leaves the queue."""
         self.unacked_count -= 1
         self._gone(entry)
+        if self._sac_draining is not None:
+            self.dispatch()  # the cancelled active consumer may be done: hand over
 
     def requeue(self, entries: Iterable[QueuedMessage]) -> None:
         """Put unacked entries back at their original positions, marked redelivered."""
@@ -427,6 +429,8 @@ class Queue(FeatureMixin):
         if self._expires_on and not self.consumers:
             self.touch()
         if self._special and index == 0 and self.config.single_active_consumer:
+            if consumer.unsettled > 0:
+                self._sac_draining = consumer  # hand over once its deliveries are settled
             self.dispatch()  # fail over to the next consumer
         if self.auto_delete and not self.consumers and self.host is not None:
             self.host.retire(self)  # an auto-delete queue goes with its last consumer

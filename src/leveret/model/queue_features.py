@@ -13,6 +13,7 @@ is never delivered: it is checked again when it is about to be handed out. The q
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,19 +48,26 @@ class QueueHost(Protocol):
     ) -> None: ...
 
 
+# RabbitMQ's largest per-message expiration: ten years in milliseconds (measured on 3.10.8).
+MAX_EXPIRATION = 315_360_000_000
+_INTEGER_PREFIX = re.compile(r"[+-]?[0-9]+")
+
+
 def parse_expiration(text: str) -> float:
-    """A per-message ``expiration`` (milliseconds as a string) in seconds; 406 if invalid."""
-    if not text or not (text.isdigit() or (text[0] == "-" and text[1:].isdigit())):
-        stripped = text.lstrip("-")
-        digits = len(stripped) - len(stripped.lstrip("0123456789"))
-        if digits and text[0] != "-":
-            raise PreconditionFailed(
-                f"invalid expiration '{text}': {{leftover_string,\"{stripped[digits:]}\"}}"
-            )
+    """A per-message ``expiration`` (milliseconds as a string) in seconds; 406 if invalid,
+    with RabbitMQ's texts (its parse is Erlang's ``string:to_integer``: an optional sign,
+    digits, nothing after them; at most ten years)."""
+    match = _INTEGER_PREFIX.match(text)
+    if match is None:
         raise PreconditionFailed(f"invalid expiration '{text}': no_integer")
-    value = int(text)
+    rest = text[match.end() :]
+    if rest:
+        raise PreconditionFailed(f"invalid expiration '{text}': {{leftover_string,\"{rest}\"}}")
+    value = int(match.group())
     if value < 0:
         raise PreconditionFailed(f"invalid expiration '{text}': {{value_negative,{value}}}")
+    if value > MAX_EXPIRATION:
+        raise PreconditionFailed(f"invalid expiration '{text}': {{value_too_large,{value}}}")
     return value / 1000
 
 
@@ -154,6 +162,9 @@ class FeatureMixin(Source):
 
     def _init_features(self) -> None:
         self.ready_bytes = 0
+        # Single active consumer: the active consumer that was cancelled while it still had
+        # unsettled deliveries; nobody takes over until they are settled (RabbitMQ 3.10).
+        self._sac_draining: Consumer | None = None
         self._prioritised = False
         self._ttl_at: float | None = None
         self._expires_on = self.config.expires is not None
@@ -252,6 +263,8 @@ class FeatureMixin(Source):
         """An unsettled entry was refused for good: dead-lettered if the queue says so."""
         self.unacked_count -= 1
         self._drop(entry, reason)
+        if self._sac_draining is not None:
+            self.dispatch()
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -311,6 +324,11 @@ class FeatureMixin(Source):
     def _pick(self, message: Message) -> Consumer | None:
         consumers = self.consumers
         if self.config.single_active_consumer:
+            draining = self._sac_draining
+            if draining is not None:
+                if draining.unsettled > 0:
+                    return None
+                self._sac_draining = None
             active = consumers[0]
             return active if active.can_take(message) else None
         count = len(consumers)

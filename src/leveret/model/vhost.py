@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
+from leveret.model.exchanges.base import freeze
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.queue import Queue
 from leveret.model.queue_args import parse_queue_args
@@ -71,9 +72,11 @@ def _fmt(value: object) -> str:
 
 
 def _require_equivalent(what: str, pairs: list[tuple[str, object, object]]) -> None:
-    """406 naming the first (name, received, current) pair that differs."""
+    """406 naming the first (name, received, current) pair that differs. Values compare
+    with their types, as RabbitMQ's do (x-message-ttl 1000 is not 1000.0; integers of
+    any width are one type)."""
     for field, got, have in pairs:
-        if got != have:
+        if got != have or freeze(got) != freeze(have):
             raise PreconditionFailed(
                 f"inequivalent arg '{field}' {what}: "
                 f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
@@ -150,7 +153,8 @@ class VirtualHost:
     ) -> Exchange:
         if passive:
             if name == "":
-                return self.exchanges[""]
+                # RabbitMQ 3.10.8 refuses even a passive declare of the default exchange.
+                raise AccessRefused("operation not permitted on the default exchange")
             return self.exchange(name)
         existing = self.exchanges.get(name)
         if name == "" or (name.startswith("amq.") and existing is None):
@@ -176,6 +180,7 @@ class VirtualHost:
                 )
             return exchange
         new_args = arguments or {}
+        # Of the arguments, RabbitMQ 3.10.8 compares only alternate-exchange.
         _require_equivalent(
             f"for exchange '{name}' {self._where()}",
             [
@@ -183,10 +188,11 @@ class VirtualHost:
                 ("durable", durable, existing.durable),
                 ("auto_delete", auto_delete, existing.auto_delete),
                 ("internal", internal, existing.internal),
-            ]
-            + [
-                (key, new_args.get(key), existing.arguments.get(key))
-                for key in sorted(set(new_args) | set(existing.arguments))
+                (
+                    "alternate-exchange",
+                    new_args.get("alternate-exchange"),
+                    existing.arguments.get("alternate-exchange"),
+                ),
             ],
         )
         return existing
@@ -383,12 +389,13 @@ class VirtualHost:
         *,
         owner: object,
     ) -> None:
-        queue = self.queue(queue_name, owner)
         if exchange_name == "":
             raise AccessRefused("operation not permitted on the default exchange")
+        queue = self.queues.get(queue_name)
         exchange = self.exchanges.get(exchange_name)
-        if exchange is None:
+        if queue is None or exchange is None:
             return  # RabbitMQ: removing a binding that cannot exist succeeds
+        self._check_exclusive(queue, owner)
         exchange.kind.remove_binding(queue, routing_key, arguments)
         if queue.store_id and exchange.durable:
             self.journal.binding_changed(

@@ -271,15 +271,19 @@ class CodecClient:
         *,
         heartbeat: int = 0,
         frame_max: int = 131072,
-        channel_max: int = 0,
+        channel_max: int | None = None,
         mechanism: str = "PLAIN",
         capabilities: Mapping[str, FieldValue] | None = None,
     ) -> m.ConnectionStart:
-        """Header → start → start-ok → tune → tune-ok → open → open-ok; returns the start."""
+        """Header → start → start-ok → tune → tune-ok → open → open-ok; returns the start.
+        ``channel_max`` None takes the server's offer (0 would mean "no limit", which a
+        server refuses as above its offer)."""
         self.send_header()
         self.start = self.expect(0, m.ConnectionStart)
         self.start_ok(mechanism=mechanism, user=user, password=password, capabilities=capabilities)
         self.tune = self.expect(0, m.ConnectionTune)
+        if channel_max is None:
+            channel_max = self.tune.channel_max
         self.send(
             0, m.ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
         )

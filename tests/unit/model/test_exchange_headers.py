@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from decimal import Decimal
 
 import pytest
@@ -122,12 +123,19 @@ def test_void_header_value_does_not_equal_a_value() -> None:
     assert not matches({"a": ""}, {"a": None})
 
 
-def test_numbers_compare_numerically() -> None:
+def test_numbers_compare_as_erlang_does() -> None:
+    # RabbitMQ 3.10.8 (tests/conformance: headers-*): integers, floats and timestamps by
+    # number; a decimal is a (scale, digits) pair, equal only to the same pair.
     assert matches({"a": 1}, {"a": 1.0})
     assert matches({"a": 1.0}, {"a": 1})
-    assert matches({"a": Decimal("1.00")}, {"a": 1})
-    assert matches({"a": 2}, {"a": Decimal(2)})
-    assert matches({"a": 0.5}, {"a": Decimal("0.5")})
+    stamp = datetime.datetime(1970, 1, 1, 0, 16, 40, tzinfo=datetime.UTC)
+    assert matches({"a": 1000}, {"a": stamp})
+    assert matches({"a": stamp}, {"a": 1000})
+    assert matches({"a": Decimal("1.00")}, {"a": Decimal("1.00")})
+    assert not matches({"a": Decimal("1.00")}, {"a": Decimal("1.0")})
+    assert not matches({"a": Decimal("1.00")}, {"a": 1})
+    assert not matches({"a": 2}, {"a": Decimal(2)})
+    assert not matches({"a": 0.5}, {"a": Decimal("0.5")})
     assert not matches({"a": 1}, {"a": 2})
     assert not matches({"a": 1}, {"a": "1"})
     assert not matches({"a": "1"}, {"a": 1})
@@ -155,7 +163,11 @@ def test_str_and_bytes_are_the_same_binary() -> None:
 
 
 def test_arrays_and_tables() -> None:
-    assert matches({"a": [1, "x", True]}, {"a": [1.0, b"x", True]})
+    assert matches({"a": [1, "x", True]}, {"a": [1, "x", True]})
+    # Inside arrays and tables RabbitMQ compares (type, value): no int/float, str/bytes mix.
+    assert not matches({"a": [1]}, {"a": [1.0]})
+    assert not matches({"a": ["x"]}, {"a": [b"x"]})
+    assert not matches({"a": {"b": 1}}, {"a": {"b": 1.0}})
     assert not matches({"a": [1, "x"]}, {"a": [1, "x", 2]})
     assert not matches({"a": [True]}, {"a": [1]})
     assert matches({"a": {"b": [None, 2]}}, {"a": {"b": (None, 2)}})
@@ -168,7 +180,8 @@ def test_arrays_and_tables() -> None:
 def test_values_match_helper() -> None:
     assert values_match(None, None)
     assert not values_match(None, 0)
-    assert values_match(1, Decimal(1))
+    assert not values_match(1, Decimal(1))
+    assert values_match(1, 1.0)
     assert not values_match(True, 1)
     assert values_match("a", b"a")
 

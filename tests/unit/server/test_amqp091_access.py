@@ -166,7 +166,7 @@ def test_a_refused_login_is_answered_only_when_its_delay_ends(capability: bool) 
         return
     close = client.expect(0, m.ConnectionClose)
     assert (close.reply_code, close.reply_text) == (403, REFUSAL.format("PLAIN"))
-    assert (close.class_id, close.method_id) == (10, 11)
+    assert (close.class_id, close.method_id) == (0, 0)  # RabbitMQ 3.10.8 names no method
     client.expect_nothing()
     assert not _dropping(client)
     client.send(0, m.ConnectionCloseOk())

@@ -117,7 +117,7 @@ def test_wrong_password_with_authentication_failure_close_gets_403() -> None:
     client.tick(FAILURE_DELAY)  # a refusal is answered after the delay
     close = expect_connection_close(client, 403)
     assert "ACCESS_REFUSED" in close.reply_text
-    assert (close.class_id, close.method_id) == (10, 11)
+    assert (close.class_id, close.method_id) == (0, 0)  # RabbitMQ 3.10.8 names no method
 
 
 def test_wrong_password_without_the_capability_just_closes() -> None:
@@ -162,7 +162,7 @@ def test_unknown_vhost_is_530() -> None:
     client.expect(0, m.ConnectionStart)
     client.start_ok()
     client.expect(0, m.ConnectionTune)
-    client.send(0, m.ConnectionTuneOk(channel_max=0, frame_max=131072, heartbeat=0))
+    client.send(0, m.ConnectionTuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
     client.send(0, m.ConnectionOpen(virtual_host="/nope"))
     close = expect_connection_close(client, 530)
     assert (close.class_id, close.method_id) == (10, 40)
@@ -186,34 +186,38 @@ def test_protocol_header_in_pieces() -> None:
     client.expect(0, m.ConnectionStart)
 
 
-def test_frame_max_below_the_minimum_is_530() -> None:
-    client = CodecClient.connect()
-    client.send_header()
-    client.expect(0, m.ConnectionStart)
-    client.start_ok()
-    client.expect(0, m.ConnectionTune)
-    client.send(0, m.ConnectionTuneOk(channel_max=0, frame_max=1024, heartbeat=0))
-    close = expect_connection_close(client, 530)
-    assert (close.class_id, close.method_id) == (10, 31)
-
-
-def test_frame_max_above_the_offer_is_530() -> None:
+@pytest.mark.parametrize(
+    ("channel_max", "frame_max"),
+    [
+        (2047, 1024),  # below the minimum
+        (2047, 16384),  # above the offer
+        (2047, 0),  # "no limit" is above the offer
+        (2048, 8192),  # channel_max above the offer
+        (0, 8192),
+    ],
+)
+def test_tune_ok_outside_the_offer_drops_the_socket(channel_max: int, frame_max: int) -> None:
+    # RabbitMQ 3.10.8: no connection.close before the connection is open, the socket goes.
     client = CodecClient.connect(limits=Limits(frame_max=8192))
     client.send_header()
     client.expect(0, m.ConnectionStart)
     client.start_ok()
     client.expect(0, m.ConnectionTune)
-    client.send(0, m.ConnectionTuneOk(channel_max=0, frame_max=16384, heartbeat=0))
-    expect_connection_close(client, 530)
+    client.send(0, m.ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=0))
+    assert client.frames() == []
+    assert client.conn.should_close_transport
 
 
-def test_channel_beyond_channel_max_closes_the_connection() -> None:
+def test_channel_max_counts_open_channels_not_their_numbers() -> None:
+    # RabbitMQ 3.10.8: any channel number opens while fewer than channel_max are open.
     client = CodecClient.connect()
     client.handshake(channel_max=2)
     client.open_channel(2)
+    client.open_channel(65535)
     client.send(3, m.ChannelOpen())
     close = expect_connection_close(client, 530)
     assert (close.class_id, close.method_id) == (20, 10)
+    assert "reached the negotiated channel_max (2)" in close.reply_text
 
 
 # -- heartbeats ----------------------------------------------------------------------
@@ -249,10 +253,11 @@ def test_silent_peer_is_closed_after_two_intervals() -> None:
     assert client.closed
 
 
-def test_heartbeat_on_a_channel_other_than_zero_is_501() -> None:
+def test_heartbeat_on_a_channel_other_than_zero_is_505() -> None:
     client = connected()
     client.send_raw(framing.encode_frame(framing.FRAME_HEARTBEAT, 1, b""))
-    expect_connection_close(client, 501)
+    close = expect_connection_close(client, 505)
+    assert (close.class_id, close.method_id) == (0, 0)
 
 
 # -- framing errors ------------------------------------------------------------------
@@ -278,11 +283,12 @@ def test_unknown_frame_type_is_501() -> None:
     expect_connection_close(client, 501, desynced=True)
 
 
-def test_content_on_channel_zero_is_504() -> None:
+def test_content_on_channel_zero_is_505() -> None:
     client = connected()
     header = framing.encode_content_frames(0, 60, b"x", BasicProperties().encode(), 131072)
     client.send_raw(header[0])
-    expect_connection_close(client, 504)
+    close = expect_connection_close(client, 505)
+    assert (close.class_id, close.method_id) == (0, 0)
 
 
 def test_method_on_an_unopened_channel_is_504() -> None:

@@ -11,10 +11,10 @@ Semantics are RabbitMQ's (``rabbit_exchange_type_headers``):
   value, so a binding with no such keys matches every message. ``any``: at least one
   must, so a binding with no such keys matches nothing.
 * A binding value of ``None`` (void) matches the mere presence of the header. Otherwise
-  values match when equal, numbers compared numerically across ``int`` / ``float`` /
-  ``Decimal`` (``1 == 1.0``) but a ``bool`` never equal to a number, ``str`` and
-  ``bytes`` compared as the same UTF-8 binary; arrays and tables compare element by
-  element under the same rules.
+  values match as Erlang's ``==`` compares the values RabbitMQ keeps (``values_match``):
+  integers, floats and timestamps by number, a decimal only as the same (scale, digits),
+  a ``bool`` only as itself, ``str`` and ``bytes`` as the same UTF-8 binary; inside arrays
+  and tables the element types must agree too.
 * No headers on the message (``None``) is an empty table.
 
 The routing key takes no part in matching. Bindings with equal arguments share one
@@ -61,18 +61,39 @@ def _as_binary(value: object) -> bytes | None:
     return None
 
 
-def values_match(spec: object, value: object) -> bool:
-    """Whether header ``value`` equals binding value ``spec`` under the typed rules.
+def _seconds(value: object) -> object:
+    """A timestamp is an integer of POSIX seconds in RabbitMQ's tables."""
+    if type(value).__name__ == "datetime":
+        return int(value.timestamp())  # type: ignore[attr-defined]
+    return value
 
-    ``None`` here equals only ``None``; presence-only matching of a top-level void
-    binding value is the caller's business.
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def values_match(spec: object, value: object) -> bool:
+    """Whether header ``value`` equals binding value ``spec``: Erlang's ``==`` on the values
+    RabbitMQ keeps (``rabbit_exchange_type_headers``).
+
+    Integers of every width, floats and timestamps (integer seconds) compare by number
+    (``1 == 1.0``); a decimal is a (scale, digits) pair, equal only to the same pair; a
+    ``bool`` only to itself; ``str`` and ``bytes`` as the same UTF-8 binary. Arrays and
+    tables keep their elements' types, so there an int never equals a float or a
+    timestamp (RabbitMQ also tells int32 from int64 apart there; decoded values no longer
+    carry the width, so Leveret cannot). ``None`` here equals only ``None``;
+    presence-only matching of a top-level void binding value is the caller's business.
     """
     if spec is None:
         return value is None
     if isinstance(spec, bool):
         return isinstance(value, bool) and value == spec
-    if isinstance(spec, _NUMBER):
-        return isinstance(value, _NUMBER) and not isinstance(value, bool) and value == spec
+    if isinstance(spec, Decimal):
+        return isinstance(value, Decimal) and value.as_tuple() == spec.as_tuple()
+    spec = _seconds(spec)
+    if _is_number(spec):
+        value = _seconds(value)
+        return _is_number(value) and value == spec
     if isinstance(spec, str | bytes | bytearray | memoryview):
         binary = _as_binary(value)
         return binary is not None and binary == _as_binary(spec)
@@ -81,14 +102,30 @@ def values_match(spec: object, value: object) -> bool:
             return False
         for key, item in spec.items():
             other = value.get(key, _MISSING)
-            if other is _MISSING or not values_match(item, other):
+            if other is _MISSING or not _typed_match(item, other):
                 return False
         return True
     if isinstance(spec, list | tuple):
         if not isinstance(value, list | tuple) or len(value) != len(spec):
             return False
-        return all(values_match(a, b) for a, b in zip(spec, value, strict=True))
+        return all(_typed_match(a, b) for a, b in zip(spec, value, strict=True))
     return bool(spec == value)
+
+
+def _kind(value: object) -> str:
+    """The field type a decoded value came as, as far as it can be told (no int widths)."""
+    if isinstance(value, str):
+        return "longstr"
+    if isinstance(value, _BINARY):
+        return "binary"
+    return (
+        _amqp_type_name(value) if not isinstance(value, int) or isinstance(value, bool) else "int"
+    )
+
+
+def _typed_match(spec: object, value: object) -> bool:
+    """Inside arrays and tables RabbitMQ compares (type, value) pairs."""
+    return _kind(spec) == _kind(value) and values_match(spec, value)
 
 
 def _compile_value(spec: object) -> _Pred | None:
@@ -98,10 +135,11 @@ def _compile_value(spec: object) -> _Pred | None:
     if isinstance(spec, bool):
         flag = spec
         return lambda value: isinstance(value, bool) and value == flag
-    if isinstance(spec, _NUMBER):
+    if isinstance(spec, int | float):
         number = spec
         return lambda value: (
-            isinstance(value, _NUMBER) and not isinstance(value, bool) and value == number
+            (isinstance(value, int | float) and not isinstance(value, bool) and value == number)
+            or values_match(number, value)
         )
     binary = _as_binary(spec)
     if binary is not None:

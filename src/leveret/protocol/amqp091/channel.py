@@ -149,18 +149,34 @@ class ChannelState:
     def expecting_content(self) -> bool:
         return self.publish is not None
 
+    def content_expected(self) -> str:
+        """What a method frame interrupted, in RabbitMQ's words (505's reply text)."""
+        if self._body_size == -1:
+            return "expected content header for class 60, got non content header frame instead"
+        return "expected content body, got non content body frame instead"
+
     def content_header(self, payload: bytes | memoryview, max_size: int) -> bool:
         """Returns True when the message is complete (an empty body)."""
-        if self.publish is None or self._body_size != -1:
-            raise UnexpectedFrame(f"unexpected content header frame on channel {self.id}")
+        if self.publish is None:
+            raise UnexpectedFrame("expected method frame, got non method frame instead")
+        if self._body_size != -1:
+            raise UnexpectedFrame(
+                "expected content body, got non content body frame instead",
+                class_id=60,
+                method_id=40,
+            )
         # framing.parse_content_header, inlined (once per published message).
         if len(payload) < 14:
             framing.parse_content_header(payload)  # raises its FrameError
         body_size: int
         class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(payload, 0)
         if class_id != m.BasicPublish.CLASS_ID:
-            # Spec 4.2.6.1: a class-id that does not match the method is a frame error.
-            raise FrameError(f"content header for class {class_id} on channel {self.id}")
+            # RabbitMQ answers 505 naming the publish (spec 4.2.6.1 would say 501).
+            raise UnexpectedFrame(
+                f"expected content header for class 60, got one for class {class_id} instead",
+                class_id=60,
+                method_id=40,
+            )
         if body_size > max_size:
             self.publish = None
             raise ContentTooLarge(
@@ -176,8 +192,14 @@ class ChannelState:
 
     def content_body(self, payload: bytes | memoryview) -> bool:
         """Returns True when the message is complete."""
-        if self.publish is None or self._body_size < 0:
-            raise UnexpectedFrame(f"unexpected content body frame on channel {self.id}")
+        if self.publish is None:
+            raise UnexpectedFrame("expected method frame, got non method frame instead")
+        if self._body_size < 0:
+            raise UnexpectedFrame(
+                "expected content header for class 60, got non content header frame instead",
+                class_id=60,
+                method_id=40,
+            )
         self._body.append(bytes(payload))
         self._body_received += len(payload)
         if self._body_received > self._body_size:

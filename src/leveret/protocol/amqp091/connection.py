@@ -202,6 +202,19 @@ class ServerConnection:
         self.out.append(framing.encode_method_frame(channel_id, method.encode()))
         self._wrote()
 
+    def output_mark(self) -> int:
+        """Where the output stands now (see ``send_method_at``)."""
+        return len(self.out)
+
+    def send_method_at(self, mark: int, channel_id: int, method: m.Method) -> None:
+        """Send ``method`` before what was queued since ``mark``: a reply that must precede
+        the frames its own handling produced (consume-ok before the first delivery,
+        delete-ok before the cancels, recover-ok before the redeliveries)."""
+        frame = framing.encode_method_frame(channel_id, method.encode())
+        self.out.insert(mark, frame)
+        self._out_size += len(frame)
+        self._wrote()
+
     def send_content(
         self, channel_id: int, method_payload: bytes, raw_properties: bytes, body: bytes
     ) -> None:
@@ -370,7 +383,8 @@ class ServerConnection:
                 self._channel_method(channel_id, method)
         elif frame_type == framing.FRAME_HEARTBEAT:
             if channel_id != 0:
-                self._hard_close(FrameError("heartbeat frame on a non-zero channel"))
+                # RabbitMQ answers 505 (spec 4.2.7 would say 501).
+                self._hard_close(UnexpectedFrame(f"heartbeat frame on channel {channel_id}"))
         else:
             self._content_frame(frame_type, channel_id, payload)
 
@@ -427,7 +441,8 @@ class ServerConnection:
             if self.state is _CLOSING:
                 return
             if channel_id == 0:
-                self._hard_close(ChannelError("content frame on channel 0"))
+                # RabbitMQ answers 505 (spec 4.2.6.1 would say 504).
+                self._hard_close(UnexpectedFrame(f"type {frame_type} frame on channel 0"))
                 return
             self._hard_close(UnexpectedFrame("content frame before the connection is open"))
             return
@@ -446,6 +461,9 @@ class ServerConnection:
                 publish, raw, body = channel.take_content()
                 self._content(channel, publish, raw, body)
                 self.published = True
+        except UnexpectedFrame as exc:
+            # A frame out of place names the publish it interrupted, or nothing (RabbitMQ).
+            self._hard_close(exc)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 40
@@ -616,14 +634,21 @@ class ServerConnection:
                 self._tune_ok(method)
             elif state is State.OPEN and isinstance(method, m.ConnectionOpen):
                 self._open(method)
-            elif state is State.RUNNING and isinstance(method, m.ConnectionCloseOk):
-                pass  # a close-ok nobody asked for: ignore, as RabbitMQ does
             elif state is State.RUNNING and isinstance(
                 method, m.ConnectionBlocked | m.ConnectionUnblocked
             ):
                 pass
             elif state is State.RUNNING and isinstance(method, m.ConnectionUpdateSecret):
                 self.send_method(0, m.ConnectionUpdateSecretOk())
+            elif state is State.RUNNING:
+                # Anything else on channel 0 of an open connection, a close-ok nobody asked
+                # for included: RabbitMQ's 504.
+                raise ChannelError(
+                    "unexpected method in connection state running",
+                    hard=True,
+                    class_id=method.CLASS_ID,
+                    method_id=method.METHOD_ID,
+                )
             elif method.CLASS_ID == m.ConnectionStart.CLASS_ID:
                 raise CommandInvalid(
                     f"unexpected method {method.NAME} in state {state.name.lower()}",
@@ -681,7 +706,8 @@ class ServerConnection:
             self.should_close_transport = True
             return
         # 10/11, the start-ok that failed, as the spec asks (RabbitMQ 3.10 sends 0/0).
-        refusal = AccessRefused(text, hard=True, class_id=10, method_id=11)
+        # RabbitMQ 3.10.8 names no method (0/0) in this close.
+        refusal = AccessRefused(text, hard=True)
         self.send_method(
             0,
             m.ConnectionClose(
@@ -696,14 +722,26 @@ class ServerConnection:
 
     def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
         limits = self.limits
-        frame_max = method.frame_max or limits.frame_max
+        # 0 means "no limit", which is above any limit offered (RabbitMQ's reading).
+        frame_max = method.frame_max or (1 << 32)
+        channel_max = method.channel_max or (1 << 16)
+        problem = ""
         if frame_max < 4096:
-            raise NotAllowed(f"frame_max={frame_max} < 4096 min size")
-        if limits.frame_max and frame_max > limits.frame_max:
-            raise NotAllowed(f"frame_max={frame_max} > {limits.frame_max} max size")
-        channel_max = method.channel_max or limits.channel_max
-        if limits.channel_max and channel_max > limits.channel_max:
-            raise NotAllowed(f"channel_max={channel_max} > {limits.channel_max} max")
+            problem = f"frame_max={frame_max} < 4096 min size"
+        elif limits.frame_max and frame_max > limits.frame_max:
+            problem = f"frame_max={method.frame_max} > {limits.frame_max} max size"
+        elif limits.channel_max and channel_max > limits.channel_max:
+            problem = f"channel_max={method.channel_max} > {limits.channel_max} max"
+        if problem:
+            # The connection is not open yet: RabbitMQ drops the socket, no close method.
+            log.info("closing connection %s: %s", self.peer, problem)
+            self.close_reason = problem
+            self.state = State.CLOSED
+            self.should_close_transport = True
+            self._release()
+            return
+        frame_max = min(frame_max, limits.frame_max) if limits.frame_max else frame_max
+        channel_max = min(channel_max, limits.channel_max) if limits.channel_max else channel_max
         self.frame_max = frame_max
         self.decoder.frame_max = frame_max
         self.channel_max = channel_max
@@ -728,11 +766,7 @@ class ServerConnection:
             return
         if self.state is not _RUNNING:
             self._hard_close(
-                UnexpectedFrame(
-                    f"channel method {method.NAME} before the connection is open",
-                    class_id=method.CLASS_ID,
-                    method_id=method.METHOD_ID,
-                )
+                UnexpectedFrame(f"channel method {method.NAME} before the connection is open")
             )
             return
         channel = self.channels.get(channel_id)
@@ -753,25 +787,28 @@ class ServerConnection:
                 del self.channels[channel_id]
             elif isinstance(method, m.ChannelClose):
                 self.send_method(channel_id, m.ChannelCloseOk())
+            elif isinstance(method, m.ChannelOpen):
+                self._hard_close(
+                    ChannelError("second 'channel.open' seen", hard=True, class_id=20, method_id=10)
+                )
             return
         if channel.expecting_content():
-            self._hard_close(
-                UnexpectedFrame(
-                    f"expected content header on channel {channel_id}, got {method.NAME}",
-                    class_id=method.CLASS_ID,
-                    method_id=method.METHOD_ID,
-                )
-            )
+            # RabbitMQ names the publish whose content was interrupted.
+            self._hard_close(UnexpectedFrame(channel.content_expected(), class_id=60, method_id=40))
             return
         try:
             if isinstance(method, m.ChannelClose):
+                # close-ok goes before what the close causes on other channels (requeued
+                # messages delivered there), as RabbitMQ orders them.
+                mark = self.output_mark()
                 self._channel_closed(channel)
                 del self.channels[channel_id]
-                self.send_method(channel_id, m.ChannelCloseOk())
+                self.send_method_at(mark, channel_id, m.ChannelCloseOk())
             elif isinstance(method, m.ChannelOpen):
                 raise ChannelError("second 'channel.open' seen")
             elif isinstance(method, m.ChannelCloseOk):
-                pass  # we never sent channel.close on an open channel
+                # We never sent channel.close on an open channel: RabbitMQ's 503.
+                raise CommandInvalid("unimplemented method", hard=True)
             else:
                 self._method(channel, method)
         except AMQPError as exc:
@@ -780,10 +817,15 @@ class ServerConnection:
             self._error(channel, exc)
 
     def _open_channel(self, channel_id: int) -> None:
-        if channel_id > self.channel_max:
+        # channel_max bounds how many channels are open at once, not their numbers
+        # (RabbitMQ 3.10's reading; clients such as aiormq pick numbers up to 65535).
+        if self.channel_max and len(self.channels) >= self.channel_max:
+            count = len(self.channels)
             self._hard_close(
                 NotAllowed(
-                    f"channel number {channel_id} exceeds channel_max {self.channel_max}",
+                    f"number of channels opened ({count}) has reached the negotiated "
+                    f"channel_max ({self.channel_max})",
+                    hard=True,
                     class_id=20,
                     method_id=10,
                 )

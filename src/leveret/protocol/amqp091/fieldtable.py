@@ -23,7 +23,7 @@ type letter   wire value               Python value (decoded)
 ``L`` ``U``   int64 / int16            ``int`` (decode only: py-amqp, spec)
 ============  =======================  ==============================
 
-Encoding picks the letter from the Python type: bool→t, int→I (int32) or l (int64),
+Encoding picks the letter from the Python type: bool→t, int→I (int32) or l (int64), ``Long``→l,
 float→d, Decimal→D, str→S, bytes-like→x, datetime→T, list/tuple→A, dict→F, None→V.
 
 Every malformed input raises :class:`leveret.errors.SyntaxError_` (502), never a raw
@@ -45,6 +45,7 @@ __all__ = [
     "MAX_DEPTH",
     "FieldTable",
     "FieldValue",
+    "Long",
     "decode_array",
     "decode_table",
     "decode_value",
@@ -356,6 +357,19 @@ def _enc_bool(out: list[bytes], v: Any, depth: int) -> None:
     out.append(_TRUE if v else _FALSE)
 
 
+class Long(int):
+    """An integer that is always encoded as ``l`` (int64), as RabbitMQ types some header
+    values whatever their size (``x-death``'s ``count``)."""
+
+    __slots__ = ()
+
+
+def _enc_long(out: list[bytes], v: Any, depth: int) -> None:
+    if not _I64_MIN <= v <= _I64_MAX:
+        raise SyntaxError_(f"field table: integer {v} does not fit in 64 bits")
+    out.append(_pack_int64(b"l", v))
+
+
 def _enc_int(out: list[bytes], v: Any, depth: int) -> None:
     if _I32_MIN <= v <= _I32_MAX:
         out.append(_pack_int32(b"I", v))
@@ -430,6 +444,7 @@ def _enc_dict(out: list[bytes], v: Any, depth: int) -> None:
 _ENCODERS: dict[type, _Encoder] = {
     bool: _enc_bool,
     int: _enc_int,
+    Long: _enc_long,
     float: _enc_float,
     decimal.Decimal: _enc_decimal,
     str: _enc_str,

@@ -78,8 +78,9 @@ _new_tuple = tuple.__new__
 class FrameDecoder:
     """Incremental, sans-IO frame parser.
 
-    ``frame_max`` is the negotiated maximum total frame size, including the 8 bytes of
-    overhead; 0 means no limit (beyond the 32-bit size field).  It may be changed at any time
+    ``frame_max`` is the negotiated maximum frame size; a received payload may be up to
+    ``frame_max`` bytes (RabbitMQ's leniency: 8 bytes beyond the spec's whole-frame size);
+    0 means no limit (beyond the 32-bit size field).  It may be changed at any time
     (after connection.tune-ok).
 
     Payloads are returned as independent ``bytes`` objects (slices of the input).  Measured on
@@ -136,7 +137,10 @@ class FrameDecoder:
         unpack = _HEADER.unpack_from
         frame_max = self.frame_max
         frame_types = self._frame_types
-        limit = frame_max - FRAME_OVERHEAD if frame_max > 0 else _MAX_SIZE
+        # The payload may fill frame_max itself: RabbitMQ accepts 8 bytes more than the
+        # spec's frame size, and clients that count frame_max as the payload (rabbitpy)
+        # rely on it. What we send still fits frame_max whole (encode_message_frames).
+        limit = frame_max if frame_max > 0 else _MAX_SIZE
         is_bytes = src is not buf
         mv = None if is_bytes else memoryview(src)
         off = 0

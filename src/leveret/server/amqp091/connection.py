@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, cast
 
 from leveret import __version__
 from leveret.auth import authn
-from leveret.errors import CommandInvalid, NotAllowed
+from leveret.errors import CommandInvalid, NotAllowed, PreconditionFailed
+from leveret.model.message import HINT_PERSISTENT
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, ServerConnection
 from leveret.server.amqp091.channel import Channel
 from leveret.server.amqp091.handlers import HANDLERS
-from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.message import delivery_mode, wire_message
 from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
@@ -36,8 +37,10 @@ if TYPE_CHECKING:
 
 __all__ = ["AMQP091Connection", "Limits"]
 
-# The user-id property's bit in the low octet of the property flags (spec order: 11th of 14).
+# The user-id property's bit in the low octet of the property flags (spec order: 11th of 14),
+# and the delivery-mode's in the high octet (4th).
 _USER_ID_FLAG = 0x10
+_DELIVERY_MODE_FLAG = 0x10
 
 
 class AMQP091Connection(ServerConnection):
@@ -173,6 +176,15 @@ class AMQP091Connection(ServerConnection):
         self, channel: ChannelState, publish: PendingPublish, raw_properties: bytes, body: bytes
     ) -> None:
         message = wire_message(publish.exchange, publish.routing_key, raw_properties, body)
+        if (
+            raw_properties
+            and raw_properties[0] & _DELIVERY_MODE_FLAG
+            and not message.hints & HINT_PERSISTENT  # 2 was read already: only 1 is left
+        ):
+            mode = delivery_mode(raw_properties)
+            if mode != 1:
+                # RabbitMQ 3.10.8 refuses any other delivery mode (1 and 2 are the spec's).
+                raise PreconditionFailed(f"invalid message: {{delivery_mode_unknown,{mode}}}")
         if len(raw_properties) > 1 and raw_properties[1] & _USER_ID_FLAG:
             # Only then are the properties decoded: the user's own name, or an impersonator.
             cast("Channel", channel).guard.check_user_id(message.properties.user_id)

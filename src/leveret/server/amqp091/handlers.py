@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leveret.errors import InternalError, NotAllowed
-from leveret.model.router import REPLY_TO
+from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX
 from leveret.model.stream import StreamQueue
-from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.server.amqp091.session import stream_refusal
 from leveret.server.formats import amqp091_parts
@@ -95,14 +94,15 @@ def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
     )
     session.last_queue = queue.name
     count = queue.message_count
+    consumers = queue.consumer_count
     if method.passive and isinstance(queue, StreamQueue):
         count = queue.lookup(method.arguments)  # a Leveret addition: offset lookups
+    elif queue.name == REPLY_TO or queue.name.startswith(REPLY_TO_PREFIX):
+        consumers = 1  # direct reply-to's pseudo-queue: RabbitMQ counts its requester
     if not method.no_wait:
         channel.conn.send_method(
             channel.id,
-            m.QueueDeclareOk(
-                queue=queue.name, message_count=count, consumer_count=queue.consumer_count
-            ),
+            m.QueueDeclareOk(queue=queue.name, message_count=count, consumer_count=consumers),
         )
 
 
@@ -158,6 +158,10 @@ def queue_delete(channel: Channel, method: m.QueueDelete) -> None:
     session = channel.session
     name = session.queue_name(method.queue)
     channel.guard.queue_delete(name)
+    conn = channel.conn
+    # delete-ok goes before the basic.cancel the deletion sends to this connection's own
+    # consumers of the queue (RabbitMQ's order; py-amqp waits for the delete-ok first).
+    mark = conn.output_mark()
     count = session.vhost.delete_queue(
         name,
         owner=session.owner,
@@ -165,7 +169,7 @@ def queue_delete(channel: Channel, method: m.QueueDelete) -> None:
         if_empty=method.if_empty,
     )
     if not method.no_wait:
-        channel.conn.send_method(channel.id, m.QueueDeleteOk(message_count=count))
+        conn.send_method_at(mark, channel.id, m.QueueDeleteOk(message_count=count))
 
 
 def basic_qos(channel: Channel, method: m.BasicQos) -> None:
@@ -184,7 +188,7 @@ def basic_consume(channel: Channel, method: m.BasicConsume) -> None:
     tag = method.consumer_tag
     if tag and tag in session.consumers:
         raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
-    out_index = len(conn.out)
+    mark = conn.output_mark()
     tag = session.consume(
         queue_name,
         tag,
@@ -193,10 +197,7 @@ def basic_consume(channel: Channel, method: m.BasicConsume) -> None:
         arguments=method.arguments,
     )
     if not method.no_wait:
-        conn.out.insert(
-            out_index,
-            framing.encode_method_frame(channel.id, m.BasicConsumeOk(consumer_tag=tag).encode()),
-        )
+        conn.send_method_at(mark, channel.id, m.BasicConsumeOk(consumer_tag=tag))
 
 
 def basic_cancel(channel: Channel, method: m.BasicCancel) -> None:
@@ -243,8 +244,11 @@ def basic_nack(channel: Channel, method: m.BasicNack) -> None:
 
 
 def basic_recover(channel: Channel, method: m.BasicRecover) -> None:
+    # recover-ok before the redeliveries it causes, as RabbitMQ sends them.
+    conn = channel.conn
+    mark = conn.output_mark()
     channel.session.recover(method.requeue)
-    channel.conn.send_method(channel.id, m.BasicRecoverOk())
+    conn.send_method_at(mark, channel.id, m.BasicRecoverOk())
 
 
 def basic_recover_async(channel: Channel, method: m.BasicRecoverAsync) -> None:

@@ -18,6 +18,7 @@ from leveret.model.message import (
     Message,
 )
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.amqp091.fieldtable import Long
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -31,7 +32,23 @@ def decode_properties(raw: bytes) -> BasicProperties:
 
 def encode_properties(view: PropertiesView, changes: Mapping[str, object]) -> bytes:
     assert isinstance(view, BasicProperties)
+    headers = changes.get("headers")
+    if isinstance(headers, dict) and isinstance(headers.get("x-death"), list):
+        changes = {**changes, "headers": _typed_x_death(headers)}
     return dataclasses.replace(view, **changes).encode()  # type: ignore[arg-type]
+
+
+def _typed_x_death(headers: dict[str, object]) -> dict[str, object]:
+    """``x-death`` entries' ``count`` as a long (``l``), the type RabbitMQ gives it."""
+    deaths = headers["x-death"]
+    assert isinstance(deaths, list)
+    typed = [
+        {**death, "count": Long(death["count"])}
+        if isinstance(death, dict) and type(death.get("count")) is int
+        else death
+        for death in deaths
+    ]
+    return {**headers, "x-death": typed}
 
 
 def _hints_of_flags(flags_high: int) -> int:
@@ -51,11 +68,12 @@ def _hints_of_flags(flags_high: int) -> int:
 HINTS = tuple(_hints_of_flags(octet) for octet in range(256))
 
 
-def _persistent(raw: bytes) -> bool:
-    """delivery-mode 2, read straight from the encoded properties (flag bit 12)."""
+def delivery_mode(raw: bytes) -> int:
+    """delivery-mode read straight from the encoded properties (flag bit 12); 0 when it is
+    absent (or the properties are too short to hold it)."""
     flags = raw[0]
     if not flags & 0x10:
-        return False
+        return 0
     pos = 2
     try:
         if flags & 0x80:  # content-type
@@ -64,9 +82,14 @@ def _persistent(raw: bytes) -> bool:
             pos += 1 + raw[pos]
         if flags & 0x20:  # headers
             pos += 4 + int.from_bytes(raw[pos : pos + 4], "big")
-        return raw[pos] == 2
+        return raw[pos]
     except IndexError:
-        return False
+        return 0
+
+
+def _persistent(raw: bytes) -> bool:
+    """delivery-mode 2 (a persistent message)."""
+    return delivery_mode(raw) == 2
 
 
 def hints_of(raw: bytes) -> int:

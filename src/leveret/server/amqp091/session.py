@@ -69,7 +69,8 @@ _new_tuple = tuple.__new__
 
 
 def _consumer_tag() -> str:
-    return "amq.ctag-" + os.urandom(16).hex()
+    # RabbitMQ's shape: 16 random bytes, base64url without padding (22 characters).
+    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 def stream_refusal(queue: StreamQueue, operation: str) -> NotImplemented_:
@@ -233,6 +234,9 @@ class Session(ConsumerOwner):
         else:
             self.prefetch_count = prefetch_count
             self.prefetch_size = prefetch_size
+            # RabbitMQ 3.10.8 lifts the channel-wide limit when a per-consumer one is set
+            # (rabbit_limiter:unlimit_prefetch); a later global basic.qos sets it again.
+            self.global_prefetch_count = 0
             # Deviation from RabbitMQ, which applies it to later consumers only: a client that
             # raises its prefetch at run time (Celery's ETA tasks, rabbitmq-server#11948)
             # means the consumers it already has.

@@ -128,11 +128,8 @@ def test_the_handshake_after_start_is_octet_for_octet_rabbitmqs(header: str) -> 
     assert ours[our_start:] == theirs[start_size:]
 
 
-# queue.unbind of a queue that does not exist: RabbitMQ answers unbind-ok, the shared 0-9-1
-# handler 404 (issue 11's "unbind something that is not there", fixed in server/amqp091/).
-_UNBIND = pytest.mark.xfail(strict=True, reason="0-9-1 queue.unbind of a missing queue is 404")
 PROBES = [
-    pytest.param(header, probe, marks=[_UNBIND] if probe.startswith("queue.unbind") else [])
+    pytest.param(header, probe)
     for header in sorted(HEADER_DIALECT)
     for probe in sorted(CAPTURES[header]["probes"])
 ]

@@ -142,7 +142,10 @@ class LegacyClient:
             ),
         )
         tune = self.expect(0, mm.ConnectionTune)
-        self.send(0, mm.ConnectionTuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0))
+        tune_ok = mm.ConnectionTuneOk(
+            channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0
+        )
+        self.send(0, tune_ok)
         self.frame_max = tune.frame_max
         self.send(0, mm.ConnectionOpen(virtual_host=vhost))
         self.expect(0, mm.ConnectionOpenOk)

@@ -63,14 +63,19 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 def _rates(request: web.Request) -> Rates:
     q = request.query
-    try:
-        age = int(q["msg_rates_age"]) if "msg_rates_age" in q else None
-        incr = int(q["msg_rates_incr"]) if "msg_rates_incr" in q else None
-    except ValueError:
-        raise bad_request("msg_rates_age and msg_rates_incr must be integers") from None
-    if age is not None and incr is None:
-        incr = 5
-    return Rates(age, incr)
+    values: list[int | None] = []
+    for name in ("msg_rates_age", "msg_rates_incr", "lengths_age", "lengths_incr"):
+        try:
+            values.append(int(q[name]) if name in q else None)
+        except ValueError:
+            raise bad_request(f"{name} must be an integer") from None
+    age, incr, lengths_age, lengths_incr = values
+    return Rates(
+        age,
+        incr if incr is not None or age is None else 5,
+        lengths_age,
+        lengths_incr if lengths_incr is not None or lengths_age is None else 5,
+    )
 
 
 def _bool(value: object, default: bool = False) -> bool:
@@ -151,9 +156,11 @@ class Api:
             "messages": ready + unacked,
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
-            "messages_details": details(totals, 2, rates.age, rates.incr),
-            "messages_ready_details": details(totals, 0, rates.age, rates.incr),
-            "messages_unacknowledged_details": details(totals, 1, rates.age, rates.incr),
+            "messages_details": details(totals, 2, rates.lengths_age, rates.lengths_incr),
+            "messages_ready_details": details(totals, 0, rates.lengths_age, rates.lengths_incr),
+            "messages_unacknowledged_details": details(
+                totals, 1, rates.lengths_age, rates.lengths_incr
+            ),
         }
         running = [0] * len(CHANNEL_COUNTERS)
         for name, values in sampler.vhost_totals.items():
@@ -531,7 +538,16 @@ class Api:
 
     async def get_queue(self, request: web.Request) -> web.Response:
         _vhost, queue = self._queue_of(request)
-        return _json(shapes.queue_json(queue, self.sampler, _rates(request), detail=True))
+        row = shapes.queue_json(queue, self.sampler, _rates(request), detail=True)
+        owners = {
+            id(consumer): shapes.channel_details(conn, number)
+            for conn, number, session in self._channels(self.who(request))
+            for consumer in getattr(session, "consumers", {}).values()
+        }
+        row["consumer_details"] = [
+            shapes.consumer_json(c, owners.get(id(c))) for c in queue.consumers
+        ]
+        return _json(row)
 
     async def put_queue(self, request: web.Request) -> web.Response:
         who = self.who(request)

@@ -53,6 +53,7 @@ CHANNEL_METRICS = {
     "get_no_ack": ("rabbitmq_channel_get", "Messages fetched with basic.get in auto ack mode"),
     "ack": ("rabbitmq_channel_messages_acked", "Messages acknowledged by consumers"),
     "redeliver": ("rabbitmq_channel_messages_redelivered", "Messages redelivered to consumers"),
+    "get_empty": ("rabbitmq_channel_get_empty", "Times basic.get found the queue empty"),
 }
 
 

@@ -44,10 +44,13 @@ EXCHANGE_TYPES = [
 
 @dataclass(frozen=True)
 class Rates:
-    """``msg_rates_age`` / ``msg_rates_incr`` of a request (None: rates only)."""
+    """``msg_rates_age`` / ``msg_rates_incr`` (message counts) and ``lengths_age`` /
+    ``lengths_incr`` (queue lengths) of a request (None: rates only)."""
 
     age: int | None = None
     incr: int | None = None
+    lengths_age: int | None = None
+    lengths_incr: int | None = None
 
 
 def node_name() -> str:
@@ -98,7 +101,9 @@ def queue_json(
         "memory": 0,
     }
     for i, name in enumerate(QUEUE_GAUGES):
-        out[name + "_details"] = details(samples, len(QUEUE_COUNTERS) + i, rates.age, rates.incr)
+        out[name + "_details"] = details(
+            samples, len(QUEUE_COUNTERS) + i, rates.lengths_age, rates.lengths_incr
+        )
     out["message_stats"] = message_stats(
         QUEUE_COUNTERS,
         (
@@ -109,6 +114,7 @@ def queue_json(
             queue.n_get_no_ack,
             queue.n_ack,
             queue.n_redeliver,
+            queue.n_get_empty,
         ),
         samples,
         rates.age,
@@ -203,6 +209,9 @@ def connection_json(
         "send_oct_details": details(samples, 1, rates.age, rates.incr),
         "send_pend": 0,
     }
+    provided = props.get("connection_name")
+    if isinstance(provided, str | bytes):
+        out["user_provided_name"] = json_value(provided)
     if ssl_object is not None:
         out["ssl_protocol"] = ssl_object.version()
         cipher = ssl_object.cipher()
@@ -310,7 +319,34 @@ def node_json(host: Any, started_at: float, mem_used: int, mem_limit: int) -> di
         "partitions": [],
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
         "db_dir": str(host.data_path),
+        "fd_total": _fd_total(),
+        "sockets_total": _fd_total(),
+        "disk_free": _disk_free(str(host.data_path)),
+        "config_files": [],
+        "log_files": ["<stderr>"],
+        "contexts": [
+            {
+                "description": "RabbitMQ Management",
+                "path": "/",
+                "port": str(host.settings.management_port),
+            }
+        ],
     }
+
+
+def _fd_total() -> int:
+    import resource
+
+    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def _disk_free(path: str) -> int:
+    import shutil
+
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
 
 
 def _fd_used() -> int:

@@ -31,6 +31,7 @@ QUEUE_COUNTERS = (
     "get_no_ack",
     "ack",
     "redeliver",
+    "get_empty",
 )
 QUEUE_GAUGES = ("messages_ready", "messages_unacknowledged", "messages")
 EXCHANGE_COUNTERS = ("publish_in", "publish_out")
@@ -45,6 +46,7 @@ CHANNEL_COUNTERS = (
     "get_no_ack",
     "ack",
     "redeliver",
+    "get_empty",
 )
 CONNECTION_COUNTERS = ("recv_oct", "send_oct")
 # Samples kept per object: RabbitMQ's basic retention (10 minutes at 5 s).
@@ -76,6 +78,7 @@ def queue_values(queue: Any) -> tuple[int, ...]:
         queue.n_get_no_ack,
         queue.n_ack,
         queue.n_redeliver,
+        queue.n_get_empty,
         ready,
         unacked,
         ready + unacked,
@@ -96,6 +99,7 @@ def channel_values(session: Any) -> tuple[int, ...]:
         getattr(session, "n_get_no_ack", 0),
         getattr(session, "n_ack", 0),
         getattr(session, "n_redeliver", 0),
+        getattr(session, "n_get_empty", 0),
     )
 
 
@@ -205,8 +209,8 @@ class Sampler:
                     series = Series(queue)
                 values = queue_values(queue)
                 series.samples.append((ts, values))
-                totals_ready += values[7]
-                totals_unacked += values[8]
+                totals_ready += values[8]
+                totals_unacked += values[9]
                 queues[key] = series
             for exchange in vhost.exchanges.values():
                 key = (vhost.name, exchange.name)

@@ -109,6 +109,7 @@ class Queue(FeatureMixin):
         self.n_get_no_ack = 0
         self.n_ack = 0
         self.n_redeliver = 0
+        self.n_get_empty = 0
         self._init_features()
 
     def __repr__(self) -> str:
@@ -206,6 +207,7 @@ class Queue(FeatureMixin):
         if self._special or self._expires_on:
             self._before_get()
         if not self.ready:
+            self.n_get_empty += 1
             return None
         entry = self.ready.popleft()
         if self._tail is not None and len(self.ready) < self.resident_low:

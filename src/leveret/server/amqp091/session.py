@@ -120,6 +120,7 @@ class Session(ConsumerOwner):
         self.n_get_no_ack = 0
         self.n_ack = 0
         self.n_redeliver = 0
+        self.n_get_empty = 0
 
     @property
     def confirm_mode(self) -> bool:
@@ -423,6 +424,7 @@ class Session(ConsumerOwner):
             raise stream_refusal(queue, "basic.get")
         entry = queue.get(auto_settle=no_ack)
         if entry is None:
+            self.n_get_empty += 1
             return None
         tag = self._next_tag
         self._next_tag = tag + 1

@@ -705,7 +705,8 @@ class Api:
             vhost.bind_exchange(dest, source, key, arguments)
         from leveret.server.runtime import properties_key
 
-        location = f"{request.path.rstrip('/')}/{properties_key(key, json_value(arguments))}"
+        # Relative, as RabbitMQ sends it.
+        location = f"{dest}/{properties_key(key, json_value(arguments))}"
         return web.Response(status=201, headers={"Location": location})
 
     def _binding(self, request: web.Request) -> tuple[VirtualHost, dict[str, Any]]:
@@ -1398,6 +1399,9 @@ def add_routes(app: web.Application, server: ManagementServer) -> None:
     put("/api/user-limits/{user}/{name}", api.put_user_limit)
     delete("/api/user-limits/{user}/{name}", api.delete_user_limit)
     get("/api/aliveness-test/{vhost}", api.aliveness)
+    # The pre-3.8 health check that clients still call (amqpstorm's healthchecks.get).
+    get("/api/healthchecks/node", api.health_alarms)
+    get("/api/healthchecks/node/{node}", api.health_alarms)
     get("/api/health/checks/alarms", api.health_alarms)
     get("/api/health/checks/local-alarms", api.health_alarms)
     get("/api/health/checks/virtual-hosts", api.health_ok)

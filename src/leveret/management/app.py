@@ -146,7 +146,15 @@ class ManagementServer:
     def make_app(self) -> web.Application:
         from leveret.management import api
 
-        app = web.Application(middlewares=[_errors], client_max_size=64 << 20)
+        # RabbitMQ answers paths with a trailing slash too (amqpstorm asks
+        # healthchecks/node/): such requests are redirected to the path without it.
+        app = web.Application(
+            middlewares=[
+                web.normalize_path_middleware(append_slash=False, remove_slash=True),
+                _errors,
+            ],
+            client_max_size=64 << 20,
+        )
         api.add_routes(app, self)
         static = resources.files("leveret.management") / "static"
         index = str(static / "index.html")

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
-from amqpstorm import Connection
-from amqpstorm.management import ApiError, ManagementApi
+from amqpstorm.connection import Connection
+from amqpstorm.management.api import ManagementApi
+from amqpstorm.management.exception import ApiError
+from amqpstorm.message import Message
 from pyrabbit2.api import Client
 
 from tests.integration.mgmt_support import MgmtBroker, start_mgmt_broker
@@ -53,6 +55,7 @@ def test_amqpstorm_management_client(mgmt: MgmtBroker) -> None:
     assert api.exchange.bindings("storm-x")[0]["destination"] == "storm-q"
     api.basic.publish("hello storm", "", exchange="storm-x", properties={"priority": 3})
     messages = api.basic.get("storm-q", requeue=False)
+    assert isinstance(messages[0], Message)
     assert messages[0].body == "hello storm"
     assert messages[0].properties["priority"] == 3
     # A client connection seen, then closed through the API.
@@ -141,13 +144,14 @@ def _rabbitmqadmin(mgmt: MgmtBroker, *args: str) -> subprocess.CompletedProcess[
 
 @pytest.mark.skipif(shutil.which("rabbitmqadmin") is None, reason="rabbitmqadmin not installed")
 def test_rabbitmqadmin(mgmt: MgmtBroker) -> None:
-    for args in (
+    declares: tuple[tuple[str, ...], ...] = (
         ("declare", "queue", "name=admin-q", "durable=false"),
         ("declare", "exchange", "name=admin-x", "type=topic"),
         ("declare", "binding", "source=admin-x", "destination=admin-q", "routing_key=a.*"),
         ("publish", "exchange=admin-x", "routing_key=a.b", "payload=from rabbitmqadmin"),
         ("declare", "policy", "name=admin-p", "pattern=^admin-", 'definition={"max-length":9}'),
-    ):
+    )
+    for args in declares:
         result = _rabbitmqadmin(mgmt, *args)
         assert result.returncode == 0, (args, result.stdout, result.stderr)
     listed = _rabbitmqadmin(mgmt, "-f", "raw_json", "list", "queues", "name", "messages", "policy")
@@ -165,11 +169,12 @@ def test_rabbitmqadmin(mgmt: MgmtBroker) -> None:
     exported = _rabbitmqadmin(mgmt, "export", "/dev/stdout")
     assert exported.returncode == 0, exported.stderr
     assert "admin-q" not in exported.stdout  # not durable: not exported, as RabbitMQ
-    for args in (
+    deletes: tuple[tuple[str, ...], ...] = (
         ("delete", "policy", "name=admin-p"),
         ("delete", "queue", "name=admin-q"),
         ("delete", "exchange", "name=admin-x"),
-    ):
+    )
+    for args in deletes:
         result = _rabbitmqadmin(mgmt, *args)
         assert result.returncode == 0, (args, result.stderr)
     assert "admin-q" not in _rabbitmqadmin(mgmt, "list", "queues").stdout

@@ -74,9 +74,9 @@ def bad_request(reason: str) -> HttpError:
     return HttpError(400, "bad_request", reason)
 
 
-def _error(status: int, error: str, reason: str) -> web.Response:
+def _error(status: int, error: str, reason: str, *, challenge: bool = True) -> web.Response:
     response = web.json_response({"error": error, "reason": reason}, status=status)
-    if status == 401:
+    if status == 401 and challenge:
         response.headers["WWW-Authenticate"] = REALM
     return response
 
@@ -95,7 +95,9 @@ async def _errors(
     except HttpError as exc:
         return _error(exc.status, exc.error, exc.reason)
     except Unauthorized as exc:
-        return _error(401, "not_authorized", str(exc))
+        # The web UI's own requests get no challenge (no browser login dialog).
+        xhr = request.headers.get("X-Requested-With") == "XMLHttpRequest"
+        return _error(401, "not_authorized", str(exc), challenge=not xhr)
     except Forbidden as exc:
         return _error(401, "not_authorised", str(exc))
     except (NoSuchVhost, NoSuchUser):

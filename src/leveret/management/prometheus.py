@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from leveret import __version__
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
     from leveret.management.app import ManagementServer
 
+# The text format version RabbitMQ's plugin answers with (every Prometheus reads it).
+TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 # Channel counter -> the plugin's metric (without _total) and help text.
 CHANNEL_METRICS = {
     "publish": ("rabbitmq_channel_messages_published", "Messages published into a channel"),
@@ -238,7 +240,7 @@ def make_app(server: ManagementServer) -> web.Application:
     async def metrics(request: web.Request) -> web.Response:
         per_object = request.path.rstrip("/").endswith("per-object")
         body = generate_latest(registries[per_object])
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=body, headers={"Content-Type": TEXT_0_0_4})
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

@@ -196,17 +196,18 @@ class Server:
             log.info("listening on amqp://%s:%d (%s)", shown, port, build_info.describe())
         if self.settings.tls_certfile:
             await self._start_tls(loop)
-        if self.settings.management:
-            from leveret.management import ManagementServer
-
-            self.management = ManagementServer(self)
-            await self.management.start()
         self.control = ControlChannel(self.admin, self.data_path)
         try:
             await self.control.start()
         except ControlChannelError as exc:
             self.control = None
             log.warning("leveret ctl will not reach this broker: %s", exc)
+        if self.settings.management:
+            # Imported here: a broker run with --no-management never loads aiohttp.
+            from leveret.management import ManagementServer
+
+            self.management = ManagementServer(self)
+            await self.management.start()
 
     async def _load_definitions(self, path: str) -> None:
         """RabbitMQ's load_definitions: import a definitions file at every boot."""

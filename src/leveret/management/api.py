@@ -797,7 +797,8 @@ class Api:
         return _json(self._vhost_row(name, _rates(request)))
 
     async def put_vhost(self, request: web.Request) -> web.Response:
-        self.who(request).require_admin()
+        who = self.who(request)
+        who.require_admin()
         name = request.match_info["vhost"]
         body = await _body(request)
         existed = name in self.users.vhosts
@@ -813,6 +814,12 @@ class Api:
                 "default_queue_type": body.get("default_queue_type"),
             },
         )
+        if not existed:
+            # RabbitMQ gives the user who created a vhost full permissions in it.
+            await self._verb(
+                "set_permissions",
+                {"user": who.name, "vhost": name, "configure": ".*", "write": ".*", "read": ".*"},
+            )
         return _no_content() if existed else web.Response(status=201)
 
     async def delete_vhost(self, request: web.Request) -> web.Response:

@@ -95,7 +95,7 @@ def test_sampler_reads_the_core_counters_and_keeps_vhost_totals() -> None:
     assert len(fresh.samples) == 1
 
 
-ITEMS = [
+ITEMS: list[dict[str, Any]] = [
     {"name": "b", "message_stats": {"publish": 5}},
     {"name": "a", "message_stats": {"publish": 9}},
     {"name": "c"},

@@ -51,17 +51,20 @@ _PROM = re.compile(r"Prometheus metrics listening on (http://\S+)")
 
 
 class Broker:
-    def __init__(self, variant: str, before_src: str | None) -> None:
+    def __init__(self, variant: str, before_src: str | None, after_src: str | None) -> None:
         self.data = tempfile.mkdtemp(prefix="leveret-mgmt-bench-")
         cmd = [sys.executable, "-m", "leveret", "serve", "--port", "0", "--data-dir", self.data]
         env = dict(os.environ)
         if variant == "before":
             assert before_src is not None
             env["PYTHONPATH"] = before_src
-        elif variant == "off":
-            cmd.append("--no-management")
         else:
-            cmd += ["--management-port", "0", "--prometheus-port", "0"]
+            if after_src:
+                env["PYTHONPATH"] = after_src
+            if variant == "off":
+                cmd.append("--no-management")
+            else:
+                cmd += ["--management-port", "0", "--prometheus-port", "0"]
         self.proc = subprocess.Popen(  # noqa: S603 - our own command line
             cmd, stderr=subprocess.PIPE, text=True, env=env
         )
@@ -108,7 +111,7 @@ def _poll(broker: Broker, stop: threading.Event) -> None:
 
 
 def run_once(variant: str, scenario: str, args: argparse.Namespace) -> dict[str, Any]:
-    broker = Broker(variant, args.before_src)
+    broker = Broker(variant, args.before_src, args.after_src)
     stop = threading.Event()
     poller = None
     if variant == "polled":
@@ -160,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--scenarios", default="ac")
     parser.add_argument("--before-src", help="src/ of the tree to compare with (no counters)")
+    parser.add_argument(
+        "--after-src", help="PYTHONPATH for this tree's brokers (e.g. build/compiled)"
+    )
     parser.add_argument("--out", help="file for the raw JSON lines")
     args = parser.parse_args(argv)
     variants = (["before"] if args.before_src else []) + ["off", "polled"]

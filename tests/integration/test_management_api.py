@@ -13,6 +13,7 @@ from urllib.parse import quote
 import pika
 import pytest
 import requests
+import trustme
 
 from tests.integration.ctl_support import new_data_dir
 from tests.integration.mgmt_support import (
@@ -25,6 +26,7 @@ from tests.integration.mgmt_support import (
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.leveret_only
 
@@ -558,3 +560,32 @@ def test_policies_and_runtime_survive_a_restart() -> None:
         assert _get(m, "cluster-name").json() == {"name": "lev-1"}
     finally:
         m.broker.stop()
+
+
+def test_https_with_the_management_tls_settings(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    certfile, keyfile, cafile = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem"
+    cert.private_key_pem.write_to_path(str(keyfile))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    ca.cert_pem.write_to_path(str(cafile))
+    m = start_mgmt_broker(
+        "--config",
+        str(_toml(tmp_path, certfile, keyfile)),
+    )
+    try:
+        assert m.url.startswith("https://")
+        r = requests.get(m.api("whoami"), auth=AUTH, verify=str(cafile), timeout=10)
+        assert r.json()["name"] == "guest"
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(m.api("whoami"), auth=AUTH, timeout=10)  # not our CA
+    finally:
+        m.broker.stop()
+
+
+def _toml(tmp_path: Path, certfile: Path, keyfile: Path) -> Path:
+    path = tmp_path / "leveret.toml"
+    path.write_text(
+        f'[leveret]\nmanagement_tls_certfile = "{certfile}"\nmanagement_tls_keyfile = "{keyfile}"\n'
+    )
+    return path

@@ -64,12 +64,14 @@ function chart(canvas, series) {
   series.forEach((s) => {
     ctx.strokeStyle = s.color;
     ctx.beginPath();
-    s.samples.slice().reverse().forEach((p, i) => {
-      const x = t1 > t0 ? ((p.timestamp - t0) / (t1 - t0)) * (w - 10) + 5 : w / 2;
-      const y = h - 5 - (p.value / max) * (h - 20);
-      if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
-    });
+    const points = s.samples.slice().reverse().map((p) => [
+      t1 > t0 ? ((p.timestamp - t0) / (t1 - t0)) * (w - 10) + 5 : w / 2,
+      h - 5 - (p.value / max) * (h - 20),
+    ]);
+    points.forEach(([x, y], i) => { if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y); });
     ctx.stroke();
+    ctx.fillStyle = s.color;
+    points.forEach(([x, y]) => ctx.fillRect(x - 2, y - 2, 4, 4));
   });
 }
 

@@ -518,12 +518,16 @@ class Api:
     async def list_queues(self, request: web.Request) -> web.Response:
         who = self.who(request)
         rates = _rates(request)
-        rows = [
-            shapes.queue_json(q, self.sampler, rates)
+        stubs = [
+            {"name": name, "vhost": v.name, "queue": q}
             for v in self.visible_vhosts(who, request.match_info.get("vhost"))
-            for _n, q in sorted(v.queues.items())
+            for name, q in sorted(v.queues.items())
         ]
-        return self.listing(request, rows)
+
+        def render(stub: dict[str, Any]) -> dict[str, Any]:
+            return shapes.queue_json(stub["queue"], self.sampler, rates)
+
+        return _json(query.apply(stubs, request.query, render))
 
     def _queue_of(self, request: web.Request, *, change: bool = False) -> tuple[VirtualHost, Queue]:
         who = self.who(request)

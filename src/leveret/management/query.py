@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 MAX_PAGE_SIZE = 500
 
@@ -50,8 +50,19 @@ def _columns(item: Mapping[str, Any], columns: list[str]) -> dict[str, Any]:
     return out
 
 
-def apply(items: list[dict[str, Any]], query: Mapping[str, str]) -> Any:
-    """The list as the query asks for it (a page object when ``page`` is given)."""
+def apply(
+    items: list[dict[str, Any]],
+    query: Mapping[str, str],
+    render: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> Any:
+    """The list as the query asks for it (a page object when ``page`` is given).
+
+    With ``render``, ``items`` are stubs holding ``name`` and ``vhost`` only, and each
+    becomes its full object through ``render``: only the asked page is rendered when the
+    sort key is one the stubs have (listing 1000 queues a page at a time then costs a
+    page, not the whole list); otherwise every stub is rendered first."""
+    if render is not None and query.get("sort", "name") not in ("name", "vhost"):
+        items, render = [render(i) for i in items], None
     total = len(items)
     name = query.get("name")
     if name:
@@ -71,6 +82,8 @@ def apply(items: list[dict[str, Any]], query: Mapping[str, str]) -> Any:
         items = list(reversed(items))
     columns = [c for c in query.get("columns", "").split(",") if c]
     if "page" not in query:
+        if render is not None:
+            items = [render(i) for i in items]
         return [_columns(i, columns) for i in items] if columns else items
     try:
         page = int(query["page"])
@@ -82,6 +95,8 @@ def apply(items: list[dict[str, Any]], query: Mapping[str, str]) -> Any:
     filtered = len(items)
     page_count = max(1, -(-filtered // page_size))
     chunk = items[(page - 1) * page_size : page * page_size]
+    if render is not None:
+        chunk = [render(i) for i in chunk]
     if columns:
         chunk = [_columns(i, columns) for i in chunk]
     return {

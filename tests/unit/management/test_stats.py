@@ -128,3 +128,21 @@ def test_query_sort_filter_columns_and_pages() -> None:
             query.apply(ITEMS, bad)
     with pytest.raises(query.BadQuery):
         query.apply(ITEMS, {"name": "(", "use_regex": "true"})
+
+
+def test_query_renders_only_the_page_when_sorting_by_name() -> None:
+    rendered: list[str] = []
+
+    def render(stub: dict[str, Any]) -> dict[str, Any]:
+        rendered.append(stub["name"])
+        return {"name": stub["name"], "vhost": "/", "messages": len(stub["name"])}
+
+    stubs = [{"name": f"q{i:03}", "vhost": "/"} for i in range(300)]
+    page = query.apply(stubs, {"page": "2", "page_size": "10", "name": "q1"}, render)
+    assert [i["name"] for i in page["items"]] == [f"q1{i:02}" for i in range(10, 20)]
+    assert rendered == [f"q1{i:02}" for i in range(10, 20)]
+    assert page["filtered_count"] == 100
+    rendered.clear()
+    by_size = query.apply(stubs, {"page": "1", "page_size": "1", "sort": "messages"}, render)
+    assert len(rendered) == 300  # another sort key: every item is rendered first
+    assert by_size["items"][0]["messages"] == 4

@@ -144,8 +144,6 @@ KNOWN_MISSING: dict[str, set[str]] = {
     },
     "queues": _QUEUE_MISSING,
     "paged": {"items[]." + k for k in _QUEUE_MISSING},
-    "vhost": {"messages_details", "messages_ready_details", "messages_unacknowledged_details"},
-    "vhosts": {"messages_details", "messages_ready_details", "messages_unacknowledged_details"},
 }
 # Leveret's additions: an export that also carries operator policies and vhost limits
 # and metadata (as rabbitmqctl export_definitions writes them; RabbitMQ imports both).

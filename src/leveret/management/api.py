@@ -776,6 +776,13 @@ class Api:
             "send_oct": octets[1],
             "recv_oct_details": details(samples, n, rates.age, rates.incr),
             "send_oct_details": details(samples, n + 1, rates.age, rates.incr),
+            "messages_ready_details": details(
+                samples, n + 2, rates.lengths_age, rates.lengths_incr
+            ),
+            "messages_unacknowledged_details": details(
+                samples, n + 3, rates.lengths_age, rates.lengths_incr
+            ),
+            "messages_details": details(samples, n + 4, rates.lengths_age, rates.lengths_incr),
             "message_stats": message_stats(
                 CHANNEL_COUNTERS,
                 tuple(running) if running is not None else (0,) * n,

@@ -201,7 +201,9 @@ class Sampler:
         queues: dict[tuple[str, str], Series] = {}
         exchanges: dict[tuple[str, str], Series] = {}
         totals_ready = totals_unacked = 0
+        lengths: dict[str, tuple[int, int]] = {}
         for vhost in broker.vhosts.values():
+            vhost_ready = vhost_unacked = 0
             for queue in vhost.queues.values():
                 key = (vhost.name, queue.name)
                 series = self.queues.get(key)
@@ -209,9 +211,12 @@ class Sampler:
                     series = Series(queue)
                 values = queue_values(queue)
                 series.samples.append((ts, values))
-                totals_ready += values[8]
-                totals_unacked += values[9]
+                vhost_ready += values[8]
+                vhost_unacked += values[9]
                 queues[key] = series
+            lengths[vhost.name] = (vhost_ready, vhost_unacked)
+            totals_ready += vhost_ready
+            totals_unacked += vhost_unacked
             for exchange in vhost.exchanges.values():
                 key = (vhost.name, exchange.name)
                 series = self.exchanges.get(key)
@@ -257,14 +262,19 @@ class Sampler:
                     running[i] += value - before[i]
         self.channels, self.connections = channels, conns
         overall = [0] * len(CHANNEL_COUNTERS)
-        for name, running in list(self.vhost_totals.items()):
-            if name not in broker.vhosts:
-                del self.vhost_totals[name]
-                self.vhost_series.pop(name, None)
-                continue
+        for name in [n for n in self.vhost_totals if n not in broker.vhosts]:
+            del self.vhost_totals[name]
+        for name in [n for n in self.vhost_series if n not in broker.vhosts]:
+            del self.vhost_series[name]
+        for name in [n for n in self.vhost_octets if n not in broker.vhosts]:
+            del self.vhost_octets[name]
+        empty = [0] * len(CHANNEL_COUNTERS)
+        for name, (ready, unacked) in lengths.items():
+            # A vhost's sample: its channel counters, its octets, its queue lengths.
+            running = self.vhost_totals.get(name, empty)
             series = self.vhost_series.setdefault(name, Series(None))
             vhost_octets = self.vhost_octets.get(name, [0, 0])
-            series.samples.append((ts, (*running, *vhost_octets)))
+            series.samples.append((ts, (*running, *vhost_octets, ready, unacked, ready + unacked)))
             for i, value in enumerate(running):
                 overall[i] += value
         self.overview.samples.append((ts, tuple(overall)))

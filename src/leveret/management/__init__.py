@@ -4,7 +4,9 @@ Prometheus endpoint (port 15692), served on the broker's own event loop.
 ```
  app.py         aiohttp application: routes, basic auth, errors as RabbitMQ shapes them
  authz.py       who may do what (RabbitMQ's user tags)
- api_*.py       the endpoints, one module per area
+ api.py         the routes; api_objects.py (vhost contents), api_admin.py (vhosts, users,
+                permissions, limits), api_runtime.py (policies, parameters, definitions),
+                api_base.py (what they share)
  shapes.py      the JSON of queues, exchanges, connections, channels, ... (RabbitMQ's fields)
  query.py       paging, sorting, filtering and column selection of lists
  stats.py       the sampler: reads the core's plain counters on a timer, keeps samples, rates

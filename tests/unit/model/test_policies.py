@@ -158,3 +158,19 @@ def test_exchange_alternate_from_policy_unless_argument() -> None:
     assert w.vhost.exchanges["x2"].alternate == "mine"
     w.vhost.declare_exchange("x3", "fanout")
     assert w.vhost.exchanges["x3"].alternate == "ae"
+
+
+def test_stream_retention_from_a_policy() -> None:
+    w = World()
+    w.vhost.declare_queue(
+        "events", owner=w.owner, durable=True, arguments={"x-queue-type": "stream"}
+    )
+    w.policy("keep", "^events$", {"max-age": "1D", "message-ttl": 5}, apply_to="streams")
+    stream = w.vhost.queues["events"]
+    assert stream.policy == "keep"
+    assert stream.config.max_age == 86400
+    assert stream.config.message_ttl is None  # not a stream key: ignored
+    w.policy("keep", "^events$", {"max-length-bytes": 1000}, apply_to="streams")
+    config = w.vhost.queues["events"].config
+    assert config.max_age is None
+    assert config.max_length_bytes == 1000

@@ -136,12 +136,7 @@ KNOWN_MISSING: dict[str, set[str]] = {
         "release_series_support_status",
     },
     "queue": _QUEUE_MISSING,
-    "queue_rates": _QUEUE_MISSING
-    | {
-        "message_stats.deliver_get_details.avg",
-        "message_stats.deliver_get_details.avg_rate",
-        "message_stats.deliver_get_details.samples",
-    },
+    "queue_rates": _QUEUE_MISSING,
     "queues": _QUEUE_MISSING,
     "paged": {"items[]." + k for k in _QUEUE_MISSING},
 }

@@ -165,15 +165,14 @@ def message_stats(
     for i, name in enumerate(names):
         out[name] = values[i]
         out[name + "_details"] = details(samples, i, age, incr)
+    parts = ("deliver", "deliver_no_ack", "get", "get_no_ack")
     if "deliver" in out:
-        total = sum(out.get(n, 0) for n in ("deliver", "deliver_no_ack", "get", "get_no_ack"))
-        out["deliver_get"] = total
-        out["deliver_get_details"] = {
-            "rate": sum(
-                out[n + "_details"]["rate"]
-                for n in ("deliver", "deliver_no_ack", "get", "get_no_ack")
-            )
-        }
+        out["deliver_get"] = sum(out.get(n, 0) for n in parts)
+        indexes = [names.index(n) for n in parts if n in names]
+        summed: deque[tuple[int, tuple[int, ...]]] | None = None
+        if samples:
+            summed = deque((ts, (sum(v[i] for i in indexes),)) for ts, v in samples)
+        out["deliver_get_details"] = details(summed, 0, age, incr)
     return out
 
 

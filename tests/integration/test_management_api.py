@@ -49,6 +49,9 @@ _QUEUE_MISSING = {
     "messages_ready_ram",
     "messages_unacknowledged_ram",
     "recoverable_slaves",
+    # How busy the consumers are: Leveret does not measure it (yet).
+    "consumer_capacity",
+    "consumer_utilisation",
     "reductions",
     "reductions_details",
     "members",

@@ -87,8 +87,6 @@ def queue_json(
         "operator_policy": queue.operator_policy,
         "effective_policy_definition": json_value(queue.policy_definition),
         "consumers": len(consumers),
-        "consumer_capacity": 1.0 if consumers else 0.0,
-        "consumer_utilisation": 1.0 if consumers else 0.0,
         "exclusive_consumer_tag": next((c.tag for c in consumers if c.exclusive), None),
         "single_active_consumer_tag": (
             consumers[0].tag if consumers and queue.config.single_active_consumer else None

@@ -52,6 +52,7 @@ _QUEUE_MISSING = {
     # How busy the consumers are: Leveret does not measure it (yet).
     "consumer_capacity",
     "consumer_utilisation",
+    "memory",
     "reductions",
     "reductions_details",
     "members",

@@ -96,7 +96,6 @@ def queue_json(
         "messages_unacknowledged": unacked,
         "messages_paged_out": 0 if isinstance(queue, StreamQueue) else queue.paged_count,
         "message_bytes_ready": _ready_bytes(queue),
-        "memory": 0,
     }
     for i, name in enumerate(QUEUE_GAUGES):
         out[name + "_details"] = details(

@@ -70,6 +70,20 @@ class Settings:
     # second one on stream_tls_port (RabbitMQ's stream.listeners.ssl, 5551).
     stream_port: int = 5552
     stream_tls_port: int = 5551
+    # The management plane (management/): RabbitMQ's HTTP API and web UI, and Prometheus.
+    # Both run on the broker's event loop; on by default, on loopback.
+    management: bool = True
+    management_host: str = "127.0.0.1"
+    management_port: int = 15672
+    management_tls_certfile: str = ""  # set with the key: HTTPS instead of HTTP
+    management_tls_keyfile: str = ""
+    prometheus: bool = True
+    prometheus_host: str = ""  # "" = management_host
+    prometheus_port: int = 15692
+    # RabbitMQ's collect_statistics_interval: milliseconds between samples of the counters.
+    collect_statistics_interval: int = 5000
+    # RabbitMQ's load_definitions: a definitions file imported at every boot.
+    load_definitions: str = ""
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -150,6 +164,13 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError("tls_certfile needs tls_keyfile (the certificate's private key)")
     if settings.tls_keyfile and not settings.tls_certfile:
         raise ConfigError("tls_keyfile needs tls_certfile")
+    for name in ("management_port", "prometheus_port"):
+        if getattr(settings, name) > 65535:
+            raise ConfigError(f"{name} must be at most 65535, got {getattr(settings, name)}")
+    if bool(settings.management_tls_certfile) != bool(settings.management_tls_keyfile):
+        raise ConfigError("management_tls_certfile and management_tls_keyfile go together")
+    if settings.collect_statistics_interval < 100:
+        raise ConfigError("collect_statistics_interval must be at least 100 (milliseconds)")
     if settings.tls_min_version not in TLS_VERSIONS:
         raise ConfigError(f"tls_min_version must be 1.2 or 1.3, got {settings.tls_min_version}")
     if settings.tls_fail_if_no_peer_cert and not settings.tls_verify_peer:

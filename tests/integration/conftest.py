@@ -40,6 +40,10 @@ START_TIMEOUT = 20.0
 _DATA_ROOT = tempfile.mkdtemp(prefix="leveret-tests-")
 atexit.register(shutil.rmtree, _DATA_ROOT, True)
 os.environ["XDG_DATA_HOME"] = _DATA_ROOT
+# The management API and Prometheus listeners of every broker the tests start take a free
+# port too (their defaults, 15672 and 15692, are fixed ports; RabbitMQ here has 15672).
+os.environ.setdefault("LEVERET_MANAGEMENT_PORT", "0")
+os.environ.setdefault("LEVERET_PROMETHEUS_PORT", "0")
 
 
 @dataclass

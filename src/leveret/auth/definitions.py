@@ -61,7 +61,9 @@ def export_definitions(store: UserStore) -> dict[str, Any]:
             "metadata": {
                 "description": v.description,
                 "tags": list(v.tags),
-                "default_queue_type": v.default_queue_type or "undefined",
+                # Left out when unset: RabbitMQ 3.10 silently skips a vhost whose metadata
+                # says "default_queue_type": "undefined" (its own exports never say it).
+                **({"default_queue_type": v.default_queue_type} if v.default_queue_type else {}),
             },
         }
         for v in sorted(store.vhosts.values(), key=lambda v: v.name)

@@ -128,6 +128,39 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
     def none(p: argparse.ArgumentParser) -> None:
         pass
 
+    def vhost_columns(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("columns", nargs="*")
+
+    def queue(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("queue")
+
+    def delete_queue(p: argparse.ArgumentParser) -> None:
+        queue(p)
+        p.add_argument("--if-empty", action="store_true", help="only if it has no messages")
+        p.add_argument("--if-unused", action="store_true", help="only if it has no consumers")
+
+    def close_connection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("connection", help="the connection's name (list_connections name)")
+        p.add_argument("explanation", help="the reason the client is told")
+
+    def set_policy(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("--priority", type=int, default=0)
+        p.add_argument(
+            "--apply-to",
+            default="all",
+            choices=("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams"),
+        )
+        p.add_argument("name")
+        p.add_argument("pattern")
+        p.add_argument("definition", help="JSON, e.g. '{\"max-length\": 1000}'")
+
+    def clear_policy(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("name")
+
     return {
         "add_user": ("create a user", user_password),
         "delete_user": ("delete a user and their permissions", user),
@@ -153,8 +186,27 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
         "set_user_limits": ("set a user's limits", set_user_limits),
         "clear_user_limits": ("remove a user's limit", clear_user_limits),
         "list_user_limits": ("show user limits", list_user_limits),
-        "import_definitions": ("import users, vhosts, permissions, limits (JSON)", file),
-        "export_definitions": ("export users, vhosts, permissions, limits (JSON)", file),
+        "list_queues": ("list queues (columns: name messages consumers ...)", vhost_columns),
+        "list_exchanges": ("list exchanges", vhost_columns),
+        "list_bindings": ("list bindings", vhost_columns),
+        "list_connections": ("list connections", columns),
+        "list_channels": ("list channels", columns),
+        "list_consumers": ("list consumers", vhost_columns),
+        "purge_queue": ("remove every ready message of a queue", queue),
+        "delete_queue": ("delete a queue", delete_queue),
+        "close_connection": ("close a client connection", close_connection),
+        "set_policy": ("set a policy", set_policy),
+        "clear_policy": ("remove a policy", clear_policy),
+        "list_policies": ("list the policies of a vhost", _vhost),
+        "set_operator_policy": ("set an operator policy", set_policy),
+        "clear_operator_policy": ("remove an operator policy", clear_policy),
+        "list_operator_policies": ("list the operator policies of a vhost", _vhost),
+        "import_definitions": (
+            "import definitions (RabbitMQ's JSON: users, vhosts, permissions, limits, "
+            "parameters, policies, exchanges, queues, bindings)",
+            file,
+        ),
+        "export_definitions": ("export every definition (RabbitMQ's JSON)", file),
         "status": ("show the broker's status", none),
         "await_startup": ("wait until the broker accepts commands", none),
         "reload_tls": ("reload the TLS certificate, key and CA files", none),
@@ -257,9 +309,53 @@ _BANNERS: dict[str, str] = {
     "list_user_limits": "Listing user limits ...",
     "import_definitions": 'Importing definitions in JSON from "{file}" ...',
     "export_definitions": 'Exporting definitions in JSON to "{file}" ...',
+    "list_queues": "Listing queues for vhost {vhost} ...",
+    "list_exchanges": "Listing exchanges for vhost {vhost} ...",
+    "list_bindings": "Listing bindings for vhost {vhost}...",
+    "list_connections": "Listing connections ...",
+    "list_channels": "Listing channels ...",
+    "list_consumers": "Listing consumers in vhost {vhost} ...",
+    "purge_queue": "Purging queue '{queue}' in vhost '{vhost}' ...",
+    "delete_queue": "Deleting queue '{queue}' on vhost '{vhost}' ...",
+    "close_connection": "Closing connection {connection}, reason: {explanation}...",
+    "set_policy": 'Setting policy "{name}" for pattern "{pattern}" to "{definition}" with '
+    'priority "{priority}" for vhost "{vhost}" ...',
+    "clear_policy": 'Clearing policy "{name}" on vhost "{vhost}" ...',
+    "list_policies": 'Listing policies for vhost "{vhost}" ...',
+    "set_operator_policy": 'Setting operator policy override "{name}" for pattern "{pattern}" '
+    'to "{definition}" with priority "{priority}" for vhost "{vhost}" ...',
+    "clear_operator_policy": 'Clearing operator policy "{name}" on vhost "{vhost}" ...',
+    "list_operator_policies": 'Listing operator policy overrides for vhost "{vhost}" ...',
     "status": "Status of the broker ...",
     "await_startup": "Waiting for the broker to start ...",
     "reload_tls": "Reloading TLS certificates ...",
+}
+# rabbitmqctl's default columns of its list verbs.
+_DEFAULT_COLUMNS = {
+    "list_vhosts": ["name"],
+    "list_queues": ["name", "messages"],
+    "list_exchanges": ["name", "type"],
+    "list_bindings": [
+        "source_name",
+        "source_kind",
+        "destination_name",
+        "destination_kind",
+        "routing_key",
+        "arguments",
+    ],
+    "list_connections": ["user", "peer_host", "peer_port", "state"],
+    "list_channels": ["name", "user", "consumer_count", "messages_unacknowledged"],
+    "list_consumers": [
+        "queue_name",
+        "channel_pid",
+        "consumer_tag",
+        "ack_required",
+        "prefetch_count",
+        "active",
+        "arguments",
+    ],
+    "list_policies": ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+    "list_operator_policies": ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
 }
 _EMPTY_COLUMNS = {
     "list_users": ["user", "tags"],
@@ -333,6 +429,36 @@ def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
         return {} if a.all or a.user is None else {"user": a.user}
     if verb == "import_definitions":
         return {"definitions": _read_definitions(a.file)}
+    if verb in ("list_queues", "list_exchanges", "list_bindings", "list_consumers"):
+        return {"vhost": a.vhost}
+    if verb == "purge_queue":
+        return {"vhost": a.vhost, "queue": a.queue}
+    if verb == "delete_queue":
+        return {
+            "vhost": a.vhost,
+            "queue": a.queue,
+            "if_empty": a.if_empty,
+            "if_unused": a.if_unused,
+        }
+    if verb == "close_connection":
+        return {"connection": a.connection, "reason": a.explanation}
+    if verb in ("set_policy", "set_operator_policy"):
+        try:
+            definition = json.loads(a.definition)
+        except ValueError as exc:
+            raise CtlError(f"definition is not valid JSON: {exc}", 65) from None
+        return {
+            "vhost": a.vhost,
+            "name": a.name,
+            "pattern": a.pattern,
+            "definition": definition,
+            "priority": a.priority,
+            "apply_to": a.apply_to,
+        }
+    if verb in ("clear_policy", "clear_operator_policy"):
+        return {"vhost": a.vhost, "name": a.name}
+    if verb in ("list_policies", "list_operator_policies"):
+        return {"vhost": a.vhost}
     return {}
 
 
@@ -365,9 +491,9 @@ def _show(verb: str, a: argparse.Namespace, result: Any) -> None:
             print(json.dumps(result, indent=1))
         return
     if isinstance(result, list):
-        columns = list(a.columns) if verb == "list_vhosts" and a.columns else None
-        if verb == "list_vhosts" and columns is None:
-            columns = ["name"]
+        columns = list(a.columns) if getattr(a, "columns", None) else None
+        if columns is None:
+            columns = _DEFAULT_COLUMNS.get(verb)
         if not result and columns is None:
             columns = _EMPTY_COLUMNS.get(verb)
         _print_table(result, columns)

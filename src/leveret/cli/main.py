@@ -70,6 +70,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-certfile", help="server certificate (PEM); enables amqps")
     serve.add_argument("--tls-keyfile", help="its private key (PEM)")
     serve.add_argument("--tls-cacertfile", help="CA bundle for client certificates (PEM)")
+    serve.add_argument("--management-host", help="HTTP API address (default 127.0.0.1)")
+    serve.add_argument(
+        "--management-port", type=int, help="HTTP API and web UI port (default 15672; 0 = any)"
+    )
+    serve.add_argument(
+        "--no-management",
+        dest="management",
+        action="store_const",
+        const=False,
+        help="run without the HTTP API and Prometheus endpoint",
+    )
+    serve.add_argument("--prometheus-port", type=int, help="Prometheus port (default 15692)")
+    serve.add_argument("--load-definitions", help="definitions file imported at boot (JSON)")
     sub.add_parser(
         "ctl",
         help="manage the running broker (rabbitmqctl's verbs; 'leveret ctl --help')",
@@ -108,6 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tls_cacertfile": args.tls_cacertfile,
             "stream_confirm": args.stream_confirm,
             "stream_port": args.stream_port,
+            "management": args.management,
+            "management_host": args.management_host,
+            "management_port": args.management_port,
+            "prometheus_port": args.prometheus_port,
+            "load_definitions": args.load_definitions,
         }
         try:
             settings = load(args.config, overrides=overrides)

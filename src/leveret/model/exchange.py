@@ -35,6 +35,11 @@ class Exchange:
         if isinstance(alternate, bytes):
             alternate = alternate.decode(errors="replace")
         self.alternate: str | None = alternate if isinstance(alternate, str) else None
+        # The policy that applies (model/policies.py), by name.
+        self.policy: str | None = None
+        # Management counters (plain increments by the publisher; sampled on a timer).
+        self.n_publish_in = 0
+        self.n_publish_out = 0
         # Exchanges that have a binding to this one, for cleanup on delete.
         self.sources: set[Exchange] = set()
 

@@ -51,6 +51,11 @@ class Publisher:
         self.feeds_backlog = False
         # Direct reply-to: this requester's key while it consumes its replies ("" if not).
         self.reply_key = ""
+        # Management counters: plain increments, sampled on a timer (management/).
+        self.n_publish = 0
+        self.n_confirm = 0
+        self.n_return_unroutable = 0
+        self.n_drop_unroutable = 0
 
     def check(self, exchange_name: str) -> None:
         """Validate the target before the content arrives (RabbitMQ checks at publish)."""
@@ -72,9 +77,11 @@ class Publisher:
     ) -> None:
         if message.hints & (HINT_EXPIRATION | HINT_REPLY_TO):
             message = self._check_properties(message)
+        self.n_publish += 1
         confirms = self.confirms
         if confirms is not None:
             confirms.seq += 1
+            self.n_confirm += 1
         tx = self.tx
         if tx is not None:
             self.check(exchange_name)
@@ -118,11 +125,16 @@ class Publisher:
         if exchange is None:
             # The exchange went between check and the body: as RabbitMQ, 404.
             raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost.name}'")
+        exchange.n_publish_in += 1
         queues, message = vhost.router.route_publish(exchange, routing_key, message)
         if not queues:
             if report_unroutable:
+                self.n_return_unroutable += 1
                 self.sink.returned(NO_ROUTE, message)
+            else:
+                self.n_drop_unroutable += 1
             return True
+        exchange.n_publish_out += len(queues)
         if require_consumer:
             queues = [q for q in queues if q.can_deliver_now(message)]
             if not queues:

@@ -99,6 +99,20 @@ class Queue(FeatureMixin):
         # Consumers that look at ready messages without taking them (AMQP 0-10's
         # not-acquired subscriptions): woken when messages become ready.
         self.browsers: list[Browser] = []
+        # The policy and operator policy that apply (model/policies.py) and what they say
+        # together; the vhost sets them.
+        self.policy: str | None = None
+        self.operator_policy: str | None = None
+        self.policy_definition: dict[str, object] = {}
+        # Management counters: plain increments here, sampled on a timer (management/).
+        self.n_publish = 0
+        self.n_deliver = 0
+        self.n_deliver_no_ack = 0
+        self.n_get = 0
+        self.n_get_no_ack = 0
+        self.n_ack = 0
+        self.n_redeliver = 0
+        self.n_get_empty = 0
         self._init_features()
 
     def __repr__(self) -> str:
@@ -143,6 +157,7 @@ class Queue(FeatureMixin):
 
     def enqueue(self, message: Message) -> bool:
         """Queue (or hand over) ``message``; False when the queue refused it (overflow)."""
+        self.n_publish += 1
         if self.browsers:
             return self._enqueue_browsed(message)
         if self._special or message.hints & QUEUE_HINTS:
@@ -211,13 +226,18 @@ class Queue(FeatureMixin):
         if self._special or self._expires_on:
             self._before_get()
         if not self.ready:
+            self.n_get_empty += 1
             return None
         entry = self.ready.popleft()
         if self._tail is not None and len(self.ready) < self.resident_low:
             self._page_in()
+        if entry.redelivered:
+            self.n_redeliver += 1
         if auto_settle:
+            self.n_get_no_ack += 1
             self._gone(entry)
         else:
+            self.n_get += 1
             self.unacked_count += 1
             if entry.sid and not entry.redelivered:
                 self.journal.delivered(self.store_id, entry.sid)
@@ -258,6 +278,7 @@ class Queue(FeatureMixin):
 
     def settle(self, entry: QueuedMessage) -> None:
         """An unacked entry was acked, rejected or dropped: it leaves the queue."""
+        self.n_ack += 1
         self.unacked_count -= 1
         self._gone(entry)
         if self._sac_draining is not None:

@@ -155,6 +155,9 @@ class FeatureMixin(Source):
     store_id: int
     journal: Journal
     _tail: PagedTail | None
+    n_deliver: int
+    n_deliver_no_ack: int
+    n_redeliver: int
 
     def _unpage_all(self) -> None:
         """Provided by Queue: brings a paged tail back into ``ready``."""
@@ -197,6 +200,27 @@ class FeatureMixin(Source):
                 # The first delivery is recorded, so it comes back redelivered after a crash.
                 self.journal.delivered(self.store_id, entry.sid)
         consumer.owner.deliver(consumer, entry)
+
+    def reconfigure(self, config: QueueConfig) -> None:
+        """Run with ``config`` from now on (a policy changed): messages already queued
+        keep the expiry they were given, a new length limit applies at once, and a new
+        ``x-expires`` starts counting now. Only for classic and quorum queues."""
+        self.config = config
+        if config.special and not self._special:
+            self._enter_features()
+            # The plain path does not count ready bytes; the feature paths do.
+            self.ready_bytes = sum(len(e.message.body) for e in self.ready)
+        self._expires_on = config.expires is not None
+        self._expiry_pending = False
+        if self._expires_on:
+            self.touch()
+        if self._special:
+            while self._over_limit():
+                head = self.ready.popleft()
+                self.ready_bytes -= len(head.message.body)
+                self._drop(head, dl.MAXLEN)
+            self._schedule_head()
+            self._dispatch_special()
 
     # -- queue expiry (x-expires) --------------------------------------------------------
 

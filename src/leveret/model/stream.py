@@ -710,6 +710,12 @@ class StreamQueue(Queue):
 
     # -- retention -----------------------------------------------------------------------
 
+    def reconfigure(self, config: QueueConfig) -> None:
+        """Retention from ``config`` from now on (a policy changed): applied at once."""
+        self.config = config
+        self._retain()
+        self._schedule_age_check()
+
     def _retain(self) -> None:
         log = self._log
         if log is None:

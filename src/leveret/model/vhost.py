@@ -17,8 +17,15 @@ from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.base import freeze
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.policies import (
+    Policy,
+    effective_definition,
+    effective_queue_arguments,
+    exchange_alternate,
+    select,
+)
 from leveret.model.queue import Queue
-from leveret.model.queue_args import parse_queue_args
+from leveret.model.queue_args import QueueConfig, parse_queue_args
 from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX, Router
 from leveret.model.stream import MemoryStreamBackend, StreamBackend, StreamQueue
 from leveret.model.timers import Timers
@@ -103,6 +110,9 @@ class VirtualHost:
         self.router = Router(self.exchanges, self.queues, self.timers)
         # Exchanges each queue is bound from, so deleting a queue finds its bindings.
         self._queue_sources: dict[Queue, set[Exchange]] = {}
+        # Policies and operator policies by name (model/policies.py), applied live.
+        self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
         self.exchanges[""] = Exchange("", "direct", durable=True)
         for name_, type_name in STANDARD_EXCHANGES:
             self.exchanges[name_] = Exchange(name_, type_name, durable=True)
@@ -174,6 +184,8 @@ class VirtualHost:
                 arguments=arguments,
             )
             self.exchanges[name] = exchange
+            if self.policies:
+                self._apply_exchange_policy(exchange)
             if durable:
                 self.journal.exchange_declared(
                     self.name, name, type_name, auto_delete, internal, exchange.arguments
@@ -307,6 +319,11 @@ class VirtualHost:
                 exclusive=exclusive,
                 auto_delete=auto_delete,
             )
+            policy = operator = None
+            if self.policies or self.operator_policies:
+                policy, operator, config = self._policy_config(
+                    name, arguments, config, durable, exclusive, auto_delete
+                )
             if config.stream:
                 queue = StreamQueue(
                     self.name,
@@ -330,6 +347,10 @@ class VirtualHost:
                     host=self,
                     timers=self.timers,
                 )
+            if policy is not None or operator is not None:
+                queue.policy = policy.name if policy is not None else None
+                queue.operator_policy = operator.name if operator is not None else None
+                queue.policy_definition = effective_definition(policy, operator)
             self.queues[name] = queue
             self._queue_sources[queue] = set()
             queue.journal = self.journal
@@ -441,6 +462,70 @@ class VirtualHost:
         queue.consumers.clear()
         for consumer in consumers:
             consumer.owner.consumer_removed(consumer)
+
+    # -- policies (model/policies.py) ---------------------------------------------------
+
+    def _policy_config(
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None,
+        config: QueueConfig,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+    ) -> tuple[Policy | None, Policy | None, QueueConfig]:
+        """The policy and operator policy of queue ``name`` and the config they give with
+        its arguments (``config``: the arguments alone)."""
+        queue_type = config.queue_type
+        policy = select(self.policies.values(), name, "queue", queue_type)
+        operator = select(self.operator_policies.values(), name, "queue", queue_type)
+        if policy is None and operator is None:
+            return None, None, config
+        definition = effective_definition(policy, operator)
+        merged = effective_queue_arguments(arguments, definition, queue_type)
+        effective = parse_queue_args(
+            merged,
+            queue=name,
+            vhost=self.name,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+        )
+        return policy, operator, effective
+
+    def _apply_exchange_policy(self, exchange: Exchange) -> None:
+        policy = select(self.policies.values(), exchange.name, "exchange")
+        exchange.policy = policy.name if policy is not None else None
+        definition = policy.definition if policy is not None else {}
+        exchange.alternate = exchange_alternate(exchange.arguments, definition)
+
+    def apply_policies(self) -> None:
+        """Apply the current policies to every queue and exchange (after a change)."""
+        for exchange in self.exchanges.values():
+            if exchange.name and not exchange.name.startswith("amq."):
+                self._apply_exchange_policy(exchange)
+        for queue in list(self.queues.values()):
+            base = parse_queue_args(
+                queue.arguments,
+                queue=queue.name,
+                vhost=self.name,
+                durable=queue.durable,
+                exclusive=queue.exclusive,
+                auto_delete=queue.auto_delete,
+            )
+            policy, operator, config = self._policy_config(
+                queue.name,
+                queue.arguments,
+                base,
+                queue.durable,
+                queue.exclusive,
+                queue.auto_delete,
+            )
+            queue.policy = policy.name if policy is not None else None
+            queue.operator_policy = operator.name if operator is not None else None
+            queue.policy_definition = effective_definition(policy, operator)
+            if config != queue.config:
+                queue.reconfigure(config)
 
     # -- QueueHost -----------------------------------------------------------------------
 

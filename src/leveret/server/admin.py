@@ -161,6 +161,8 @@ class Admin:
         return Reply(True, result)
 
     def _verbs(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
+        from leveret.server.admin_entities import entity_verbs
+
         return {
             "status": self.status,
             "add_user": self.add_user,
@@ -190,6 +192,8 @@ class Admin:
             "import_definitions": self.import_definitions,
             "export_definitions": self.export_definitions,
             "reload_tls": self.reload_tls,
+            # Queues, exchanges, connections, policies and the whole definitions document.
+            **entity_verbs(self),
         }
 
     @property

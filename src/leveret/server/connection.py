@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, cast
 
 from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
@@ -74,6 +75,13 @@ class ConnectionProtocol(asyncio.Protocol):
         self._reading = True
         self._timer: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
+        # Management counters (octets and reads/writes), sampled on a timer; wall clock
+        # of the accept for connected_at.
+        self.recv_oct = 0
+        self.recv_cnt = 0
+        self.send_oct = 0
+        self.send_cnt = 0
+        self.connected_at = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it.
@@ -88,11 +96,14 @@ class ConnectionProtocol(asyncio.Protocol):
             transport.get_extra_info("peercert"), self.cert_login_from
         )
         self._accepted = self.loop.time()
+        self.connected_at = time.time()
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
         self._arm_timer()
 
     def data_received(self, data: bytes) -> None:
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         amqp = self.amqp
         if amqp is None:
             amqp = self._choose_front_end(data)
@@ -185,6 +196,8 @@ class ConnectionProtocol(asyncio.Protocol):
         out = amqp.take_output(self.loop.time())
         if out and not transport.is_closing():
             transport.writelines(out)
+            self.send_cnt += 1
+            self.send_oct += sum(map(len, out))
         if amqp.should_close_transport and not transport.is_closing():
             transport.close()
 

@@ -36,6 +36,7 @@ from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
+from leveret.server.runtime import Runtime, boot_runtime
 from leveret.server.stored import stamp_stream, stored_message
 from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
@@ -43,11 +44,13 @@ from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
 from leveret.store.records import StoreCorrupt
 from leveret.store.recovery import restore
+from leveret.store.runtime import RuntimeFileError
 from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 
 if TYPE_CHECKING:
     from leveret.config import Settings
+    from leveret.management import ManagementServer
     from leveret.server.frontend import FrontEnd, FrontEndContext
 
 log = logging.getLogger("leveret.server")
@@ -103,6 +106,15 @@ class Server:
             self.users,
             StreamSettings(heartbeat=settings.heartbeat, host=_advertised(settings.host)),
         )
+        # Policies and parameters (data_dir/runtime.json), the admin verbs (leveret ctl and
+        # the HTTP API share them) and the management plane (management/).
+        self.runtime = Runtime(self.broker)
+        self.admin = Admin(self)
+        self.management: ManagementServer | None = None
+
+    @property
+    def admin_host(self) -> Server:
+        return self
 
     def _recover(self, loop: asyncio.AbstractEventLoop) -> None:
         path = str(self.data_path)
@@ -144,6 +156,10 @@ class Server:
         try:
             boot_auth(self.users, self.broker, self.data_path, self.settings)
         except AuthBootError as exc:
+            raise StartupError(str(exc)) from None
+        try:
+            boot_runtime(self.runtime, self.data_path)
+        except RuntimeFileError as exc:
             raise StartupError(str(exc)) from None
         log.info(
             "recovered %d exchanges, %d queues, %d bindings and %d messages from %s in %.2f s",
@@ -190,6 +206,8 @@ class Server:
         loop = asyncio.get_running_loop()
         self.deadlines = DeadlineTimer(loop, self.broker.timers)
         self._recover(loop)
+        if self.settings.load_definitions:
+            await self._load_definitions(self.settings.load_definitions)
         server = await loop.create_server(
             lambda: ConnectionProtocol(
                 self.broker, self.users, self.limits, self.connections, self.alarm
@@ -208,12 +226,37 @@ class Server:
         await self._start_stream(loop, tls=False)
         if self.settings.tls_certfile:
             await self._start_tls(loop)
-        self.control = ControlChannel(Admin(self), self.data_path)
+        self.control = ControlChannel(self.admin, self.data_path)
         try:
             await self.control.start()
         except ControlChannelError as exc:
             self.control = None
             log.warning("leveret ctl will not reach this broker: %s", exc)
+        if self.settings.management:
+            # Imported here: a broker run with --no-management never loads aiohttp.
+            from leveret.management import ManagementServer
+
+            self.management = ManagementServer(self)
+            await self.management.start()
+
+    async def _load_definitions(self, path: str) -> None:
+        """RabbitMQ's load_definitions: import a definitions file at every boot."""
+        import json
+
+        from leveret.auth.users import AdminError
+        from leveret.server.admin_entities import import_document
+
+        try:
+            text = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")
+            doc = json.loads(text)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise StartupError(f"cannot load definitions from {path}: {exc}") from None
+        try:
+            async with self.admin.lock:
+                counts = await import_document(self, doc)
+        except AdminError as exc:
+            raise StartupError(f"cannot load definitions from {path}: {exc}") from None
+        log.info("loaded definitions from %s: %s", path, counts)
 
     def _stream_front_end(self, context: FrontEndContext) -> FrontEnd:
         return StreamConnection(
@@ -286,6 +329,9 @@ class Server:
         await self._start_stream(loop, tls=True)
 
     async def stop(self) -> None:
+        if self.management is not None:
+            await self.management.close()
+            self.management = None
         if self.control is not None:
             await self.control.close()
             self.control = None

@@ -114,6 +114,14 @@ class Session(ConsumerOwner):
         self.reply_consumer = ""
         # Whether this channel ever consumed from a stream (reject/nack must check).
         self._streams = False
+        # Management counters: plain increments, sampled on a timer (management/).
+        self.n_deliver = 0
+        self.n_deliver_no_ack = 0
+        self.n_get = 0
+        self.n_get_no_ack = 0
+        self.n_ack = 0
+        self.n_redeliver = 0
+        self.n_get_empty = 0
 
     @property
     def confirm_mode(self) -> bool:
@@ -150,7 +158,12 @@ class Session(ConsumerOwner):
         """Called by a queue that hands ``entry`` to ``consumer``."""
         tag = self._next_tag
         self._next_tag = tag + 1
-        if not consumer.auto_settle:
+        if entry.redelivered:
+            self.n_redeliver += 1
+        if consumer.auto_settle:
+            self.n_deliver_no_ack += 1
+        else:
+            self.n_deliver += 1
             timers = self.vhost.timers
             self.unacked[tag] = _new_tuple(Delivery, (entry, consumer.queue, consumer, timers.now))
             consumer.credit -= 1
@@ -415,10 +428,14 @@ class Session(ConsumerOwner):
             raise stream_refusal(queue, "basic.get")
         entry = queue.get(auto_settle=no_ack)
         if entry is None:
+            self.n_get_empty += 1
             return None
         tag = self._next_tag
         self._next_tag = tag + 1
-        if not no_ack:
+        if no_ack:
+            self.n_get_no_ack += 1
+        else:
+            self.n_get += 1
             self.unacked[tag] = Delivery(entry, queue, None)
         return tag, entry, queue.message_count
 
@@ -471,6 +488,7 @@ class Session(ConsumerOwner):
 
     def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
         items = self._take(delivery_tag, multiple)
+        self.n_ack += len(items)
         tx = self.publisher.tx
         if tx is not None:
             for tag, item in items:

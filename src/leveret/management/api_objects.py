@@ -1,0 +1,718 @@
+"""What is in the vhosts: overview, nodes, health checks, connections, channels,
+consumers, exchanges (with publish), queues (with get and purge), bindings."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from leveret import __version__
+from leveret.management import query, shapes
+from leveret.management.api_base import (
+    ApiBase,
+    as_bool,
+    json_reply,
+    no_content,
+    rates_of,
+    read_body,
+)
+from leveret.management.app import bad_request, not_found
+from leveret.management.stats import CHANNEL_COUNTERS, message_stats
+from leveret.model.stream import StreamQueue
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.server.amqp091.message import wire_message
+from leveret.server.runtime import (
+    binding_rows,
+    cluster_name,
+    json_value,
+)
+
+if TYPE_CHECKING:
+    from leveret.management.authz import Principal
+    from leveret.model.message import Message
+    from leveret.model.queue import Queue
+    from leveret.model.vhost import VirtualHost
+    from leveret.server.connection import ConnectionProtocol
+
+
+class ObjectsApi(ApiBase):
+    """What is in the vhosts: overview, nodes, health checks, connections, channels,"""
+
+    # -- overview, nodes, misc ---------------------------------------------------------------
+
+    async def overview(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        rates = rates_of(request)
+        vhosts = self.visible_vhosts(who)
+        sampler = self.sampler
+        queues = [q for v in vhosts for q in v.queues.values()]
+        ready = sum(q.message_count for q in queues)
+        unacked = sum(q.unacked_count for q in queues)
+        conns = self.connections(who)
+        channels = sum(len(c.amqp.client.sessions) for c in conns if c.amqp and c.amqp.client)
+        totals = sampler.queue_totals.samples
+        from leveret.management.stats import details
+
+        queue_totals = {
+            "messages": ready + unacked,
+            "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+            "messages_details": details(totals, 2, rates.lengths_age, rates.lengths_incr),
+            "messages_ready_details": details(totals, 0, rates.lengths_age, rates.lengths_incr),
+            "messages_unacknowledged_details": details(
+                totals, 1, rates.lengths_age, rates.lengths_incr
+            ),
+        }
+        running = [0] * len(CHANNEL_COUNTERS)
+        for name, values in sampler.vhost_totals.items():
+            if who.sees_vhost(name):
+                for i, value in enumerate(values):
+                    running[i] += value
+        settings = self.admin_host.settings
+        listeners = [
+            {
+                "node": shapes.node_name(),
+                "protocol": url.split("://")[0],
+                "ip_address": url.split("://")[1].rsplit(":", 1)[0].strip("[]"),
+                "port": int(url.rsplit(":", 1)[1]),
+            }
+            for url in self.admin_host.listening
+        ]
+        return json_reply(
+            {
+                "management_version": __version__,
+                "rates_mode": "basic",
+                "sample_retention_policies": {
+                    "global": [600, 3600, 28800, 86400],
+                    "basic": [600, 3600],
+                    "detailed": [600],
+                },
+                "exchange_types": [{**t, "enabled": True} for t in shapes.EXCHANGE_TYPES],
+                "product_version": __version__,
+                "product_name": "Leveret",
+                "rabbitmq_version": "3.10.8",
+                "cluster_name": cluster_name(self.runtime),
+                "node": shapes.node_name(),
+                "disable_stats": False,
+                "enable_queue_totals": True,
+                "statistics_db_event_queue": 0,
+                "message_stats": message_stats(
+                    CHANNEL_COUNTERS,
+                    tuple(running),
+                    sampler.overview.samples,
+                    rates.age,
+                    rates.incr,
+                ),
+                "queue_totals": queue_totals,
+                "object_totals": {
+                    "connections": len(conns),
+                    "channels": channels,
+                    "exchanges": sum(len(v.exchanges) for v in vhosts),
+                    "queues": len(queues),
+                    "consumers": sum(len(q.consumers) for q in queues),
+                },
+                "listeners": listeners,
+                "contexts": [
+                    {
+                        "node": shapes.node_name(),
+                        "description": "RabbitMQ Management",
+                        "path": "/",
+                        "port": str(settings.management_port),
+                    }
+                ],
+            }
+        )
+
+    def _node(self) -> dict[str, Any]:
+        host = self.host
+        alarm = host.alarm
+        node = shapes.node_json(self.admin_host, self.admin_host.started_at, 0, 0)
+        node["mem_used"] = self.broker.gauge.bytes
+        node["mem_limit"] = alarm.high
+        node["mem_alarm"] = alarm.active
+        return node
+
+    async def nodes(self, request: web.Request) -> web.Response:
+        self.who(request).require_monitor()
+        return json_reply([self._node()])
+
+    async def node(self, request: web.Request) -> web.Response:
+        self.who(request).require_monitor()
+        if request.match_info["node"] != shapes.node_name():
+            raise not_found()
+        return json_reply(self._node())
+
+    async def extensions(self, request: web.Request) -> web.Response:
+        self.who(request)
+        return json_reply([])
+
+    async def auth(self, request: web.Request) -> web.Response:
+        return json_reply({"oauth_enabled": False})
+
+    async def whoami(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        return json_reply({"name": who.name, "tags": list(who.tags)})
+
+    async def get_cluster_name(self, request: web.Request) -> web.Response:
+        self.who(request)
+        return json_reply({"name": cluster_name(self.runtime)})
+
+    async def put_cluster_name(self, request: web.Request) -> web.Response:
+        self.who(request).require_admin()
+        body = await read_body(request)
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise bad_request("name must be a non-empty string")
+        self.runtime.global_parameters["cluster_name"] = name
+        await self.runtime.save()
+        return no_content()
+
+    async def aliveness(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        name = request.match_info["vhost"]
+        who.require_vhost(name)
+        vhost = self.vhost(name)
+        # RabbitMQ declares aliveness-test, publishes to it and gets the message back.
+        queue = vhost.declare_queue("aliveness-test", owner=None)
+        body = b"test_message"
+        raw = BasicProperties().encode()
+        message = wire_message("", "aliveness-test", raw, body)
+        queue.purge()
+        queue.enqueue(message)
+        entry = queue.get(auto_settle=True)
+        if entry is None or entry.message.body != body:
+            return json_reply({"status": "failed", "reason": "message not returned"}, 503)
+        return json_reply({"status": "ok"})
+
+    async def health_ok(self, request: web.Request) -> web.Response:
+        self.who(request)
+        return json_reply({"status": "ok"})
+
+    async def health_alarms(self, request: web.Request) -> web.Response:
+        self.who(request)
+        if self.host.alarm.active:
+            return json_reply(
+                {
+                    "status": "failed",
+                    "reason": "resource alarm(s) in effect in the cluster",
+                    "alarms": [{"node": shapes.node_name(), "resource": "memory"}],
+                },
+                503,
+            )
+        return json_reply({"status": "ok"})
+
+    async def health_port(self, request: web.Request) -> web.Response:
+        self.who(request)
+        port = request.match_info["port"]
+        ports = {url.rsplit(":", 1)[1] for url in self.admin_host.listening}
+        ports.update(u.rsplit(":", 1)[1] for u in self.server.urls)
+        if port not in ports:
+            return json_reply(
+                {"status": "failed", "reason": f"No active listener on port {port}"}, 503
+            )
+        return json_reply({"status": "ok", "port": int(port)})
+
+    async def health_protocol(self, request: web.Request) -> web.Response:
+        self.who(request)
+        protocol = request.match_info["protocol"].lower()
+        known = {url.split("://")[0] for url in self.admin_host.listening}
+        known.update({"http"} if self.server.urls else set())
+        if protocol in ("amqp091", "amqp0-9-1", "amqp"):
+            protocol = "amqp"
+        if protocol not in known:
+            return json_reply(
+                {"status": "failed", "reason": f"No active listener for protocol {protocol}"},
+                503,
+            )
+        return json_reply({"status": "ok", "protocol": protocol})
+
+    # -- connections and channels -------------------------------------------------------------
+
+    def _find_connection(self, who: Principal, name: str) -> ConnectionProtocol:
+        for conn in self.connections(who):
+            if shapes.connection_name(conn) == name:
+                return conn
+        raise not_found()
+
+    async def list_connections(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        only = request.match_info.get("vhost")
+        rates = rates_of(request)
+        rows = [
+            shapes.connection_json(c, self.sampler, rates)
+            for c in self.connections(who)
+            if only is None or (c.amqp and c.amqp.client and c.amqp.client.vhost.name == only)
+        ]
+        if only is not None:
+            self.visible_vhosts(who, only)
+        return self.listing(request, rows)
+
+    async def get_connection(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        conn = self._find_connection(who, request.match_info["name"])
+        return json_reply(shapes.connection_json(conn, self.sampler, rates_of(request)))
+
+    async def delete_connection(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        conn = self._find_connection(who, request.match_info["name"])
+        client = conn.amqp.client if conn.amqp is not None else None
+        if not who.is_admin and client is not None and client.user != who.name:
+            who.require_admin()
+        reason = request.headers.get("X-Reason", "Closed via management plugin")
+        conn.shutdown(reason)
+        return no_content()
+
+    def _channels(self, who: Principal, conns: list[ConnectionProtocol] | None = None) -> list[Any]:
+        out = []
+        for conn in conns if conns is not None else self.connections(who):
+            client = conn.amqp.client if conn.amqp is not None else None
+            if client is None:
+                continue
+            for number, session in sorted(client.sessions.items()):
+                out.append((conn, number, session))
+        return out
+
+    async def list_channels(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        rates = rates_of(request)
+        only = request.match_info.get("vhost")
+        if only is not None:
+            self.visible_vhosts(who, only)
+        conns = None
+        if "name" in request.match_info:
+            conns = [self._find_connection(who, request.match_info["name"])]
+        rows = [
+            shapes.channel_json(conn, number, session, self.sampler, rates)
+            for conn, number, session in self._channels(who, conns)
+            if only is None or conn.amqp.client.vhost.name == only
+        ]
+        return self.listing(request, rows)
+
+    async def get_channel(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        name = request.match_info["channel"]
+        for conn, number, session in self._channels(who):
+            if f"{shapes.connection_name(conn)} ({number})" == name:
+                row = shapes.channel_json(conn, number, session, self.sampler, rates_of(request))
+                row["consumer_details"] = [
+                    shapes.consumer_json(c, shapes.channel_details(conn, number))
+                    for c in getattr(session, "consumers", {}).values()
+                ]
+                return json_reply(row)
+        raise not_found()
+
+    async def list_consumers(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        only = request.match_info.get("vhost")
+        if only is not None:
+            self.visible_vhosts(who, only)
+        rows = [
+            shapes.consumer_json(consumer, shapes.channel_details(conn, number))
+            for conn, number, session in self._channels(who)
+            if only is None or conn.amqp.client.vhost.name == only
+            for consumer in getattr(session, "consumers", {}).values()
+        ]
+        return self.listing(request, rows)
+
+    # -- exchanges ----------------------------------------------------------------------------
+
+    async def list_exchanges(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        rates = rates_of(request)
+        rows = [
+            shapes.exchange_json(x, v.name, self.sampler, rates)
+            for v in self.visible_vhosts(who, request.match_info.get("vhost"))
+            for _n, x in sorted(v.exchanges.items())
+        ]
+        return self.listing(request, rows)
+
+    def _exchange_of(self, request: web.Request) -> tuple[VirtualHost, Any]:
+        who = self.who(request)
+        vname = request.match_info["vhost"]
+        who.require_vhost(vname) if not who.is_monitor else None
+        vhost = self.vhost(vname)
+        name = request.match_info["name"]
+        if name == "amq.default":
+            name = ""
+        exchange = vhost.exchanges.get(name)
+        if exchange is None:
+            raise not_found()
+        return vhost, exchange
+
+    async def get_exchange(self, request: web.Request) -> web.Response:
+        vhost, exchange = self._exchange_of(request)
+        row = shapes.exchange_json(exchange, vhost.name, self.sampler, rates_of(request))
+        row["incoming"] = []
+        row["outgoing"] = []
+        return json_reply(row)
+
+    async def put_exchange(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        vname, name = request.match_info["vhost"], request.match_info["name"]
+        who.require_vhost(vname)
+        vhost = self.vhost(vname)
+        body = await read_body(request)
+        kind = body.get("type")
+        if not isinstance(kind, str):
+            raise bad_request("type must be given")
+        existed = name in vhost.exchanges
+        try:
+            vhost.declare_exchange(
+                name,
+                kind,
+                durable=as_bool(body.get("durable"), True),
+                auto_delete=as_bool(body.get("auto_delete")),
+                internal=as_bool(body.get("internal")),
+                arguments=dict(body.get("arguments") or {}),
+            )
+        except KeyError as exc:
+            raise bad_request(f"invalid exchange type {exc}") from None
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        return no_content() if existed else web.Response(status=201)
+
+    async def delete_exchange(self, request: web.Request) -> web.Response:
+        vhost, exchange = self._exchange_of(request)
+        self.who(request).require_vhost(vhost.name)
+        vhost.delete_exchange(exchange.name, if_unused=as_bool(request.query.get("if-unused")))
+        return no_content()
+
+    async def exchange_bindings(self, request: web.Request) -> web.Response:
+        vhost, exchange = self._exchange_of(request)
+        side = request.match_info["side"]
+        key = "source" if side == "source" else "destination"
+        rows = [
+            b
+            for b in binding_rows(vhost)
+            if b[key] == exchange.name and (key == "source" or b["destination_type"] == "exchange")
+        ]
+        return self.listing(request, rows)
+
+    async def publish(self, request: web.Request) -> web.Response:
+        vhost, exchange = self._exchange_of(request)
+        self.who(request).require_vhost(vhost.name)
+        body = await read_body(request)
+        payload = body.get("payload", "")
+        encoding = body.get("payload_encoding", "string")
+        if not isinstance(payload, str):
+            raise bad_request("payload must be a string")
+        if encoding == "base64":
+            try:
+                data = base64.b64decode(payload, validate=True)
+            except binascii.Error:
+                raise bad_request("payload is not valid base64") from None
+        elif encoding == "string":
+            data = payload.encode()
+        else:
+            raise bad_request(f"payload_encoding must be string or base64, got {encoding!r}")
+        routing_key = str(body.get("routing_key", ""))
+        message = wire_message(
+            exchange.name, routing_key, _encode_properties(body.get("properties") or {}), data
+        )
+        exchange.n_publish_in += 1
+        queues, message = vhost.router.route_publish(exchange, routing_key, message)
+        exchange.n_publish_out += len(queues)
+        for queue in queues:
+            queue.enqueue(message)
+        return json_reply({"routed": bool(queues)})
+
+    # -- queues -------------------------------------------------------------------------------
+
+    async def list_queues(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        rates = rates_of(request)
+        stubs = [
+            {"name": name, "vhost": v.name, "queue": q}
+            for v in self.visible_vhosts(who, request.match_info.get("vhost"))
+            for name, q in sorted(v.queues.items())
+        ]
+
+        def render(stub: dict[str, Any]) -> dict[str, Any]:
+            return shapes.queue_json(stub["queue"], self.sampler, rates)
+
+        return json_reply(query.apply(stubs, request.query, render))
+
+    def _queue_of(self, request: web.Request, *, change: bool = False) -> tuple[VirtualHost, Queue]:
+        who = self.who(request)
+        vname = request.match_info["vhost"]
+        if change or not who.is_monitor:
+            who.require_vhost(vname)
+        vhost = self.vhost(vname)
+        queue = vhost.queues.get(request.match_info["name"])
+        if queue is None:
+            raise not_found()
+        return vhost, queue
+
+    async def get_queue(self, request: web.Request) -> web.Response:
+        _vhost, queue = self._queue_of(request)
+        row = shapes.queue_json(queue, self.sampler, rates_of(request), detail=True)
+        owners = {
+            id(consumer): shapes.channel_details(conn, number)
+            for conn, number, session in self._channels(self.who(request))
+            for consumer in getattr(session, "consumers", {}).values()
+        }
+        row["consumer_details"] = [
+            shapes.consumer_json(c, owners.get(id(c))) for c in queue.consumers
+        ]
+        return json_reply(row)
+
+    async def put_queue(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        vname, name = request.match_info["vhost"], request.match_info["name"]
+        who.require_vhost(vname)
+        vhost = self.vhost(vname)
+        body = await read_body(request)
+        arguments = body.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise bad_request("arguments must be an object")
+        existed = name in vhost.queues
+        queue_type = body.get("type")
+        if isinstance(queue_type, str) and "x-queue-type" not in arguments:
+            arguments = {**arguments, "x-queue-type": queue_type}
+        vhost.declare_queue(
+            name,
+            owner=None,
+            durable=as_bool(body.get("durable"), True),
+            auto_delete=as_bool(body.get("auto_delete")),
+            arguments=arguments,
+        )
+        return no_content() if existed else web.Response(status=201)
+
+    async def delete_queue(self, request: web.Request) -> web.Response:
+        vhost, queue = self._queue_of(request, change=True)
+        vhost.delete_queue(
+            queue.name,
+            owner=queue.exclusive_owner,
+            if_unused=as_bool(request.query.get("if-unused")),
+            if_empty=as_bool(request.query.get("if-empty")),
+        )
+        return no_content()
+
+    async def purge_queue(self, request: web.Request) -> web.Response:
+        _vhost, queue = self._queue_of(request, change=True)
+        if isinstance(queue, StreamQueue):
+            raise bad_request("purge is not supported by stream queues")
+        queue.purge()
+        return no_content()
+
+    async def queue_actions(self, request: web.Request) -> web.Response:
+        self._queue_of(request, change=True)
+        body = await read_body(request)
+        if body.get("action") not in ("sync", "cancel_sync"):
+            raise bad_request("action must be sync or cancel_sync")
+        return no_content()  # one node: nothing to synchronise
+
+    async def queue_bindings(self, request: web.Request) -> web.Response:
+        vhost, queue = self._queue_of(request)
+        rows = [
+            b
+            for b in binding_rows(vhost)
+            if b["destination"] == queue.name and b["destination_type"] == "queue"
+        ]
+        return self.listing(request, rows)
+
+    async def get_messages(self, request: web.Request) -> web.Response:
+        _vhost, queue = self._queue_of(request, change=True)
+        if isinstance(queue, StreamQueue):
+            raise bad_request("basic.get is not supported by stream queues")
+        body = await read_body(request)
+        try:
+            count = int(body.get("count", 1))
+        except (TypeError, ValueError):
+            raise bad_request("count must be an integer") from None
+        ackmode = body.get("ackmode", body.get("requeue") and "ack_requeue_true")
+        if isinstance(body.get("requeue"), bool) and "ackmode" not in body:
+            ackmode = "ack_requeue_true" if body["requeue"] else "ack_requeue_false"
+        if ackmode not in (
+            "ack_requeue_true",
+            "ack_requeue_false",
+            "reject_requeue_true",
+            "reject_requeue_false",
+        ):
+            raise bad_request("ackmode must be ack_requeue_true, ack_requeue_false, ...")
+        encoding = body.get("encoding", "auto")
+        if encoding not in ("auto", "base64"):
+            raise bad_request("encoding must be auto or base64")
+        truncate = body.get("truncate")
+        entries = []
+        for _ in range(max(0, count)):
+            entry = queue.get(auto_settle=False)
+            if entry is None:
+                break
+            entries.append(entry)
+        rows = []
+        for i, entry in enumerate(entries):
+            rows.append(
+                _message_json(
+                    entry.message,
+                    entry.redelivered,
+                    queue.message_count + len(entries) - i - 1,
+                    encoding,
+                    truncate,
+                )
+            )
+        if ackmode.endswith("requeue_true"):
+            queue.requeue(entries)
+        elif ackmode == "ack_requeue_false":
+            for entry in entries:
+                queue.settle(entry)
+        else:
+            for entry in entries:
+                queue.discard(entry)
+        return json_reply(rows)
+
+    # -- bindings -----------------------------------------------------------------------------
+
+    async def list_bindings(self, request: web.Request) -> web.Response:
+        who = self.who(request)
+        rows = [
+            b
+            for v in self.visible_vhosts(who, request.match_info.get("vhost"))
+            for b in binding_rows(v)
+        ]
+        return self.listing(request, rows)
+
+    def _binding_args(self, request: web.Request) -> tuple[VirtualHost, str, str, str]:
+        who = self.who(request)
+        vname = request.match_info["vhost"]
+        who.require_vhost(vname)
+        vhost = self.vhost(vname)
+        source, dest = request.match_info["source"], request.match_info["dest"]
+        kind = "queue" if request.match_info["kind"] == "q" else "exchange"
+        if source not in vhost.exchanges:
+            raise not_found()
+        if kind == "queue" and dest not in vhost.queues:
+            raise not_found()
+        if kind == "exchange" and dest not in vhost.exchanges:
+            raise not_found()
+        return vhost, source, dest, kind
+
+    def _between(
+        self, vhost: VirtualHost, source: str, dest: str, kind: str
+    ) -> list[dict[str, Any]]:
+        return [
+            b
+            for b in binding_rows(vhost)
+            if b["source"] == source and b["destination"] == dest and b["destination_type"] == kind
+        ]
+
+    async def bindings_between(self, request: web.Request) -> web.Response:
+        vhost, source, dest, kind = self._binding_args(request)
+        return self.listing(request, self._between(vhost, source, dest, kind))
+
+    async def add_binding(self, request: web.Request) -> web.Response:
+        vhost, source, dest, kind = self._binding_args(request)
+        body = await read_body(request)
+        key = str(body.get("routing_key", ""))
+        arguments = dict(body.get("arguments") or {})
+        if kind == "queue":
+            queue = vhost.queues[dest]
+            vhost.bind_queue(dest, source, key, arguments, owner=queue.exclusive_owner)
+        else:
+            vhost.bind_exchange(dest, source, key, arguments)
+        from leveret.server.runtime import properties_key
+
+        # Relative, as RabbitMQ sends it.
+        location = f"{dest}/{properties_key(key, json_value(arguments))}"
+        return web.Response(status=201, headers={"Location": location})
+
+    def _binding(self, request: web.Request) -> tuple[VirtualHost, dict[str, Any]]:
+        vhost, source, dest, kind = self._binding_args(request)
+        props = request.match_info["props"]
+        for row in self._between(vhost, source, dest, kind):
+            if row["properties_key"] == props:
+                return vhost, row
+        raise not_found()
+
+    async def get_binding(self, request: web.Request) -> web.Response:
+        _vhost, row = self._binding(request)
+        return json_reply(row)
+
+    async def delete_binding(self, request: web.Request) -> web.Response:
+        vhost, row = self._binding(request)
+        source, dest = row["source"], row["destination"]
+        arguments = _raw_binding_args(vhost, row)
+        if row["destination_type"] == "queue":
+            queue = vhost.queues[dest]
+            vhost.unbind_queue(
+                dest, source, row["routing_key"], arguments, owner=queue.exclusive_owner
+            )
+        else:
+            vhost.unbind_exchange(dest, source, row["routing_key"], arguments)
+        return no_content()
+
+
+def _raw_binding_args(vhost: VirtualHost, row: dict[str, Any]) -> dict[str, object]:
+    """The binding's arguments as the exchange holds them (``row`` has their JSON)."""
+    exchange = vhost.exchanges[row["source"]]
+    for destination, key, arguments in exchange.kind.bindings():
+        if (
+            getattr(destination, "name", None) == row["destination"]
+            and key == row["routing_key"]
+            and json_value(dict(arguments or {})) == row["arguments"]
+        ):
+            return dict(arguments or {})
+    return {}
+
+
+_PROPERTY_NAMES = tuple(BasicProperties.__dataclass_fields__)
+
+
+def _encode_properties(props: object) -> bytes:
+    if not isinstance(props, dict):
+        raise bad_request("properties must be an object")
+    values: dict[str, Any] = {}
+    for key, value in props.items():
+        if key not in _PROPERTY_NAMES:
+            raise bad_request(f"unknown property '{key}'")
+        if key in ("delivery_mode", "priority", "timestamp"):
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise bad_request(f"property '{key}' must be an integer") from None
+        elif key == "headers":
+            if not isinstance(value, dict):
+                raise bad_request("headers must be an object")
+        elif value is not None:
+            value = str(value)
+        values[key] = value
+    try:
+        return BasicProperties(**values).encode()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise bad_request(f"invalid properties: {exc}") from None
+
+
+def _message_json(
+    message: Message, redelivered: bool, left: int, encoding: str, truncate: object
+) -> dict[str, Any]:
+    body = message.body
+    props = message.properties
+    properties = {
+        name: json_value(getattr(props, name))
+        for name in _PROPERTY_NAMES
+        if getattr(props, name, None) is not None
+    }
+    shown = body
+    if isinstance(truncate, int) and not isinstance(truncate, bool) and truncate >= 0:
+        shown = body[:truncate]
+    payload_encoding = "string"
+    if encoding == "base64":
+        payload, payload_encoding = base64.b64encode(shown).decode(), "base64"
+    else:
+        try:
+            payload = shown.decode("utf-8")
+        except UnicodeDecodeError:
+            payload, payload_encoding = base64.b64encode(shown).decode(), "base64"
+    return {
+        "payload_bytes": len(body),
+        "redelivered": redelivered,
+        "exchange": message.exchange,
+        "routing_key": message.routing_key,
+        "message_count": left,
+        "properties": properties or [],
+        "payload": payload,
+        "payload_encoding": payload_encoding,
+    }

@@ -1,0 +1,248 @@
+"""The management HTTP server: an aiohttp application on the broker's event loop.
+
+aiohttp was chosen because its server is an ``asyncio.Protocol`` like the broker's own
+connections (it runs on the same loop, uvloop included, with no thread and no second
+loop), and it is the most used asyncio HTTP server with a long record; what it costs the
+AMQP hot path while polled is measured in ``docs/architecture.md`` ("management").
+
+Errors are RabbitMQ's: ``{"error": ..., "reason": ...}`` with 400 (``bad_request``), 401
+(``not_authorized``, with ``WWW-Authenticate``), 404 (``Object Not Found``) and 405.
+The endpoints themselves are in ``api.py``; the static web UI under ``static/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import ssl
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiohttp import web
+
+from leveret.auth.users import AdminError, NoSuchUser, NoSuchVhost
+from leveret.errors import AMQPError, NotFound
+from leveret.management.authz import Authenticator, Forbidden, Unauthorized
+from leveret.management.query import BadQuery
+from leveret.management.stats import Sampler
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from leveret.server.admin import Admin, AdminHost
+    from leveret.server.flow import MemoryAlarm
+    from leveret.server.runtime import Runtime
+
+log = logging.getLogger("leveret.management")
+
+REALM = 'Basic realm="RabbitMQ Management"'
+
+
+class ManagementHost(Protocol):
+    """What the management plane needs of the running server: the admin's host (settings,
+    broker, users, connections, ...), the admin verbs, the runtime parameters, the alarm."""
+
+    @property
+    def admin_host(self) -> AdminHost: ...
+
+    @property
+    def admin(self) -> Admin: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def alarm(self) -> MemoryAlarm: ...
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, error: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+
+
+def not_found() -> HttpError:
+    return HttpError(404, "Object Not Found", "Not Found")
+
+
+def bad_request(reason: str) -> HttpError:
+    return HttpError(400, "bad_request", reason)
+
+
+def _error(status: int, error: str, reason: str, *, challenge: bool = True) -> web.Response:
+    response = web.json_response({"error": error, "reason": reason}, status=status)
+    if status == 401 and challenge:
+        response.headers["WWW-Authenticate"] = REALM
+    return response
+
+
+def _loopback(request: web.Request) -> bool:
+    peer = request.remote or ""
+    return peer.startswith("127.") or peer in ("::1", "localhost") or peer.startswith("::ffff:127.")
+
+
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except HttpError as exc:
+        return _error(exc.status, exc.error, exc.reason)
+    except Unauthorized as exc:
+        # The web UI's own requests get no challenge (no browser login dialog).
+        xhr = request.headers.get("X-Requested-With") == "XMLHttpRequest"
+        return _error(401, "not_authorized", str(exc), challenge=not xhr)
+    except Forbidden as exc:
+        return _error(401, "not_authorised", str(exc))
+    except (NoSuchVhost, NoSuchUser):
+        return _error(404, "Object Not Found", "Not Found")
+    except NotFound:
+        return _error(404, "Object Not Found", "Not Found")
+    except AMQPError as exc:
+        return _error(400, "bad_request", exc.reply_text)
+    except AdminError as exc:
+        return _error(400, "bad_request", str(exc))
+    except BadQuery as exc:
+        return _error(400, "bad_request", str(exc))
+    except json.JSONDecodeError:
+        return _error(400, "bad_request", "failed to decode JSON")
+
+
+class ManagementServer:
+    """The HTTP API + web UI listener, the Prometheus listener and the sampling timer."""
+
+    def __init__(self, host: ManagementHost) -> None:
+        self.host = host
+        admin_host = host.admin_host
+        self.settings = admin_host.settings
+        self.sampler = Sampler()
+        self.auth = Authenticator(admin_host.users)
+        self.runners: list[web.AppRunner] = []
+        self.urls: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self.interval = self.settings.collect_statistics_interval / 1000
+
+    # -- the request's user ------------------------------------------------------------
+
+    def principal(self, request: web.Request) -> Any:
+        header = request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "basic" or not value:
+            raise Unauthorized("Login failed")
+        try:
+            name, sep, password = base64.b64decode(value).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise Unauthorized("Login failed") from None
+        if not sep:
+            raise Unauthorized("Login failed")
+        return self.auth.login(name, password, loopback=_loopback(request))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        from leveret.management import api
+
+        # RabbitMQ answers paths with a trailing slash too (amqpstorm asks
+        # healthchecks/node/): such requests are redirected to the path without it.
+        app = web.Application(
+            middlewares=[
+                web.normalize_path_middleware(append_slash=False, remove_slash=True),
+                _errors,
+            ],
+            client_max_size=64 << 20,
+        )
+        api.add_routes(app, self)
+        static = resources.files("leveret.management") / "static"
+        index = str(static / "index.html")
+
+        async def home(_request: web.Request) -> web.StreamResponse:
+            return web.FileResponse(index)
+
+        app.router.add_get("/", home)
+        app.router.add_static("/static/", str(static), show_index=False)
+        return app
+
+    async def start(self) -> None:
+        settings = self.settings
+        loop = asyncio.get_running_loop()
+        self._schedule(loop)
+        context = None
+        if settings.management_tls_certfile:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(
+                settings.management_tls_certfile, settings.management_tls_keyfile
+            )
+        await self._listen(
+            self.make_app(),
+            settings.management_host,
+            settings.management_port,
+            "https" if context else "http",
+            "management API and web UI",
+            context,
+        )
+        if settings.prometheus:
+            from leveret.management.prometheus import make_app
+
+            await self._listen(
+                make_app(self),
+                settings.prometheus_host or settings.management_host,
+                settings.prometheus_port,
+                "http",
+                "Prometheus metrics",
+                None,
+            )
+
+    async def _listen(
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        scheme: str,
+        what: str,
+        context: ssl.SSLContext | None,
+    ) -> None:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, ssl_context=context, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            log.warning("%s not started: cannot listen on %s:%d: %s", what, host, port, exc)
+            return
+        self.runners.append(runner)
+        server = site._server  # aiohttp does not expose the bound port otherwise
+        for sock in getattr(server, "sockets", None) or []:
+            bound_host, bound_port = sock.getsockname()[:2]
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+            url = f"{scheme}://{shown}:{bound_port}"
+            self.urls.append(url)
+            log.info("%s listening on %s", what, url)
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = loop.call_later(self.interval, self._tick, loop)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.sample()
+        self._schedule(loop)
+
+    def sample(self) -> None:
+        host = self.host.admin_host
+        try:
+            self.sampler.sample(host.broker, list(host.connections))
+        except Exception:  # a bad sample must never stop the broker or the timer
+            log.exception("statistics sample failed")
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for runner in self.runners:
+            await runner.cleanup()
+        self.runners.clear()

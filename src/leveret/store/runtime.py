@@ -1,0 +1,63 @@
+"""Runtime parameters on disk: ``data_dir/runtime.json`` holds the policies, operator
+policies, vhost-scoped parameters and global parameters, in RabbitMQ's definitions format,
+rewritten whole and atomically on every change (as ``auth.json``: a temporary file, fsync,
+rename, fsync of the directory), read at boot. ``server/runtime.py`` is its only user.
+
+Why a file and not records in ``defs.log``: an operator's policy change must be on disk
+before the API or ``leveret ctl`` answers, and it is small and rare (the same reasons as
+``auth/persist.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+RUNTIME_FILE = "runtime.json"
+FORMAT = "leveret-runtime 1"
+
+
+class RuntimeFileError(Exception):
+    """runtime.json cannot be read; the broker refuses to start (it would otherwise run
+    without the operator's policies)."""
+
+
+def save(path: Path, doc: dict[str, Any]) -> None:
+    """Replace ``path`` by ``doc`` (plus the format marker) atomically and durably."""
+    data = (json.dumps({"format": FORMAT, **doc}, indent=1, sort_keys=True) + "\n").encode()
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The document, or None when there is none yet."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RuntimeFileError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise RuntimeFileError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise RuntimeFileError(f"{path} is not a Leveret runtime file ({FORMAT})")
+    return doc

@@ -1,0 +1,148 @@
+"""The sampler (management/stats.py) and the list queries (management/query.py) without
+sockets: counters read on a timer, rates and samples, running vhost totals that outlive
+channels, and RabbitMQ's paging, sorting, filtering and columns."""
+
+from __future__ import annotations
+
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from leveret.management import query
+from leveret.management.stats import CHANNEL_COUNTERS, Sampler, details, message_stats
+from leveret.model.broker import Broker
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.session import Session
+from leveret.testing import RecordingSink
+
+
+def _conn(client: Any, recv: int = 0, send: int = 0) -> Any:
+    return SimpleNamespace(amqp=SimpleNamespace(client=client), recv_oct=recv, send_oct=send)
+
+
+def test_rate_and_samples_newest_first() -> None:
+    samples: deque[tuple[int, tuple[int, ...]]] = deque(
+        [(0, (0,)), (5000, (50,)), (10000, (150,)), (15000, (150,))]
+    )
+    assert details(samples, 0) == {"rate": 0.0}
+    samples.pop()
+    assert details(samples, 0) == {"rate": 20.0}
+    out = details(samples, 0, age=60, incr=5)
+    assert [p["sample"] for p in out["samples"]] == [150, 50, 0]
+    assert out["avg_rate"] == 15.0
+    assert out["avg"] == pytest.approx(66.7)
+    # msg_rates_incr picks one sample per increment.
+    assert [p["timestamp"] for p in details(samples, 0, age=60, incr=10)["samples"]] == [10000, 0]
+    assert details(None, 0, age=60, incr=5) == {
+        "rate": 0.0,
+        "samples": [],
+        "avg_rate": 0.0,
+        "avg": 0.0,
+    }
+
+
+def test_message_stats_adds_deliver_get() -> None:
+    stats = message_stats(("deliver", "deliver_no_ack", "get", "get_no_ack"), (1, 2, 3, 4), None)
+    assert stats["deliver_get"] == 10
+    assert stats["deliver_details"] == {"rate": 0.0}
+
+
+def test_sampler_reads_the_core_counters_and_keeps_vhost_totals() -> None:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("s-q", owner=None)
+    client = broker.connect(vhost, "guest", "c1")
+    session = Session(vhost, client, RecordingSink())
+    client.attach(1, session)
+    conn = _conn(client, recv=100, send=10)
+    sampler = Sampler()
+    sampler.sample(broker, [conn], now_ms=0)
+    raw = BasicProperties().encode()
+    session.select_confirm()
+    for _ in range(10):
+        session.publish("", "s-q", wire_message("", "s-q", raw, b"x"))
+    got = session.get("s-q", no_ack=False)
+    assert got is not None
+    session.ack(got[0])
+    conn.recv_oct = 600
+    sampler.sample(broker, [conn], now_ms=5000)
+    queue = vhost.queues["s-q"]
+    series = sampler.queue_series("/", queue, "s-q")
+    assert series is not None
+    stats = message_stats(("publish",), series.last[:1] if series.last else None, series.samples)
+    assert stats == {"publish": 10, "publish_details": {"rate": 2.0}}
+    totals = dict(zip(CHANNEL_COUNTERS, sampler.vhost_totals["/"], strict=True))
+    assert (totals["publish"], totals["confirm"], totals["get"], totals["ack"]) == (10, 10, 1, 1)
+    assert sampler.vhost_octets["/"] == [600, 10]
+    # The channel closes: the vhost's totals keep what it did; a new one adds to them.
+    client.close_session(1)
+    session2 = Session(vhost, client, RecordingSink())
+    client.attach(2, session2)
+    session2.publish("", "s-q", wire_message("", "s-q", raw, b"y"))
+    sampler.sample(broker, [conn], now_ms=10000)
+    totals = dict(zip(CHANNEL_COUNTERS, sampler.vhost_totals["/"], strict=True))
+    assert totals["publish"] == 11
+    assert sampler.queue_totals.samples[-1][1] == (10, 0, 10)
+    # A deleted queue's samples go; a queue of the same name starts afresh.
+    vhost.delete_queue("s-q", owner=None)
+    vhost.declare_queue("s-q", owner=None)
+    sampler.sample(broker, [conn], now_ms=15000)
+    fresh = sampler.queue_series("/", vhost.queues["s-q"], "s-q")
+    assert fresh is not None
+    assert len(fresh.samples) == 1
+
+
+ITEMS: list[dict[str, Any]] = [
+    {"name": "b", "message_stats": {"publish": 5}},
+    {"name": "a", "message_stats": {"publish": 9}},
+    {"name": "c"},
+]
+
+
+def test_query_sort_filter_columns_and_pages() -> None:
+    assert [i["name"] for i in query.apply(ITEMS, {"sort": "name"})] == ["a", "b", "c"]
+    by_publish = query.apply(ITEMS, {"sort": "message_stats.publish", "sort_reverse": "true"})
+    assert [i["name"] for i in by_publish] == ["a", "b", "c"]
+    assert query.apply(ITEMS, {"name": "^[ab]$", "use_regex": "true", "columns": "name"}) == [
+        {"name": "b"},
+        {"name": "a"},
+    ]
+    assert query.apply(ITEMS, {"columns": "message_stats.publish"})[0] == {
+        "message_stats": {"publish": 5}
+    }
+    page = query.apply(ITEMS, {"page": "2", "page_size": "2", "sort": "name"})
+    assert page == {
+        "filtered_count": 3,
+        "item_count": 1,
+        "items": [{"name": "c"}],
+        "page": 2,
+        "page_count": 2,
+        "page_size": 2,
+        "total_count": 3,
+    }
+    for bad in ({"page": "x"}, {"page": "0"}, {"page": "1", "page_size": "501"}):
+        with pytest.raises(query.BadQuery):
+            query.apply(ITEMS, bad)
+    with pytest.raises(query.BadQuery):
+        query.apply(ITEMS, {"name": "(", "use_regex": "true"})
+
+
+def test_query_renders_only_the_page_when_sorting_by_name() -> None:
+    rendered: list[str] = []
+
+    def render(stub: dict[str, Any]) -> dict[str, Any]:
+        rendered.append(stub["name"])
+        return {"name": stub["name"], "vhost": "/", "messages": len(stub["name"])}
+
+    stubs = [{"name": f"q{i:03}", "vhost": "/"} for i in range(300)]
+    page = query.apply(stubs, {"page": "2", "page_size": "10", "name": "q1"}, render)
+    assert [i["name"] for i in page["items"]] == [f"q1{i:02}" for i in range(10, 20)]
+    assert rendered == [f"q1{i:02}" for i in range(10, 20)]
+    assert page["filtered_count"] == 100
+    rendered.clear()
+    by_size = query.apply(stubs, {"page": "1", "page_size": "1", "sort": "messages"}, render)
+    assert len(rendered) == 300  # another sort key: every item is rendered first
+    assert by_size["items"][0]["messages"] == 4

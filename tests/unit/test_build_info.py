@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -30,3 +32,15 @@ def test_this_run_exercises_the_build_it_claims() -> None:
         # The default run must test the pure-Python source, not a stray build in src/.
         assert compiled == []
         assert build_info.describe() == "pure Python"
+
+
+def test_each_hot_path_module_loads_first_in_a_fresh_process() -> None:
+    # A compiled module that needs a class from a module nobody imported yet crashes the
+    # process when it loads (mypyc builds NamedTuples from their field types): the broker's
+    # own import order hid this once; each module must load on its own.
+    code = "import importlib, sys; importlib.import_module(sys.argv[1])"
+    for name in build_info.HOT_PATH_MODULES:
+        result = subprocess.run(
+            [sys.executable, "-c", code, name], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, f"{name}: exit {result.returncode} {result.stderr[-500:]}"

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+# Imported at run time although only the annotations of Delivery name them: the compiled
+# build (mypyc) builds the NamedTuple from its field types when the module loads, and
+# crashes (SIGSEGV, not an ImportError) if they were never imported.
+from leveret.model.consumer import Consumer, Source  # noqa: TC001
+from leveret.model.entry import QueuedMessage  # noqa: TC001
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    from leveret.model.consumer import Consumer, Source
-    from leveret.model.entry import QueuedMessage
 
 __all__ = ["Delivery", "accept", "reject", "release"]
 

@@ -28,4 +28,4 @@ def pytest_configure(config: Any) -> None:
             kwargs.setdefault("port", int(port))
         original(self, *args, **kwargs)
 
-    cls.__init__ = __init__
+    cls.__init__ = __init__  # type: ignore[method-assign]

@@ -83,6 +83,8 @@ def _run(args: argparse.Namespace, work: harness.Workdir) -> list[compare.SuiteC
             and work.result_file(suite, "rabbitmq").exists()
         )
     ]
+    # Longest suites first, so that the short ones fill the gaps at the end.
+    runs.sort(key=lambda run: -run[0].suite_timeout)
     if any(name == "rabbitmq" for _, name in runs) and not brokers.reachable(rabbit):
         raise SystemExit(f"RabbitMQ is not reachable at {rabbit.host}:{rabbit.port}")
     # Runs are independent (a Leveret each, unique names on RabbitMQ); the suites mostly wait

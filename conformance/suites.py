@@ -131,6 +131,9 @@ SUITES: dict[str, Suite] = {
             sdist="celery==5.7.0",
             tests=("t/integration",),
             env=_celery_env,
+            # Celery's fixtures (celery_parameters, celery_config...) come from its pytest
+            # plugin, which the pytest-celery package registers; load it by name instead.
+            pytest_args=("-p", "celery.contrib.pytest"),
             test_timeout=120,
             suite_timeout=2700,
         ),

@@ -5,9 +5,10 @@ the standard library and pytest. ``CONFORMANCE_REPORT`` names the output file; e
 test is also appended to ``CONFORMANCE_REPORT.partial`` as it ends.
 
 A test's outcome folds its three phases: ``failed`` if any phase failed (a teardown error
-after a passing call counts: the suite's author meant it to pass), ``skipped`` if setup
-skipped, ``xfailed``/``xpassed`` as pytest says, otherwise ``passed``. Of a test that the
-suite's own flaky marks rerun, only the last attempt counts (``reruns`` says how many ran).
+after a passing call counts: the suite's author meant it to pass), ``skipped`` if setup or
+the test's body skipped, ``xfailed``/``xpassed`` as pytest says, otherwise ``passed``. Of a
+test that the suite's own flaky marks rerun, only the last attempt counts (``reruns`` says
+how many ran).
 A file that cannot be collected is one entry with outcome ``error``.
 """
 
@@ -52,7 +53,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             entry["outcome"] = "failed"
             entry["phase"] = report.when
             entry["message"] = _message(report)
-    elif report.skipped and report.when == "setup":
+    elif report.skipped and entry["outcome"] != "failed":
+        # Skipped by a mark or fixture (setup) or by pytest.skip() in the test's body (call).
         entry["outcome"] = "skipped"
         entry["message"] = _message(report)[:200]
 

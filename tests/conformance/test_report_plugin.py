@@ -34,6 +34,9 @@ def test_teardown_error(broken_teardown):
 def test_skipped():
     pass
 
+def test_skips_itself():
+    pytest.skip("needs Redis")
+
 @pytest.mark.xfail(reason="known")
 def test_xfail():
     raise ValueError
@@ -73,6 +76,7 @@ def test_outcomes_per_test(tmp_path: Path) -> None:
         "test_suite.py::test_fail": "failed",
         "test_suite.py::test_teardown_error": "failed",
         "test_suite.py::test_skipped": "skipped",
+        "test_suite.py::test_skips_itself": "skipped",
         "test_suite.py::test_xfail": "xfailed",
     }
     assert results["test_suite.py::test_teardown_error"]["phase"] == "teardown"

@@ -106,7 +106,7 @@ def test_users_permissions_and_vhosts() -> None:
         assert "app" not in ok(data, "list_users", "-q")
         status = json.loads(ok(data, "status", "--formatter", "json"))
         assert status["pid"] == broker.process.pid if broker.process else False
-        assert status["listeners"] == [f"amqp://127.0.0.1:{broker.port}"]
+        assert f"amqp://127.0.0.1:{broker.port}" in status["listeners"]
     finally:
         broker.stop()
 

@@ -318,8 +318,9 @@ def ready(raw: RawClient) -> RawClient:
 
 @pytest.mark.parametrize(
     "header",
-    [b"AMQP\x00\x00\x09\x02", b"AMQP\x00\x00\x0a\x00", b"AMQP\x00\x01\x00\x00", b"HTTP/1.1"],
-    ids=["0-9-2", "0-10", "1-0", "http"],
+    # Versions nobody speaks (0-10 is AMQP 1 1 0 10 and 1.0 AMQP 0 1 0 0, both spoken).
+    [b"AMQP\x00\x00\x09\x02", b"AMQP\x00\x00\x0a\x00", b"AMQP\x02\x01\x00\x00", b"HTTP/1.1"],
+    ids=["0-9-2", "0-0-10-0", "protocol-2", "http"],
 )
 def test_unsupported_protocol_header_gets_ours_back(raw: RawClient, header: bytes) -> None:
     raw.send(header)

@@ -388,7 +388,7 @@ def test_random_garbage_after_the_handshake(robust_broker: Broker, seed: int) ->
 
 def test_unsupported_protocol_version_gets_our_header_back(robust_broker: Broker) -> None:
     with RawClient(robust_broker.host, robust_broker.port) as client:
-        client.send(b"AMQP\x01\x01\x00\x0a")
+        client.send(b"AMQP\x00\x00\x09\x02")  # no such version (0-10 and 1.0 are spoken)
         assert client.at_eof()
         assert bytes(client.buf) == PROTOCOL_HEADER
     assert_healthy(robust_broker)

@@ -502,9 +502,7 @@ class FastConnection:
         else:
             # A temporary subscription: a server-named queue of this connection.
             name = guard.queue_declare("", passive=False, arguments=None)
-            queue = vhost.declare_queue(
-                "", owner=self.client, exclusive=True, generated_name=name
-            )
+            queue = vhost.declare_queue("", owner=self.client, exclusive=True, generated_name=name)
         handle.subscription = queue.name
         guard.queue_bind(queue.name, TOPIC_EXCHANGE, event.destination)
         vhost.bind_queue(queue.name, TOPIC_EXCHANGE, event.destination, {}, owner=self.client)

@@ -4,7 +4,7 @@ protocol clients are the ones their modules define."""
 from __future__ import annotations
 
 import leveret.testing as testing
-from leveret.testing import amqpfast_client, amqpfast_socket, legacy_client
+from leveret.testing import amqpfast_client, amqpfast_socket, legacy_client, legacy_socket
 
 
 def test_every_exported_name_is_there() -> None:
@@ -17,4 +17,5 @@ def test_the_protocol_clients_are_exported() -> None:
     assert testing.FastClient is amqpfast_client.FastClient
     assert testing.FastSocket is amqpfast_socket.FastSocket
     assert testing.LegacyClient is legacy_client.LegacyClient
-    assert {"FastClient", "FastSocket", "LegacyClient"} <= set(testing.__all__)
+    assert testing.LegacySocket is legacy_socket.LegacySocket
+    assert {"FastClient", "FastSocket", "LegacyClient", "LegacySocket"} <= set(testing.__all__)

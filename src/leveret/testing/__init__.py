@@ -1,6 +1,6 @@
 """Test helpers that ship with Leveret: an in-memory 0-9-1 client for the sans-IO front end,
-the AMQP/Fast 0.8a2 client (sans-IO, and over a blocking socket) and the in-memory 0-8/0-9
-client."""
+the AMQP/Fast 0.8a2 client (sans-IO, and over a blocking socket) and the 0-8/0-9 client (in
+memory, and over a blocking socket)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from leveret.testing.client import (
     plain_response,
 )
 from leveret.testing.legacy_client import LegacyClient
+from leveret.testing.legacy_socket import LegacySocket
 from leveret.testing.pager import MemoryPager
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "FastSocket",
     "Heartbeat",
     "LegacyClient",
+    "LegacySocket",
     "MemoryPager",
     "MethodFrame",
     "ProtocolHeader",

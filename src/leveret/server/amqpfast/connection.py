@@ -565,9 +565,8 @@ class FastConnection:
             return
         message = entries[event.message_nbr - 1].message
         wall = self.channels[self.handles[event.handle_id].channel_id].session.vhost.timers.wall
-        self.server.notify(
-            event.handle_id, from_message(message, wall), message.body, delivered=False
-        )
+        header, body = from_message(message, wall)
+        self.server.notify(event.handle_id, header, body, delivered=False)
 
     def _may_read(self, handle_id: int, destination: str) -> bool:
         """Browsing reads a queue as basic.get does (read permission); a refusal closes the
@@ -604,11 +603,11 @@ class FastConnection:
         if handle_id is None or channel is None:
             return
         handle = self.handles[handle_id]
-        header = from_message(message, channel.session.vhost.timers.wall)
+        header, body = from_message(message, channel.session.vhost.timers.wall)
         nbr = self.server.notify(
             handle_id,
             header,
-            message.body,
+            body,
             dest_name=message.routing_key if handle.service is ev.ServiceType.TOPIC else "",
             redelivered=redelivered,
         )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.auth.authn import FAILURE_DELAY
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091._generated import methods as m
@@ -103,7 +104,11 @@ def test_the_initiation_picks_the_fast_front_end() -> None:
 
 def test_login_and_vhost_refusals(broker: Broker) -> None:
     bad = Pair(broker, password="wrong")
-    events = bad.login()
+    # A refusal waits for the login delay.
+    assert not any(isinstance(e, ConnectionClosed) for e in bad.login())
+    bad.now = FAILURE_DELAY
+    bad.conn.tick(bad.now)
+    events = bad.pump()
     assert any(isinstance(e, ConnectionClosed) and e.reply_code == 403 for e in events)
     nowhere = Pair(broker, virtual_path="/nowhere")
     events = nowhere.login()

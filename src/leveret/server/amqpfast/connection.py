@@ -3,8 +3,11 @@ mapped onto the core, with the ``FrontEnd`` surface the asyncio adapter drives.
 
 What each RFC 006 notion becomes:
 
-- login and CONNECTION OPEN: the user registry and a vhost named by the virtual path, as for
-  0-9-1 (402 INVALID_PATH for an unknown vhost, 403 when the user has no access to it);
+- login and CONNECTION OPEN: ``auth.authn`` (PLAIN; a refusal is answered after the same
+  delay as 0-9-1's) and ``UserStore.open_connection`` for the vhost named by the virtual path
+  (402 INVALID_PATH for an unknown vhost, 403 when the user has no access to it, 530 past a
+  connection limit); every operation then asks the connection's ``Guard`` first, as the
+  0-9-1 front end does (below);
 - a channel: a 0-9-1 ``Session`` (the same delivery bookkeeping, QoS, settlement and
   transactions); message-nbrs map to the session's delivery tags; CHANNEL ACK settles
   (accept), HANDLE UNGET releases (requeue), a closed handle or channel gives back what it
@@ -20,6 +23,15 @@ What each RFC 006 notion becomes:
   as it goes out); HANDLE FLOW pauses and resumes it;
 - HANDLE QUERY / BROWSE: a queue's ready messages numbered 1..n in their order.
 
+Permissions (``server/guard.py``, RabbitMQ's check points): CHANNEL OPEN counts against the
+user's channel limit; a temporary queue is a queue declaration (configure); HANDLE SEND a
+publish to the default exchange (queues) or ``amq.topic`` (topics, with topic permissions on
+the destination); HANDLE CONSUME on a queue a consume (read); a topic subscription declares
+its queue, binds it to ``amq.topic`` and consumes from it (configure, write/read, topic
+read); HANDLE CANCEL of a durable subscription deletes its queue (configure); QUERY and
+BROWSE read the queue (read, as basic.get). A refusal closes the handle (or the channel)
+with 403, the scope RFC 006 gives a failed handle command.
+
 Messages are converted to and from the core's 0-9-1 form by ``mapping.py``. Sans-IO: bytes in
 (``data_received``), bytes out (``take_output``), time as arguments.
 """
@@ -31,16 +43,19 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from leveret.auth import authn
 from leveret.errors import AMQPError
 from leveret.model.consumer import UNLIMITED
 from leveret.protocol.amqpfast import events as ev
 from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer
 from leveret.server.amqp091.session import Session
 from leveret.server.amqpfast.mapping import from_message, to_message
+from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
     from leveret.model.entry import QueuedMessage
@@ -139,6 +154,11 @@ class FastConnection:
         self.on_output: Callable[[], None] | None = None
         self.client: Client | None = None
         self.user: User | None = None
+        self.access: Access | None = None
+        self.guard: Guard | None = None
+        # A refused login is answered only once the failure delay has passed (auth.authn).
+        self._refuse_at: float | None = None
+        self._now = now
         self.published = False
         self.paced = False
         self.blocked = False
@@ -159,6 +179,7 @@ class FastConnection:
 
     def data_received(self, data: bytes, now: float) -> None:
         self.broker.timers.now = now
+        self._now = now
         self.server.receive_data(data, now)
         self._in_receive = True
         try:
@@ -178,6 +199,10 @@ class FastConnection:
         return [data] if data else []
 
     def tick(self, now: float) -> None:
+        self._now = now
+        if self._refuse_at is not None and now >= self._refuse_at:
+            self._refuse_at = None
+            self.server.refuse_login("ACCESS_REFUSED - login refused")
         closed = self.server.tick(now)
         if closed is not None:
             self.close_reason = closed.reply_text
@@ -262,30 +287,39 @@ class FastConnection:
     # -- connection ------------------------------------------------------------------------
 
     def _login(self, event: ev.LoginRequested) -> None:
-        user = None
-        if event.mechanism == "PLAIN":
-            user = self.users.authenticate(event.login, event.password, loopback=self.loopback)
-        if user is None:
-            log.warning(
-                "AMQP/Fast connection from %s: login refused for '%s'", self.peer, event.login
-            )
-            self.server.refuse_login("ACCESS_REFUSED - login refused")
+        login = authn.password_login(
+            self.users,
+            event.login,
+            event.password,
+            loopback=self.loopback,
+            peer=self.peer,
+            mechanism=event.mechanism,
+        )
+        if event.mechanism != "PLAIN" or login.user is None:
+            # authn logged why; nothing more is read until the refusal goes out.
+            self._refuse_at = self._now + authn.FAILURE_DELAY
             return
-        self.user = user
+        self.user = login.user
         self.server.accept_login()
 
     def _open(self, event: ev.OpenRequested) -> None:
         user = self.user
         assert user is not None
-        vhost = self.broker.vhosts.get(event.virtual_path)
-        if vhost is None:
-            self.server.refuse_open(402, f"INVALID_PATH - vhost {event.virtual_path} not found")
+        path = event.virtual_path
+        vhost = self.broker.vhosts.get(path)
+        if vhost is None or path not in self.users.vhosts:
+            self.server.refuse_open(402, f"INVALID_PATH - vhost {path} not found")
             return
-        if event.virtual_path not in user.vhosts:
-            self.server.refuse_open(
-                403, f"ACCESS_REFUSED - access to vhost '{event.virtual_path}' refused"
-            )
+        if (user.name, path) not in self.users.permissions:
+            self.server.refuse_open(403, f"ACCESS_REFUSED - access to vhost '{path}' refused")
             return
+        try:
+            # The connection limits (530), and the connection counts until released.
+            self.access = self.users.open_connection(user, path, peer=self.peer)
+        except AMQPError as exc:
+            self.server.refuse_open(exc.reply_code, exc.full_text())
+            return
+        self.guard = Guard(self.access, vhost)
         self.client_name = event.client_name
         self.client = self.broker.connect(vhost, user.name, f"{self.peer} (AMQP/Fast)")
         self.server.accept_open()
@@ -304,12 +338,21 @@ class FastConnection:
         self.handles.clear()
         if client is not None:
             client.close()
+        access, self.access = self.access, None
+        if access is not None:
+            access.close()  # its channels too
 
     # -- channels --------------------------------------------------------------------------
 
     def _channel_opened(self, event: ev.ChannelOpened) -> None:
         client = self.client
         assert client is not None
+        assert self.access is not None
+        try:
+            self.access.open_channel()  # the user's max-channels
+        except AMQPError as exc:
+            self.server.close_channel(event.channel_id, exc.reply_code, exc.full_text())
+            return
         sink = _Sink(self, event.channel_id)
         session = Session(client.vhost, client, sink, consumer_timeout=None)
         if event.transacted:
@@ -322,6 +365,8 @@ class FastConnection:
         channel = self.channels.pop(channel_id, None)
         if channel is None:
             return
+        if self.access is not None:
+            self.access.close_channel()
         channel.session.close()  # cancels consumers, requeues what was not acknowledged
         vhost = channel.session.vhost
         for name in channel.temporaries:
@@ -360,10 +405,13 @@ class FastConnection:
                     event.handle_id, 405, f"RESOURCE_LOCKED - queue '{event.dest_name}' in use"
                 )
                 return
-            if existing is not None:
-                existing.purge()  # reopening a temporary queue purges it (3.5.2.2)
-                return
             try:
+                assert self.guard is not None
+                # Reopening purges the queue (3.5.2.2): configure, as a declaration.
+                self.guard.queue_declare(event.dest_name, passive=False, arguments=None)
+                if existing is not None:
+                    existing.purge()
+                    return
                 vhost.declare_queue(event.dest_name, owner=self.client, exclusive=True)
             except AMQPError as exc:
                 self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
@@ -400,6 +448,12 @@ class FastConnection:
         handle = self.handles[event.handle_id]
         session = channel.session
         exchange = TOPIC_EXCHANGE if handle.service is ev.ServiceType.TOPIC else ""
+        assert self.guard is not None
+        try:
+            self.guard.publish(exchange, event.destination, session.publisher)
+        except AMQPError as exc:
+            self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+            return
         message = to_message(
             exchange, event.destination, event.header, event.body, session.vhost.timers.wall
         )
@@ -412,6 +466,8 @@ class FastConnection:
         session = channel.session
         vhost = session.vhost
         queue_name = event.destination
+        guard = self.guard
+        assert guard is not None
         try:
             if handle.service is ev.ServiceType.TOPIC:
                 queue_name = self._subscribe(channel, handle, event)
@@ -420,6 +476,7 @@ class FastConnection:
                     event.handle_id, 404, f"NOT_FOUND - no queue '{queue_name}'"
                 )
                 return
+            guard.consume(queue_name)
             tag = f"amq.fast-{self.number}-{event.handle_id}"
             handle.consumer_tag = tag
             handle.prefetch = event.prefetch
@@ -435,14 +492,19 @@ class FastConnection:
     def _subscribe(self, channel: _Channel, handle: _Handle, event: ev.ConsumeRequested) -> str:
         """The queue of a topic subscription, bound to amq.topic with the destination."""
         vhost = channel.session.vhost
+        guard = self.guard
+        assert guard is not None
         if event.identifier:
             name = f"{self._client_name()}.{event.identifier}"
+            guard.queue_declare(name, passive=False, arguments=None)
             queue: Queue = vhost.declare_queue(name, owner=self.client, durable=True)
             handle.durable = True
         else:
             # A temporary subscription: a server-named queue of this connection.
-            queue = vhost.declare_queue("", owner=self.client, exclusive=True)
+            name = guard.queue_declare("", passive=False, arguments=None)
+            queue = vhost.declare_queue("", owner=self.client, exclusive=True, generated_name=name)
         handle.subscription = queue.name
+        guard.queue_bind(queue.name, TOPIC_EXCHANGE, event.destination)
         vhost.bind_queue(queue.name, TOPIC_EXCHANGE, event.destination, {}, owner=self.client)
         return queue.name
 
@@ -454,6 +516,12 @@ class FastConnection:
         channel = self.channels[event.channel_id]
         vhost = channel.session.vhost
         name = f"{self._client_name()}.{event.identifier}"
+        assert self.guard is not None
+        try:
+            self.guard.queue_delete(name)
+        except AMQPError as exc:
+            self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+            return
         handle = self.handles.get(event.handle_id)
         if handle is not None and handle.subscription == name and handle.consumer_tag:
             channel.session.cancel(handle.consumer_tag)
@@ -480,21 +548,36 @@ class FastConnection:
             consumer.queue.dispatch()
 
     def _query(self, event: ev.QueryRequested) -> None:
+        if not self._may_read(event.handle_id, event.destination):
+            return
         entries = self._browsable(event.handle_id, event.destination)
         listing = f"1-{len(entries)}" if len(entries) > 1 else ("1" if entries else "")
         self.server.index(event.handle_id, event.message_nbr, listing.encode())
 
     def _browse(self, event: ev.BrowseRequested) -> None:
         handle = self.handles.get(event.handle_id)
-        entries = self._browsable(event.handle_id, handle.dest_name if handle else "")
+        destination = handle.dest_name if handle else ""
+        if not self._may_read(event.handle_id, destination):
+            return
+        entries = self._browsable(event.handle_id, destination)
         if not 1 <= event.message_nbr <= len(entries):
             self.server.browse_missing(event.handle_id, event.confirm_tag)
             return
         message = entries[event.message_nbr - 1].message
         wall = self.channels[self.handles[event.handle_id].channel_id].session.vhost.timers.wall
-        self.server.notify(
-            event.handle_id, from_message(message, wall), message.body, delivered=False
-        )
+        header, body = from_message(message, wall)
+        self.server.notify(event.handle_id, header, body, delivered=False)
+
+    def _may_read(self, handle_id: int, destination: str) -> bool:
+        """Browsing reads a queue as basic.get does (read permission); a refusal closes the
+        handle."""
+        assert self.guard is not None
+        try:
+            self.guard.get(destination)
+        except AMQPError as exc:
+            self.server.close_handle(handle_id, exc.reply_code, exc.full_text())
+            return False
+        return True
 
     def _browsable(self, handle_id: int, destination: str) -> list[QueuedMessage]:
         """The ready messages of queue ``destination`` (the full name), in order."""
@@ -520,11 +603,11 @@ class FastConnection:
         if handle_id is None or channel is None:
             return
         handle = self.handles[handle_id]
-        header = from_message(message, channel.session.vhost.timers.wall)
+        header, body = from_message(message, channel.session.vhost.timers.wall)
         nbr = self.server.notify(
             handle_id,
             header,
-            message.body,
+            body,
             dest_name=message.routing_key if handle.service is ev.ServiceType.TOPIC else "",
             redelivered=redelivered,
         )

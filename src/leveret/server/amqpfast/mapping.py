@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqpfast.commands import MessageHeader
 from leveret.server.amqp091.message import wire_message
+from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -71,10 +72,12 @@ def _fast_value(value: object) -> Any:
     return None
 
 
-def from_message(message: Message, wall: float) -> MessageHeader:
-    """The AMQP/Fast header of a core message, delivered at wall-clock ``wall``."""
-    props = message.properties
-    assert isinstance(props, BasicProperties)
+def from_message(message: Message, wall: float) -> tuple[MessageHeader, bytes]:
+    """The AMQP/Fast header and body of a core message, delivered at wall-clock ``wall``
+    (a message published in another protocol, such as AMQP 1.0, is converted to 0-9-1's
+    form first)."""
+    raw, body = amqp091_parts(message)
+    props = BasicProperties.decode(raw)
     headers = {}
     for name, value in (props.headers or {}).items():
         converted = _fast_value(value)
@@ -86,8 +89,8 @@ def from_message(message: Message, wall: float) -> MessageHeader:
             expiration = math.ceil(wall + max(int(props.expiration), 1000) / 1000)
         except ValueError:
             expiration = 0
-    return MessageHeader(
-        body_size=len(message.body),
+    header = MessageHeader(
+        body_size=len(body),
         persistent=props.delivery_mode == 2,
         priority=props.priority or 0,
         expiration=expiration,
@@ -96,3 +99,4 @@ def from_message(message: Message, wall: float) -> MessageHeader:
         identifier=props.message_id or "",
         headers=headers,
     )
+    return header, body

@@ -5,8 +5,10 @@ methods, everything else — tags, QoS, acks, requeues — is the session's), th
 ``file``/``stream`` content (class ids 70 and 80), and 0-8's ``channel.alert`` where 0-9-1
 would send a server-side ``basic.cancel``.
 
-The per-class delivery formats live in ``classes.py``-style modules next to this one
-(``filexfer.py``, ``ratestream.py``, ``references.py``); this module only routes to them.
+The per-class delivery formats live in the class modules next to this one (``filexfer.py``,
+``ratestream.py``, ``references.py``); this module only routes to them. A publish of those
+classes that the core returns (mandatory, immediate) goes to ``return_hook`` while it is set
+(the class's own return method), else it is 0-9-1's ``basic.return``.
 """
 
 from __future__ import annotations
@@ -30,15 +32,37 @@ __all__ = ["ContentAssembly", "LegacyChannel"]
 
 
 class ContentAssembly:
-    """A content of class 70 (file) or 80 (stream) being received: the method that carries
-    it, then the header and body frames; ``done`` runs with (raw properties, body)."""
+    """A content of class 70 (file), 80 (stream) or 110 (tunnel) being received: the method
+    that carries it, then the header and body frames; ``done`` runs with (raw properties,
+    body). With ``on_header``/``on_body`` (file staging, which keeps what arrived even if the
+    connection drops mid-content) the header and each body frame go there as they arrive,
+    and ``done`` gets an empty body."""
 
-    __slots__ = ("body", "class_id", "done", "method_id", "properties", "received", "size")
+    __slots__ = (
+        "body",
+        "class_id",
+        "done",
+        "method_id",
+        "on_body",
+        "on_header",
+        "properties",
+        "received",
+        "size",
+    )
 
-    def __init__(self, class_id: int, method_id: int, done: Callable[[bytes, bytes], None]) -> None:
+    def __init__(
+        self,
+        class_id: int,
+        method_id: int,
+        done: Callable[[bytes, bytes], None],
+        on_header: Callable[[bytes, int], None] | None = None,
+        on_body: Callable[[bytes], None] | None = None,
+    ) -> None:
         self.class_id = class_id
         self.method_id = method_id
         self.done = done
+        self.on_header = on_header
+        self.on_body = on_body
         self.size = -1
         self.received = 0
         self.properties = b""
@@ -64,6 +88,8 @@ class LegacyChannel(Channel):
         self.assembly: ContentAssembly | None = None
         # Per-class state of this channel (file staging, message references, dtx...).
         self.extras: dict[str, Any] = {}
+        # Where the core's returns go while a publish of another class is routed.
+        self.return_hook: Callable[[int, str, Message], None] | None = None
 
     # -- SessionSink -----------------------------------------------------------------------
 
@@ -75,6 +101,13 @@ class LegacyChannel(Channel):
             super().deliver(consumer_tag, delivery_tag, redelivered, message)
         else:
             deliverer.deliver(self, consumer_tag, delivery_tag, redelivered, message)
+
+    def returned(self, reply_code: int, reply_text: str, message: Message) -> None:
+        hook = self.return_hook
+        if hook is None:
+            super().returned(reply_code, reply_text, message)
+        else:
+            hook(reply_code, reply_text, message)
 
     def consumer_cancelled(self, consumer_tag: str) -> None:
         deliverer = self.deliverers.pop(consumer_tag, None)
@@ -96,9 +129,14 @@ class LegacyChannel(Channel):
     # -- content of the file and stream classes --------------------------------------------
 
     def start_assembly(
-        self, class_id: int, method_id: int, done: Callable[[bytes, bytes], None]
+        self,
+        class_id: int,
+        method_id: int,
+        done: Callable[[bytes, bytes], None],
+        on_header: Callable[[bytes, int], None] | None = None,
+        on_body: Callable[[bytes], None] | None = None,
     ) -> None:
-        self.assembly = ContentAssembly(class_id, method_id, done)
+        self.assembly = ContentAssembly(class_id, method_id, done, on_header, on_body)
 
     def assembling(self) -> bool:
         return self.assembly is not None
@@ -122,19 +160,24 @@ class LegacyChannel(Channel):
             )
         assembly.size = body_size
         assembly.properties = bytes(raw)
+        if assembly.on_header is not None:
+            assembly.on_header(assembly.properties, body_size)
 
     def legacy_body(self, payload: bytes | memoryview) -> None:
         assembly = self.assembly
         assert assembly is not None
         if assembly.size < 0:
             raise UnexpectedFrame(f"unexpected content body frame on channel {self.id}")
-        assembly.body.append(bytes(payload))
         assembly.received += len(payload)
         if assembly.received > assembly.size:
             raise FrameError(
                 f"content body of {assembly.received} bytes exceeds the announced "
                 f"{assembly.size} on channel {self.id}"
             )
+        if assembly.on_body is not None:
+            assembly.on_body(bytes(payload))
+        else:
+            assembly.body.append(bytes(payload))
 
     def legacy_complete(self) -> bool:
         assembly = self.assembly
@@ -155,9 +198,11 @@ class LegacyChannel(Channel):
     def close_legacy(self) -> None:
         """The channel closed: the per-class state lets go of what it held."""
         self.assembly = None
-        for extra in list(self.extras.values()):
+        self.return_hook = None
+        extras = list(self.extras.values())
+        self.extras.clear()
+        for extra in extras:
             close = getattr(extra, "close", None)
             if close is not None:
                 close()
-        self.extras.clear()
         self.deliverers.clear()

@@ -11,8 +11,11 @@ octet goes through the 0-9-1 code unchanged; what differs is in the connection's
   version's codec and handed to ``handlers.py``;
 - outbound methods: ``send_method`` encodes the few replies whose form differs with the
   version's codec (0-8's ``connection.close`` 10/60, its field-less ``channel.open-ok``);
-- content frames of the ``file`` and ``stream`` classes (class ids 70 and 80), which the
-  0-9-1 assembly refuses, are assembled by the channel (``channel.py``);
+- content frames of the ``file``, ``stream`` and ``tunnel`` classes (class ids 70, 80, 110),
+  which the 0-9-1 assembly refuses, are assembled by the channel (``channel.py``);
+- a channel selected for ``dtx`` sees its tx methods, acks and rejects go to ``dtx.py``
+  (they act on the channel's branch), everything else is 0-9-1's;
+- a connection's tunnels (``tunnel.py``) tick with it and close with it;
 - ``connection.start`` names the version (8-0 or 0-9), with RabbitMQ's empty capabilities
   table for 0-8.
 
@@ -36,6 +39,7 @@ from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, State
 from leveret.server.amqp091.connection import AMQP091Connection
+from leveret.server.legacy import classes  # noqa: F401 - registers the classes' handlers
 from leveret.server.legacy.channel import LegacyChannel
 from leveret.server.legacy.handlers import LEGACY_HANDLERS, not_implemented
 
@@ -125,6 +129,24 @@ class LegacyConnection(AMQP091Connection):
         """A method of the version's own codec, encoded by the caller."""
         self.out.append(framing.encode_method_frame(channel_id, payload))
         self._wrote()
+
+    def send_legacy_at(self, mark: int, channel_id: int, payload: bytes) -> None:
+        """``send_legacy`` before what was queued since ``output_mark()`` gave ``mark`` (a
+        consume-ok that must precede the first delivery)."""
+        frame = framing.encode_method_frame(channel_id, payload)
+        self.out.insert(mark, frame)
+        self._wrote()
+
+    def send_legacy_content(
+        self, channel_id: int, payload: bytes, class_id: int, raw_properties: bytes, body: bytes
+    ) -> None:
+        """A content-carrying method of the version's own codec (class ``class_id``) with
+        its header and body frames, split at the negotiated frame size."""
+        self.send_encoded(
+            framing.encode_message_frames(
+                channel_id, payload, class_id, body, raw_properties, self.frame_max
+            )
+        )
 
     # -- input -----------------------------------------------------------------------------
 
@@ -240,3 +262,43 @@ class LegacyConnection(AMQP091Connection):
     def _channel_closed(self, channel: ChannelState) -> None:
         cast("LegacyChannel", channel).close_legacy()
         super()._channel_closed(channel)
+
+    def _release(self) -> None:
+        # The machine forgets its channels without closing them one by one: what the older
+        # classes hold on each (tunnels, dtx associations, staging) is let go here first.
+        for channel in list(self.channels.values()):
+            cast("LegacyChannel", channel).close_legacy()
+        super()._release()
+
+    def _method(self, channel: ChannelState, method: m.Method) -> None:
+        extras = cast("LegacyChannel", channel).extras
+        if extras:
+            dtx = extras.get("dtx")
+            if dtx is not None and dtx.method(channel, method):
+                return
+        super()._method(channel, method)
+
+    def _ack(self, channel: ChannelState, delivery_tag: int, multiple: bool) -> None:
+        extras = cast("LegacyChannel", channel).extras
+        if extras:
+            dtx = extras.get("dtx")
+            if dtx is not None and dtx.ack(channel, delivery_tag, multiple):
+                return
+        super()._ack(channel, delivery_tag, multiple)
+
+    def take_output(self, now: float) -> list[bytes]:
+        # What tunnelled connections wrote goes out in tunnel.requests, taken now.
+        for channel in list(self.channels.values()):
+            extras = cast("LegacyChannel", channel).extras
+            tunnels = extras.get("tunnel") if extras else None
+            if tunnels is not None:
+                tunnels.flush(now)
+        return super().take_output(now)
+
+    def tick(self, now: float) -> None:
+        super().tick(now)
+        for channel in list(self.channels.values()):
+            extras = cast("LegacyChannel", channel).extras
+            tunnels = extras.get("tunnel") if extras else None
+            if tunnels is not None:
+                tunnels.tick(now)

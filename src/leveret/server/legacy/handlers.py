@@ -17,12 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.errors import CommandInvalid, NotFound, NotImplemented_
 from leveret.protocol.amqp08._generated import methods as m08
+from leveret.protocol.amqp08._generated import properties as p08
 from leveret.protocol.amqp09._generated import methods as m09
+from leveret.protocol.amqp09._generated import properties as p09
 
 if TYPE_CHECKING:
     from leveret.server.legacy.channel import LegacyChannel
 
-__all__ = ["LEGACY_HANDLERS", "Handler", "not_implemented", "register"]
+__all__ = [
+    "LEGACY_HANDLERS",
+    "Handler",
+    "methods_of",
+    "not_implemented",
+    "properties_of",
+    "register",
+    "reply",
+]
 
 Handler = Callable[["LegacyChannel", Any], None]
 
@@ -40,6 +50,22 @@ def register(*classes: type[Any]) -> Callable[[Handler], Handler]:
         return handler
 
     return add
+
+
+def methods_of(channel: LegacyChannel) -> Any:
+    """The generated method classes of the channel's version (0-8 and 0-9 share ids but
+    not all fields)."""
+    return m08 if channel.legacy.dialect.name == "0-8" else m09
+
+
+def properties_of(channel: LegacyChannel) -> Any:
+    """The generated property classes of the channel's version (0-8's field tables differ)."""
+    return p08 if channel.legacy.dialect.name == "0-8" else p09
+
+
+def reply(channel: LegacyChannel, method: Any) -> None:
+    """Send a method of the version's own codec on the channel."""
+    channel.legacy.send_legacy(channel.id, method.encode())
 
 
 def not_implemented(channel: LegacyChannel, method: Any) -> None:

@@ -447,9 +447,6 @@ class Session(ConsumerOwner):
 
     # -- publishing ----------------------------------------------------------------------
 
-    def check_publish(self, exchange: str) -> None:
-        self.publisher.check(exchange)
-
     def publish(self, command_id: int, exchange: str, routing_key: str, message: Message) -> bool:
         """Route ``message``; True when the transfer is complete now, False when it
         completes once the store has it (``confirm``)."""

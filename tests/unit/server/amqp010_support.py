@@ -4,6 +4,7 @@ passed in. Used by the front end's unit tests."""
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth.users import UserStore
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from leveret.protocol.amqp010.types import Struct
 
 __all__ = ["Client010"]
+
+_NAMES = itertools.count(1)
 
 
 class Client010:
@@ -120,7 +123,9 @@ class Client010:
     ) -> bool:
         """Attach a session; whether it is attached (not detached at once)."""
         before = len(self.events)
-        self.conn.attach(channel, name or f"s{channel}".encode(), session=session)
+        # Session names are per user and broker: a fresh one unless told.
+        name = name or f"s{next(_NAMES)}".encode()
+        self.conn.attach(channel, name, session=session)
         self.pump()
         new = self.events[before:]
         return any(isinstance(e, SessionAttached) for e in new) and not any(

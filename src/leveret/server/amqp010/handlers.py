@@ -117,7 +117,7 @@ def message_reject(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -
 
 def message_release(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageRelease)
-    ssn.release(_transfers(ev.command))
+    ssn.release(_transfers(ev.command), redelivered=bool(ev.command.set_redelivered))
     return True
 
 

@@ -11,20 +11,24 @@ detached it takes no deliveries. Owned by the 0-10 front end's connection
 (``connection.py``), which hands it commands (``handlers.py``) and the completions the
 client reports.
 
-Byte credit: a transfer costs its header and body octets (Qpid's count). The queue asks
-``accepts`` with the body size only, so a transfer is sent while the byte credit covers the
-body, and may then overdraw the credit by its header; the credit stops at zero.
+Byte credit: a transfer costs its header and body octets (Qpid's count), and is sent only
+when the credit covers both: an acquiring subscription's consumer asks with the whole
+message (``SubscriptionConsumer.can_take``), a browser measures each entry before it sends.
+Unlimited byte credit (the common case) costs nothing per message.
+
+Browsing reads the queue through ``Queue.browse_after``, so a browser sees the paged tail of
+a deep queue too (read from its pages in batches of ``BROWSE_BATCH``), and
+``message.acquire`` of a browsed entry takes it wherever it is (a paged one is brought in).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
-from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner
+from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.model.stream import StreamQueue
@@ -33,7 +37,7 @@ from leveret.protocol.amqp010._generated.commands import MessageTransfer
 from leveret.server.amqp010.mapping import delivery_header
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
 
     from leveret.model.dtx import Branch, Coordinator
     from leveret.model.entry import QueuedMessage
@@ -43,10 +47,12 @@ if TYPE_CHECKING:
     from leveret.model.vhost import VirtualHost
     from leveret.protocol.amqp010.sequence import SequenceSet
 
-__all__ = ["UNLIMITED_WIRE", "Session", "SessionLink", "Subscription"]
+__all__ = ["BROWSE_BATCH", "UNLIMITED_WIRE", "Session", "SessionLink", "Subscription"]
 
 # A flow value of 2**32 - 1 means "no limit" (spec: message.flow).
 UNLIMITED_WIRE = 0xFFFFFFFF
+# Entries a browser reads from its queue at a time (pages of a deep queue are read whole).
+BROWSE_BATCH = 256
 _ACCEPT_EXPLICIT = 0
 _ACCEPT_NONE = 1
 _PRE_ACQUIRED = 0
@@ -129,6 +135,45 @@ class Subscription(Browser):
         self.session.browse(self)
 
 
+class SubscriptionConsumer(Consumer):
+    """The consumer of an acquiring subscription: it takes a message only when its byte
+    credit covers the transfer's header and body (the queue asks with the message)."""
+
+    __slots__ = ("subscription",)
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        queue: Source,
+        owner: Session,
+        *,
+        auto_settle: bool,
+        exclusive: bool,
+        arguments: dict[str, object],
+    ) -> None:
+        super().__init__(
+            subscription.destination,
+            queue,
+            owner,
+            auto_settle=auto_settle,
+            exclusive=exclusive,
+            credit=0,
+            arguments=arguments,
+        )
+        self.subscription = subscription
+
+    def can_take(self, message: Message) -> bool:
+        if self.credit <= 0:
+            return False
+        sub = self.subscription
+        size = len(message.body)
+        if sub.byte_credit < UNLIMITED:
+            if sub.byte_credit < size:
+                return False
+            size += len(delivery_header(message, False))  # the flag bit takes no octet
+        return self.owner.accepts(self, size)
+
+
 class _Sent(NamedTuple):
     """A transfer this session sent: what window-mode completion gives back."""
 
@@ -200,6 +245,7 @@ class Session(ConsumerOwner):
     # -- ConsumerOwner -------------------------------------------------------------------
 
     def accepts(self, consumer: Consumer, size: int) -> bool:
+        """``size``: the transfer's octets, header included (``SubscriptionConsumer``)."""
         if self.link is None or not self.writable or self.closed:
             return False
         sub = self._by_consumer.get(consumer)
@@ -220,11 +266,19 @@ class Session(ConsumerOwner):
     def consumer_deadline(self, consumer: Consumer, now: float) -> None:
         return None  # 0-10 subscriptions have no settlement timeout
 
-    def _send(self, sub: Subscription, entry: QueuedMessage, *, acquired: bool) -> int:
+    def _send(
+        self,
+        sub: Subscription,
+        entry: QueuedMessage,
+        *,
+        acquired: bool,
+        header: bytes | None = None,
+    ) -> int:
         link = self.link
         assert link is not None
         message = entry.message
-        header = delivery_header(message, entry.redelivered)
+        if header is None:
+            header = delivery_header(message, entry.redelivered)
         body = message.body
         command = MessageTransfer(
             destination=sub.destination,
@@ -252,31 +306,29 @@ class Session(ConsumerOwner):
             return
         sub.browsing = True
         try:
-            for entry in self._unseen(sub):
-                if (
-                    self.link is None
-                    or not self.writable
-                    or sub.browse_credit <= 0
-                    or sub.byte_credit < len(entry.message.body)
-                    or sub.byte_credit <= 0
-                ):
+            while True:
+                if self.link is None or not self.writable or sub.browse_credit <= 0:
                     return
-                sub.browse_credit -= 1
-                sub.browsed_upto = entry.seq
-                command_id = self._send(sub, entry, acquired=False)
-                self.browsed[command_id] = (sub, entry)
+                batch = sub.queue.browse_after(
+                    sub.browsed_upto, min(sub.browse_credit, BROWSE_BATCH)
+                )
+                if not batch:
+                    return
+                for entry in batch:
+                    if self.link is None or not self.writable or sub.browse_credit <= 0:
+                        return
+                    header = delivery_header(entry.message, entry.redelivered)
+                    if sub.byte_credit < UNLIMITED and (
+                        sub.byte_credit <= 0
+                        or sub.byte_credit < len(header) + len(entry.message.body)
+                    ):
+                        return
+                    sub.browse_credit -= 1
+                    sub.browsed_upto = entry.seq
+                    command_id = self._send(sub, entry, acquired=False, header=header)
+                    self.browsed[command_id] = (sub, entry)
         finally:
             sub.browsing = False
-
-    @staticmethod
-    def _unseen(sub: Subscription) -> Iterator[QueuedMessage]:
-        ready = sub.queue.ready
-        if isinstance(ready, deque):
-            start = bisect_right(ready, sub.browsed_upto, key=lambda e: e.seq)
-            for i in range(start, len(ready)):
-                yield ready[i]
-        else:
-            yield from sorted((e for e in ready if e.seq > sub.browsed_upto), key=lambda e: e.seq)
 
     # -- subscriptions -------------------------------------------------------------------
 
@@ -305,13 +357,12 @@ class Session(ConsumerOwner):
             acquire=acquire_mode != _NOT_ACQUIRED,
         )
         if sub.acquire:
-            consumer = Consumer(
-                destination,
+            consumer = SubscriptionConsumer(
+                sub,
                 queue,
                 self,
                 auto_settle=not sub.explicit_accept,
                 exclusive=exclusive,
-                credit=0,
                 arguments=arguments,
             )
             queue.add_consumer(consumer)
@@ -413,19 +464,22 @@ class Session(ConsumerOwner):
         settle.reject(deliveries)
         self._redispatch_queues(deliveries)
 
-    def release(self, transfers: SequenceSet) -> None:
+    def release(self, transfers: SequenceSet, *, redelivered: bool = True) -> None:
+        """Give the transfers back to their queues; ``redelivered`` False (0-10's
+        set-redelivered unset) leaves their redelivered mark as it was."""
         deliveries = [self.unsettled.pop(i) for i in _select(self.unsettled, transfers)]
         for command_id in _select(self.browsed, transfers):
             del self.browsed[command_id]
-        settle.release(deliveries)
+        settle.release(deliveries, redelivered=redelivered)
 
     def acquire(self, transfers: SequenceSet) -> list[int]:
         """Acquire browsed transfers that are still available; returns their ids."""
         acquired = []
         for command_id in _select(self.browsed, transfers):
-            sub, entry = self.browsed.pop(command_id)
+            sub, browsed = self.browsed.pop(command_id)
             queue = sub.queue
-            if queue.deleted or not queue.acquire(entry):
+            entry = None if queue.deleted else queue.acquire(browsed)
+            if entry is None:
                 continue
             acquired.append(command_id)
             delivery = Delivery(entry, queue, None)

@@ -209,3 +209,19 @@ def test_acquire_a_browsed_message_from_the_paged_tail() -> None:
     _subscribe(consumer, "deep")
     expected = [b"m%d" % i for i in range(30) if i not in (2, 25)]
     assert [t.body for t in consumer.transfers()] == expected
+
+
+def test_a_subscription_whose_queue_was_deleted_can_still_be_cancelled() -> None:
+    client = _client()
+    client.send(c.QueueDeclare(queue="q"))
+    _subscribe(client, "q", "acquiring")
+    _subscribe(client, "q", "browsing", browse=True)
+    client.send(c.QueueDelete(queue="q"))
+    client.send(c.MessageFlow(destination="acquiring", unit=MESSAGES, value=1))
+    client.send(c.MessageCancel(destination="acquiring"))
+    client.send(c.MessageCancel(destination="browsing"))
+    assert client.exception() is None
+    client.send(c.MessageCancel(destination="acquiring"))
+    exc = client.exception()
+    assert exc is not None
+    assert exc.error_code == 404

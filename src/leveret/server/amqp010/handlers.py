@@ -276,8 +276,16 @@ def dtx_end(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
 
 
 def _deferred_status(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> Any:
-    def done(status: int) -> None:
+    def done(status: int | None) -> None:
         if ssn.closed or ssn.link is None:
+            return
+        if status is None:
+            error = _fail(
+                ExecutionErrorCode.INTERNAL_ERROR,
+                "dtx.commit failed: the decision could not be written to disk "
+                "(the branch is still prepared)",
+            )
+            conn.fail_command(ssn, ev, error)
             return
         conn.result(ev, XaResult(status=status))
         ssn.complete(ev.command_id)

@@ -259,9 +259,11 @@ class Session(ConsumerOwner):
             self.unsettled[command_id] = Delivery(entry, sub.queue, consumer)
 
     def consumer_removed(self, consumer: Consumer) -> None:
+        # The queue was deleted: the subscription stays the session's until cancelled (Qpid
+        # C++; qpid.messaging cancels its subscriptions when it closes), taking nothing.
         sub = self._by_consumer.pop(consumer, None)
-        if sub is not None and self.subscriptions.get(sub.destination) is sub:
-            del self.subscriptions[sub.destination]
+        if sub is not None:
+            sub.consumer = None
 
     def consumer_deadline(self, consumer: Consumer, now: float) -> None:
         return None  # 0-10 subscriptions have no settlement timeout
@@ -301,6 +303,7 @@ class Session(ConsumerOwner):
         if (
             sub.browsing
             or sub.consumer is not None
+            or sub.queue.deleted
             or self.subscriptions.get(sub.destination) is not sub
         ):
             return

@@ -225,3 +225,92 @@ def test_a_subscription_whose_queue_was_deleted_can_still_be_cancelled() -> None
     exc = client.exception()
     assert exc is not None
     assert exc.error_code == 404
+
+
+# -- no-local --------------------------------------------------------------------------------
+
+
+def test_no_local_drops_what_the_owner_s_connection_published() -> None:
+    client = _client()
+    client.send(c.QueueDeclare(queue="nl", exclusive=True, arguments={"no-local": "true"}))
+    client.send(c.ExchangeBind(queue="nl", exchange="amq.fanout", binding_key="k"))
+    _subscribe(client, "nl")
+    client.transfer("", "nl", b"local")
+    assert client.attach(2)  # another session of the same connection is local too
+    client.transfer("", "nl", b"local-2", channel=2)
+    other = Client010(client.broker, client.users).open()
+    other.transfer("amq.fanout", "k", b"foreign")
+    client.pump()
+    assert [t.body for t in client.transfers()] == [b"foreign"]
+    assert client.broker.vhosts["/"].queues["nl"].message_count == 0  # dropped, not stuck
+
+
+def test_no_local_follows_a_message_rerouted_to_an_alternate_exchange() -> None:
+    client = _client()
+    other = Client010(client.broker, client.users).open()
+    client.send(c.QueueDeclare(queue="holding", alternate_exchange="amq.fanout"))
+    other.transfer("", "holding", b"a")
+    client.transfer("", "holding", b"b")
+    other.transfer("", "holding", b"c")
+    client.send(c.QueueDeclare(queue="mine", exclusive=True, arguments={"no-local": True}))
+    client.send(c.ExchangeBind(queue="mine", exchange="amq.fanout", binding_key=""))
+    _subscribe(client, "mine")
+    client.send(c.QueueDelete(queue="holding"))
+    assert [t.body for t in client.transfers()] == [b"a", b"c"]
+
+
+# -- deleted queues and their alternate exchange ----------------------------------------------
+
+
+def _dead_letters(client: Client010) -> None:
+    client.send(c.ExchangeDeclare(exchange="dlx", type="fanout"))
+    client.send(c.QueueDeclare(queue="dead"))
+    client.send(c.ExchangeBind(queue="dead", exchange="dlx", binding_key=""))
+
+
+def _dead(client: Client010) -> list[bytes]:
+    entries = client.broker.vhosts["/"].queues["dead"].ready_entries()
+    return [e.message.body for e in entries]
+
+
+def test_an_auto_delete_queue_s_messages_go_to_its_alternate_with_its_last_subscriber() -> None:
+    client = _client()
+    _dead_letters(client)
+    owner = Client010(client.broker, client.users).open()
+    owner.send(c.QueueDeclare(queue="ad", alternate_exchange="dlx", auto_delete=True))
+    for body in (b"one", b"two", b"three"):
+        owner.transfer("", "ad", body)
+    _subscribe(owner, "ad", messages=1)
+    assert [t.body for t in owner.transfers()] == [b"one"]  # acquired, not accepted
+    owner.send(c.MessageCancel(destination="d"))
+    assert "ad" not in client.broker.vhosts["/"].queues
+    assert _dead(client) == [b"one", b"two", b"three"]
+    owner.send(c.MessageAccept(transfers=_ids(owner.transfers()[0])))  # changes nothing
+    assert _dead(client) == [b"one", b"two", b"three"]
+
+
+def test_an_exclusive_queue_s_messages_go_to_its_alternate_with_its_session() -> None:
+    client = _client()
+    _dead_letters(client)
+    owner = Client010(client.broker, client.users).open()
+    owner.send(c.QueueDeclare(queue="ex", alternate_exchange="dlx", exclusive=True))
+    for body in (b"one", b"two"):
+        owner.transfer("", "ex", body)
+    _subscribe(owner, "ex", messages=1)
+    owner.server.connection_lost()
+    assert _dead(client) == [b"one", b"two"]
+
+
+def test_queue_delete_reroutes_what_other_sessions_acquired() -> None:
+    client = _client()
+    _dead_letters(client)
+    client.send(c.QueueDeclare(queue="q", alternate_exchange="dlx"))
+    for body in (b"one", b"two", b"three"):
+        client.transfer("", "q", body)
+    holder = Client010(client.broker, client.users).open()
+    _subscribe(holder, "q", messages=2)
+    assert len(holder.transfers()) == 2
+    client.send(c.QueueDelete(queue="q"))
+    assert _dead(client) == [b"one", b"two", b"three"]
+    holder.server.connection_lost()  # releasing them now changes nothing
+    assert _dead(client) == [b"one", b"two", b"three"]

@@ -142,6 +142,8 @@ class AMQP010Connection:
         self._protocol_sessions: dict[int, ProtocolSession] = {}
         # Sessions that published this turn: their confirms are flushed once at its end.
         self.confirming: set[Session] = set()
+        # What this connection's transfers carry as ``Message.origin`` (0-10's no-local).
+        self.origin = object()
         # FrontEnd
         self.on_output: Callable[[], None] | None = None
         self.published = False

@@ -41,6 +41,7 @@ from leveret.protocol.amqp010.errors import ExecutionError
 from leveret.protocol.amqp010.ops import decode_header
 from leveret.protocol.amqp010.sequence import SequenceSet
 from leveret.server.amqp010.mapping import routing_key_of, transfer_message, user_id_of
+from leveret.server.amqp010.session import DLX, delete_rerouting
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,10 +54,6 @@ if TYPE_CHECKING:
     from leveret.server.guard import Guard
 
 Handler = "Callable[[AMQP010Connection, Session, CommandReceived], bool]"
-
-# The queue argument that carries a 0-10 queue's alternate exchange in the core (a rejected
-# message goes there: the core's dead-lettering, RabbitMQ's name).
-DLX = "x-dead-letter-exchange"
 
 
 def _fail(code: ExecutionErrorCode, text: str) -> ExecutionError:
@@ -93,6 +90,7 @@ def message_transfer(conn: AMQP010Connection, ssn: Session, ev: CommandReceived)
             # 0-10 (Qpid C++) answers a foreign user-id with unauthorized-access.
             raise _fail(ExecutionErrorCode.UNAUTHORIZED_ACCESS, exc.reply_text) from None
     message = transfer_message(exchange, routing_key, header, ev.body or b"")
+    message.origin = conn.origin
     conn.published = True
     done = ssn.publish(ev.command_id, exchange, routing_key, message)
     conn.confirming.add(ssn)
@@ -566,15 +564,14 @@ def queue_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> 
     _guard(conn).queue_delete(name)
     vhost = ssn.vhost
     queue = vhost.queue(name, ssn)  # 404 when missing (0-10), 405 when locked
-    entries = queue.ready_entries() if isinstance(queue.arguments.get(DLX), str) else []
-    vhost.delete_queue(name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty)
-    alternate = vhost.exchanges.get(str(queue.arguments.get(DLX)))
-    if alternate is not None:
-        # Qpid: what a deleted queue still held goes to its alternate exchange.
-        for entry in entries:
-            message = entry.message
-            for target in vhost.router.route(alternate, message.routing_key, message):
-                target.enqueue(message)
+    # Qpid: what a deleted queue still held goes to its alternate exchange.
+    delete_rerouting(
+        vhost,
+        queue,
+        lambda: vhost.delete_queue(
+            name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty
+        ),
+    )
     return True
 
 

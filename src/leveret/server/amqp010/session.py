@@ -16,6 +16,18 @@ when the credit covers both: an acquiring subscription's consumer asks with the 
 message (``SubscriptionConsumer.can_take``), a browser measures each entry before it sends.
 Unlimited byte credit (the common case) costs nothing per message.
 
+No-local (Qpid's queue argument ``no-local``): a message published on the connection of the
+queue's exclusive owner, or of a session with an exclusive subscription to it, is dropped
+when it reaches a subscriber of that queue instead of being sent (so it never blocks the
+ones behind it), wherever it came from (an alternate exchange's reroute included): the
+message keeps its publishing connection's token (``Message.origin``).
+
+Alternate exchanges (a 0-10 queue's is the core's ``x-dead-letter-exchange``): when such a
+queue is deleted — by ``queue.delete``, with its exclusive owner's session, or as an
+auto-delete queue losing its last subscriber — what it held goes there, oldest first:
+its ready messages and the ones 0-10 sessions acquired and had not accepted
+(``delete_rerouting``; Qpid C++'s behaviour; settling those later changes nothing).
+
 Browsing reads the queue through ``Queue.browse_after``, so a browser sees the paged tail of
 a deep queue too (read from its pages in batches of ``BROWSE_BATCH``), and
 ``message.acquire`` of a browsed entry takes it wherever it is (a paged one is brought in).
@@ -23,6 +35,7 @@ a deep queue too (read from its pages in batches of ``BROWSE_BATCH``), and
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -47,7 +60,19 @@ if TYPE_CHECKING:
     from leveret.model.vhost import VirtualHost
     from leveret.protocol.amqp010.sequence import SequenceSet
 
-__all__ = ["BROWSE_BATCH", "UNLIMITED_WIRE", "Session", "SessionLink", "Subscription"]
+__all__ = [
+    "BROWSE_BATCH",
+    "DLX",
+    "UNLIMITED_WIRE",
+    "Session",
+    "SessionLink",
+    "Subscription",
+    "delete_rerouting",
+]
+
+# The queue argument that carries a 0-10 queue's alternate exchange in the core (a rejected
+# message goes there: the core's dead-lettering, RabbitMQ's name).
+DLX = "x-dead-letter-exchange"
 
 # A flow value of 2**32 - 1 means "no limit" (spec: message.flow).
 UNLIMITED_WIRE = 0xFFFFFFFF
@@ -61,6 +86,8 @@ _NOT_ACQUIRED = 1
 
 class SessionLink(Protocol):
     """What a session needs of the connection it is attached to."""
+
+    origin: object  # the token its transfers carry (``Message.origin``)
 
     def send_transfer(
         self, channel: int, command: MessageTransfer, header: bytes, body: bytes
@@ -97,6 +124,7 @@ class Subscription(Browser):
         self.browse_credit = 0
         self.browsed_upto = 0
         self.browsing = False
+        self.no_local = _truthy(queue.arguments.get("no-local"))
 
     def __repr__(self) -> str:
         return f"Subscription({self.destination!r})"
@@ -216,6 +244,10 @@ class Session(ConsumerOwner):
         self.dtx_selected = False
         self.branch: Branch | None = None
         self.branches: set[Branch] = set()
+        live = _SESSIONS.get(vhost)
+        if live is None:
+            live = _SESSIONS[vhost] = set()
+        live.add(self)
 
     def __repr__(self) -> str:
         return f"Session({self.name!r})"
@@ -253,6 +285,10 @@ class Session(ConsumerOwner):
 
     def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         sub = self._by_consumer[consumer]
+        if sub.no_local and _is_local(sub.queue, entry.message):
+            if not consumer.auto_settle:
+                sub.queue.settle(entry)
+            return  # dropped, as Qpid C++ drops it; no credit spent
         consumer.credit -= 1
         command_id = self._send(sub, entry, acquired=True)
         if not consumer.auto_settle:
@@ -320,6 +356,9 @@ class Session(ConsumerOwner):
                 for entry in batch:
                     if self.link is None or not self.writable or sub.browse_credit <= 0:
                         return
+                    if sub.no_local and _is_local(sub.queue, entry.message):
+                        sub.browsed_upto = entry.seq
+                        continue
                     header = delivery_header(entry.message, entry.redelivered)
                     if sub.byte_credit < UNLIMITED and (
                         sub.byte_credit <= 0
@@ -392,7 +431,12 @@ class Session(ConsumerOwner):
         consumer = sub.consumer
         if consumer is not None:
             self._by_consumer.pop(consumer, None)
-            sub.queue.remove_consumer(consumer)
+            queue = sub.queue
+            if queue.auto_delete and queue.consumers == [consumer]:
+                # The last subscriber: the queue goes, what it holds to its alternate.
+                delete_rerouting(self.vhost, queue, lambda: queue.remove_consumer(consumer))
+            else:
+                queue.remove_consumer(consumer)
         elif sub in sub.queue.browsers:
             sub.queue.browsers.remove(sub)
 
@@ -600,8 +644,72 @@ class Session(ConsumerOwner):
         self.windowed.clear()
         if deliveries:
             settle.release(deliveries)
-        for queue in list(self.vhost.owned_queues(self)):
-            self.vhost.remove_queue(queue)
+        vhost = self.vhost
+        for queue in list(vhost.owned_queues(self)):
+            delete_rerouting(vhost, queue, _remover(vhost, queue))
+        live = _SESSIONS.get(vhost)
+        if live is not None:
+            live.discard(self)
+
+
+# The open 0-10 sessions of each vhost: a queue's deletion reroutes what they hold of it.
+_SESSIONS: weakref.WeakKeyDictionary[VirtualHost, set[Session]] = weakref.WeakKeyDictionary()
+
+
+def delete_rerouting(vhost: VirtualHost, queue: Queue, delete: Callable[[], object]) -> None:
+    """Run ``delete`` (which may delete ``queue``); if it did and the queue has an alternate
+    exchange, route there what the queue held: its ready messages and those acquired by
+    0-10 sessions and not accepted, in queue order."""
+    name = queue.arguments.get(DLX)
+    entries: list[QueuedMessage] = []
+    if isinstance(name, str) and name in vhost.exchanges:
+        entries = queue.ready_entries()
+        for session in _SESSIONS.get(vhost, ()):
+            entries += [d.entry for d in session.unsettled.values() if d.queue is queue]
+        entries.sort(key=lambda e: e.seq)
+    delete()
+    if not queue.deleted or not entries:
+        return
+    alternate = vhost.exchanges.get(str(name))
+    if alternate is None:
+        return
+    for entry in entries:
+        message = entry.message
+        for target in vhost.router.route(alternate, message.routing_key, message):
+            target.enqueue(message)
+
+
+def _remover(vhost: VirtualHost, queue: Queue) -> Callable[[], None]:
+    return lambda: vhost.remove_queue(queue)
+
+
+def _truthy(value: object) -> bool:
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, str):
+        return value.lower() not in ("", "false", "0", "no")
+    return bool(value)
+
+
+def _is_local(queue: Queue, message: Message) -> bool:
+    """Whether ``message`` was published on the connection of ``queue``'s exclusive owner
+    or of an exclusive subscriber (Qpid C++'s ``Queue::isLocal``)."""
+    origin = message.origin
+    if origin is None:
+        return False
+    owner = queue.exclusive_owner
+    if isinstance(owner, Session) and owner.link is not None and owner.link.origin is origin:
+        return True
+    for consumer in queue.consumers:
+        session = consumer.owner
+        if (
+            consumer.exclusive
+            and isinstance(session, Session)
+            and session.link is not None
+            and session.link.origin is origin
+        ):
+            return True
+    return False
 
 
 def _apply(outcome: str, settlements: list[tuple[Delivery, object]]) -> None:

@@ -159,6 +159,50 @@ def test_prepared_dtx_branch_survives_kill_9(py2: Py2, name: str) -> None:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+@pytest.mark.parametrize(
+    "step", ["before-commit-record", "commit-record", "effects-stored", "after-commit"]
+)
+def test_a_dtx_commit_killed_at_each_step_applies_once(py2: Py2, name: str, step: str) -> None:
+    """kill -9 at each step of a two-phase commit (store/dtx_log.py): after the restart the
+    publish is there exactly once and the consumed message is gone, with the branch in doubt
+    only when the decision was not yet on disk."""
+    data_dir = tempfile.mkdtemp(prefix="leveret-dtx-")
+    hook = {} if step == "after-commit" else {"LEVERET_TEST_DTX_CRASH": step}
+    broker = start_broker("--data-dir", data_dir, env=hook)
+    try:
+        gtrid = "g-" + uuid.uuid4().hex[:8]
+        assert qpid(py2, broker, "dtx_prepare", name, gtrid)["prepare"] == 0
+        committed = qpid(py2, broker, "dtx_commit", gtrid)
+        if step == "after-commit":
+            assert committed == {"commit": 0}
+            broker.stop(signal.SIGKILL)
+        else:
+            assert "died" in committed
+            assert broker.process is not None
+            assert broker.process.wait(15) == -signal.SIGKILL
+            broker.stop()
+        broker = start_broker("--data-dir", data_dir)
+        result = qpid(py2, broker, "dtx_recover_commit", name, gtrid)
+        in_doubt = step == "before-commit-record"
+        assert result["in_doubt"] == ([gtrid] if in_doubt else [])
+        assert result["visible_before"] == (0 if in_doubt else 1)
+        assert result["src_before"] == 0
+        assert result["in_doubt_after"] == 0
+        assert result["visible_after"] == 1
+        # Exactly once, seen from 0-9-1; the consumed message stays consumed.
+        assert _basic_get(broker, name)[2] == b"prepared-publish"
+        assert _basic_get(broker, name) == (None, None, None)
+        assert _basic_get(broker, name + ".src") == (None, None, None)
+        # And once more across a clean restart (the log and the markers were tidied).
+        broker.stop()
+        broker = start_broker("--data-dir", data_dir)
+        assert _basic_get(broker, name) == (None, None, None)
+        assert qpid(py2, broker, "dtx_recover_commit", name, gtrid)["in_doubt"] == []
+    finally:
+        broker.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def test_qpid_sender_to_pika_receiver(py2: Py2, broker010: Broker, name: str) -> None:
     conn = connect_to(broker010.host, broker010.port)
     try:

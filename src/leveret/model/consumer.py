@@ -55,8 +55,10 @@ class Source:
         else dropped."""
         raise NotImplementedError
 
-    def requeue(self, entries: Iterable[QueuedMessage]) -> None:
-        """Unsettled entries go back to their places, marked redelivered."""
+    def requeue(self, entries: Iterable[QueuedMessage], redelivered: bool = True) -> None:
+        """Unsettled entries go back to their places, marked redelivered (unless
+        ``redelivered`` is False: AMQP 0-10's release without set-redelivered leaves the
+        mark as it was)."""
         raise NotImplementedError
 
     def remove_consumer(self, consumer: Consumer) -> None:

@@ -19,6 +19,14 @@ because they are not routed. ``prepare`` writes the branch (its messages, and th
 of the stored deliveries it settles) to the ``DtxLog``; after a crash the server rebuilds
 the prepared branches from it (``restore``), taking those deliveries out of their recovered
 queues again, so they stay invisible until the coordinator commits or rolls back.
+
+Commit of a prepared branch, atomic across the dtx log and the message store: the decision
+goes to the log first (``DtxLog.committing``), then the effects are applied with a marker
+the journal writes in the same batch (``Journal.dtx_committed``), then the log says the
+branch finished and the marker goes. A branch whose decision is logged but not its end is
+finished at boot (``finish_logged``): by the log alone when the store kept its marker (its
+effects are there), else by applying the effects again. ``store/dtx_log.py`` has the steps.
+A one-phase commit (never prepared) writes only to the message store, in one batch.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from leveret.errors import AMQPError, CommandInvalid, NotAllowed, NotFound
 from leveret.model import settle
+from leveret.model.message import HINT_PERSISTENT
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.model.transaction import ACCEPT, REJECT, RELEASE, Transaction
@@ -51,6 +60,7 @@ __all__ = [
     "DtxStateError",
     "PreparedBranch",
     "Xid",
+    "xid_key",
 ]
 
 # XA status codes (AMQP 0-10 dtx.xa-status).
@@ -96,6 +106,8 @@ class PreparedBranch:
         self.publishes = publishes
         # outcome, queue name, store id of the entry (stored deliveries only)
         self.settlements = settlements
+        # The log holds the decision to commit it (read back at boot: finish the commit).
+        self.committed = False
 
 
 class DtxLog(Protocol):
@@ -105,8 +117,14 @@ class DtxLog(Protocol):
         """Keep ``branch``; ``done(ok)`` once it is on disk."""
         ...
 
-    def finished(self, xid: Xid) -> None:
-        """``xid`` was committed or rolled back: it need not be kept any more."""
+    def committing(self, xid: Xid, done: Callable[[bool], None]) -> None:
+        """The prepared ``xid`` is to be committed; ``done(ok)`` once that is on disk,
+        before any of its effects are applied."""
+        ...
+
+    def finished(self, xid: Xid, done: Callable[[bool], None] | None = None) -> None:
+        """``xid`` was committed or rolled back: it need not be kept any more
+        (``done(ok)`` once that is on disk)."""
         ...
 
 
@@ -116,8 +134,12 @@ class NullDtxLog:
     def prepared(self, branch: PreparedBranch, done: Callable[[bool], None]) -> None:
         done(True)
 
-    def finished(self, xid: Xid) -> None:
-        return None
+    def committing(self, xid: Xid, done: Callable[[bool], None]) -> None:
+        done(True)
+
+    def finished(self, xid: Xid, done: Callable[[bool], None] | None = None) -> None:
+        if done is not None:
+            done(True)
 
 
 class Branch:
@@ -261,7 +283,9 @@ class Coordinator:
 
         self.log.prepared(_record(branch), logged)
 
-    def commit(self, xid: Xid, *, one_phase: bool, done: Callable[[int], None]) -> None:
+    def commit(self, xid: Xid, *, one_phase: bool, done: Callable[[int | None], None]) -> None:
+        """Commit ``xid``; ``done(status)`` once its effects are on disk, ``done(None)``
+        when the decision could not be logged (the branch stays prepared, in doubt)."""
         branch = self._branch(xid)
         if not branch.idle:
             raise DtxStateError(f"dtx.commit: xid {_show(xid)} is still associated")
@@ -275,16 +299,43 @@ class Coordinator:
             done(status)
             return
         self._forget(branch)
+        if not branch.prepared:
+            self._apply_commit(branch, logged=False, done=done)
+            return
+
+        def logged(ok: bool) -> None:
+            if not ok:
+                branch.finished = False
+                self.branches[xid] = branch
+                done(None)
+                return
+            self._apply_commit(branch, logged=True, done=done)
+
+        self.log.committing(xid, logged)
+
+    def _apply_commit(
+        self, branch: Branch, *, logged: bool, done: Callable[[int | None], None] | None
+    ) -> None:
+        """Route the branch's publishes and apply its settlements; a logged commit puts its
+        marker in the same store batch, and is finished in the log once that is on disk."""
         vhost = branch.vhost
+        journal = vhost.journal
         publisher = Publisher(vhost, _Returns())
-        was_prepared = branch.prepared
+        marker = journal.dtx_committed(xid_key(branch.xid)) if logged else 0
 
         def committed(ok: bool) -> None:
-            if was_prepared:
-                self.log.finished(xid)
-            done(XA_OK)
+            # Not ok (the store failed): the log keeps the decision, the boot finishes it.
+            if logged and ok:
 
-        branch.tx.commit(publisher.route, _apply, vhost.journal, committed)
+                def forget(_ok: bool) -> None:
+                    if marker:
+                        journal.dtx_forgotten(marker)
+
+                self.log.finished(branch.xid, forget)
+            if done is not None:
+                done(XA_OK)
+
+        branch.tx.commit(publisher.route, _apply, journal, committed)
 
     def rollback(self, xid: Xid) -> int:
         branch = self._branch(xid)
@@ -354,10 +405,10 @@ class Coordinator:
         branch = Branch(prepared.xid, vhost, DEFAULT_TIMEOUT)
         branch.prepared = True
         for exchange, routing_key, props, body in prepared.publishes:
-            branch.tx.publishes.append(
-                (exchange, routing_key, make_message(exchange, routing_key, props, body), False,
-                 False)
-            )  # fmt: skip
+            message = make_message(exchange, routing_key, props, body)
+            if prepared.committed and not message.hints & HINT_PERSISTENT:
+                continue  # replayed after a crash: a transient message would not be there
+            branch.tx.publishes.append((exchange, routing_key, message, False, False))
         for outcome, queue_name, sid in prepared.settlements:
             queue = vhost.queues.get(queue_name)
             entry = queue.withdraw(sid) if queue is not None else None
@@ -365,6 +416,28 @@ class Coordinator:
                 branch.tx.settle(outcome, Delivery(entry, queue, None), None)
         self.branches[prepared.xid] = branch
         return branch
+
+    def finish_logged(
+        self,
+        prepared: PreparedBranch,
+        vhost: VirtualHost,
+        make_message: Callable[[str, str, bytes, bytes], Message],
+        marker: int | None,
+    ) -> None:
+        """At boot: a branch whose commit was logged but not finished. ``marker``: the
+        store's marker of its effects (``Recovered.dtx_markers``), None when the store has
+        none, i.e. none of its effects: then they are applied now."""
+        journal = vhost.journal
+        if marker is not None:
+
+            def forget(_ok: bool) -> None:
+                journal.dtx_forgotten(marker)
+
+            self.log.finished(prepared.xid, forget)
+            return
+        branch = self.restore(prepared, vhost, make_message)
+        self._forget(branch)
+        self._apply_commit(branch, logged=True, done=None)
 
 
 def _apply(outcome: str, settlements: list[tuple[Delivery, object]]) -> None:
@@ -394,6 +467,12 @@ def _record(branch: Branch) -> PreparedBranch:
         if delivery.entry.sid
     ]
     return PreparedBranch(branch.xid, branch.vhost.name, publishes, settlements)
+
+
+def xid_key(xid: Xid) -> bytes:
+    """``xid`` as bytes (the journal's name for the branch's commit marker)."""
+    fmt, gtrid, bqual = xid
+    return b"%d:%d:%s%s" % (fmt, len(gtrid), gtrid, bqual)
 
 
 def _show(xid: Xid) -> str:

@@ -10,6 +10,12 @@ message stored in a durable queue an id (``enqueued``); the model keeps them in
 ``writes`` counts message records a publisher confirm must wait for; a session compares it
 before and after routing and, when it moved, sends its confirm from ``after_commit``.
 
+Distributed transactions (``model/dtx.py``): ``dtx_committed`` writes a marker with the
+effects of a logged two-phase commit, in the same batch (the store writes a batch whole or
+not at all), so that at the next boot the store can tell whether those effects are on disk
+(``Recovered.dtx_markers``); ``dtx_forgotten`` drops the marker once the dtx log says the
+branch is finished.
+
 ``ok`` is False while the callbacks of a batch that failed to write run (their confirms
 become nacks) and while the store is failing (then ``after_commit`` runs its callback at once
 and a publish that moved ``writes`` is nacked at once); a journal that cannot fail keeps it
@@ -67,6 +73,10 @@ class Journal(Protocol):
 
     def after_commit(self, callback: Callable[[], None]) -> None: ...
 
+    def dtx_committed(self, key: bytes) -> int: ...
+
+    def dtx_forgotten(self, marker: int) -> None: ...
+
 
 class NullJournal:
     """Keeps nothing: every entity is transient."""
@@ -119,6 +129,12 @@ class NullJournal:
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         callback()
+
+    def dtx_committed(self, key: bytes) -> int:
+        return 0
+
+    def dtx_forgotten(self, marker: int) -> None:
+        return None
 
 
 NULL_JOURNAL = NullJournal()

@@ -72,6 +72,7 @@ class Message:
         "exchange",
         "format",
         "hints",
+        "origin",
         "raw_properties",
         "routing_key",
         "store_id",
@@ -99,6 +100,9 @@ class Message:
         self._properties: PropertiesView | None = None
         # The store's id for this message once it was written (0: not stored).
         self.store_id = 0
+        # Where it was published, for a front end that cares (AMQP 0-10's no-local: the
+        # publishing connection's token); None otherwise. Not stored.
+        self.origin: object | None = None
 
     def replace(
         self,
@@ -123,7 +127,7 @@ class Message:
             if self._encode is None:
                 raise TypeError("this message's front end supplied no properties encoder")
             raw = self._encode(self.properties, properties)
-        return Message(
+        copy = Message(
             self.exchange if exchange is None else exchange,
             self.routing_key if routing_key is None else routing_key,
             raw,
@@ -133,6 +137,8 @@ class Message:
             new_hints,
             self.format,
         )
+        copy.origin = self.origin
+        return copy
 
     @property
     def properties(self) -> PropertiesView:

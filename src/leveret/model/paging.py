@@ -203,7 +203,14 @@ class PagedTail:
             return None
         sids = array("Q", [e.sid for e in entries if e.sid])
         page = Page(
-            handle, len(entries), self.open_bytes, sids, decode, encode, format=first.format
+            handle,
+            len(entries),
+            self.open_bytes,
+            sids,
+            decode,
+            encode,
+            first_seq=entries[0].seq,
+            format=first.format,
         )
         self.pages.append(page)
         self.open = []

@@ -18,7 +18,7 @@ consumer with ``x-priority`` arrives). A plain queue pays one attribute test per
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -245,17 +245,25 @@ class Queue(FeatureMixin):
             self.ready_bytes -= len(entry.message.body)
         return entry
 
-    def acquire(self, entry: QueuedMessage) -> bool:
-        """Take ``entry``, still ready, out of the queue unsettled, as a delivery would
-        (AMQP 0-10's message.acquire of a browsed message); False if it is not ready any
-        more. Not for queues with priorities."""
+    def acquire(self, entry: QueuedMessage) -> QueuedMessage | None:
+        """Take the entry numbered ``entry.seq``, still ready, out of the queue unsettled,
+        as a delivery would (AMQP 0-10's message.acquire of a browsed message); returns it
+        (``entry`` itself, or the resident entry when ``entry`` was a copy read from a
+        page: its page is brought in first), None when it is not ready any more."""
         ready = self.ready
         if not isinstance(ready, deque):
-            return False
-        i = bisect_left(ready, entry.seq, key=lambda e: e.seq)
-        if i >= len(ready) or ready[i] is not entry:
-            return False
-        del ready[i]
+            if not ready.remove(entry):
+                return None
+        else:
+            seq = entry.seq
+            tail = self._tail
+            while tail is not None and tail.count and (not ready or ready[-1].seq < seq):
+                self._page_in(len(ready) + 1)  # a browsed copy from the paged tail
+            i = bisect_left(ready, seq, key=lambda e: e.seq)
+            if i >= len(ready) or ready[i].seq != seq:
+                return None
+            entry = ready[i]
+            del ready[i]
         self.unacked_count += 1
         if self._special:
             self.ready_bytes -= len(entry.message.body)
@@ -263,7 +271,7 @@ class Queue(FeatureMixin):
             self.journal.delivered(self.store_id, entry.sid)
         if self._tail is not None and len(ready) < self.resident_low:
             self._page_in()
-        return True
+        return entry
 
     def withdraw(self, sid: int) -> QueuedMessage | None:
         """The ready entry with store id ``sid``, taken out unsettled (recovery of a
@@ -271,8 +279,39 @@ class Queue(FeatureMixin):
         self._unpage_all()
         for entry in self.ready:
             if entry.sid == sid:
-                return entry if self.acquire(entry) else None
+                return self.acquire(entry)
         return None
+
+    def browse_after(self, seq: int, limit: int) -> list[QueuedMessage]:
+        """Up to ``limit`` ready entries numbered after ``seq``, in the order they would be
+        delivered (AMQP 0-10's not-acquiring subscriptions); entries of the paged tail are
+        copies read from their pages, which stay where they are (``acquire`` takes one)."""
+        ready = self.ready
+        if not isinstance(ready, deque):
+            return sorted((e for e in ready if e.seq > seq), key=lambda e: e.seq)[:limit]
+        start = bisect_right(ready, seq, key=lambda e: e.seq)
+        found = [ready[i] for i in range(start, min(len(ready), start + limit))]
+        tail = self._tail
+        if tail is None or len(found) >= limit:
+            return found
+        pages = tail.pages
+        for k, page in enumerate(pages):
+            after = pages[k + 1].first_seq if k + 1 < len(pages) else None
+            if after is None and tail.open:
+                after = tail.open[0].seq
+            if after is not None and after <= seq + 1:
+                continue  # every entry of this page is numbered at most ``seq``
+            for entry in page.load(tail.pager, self._entry_cls):
+                if entry.seq > seq:
+                    found.append(entry)
+                    if len(found) >= limit:
+                        return found
+        for entry in tail.open:
+            if entry.seq > seq:
+                found.append(entry)
+                if len(found) >= limit:
+                    break
+        return found
 
     # -- settlement ----------------------------------------------------------------------
 
@@ -284,10 +323,11 @@ class Queue(FeatureMixin):
         if self._sac_draining is not None:
             self.dispatch()  # the cancelled active consumer may be done: hand over
 
-    def requeue(self, entries: Iterable[QueuedMessage]) -> None:
-        """Put unacked entries back at their original positions, marked redelivered."""
+    def requeue(self, entries: Iterable[QueuedMessage], redelivered: bool = True) -> None:
+        """Put unacked entries back at their original positions, marked redelivered unless
+        ``redelivered`` is False (then the mark stays as it was)."""
         if self._special:
-            self._requeue_special(entries)
+            self._requeue_special(entries, redelivered)
             if self.browsers:
                 self.wake_browsers()
             return
@@ -296,7 +336,8 @@ class Queue(FeatureMixin):
         count = 0
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
             count += 1
-            entry.redelivered = True
+            if redelivered:
+                entry.redelivered = True
             if not ready or entry.seq < ready[0].seq:
                 ready.appendleft(entry)
             else:

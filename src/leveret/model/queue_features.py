@@ -125,6 +125,16 @@ class PriorityReady:
                 return level.popleft()
         raise IndexError("empty queue")
 
+    def remove(self, entry: QueuedMessage) -> bool:
+        """Take ``entry`` out wherever it is; False when it is not here."""
+        level = self.levels[entry.priority]
+        i = bisect_left(level, entry.seq, key=lambda e: e.seq)
+        if i >= len(level) or level[i] is not entry:
+            return False
+        del level[i]
+        self._count -= 1
+        return True
+
     def put_back(self, entry: QueuedMessage) -> None:
         insert_by_seq(self.levels[entry.priority], entry)
         self._count += 1
@@ -427,13 +437,14 @@ class FeatureMixin(Source):
 
     # -- requeue -------------------------------------------------------------------------
 
-    def _requeue_special(self, entries: Iterable[QueuedMessage]) -> None:
+    def _requeue_special(self, entries: Iterable[QueuedMessage], redelivered: bool) -> None:
         config = self.config
         ready = self.ready
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
             self.unacked_count -= 1
-            entry.redelivered = True
-            if config.quorum:
+            if redelivered:
+                entry.redelivered = True
+            if config.quorum and redelivered:
                 entry.deliveries += 1
                 limit = config.delivery_limit
                 if limit is not None and entry.deliveries > limit:

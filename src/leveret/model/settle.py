@@ -53,8 +53,9 @@ def reject(deliveries: Iterable[Delivery]) -> None:
             queue.discard(delivery.entry)
 
 
-def release(deliveries: Iterable[Delivery]) -> None:
-    """Requeue, one call per queue so that each queue restores its order once."""
+def release(deliveries: Iterable[Delivery], *, redelivered: bool = True) -> None:
+    """Requeue, one call per queue so that each queue restores its order once; marked
+    redelivered unless ``redelivered`` is False (0-10's release without set-redelivered)."""
     by_queue: dict[Source, list[QueuedMessage]] = {}
     for delivery in deliveries:
         by_queue.setdefault(delivery.queue, []).append(delivery.entry)
@@ -63,4 +64,4 @@ def release(deliveries: Iterable[Delivery]) -> None:
             for entry in entries:
                 queue.settle(entry)
         else:
-            queue.requeue(entries)
+            queue.requeue(entries, redelivered)

@@ -693,7 +693,7 @@ class StreamQueue(Queue):
     def discard(self, entry: QueuedMessage, reason: str = "") -> None:
         self.unacked_count -= 1
 
-    def requeue(self, entries: Iterable[QueuedMessage]) -> None:
+    def requeue(self, entries: Iterable[QueuedMessage], redelivered: bool = True) -> None:
         # A channel closed or a consumer timed out: nothing goes back, the log keeps it.
         self.unacked_count -= sum(1 for _ in entries)
         self.dispatch()

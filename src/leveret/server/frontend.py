@@ -107,6 +107,7 @@ def _amqp010(context: FrontEndContext) -> FrontEnd:
         peer=context.peer,
         loopback=context.loopback,
         now=context.now,
+        certificate_identity=context.certificate_identity,
     )
 
 

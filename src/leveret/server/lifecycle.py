@@ -26,6 +26,7 @@ from leveret import build_info
 from leveret.auth.users import UserStore
 from leveret.config import default_data_dir
 from leveret.model.broker import Broker
+from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
 from leveret.server.admin import Admin, AuthBootError, boot_auth
 from leveret.server.amqp091 import Limits
@@ -148,7 +149,7 @@ class Server:
             store.close()
             raise StoreError(str(exc)) from None
         self.broker.attach_journal(StreamJournal(store, streams))
-        self._recover_dtx(Path(path), loop)
+        self._recover_dtx(Path(path), loop, recovered.dtx_markers)
         store.start(loop)
         streams.start(loop)
         self.store = store
@@ -173,22 +174,42 @@ class Server:
         if stream_count:
             log.info("opened %d streams", stream_count)
 
-    def _recover_dtx(self, path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    def _recover_dtx(
+        self, path: Path, loop: asyncio.AbstractEventLoop, markers: dict[bytes, int]
+    ) -> None:
         """Prepared distributed-transaction branches come back in doubt, holding what they
-        settle out of their (recovered) queues until their coordinator decides."""
+        settle out of their (recovered) queues until their coordinator decides; branches
+        whose commit was logged are finished (``store/dtx_log.py``: with the store's
+        ``markers`` of commits whose effects it holds)."""
         dtx = DtxFile(path / "dtx.log")
         try:
             prepared = dtx.open()
         except (StoreCorrupt, OSError, ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"cannot read {path / 'dtx.log'}: {exc}") from None
+        dtx.start(loop)
+        coordinator = self.broker.dtx
+        coordinator.log = dtx
+        self.dtx = dtx
+        markers = dict(markers)
+        in_doubt = 0
         for branch in prepared:
             vhost = self.broker.add_vhost(branch.vhost)
-            self.broker.dtx.restore(branch, vhost, wire_message)
-        dtx.start(loop)
-        self.broker.dtx.log = dtx
-        self.dtx = dtx
-        if prepared:
-            log.info("recovered %d prepared transaction branches", len(prepared))
+            if branch.committed:
+                marker = markers.pop(xid_key(branch.xid), None)
+                coordinator.finish_logged(branch, vhost, wire_message, marker)
+                log.info(
+                    "finished the logged commit of a transaction branch (%s)",
+                    "its effects were stored" if marker is not None else "applied again",
+                )
+            else:
+                coordinator.restore(branch, vhost, wire_message)
+                in_doubt += 1
+        # Markers of commits the log had finished before the crash: no longer needed.
+        journal = self.broker.journal
+        for marker in markers.values():
+            journal.dtx_forgotten(marker)
+        if in_doubt:
+            log.info("recovered %d prepared transaction branches", in_doubt)
 
     def _open_streams(self, streams: StreamStore) -> int:
         """Open every stream's files now (torn tails are cut at boot, retention timers start)

@@ -19,6 +19,10 @@ end with a commit record. Message records (binary):
   written once).
 - ``D`` (qid, mid)...: first deliveries (they come back with redelivered=true).
 - ``A`` (qid, mid)...: the message left the queue (ack, reject, expiry, purge, ...).
+- ``X`` mid key: the effects of a logged distributed-transaction commit are in this batch
+  (``key`` names the branch, ``Journal.dtx_committed``); the marker holds its segment like
+  a message until ``A`` (0, mid) drops it, once the dtx log recorded the branch finished.
+  Read back into ``Recovered.dtx_markers``.
 
 Group commit: the loop thread only appends records to an in-memory batch. Once per loop
 turn (``call_soon``) the batch goes to ONE writer thread, which writes it, fdatasyncs and
@@ -80,6 +84,9 @@ FORMAT = "leveret-store 2"
 _M = M_RECORD
 _N = N_RECORD
 _E = struct.Struct("<cQQ")
+_X = struct.Struct("<cQ")
+# The queue id under which dtx markers are counted (no queue has it: ids start at 1).
+_MARKERS = 0
 _COMMIT_FRAME = frame(COMMIT)
 RETRY_SECONDS = 1.0
 FAIL_WRITES_ENV = "LEVERET_TEST_FAIL_WRITES"
@@ -107,6 +114,8 @@ class Recovered:
     bindings: list[dict[str, Any]] = field(default_factory=list)
     messages: int = 0
     seconds: float = 0.0
+    # dtx markers still held (``X`` records): the branch's key -> the marker's id.
+    dtx_markers: dict[bytes, int] = field(default_factory=dict)
 
 
 class _Defs:
@@ -358,7 +367,8 @@ class DiskStore:
         names = sorted(p for p in msgs_dir.iterdir() if p.suffix == ".seg")
         # Per segment: the ids of its message records, where their payloads are, how long.
         index = SegmentIndex(msgs_dir, self._segment_of)
-        refs: dict[int, dict[int, bool]] = {}
+        refs: dict[int, dict[int, bool]] = {_MARKERS: {}}
+        markers: dict[int, bytes] = {}
         max_mid = 0
         m_unpack, e_unpack = _M.unpack_from, _E.unpack_from
         for number, path in enumerate(names):
@@ -390,6 +400,12 @@ class DiskStore:
                     if held is None:
                         held = refs[qid] = {}
                     held[mid] = False
+                elif kind == 88:  # X
+                    _k, mid = _X.unpack_from(payload)
+                    markers[mid] = bytes(payload[_X.size :])
+                    refs[_MARKERS][mid] = False
+                    if mid > max_mid:
+                        max_mid = mid
                 elif kind in (68, 65):  # D, A
                     pairs = array("Q")
                     pairs.frombytes(payload[1:])
@@ -413,6 +429,9 @@ class DiskStore:
             self._seg_first.append(self._next_mid)
             self._live[1] = 0
         recovered = Recovered()
+        for mid in refs[_MARKERS]:
+            self._live[self._segment_of(mid)] += 1
+            recovered.dtx_markers[markers[mid]] = mid
         recovered.exchanges = [
             {**rec, "a": load_table(rec["a"])} for rec in defs.exchanges.values()
         ]
@@ -663,6 +682,18 @@ class DiskStore:
             if live <= 0:
                 self._emptied = True
         self._kick()
+
+    def dtx_committed(self, key: bytes) -> int:
+        mid = self._next_mid
+        self._next_mid = mid + 1
+        self._batch_refs += 1
+        if self.ok:  # failing: dropped with the effects it marks
+            self._msgs.append(_X.pack(b"X", mid) + key)
+            self._kick()
+        return mid
+
+    def dtx_forgotten(self, marker: int) -> None:
+        self.removed(_MARKERS, marker)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         if not self.ok:

@@ -90,6 +90,12 @@ class StreamJournal:
     def removed(self, queue_id: int, sid: int) -> None:
         self.disk.removed(queue_id, sid)
 
+    def dtx_committed(self, key: bytes) -> int:
+        return self.disk.dtx_committed(key)
+
+    def dtx_forgotten(self, marker: int) -> None:
+        self.disk.dtx_forgotten(marker)
+
     def after_commit(self, callback: Callable[[], None]) -> None:
         waiting = [2]
 

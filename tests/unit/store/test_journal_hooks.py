@@ -73,6 +73,14 @@ class FakeJournal:
     def after_commit(self, callback: Callable[[], None]) -> None:
         self.waiting.append(callback)
 
+    def dtx_committed(self, key: bytes) -> int:
+        self._next += 1
+        self.calls.append(("dtx+", key, self._next))
+        return self._next
+
+    def dtx_forgotten(self, marker: int) -> None:
+        self.calls.append(("dtx-", marker))
+
     def commit(self) -> None:
         waiting, self.waiting = self.waiting, []
         for callback in waiting:

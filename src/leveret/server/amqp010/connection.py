@@ -1,9 +1,13 @@
 """The broker's AMQP 0-10 front end: the protocol's sans-IO connection machine
 (``protocol/amqp010/connection.py``) given its meaning in the broker core — who may log in
-(PLAIN and AMQPLAIN against ``auth/``) and open which vhost, sessions (``session.py``) that
-survive a dropped connection for their granted timeout, the command handlers
-(``handlers.py``), errors as ``execution.exception``, and completions once the store has
-what a transfer or a commit must keep.
+(``auth.authn``: PLAIN, AMQPLAIN, EXTERNAL with a verified certificate, ANONYMOUS when set;
+a refusal answered after its delay) and open which vhost within its limits
+(``UserStore.open_connection``), what the user may do there (``server/guard.py``, asked by
+the handlers before the core acts; a session counts as a channel while attached), sessions
+(``session.py``) that survive a dropped connection for their granted timeout (resumed only
+by the same user), the command handlers (``handlers.py``), errors as
+``execution.exception``, and completions once the store has what a transfer or a commit
+must keep.
 
 Implements ``server/frontend.py``'s ``FrontEnd``: ``server/connection.py`` drives it from
 asyncio exactly as it drives the 0-9-1 front end. One ``SessionTable`` per broker holds the
@@ -19,6 +23,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from leveret import __version__
+from leveret.auth import authn
 from leveret.errors import AMQPError
 from leveret.model.dtx import DtxArgumentError, DtxStateError
 from leveret.protocol.amqp010._generated.constants import ConnectionCloseCode, ExecutionErrorCode
@@ -43,13 +48,14 @@ from leveret.protocol.amqp010.events import (
     Tuned,
 )
 from leveret.protocol.amqp010.session import SessionTable
-from leveret.protocol.amqp091.fieldtable import decode_table
 from leveret.server.amqp010.handlers import HANDLERS, not_implemented
 from leveret.server.amqp010.session import Session
+from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp010._generated.commands import MessageTransfer
@@ -61,7 +67,6 @@ __all__ = ["AMQP010Connection", "table_of"]
 log = logging.getLogger("leveret.amqp010")
 
 HANDSHAKE_TIMEOUT = 10.0
-MECHANISMS = ("PLAIN", "AMQPLAIN")
 _FORCED = int(ConnectionCloseCode.CONNECTION_FORCED)
 _INVALID_PATH = int(ConnectionCloseCode.INVALID_PATH)
 
@@ -95,24 +100,6 @@ def table_of(broker: Broker) -> SessionTable:
     return entry[0]
 
 
-def _plain(response: bytes) -> tuple[str, str] | None:
-    parts = response.split(b"\0")
-    if len(parts) != 3:
-        return None
-    return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-
-
-def _amqplain(response: bytes) -> tuple[str, str] | None:
-    try:
-        table, _ = decode_table(len(response).to_bytes(4, "big") + response, 0)
-    except AMQPError:
-        return None
-    login, password = table.get("LOGIN"), table.get("PASSWORD")
-    if isinstance(login, str) and isinstance(password, str):
-        return login, password
-    return None
-
-
 class AMQP010Connection:
     """One client connection speaking AMQP 0-10 to the broker, without I/O."""
 
@@ -125,14 +112,16 @@ class AMQP010Connection:
         loopback: bool,
         now: float = 0.0,
         max_frame_size: int = 65535,
+        certificate_identity: str | None = None,
     ) -> None:
         self.broker = broker
         self.users = users
         self.peer = peer
         self.loopback = loopback
+        self.certificate_identity = certificate_identity
         self.table = table_of(broker)
         config = ConnectionConfig(
-            mechanisms=MECHANISMS,
+            mechanisms=tuple(authn.mechanisms(users, certificate_identity=certificate_identity)),
             server_properties={
                 "product": "Leveret",
                 "version": __version__,
@@ -143,12 +132,18 @@ class AMQP010Connection:
         self.conn = Connection(Role.SERVER, config, sessions=self.table)
         self.started = now
         self.user: User | None = None
+        self.access: Access | None = None
+        self.guard: Guard | None = None
+        # A refused login: when to answer, and the close text (None: drop the socket).
+        self._refusal: tuple[float, str | None] | None = None
         self.client: Client | None = None
         self.vhost_name = "/"
         self.sessions: dict[int, Session] = {}
         self._protocol_sessions: dict[int, ProtocolSession] = {}
         # Sessions that published this turn: their confirms are flushed once at its end.
         self.confirming: set[Session] = set()
+        # What this connection's transfers carry as ``Message.origin`` (0-10's no-local).
+        self.origin = object()
         # FrontEnd
         self.on_output: Callable[[], None] | None = None
         self.published = False
@@ -167,6 +162,8 @@ class AMQP010Connection:
         return False
 
     def data_received(self, data: bytes, now: float) -> None:
+        if self._refusal is not None:
+            return  # nothing is read while a refused login waits for its answer
         self._now = now
         self.broker.timers.now = now
         self._handle(self.conn.receive_data(data, now))
@@ -181,6 +178,10 @@ class AMQP010Connection:
 
     def tick(self, now: float) -> None:
         self._now = now
+        if self._refusal is not None:
+            if now >= self._refusal[0]:
+                self._answer_refusal()
+            return
         if self.conn.state is not ConnectionState.OPEN and now - self.started > HANDSHAKE_TIMEOUT:
             if self.conn.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
                 self.should_close_transport = True
@@ -210,6 +211,9 @@ class AMQP010Connection:
         client, self.client = self.client, None
         if client is not None:
             client.close()
+        access, self.access = self.access, None
+        if access is not None:
+            access.close()
 
     # -- SessionLink ---------------------------------------------------------------------
 
@@ -290,20 +294,31 @@ class AMQP010Connection:
                 self.should_close_transport = True
 
     def _login(self, mechanism: str, response: bytes) -> None:
-        """The one place a 0-10 client logs in (PLAIN, AMQPLAIN)."""
-        credentials = _plain(response) if mechanism == "PLAIN" else _amqplain(response)
-        user = None
-        if credentials is not None:
-            user = self.users.authenticate(*credentials, loopback=self.loopback)
-        if user is None:
-            name = credentials[0] if credentials is not None else "?"
-            self._refuse(
-                f"ACCESS_REFUSED - Login was refused using authentication mechanism "
-                f"{mechanism}. For details see the broker logfile. (user '{name}')"
-            )
+        """The one place a 0-10 client logs in (``auth.authn``, as every front end)."""
+        login = authn.login(
+            self.users,
+            mechanism,
+            response,
+            loopback=self.loopback,
+            peer=self.peer,
+            certificate_identity=self.certificate_identity,
+        )
+        if login.user is None:
+            # Answered when the delay ends (tick): every guess costs the same time.
+            self._refusal = (self._now + login.delay, login.close_text)
             return
-        self.user = user
-        self.conn.accept_auth(user.name)
+        self.user = login.user
+        self.conn.accept_auth(login.user.name)
+
+    def _answer_refusal(self) -> None:
+        assert self._refusal is not None
+        text = self._refusal[1]
+        if text is None:
+            self.close_reason = "login refused"
+            self.should_close_transport = True
+        else:
+            self._refuse(f"ACCESS_REFUSED - {text}")
+        self.output_ready()
 
     def _refuse(self, text: str) -> None:
         log.info("closing 0-10 connection %s: %s", self.peer, text)
@@ -314,15 +329,25 @@ class AMQP010Connection:
         assert self.user is not None
         name = virtual_host or "/"
         vhost = self.broker.vhosts.get(name)
-        if vhost is None or name not in self.user.vhosts:
-            text = (
-                f"vhost {name} not found"
-                if vhost is None
-                else (f"access to vhost '{name}' refused for user '{self.user.name}'")
-            )
+        try:
+            # RabbitMQ's checks in its order (the vhost, access to it, the limits).
+            access = self.users.open_connection(self.user, name, peer=self.peer)
+        except AMQPError as exc:
+            # 0-10 has no access-refused close code: the vhost ones are invalid-path (as
+            # Qpid C++), a limit is connection-forced.
+            text = exc.reply_text
+            code = _INVALID_PATH if text.startswith(("vhost ", "access to vhost")) else _FORCED
+            self.close_reason = text
+            self.conn.close(code, text)
+            return
+        if vhost is None:
+            access.close()
+            text = f"vhost {name} not found"
             self.close_reason = text
             self.conn.close(_INVALID_PATH, text)
             return
+        self.access = access
+        self.guard = Guard(access, vhost)
         self.vhost_name = name
         self.client = self.broker.connect(vhost, self.user.name, f"{self.peer} (AMQP 0-10)")
         self._handle(self.conn.open_ok())
@@ -339,17 +364,25 @@ class AMQP010Connection:
                 previous._handle(previous.conn.pending_events())
                 previous.output_ready()
             session = context
-            if session.vhost.name != self.vhost_name:
-                self.conn.send_exception(
-                    event.channel,
-                    int(ExecutionErrorCode.NOT_ALLOWED),
-                    "session belongs to another virtual host",
-                )
+            if session.vhost.name != self.vhost_name or session.user != self.user.name:
+                # Only its own user may resume a session (it holds that user's deliveries).
+                self._refuse_session(event.channel, "session belongs to another user or vhost")
                 return
         else:
             vhost = self.broker.vhosts[self.vhost_name]
             session = Session(vhost, self.broker.dtx, self.user.name, event.name)
             ssn.context = session
+        assert self.access is not None
+        try:
+            self.access.open_channel()  # a session counts as a channel (max-channels)
+        except AMQPError as exc:
+            if not isinstance(context, Session):
+                ssn.context = None
+                session.close()
+            self._refuse_session(
+                event.channel, exc.reply_text, ExecutionErrorCode.RESOURCE_LIMIT_EXCEEDED
+            )
+            return
         self.sessions[event.channel] = session
         self._protocol_sessions[event.channel] = ssn
         done, session.completed_detached = session.completed_detached, []
@@ -359,9 +392,21 @@ class AMQP010Connection:
         if not self.writable:
             session.set_writable(False)
 
+    def _refuse_session(
+        self,
+        channel: int,
+        text: str,
+        code: ExecutionErrorCode = ExecutionErrorCode.NOT_ALLOWED,
+    ) -> None:
+        self.conn.send_exception(channel, int(code), text)
+        self.conn.detach(channel)
+        self.output_ready()
+
     def _detached(self, event: SessionDetached) -> None:
         session = self.sessions.pop(event.channel, None)
         ssn = self._protocol_sessions.pop(event.channel, None)
+        if session is not None and self.access is not None:
+            self.access.close_channel()
         self.confirming.discard(session) if session is not None else None
         if session is None or session.link is not self:
             return

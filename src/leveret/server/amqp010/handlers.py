@@ -4,6 +4,15 @@ handler returns True when the command is complete, False when it completes later
 transfer waiting for the store, a commit). Errors are raised (the core's ``AMQPError``, or
 ``ExecutionError`` where 0-10 wants a code the core does not use) and turned into
 ``execution.exception`` by the connection (``connection.py``).
+
+Permissions: every handler that names a resource asks the connection's ``Guard``
+(``server/guard.py``) first, with the names the core will see, in RabbitMQ's order, after
+the checks that are 0-10's own argument rules (a missing name, an unknown exchange type);
+a refusal is the core's ``AccessRefused`` (403, 0-10's unauthorized-access) with RabbitMQ's
+text, and nothing was changed. The queries (``exchange.query``, ``exchange.bound``,
+``queue.query``) and passive declarations need no permission, as a passive declaration
+over 0-9-1 needs none; settling transfers already sent, flow control and ``tx``/``dtx``
+name no resource (the transfers a transaction holds were checked when they came).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from leveret.protocol.amqp010.errors import ExecutionError
 from leveret.protocol.amqp010.ops import decode_header
 from leveret.protocol.amqp010.sequence import SequenceSet
 from leveret.server.amqp010.mapping import routing_key_of, transfer_message, user_id_of
+from leveret.server.amqp010.session import DLX, delete_rerouting
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,12 +51,9 @@ if TYPE_CHECKING:
     from leveret.protocol.amqp010.types import Struct
     from leveret.server.amqp010.connection import AMQP010Connection
     from leveret.server.amqp010.session import Session
+    from leveret.server.guard import Guard
 
 Handler = "Callable[[AMQP010Connection, Session, CommandReceived], bool]"
-
-# The queue argument that carries a 0-10 queue's alternate exchange in the core (a rejected
-# message goes there: the core's dead-lettering, RabbitMQ's name).
-DLX = "x-dead-letter-exchange"
 
 
 def _fail(code: ExecutionErrorCode, text: str) -> ExecutionError:
@@ -55,6 +62,12 @@ def _fail(code: ExecutionErrorCode, text: str) -> ExecutionError:
 
 def _args(value: dict[str, Any] | None) -> dict[str, object]:
     return dict(value or {})
+
+
+def _guard(conn: AMQP010Connection) -> Guard:
+    guard = conn.guard
+    assert guard is not None  # sessions exist only on open connections
+    return guard
 
 
 # -- message -------------------------------------------------------------------------------
@@ -66,15 +79,18 @@ def message_transfer(conn: AMQP010Connection, ssn: Session, ev: CommandReceived)
     exchange = command.destination or ""
     header: list[Struct] = decode_header(ev.header) if ev.header is not None else []
     user_id = user_id_of(header)
-    if user_id is not None and user_id.decode(errors="replace") != ssn.user:
-        raise _fail(
-            ExecutionErrorCode.UNAUTHORIZED_ACCESS,
-            f"authorised user id '{ssn.user}' differs from the message's user-id "
-            f"'{user_id.decode(errors='replace')}'",
-        )
     routing_key = routing_key_of(header)
-    ssn.check_publish(exchange)
+    guard = _guard(conn)
+    # RabbitMQ's order: write on the exchange (and its topic key), then the user-id.
+    guard.publish(exchange, routing_key, ssn.publisher)
+    if user_id is not None:
+        try:
+            guard.check_user_id(user_id.decode(errors="replace"))
+        except AMQPError as exc:
+            # 0-10 (Qpid C++) answers a foreign user-id with unauthorized-access.
+            raise _fail(ExecutionErrorCode.UNAUTHORIZED_ACCESS, exc.reply_text) from None
     message = transfer_message(exchange, routing_key, header, ev.body or b"")
+    message.origin = conn.origin
     conn.published = True
     done = ssn.publish(ev.command_id, exchange, routing_key, message)
     conn.confirming.add(ssn)
@@ -99,7 +115,7 @@ def message_reject(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -
 
 def message_release(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageRelease)
-    ssn.release(_transfers(ev.command))
+    ssn.release(_transfers(ev.command), redelivered=bool(ev.command.set_redelivered))
     return True
 
 
@@ -122,6 +138,7 @@ def message_subscribe(conn: AMQP010Connection, ssn: Session, ev: CommandReceived
     assert isinstance(command, c.MessageSubscribe)
     if not command.queue:
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "message.subscribe: no queue given")
+    _guard(conn).consume(command.queue)  # read, for browsing as for acquiring
     try:
         ssn.subscribe(
             command.queue,
@@ -257,8 +274,16 @@ def dtx_end(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
 
 
 def _deferred_status(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> Any:
-    def done(status: int) -> None:
+    def done(status: int | None) -> None:
         if ssn.closed or ssn.link is None:
+            return
+        if status is None:
+            error = _fail(
+                ExecutionErrorCode.INTERNAL_ERROR,
+                "dtx.commit failed: the decision could not be written to disk "
+                "(the branch is still prepared)",
+            )
+            conn.fail_command(ssn, ev, error)
             return
         conn.result(ev, XaResult(status=status))
         ssn.complete(ev.command_id)
@@ -337,8 +362,11 @@ def exchange_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived)
         raise _fail(ExecutionErrorCode.NOT_FOUND, f"exchange type '{type_name}' not known")
     alternate = command.alternate_exchange
     if alternate:
-        vhost.exchange(alternate)
         arguments["alternate-exchange"] = alternate
+    if name:
+        _guard(conn).exchange_declare(name, type_name, passive=False, arguments=arguments)
+    if alternate:
+        vhost.exchange(alternate)
     existing = vhost.exchanges.get(name)
     if existing is not None and (name.startswith("amq.") or name == ""):
         if existing.type_name != type_name:
@@ -382,6 +410,7 @@ def exchange_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) 
     name = command.exchange or ""
     if name == "":
         raise _fail(ExecutionErrorCode.INVALID_ARGUMENT, "the default exchange cannot be deleted")
+    _guard(conn).exchange_delete(name)
     if name not in ssn.vhost.exchanges:
         raise NotFound(f"no exchange '{name}' in vhost '{ssn.vhost.name}'")
     if _used_as_alternate(ssn, name):
@@ -422,6 +451,7 @@ def exchange_bind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) ->
     assert isinstance(command, c.ExchangeBind)
     queue, exchange, key = _binding(ssn, command)
     arguments = _args(command.arguments)
+    _guard(conn).queue_bind(queue, exchange, key)
     target = ssn.vhost.exchange(exchange)
     if target.type_name == "headers" and "x-match" not in arguments and arguments:
         raise _fail(ExecutionErrorCode.INTERNAL_ERROR, "headers binding needs x-match")
@@ -433,6 +463,7 @@ def exchange_unbind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) 
     command = ev.command
     assert isinstance(command, c.ExchangeUnbind)
     queue, exchange, key = _binding(ssn, command)
+    _guard(conn).queue_unbind(queue, exchange, key)
     vhost = ssn.vhost
     vhost.exchange(exchange)
     vhost.queue(queue, ssn)
@@ -482,11 +513,13 @@ def queue_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) ->
     arguments = _args(command.arguments)
     alternate = command.alternate_exchange
     if alternate:
-        ssn.vhost.exchange(alternate)
         arguments.setdefault(DLX, alternate)
     name = command.queue or ""
     if not name:
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.declare: no queue name")
+    _guard(conn).queue_declare(name, passive=command.passive, arguments=arguments)
+    if alternate:
+        ssn.vhost.exchange(alternate)
     if command.passive:
         # Qpid: any session may passively declare an exclusive queue (request/reply), but
         # not claim it exclusively.
@@ -528,17 +561,17 @@ def queue_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> 
     name = command.queue or ""
     if not name:
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.delete: no queue name")
+    _guard(conn).queue_delete(name)
     vhost = ssn.vhost
     queue = vhost.queue(name, ssn)  # 404 when missing (0-10), 405 when locked
-    entries = queue.ready_entries() if isinstance(queue.arguments.get(DLX), str) else []
-    vhost.delete_queue(name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty)
-    alternate = vhost.exchanges.get(str(queue.arguments.get(DLX)))
-    if alternate is not None:
-        # Qpid: what a deleted queue still held goes to its alternate exchange.
-        for entry in entries:
-            message = entry.message
-            for target in vhost.router.route(alternate, message.routing_key, message):
-                target.enqueue(message)
+    # Qpid: what a deleted queue still held goes to its alternate exchange.
+    delete_rerouting(
+        vhost,
+        queue,
+        lambda: vhost.delete_queue(
+            name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty
+        ),
+    )
     return True
 
 
@@ -548,6 +581,7 @@ def queue_purge(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> b
     name = command.queue or ""
     if not name:
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.purge: no queue name")
+    _guard(conn).queue_purge(name)
     queue = ssn.vhost.queue(name, ssn)
     if isinstance(queue, StreamQueue):
         raise queue.unsupported("queue.purge")

@@ -11,20 +11,37 @@ detached it takes no deliveries. Owned by the 0-10 front end's connection
 (``connection.py``), which hands it commands (``handlers.py``) and the completions the
 client reports.
 
-Byte credit: a transfer costs its header and body octets (Qpid's count). The queue asks
-``accepts`` with the body size only, so a transfer is sent while the byte credit covers the
-body, and may then overdraw the credit by its header; the credit stops at zero.
+Byte credit: a transfer costs its header and body octets (Qpid's count), and is sent only
+when the credit covers both: an acquiring subscription's consumer asks with the whole
+message (``SubscriptionConsumer.can_take``), a browser measures each entry before it sends.
+Unlimited byte credit (the common case) costs nothing per message.
+
+No-local (Qpid's queue argument ``no-local``): a message published on the connection of the
+queue's exclusive owner, or of a session with an exclusive subscription to it, is dropped
+when it reaches a subscriber of that queue instead of being sent (so it never blocks the
+ones behind it), wherever it came from (an alternate exchange's reroute included): the
+message keeps its publishing connection's token (``Message.origin``).
+
+Alternate exchanges (a 0-10 queue's is the core's ``x-dead-letter-exchange``): when such a
+queue is deleted — by ``queue.delete``, with its exclusive owner's session, or as an
+auto-delete queue losing its last subscriber — what it held goes there, oldest first:
+its ready messages and the ones 0-10 sessions acquired and had not accepted
+(``delete_rerouting``; Qpid C++'s behaviour; settling those later changes nothing).
+
+Browsing reads the queue through ``Queue.browse_after``, so a browser sees the paged tail of
+a deep queue too (read from its pages in batches of ``BROWSE_BATCH``), and
+``message.acquire`` of a browsed entry takes it wherever it is (a paged one is brought in).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
-from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner
+from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.model.stream import StreamQueue
@@ -33,7 +50,7 @@ from leveret.protocol.amqp010._generated.commands import MessageTransfer
 from leveret.server.amqp010.mapping import delivery_header
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
 
     from leveret.model.dtx import Branch, Coordinator
     from leveret.model.entry import QueuedMessage
@@ -43,10 +60,24 @@ if TYPE_CHECKING:
     from leveret.model.vhost import VirtualHost
     from leveret.protocol.amqp010.sequence import SequenceSet
 
-__all__ = ["UNLIMITED_WIRE", "Session", "SessionLink", "Subscription"]
+__all__ = [
+    "BROWSE_BATCH",
+    "DLX",
+    "UNLIMITED_WIRE",
+    "Session",
+    "SessionLink",
+    "Subscription",
+    "delete_rerouting",
+]
+
+# The queue argument that carries a 0-10 queue's alternate exchange in the core (a rejected
+# message goes there: the core's dead-lettering, RabbitMQ's name).
+DLX = "x-dead-letter-exchange"
 
 # A flow value of 2**32 - 1 means "no limit" (spec: message.flow).
 UNLIMITED_WIRE = 0xFFFFFFFF
+# Entries a browser reads from its queue at a time (pages of a deep queue are read whole).
+BROWSE_BATCH = 256
 _ACCEPT_EXPLICIT = 0
 _ACCEPT_NONE = 1
 _PRE_ACQUIRED = 0
@@ -55,6 +86,8 @@ _NOT_ACQUIRED = 1
 
 class SessionLink(Protocol):
     """What a session needs of the connection it is attached to."""
+
+    origin: object  # the token its transfers carry (``Message.origin``)
 
     def send_transfer(
         self, channel: int, command: MessageTransfer, header: bytes, body: bytes
@@ -91,6 +124,7 @@ class Subscription(Browser):
         self.browse_credit = 0
         self.browsed_upto = 0
         self.browsing = False
+        self.no_local = _truthy(queue.arguments.get("no-local"))
 
     def __repr__(self) -> str:
         return f"Subscription({self.destination!r})"
@@ -127,6 +161,45 @@ class Subscription(Browser):
 
     def browse(self) -> None:
         self.session.browse(self)
+
+
+class SubscriptionConsumer(Consumer):
+    """The consumer of an acquiring subscription: it takes a message only when its byte
+    credit covers the transfer's header and body (the queue asks with the message)."""
+
+    __slots__ = ("subscription",)
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        queue: Source,
+        owner: Session,
+        *,
+        auto_settle: bool,
+        exclusive: bool,
+        arguments: dict[str, object],
+    ) -> None:
+        super().__init__(
+            subscription.destination,
+            queue,
+            owner,
+            auto_settle=auto_settle,
+            exclusive=exclusive,
+            credit=0,
+            arguments=arguments,
+        )
+        self.subscription = subscription
+
+    def can_take(self, message: Message) -> bool:
+        if self.credit <= 0:
+            return False
+        sub = self.subscription
+        size = len(message.body)
+        if sub.byte_credit < UNLIMITED:
+            if sub.byte_credit < size:
+                return False
+            size += len(delivery_header(message, False))  # the flag bit takes no octet
+        return self.owner.accepts(self, size)
 
 
 class _Sent(NamedTuple):
@@ -171,6 +244,10 @@ class Session(ConsumerOwner):
         self.dtx_selected = False
         self.branch: Branch | None = None
         self.branches: set[Branch] = set()
+        live = _SESSIONS.get(vhost)
+        if live is None:
+            live = _SESSIONS[vhost] = set()
+        live.add(self)
 
     def __repr__(self) -> str:
         return f"Session({self.name!r})"
@@ -200,6 +277,7 @@ class Session(ConsumerOwner):
     # -- ConsumerOwner -------------------------------------------------------------------
 
     def accepts(self, consumer: Consumer, size: int) -> bool:
+        """``size``: the transfer's octets, header included (``SubscriptionConsumer``)."""
         if self.link is None or not self.writable or self.closed:
             return False
         sub = self._by_consumer.get(consumer)
@@ -207,24 +285,38 @@ class Session(ConsumerOwner):
 
     def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         sub = self._by_consumer[consumer]
+        if sub.no_local and _is_local(sub.queue, entry.message):
+            if not consumer.auto_settle:
+                sub.queue.settle(entry)
+            return  # dropped, as Qpid C++ drops it; no credit spent
         consumer.credit -= 1
         command_id = self._send(sub, entry, acquired=True)
         if not consumer.auto_settle:
             self.unsettled[command_id] = Delivery(entry, sub.queue, consumer)
 
     def consumer_removed(self, consumer: Consumer) -> None:
+        # The queue was deleted: the subscription stays the session's until cancelled (Qpid
+        # C++; qpid.messaging cancels its subscriptions when it closes), taking nothing.
         sub = self._by_consumer.pop(consumer, None)
-        if sub is not None and self.subscriptions.get(sub.destination) is sub:
-            del self.subscriptions[sub.destination]
+        if sub is not None:
+            sub.consumer = None
 
     def consumer_deadline(self, consumer: Consumer, now: float) -> None:
         return None  # 0-10 subscriptions have no settlement timeout
 
-    def _send(self, sub: Subscription, entry: QueuedMessage, *, acquired: bool) -> int:
+    def _send(
+        self,
+        sub: Subscription,
+        entry: QueuedMessage,
+        *,
+        acquired: bool,
+        header: bytes | None = None,
+    ) -> int:
         link = self.link
         assert link is not None
         message = entry.message
-        header = delivery_header(message, entry.redelivered)
+        if header is None:
+            header = delivery_header(message, entry.redelivered)
         body = message.body
         command = MessageTransfer(
             destination=sub.destination,
@@ -247,36 +339,38 @@ class Session(ConsumerOwner):
         if (
             sub.browsing
             or sub.consumer is not None
+            or sub.queue.deleted
             or self.subscriptions.get(sub.destination) is not sub
         ):
             return
         sub.browsing = True
         try:
-            for entry in self._unseen(sub):
-                if (
-                    self.link is None
-                    or not self.writable
-                    or sub.browse_credit <= 0
-                    or sub.byte_credit < len(entry.message.body)
-                    or sub.byte_credit <= 0
-                ):
+            while True:
+                if self.link is None or not self.writable or sub.browse_credit <= 0:
                     return
-                sub.browse_credit -= 1
-                sub.browsed_upto = entry.seq
-                command_id = self._send(sub, entry, acquired=False)
-                self.browsed[command_id] = (sub, entry)
+                batch = sub.queue.browse_after(
+                    sub.browsed_upto, min(sub.browse_credit, BROWSE_BATCH)
+                )
+                if not batch:
+                    return
+                for entry in batch:
+                    if self.link is None or not self.writable or sub.browse_credit <= 0:
+                        return
+                    if sub.no_local and _is_local(sub.queue, entry.message):
+                        sub.browsed_upto = entry.seq
+                        continue
+                    header = delivery_header(entry.message, entry.redelivered)
+                    if sub.byte_credit < UNLIMITED and (
+                        sub.byte_credit <= 0
+                        or sub.byte_credit < len(header) + len(entry.message.body)
+                    ):
+                        return
+                    sub.browse_credit -= 1
+                    sub.browsed_upto = entry.seq
+                    command_id = self._send(sub, entry, acquired=False, header=header)
+                    self.browsed[command_id] = (sub, entry)
         finally:
             sub.browsing = False
-
-    @staticmethod
-    def _unseen(sub: Subscription) -> Iterator[QueuedMessage]:
-        ready = sub.queue.ready
-        if isinstance(ready, deque):
-            start = bisect_right(ready, sub.browsed_upto, key=lambda e: e.seq)
-            for i in range(start, len(ready)):
-                yield ready[i]
-        else:
-            yield from sorted((e for e in ready if e.seq > sub.browsed_upto), key=lambda e: e.seq)
 
     # -- subscriptions -------------------------------------------------------------------
 
@@ -305,13 +399,12 @@ class Session(ConsumerOwner):
             acquire=acquire_mode != _NOT_ACQUIRED,
         )
         if sub.acquire:
-            consumer = Consumer(
-                destination,
+            consumer = SubscriptionConsumer(
+                sub,
                 queue,
                 self,
                 auto_settle=not sub.explicit_accept,
                 exclusive=exclusive,
-                credit=0,
                 arguments=arguments,
             )
             queue.add_consumer(consumer)
@@ -338,7 +431,12 @@ class Session(ConsumerOwner):
         consumer = sub.consumer
         if consumer is not None:
             self._by_consumer.pop(consumer, None)
-            sub.queue.remove_consumer(consumer)
+            queue = sub.queue
+            if queue.auto_delete and queue.consumers == [consumer]:
+                # The last subscriber: the queue goes, what it holds to its alternate.
+                delete_rerouting(self.vhost, queue, lambda: queue.remove_consumer(consumer))
+            else:
+                queue.remove_consumer(consumer)
         elif sub in sub.queue.browsers:
             sub.queue.browsers.remove(sub)
 
@@ -413,19 +511,22 @@ class Session(ConsumerOwner):
         settle.reject(deliveries)
         self._redispatch_queues(deliveries)
 
-    def release(self, transfers: SequenceSet) -> None:
+    def release(self, transfers: SequenceSet, *, redelivered: bool = True) -> None:
+        """Give the transfers back to their queues; ``redelivered`` False (0-10's
+        set-redelivered unset) leaves their redelivered mark as it was."""
         deliveries = [self.unsettled.pop(i) for i in _select(self.unsettled, transfers)]
         for command_id in _select(self.browsed, transfers):
             del self.browsed[command_id]
-        settle.release(deliveries)
+        settle.release(deliveries, redelivered=redelivered)
 
     def acquire(self, transfers: SequenceSet) -> list[int]:
         """Acquire browsed transfers that are still available; returns their ids."""
         acquired = []
         for command_id in _select(self.browsed, transfers):
-            sub, entry = self.browsed.pop(command_id)
+            sub, browsed = self.browsed.pop(command_id)
             queue = sub.queue
-            if queue.deleted or not queue.acquire(entry):
+            entry = None if queue.deleted else queue.acquire(browsed)
+            if entry is None:
                 continue
             acquired.append(command_id)
             delivery = Delivery(entry, queue, None)
@@ -446,9 +547,6 @@ class Session(ConsumerOwner):
         return self.publisher.tx
 
     # -- publishing ----------------------------------------------------------------------
-
-    def check_publish(self, exchange: str) -> None:
-        self.publisher.check(exchange)
 
     def publish(self, command_id: int, exchange: str, routing_key: str, message: Message) -> bool:
         """Route ``message``; True when the transfer is complete now, False when it
@@ -546,8 +644,72 @@ class Session(ConsumerOwner):
         self.windowed.clear()
         if deliveries:
             settle.release(deliveries)
-        for queue in list(self.vhost.owned_queues(self)):
-            self.vhost.remove_queue(queue)
+        vhost = self.vhost
+        for queue in list(vhost.owned_queues(self)):
+            delete_rerouting(vhost, queue, _remover(vhost, queue))
+        live = _SESSIONS.get(vhost)
+        if live is not None:
+            live.discard(self)
+
+
+# The open 0-10 sessions of each vhost: a queue's deletion reroutes what they hold of it.
+_SESSIONS: weakref.WeakKeyDictionary[VirtualHost, set[Session]] = weakref.WeakKeyDictionary()
+
+
+def delete_rerouting(vhost: VirtualHost, queue: Queue, delete: Callable[[], object]) -> None:
+    """Run ``delete`` (which may delete ``queue``); if it did and the queue has an alternate
+    exchange, route there what the queue held: its ready messages and those acquired by
+    0-10 sessions and not accepted, in queue order."""
+    name = queue.arguments.get(DLX)
+    entries: list[QueuedMessage] = []
+    if isinstance(name, str) and name in vhost.exchanges:
+        entries = queue.ready_entries()
+        for session in _SESSIONS.get(vhost, ()):
+            entries += [d.entry for d in session.unsettled.values() if d.queue is queue]
+        entries.sort(key=lambda e: e.seq)
+    delete()
+    if not queue.deleted or not entries:
+        return
+    alternate = vhost.exchanges.get(str(name))
+    if alternate is None:
+        return
+    for entry in entries:
+        message = entry.message
+        for target in vhost.router.route(alternate, message.routing_key, message):
+            target.enqueue(message)
+
+
+def _remover(vhost: VirtualHost, queue: Queue) -> Callable[[], None]:
+    return lambda: vhost.remove_queue(queue)
+
+
+def _truthy(value: object) -> bool:
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, str):
+        return value.lower() not in ("", "false", "0", "no")
+    return bool(value)
+
+
+def _is_local(queue: Queue, message: Message) -> bool:
+    """Whether ``message`` was published on the connection of ``queue``'s exclusive owner
+    or of an exclusive subscriber (Qpid C++'s ``Queue::isLocal``)."""
+    origin = message.origin
+    if origin is None:
+        return False
+    owner = queue.exclusive_owner
+    if isinstance(owner, Session) and owner.link is not None and owner.link.origin is origin:
+        return True
+    for consumer in queue.consumers:
+        session = consumer.owner
+        if (
+            consumer.exclusive
+            and isinstance(session, Session)
+            and session.link is not None
+            and session.link.origin is origin
+        ):
+            return True
+    return False
 
 
 def _apply(outcome: str, settlements: list[tuple[Delivery, object]]) -> None:

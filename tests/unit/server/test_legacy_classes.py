@@ -563,7 +563,7 @@ def test_dtx_work_is_held_until_the_coordinator_commits_it(
     assert (queue.message_count, queue.unacked_count) == (0, 1)
     _dtx(legacy, "xa-2")  # ends xa-1: idle, ready for the coordinator
     coordinator = broker.dtx
-    statuses: list[int] = []
+    statuses: list[int | None] = []
     coordinator.prepare(xid_of("xa-1"), statuses.append)
     coordinator.commit(xid_of("xa-1"), one_phase=False, done=statuses.append)
     assert statuses == [XA_OK, XA_OK]

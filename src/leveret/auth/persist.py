@@ -18,11 +18,11 @@ The format is RabbitMQ's definitions (``auth.definitions``) plus a ``format`` ma
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth.definitions import export_definitions, load_store
 from leveret.auth.users import AdminError, UserStore
+from leveret.store.files import replace_durably
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -42,22 +42,7 @@ def snapshot(store: UserStore) -> dict[str, Any]:
 
 def save(path: Path, doc: dict[str, Any]) -> None:
     """Replace ``path`` by ``doc`` atomically and durably."""
-    data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_durably(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
 
 
 def load(path: Path, store: UserStore) -> bool:

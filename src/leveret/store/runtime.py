@@ -11,8 +11,9 @@ before the API or ``leveret ctl`` answers, and it is small and rare (the same re
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
+
+from leveret.store.files import replace_durably
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,21 +30,7 @@ class RuntimeFileError(Exception):
 def save(path: Path, doc: dict[str, Any]) -> None:
     """Replace ``path`` by ``doc`` (plus the format marker) atomically and durably."""
     data = (json.dumps({"format": FORMAT, **doc}, indent=1, sort_keys=True) + "\n").encode()
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_durably(path, data)
 
 
 def load(path: Path) -> dict[str, Any] | None:

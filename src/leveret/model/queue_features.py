@@ -125,6 +125,16 @@ class PriorityReady:
                 return level.popleft()
         raise IndexError("empty queue")
 
+    def remove(self, entry: QueuedMessage) -> bool:
+        """Take ``entry`` out wherever it is; False if it is not here."""
+        level = self.levels[entry.priority]
+        for i, candidate in enumerate(level):
+            if candidate is entry:
+                del level[i]
+                self._count -= 1
+                return True
+        return False
+
     def put_back(self, entry: QueuedMessage) -> None:
         insert_by_seq(self.levels[entry.priority], entry)
         self._count += 1

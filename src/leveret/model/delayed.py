@@ -73,7 +73,17 @@ _SLACK = 0.001
 class Scheduled:
     """One pending message of a delayed exchange."""
 
-    __slots__ = ("correlation_id", "delay", "due", "id", "live", "message", "message_id", "sid")
+    __slots__ = (
+        "correlation_id",
+        "delay",
+        "due",
+        "id",
+        "known",
+        "live",
+        "message",
+        "message_id",
+        "sid",
+    )
 
     def __init__(
         self,
@@ -83,6 +93,8 @@ class Scheduled:
         message: Message,
         message_id: object = None,
         correlation_id: object = None,
+        *,
+        known: bool = True,
     ) -> None:
         self.id = ident  # unique in its store while the broker runs
         self.due = due  # wall clock, milliseconds since the epoch
@@ -90,9 +102,23 @@ class Scheduled:
         self.message = message
         self.sid = 0  # the message store's id (durable exchanges)
         self.live = True  # False once routed, cancelled or rescheduled
-        # Kept apart so that cancelling by them never decodes a message.
+        # Kept apart so that cancelling by them decodes a message at most once. A recovered
+        # entry reads them (and its delay) when first asked (``identify``): recovery
+        # decodes nothing.
         self.message_id = message_id
         self.correlation_id = correlation_id
+        self.known = known
+
+    def identify(self) -> None:
+        """Read the message id, correlation id and delay of a recovered entry (once)."""
+        if self.known:
+            return
+        message = self.message
+        self.message_id, self.correlation_id = _ids(message)
+        self.delay = delay_of(message.headers)
+        self.message = message.replace()  # without the decoded properties
+        self.message.store_id = message.store_id
+        self.known = True
 
 
 def _ids(message: Message) -> tuple[object, object]:
@@ -137,6 +163,8 @@ class Selector:
             return self.everything
         if self.ids is not None and entry.id not in self.ids:
             return False
+        if self.message_id is not None or self.correlation_id is not None:
+            entry.identify()
         if self.message_id is not None and _text(entry.message_id) != self.message_id:
             return False
         if self.correlation_id is not None and _text(entry.correlation_id) != self.correlation_id:
@@ -249,15 +277,23 @@ class DelayQueue(Queue):
         self, message: Message, sid: int, redelivered: bool, enqueued_at: float | None = None
     ) -> None:
         """A pending message recovered from the store: ``enqueued_at`` is its due time
-        (wall clock, seconds), as it was stored."""
+        (wall clock, seconds), as it was stored. Call ``arm`` once every one is back (until
+        then the entries are not in heap order)."""
         self._next_id += 1
         due = round((enqueued_at or self.timers.wall) * 1000)
-        delay = delay_of(message.headers)
-        copy = message.replace()  # without the decoded properties
-        copy.store_id = sid
-        entry = Scheduled(self._next_id, due, delay, copy, *_ids(message))
+        message.store_id = sid
+        entry = Scheduled(self._next_id, due, -1, message, known=False)
         entry.sid = sid
-        self._push(entry)
+        self._heap.append((due, entry.id, entry))
+        self.pending += 1
+        size = len(message.body)
+        self.pending_bytes += size
+        self.gauge.bytes += size + MESSAGE_OVERHEAD
+
+    def arm(self) -> None:
+        """Recovery is over: order the heap and ask for the first deadline."""
+        heapq.heapify(self._heap)
+        self._arm()
 
     # -- the deadline --------------------------------------------------------------------
 
@@ -325,7 +361,7 @@ class DelayQueue(Queue):
         message = entry.message
         try:
             headers = dict(message.headers or {})
-            headers[DELAY_HEADER] = -entry.delay
+            headers[DELAY_HEADER] = -(entry.delay if entry.known else delay_of(headers))
             message = message.replace(headers=headers)
         except TypeError:
             pass  # no encoder for its format: routed as it is (``releasing`` below)

@@ -164,7 +164,9 @@ class MessageFilter:
 
     @staticmethod
     def _table(spec: dict[str, Any], name: str) -> dict[str, Any]:
-        value = spec.get(name) or {}
+        value = spec.get(name)
+        if value is None:
+            return {}
         if not isinstance(value, dict):
             raise ToolError(f"{name} must be an object")
         return value
@@ -338,19 +340,21 @@ class _Moves:
         self.unroutable = 0
         self.refused = 0
 
-    def put(self, source: Queue | None, queues: list[Queue], message: Message) -> None:
+    def put(self, source: Queue | None, queues: list[Queue], message: Message) -> bool:
         """``message`` (already taken from ``source``) into ``queues``; if every one of them
-        refuses it (a length limit with reject-publish), back to the tail of ``source``."""
+        refuses it (a length limit with reject-publish), back to the tail of ``source``
+        (False)."""
         accepted = 0
         for queue in queues:
             if queue.enqueue(message):
                 accepted += 1
         if accepted:
             self.moved += 1
-            return
+            return True
         self.refused += 1
         if source is not None:
             source.enqueue(message)
+        return False
 
     def result(self) -> dict[str, int]:
         return {"moved": self.moved, "unroutable": self.unroutable, "refused": self.refused}
@@ -412,19 +416,19 @@ async def move(vhost: VirtualHost, queue: Queue, body: dict[str, Any]) -> dict[s
     elif flt.everything:
         # From the head, so a paged tail comes back as the head drains; what cannot be
         # routed stays where it is and is passed over.
-        stays: set[int] = set()
+        stays: set[int] = set()  # the messages (by identity) that stay where they are
         while left() > 0:
             _now(vhost)
             window = islice(queue.ready, len(stays) + left())
-            batch = [e for e in window if id(e) not in stays][: left()]
+            batch = [e for e in window if id(e.message) not in stays][: left()]
             if not batch:
                 break
             for entry in batch:
                 routed = route(entry.message)
                 if routed is None:
-                    stays.add(id(entry))
-                elif queue.take(entry):
-                    moves.put(queue, *routed)
+                    stays.add(id(entry.message))
+                elif queue.take(entry) and not moves.put(queue, *routed):
+                    stays.add(id(entry.message))  # refused: back at the tail, left there
             await asyncio.sleep(0)
     else:
         queue.unpage()  # any entry may match: all of them must be takeable
@@ -562,6 +566,7 @@ def selector(body: dict[str, Any], *, default_all: bool = False) -> Selector:
 
 
 def scheduled_json(entry: Scheduled, now_ms: int, preview: int) -> dict[str, Any]:
+    entry.identify()
     row = message_json(entry.message, truncate=preview)
     del row["exchange"]
     row["id"] = entry.id

@@ -118,6 +118,7 @@ def _restore_delayed(vhost: VirtualHost, q: RecoveredQueue, make_message: Messag
         count += 1
     if isinstance(q.messages, StoredMessages):
         q.messages.release()
+    store.arm()
     if count:
         log.info("store: %d pending messages of delayed exchange '%s'", count, exchange.name)
 

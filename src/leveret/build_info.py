@@ -31,6 +31,7 @@ HOT_PATH_MODULES = (
     "leveret.model.queue",
     "leveret.model.queue_features",
     "leveret.model.stream",
+    "leveret.model.delayed",
     "leveret.model.router",
     "leveret.model.publisher",
     "leveret.model.confirms",

@@ -155,3 +155,54 @@ def test_create_user_and_policy_then_download_definitions(page: Any, mgmt: MgmtB
     _login(page, "ui-user", "ui-pass")
     page.wait_for_selector("#totals")
     assert page.inner_text("#who-name") == "ui-user"
+
+
+def test_delayed_exchange_page_and_browse_move_on_a_queue(page: Any, mgmt: MgmtBroker) -> None:
+    _login(page)
+    page.wait_for_selector("#totals")
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", mgmt.broker.port))
+    try:
+        ch = conn.channel()
+        ch.exchange_declare(
+            "ui-delayed", "x-delayed-message", arguments={"x-delayed-type": "direct"}
+        )
+        for i in range(3):
+            props = pika.BasicProperties(headers={"x-delay": 600_000 + i}, message_id=f"ui-{i}")
+            ch.basic_publish("ui-delayed", "k", f"later {i}".encode(), props)
+        ch.queue_declare("ui-browse")
+        ch.queue_declare("ui-moved")
+        for i in range(4):
+            ch.basic_publish("", "ui-browse", f"browse {i}".encode())
+        page.click("a[data-tab=exchanges]")
+        page.click("#exchanges-table a[data-exchange='ui-delayed']")
+        page.wait_for_selector("#exchange-title")
+        assert page.inner_text("#x-delayed") == "3"
+        assert page.locator("#delayed-table tr").count() == 4  # a header row and three
+        page.locator("#delayed-table button[data-cancel]").first.click()
+        page.wait_for_function("document.querySelector('#x-delayed').textContent === '2'")
+        page.fill("#cancel-delayed input[name=message_id]", "ui-2")
+        page.click("#cancel-delayed button[type=submit]")
+        page.wait_for_function("document.querySelector('#x-delayed').textContent === '1'")
+        left = requests.get(mgmt.api("exchanges/%2F/ui-delayed/delayed"), auth=AUTH, timeout=10)
+        assert [r["properties"]["message_id"] for r in left.json()] == ["ui-1"]
+        page.click("#back")
+        page.click("a[data-tab=queues]")
+        page.click("#queues-table a[data-queue='ui-browse']")
+        page.wait_for_selector("#queue-title")
+        page.fill("#browse-messages input[name=offset]", "1")
+        page.fill("#browse-messages input[name=count]", "2")
+        page.click("#browse-submit")
+        page.wait_for_selector("#browse-result pre.payload")
+        shown = page.locator("#browse-result pre.payload").all_inner_texts()
+        assert shown == ["browse 1", "browse 2"]
+        page.fill("#move-messages input[name=to_queue]", "ui-moved")
+        page.fill("#move-messages input[name=limit]", "3")
+        page.click("#move-submit")
+        page.wait_for_function(
+            "document.querySelector('#move-result').textContent.startsWith('Moved 3')"
+        )
+        moved = [ch.basic_get("ui-moved", auto_ack=True)[2] for _ in range(3)]
+        assert moved == [b"browse 0", b"browse 1", b"browse 2"]
+        assert ch.basic_get("ui-browse", auto_ack=True)[2] == b"browse 3"
+    finally:
+        conn.close()

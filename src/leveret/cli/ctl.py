@@ -161,6 +161,65 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
         _vhost(p)
         p.add_argument("name")
 
+    def selectors(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--id", dest="ids", type=int, action="append", help="a pending id")
+        p.add_argument("--message-id")
+        p.add_argument("--correlation-id")
+        p.add_argument("--routing-key")
+
+    def list_delayed(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("exchange")
+        selectors(p)
+        p.add_argument("--count", type=int, default=100)
+        p.add_argument("--skip", type=int, default=0)
+        p.add_argument("--preview", type=int, default=60, help="body bytes shown")
+        p.add_argument("columns", nargs="*", default=[])
+
+    def cancel_delayed(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("exchange")
+        selectors(p)
+        p.add_argument("--all", action="store_true", help="every pending message")
+
+    def reschedule_delayed(p: argparse.ArgumentParser) -> None:
+        cancel_delayed(p)
+        when = p.add_mutually_exclusive_group(required=True)
+        when.add_argument("--delay", type=int, help="ms from now")
+        when.add_argument("--due", type=int, help="ms since the epoch")
+
+    def message_filter(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--header", action="append", default=[], help="NAME=VALUE")
+        p.add_argument("--property", action="append", default=[], help="NAME=VALUE")
+        p.add_argument("--key", dest="match_key", help="only messages with this routing key")
+        p.add_argument("--body-contains")
+
+    def browse_queue(p: argparse.ArgumentParser) -> None:
+        queue(p)
+        message_filter(p)
+        p.add_argument("--offset", type=int, default=0, help="position (stream: offset)")
+        p.add_argument("--count", type=int, default=20)
+        p.add_argument("--scan", type=int, help="look at no more than this many")
+        p.add_argument("--truncate", type=int, default=60, help="body bytes shown")
+        p.add_argument("columns", nargs="*", default=[])
+
+    def move_messages(p: argparse.ArgumentParser) -> None:
+        queue(p)
+        message_filter(p)
+        to = p.add_mutually_exclusive_group(required=True)
+        to.add_argument("--to-queue")
+        to.add_argument("--to-exchange")
+        p.add_argument("--routing-key", help="with --to-exchange (default: each message's)")
+        p.add_argument("--limit", type=int)
+        p.add_argument("--copy", action="store_true", help="leave the messages where they are")
+        p.add_argument("--offset", type=int, default=0, help="streams: the first offset")
+        p.add_argument("--end-offset", type=int, help="streams: the offset to stop before")
+
+    def replay(p: argparse.ArgumentParser) -> None:
+        queue(p)
+        message_filter(p)
+        p.add_argument("--limit", type=int)
+
     return {
         "add_user": ("create a user", user_password),
         "delete_user": ("delete a user and their permissions", user),
@@ -207,6 +266,18 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
             file,
         ),
         "export_definitions": ("export every definition (RabbitMQ's JSON)", file),
+        "list_delayed": ("list the pending messages of a delayed exchange", list_delayed),
+        "cancel_delayed": ("cancel pending messages of a delayed exchange", cancel_delayed),
+        "reschedule_delayed": (
+            "give pending messages of a delayed exchange a new due time",
+            reschedule_delayed,
+        ),
+        "browse_queue": ("show a queue's messages without consuming them", browse_queue),
+        "move_messages": ("move or copy a queue's messages elsewhere", move_messages),
+        "replay_dead_letters": (
+            "move a dead-letter queue's messages back to the queues they died in",
+            replay,
+        ),
         "status": ("show the broker's status", none),
         "await_startup": ("wait until the broker accepts commands", none),
         "reload_tls": ("reload the TLS certificate, key and CA files", none),
@@ -326,6 +397,13 @@ _BANNERS: dict[str, str] = {
     'to "{definition}" with priority "{priority}" for vhost "{vhost}" ...',
     "clear_operator_policy": 'Clearing operator policy "{name}" on vhost "{vhost}" ...',
     "list_operator_policies": 'Listing operator policy overrides for vhost "{vhost}" ...',
+    "list_delayed": "Listing pending messages of exchange '{exchange}' in vhost '{vhost}' ...",
+    "cancel_delayed": "Cancelling pending messages of exchange '{exchange}' in vhost '{vhost}' ...",
+    "reschedule_delayed": "Rescheduling pending messages of exchange '{exchange}' in vhost "
+    "'{vhost}' ...",
+    "browse_queue": "Browsing queue '{queue}' in vhost '{vhost}' ...",
+    "move_messages": "Moving messages of queue '{queue}' in vhost '{vhost}' ...",
+    "replay_dead_letters": "Replaying dead letters of queue '{queue}' in vhost '{vhost}' ...",
     "status": "Status of the broker ...",
     "await_startup": "Waiting for the broker to start ...",
     "reload_tls": "Reloading TLS certificates ...",
@@ -356,6 +434,8 @@ _DEFAULT_COLUMNS = {
     ],
     "list_policies": ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
     "list_operator_policies": ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+    "list_delayed": ["id", "due_at", "due_in", "routing_key", "payload"],
+    "browse_queue": ["position", "routing_key", "redelivered", "payload"],
 }
 _EMPTY_COLUMNS = {
     "list_users": ["user", "tags"],
@@ -459,7 +539,65 @@ def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
         return {"vhost": a.vhost, "name": a.name}
     if verb in ("list_policies", "list_operator_policies"):
         return {"vhost": a.vhost}
+    if verb in ("list_delayed", "cancel_delayed", "reschedule_delayed"):
+        return _delayed_args(verb, a)
+    if verb in ("browse_queue", "move_messages", "replay_dead_letters"):
+        return _message_args(verb, a)
     return {}
+
+
+def _delayed_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
+    args: dict[str, Any] = {"vhost": a.vhost, "exchange": a.exchange}
+    for name in ("ids", "message_id", "correlation_id", "routing_key"):
+        if getattr(a, name) is not None:
+            args[name] = getattr(a, name)
+    if verb == "list_delayed":
+        args.update(count=a.count, skip=a.skip, preview=a.preview)
+    else:
+        args["all"] = a.all
+    if verb == "reschedule_delayed":
+        args.update({"delay": a.delay} if a.delay is not None else {"due": a.due})
+    return args
+
+
+def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise CtlError(f"{what} must be NAME=VALUE, got '{item}'", EX_USAGE)
+        out[name] = value
+    return out
+
+
+def _message_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
+    flt: dict[str, Any] = {}
+    if a.header:
+        flt["headers"] = _pairs(a.header, "--header")
+    if a.property:
+        flt["properties"] = _pairs(a.property, "--property")
+    if a.match_key is not None:
+        flt["routing_key"] = a.match_key
+    if a.body_contains is not None:
+        flt["body_contains"] = a.body_contains
+    args: dict[str, Any] = {"vhost": a.vhost, "queue": a.queue, "filter": flt}
+    if verb == "browse_queue":
+        args.update(offset=a.offset, count=a.count, truncate=a.truncate)
+        if a.scan is not None:
+            args["scan"] = a.scan
+    elif verb == "move_messages":
+        if a.to_queue is not None:
+            args["to_queue"] = a.to_queue
+        else:
+            args["to_exchange"] = a.to_exchange
+        if a.routing_key is not None:
+            args["routing_key"] = a.routing_key
+        args.update(copy=a.copy, offset=a.offset)
+        if a.end_offset is not None:
+            args["end_offset"] = a.end_offset
+    if verb != "browse_queue" and a.limit is not None:
+        args["limit"] = a.limit
+    return args
 
 
 def _read_definitions(name: str) -> Any:

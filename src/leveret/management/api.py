@@ -1,7 +1,8 @@
 """The ``/api`` endpoints, RabbitMQ 3.10's paths, fields, status codes and error bodies:
 the routes. The handlers are in ``api_objects.py`` (what is in the vhosts),
-``api_admin.py`` (vhosts, users, permissions, limits) and ``api_runtime.py`` (policies,
-parameters, definitions); ``api_base.py`` holds what they share.
+``api_admin.py`` (vhosts, users, permissions, limits), ``api_runtime.py`` (policies,
+parameters, definitions) and ``api_messages.py`` (Leveret's own: delayed messages, browse,
+move, replay); ``api_base.py`` holds what they share.
 
 Reads go straight to the model (synchronous, on the loop); changes go through the same
 calls as ``leveret ctl`` (``server/admin.py``'s verbs for users, vhosts, permissions and
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leveret.management.api_admin import AdminApi
+from leveret.management.api_messages import MessagesApi, add_message_routes
 from leveret.management.api_objects import ObjectsApi
 from leveret.management.api_runtime import RuntimeApi
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from leveret.management.app import ManagementServer
 
 
-class Api(ObjectsApi, AdminApi, RuntimeApi):
+class Api(ObjectsApi, AdminApi, RuntimeApi, MessagesApi):
     """Every endpoint, bound to one ``ManagementServer``."""
 
 
@@ -59,6 +61,7 @@ def add_routes(app: web.Application, server: ManagementServer) -> None:
     put("/api/exchanges/{vhost}/{name}", api.put_exchange)
     delete("/api/exchanges/{vhost}/{name}", api.delete_exchange)
     get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}", api.exchange_bindings)
+    add_message_routes(app, api)  # Leveret's own: delayed messages, browse, move, replay
     post("/api/exchanges/{vhost}/{name}/publish", api.publish)
     get("/api/queues", api.list_queues)
     get("/api/queues/{vhost}", api.list_queues)

@@ -39,6 +39,7 @@ EXCHANGE_TYPES = [
     {"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification"},
     {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification"},
     {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification"},
+    {"name": "x-delayed-message", "description": "Delayed Message Exchange."},
 ]
 
 
@@ -157,6 +158,12 @@ def exchange_json(
     }
     if exchange.policy is not None:
         out["policy"] = exchange.policy
+    store = getattr(exchange.kind, "store", None)
+    if store is not None:
+        # The delayed-message plugin's count (shown on RabbitMQ's exchange page), and
+        # Leveret's next due time (ms since the epoch; null when none is pending).
+        out["messages_delayed"] = store.pending
+        out["messages_delayed_next_due"] = store.next_due()
     return out
 
 

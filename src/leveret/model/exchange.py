@@ -26,11 +26,11 @@ class Exchange:
     ) -> None:
         self.name = name
         self.type_name = type_name
-        self.kind: ExchangeType = make_exchange_type(type_name)
+        self.arguments: Mapping[str, object] = dict(arguments or {})
+        self.kind: ExchangeType = make_exchange_type(type_name, self.arguments)
         self.durable = durable
         self.auto_delete = auto_delete
         self.internal = internal
-        self.arguments: Mapping[str, object] = dict(arguments or {})
         alternate = self.arguments.get("alternate-exchange")
         if isinstance(alternate, bytes):
             alternate = alternate.decode(errors="replace")

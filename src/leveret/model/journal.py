@@ -7,6 +7,9 @@ so unit tests and a broker without a data directory behave as before.
 Ids: the store gives every durable queue an id (``queue_declared``) and every persistent
 message stored in a durable queue an id (``enqueued``); the model keeps them in
 ``Queue.store_id`` and ``QueuedMessage.sid`` and hands them back on delivery and removal.
+``enqueued``'s ``at_ms`` (wall clock, milliseconds) is the time stored with the message
+instead of the enqueue time: a delayed exchange's store (``model/delayed.py``) keeps each
+pending message's due time there, and recovery hands it back as the enqueue time.
 ``writes`` counts message records a publisher confirm must wait for; a session compares it
 before and after routing and, when it moved, sends its confirm from ``after_commit``.
 
@@ -65,7 +68,7 @@ class Journal(Protocol):
         arguments: Mapping[str, object],
     ) -> None: ...
 
-    def enqueued(self, queue_id: int, message: Message) -> int: ...
+    def enqueued(self, queue_id: int, message: Message, at_ms: int = 0) -> int: ...
 
     def delivered(self, queue_id: int, sid: int) -> None: ...
 
@@ -118,7 +121,7 @@ class NullJournal:
     ) -> None:
         return None
 
-    def enqueued(self, queue_id: int, message: Message) -> int:
+    def enqueued(self, queue_id: int, message: Message, at_ms: int = 0) -> int:
         return 0
 
     def delivered(self, queue_id: int, sid: int) -> None:

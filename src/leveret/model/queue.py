@@ -34,7 +34,7 @@ from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
     from array import array
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     from leveret.model.message import Message
 
@@ -272,6 +272,43 @@ class Queue(FeatureMixin):
         if self._tail is not None and len(ready) < self.resident_low:
             self._page_in()
         return entry
+
+    def take(self, entry: QueuedMessage) -> bool:
+        """Remove ``entry``, a ready message, for good (a move to another queue: the caller
+        enqueues it there first, in the same loop turn, so the store commits both in one
+        batch); False if it is not ready (not resident) any more."""
+        ready = self.ready
+        if isinstance(ready, PriorityReady):
+            if not ready.remove(entry):
+                return False
+        else:
+            i = bisect_left(ready, entry.seq, key=lambda e: e.seq)
+            if i >= len(ready) or ready[i] is not entry:
+                return False
+            del ready[i]
+        if self._special:
+            self.ready_bytes -= len(entry.message.body)
+        self._gone(entry)
+        if self._tail is not None and len(ready) < self.resident_low:
+            self._page_in()
+        return True
+
+    def browse(self) -> Iterator[QueuedMessage]:
+        """Every ready entry in delivery order, without taking or marking any: the resident
+        ones as they are (a snapshot), then the paged tail a page at a time (copies). If the
+        queue reads a page back or drops it while the iteration is paused, it stops there."""
+        yield from list(self.ready)
+        tail = self._tail
+        if tail is not None:
+            for page in list(tail.pages):
+                if self._tail is not tail or page not in tail.pages:
+                    return  # read back or purged meanwhile: the snapshot is stale
+                yield from page.load(tail.pager, self._entry_cls)
+            yield from list(tail.open)
+
+    def unpage(self) -> None:
+        """Bring a paged tail back into memory (so that any ready entry can be taken)."""
+        self._unpage_all()
 
     def withdraw(self, sid: int) -> QueuedMessage | None:
         """The ready entry with store id ``sid``, taken out unsettled (recovery of a

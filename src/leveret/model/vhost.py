@@ -13,9 +13,11 @@ import os
 from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from leveret.model.delayed import DelayQueue
 from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.base import freeze
+from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.policies import (
     Policy,
@@ -184,6 +186,8 @@ class VirtualHost:
                 arguments=arguments,
             )
             self.exchanges[name] = exchange
+            if isinstance(exchange.kind, DelayedExchange):
+                exchange.kind.attach(DelayQueue(self, exchange))
             if self.policies:
                 self._apply_exchange_policy(exchange)
             if durable:
@@ -223,10 +227,20 @@ class VirtualHost:
             raise PreconditionFailed(f"exchange '{name}' {self._where()} in use")
         self._remove_exchange(exchange)
 
+    def delay_store(self, exchange: Exchange) -> DelayQueue | None:
+        """The pending messages of a delayed-message exchange (None for another type)."""
+        kind = exchange.kind
+        if isinstance(kind, DelayedExchange) and isinstance(kind.store, DelayQueue):
+            return kind.store
+        return None
+
     def _remove_exchange(self, exchange: Exchange) -> None:
         if self.exchanges.get(exchange.name) is not exchange:
             return
         del self.exchanges[exchange.name]
+        store = self.delay_store(exchange)
+        if store is not None:
+            store.drop()  # before the exchange's record: never a store without its exchange
         if exchange.durable:
             self.journal.exchange_deleted(self.name, exchange.name)
         for destination, _key, _args in list(exchange.kind.bindings()):

@@ -162,6 +162,7 @@ class Admin:
 
     def _verbs(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         from leveret.server.admin_entities import entity_verbs
+        from leveret.server.admin_messages import message_verbs
 
         return {
             "status": self.status,
@@ -194,6 +195,8 @@ class Admin:
             "reload_tls": self.reload_tls,
             # Queues, exchanges, connections, policies and the whole definitions document.
             **entity_verbs(self),
+            # Delayed messages; browse, move and replay (Leveret's own).
+            **message_verbs(self),
         }
 
     @property

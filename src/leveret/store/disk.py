@@ -600,8 +600,10 @@ class DiskStore:
             not self.ok and mid >= self._lost_from
         )
 
-    def enqueued(self, queue_id: int, message: Message) -> int:
-        mid = message.store_id
+    def enqueued(self, queue_id: int, message: Message, at_ms: int = 0) -> int:
+        """``at_ms``: the time to store instead of the enqueue time (a delayed message's
+        due time); such a message always gets its own record (never ``E``)."""
+        mid = 0 if at_ms else message.store_id
         if mid and self._lost and self._is_lost(mid):
             mid = 0  # its M record was dropped: write the message again, under a new id
         if not self.ok:
@@ -632,7 +634,7 @@ class DiskStore:
                         b"M",
                         queue_id,
                         mid,
-                        self._now_ms,
+                        at_ms or self._now_ms,
                         len(exchange),
                         len(routing_key),
                         len(props),
@@ -642,7 +644,7 @@ class DiskStore:
                         b"N",
                         queue_id,
                         mid,
-                        self._now_ms,
+                        at_ms or self._now_ms,
                         len(exchange),
                         len(routing_key),
                         len(props),

@@ -81,8 +81,8 @@ class StreamJournal:
             added, vhost, source, to_queue, destination, routing_key, arguments
         )
 
-    def enqueued(self, queue_id: int, message: Message) -> int:
-        return self.disk.enqueued(queue_id, message)
+    def enqueued(self, queue_id: int, message: Message, at_ms: int = 0) -> int:
+        return self.disk.enqueued(queue_id, message, at_ms)
 
     def delivered(self, queue_id: int, sid: int) -> None:
         self.disk.delivered(queue_id, sid)

@@ -9,6 +9,7 @@ import pytest
 from leveret.errors import CommandInvalid
 from leveret.model.exchanges import (
     TYPES,
+    DelayedExchange,
     DirectExchange,
     FanoutExchange,
     HeadersExchange,
@@ -28,18 +29,20 @@ class Queue:
         return f"Queue({self.name})"
 
 
-def test_registry_has_the_four_types() -> None:
+def test_registry_has_the_five_types() -> None:
     assert {
         "direct": DirectExchange,
         "fanout": FanoutExchange,
         "topic": TopicExchange,
         "headers": HeadersExchange,
+        "x-delayed-message": DelayedExchange,
     } == TYPES
     for name, cls in TYPES.items():
         instance = make_exchange_type(name)
         assert isinstance(instance, cls)
         assert name == instance.TYPE_NAME
-        assert instance.NEEDS_HEADERS is (name == "headers")
+        # The delayed type reads x-delay whatever it routes as.
+        assert instance.NEEDS_HEADERS is (name in ("headers", "x-delayed-message"))
         assert len(instance) == 0
 
 

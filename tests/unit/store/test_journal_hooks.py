@@ -58,7 +58,7 @@ class FakeJournal:
     ) -> None:
         self.calls.append(("b+" if added else "b-", source, destination, routing_key))
 
-    def enqueued(self, queue_id: int, message: Message) -> int:
+    def enqueued(self, queue_id: int, message: Message, at_ms: int = 0) -> int:
         self._next += 1
         self.writes += 1
         self.calls.append(("enq", queue_id, message.body))

@@ -2,7 +2,7 @@
 // (RabbitMQ's management API). No build step, no third-party code.
 "use strict";
 
-const state = { auth: sessionStorage.getItem("leveret-auth"), tab: "overview", timer: null, detail: null };
+const state = { auth: sessionStorage.getItem("leveret-auth"), tab: "overview", timer: null, detail: null, exchange: null };
 const $ = (sel, root = document) => root.querySelector(sel);
 
 function esc(value) {
@@ -175,21 +175,76 @@ const views = {
   },
 
   async exchanges() {
+    if (state.exchange) return views.exchange();
     const rows = await api("exchanges");
     render(`<div class="card"><h2>Exchanges</h2>${table([
-      ["Vhost", (x) => esc(x.vhost)], ["Name", (x) => esc(x.name || "(AMQP default)")], ["Type", (x) => esc(x.type)],
+      ["Vhost", (x) => esc(x.vhost)],
+      ["Name", (x) => x.messages_delayed === undefined ? esc(x.name || "(AMQP default)")
+        : `<a class="link" data-exchange="${esc(x.name)}" data-vhost="${esc(x.vhost)}">${esc(x.name)}</a>`],
+      ["Type", (x) => esc(x.type)],
       ["Durable", (x) => x.durable ? "D" : ""], ["Policy", (x) => esc(x.policy || "")],
+      ["Delayed", (x) => num(x.messages_delayed), "num"],
       ["In", (x) => rate((x.message_stats || {}).publish_in_details), "num"],
       ["Out", (x) => rate((x.message_stats || {}).publish_out_details), "num"],
     ], rows, "exchanges-table")}</div>
     <form id="add-exchange" class="card"><h2>Add an exchange</h2>
       <label>Vhost <input name="vhost" value="/"></label><label>Name <input name="name" required></label>
-      <label>Type <select name="type"><option>direct</option><option>fanout</option><option>topic</option><option>headers</option></select></label>
+      <label>Type <select name="type"><option>direct</option><option>fanout</option><option>topic</option><option>headers</option>
+      <option>x-delayed-message</option></select></label>
+      <label>Delayed type <select name="delayed"><option>direct</option><option>fanout</option><option>topic</option><option>headers</option></select></label>
       <label>Durable <input type="checkbox" name="durable" checked></label>
       <button type="submit">Add exchange</button></form>`);
-    $("#add-exchange").onsubmit = submit(async (f) => {
-      await api(`exchanges/${enc(f.vhost.value)}/${enc(f.name.value)}`, { method: "PUT", body: { type: f.type.value, durable: f.durable.checked } });
+    document.querySelectorAll("[data-exchange]").forEach((a) => a.onclick = () => {
+      state.exchange = { vhost: a.dataset.vhost, name: a.dataset.exchange };
+      refresh();
     });
+    $("#add-exchange").onsubmit = submit(async (f) => {
+      const body = { type: f.type.value, durable: f.durable.checked };
+      if (f.type.value === "x-delayed-message") body.arguments = { "x-delayed-type": f.delayed.value };
+      await api(`exchanges/${enc(f.vhost.value)}/${enc(f.name.value)}`, { method: "PUT", body });
+    });
+    return true;
+  },
+
+  // A delayed-message exchange: its pending messages, cancelled or rescheduled here.
+  async exchange() {
+    const { vhost, name } = state.exchange;
+    const path = `exchanges/${enc(vhost)}/${enc(name)}`;
+    const [x, pending] = await Promise.all([api(path), api(path + "/delayed?count=200&preview=80")]);
+    render(`<div class="card"><h2 id="exchange-title">Exchange ${esc(name)}</h2>
+      <p><a class="link" id="back">← all exchanges</a></p>
+      <p>Type <b>${esc(x.type)}</b> (${esc((x.arguments || {})["x-delayed-type"] || "")}) · Pending <b id="x-delayed">${num(x.messages_delayed)}</b>
+      · Next due <b>${x.messages_delayed_next_due ? new Date(x.messages_delayed_next_due).toISOString() : "none"}</b></p></div>
+      <div class="card"><h2>Pending messages</h2>${table([
+        ["Id", (m) => num(m.id), "num"], ["Due", (m) => esc(m.due_at)], ["In", (m) => (m.due_in / 1000).toFixed(1) + " s", "num"],
+        ["Routing key", (m) => esc(m.routing_key)], ["Message id", (m) => esc(m.properties.message_id || "")],
+        ["Headers", (m) => `<code>${esc(JSON.stringify(m.properties.headers || {}))}</code>`],
+        ["Body", (m) => `<code>${esc(m.payload)}</code>`],
+        ["", (m) => `<button data-cancel="${m.id}">Cancel</button>`],
+      ], pending, "delayed-table")}
+      <form id="cancel-delayed" class="inline"><h3>Cancel every message with</h3>
+        <label>Message id <input name="message_id"></label><label>Correlation id <input name="correlation_id"></label>
+        <button type="submit">Cancel</button></form>
+      <form id="reschedule-delayed" class="inline"><h3>Reschedule</h3>
+        <label>Message id <input name="message_id" required></label><label>Delay (ms from now) <input name="delay" required></label>
+        <button type="submit">Reschedule</button></form></div>`);
+    $("#back").onclick = () => { state.exchange = null; refresh(); };
+    document.querySelectorAll("[data-cancel]").forEach((b) => b.onclick = async () => {
+      try { await api(`${path}/delayed/${b.dataset.cancel}`, { method: "DELETE" }); refresh(); } catch (error) { showError(error); }
+    });
+    const selector = (f) => {
+      const body = {};
+      if (f.message_id && f.message_id.value) body.message_id = f.message_id.value;
+      if (f.correlation_id && f.correlation_id.value) body.correlation_id = f.correlation_id.value;
+      return body;
+    };
+    $("#cancel-delayed").onsubmit = submit(async (f) => {
+      const r = await api(path + "/delayed/cancel", { method: "POST", body: selector(f) });
+      flash(`${r.cancelled} cancelled`);
+    }, "Cancelled");
+    $("#reschedule-delayed").onsubmit = submit(async (f) => {
+      await api(path + "/delayed/reschedule", { method: "POST", body: { ...selector(f), delay: Number(f.delay.value) } });
+    }, "Rescheduled");
     return true;
   },
 
@@ -244,6 +299,17 @@ const views = {
         <label>Payload <textarea name="payload" id="publish-payload" rows="2" cols="40"></textarea></label>
         <label>Delivery mode <select name="delivery_mode"><option value="1">1 - Non-persistent</option><option value="2">2 - Persistent</option></select></label>
         <button type="submit" id="publish-submit">Publish message</button></form>
+      <form id="browse-messages" class="card"><h2>Browse and search (nothing is consumed)</h2>
+        <label>From position <input name="offset" value="0" size="6"></label><label>Messages <input name="count" value="10" size="4"></label>
+        <label>Header <input name="header" placeholder="name=value"></label><label>Body contains <input name="body"></label>
+        <button type="submit" id="browse-submit">Browse</button><div id="browse-result"></div></form>
+      <form id="move-messages" class="card"><h2>Move or copy messages</h2>
+        <label>To queue <input name="to_queue"></label> or <label>to exchange <input name="to_exchange"></label>
+        <label>Routing key <input name="routing_key" placeholder="each message's own"></label>
+        <label>Header <input name="header" placeholder="name=value"></label><label>At most <input name="limit" size="6"></label>
+        <label>Copy <input type="checkbox" name="copy"></label>
+        <button type="submit" id="move-submit">Move</button> <button type="button" id="replay">Replay dead letters to their queues</button>
+        <div id="move-result"></div></form>
       <div class="card"><h2>Bindings</h2>${table([
         ["From", (b) => esc(b.source || "(default exchange)")], ["Routing key", (b) => esc(b.routing_key)],
         ["Arguments", (b) => esc(JSON.stringify(b.arguments))],
@@ -263,6 +329,45 @@ const views = {
           <p>Properties <code>${esc(JSON.stringify(m.properties))}</code></p>
           <pre class="payload">${esc(m.payload)}</pre>`).join("") : "<p id=\"queue-empty\">Queue is empty</p>";
         refresh();
+      } catch (error) { showError(error); }
+    };
+    const filterOf = (f) => {
+      const filter = {};
+      if (f.header.value.includes("=")) {
+        const [key, ...rest] = f.header.value.split("=");
+        filter.headers = { [key]: rest.join("=") };
+      }
+      if (f.body && f.body.value) filter.body_contains = f.body.value;
+      return filter;
+    };
+    $("#browse-messages").onsubmit = async (event) => {
+      event.preventDefault();
+      const f = event.target;
+      try {
+        const messages = await api(path + "/browse", { method: "POST", body: {
+          offset: Number(f.offset.value) || 0, count: Number(f.count.value) || 10, filter: filterOf(f), truncate: 2000 } });
+        $("#browse-result").innerHTML = messages.length ? messages.map((m) => `<h3>${m.offset !== undefined ? "Offset " + m.offset : "Position " + m.position}</h3>
+          <p>Routing key <b>${esc(m.routing_key)}</b> · Redelivered <b>${m.redelivered}</b></p>
+          <p>Properties <code>${esc(JSON.stringify(m.properties))}</code></p><pre class="payload">${esc(m.payload)}</pre>`).join("")
+          : "<p id=\"browse-none\">No message</p>";
+      } catch (error) { showError(error); }
+    };
+    $("#move-messages").onsubmit = async (event) => {
+      event.preventDefault();
+      const f = event.target;
+      const body = { filter: filterOf(f), copy: f.copy.checked };
+      if (f.to_queue.value) body.to_queue = f.to_queue.value; else body.to_exchange = f.to_exchange.value;
+      if (f.routing_key.value) body.routing_key = f.routing_key.value;
+      if (f.limit.value) body.limit = Number(f.limit.value);
+      try {
+        const r = await api(path + "/move", { method: "POST", body });
+        $("#move-result").textContent = `Moved ${r.moved}, unroutable ${r.unroutable}, refused ${r.refused}`;
+      } catch (error) { showError(error); }
+    };
+    $("#replay").onclick = async () => {
+      try {
+        const r = await api(path + "/replay", { method: "POST", body: {} });
+        $("#move-result").textContent = `Replayed ${r.moved} (${Object.entries(r.queues).map(([q, n]) => q + ": " + n).join(", ")}); skipped ${r.skipped}`;
       } catch (error) { showError(error); }
     };
     $("#publish-queue").onsubmit = submit(async (f) => {
@@ -425,6 +530,6 @@ $("#login").onsubmit = async (event) => {
 $("#logout").onclick = logout;
 window.addEventListener("hashchange", () => {
   const tab = location.hash.slice(1);
-  if (views[tab] && state.auth) { state.tab = tab; state.detail = null; refresh(); }
+  if (views[tab] && state.auth) { state.tab = tab; state.detail = null; state.exchange = null; refresh(); }
 });
 if (state.auth) start().catch(() => logout());

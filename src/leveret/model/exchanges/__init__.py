@@ -1,4 +1,5 @@
-"""Exchange types of the broker core: direct, fanout, topic and headers.
+"""Exchange types of the broker core: direct, fanout, topic, headers and the delayed-message
+exchange (``x-delayed-message``, which routes as one of the others).
 
 Importing this package registers every built-in type in :data:`TYPES`;
 :func:`make_exchange_type` makes an empty instance by type name.
@@ -15,6 +16,7 @@ from leveret.model.exchanges.base import (
     freeze,
     make_exchange_type,
 )
+from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.exchanges.direct import DirectExchange
 from leveret.model.exchanges.fanout import FanoutExchange
 from leveret.model.exchanges.headers import HeadersExchange
@@ -23,6 +25,7 @@ from leveret.model.exchanges.topic import TopicExchange
 __all__ = [
     "TYPES",
     "BaseExchangeType",
+    "DelayedExchange",
     "Destination",
     "DirectExchange",
     "ExchangeType",

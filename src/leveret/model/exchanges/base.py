@@ -12,13 +12,14 @@ This module imports nothing from leveret but :mod:`leveret.errors`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Hashable, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from decimal import Decimal
 from typing import ClassVar, Protocol, TypeAlias, TypeVar
 
 from leveret.errors import CommandInvalid
 
 __all__ = [
+    "ARGUMENT_TYPES",
     "EMPTY_ROUTE",
     "TYPES",
     "BaseExchangeType",
@@ -264,6 +265,11 @@ imports them all, and it runs before any of its submodules can be imported.
 """
 
 
+ARGUMENT_TYPES: dict[str, Callable[[FieldTable], ExchangeType]] = {}
+"""Types whose instances depend on the exchange's arguments (``x-delayed-message`` takes
+its routing from ``x-delayed-type``), made from them; also in :data:`TYPES`."""
+
+
 _T = TypeVar("_T", bound=type[BaseExchangeType])
 
 
@@ -273,13 +279,18 @@ def register(cls: _T) -> _T:
     return cls
 
 
-def make_exchange_type(type_name: str) -> ExchangeType:
-    """A fresh, empty instance of the exchange type called ``type_name``.
+def make_exchange_type(type_name: str, arguments: FieldTable | None = None) -> ExchangeType:
+    """A fresh, empty instance of the exchange type called ``type_name``, for an exchange
+    declared with ``arguments`` (None: only to check that the type exists).
 
     An unknown name raises :class:`leveret.errors.CommandInvalid` (503), as RabbitMQ
-    answers an ``exchange.declare`` of an unknown type.
+    answers an ``exchange.declare`` of an unknown type; a type that takes its arguments
+    raises what they are wrong with.
     """
     cls = TYPES.get(type_name)
     if cls is None:
         raise CommandInvalid(f"unknown exchange type '{type_name}'")
+    factory = ARGUMENT_TYPES.get(type_name)
+    if factory is not None and arguments is not None:
+        return factory(arguments)
     return cls()

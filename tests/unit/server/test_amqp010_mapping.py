@@ -11,8 +11,11 @@ from leveret.protocol.amqp010._generated.structs import (
 )
 from leveret.protocol.amqp010.ops import decode_header
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp010.mapping import delivery_header, transfer_message
+from leveret.protocol.amqp10 import Data, Header, Properties, UByte, UInt
+from leveret.protocol.amqp10.message import encode_message
+from leveret.server.amqp010.mapping import delivery_header, delivery_parts, transfer_message
 from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp10.message import amqp10_message
 
 
 def test_a_0_10_transfer_maps_to_0_9_1_properties_and_back() -> None:
@@ -70,3 +73,20 @@ def test_a_0_9_1_message_id_that_is_not_a_uuid_travels_in_a_header() -> None:
     assert again.properties.reply_to == "plain-queue"
     assert isinstance(again.properties, BasicProperties)
     assert again.properties.message_id == "order-1"
+
+
+def test_a_message_published_over_1_0_is_delivered_through_its_0_9_1_form() -> None:
+    payload = encode_message(
+        Data(b"payload"),
+        header=Header(durable=True, priority=UByte(4), ttl=UInt(5000)),
+        properties=Properties(message_id="m1", correlation_id="c1", content_type="text/plain"),
+        application_properties={"k": "v"},
+    )
+    header, body = delivery_parts(amqp10_message("amq.direct", "rk", payload), False)
+    assert body == b"payload"
+    dp, mp = decode_header(header)
+    assert isinstance(dp, DeliveryProperties)
+    assert isinstance(mp, MessageProperties)
+    assert (dp.priority, dp.delivery_mode, dp.ttl, dp.routing_key) == (4, 2, 5000, "rk")
+    assert (mp.correlation_id, mp.content_type, mp.content_length) == (b"c1", "text/plain", 7)
+    assert mp.application_headers == {"k": "v", "x-amqp-0-9-1-message-id": "m1"}

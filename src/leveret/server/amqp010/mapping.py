@@ -45,7 +45,8 @@ from leveret.protocol.amqp010._generated.structs import (
 from leveret.protocol.amqp010.ops import encode_header
 from leveret.protocol.amqp010.types import Array, Struct, Typed
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
+from leveret.server.amqp091.message import decode_properties, wire_message
+from leveret.server.formats import AMQP091, amqp091_parts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from leveret.protocol.amqp010.types import Value
     from leveret.protocol.amqp091.fieldtable import FieldValue
 
-__all__ = ["TYPE_HEADER", "delivery_header", "transfer_message"]
+__all__ = ["TYPE_HEADER", "delivery_header", "delivery_parts", "transfer_message"]
 
 TYPE_HEADER = "x-amqp-0-9-1-type"
 CLUSTER_ID_HEADER = "x-amqp-0-9-1-cluster-id"
@@ -175,7 +176,19 @@ def _message_id(text: str) -> uuid.UUID | None:
 
 def delivery_header(message: Message, redelivered: bool) -> bytes:
     """The header segment of a ``message.transfer`` delivering ``message``."""
-    props = message.properties
+    return delivery_parts(message, redelivered)[0]
+
+
+def delivery_parts(message: Message, redelivered: bool) -> tuple[bytes, bytes]:
+    """(header segment, body) of a ``message.transfer`` delivering ``message``. A message
+    kept in another format (published over 1.0) goes through its 0-9-1 form, the one
+    mapping the 0-10 side already has (1.0 → 0-9-1 is RabbitMQ's own conversion)."""
+    if message.format == AMQP091:
+        props = message.properties
+        body = message.body
+    else:
+        raw, body = amqp091_parts(message)
+        props = decode_properties(raw)
     assert isinstance(props, BasicProperties)
     dp = DeliveryProperties(
         redelivered=redelivered,
@@ -220,7 +233,7 @@ def delivery_header(message: Message, redelivered: bool) -> bytes:
     ):
         entries.append(
             MessageProperties(
-                content_length=len(message.body),
+                content_length=len(body),
                 message_id=message_id,
                 correlation_id=_binary(props.correlation_id),
                 reply_to=reply_to,
@@ -231,7 +244,7 @@ def delivery_header(message: Message, redelivered: bool) -> bytes:
                 application_headers=headers,
             )
         )
-    return encode_header(entries)
+    return encode_header(entries), body
 
 
 def _binary(text: str | None) -> bytes | None:

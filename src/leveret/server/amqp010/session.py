@@ -47,7 +47,7 @@ from leveret.model.settle import Delivery
 from leveret.model.stream import StreamQueue
 from leveret.model.transaction import ACCEPT
 from leveret.protocol.amqp010._generated.commands import MessageTransfer
-from leveret.server.amqp010.mapping import delivery_header
+from leveret.server.amqp010.mapping import delivery_parts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -194,11 +194,13 @@ class SubscriptionConsumer(Consumer):
         if self.credit <= 0:
             return False
         sub = self.subscription
-        size = len(message.body)
         if sub.byte_credit < UNLIMITED:
-            if sub.byte_credit < size:
+            header, body = delivery_parts(message, False)  # the flag bit takes no octet
+            if sub.byte_credit < len(body):
                 return False
-            size += len(delivery_header(message, False))  # the flag bit takes no octet
+            size = len(header) + len(body)
+        else:
+            size = len(message.body)
         return self.owner.accepts(self, size)
 
 
@@ -310,14 +312,13 @@ class Session(ConsumerOwner):
         entry: QueuedMessage,
         *,
         acquired: bool,
-        header: bytes | None = None,
+        parts: tuple[bytes, bytes] | None = None,
     ) -> int:
         link = self.link
         assert link is not None
-        message = entry.message
-        if header is None:
-            header = delivery_header(message, entry.redelivered)
-        body = message.body
+        if parts is None:
+            parts = delivery_parts(entry.message, entry.redelivered)
+        header, body = parts
         command = MessageTransfer(
             destination=sub.destination,
             accept_mode=_ACCEPT_EXPLICIT if sub.explicit_accept else _ACCEPT_NONE,
@@ -359,15 +360,14 @@ class Session(ConsumerOwner):
                     if sub.no_local and _is_local(sub.queue, entry.message):
                         sub.browsed_upto = entry.seq
                         continue
-                    header = delivery_header(entry.message, entry.redelivered)
+                    parts = delivery_parts(entry.message, entry.redelivered)
                     if sub.byte_credit < UNLIMITED and (
-                        sub.byte_credit <= 0
-                        or sub.byte_credit < len(header) + len(entry.message.body)
+                        sub.byte_credit <= 0 or sub.byte_credit < len(parts[0]) + len(parts[1])
                     ):
                         return
                     sub.browse_credit -= 1
                     sub.browsed_upto = entry.seq
-                    command_id = self._send(sub, entry, acquired=False, header=header)
+                    command_id = self._send(sub, entry, acquired=False, parts=parts)
                     self.browsed[command_id] = (sub, entry)
         finally:
             sub.browsing = False

@@ -1,28 +1,40 @@
-"""Test helpers that ship with Leveret: an in-memory 0-9-1 client for the sans-IO front end."""
+"""Test helpers that ship with Leveret: an in-memory 0-9-1 client for the sans-IO front end,
+and a real broker inside the test run (``embedded``, ``pytest_plugin``: ``docs/testing.md``).
+
+The names below are imported when first used: pytest imports this package in every test
+run where Leveret is installed (the plugin's entry point), which must not cost the codecs'
+import time to suites that never use them.
+"""
 
 from __future__ import annotations
 
-from leveret.testing.client import (
-    DEFAULT_CAPABILITIES,
-    CodecClient,
-    Delivery,
-    FakeClock,
-    Heartbeat,
-    MethodFrame,
-    ProtocolHeader,
-    Received,
-    RecordingSink,
-    SinkEvent,
-    amqplain_response,
-    make_message,
-    plain_response,
-)
-from leveret.testing.pager import MemoryPager
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.testing.client import (
+        DEFAULT_CAPABILITIES,
+        CodecClient,
+        Delivery,
+        FakeClock,
+        Heartbeat,
+        MethodFrame,
+        ProtocolHeader,
+        Received,
+        RecordingSink,
+        SinkEvent,
+        amqplain_response,
+        make_message,
+        plain_response,
+    )
+    from leveret.testing.embedded import EmbeddedBroker
+    from leveret.testing.pager import MemoryPager
 
 __all__ = [
     "DEFAULT_CAPABILITIES",
     "CodecClient",
     "Delivery",
+    "EmbeddedBroker",
     "FakeClock",
     "Heartbeat",
     "MemoryPager",
@@ -35,3 +47,16 @@ __all__ = [
     "make_message",
     "plain_response",
 ]
+
+_HOMES = {
+    "EmbeddedBroker": "leveret.testing.embedded",
+    "MemoryPager": "leveret.testing.pager",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES.get(name, "leveret.testing.client")), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,67 @@
+"""Leveret's pytest plugin: a real broker inside the test run, with a clock the test moves.
+
+Installing Leveret registers this module with pytest (the ``pytest11`` entry point in
+``pyproject.toml``), so any test suite can ask for:
+
+- ``leveret_broker`` (one per test module): an :class:`~leveret.testing.embedded.EmbeddedBroker`
+  listening on 127.0.0.1 port 0; ``leveret_broker.advance(seconds)`` moves its clock;
+- ``leveret_vhost`` (one per test): a fresh virtual host, deleted after the test (its
+  connections closed, its queues and messages gone), so tests never see each other's state;
+- ``amqp_url`` (one per test): ``amqp://guest:guest@127.0.0.1:<port>/<fresh vhost>?heartbeat=0``;
+- ``leveret_settings`` (one per test module, ``{}``): override it in a module or conftest to
+  start the module's broker with other settings (``{"consumer_timeout": 5000}``).
+
+Importing this module costs nothing: the broker is imported when a test first asks for it.
+How to use it, with pika, aio-pika, kombu and Celery: ``docs/testing.md``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from leveret.testing.embedded import EmbeddedBroker
+
+__all__ = ["amqp_url", "leveret_broker", "leveret_settings", "leveret_vhost"]
+
+
+@pytest.fixture(scope="module")
+def leveret_settings() -> dict[str, object]:
+    """Settings of the module's broker, by ``leveret serve``'s names; ``{}`` keeps the
+    embedded broker's defaults (``leveret.testing.embedded.DEFAULT_SETTINGS``)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def leveret_broker(leveret_settings: dict[str, object]) -> Iterator[EmbeddedBroker]:
+    """A broker for this test module, in this process, stopped after the module's tests."""
+    from leveret.testing.embedded import EmbeddedBroker
+
+    broker = EmbeddedBroker(**leveret_settings)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def leveret_vhost(leveret_broker: EmbeddedBroker, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A virtual host of this test's own (``guest`` may do anything in it), deleted after."""
+    name = leveret_broker.new_vhost(request.node.name)
+    yield name
+    if not leveret_broker.running:
+        # The test stopped the broker: the module's next tests need it back.
+        leveret_broker.start()
+    leveret_broker.delete_vhost(name)
+
+
+@pytest.fixture
+def amqp_url(leveret_broker: EmbeddedBroker, leveret_vhost: str) -> str:
+    """The URL of this test's virtual host; heartbeats off (``heartbeat=0``), so advancing
+    the clock never drops a client for silence."""
+    return leveret_broker.url(leveret_vhost)

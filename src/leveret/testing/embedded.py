@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from types import TracebackType
 
+    from leveret.server.connection import ConnectionProtocol
     from leveret.server.lifecycle import Server
 
 __all__ = ["DEFAULT_SETTINGS", "EmbeddedBroker", "EmbeddedBrokerError"]
@@ -266,6 +267,18 @@ class EmbeddedBroker:
             raise EmbeddedBrokerError(f"{verb}: {reply.error}")
         return reply.result
 
+    def queue_length(self, queue: str, vhost: str = "/") -> int:
+        """Messages ready in ``queue`` (not counting those delivered and unacknowledged)."""
+
+        def count() -> int:
+            host = self.server.broker.vhosts.get(vhost)
+            found = host.queues.get(queue) if host is not None else None
+            if found is None:
+                raise EmbeddedBrokerError(f"no queue '{queue}' in vhost '{vhost}'")
+            return found.message_count
+
+        return self.call(count)
+
     def url(
         self,
         vhost: str = "/",
@@ -297,9 +310,22 @@ class EmbeddedBroker:
         return name
 
     def delete_vhost(self, name: str) -> None:
-        """Delete a virtual host: its connections are closed (320) and its queues,
-        exchanges and messages removed."""
-        self.admin("delete_vhost", vhost=name)
+        """Delete a virtual host: its queues, exchanges and messages are removed and its
+        connections closed at once (``connection.close`` 320, then the socket, without
+        waiting for the client's close-ok: a client the test left open is not driven)."""
+        server = self.server
+
+        async def delete() -> Any:
+            connections = [c for c in server.connections if _vhost_name(c) == name]
+            reply = await server.admin.handle("delete_vhost", {"vhost": name})
+            for conn in connections:
+                if conn.transport is not None:
+                    conn.transport.close()
+            return reply
+
+        reply = self._on_loop(delete(), START_TIMEOUT)
+        if not reply.ok:
+            raise EmbeddedBrokerError(f"delete_vhost: {reply.error}")
 
     # -- the thread ----------------------------------------------------------------------------
 
@@ -317,6 +343,11 @@ class EmbeddedBroker:
             coro.close()
             raise EmbeddedBrokerError("called on the broker's own thread: it would wait on itself")
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+
+def _vhost_name(conn: ConnectionProtocol) -> str | None:
+    client = conn.amqp.client if conn.amqp is not None else None
+    return client.vhost.name if client is not None else None
 
 
 def _scratch_root() -> str | None:

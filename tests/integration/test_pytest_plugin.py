@@ -304,6 +304,35 @@ def test_advance_fires_any_deadline_of_the_model(pytester: pytest.Pytester) -> N
     run_inner(pytester).assert_outcomes(passed=1)
 
 
+def test_an_exception_on_the_broker_thread_fails_the_test(pytester: pytest.Pytester) -> None:
+    """A bug that fires on the broker's thread (here a deadline that raises) is only a log
+    line in a broker; in a test it fails the test that was running."""
+    pytester.makepyfile(
+        test_bug="""
+        class Broken:
+            def on_deadline(self, now):
+                raise RuntimeError("bug in a deadline")
+
+        def test_bug(leveret_broker):
+            timers = leveret_broker.call(lambda: leveret_broker.server.broker.timers)
+            leveret_broker.call(timers.schedule, leveret_broker.time() + 60, Broken())
+            leveret_broker.advance(61)
+
+        def test_next_is_clean(leveret_broker):
+            leveret_broker.advance(1)
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_bug*",
+            "*the broker raised an uncaught exception during the test:*",
+            "*RuntimeError('bug in a deadline')*",
+        ]
+    )
+
+
 def test_settings_per_module(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_settings="""

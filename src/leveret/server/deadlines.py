@@ -41,10 +41,14 @@ class DeadlineTimer:
 
     def _fire(self) -> None:
         self._handle = None
-        self.timers.expire(self.loop.time())
-        following = self.timers.next_deadline()
-        if following is not None:
-            self.arm(following)
+        try:
+            self.timers.expire(self.loop.time())
+        finally:
+            # A target that raised (a bug, logged by the loop) must not leave every later
+            # deadline of the broker unarmed.
+            following = self.timers.next_deadline()
+            if following is not None:
+                self.arm(following)
 
     def close(self) -> None:
         self.timers.on_earlier = None

@@ -102,6 +102,9 @@ class EmbeddedBroker:
         # Seconds the last start took (the pytest plugin's start-up figure).
         self.start_seconds = 0.0
         self._vhosts = 0
+        # What went wrong on the broker's thread (an exception no one caught: a bug), as
+        # asyncio's exception handler saw it; the pytest plugin fails the test with it.
+        self.errors: list[str] = []
 
     # -- running ----------------------------------------------------------------------------
 
@@ -125,6 +128,7 @@ class EmbeddedBroker:
             raise EmbeddedBrokerError(str(exc)) from None
         loop = ClockedEventLoop()
         loop.offset = self._offset
+        loop.set_exception_handler(self._on_loop_error)
         ready = threading.Event()
         thread = threading.Thread(
             target=_run_loop, args=(loop, ready), name="leveret-broker", daemon=True
@@ -214,6 +218,12 @@ class EmbeddedBroker:
         thread.join(STOP_TIMEOUT)
         if not thread.is_alive():
             loop.close()
+
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        what = str(context.get("message", "error"))
+        self.errors.append(f"{what}: {exc!r}" if exc is not None else what)
+        loop.default_exception_handler(context)
 
     # -- the clock --------------------------------------------------------------------------
 

@@ -63,12 +63,24 @@ def leveret_broker(leveret_settings: dict[str, object]) -> Iterator[EmbeddedBrok
 
 
 @pytest.fixture(autouse=True)
-def _leveret_broker_running(request: pytest.FixtureRequest) -> None:
-    """A test that stopped the module's broker does not leave it stopped for the next."""
-    if "leveret_broker" in request.fixturenames:
-        broker: EmbeddedBroker = request.getfixturevalue("leveret_broker")
-        if not broker.running:
-            broker.start()
+def _leveret_broker_checked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For a test that uses the module's broker: the broker is running when it starts
+    (a test before may have stopped it), and an exception the broker did not catch while
+    the test ran (a bug in the broker, logged by asyncio) fails the test."""
+    if "leveret_broker" not in request.fixturenames:
+        yield
+        return
+    broker: EmbeddedBroker = request.getfixturevalue("leveret_broker")
+    if not broker.running:
+        broker.start()
+    seen = len(broker.errors)
+    yield
+    if len(broker.errors) > seen:
+        pytest.fail(
+            "the broker raised an uncaught exception during the test:\n"
+            + "\n".join(broker.errors[seen:]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture

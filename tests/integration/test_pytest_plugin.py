@@ -375,6 +375,8 @@ def test_settings_per_module(pytester: pytest.Pytester) -> None:
 def test_restart_keeps_durable_state_the_url_and_the_time(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_restart="""
+        import time
+
         import pika
         import pytest
 
@@ -400,8 +402,17 @@ def test_restart_keeps_durable_state_the_url_and_the_time(pytester: pytest.Pytes
             assert channel.basic_get("orders", auto_ack=True)[2] == b"order 7"
             connection.close()
 
+        LEFT_OPEN = []
+
         def test_stopped(leveret_broker):
+            # A client left open, not driven, does not hold the stop up for its close-ok.
+            LEFT_OPEN.append(pika.BlockingConnection(pika.URLParameters(leveret_broker.url())))
+            began = time.monotonic()
             leveret_broker.stop()
+            assert time.monotonic() - began < 2
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+                LEFT_OPEN[0].process_data_events(time_limit=5)
+            assert closed.value.reply_code == 320
 
         def test_back_again(amqp_url):
             pika.BlockingConnection(pika.URLParameters(amqp_url)).close()

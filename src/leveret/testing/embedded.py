@@ -67,6 +67,10 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
 
 
+# What Server.stop tells clients (RabbitMQ's text for a broker shutting down).
+SHUTDOWN_REASON = "broker forced connection closure with reason 'shutdown'"
+
+
 class EmbeddedBrokerError(Exception):
     """The embedded broker could not start, or was used while not running."""
 
@@ -160,13 +164,24 @@ class EmbeddedBroker:
         return self
 
     def stop(self) -> None:
-        """Close every connection (320, as on SIGTERM), write what is pending, stop the
-        thread. The temporary data directory, if the broker made one, is removed."""
+        """Close every connection (320, as on SIGTERM, then the socket at once), write what
+        is pending, stop the thread. The temporary data directory, if the broker made one,
+        is removed."""
         server = self._server
         if server is not None:
             self._server = None
+
+            async def shutdown() -> None:
+                # A client the test left open is not driven: it would never answer the
+                # close, and Server.stop would wait its grace period (3 s) for it.
+                for conn in list(server.connections):
+                    conn.shutdown(SHUTDOWN_REASON)
+                    if conn.transport is not None:
+                        conn.transport.close()
+                await server.stop()
+
             try:
-                self._on_loop(server.stop(), STOP_TIMEOUT)
+                self._on_loop(shutdown(), STOP_TIMEOUT)
             finally:
                 self._stop_loop()
         if self._own_dir and self.data_dir is not None:

@@ -367,9 +367,29 @@ def test_settings_per_module(pytester: pytest.Pytester) -> None:
         def test_defaults(leveret_broker):
             settings = leveret_broker.call(lambda: leveret_broker.server.settings)
             assert settings.consumer_timeout == 1_800_000
+            assert not settings.management
+            assert leveret_broker.management_port == 0
+        """,
+        test_management="""
+        import pytest
+        import requests
+
+        @pytest.fixture(scope="module")
+        def leveret_settings():
+            return {"management": True}
+
+        def test_http_api(leveret_broker, leveret_vhost):
+            assert leveret_broker.management_port
+            response = requests.get(
+                f"http://127.0.0.1:{leveret_broker.management_port}/api/vhosts",
+                auth=("guest", "guest"),
+                timeout=10,
+            )
+            assert response.status_code == 200
+            assert leveret_vhost in [v["name"] for v in response.json()]
         """,
     )
-    run_inner(pytester).assert_outcomes(passed=3)
+    run_inner(pytester).assert_outcomes(passed=4)
 
 
 def test_restart_keeps_durable_state_the_url_and_the_time(pytester: pytest.Pytester) -> None:

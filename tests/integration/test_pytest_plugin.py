@@ -422,6 +422,48 @@ def test_restart_keeps_durable_state_the_url_and_the_time(pytester: pytest.Pytes
             assert channel.basic_get("orders", auto_ack=True)[2] == b"order 7"
             connection.close()
 
+        def test_ttl_counts_the_advanced_time_across_a_restart(
+            leveret_broker, leveret_vhost, amqp_url
+        ):
+            connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.queue_declare("expired", durable=True)
+            channel.queue_declare("unpaid", durable=True, arguments={
+                "x-message-ttl": 3_600_000,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": "expired",
+            })
+            published = leveret_broker.wall_time()
+            channel.basic_publish(
+                "", "unpaid", b"order 7", pika.BasicProperties(delivery_mode=2)
+            )
+            leveret_broker.advance(50 * 60)
+            channel.basic_publish(
+                "", "unpaid", b"order 8", pika.BasicProperties(delivery_mode=2)
+            )
+
+            leveret_broker.restart()
+
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
+                connection.process_data_events(time_limit=5)
+            connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+            channel = connection.channel()
+            assert leveret_broker.queue_length("unpaid", leveret_vhost) == 2
+            leveret_broker.advance(11 * 60)  # 61 minutes of the broker's time in all
+            _, properties, body = channel.basic_get("expired", auto_ack=True)
+            assert body == b"order 7"
+            # The broker's wall clock kept the advanced time across the restart too (an
+            # x-death time is whole seconds; without the advances it would be 11 minutes).
+            assert leveret_broker.wall_time() - time.time() >= 61 * 60
+            died = properties.headers["x-death"][0]["time"].timestamp()
+            assert 59 * 60 < died - published < 62 * 60
+            # Published after the first 50 minutes: 11 minutes old, not 61.
+            assert leveret_broker.queue_length("unpaid", leveret_vhost) == 1
+            leveret_broker.advance(50 * 60)
+            assert channel.basic_get("expired", auto_ack=True)[2] == b"order 8"
+            connection.close()
+
         LEFT_OPEN = []
 
         def test_stopped(leveret_broker):
@@ -438,7 +480,7 @@ def test_restart_keeps_durable_state_the_url_and_the_time(pytester: pytest.Pytes
             pika.BlockingConnection(pika.URLParameters(amqp_url)).close()
         """
     )
-    run_inner(pytester).assert_outcomes(passed=3)
+    run_inner(pytester).assert_outcomes(passed=4)
 
 
 def test_the_documented_examples_pass(pytester: pytest.Pytester) -> None:

@@ -25,7 +25,10 @@ class DeadlineTimer:
         self._handle: asyncio.TimerHandle | None = None
         self._when = 0.0
         timers.now = loop.time()
-        timers.wall_offset = time.time() - timers.now
+        # A loop may keep its own wall clock (the test clock's moves with its advances,
+        # across restarts too: leveret.testing.clock).
+        wall = getattr(loop, "wall_clock", time.time)
+        timers.wall_offset = wall() - timers.now
         timers.on_earlier = self.arm
         pending = timers.next_deadline()
         if pending is not None:

@@ -4,8 +4,9 @@ The server reads time in one place only, the event loop's clock: every ``now`` h
 front end, the model's ``Timers.now`` and ``wall_offset`` (``server/deadlines.py``), the
 one broker-wide deadline timer (``loop.call_at``) and each connection's heartbeat tick
 (``loop.call_later``). So a loop whose ``time()`` the test moves is a clock for all of them
-at once, with no hook on the broker's own paths: :class:`ClockedEventLoop` is a plain
-selector loop whose clock reads ``time.monotonic() + offset``.
+at once, with no hook on the broker's hot paths: :class:`ClockedEventLoop` is a plain
+selector loop whose clock reads ``time.monotonic() + offset`` (and its wall clock, read at
+boot and once per store batch, ``time.time() + offset``: below).
 
 :meth:`ClockedEventLoop.advance` moves the clock forward the way waiting would, only
 without the wait. While an advance is under way the loop's selector (:class:`_WarpSelector`)
@@ -21,6 +22,12 @@ are handled first, at the time they came, and a client that kept the loop busy w
 pause would hold the advance up until it paused. Real time keeps running underneath: a
 test that never advances sees an ordinary loop. Timeouts that run on this loop
 (``asyncio.wait_for`` in the broker) are timers like any other and fire when passed.
+
+The wall clock: the broker takes its wall clock (``x-death`` times, stream timestamps, the
+enqueue time the store keeps for TTLs across a restart) from ``wall_clock()`` where the loop
+has one (``server/deadlines.py``, ``store/disk.py``), else ``time.time()``. Here it is
+``time.time() + offset``: the advances survive a restart, so a message with an hour's TTL
+published, advanced 50 minutes, the broker restarted, advanced 11 minutes, has expired.
 
 Imported by ``leveret.testing.embedded``; nothing in the broker imports it.
 """
@@ -75,6 +82,12 @@ class ClockedEventLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return time.monotonic() + self.offset
+
+    def wall_clock(self) -> float:
+        """Wall-clock seconds moved by the same offset: the broker reads it where a loop
+        provides one (the model's wall offset at boot, the store's enqueue stamps), so its
+        wall clock keeps every advance, across a restart on a new loop too."""
+        return time.time() + self.offset
 
     async def advance(self, seconds: float) -> None:
         """Move the clock ``seconds`` forward, running every timer that falls due on the

@@ -247,6 +247,12 @@ class EmbeddedBroker:
         loop = self._loop
         return loop.time() if loop is not None else time.monotonic() + self._offset
 
+    def wall_time(self) -> float:
+        """The broker's wall clock (``time.time()`` moved on by every advance): what it
+        writes in ``x-death`` times and stream timestamps."""
+        loop = self._loop
+        return loop.wall_clock() if loop is not None else time.time() + self._offset
+
     def advance(self, seconds: float) -> None:
         """Move the broker's clock ``seconds`` forward: every deadline that falls due on the
         way (message TTL and dead-lettering, ``x-expires``, scheduled messages, consumer

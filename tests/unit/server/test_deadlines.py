@@ -1,9 +1,12 @@
 """The broker-wide deadline timer (``server/deadlines.py``) on the test clock: the model's
 deadlines fire at their times and in order, an earlier one re-arms the timer, and a target
-that raises does not stop the ones after it."""
+that raises does not stop the ones after it; the model's wall clock is the loop's own
+when it has one."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -76,3 +79,29 @@ def test_a_target_that_raises_does_not_stop_later_deadlines(loop: ClockedEventLo
     assert [name for name, _ in log] == ["broken", "next"]
     assert len(errors) == 1
     assert isinstance(errors[0]["exception"], RuntimeError)
+
+
+def test_the_model_wall_clock_is_the_loop_s_own_when_it_has_one(loop: ClockedEventLoop) -> None:
+    """A broker booted on a clock already advanced (a restart in a test) keeps the advance
+    in its wall clock; an ordinary loop gives the system's."""
+    loop.offset = 3600.0
+    timers = Timers()
+
+    async def body() -> None:
+        timer = DeadlineTimer(loop, timers)
+        timer.close()
+
+    loop.run_until_complete(body())
+    assert abs(timers.wall - (time.time() + 3600)) < 1
+
+    plain = asyncio.new_event_loop()
+    try:
+        timers = Timers()
+
+        async def plain_body() -> None:
+            DeadlineTimer(plain, timers).close()
+
+        plain.run_until_complete(plain_body())
+    finally:
+        plain.close()
+    assert abs(timers.wall - time.time()) < 1

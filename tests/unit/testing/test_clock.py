@@ -142,6 +142,15 @@ def test_without_an_advance_the_loop_keeps_real_time(loop: ClockedEventLoop) -> 
     assert loop.offset == 0
 
 
+def test_the_wall_clock_moves_with_the_advances(loop: ClockedEventLoop) -> None:
+    async def body() -> None:
+        assert abs(loop.wall_clock() - time.time()) < 0.01
+        await loop.advance(7200)
+        assert abs(loop.wall_clock() - (time.time() + 7200)) < 0.01
+
+    run(loop, body)
+
+
 def test_io_runs_before_the_clock_moves(loop: ClockedEventLoop) -> None:
     """A client's bytes waiting on a socket are read at the time they came, before the
     advance skips ahead to the next timer."""

@@ -3,11 +3,12 @@
 a fresh one to prove the entry point), and reads the outcome.
 
 What it proves: the fixtures come from the installed entry point; each test gets a fresh
-vhost and one broker serves a module; ``advance`` fires message TTLs with dead-lettering
-(each hop at its own time), ``x-expires``, consumer timeouts, heartbeats (sent and missed)
-and any deadline in the model's ``Timers`` (the path scheduled messages take); settings per
-module; restarts; and every example of ``docs/testing.md`` passes as written (pika,
-aio-pika, kombu, the Celery worker fixture).
+vhost and one broker serves a module; ``advance`` fires message TTLs (per queue and per
+message) with dead-lettering (each hop at its own time), ``x-expires``, consumer timeouts,
+stream retention by age, heartbeats (sent and missed) and any deadline in the model's
+``Timers`` (the path scheduled messages take); settings per module; restarts (the clock,
+wall clock included, keeps its time); and every example of ``docs/testing.md`` passes as
+written (pika, aio-pika, kombu, the Celery worker fixture).
 
 The inner runs use ``-W error``: a warning (an unclosed socket, a thread's exception) fails
 them.
@@ -190,7 +191,9 @@ def test_advance_plays_a_dead_letter_chain_at_its_own_times(pytester: pytest.Pyt
     run_inner(pytester).assert_outcomes(passed=1)
 
 
-def test_advance_fires_queue_expiry_and_consumer_timeouts(pytester: pytest.Pytester) -> None:
+def test_advance_fires_expiries_consumer_timeouts_and_stream_retention(
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makepyfile(
         test_deadlines="""
         import pika
@@ -231,9 +234,52 @@ def test_advance_fires_queue_expiry_and_consumer_timeouts(pytester: pytest.Pytes
             other = connection.channel()
             assert other.queue_declare("jobs", passive=True).method.message_count == 1
             connection.close()
+
+        def test_per_message_ttl(leveret_broker, amqp_url):
+            connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+            channel = connection.channel()
+            channel.queue_declare("late")
+            channel.queue_declare("offers", arguments={
+                "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "late",
+            })
+            # (As in RabbitMQ, a message expires when it reaches the head: the hour first.)
+            for body, expiration in ((b"hour", "3600000"), (b"day", "86400000")):
+                channel.basic_publish(
+                    "", "offers", body, pika.BasicProperties(expiration=expiration)
+                )
+            leveret_broker.advance(3601)
+            assert channel.basic_get("late", auto_ack=True)[2] == b"hour"
+            assert channel.basic_get("late") == (None, None, None)
+            leveret_broker.advance(86400 - 3600)
+            assert channel.basic_get("late", auto_ack=True)[2] == b"day"
+            connection.close()
+
+        def test_stream_max_age(leveret_broker, amqp_url):
+            connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.queue_declare("audit", durable=True, arguments={
+                "x-queue-type": "stream",
+                "x-max-age": "7D",
+                "x-stream-max-segment-size-bytes": 1,  # a segment per message
+            })
+            for i in range(5):
+                channel.basic_publish("", "audit", b"event %d" % i)
+
+            def first_offset():
+                declared = channel.queue_declare(
+                    "audit", passive=True, arguments={"x-stream-offset": "first"}
+                )
+                return declared.method.message_count
+
+            leveret_broker.advance(6 * 86400)
+            assert first_offset() == 0
+            leveret_broker.advance(86400 + 61)  # a week old: the segments go
+            assert first_offset() == 5
+            connection.close()
         """
     )
-    run_inner(pytester).assert_outcomes(passed=2)
+    run_inner(pytester).assert_outcomes(passed=4)
 
 
 def test_advance_fires_heartbeats_both_ways(pytester: pytest.Pytester) -> None:

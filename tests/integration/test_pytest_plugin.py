@@ -5,10 +5,10 @@ a fresh one to prove the entry point), and reads the outcome.
 What it proves: the fixtures come from the installed entry point; each test gets a fresh
 vhost and one broker serves a module; ``advance`` fires message TTLs (per queue and per
 message) with dead-lettering (each hop at its own time), ``x-expires``, consumer timeouts,
-stream retention by age, heartbeats (sent and missed) and any deadline in the model's
-``Timers`` (the path scheduled messages take); settings per module; restarts (the clock,
-wall clock included, keeps its time); and every example of ``docs/testing.md`` passes as
-written (pika, aio-pika, kombu, the Celery worker fixture).
+stream retention by age, heartbeats (sent and missed), the refused-login delay and any
+deadline in the model's ``Timers`` (the path scheduled messages take); settings per module;
+restarts (the clock, wall clock included, keeps its time); and every example of
+``docs/testing.md`` passes as written (pika, aio-pika, kombu, the Celery worker fixture).
 
 The inner runs use ``-W error``: a warning (an unclosed socket, a thread's exception) fails
 them.
@@ -318,6 +318,48 @@ def test_advance_fires_heartbeats_both_ways(pytester: pytest.Pytester) -> None:
                 client.drain_events(timeout=5)
             assert leveret_broker.admin("list_connections") == []
             client.collect()
+        """
+    )
+    run_inner(pytester).assert_outcomes(passed=1)
+
+
+def test_advance_ends_the_refused_login_delay(pytester: pytest.Pytester) -> None:
+    """A refused login is answered after 3 s of the broker's time (as RabbitMQ does); with
+    the clock advanced the refusal comes at once, in less real time than the delay."""
+    pytester.makepyfile(
+        test_login="""
+        import threading
+        import time
+
+        import amqp
+
+        def test_refused_login(leveret_broker, leveret_vhost):
+            outcome = []
+
+            def login():
+                client = amqp.Connection(
+                    f"{leveret_broker.host}:{leveret_broker.port}",
+                    userid="guest",
+                    password="wrong",
+                    virtual_host=leveret_vhost,
+                    connect_timeout=10,
+                )
+                try:
+                    client.connect()
+                except amqp.exceptions.AccessRefused as exc:
+                    outcome.append(exc)
+                finally:
+                    client.collect()
+
+            began = time.monotonic()
+            thread = threading.Thread(target=login)
+            thread.start()
+            while thread.is_alive() and time.monotonic() - began < 10:
+                leveret_broker.advance(0.5)
+                thread.join(0.05)
+            thread.join(10)
+            assert len(outcome) == 1
+            assert time.monotonic() - began < 3  # the delay passed on the broker's clock
         """
     )
     run_inner(pytester).assert_outcomes(passed=1)

@@ -262,7 +262,9 @@ class DiskStore:
         self._callbacks: list[Callable[[], None]] = []
         self._batch_first = 1  # the first message id of the open batch
         # Wall-clock milliseconds stored with each message (enqueue time, for TTLs across a
-        # restart); read once per batch, not per message.
+        # restart); read once per loop turn, not per message. The loop's own wall clock if
+        # it has one (the test clock's, which advances: leveret.testing.clock).
+        self._wall: Callable[[], float] = time.time
         self._now_ms = int(time.time() * 1000)
         self._batch_refs = 0  # queue references to messages of the open batch
         self._busy = False
@@ -462,6 +464,8 @@ class DiskStore:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; from now on the loop thread may call the journal."""
         self._loop = loop
+        self._wall = getattr(loop, "wall_clock", time.time)
+        self._now_ms = int(self._wall() * 1000)
         self._defs_fd = os.open(self.path / "defs.log", os.O_WRONLY | os.O_APPEND)
         self._defs_good = os.fstat(self._defs_fd).st_size
         self._thread = threading.Thread(target=self._writer, name="leveret-store", daemon=True)
@@ -621,6 +625,11 @@ class DiskStore:
             self._msgs.append(_E.pack(b"E", queue_id, mid))
             self._add_ref(mid)
         else:
+            if not self._scheduled:
+                # The turn's first write: the clock is read once per turn. (Read at the
+                # last submit instead, an idle broker's next message would be stamped with
+                # a time long past, and its TTL would run out early after a restart.)
+                self._now_ms = int(self._wall() * 1000)
             mid = self._next_mid
             self._next_mid = mid + 1
             message.store_id = mid
@@ -711,7 +720,6 @@ class DiskStore:
         self._scheduled = False
         if self._busy or (self.failed is not None and not force):
             return
-        self._now_ms = int(time.time() * 1000)
         # What goes to the writer (kept to be given back if the write fails).
         self._inflight_delivered, self._inflight_removed = array("Q"), array("Q")
         msgs = self._msgs

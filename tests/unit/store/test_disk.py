@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from leveret.model.message import HINT_PERSISTENT, Message
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.records import StoreCorrupt
+from leveret.testing.clock import ClockedEventLoop
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,6 +122,37 @@ def test_messages_come_back_in_order_with_delivered_flags(tmp_path: Path) -> Non
     assert "q3" not in by_name
     segment = (tmp_path / "msgs" / "00000001.seg").read_bytes()
     assert segment.count(b"body5") == 1
+
+
+def test_messages_are_stamped_with_the_time_of_their_turn_by_the_loop_s_wall_clock(
+    tmp_path: Path,
+) -> None:
+    """The enqueue time kept for TTLs across a restart is read when the message is stored
+    (not at the previous batch, which may be an hour old on an idle broker), from the
+    loop's wall clock where it has one (the test clock's, advanced here)."""
+    store, _ = _reopen(tmp_path)
+    loop = ClockedEventLoop()
+
+    async def main() -> None:
+        store.start(loop)
+        qid = store.queue_declared("/", "q", False, {})
+        store.enqueued(qid, _message(b"first"))
+        await loop.advance(0.05)
+        await loop.advance(3600)  # idle: nothing is written meanwhile
+        store.enqueued(qid, _message(b"later"))
+        await loop.advance(0.05)
+        store.close()
+
+    began = time.time()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    store, rec = _reopen(tmp_path)
+    store.close()
+    stamps = {m[4]: m[6] for m in rec.queues[0].messages}
+    assert began - 1 <= stamps[b"first"] < began + 5
+    assert 3600 <= stamps[b"later"] - stamps[b"first"] < 3610
 
 
 def test_confirm_callbacks_run_after_the_sync_in_order(

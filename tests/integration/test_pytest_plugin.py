@@ -392,6 +392,37 @@ def test_advance_fires_any_deadline_of_the_model(pytester: pytest.Pytester) -> N
     run_inner(pytester).assert_outcomes(passed=1)
 
 
+def test_advance_delivers_a_delayed_exchange_message_when_due(pytester: pytest.Pytester) -> None:
+    """A message published to an ``x-delayed-message`` exchange with a 30-minute ``x-delay``
+    waits while the clock stands still and is routed once the advance passes its due time."""
+    pytester.makepyfile(
+        test_delayed="""
+        import pika
+
+        def test_delayed(leveret_broker, amqp_url):
+            connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.exchange_declare(
+                "later", "x-delayed-message", arguments={"x-delayed-type": "direct"}
+            )
+            channel.queue_declare("jobs")
+            channel.queue_bind("jobs", "later", "job")
+            channel.basic_publish(
+                "later", "job", b"retry",
+                pika.BasicProperties(headers={"x-delay": 30 * 60 * 1000}),
+            )
+            leveret_broker.advance(30 * 60 - 1)
+            assert channel.basic_get("jobs") == (None, None, None)
+            leveret_broker.advance(2)
+            _, _, body = channel.basic_get("jobs", auto_ack=True)
+            assert body == b"retry"
+            connection.close()
+        """
+    )
+    run_inner(pytester).assert_outcomes(passed=1)
+
+
 def test_an_exception_on_the_broker_thread_fails_the_test(pytester: pytest.Pytester) -> None:
     """A bug that fires on the broker's thread (here a deadline that raises) is only a log
     line in a broker; in a test it fails the test that was running."""

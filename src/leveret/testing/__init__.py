@@ -1,6 +1,7 @@
 """Test helpers that ship with Leveret: an in-memory 0-9-1 client for the sans-IO front end,
 the AMQP/Fast 0.8a2 client (sans-IO, and over a blocking socket), the 0-8/0-9 client (in
-memory, and over a blocking socket), and a real broker inside the test run (``embedded``, ``pytest_plugin``: ``docs/testing.md``).
+memory, and over a blocking socket), and a real broker inside the test run (``embedded``,
+``pytest_plugin``: ``docs/testing.md``).
 
 The names below are imported when first used: pytest imports this package in every test
 run where Leveret is installed (the plugin's entry point), which must not cost the codecs'

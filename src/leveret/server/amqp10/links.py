@@ -179,6 +179,8 @@ class IncomingLink:
         session = self.session
         try:
             exchange, routing_key = self._route_of(event.payload)
+            # Write permission (cached), the exchange, a topic exchange's key (RabbitMQ's order).
+            session.guard.publish(exchange, routing_key, publisher)
             message = amqp10_message(exchange, routing_key, event.payload)
             if session.check_user_id and message.hints:
                 session.check_user(message)
@@ -220,7 +222,6 @@ class IncomingLink:
             if address.exchange is None:
                 raise NotFound(f"'{to}' is not an address to send to")
             exchange, routing_key = address.exchange, address.routing_key
-            self.publisher.check(exchange)
         if routing_key is None:
             routing_key = subject or ""
         return exchange, routing_key

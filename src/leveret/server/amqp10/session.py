@@ -71,6 +71,10 @@ class Session:
         assert client is not None
         self.client = client
         self.vhost = client.vhost
+        guard = conn.guard
+        assert guard is not None
+        # The connection's access checks, asked before the core acts (server/guard.py).
+        self.guard = guard
         self.timers = self.vhost.timers
         self.links: dict[int, Link] = {}
         self.unsettled: dict[int, Delivery] = {}
@@ -97,13 +101,9 @@ class Session:
         self.conn.published_on(link)
 
     def check_user(self, message: Message) -> None:
-        """RabbitMQ's rule: a user-id property must be the authenticated user."""
-        user_id = message.properties.user_id
-        name = self.client.user
-        if user_id is not None and user_id != name:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{name}'"
-            )
+        """RabbitMQ's rule: a user-id property must be the authenticated user (unless the
+        user is an impersonator)."""
+        self.guard.check_user_id(message.properties.user_id)
 
     def to_and_subject(self, payload: bytes) -> tuple[str | None, str | None]:
         """A message's ``to`` and ``subject`` (read only for the links that need them)."""
@@ -167,8 +167,11 @@ class Session:
         vhost, owner = self.vhost, self.client
         answer: Source | None = None
         temporary = False
+        guard = self.guard
         if source.dynamic:
-            queue = vhost.declare_queue("", owner=owner, exclusive=True)
+            name = guard.queue_declare("", passive=False, arguments=None)
+            guard.consume(name)
+            queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
             answer = dataclasses.replace(source, address=queue_address(queue.name))
             temporary = True
         else:
@@ -184,13 +187,17 @@ class Session:
             if where.bind:
                 assert where.exchange is not None
                 vhost.exchange(where.exchange)
-                queue = vhost.declare_queue("", owner=owner, exclusive=True)
-                vhost.bind_queue(
-                    queue.name, where.exchange, where.routing_key or "", {}, owner=owner
-                )
+                key = where.routing_key or ""
+                # RabbitMQ 3's plugin: a server-named queue, bound, consumed.
+                name = guard.queue_declare("", passive=False, arguments=None)
+                guard.queue_bind(name, where.exchange, key)
+                guard.consume(name)
+                queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
+                vhost.bind_queue(queue.name, where.exchange, key, {}, owner=owner)
                 temporary = True
             else:
                 assert where.queue is not None
+                guard.consume(where.queue)
                 queue = vhost.queue(where.queue, owner)
         stream = isinstance(queue, StreamQueue)
         spec = None
@@ -241,11 +248,15 @@ class Session:
                 self.links[event.handle] = node
                 return
             if where.queue is not None:
+                self.guard.access.write_exchange("")
                 self.vhost.queue(where.queue, self.client)
                 exchange, routing_key = "", where.queue
             else:
                 assert where.exchange is not None
                 exchange, routing_key = where.exchange, where.routing_key
+                # Write permission is asked at attach (RabbitMQ 4), and again per message
+                # (the cached ``Guard.publish``: permissions can change, topic keys vary).
+                self.guard.access.write_exchange(exchange)
                 if exchange:
                     self.vhost.exchange(exchange)
         link = IncomingLink(

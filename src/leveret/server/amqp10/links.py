@@ -8,7 +8,9 @@
   the consumer settles automatically and transfers go pre-settled; otherwise each delivery
   stays unsettled in its queue until the peer's disposition says accepted (it leaves),
   rejected (dead-lettered where the queue says), released (back to its place, as
-  redelivered), or modified (released; ``undeliverable-here`` rejects it, as RabbitMQ).
+  redelivered), or modified (``settle.modify``: its ``x-`` message annotations merged into
+  the queue's copy, a failed delivery counted in ``delivery-count``, released, or rejected
+  when ``undeliverable-here``, as RabbitMQ 4).
 - Incoming: every message is published through the core with confirms, so an unsettled
   transfer is settled (``accepted``) once the store has what it routed, ``released`` when
   no queue took it (RabbitMQ 4's answer to an unroutable message), ``rejected`` with the
@@ -39,7 +41,12 @@ from leveret.protocol.amqp10 import (
 from leveret.server.amqp10.address import AddressError, parse_target
 from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.from_amqp091 import payload_from_amqp091
-from leveret.server.amqp10.message import FORMAT, amqp10_message, payload_for_amqp10
+from leveret.server.amqp10.message import (
+    FORMAT,
+    amqp10_message,
+    field_value,
+    payload_for_amqp10,
+)
 
 if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
@@ -275,12 +282,28 @@ def outcome(state: Value, deliveries: list[Delivery]) -> None:
     elif isinstance(state, Rejected):
         settle.reject(deliveries)
     elif isinstance(state, Modified):
-        if state.undeliverable_here:
-            settle.reject(deliveries)
-        else:
-            settle.release(deliveries)
+        settle.modify(
+            deliveries,
+            headers=modified_headers(state.message_annotations),
+            failed=bool(state.delivery_failed),
+            undeliverable=bool(state.undeliverable_here),
+        )
     else:
         settle.release(deliveries)
+
+
+def modified_headers(annotations: dict[Value, Value] | None) -> dict[str, object] | None:
+    """A ``modified`` outcome's message annotations as the core's headers: the ``x-`` keys
+    (``x-opt-`` for applications, other ``x-`` ones the broker's, as RabbitMQ 4 takes them);
+    others are not message annotations a consumer may set, and are left out."""
+    if not annotations:
+        return None
+    out = {
+        str(key): field_value(value)
+        for key, value in annotations.items()
+        if isinstance(key, str) and key.startswith("x-")
+    }
+    return out or None
 
 
 _ROLE_RECEIVER = Role.RECEIVER

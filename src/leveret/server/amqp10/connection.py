@@ -54,7 +54,7 @@ from leveret.protocol.amqp10 import (
     Symbol,
 )
 from leveret.server.amqp10.errors import error_for
-from leveret.server.amqp10.links import IncomingLink, OutgoingLink
+from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session import Session
 from leveret.server.guard import Guard
@@ -220,7 +220,7 @@ class AMQP10Connection:
                 event = cast("CreditGranted", event)
                 session = self.sessions.get(event.channel)
                 link = None if session is None else session.links.get(event.handle)
-                if isinstance(link, (OutgoingLink, ManagementNode)):
+                if isinstance(link, (OutgoingLink, SelectorLink, ManagementNode)):
                     link.credit_granted(event)
             elif kind is LinkAttachRequested:
                 event = cast("LinkAttachRequested", event)

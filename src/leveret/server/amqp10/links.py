@@ -23,11 +23,12 @@ Used by ``session.py``; sans-IO (the machine queues frames, the adapter writes t
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.errors import AMQPError, NotFound
 from leveret.model import settle
-from leveret.model.consumer import Consumer, ConsumerOwner
+from leveret.model.consumer import Browser, Consumer, ConsumerOwner
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.protocol.amqp10 import (
@@ -47,6 +48,7 @@ from leveret.server.amqp10.message import (
     field_value,
     payload_for_amqp10,
 )
+from leveret.server.amqp10.selector import message_lookup
 
 if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
@@ -54,11 +56,12 @@ if TYPE_CHECKING:
     from leveret.model.queue import Queue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
+    from leveret.server.amqp10.selector import Selector
     from leveret.server.amqp10.session import Session
 
 log = logging.getLogger("leveret.amqp10")
 
-__all__ = ["IncomingLink", "OutgoingLink"]
+__all__ = ["IncomingLink", "OutgoingLink", "SelectorLink"]
 
 _ACCEPTED = Accepted()
 _RELEASED = Released()
@@ -149,6 +152,109 @@ class OutgoingLink(ConsumerOwner):
         self.queue.remove_consumer(self.consumer)
         if self.temporary and not self.queue.deleted:
             self.session.delete_queue(self.queue)
+
+
+class SelectorLink(Browser):
+    """A link the broker sends on with a JMS selector (``apache.org:selector-filter:string``):
+    not a consumer that the queue hands its head to, but a browser of the queue
+    (``Queue.browsers``) that takes (``Queue.acquire``) the ready messages its selector
+    matches, in queue order, while it has credit; the others stay for other consumers.
+
+    Woken at every enqueue and requeue, it walks the resident ready messages from the head
+    and skips the ones it has judged already (a set of their sequence numbers), so a
+    message released back in front of it is seen again. Deliveries are settled like an
+    ``OutgoingLink``'s (the session's unsettled map, outcomes through ``settle``)."""
+
+    def __init__(
+        self,
+        session: Session,
+        handle: int,
+        name: str,
+        queue: Queue,
+        *,
+        settled: bool,
+        selector: Selector,
+    ) -> None:
+        self.session = session
+        self.handle = handle
+        self.name = name
+        self.queue = queue
+        self.settled = settled
+        self.selector = selector
+        self.credit = 0
+        self.closed = False
+        self.browsing = False
+        self.unmatched: set[int] = set()
+
+    def start(self) -> None:
+        self.queue.browsers.append(self)
+        self.browse()
+
+    def browse(self) -> None:
+        if self.browsing or self.closed:
+            return
+        self.browsing = True
+        try:
+            self._browse()
+        finally:
+            self.browsing = False
+
+    def _browse(self) -> None:
+        queue = self.queue
+        session = self.session
+        ready = queue.ready
+        if not isinstance(ready, deque):
+            return  # priority levels: the session does not make selector links for them
+        unmatched = self.unmatched
+        if len(unmatched) > 2 * len(ready) + 64:
+            self.unmatched = unmatched = {e.seq for e in ready if e.seq in unmatched}
+        matches = self.selector.matches
+        i = 0
+        while self.credit > 0 and session.writable and not self.closed and i < len(ready):
+            entry = ready[i]
+            seq = entry.seq
+            if seq in unmatched:
+                i += 1
+                continue
+            if not matches(message_lookup(entry.message)):
+                unmatched.add(seq)
+                i += 1
+                continue
+            if queue.acquire(entry):
+                self._send(entry)
+            else:
+                i += 1
+
+    def _send(self, entry: QueuedMessage) -> None:
+        session = self.session
+        message = entry.message
+        if message.format == FORMAT:
+            payload = payload_for_amqp10(message, entry.redelivered, entry.deliveries)
+        else:
+            payload = payload_from_amqp091(message, entry.redelivered, entry.deliveries)
+        self.credit -= 1
+        delivery_id = session.send(self.handle, payload, self.settled)
+        if self.settled:
+            self.queue.settle(entry)
+        else:
+            session.unsettled[delivery_id] = _new_tuple(
+                Delivery, (entry, self.queue, None, session.timers.now)
+            )
+
+    def credit_granted(self, event: CreditGranted) -> None:
+        self.credit = event.credit
+        self.browse()
+        if event.drain:
+            if self.credit > 0:
+                self.session.drained(self.handle)
+            self.credit = 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self in self.queue.browsers:
+            self.queue.browsers.remove(self)
 
 
 class IncomingLink:

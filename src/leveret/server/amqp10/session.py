@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
@@ -33,9 +34,10 @@ from leveret.protocol.amqp10 import (
     Timestamp,
 )
 from leveret.protocol.amqp10.types import decode_value
+from leveret.server.amqp10 import selector
 from leveret.server.amqp10.address import AddressError, parse_source, parse_target, queue_address
 from leveret.server.amqp10.errors import error_for
-from leveret.server.amqp10.links import IncomingLink, OutgoingLink, outcome
+from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink, outcome
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.message import first_sections, split_payload
 
@@ -58,7 +60,9 @@ __all__ = ["INCOMING_CREDIT", "Session"]
 INCOMING_CREDIT = 256
 STREAM_FILTER = "rabbitmq:stream-offset-spec"
 _PROPERTIES = 0x73
-Link = OutgoingLink | IncomingLink | ManagementNode
+# The selector filter's descriptor as a symbol, and as the ulong Qpid's registry gives it.
+SELECTOR_CODE = 0x0000468C00000004
+Link = OutgoingLink | SelectorLink | IncomingLink | ManagementNode
 
 
 class Session:
@@ -204,6 +208,35 @@ class Session:
         if isinstance(queue, StreamQueue):
             spec = queue.offset_spec({"x-stream-offset": _offset_spec(source.filter)})
             settled = False  # a stream's deliveries are settled (they only return credit)
+        found = _selector(source.filter)
+        # Spec 3.5.1: the answer's source lists the filters applied; a selector applies
+        # where a browser can take from the middle of the queue (not a stream, nor
+        # priority levels).
+        applied = dict(source.filter or {})
+        if found is not None:
+            filter_key, text = found
+            if stream or not isinstance(queue.ready, deque) or temporary:
+                del applied[filter_key]
+            else:
+                try:
+                    chosen = selector.parse(text)
+                except selector.SelectorError as exc:
+                    raise AddressError(f"invalid selector: {exc}") from None
+                machine.accept_link(
+                    self.channel,
+                    event.handle,
+                    source=dataclasses.replace(source, filter=applied),
+                    snd_settle_mode=(
+                        SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED
+                    ),
+                )
+                chooser = SelectorLink(
+                    self, event.handle, event.name, queue, settled=settled, selector=chosen
+                )
+                self.links[event.handle] = chooser
+                chooser.start()
+                return
+            source = dataclasses.replace(source, filter=applied or None)
         link = OutgoingLink(
             self, event.handle, event.name, queue, settled=settled, temporary=temporary
         )
@@ -307,6 +340,8 @@ class Session:
             for link in list(self.links.values()):
                 if isinstance(link, OutgoingLink) and link.consumer.credit > 0:
                     link.queue.dispatch()
+                elif isinstance(link, SelectorLink):
+                    link.browse()
 
     def close(self) -> None:
         """The session ended (or the connection went): stop every link and requeue what
@@ -324,6 +359,19 @@ class Session:
                 delivery.consumer.unsettled -= 1
         if held:
             settle.release(held)
+
+
+def _selector(filters: dict[Value, Value] | None) -> tuple[Value, str] | None:
+    """The JMS selector among a source's filters: (its key, its text)."""
+    for key, value in (filters or {}).items():
+        if isinstance(value, Described) and value.descriptor in (
+            selector.SELECTOR_FILTER,
+            SELECTOR_CODE,
+        ):
+            text = value.value
+            if isinstance(text, str):
+                return key, str(text)
+    return None
 
 
 def _offset_spec(filters: dict[Value, Value] | None) -> object:

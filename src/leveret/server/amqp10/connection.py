@@ -57,6 +57,7 @@ from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session import Session
+from leveret.server.amqp10.transactions import CoordinatorLink, Transactions
 from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class AMQP10Connection:
         self.user: User | None = None
         self.access: Access | None = None
         self.guard: Guard | None = None
+        self.transactions: Transactions | None = None
         self.published = False
         self.paced = False
         self.blocked = False
@@ -209,7 +211,7 @@ class AMQP10Connection:
                 event = cast("MessageReceived", event)
                 session = self.sessions.get(event.channel)
                 link = None if session is None else session.links.get(event.handle)
-                if isinstance(link, (IncomingLink, ManagementNode)):
+                if isinstance(link, (IncomingLink, ManagementNode, CoordinatorLink)):
                     link.receive(event)
             elif kind is DispositionReceived:
                 event = cast("DispositionReceived", event)
@@ -311,6 +313,7 @@ class AMQP10Connection:
             return
         self.access = access
         self.guard = Guard(access, vhost)
+        self.transactions = Transactions(vhost)
         self.client = self.broker.connect(vhost, user.name, f"{self.peer} ({event.container_id})")
         self.client.writable = self.writable
         self._opened = True
@@ -438,6 +441,11 @@ class AMQP10Connection:
                 session.close()
         if client is not None:
             client.close()
+        transactions = self.transactions
+        if transactions is not None:
+            # After the sessions: their unsettled deliveries went back first.
+            self.transactions = None
+            transactions.close()
         access = self.access
         if access is not None:
             self.access = None

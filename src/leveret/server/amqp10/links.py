@@ -26,18 +26,20 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from leveret.errors import AMQPError, NotFound
+from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.consumer import Browser, Consumer, ConsumerOwner
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.protocol.amqp10 import (
     Accepted,
+    AMQP10Error,
     Error,
     Modified,
     Rejected,
     Released,
     Role,
+    TransactionalState,
 )
 from leveret.server.amqp10.address import AddressError, parse_target
 from leveret.server.amqp10.errors import error_for
@@ -286,10 +288,14 @@ class IncomingLink:
         self.closed = False
 
     def receive(self, event: MessageReceived) -> None:
+        if event.state is not None:
+            self._receive_other(event)
+            return
         publisher = self.publisher
         confirms = publisher.confirms
         assert confirms is not None
         session = self.session
+        seq = 0
         try:
             exchange, routing_key = self._route_of(event.payload)
             # Write permission (cached), the exchange, a topic exchange's key (RabbitMQ's order).
@@ -302,16 +308,42 @@ class IncomingLink:
                 self.waiting[seq] = event.delivery_id
             publisher.publish(exchange, routing_key, message, report_unroutable=True)
         except AMQPError as exc:
+            # Refused before or inside the publish: forget its number (never the one
+            # before it, still waiting for the store).
+            if seq:
+                self.waiting.pop(seq, None)
             self._refuse(event, exc)
             return
         session.published(self)
 
+    def _receive_other(self, event: MessageReceived) -> None:
+        """A transfer with a delivery state: in a transaction (``transactional-state``),
+        published into it; any other state is not the sender's to set on a first transfer."""
+        state = event.state
+        session = self.session
+        answer: Value
+        if not isinstance(state, TransactionalState):
+            if not event.settled:
+                error = error_for(PreconditionFailed(f"unexpected delivery state {state!r}"))
+                session.settle_incoming(event.delivery_id, event.delivery_id, Rejected(error=error))
+            return
+        try:
+            exchange, routing_key = self._route_of(event.payload)
+            session.guard.publish(exchange, routing_key, self.publisher)
+            message = amqp10_message(exchange, routing_key, event.payload)
+            if session.check_user_id and message.hints:
+                session.check_user(message)
+            session.transactions.publish(state.txn_id, exchange, routing_key, message)
+            answer = TransactionalState(txn_id=state.txn_id, outcome=_ACCEPTED)
+        except AMQPError as exc:
+            answer = TransactionalState(txn_id=state.txn_id, outcome=Rejected(error=error_for(exc)))
+        except AMQP10Error as exc:
+            error = Error(condition=exc.condition, description=exc.description)
+            answer = TransactionalState(txn_id=state.txn_id, outcome=Rejected(error=error))
+        if not event.settled:
+            session.settle_incoming(event.delivery_id, event.delivery_id, answer)
+
     def _refuse(self, event: MessageReceived, exc: AMQPError) -> None:
-        confirms = self.publisher.confirms
-        assert confirms is not None
-        # The publish never reached the confirms (or failed inside): drop its number.
-        self.waiting.pop(confirms.seq + 1, None)
-        self.waiting.pop(confirms.seq, None)
         if not event.settled:
             self.session.settle_incoming(
                 event.delivery_id, event.delivery_id, Rejected(error=error_for(exc))

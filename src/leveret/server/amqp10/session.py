@@ -9,7 +9,8 @@ exclusive queue (request/reply), a v1 exchange or topic source a temporary queue
 it; a target names an exchange and key, a queue, or nothing (each message's ``to``);
 ``/management`` is the management node (``management.py``). What cannot be resolved is
 refused with the spec's condition (``amqp:not-found``, ``amqp:unauthorized-access``,
-``amqp:invalid-field``, ``amqp:not-implemented`` for the transaction coordinator).
+``amqp:invalid-field``). A coordinator target is the session's transaction coordinator
+(``transactions.py``), and dispositions in a transaction settle into it.
 """
 
 from __future__ import annotations
@@ -24,14 +25,18 @@ from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.stream import StreamConsumer, StreamQueue
 from leveret.protocol.amqp10 import (
+    AMQP10Error,
+    Coordinator,
     Described,
     Error,
     Properties,
     Role,
     SenderSettleMode,
     Source,
+    Symbol,
     Target,
     Timestamp,
+    TransactionalState,
 )
 from leveret.protocol.amqp10.types import decode_value
 from leveret.server.amqp10 import selector
@@ -40,6 +45,7 @@ from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink, outcome
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.message import first_sections, split_payload
+from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS, CoordinatorLink
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -62,7 +68,7 @@ STREAM_FILTER = "rabbitmq:stream-offset-spec"
 _PROPERTIES = 0x73
 # The selector filter's descriptor as a symbol, and as the ulong Qpid's registry gives it.
 SELECTOR_CODE = 0x0000468C00000004
-Link = OutgoingLink | SelectorLink | IncomingLink | ManagementNode
+Link = OutgoingLink | SelectorLink | IncomingLink | ManagementNode | CoordinatorLink
 
 
 class Session:
@@ -85,6 +91,9 @@ class Session:
         self.writable = True
         self.closed = False
         self.check_user_id = True
+        transactions = conn.transactions
+        assert transactions is not None
+        self.transactions = transactions
 
     # -- what links ask of their session -------------------------------------------------
 
@@ -159,6 +168,12 @@ class Session:
                 self.channel,
                 event.handle,
                 Error(condition="amqp:invalid-field", description=str(exc)),
+            )
+        except AMQP10Error as exc:
+            machine.refuse_link(
+                self.channel,
+                event.handle,
+                Error(condition=exc.condition, description=exc.description),
             )
         self.conn.wrote()
 
@@ -255,17 +270,21 @@ class Session:
     def _attach_incoming(self, event: LinkAttachRequested) -> None:
         target = event.target
         machine = self.conn.machine
-        if target is not None and not isinstance(target, Target):
-            # The transaction coordinator (or anything else that is not a target).
-            machine.refuse_link(
+        if isinstance(target, Coordinator):
+            capabilities = target.capabilities or (LOCAL_TRANSACTIONS,)
+            if LOCAL_TRANSACTIONS not in capabilities:
+                raise AMQP10Error("amqp:not-implemented", "only local transactions are supported")
+            machine.accept_link(
                 self.channel,
                 event.handle,
-                Error(
-                    condition="amqp:not-implemented",
-                    description="transactions are not supported on this broker",
-                ),
+                target=Coordinator(capabilities=(Symbol(LOCAL_TRANSACTIONS),)),
+                credit=INCOMING_CREDIT,
+                auto_credit=True,
             )
+            self.links[event.handle] = CoordinatorLink(self, event.handle, event.name)
             return
+        if target is not None and not isinstance(target, Target):
+            raise AddressError("the target is neither a target nor a coordinator")
         address = None if target is None else target.address
         exchange: str | None = None
         routing_key: str | None = None
@@ -326,7 +345,18 @@ class Session:
             if consumer is not None:
                 consumer.unsettled -= 1
             taken.append(delivery)
-        if taken:
+        if isinstance(state, TransactionalState):
+            try:
+                self.transactions.settle(state.txn_id, state.outcome, taken)
+            except AMQP10Error as exc:
+                # Unknown transaction: the deliveries go back, the session ends (spec 4.4.4).
+                settle.release(taken)
+                self.conn.machine.end(
+                    self.channel, Error(condition=exc.condition, description=exc.description)
+                )
+                self.conn.wrote()
+                return
+        elif taken:
             outcome(state, taken)
         if not event.settled:
             self.conn.machine.settle(self.channel, first, last, role=Role.SENDER, state=state)

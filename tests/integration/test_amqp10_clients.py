@@ -380,7 +380,7 @@ def test_open_names_leveret_beside_the_rabbitmq_dialect(broker: Broker) -> None:
     version 4 or later (docs/compatibility.md); Leveret says so, and names itself."""
     from leveret import __version__
 
-    c = BlockingConnection(_url(broker), timeout=10)
+    c: Any = BlockingConnection(_url(broker), timeout=10)
     try:
         props = dict(c.conn.remote_properties)
     finally:

@@ -63,7 +63,7 @@ log = logging.getLogger("leveret.amqp10")
 __all__ = ["INCOMING_CREDIT", "Session"]
 
 # Link credit granted to a publisher's link, topped up at half (RabbitMQ 4 grants 128..170).
-INCOMING_CREDIT = 256
+INCOMING_CREDIT = 2048
 STREAM_FILTER = "rabbitmq:stream-offset-spec"
 _PROPERTIES = 0x73
 # The selector filter's descriptor as a symbol, and as the ulong Qpid's registry gives it.

@@ -57,8 +57,6 @@ if TYPE_CHECKING:
 
 __all__ = ["main", "run"]
 
-CONSUMER_CREDIT = 1000
-
 
 class _Peer(asyncio.Protocol):
     def __init__(self, vhost: str) -> None:
@@ -146,9 +144,10 @@ class Publisher(_Peer):
 
 
 class Consumer(_Peer):
-    def __init__(self, vhost: str, settled: bool) -> None:
+    def __init__(self, vhost: str, settled: bool, credit: int) -> None:
         super().__init__(vhost)
         self.settled = settled
+        self.credit = credit
         self.received = 0
 
     def event(self, event: object) -> None:
@@ -157,8 +156,8 @@ class Consumer(_Peer):
             self.received += 1
             if not self.settled:
                 self.machine.settle(event.channel, event.delivery_id, role=Role.RECEIVER)
-            if self.machine.credit(self.channel, self.handle) < CONSUMER_CREDIT // 2:
-                self.machine.grant_credit(self.channel, self.handle, CONSUMER_CREDIT)
+            if self.machine.credit(self.channel, self.handle) < self.credit // 2:
+                self.machine.grant_credit(self.channel, self.handle, self.credit)
 
 
 async def _open(peer: _Peer, host: str, port: int) -> None:
@@ -182,10 +181,10 @@ async def _attach(peer: _Peer, name: str, role: bool, address: str, settled: boo
 
 async def _consume(args: argparse.Namespace, address: str, pipe: Pipe) -> None:
     settled = args.scenario == "a"
-    consumer = Consumer("/", settled=settled)
+    consumer = Consumer("/", settled=settled, credit=args.credit)
     await _open(consumer, args.host, args.port)
     await _attach(consumer, "c", Role.RECEIVER, address, settled)
-    consumer.machine.grant_credit(consumer.channel, consumer.handle, CONSUMER_CREDIT)
+    consumer.machine.grant_credit(consumer.channel, consumer.handle, args.credit)
     consumer.flush()
     pipe.send("ready")
     start, end = pipe.recv()  # the measured window, in the shared monotonic clock
@@ -283,6 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--confirm", type=int, default=1000)
+    p.add_argument(
+        "--credit",
+        type=int,
+        default=1000,
+        help="the consumer's link credit, topped up at half (0-9-1's prefetch, roughly)",
+    )
     p.add_argument("--prefix", default="/queues/", help="/amq/queue/ for RabbitMQ 3.10")
     p.add_argument("--broker-pid", type=int, default=0)
     p.add_argument("--label", default="")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.consumer import Browser, Consumer, ConsumerOwner
+from leveret.model.message import HINT_USER_ID
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.protocol.amqp10 import (
@@ -301,7 +302,7 @@ class IncomingLink:
             # Write permission (cached), the exchange, a topic exchange's key (RabbitMQ's order).
             session.guard.publish(exchange, routing_key, publisher)
             message = amqp10_message(exchange, routing_key, event.payload)
-            if session.check_user_id and message.hints:
+            if message.hints & HINT_USER_ID and session.check_user_id:
                 session.check_user(message)
             seq = confirms.seq + 1
             if not event.settled:
@@ -331,7 +332,7 @@ class IncomingLink:
             exchange, routing_key = self._route_of(event.payload)
             session.guard.publish(exchange, routing_key, self.publisher)
             message = amqp10_message(exchange, routing_key, event.payload)
-            if session.check_user_id and message.hints:
+            if message.hints & HINT_USER_ID and session.check_user_id:
                 session.check_user(message)
             session.transactions.publish(state.txn_id, exchange, routing_key, message)
             answer = TransactionalState(txn_id=state.txn_id, outcome=_ACCEPTED)

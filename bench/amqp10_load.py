@@ -42,6 +42,7 @@ from leveret.protocol.amqp10 import (
     DispositionReceived,
     Header,
     LinkAttached,
+    LinkDetached,
     MessageReceived,
     Role,
     SenderSettleMode,
@@ -149,6 +150,7 @@ class Consumer(_Peer):
         self.settled = settled
         self.credit = credit
         self.received = 0
+        self.detached: str | None = None
 
     def event(self, event: object) -> None:
         super().event(event)
@@ -156,8 +158,12 @@ class Consumer(_Peer):
             self.received += 1
             if not self.settled:
                 self.machine.settle(event.channel, event.delivery_id, role=Role.RECEIVER)
-            if self.machine.credit(self.channel, self.handle) < self.credit // 2:
+            if self.detached is None and (
+                self.machine.credit(self.channel, self.handle) < self.credit // 2
+            ):
                 self.machine.grant_credit(self.channel, self.handle, self.credit)
+        elif isinstance(event, LinkDetached) and event.handle == self.handle:
+            self.detached = str(event.error) if event.error is not None else "detached"
 
 
 async def _open(peer: _Peer, host: str, port: int) -> None:
@@ -191,7 +197,7 @@ async def _consume(args: argparse.Namespace, address: str, pipe: Pipe) -> None:
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     at_start = consumer.received
     await asyncio.sleep(max(0.0, end - time.monotonic()))
-    pipe.send(consumer.received - at_start)
+    pipe.send((consumer.received - at_start, consumer.detached))
     if consumer.transport is not None:
         consumer.transport.close()
 
@@ -237,7 +243,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         tool -= tool0 + child0
         broker1 = proc_cpu_s(args.broker_pid) if args.broker_pid else None
         publisher.running = False
-        consumed = ours.recv() if ours.poll(30) else 0
+        consumed, detached = ours.recv() if ours.poll(30) else (0, "no answer")
+        if detached is not None:
+            errors.append(f"the consumer's link ended: {detached}")
         if publisher.refused:
             errors.append(f"{publisher.refused} transfers not accepted")
         if publisher.transport is not None:

@@ -123,8 +123,13 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         # Scenarios a and c over AMQP 1.0 (issue 14): Leveret's 1.0 front end against
         # RabbitMQ's 1.0 plugin (rabbitmq_amqp1_0, enabled when these run).
+        # j's consumer grants 50,000 credit: a's 0-9-1 consumer has no prefetch limit, and
+        # with 1,000 (topped up at half) both brokers' deliveries waited for flow frames.
         Scenario(
-            "j", "a over AMQP 1.0: 16 B, both links pre-settled", ("--scenario", "a"), amqp10=True
+            "j",
+            "a over AMQP 1.0: 16 B, both links pre-settled",
+            ("--scenario", "a", "--credit", "50000"),
+            amqp10=True,
         ),
         Scenario(
             "k",

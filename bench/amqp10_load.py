@@ -1,12 +1,21 @@
 """``python -m bench.amqp10_load``: scenarios a and c of ``bench.run`` over AMQP 1.0, for
-Leveret's 1.0 front end and RabbitMQ's 1.0 plugin alike.
+Leveret's 1.0 front end and RabbitMQ's 1.0 plugin alike (``bench.run`` runs it as
+scenarios j and k).
 
-One publisher connection and one consumer connection, each an asyncio protocol over the
-project's own 1.0 client machine (``leveret.protocol.amqp10``, client role). Scenario ``a``:
-16 B bodies, both links pre-settled (at-most-once). Scenario ``c``: 1 KiB durable bodies
-to a durable queue, the publisher keeps ``--confirm`` unsettled transfers in flight (settled
-by the broker's ``accepted``), the consumer accepts each delivery. The queue is declared
-with pika (0-9-1) beforehand. Prints one JSON line: consumed msg/s over the window.
+One publisher connection (this process) and one consumer connection (a child process, so
+the tool's own CPU is two processes as ``bench.loadgen``'s is), each an asyncio protocol
+over the project's own 1.0 client machine (``leveret.protocol.amqp10``, client role).
+Scenario ``a``: 16 B bodies, both links pre-settled (at-most-once). Scenario ``c``: 1 KiB
+durable bodies to a durable queue, the publisher keeps ``--confirm`` unsettled transfers
+in flight (settled by the broker's ``accepted``), the consumer accepts each delivery
+(one disposition per message, as a 0-9-1 consumer acks each). The queue is declared with
+pika (0-9-1) beforehand, so the same run works on both brokers: addresses are
+``--prefix`` + queue (``/queues/`` for RabbitMQ 4 and Leveret, ``/amq/queue/`` for
+RabbitMQ 3.10's plugin).
+
+Prints one JSON line shaped as ``bench.loadgen``'s (``rates``, ``window_s``, ``cpu`` with
+the broker's CPU seconds when ``--broker-pid`` is given, ``ok``), so ``bench.run``
+tabulates both tools alike.
 """
 
 from __future__ import annotations
@@ -14,13 +23,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pika
 
+from bench.loadgen import proc_cpu_s
 from leveret.protocol.amqp10 import (
+    Accepted,
     Connection,
     ConnectionConfig,
     ConnectionOpened,
@@ -29,6 +42,7 @@ from leveret.protocol.amqp10 import (
     DispositionReceived,
     Header,
     LinkAttached,
+    LinkDetached,
     MessageReceived,
     Role,
     SenderSettleMode,
@@ -39,9 +53,14 @@ from leveret.protocol.amqp10 import (
 )
 from leveret.protocol.amqp10.message import encode_message
 
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection as Pipe
+
+__all__ = ["main", "run"]
+
 
 class _Peer(asyncio.Protocol):
-    def __init__(self, host: str, vhost: str) -> None:
+    def __init__(self, vhost: str) -> None:
         self.machine = Connection(
             ConnectionConfig(
                 side=Side.CLIENT,
@@ -57,11 +76,15 @@ class _Peer(asyncio.Protocol):
         self.handle = -1
         self.ready = asyncio.Event()
         self.attached = asyncio.Event()
+        self.closed = asyncio.Event()
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         self.machine.initiate()
         self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
 
     def flush(self) -> None:
         out = self.machine.pieces_to_send(time.monotonic())
@@ -84,13 +107,15 @@ class _Peer(asyncio.Protocol):
 
 
 class Publisher(_Peer):
-    def __init__(self, host: str, vhost: str, payload: bytes, settled: bool, window: int) -> None:
-        super().__init__(host, vhost)
+    def __init__(self, vhost: str, payload: bytes, settled: bool, window: int) -> None:
+        super().__init__(vhost)
         self.payload = payload
         self.settled = settled
         self.window = window
         self.in_flight = 0
         self.sent = 0
+        self.confirmed = 0
+        self.refused = 0
         self.running = True
 
     def event(self, event: object) -> None:
@@ -98,11 +123,17 @@ class Publisher(_Peer):
         if isinstance(event, CreditGranted):
             self.pump()
         elif isinstance(event, DispositionReceived):
-            self.in_flight -= event.last - event.first + 1
+            n = event.last - event.first + 1
+            self.in_flight -= n
+            self.confirmed += n
+            if not isinstance(event.state, Accepted):
+                self.refused += n
             self.pump()
 
     def pump(self) -> None:
         machine = self.machine
+        if self.handle < 0:
+            return
         credit = machine.credit(self.channel, self.handle)
         while self.running and credit > 0 and (self.settled or self.in_flight < self.window):
             machine.send_transfer(self.channel, self.handle, self.payload, settled=self.settled)
@@ -114,11 +145,12 @@ class Publisher(_Peer):
 
 
 class Consumer(_Peer):
-    def __init__(self, host: str, vhost: str, settled: bool) -> None:
-        super().__init__(host, vhost)
+    def __init__(self, vhost: str, settled: bool, credit: int) -> None:
+        super().__init__(vhost)
         self.settled = settled
+        self.credit = credit
         self.received = 0
-        self._unacked = -1
+        self.detached: str | None = None
 
     def event(self, event: object) -> None:
         super().event(event)
@@ -126,8 +158,12 @@ class Consumer(_Peer):
             self.received += 1
             if not self.settled:
                 self.machine.settle(event.channel, event.delivery_id, role=Role.RECEIVER)
-            if self.machine.credit(self.channel, self.handle) < 500:
-                self.machine.grant_credit(self.channel, self.handle, 1000)
+            if self.detached is None and (
+                self.machine.credit(self.channel, self.handle) < self.credit // 2
+            ):
+                self.machine.grant_credit(self.channel, self.handle, self.credit)
+        elif isinstance(event, LinkDetached) and event.handle == self.handle:
+            self.detached = str(event.error) if event.error is not None else "detached"
 
 
 async def _open(peer: _Peer, host: str, port: int) -> None:
@@ -136,70 +172,142 @@ async def _open(peer: _Peer, host: str, port: int) -> None:
     await asyncio.wait_for(peer.ready.wait(), 10)
 
 
+async def _attach(peer: _Peer, name: str, role: bool, address: str, settled: bool) -> None:
+    mode = SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED
+    if role == Role.RECEIVER:
+        source, target = Source(address=address), Target()
+    else:
+        source, target = Source(), Target(address=address)
+    peer.handle = peer.machine.attach(
+        peer.channel, name, role, source=source, target=target, snd_settle_mode=mode
+    )
+    peer.flush()
+    await asyncio.wait_for(peer.attached.wait(), 10)
+
+
+async def _consume(args: argparse.Namespace, address: str, pipe: Pipe) -> None:
+    settled = args.scenario == "a"
+    consumer = Consumer("/", settled=settled, credit=args.credit)
+    await _open(consumer, args.host, args.port)
+    await _attach(consumer, "c", Role.RECEIVER, address, settled)
+    consumer.machine.grant_credit(consumer.channel, consumer.handle, args.credit)
+    consumer.flush()
+    pipe.send("ready")
+    start, end = pipe.recv()  # the measured window, in the shared monotonic clock
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    at_start = consumer.received
+    await asyncio.sleep(max(0.0, end - time.monotonic()))
+    pipe.send((consumer.received - at_start, consumer.detached))
+    if consumer.transport is not None:
+        consumer.transport.close()
+
+
+def _consumer_main(args: argparse.Namespace, address: str, pipe: Pipe) -> None:
+    asyncio.run(_consume(args, address, pipe))
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     queue = f"bench10-{uuid.uuid4().hex[:8]}"
     params = pika.ConnectionParameters(host=args.host, port=args.port)
+    durable = args.scenario == "c"
     with pika.BlockingConnection(params) as conn:
-        conn.channel().queue_declare(queue, durable=args.scenario == "c")
+        conn.channel().queue_declare(queue, durable=durable)
     a = args.scenario == "a"
     size = 16 if a else 1024
     payload = encode_message(Data(b"x" * size), header=None if a else Header(durable=True))
-    consumer = Consumer(args.host, "/", settled=a)
-    await _open(consumer, args.host, args.port)
-    mode = SenderSettleMode.SETTLED if a else SenderSettleMode.UNSETTLED
-    consumer.handle = consumer.machine.attach(
-        consumer.channel,
-        "c",
-        Role.RECEIVER,
-        source=Source(address=args.prefix + queue),
-        target=Target(),
-        snd_settle_mode=mode,
+    address = args.prefix + queue
+    ours, theirs = multiprocessing.Pipe()
+    child = multiprocessing.get_context("fork").Process(
+        target=_consumer_main, args=(args, address, theirs), daemon=True
     )
-    consumer.flush()
-    await asyncio.wait_for(consumer.attached.wait(), 10)
-    consumer.machine.grant_credit(consumer.channel, consumer.handle, 1000)
-    consumer.flush()
-    publisher = Publisher(args.host, "/", payload, settled=a, window=args.confirm)
-    await _open(publisher, args.host, args.port)
-    publisher.handle = publisher.machine.attach(
-        publisher.channel,
-        "p",
-        Role.SENDER,
-        source=Source(),
-        target=Target(address=args.prefix + queue),
-        snd_settle_mode=mode,
-    )
-    publisher.flush()
-    await asyncio.sleep(args.warmup)
-    start_count = consumer.received
-    start = time.monotonic()
-    await asyncio.sleep(args.duration)
-    consumed = consumer.received - start_count
-    elapsed = time.monotonic() - start
-    publisher.running = False
-    for peer in (publisher, consumer):
-        if peer.transport is not None:
-            peer.transport.close()
+    child.start()
+    errors: list[str] = []
+    try:
+        if not ours.poll(30) or ours.recv() != "ready":
+            raise RuntimeError("the consumer did not attach")
+        publisher = Publisher("/", payload, settled=a, window=args.confirm)
+        await _open(publisher, args.host, args.port)
+        await _attach(publisher, "p", Role.SENDER, address, a)
+        publisher.pump()
+        start = time.monotonic() + args.warmup
+        end = start + args.duration
+        ours.send((start, end))
+        await asyncio.sleep(max(0.0, start - time.monotonic()))
+        sent0, confirmed0 = publisher.sent, publisher.confirmed
+        tool0 = proc_cpu_s(os.getpid()) or 0.0
+        child0 = proc_cpu_s(child.pid or 0) or 0.0
+        broker0 = proc_cpu_s(args.broker_pid) if args.broker_pid else None
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+        sent, confirmed = publisher.sent - sent0, publisher.confirmed - confirmed0
+        tool = (proc_cpu_s(os.getpid()) or 0.0) + (proc_cpu_s(child.pid or 0) or 0.0)
+        tool -= tool0 + child0
+        broker1 = proc_cpu_s(args.broker_pid) if args.broker_pid else None
+        publisher.running = False
+        consumed, detached = ours.recv() if ours.poll(30) else (0, "no answer")
+        if detached is not None:
+            errors.append(f"the consumer's link ended: {detached}")
+        if publisher.refused:
+            errors.append(f"{publisher.refused} transfers not accepted")
+        if publisher.transport is not None:
+            publisher.transport.close()
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+        sent = confirmed = consumed = 0
+        tool, broker0, broker1 = 0.0, None, None
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
     with pika.BlockingConnection(params) as conn:
         conn.channel().queue_delete(queue)
+    window = args.duration
+    cpu: dict[str, Any] = {"loadgen_pct": round(100.0 * tool / window, 1)}
+    if broker0 is not None and broker1 is not None:
+        cpu["broker_cpu_s"] = round(broker1 - broker0, 3)
+        cpu["broker_pct"] = round(100.0 * (broker1 - broker0) / window, 1)
     return {
+        "label": args.label,
+        "tool": "amqp10-load",
         "scenario": args.scenario,
-        "port": args.port,
-        "published": publisher.sent,
-        "consumed_per_s": round(consumed / elapsed),
+        "ok": not errors and consumed > 0,
+        "errors": errors,
+        "broker": {"host": args.host, "port": args.port, "pids": args.broker_pid},
+        "window_s": window,
+        "rates": {
+            "published": round(sent / window, 1),
+            "confirmed": round(confirmed / window, 1) if not a else 0.0,
+            "consumed": round(consumed / window, 1),
+        },
+        "cpu": cpu,
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5672)
     p.add_argument("--scenario", choices=("a", "c"), default="a")
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--confirm", type=int, default=1000)
-    p.add_argument("--prefix", default="/queues/", help="/queue/ for RabbitMQ 3.10")
-    print(json.dumps(asyncio.run(run(p.parse_args()))))
+    p.add_argument(
+        "--credit",
+        type=int,
+        default=1000,
+        help="the consumer's link credit, topped up at half (0-9-1's prefetch, roughly)",
+    )
+    p.add_argument("--prefix", default="/queues/", help="/amq/queue/ for RabbitMQ 3.10")
+    p.add_argument("--broker-pid", type=int, default=0)
+    p.add_argument("--label", default="")
+    # bench.run passes its common flags; these have no meaning here.
+    p.add_argument("--drain-max", type=float, default=0.0, help=argparse.SUPPRESS)
+    return p
+
+
+def main() -> None:
+    result = asyncio.run(run(build_parser().parse_args()))
+    print(json.dumps(result))
+    raise SystemExit(0 if result["ok"] else 1)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ class Scenario:
     extra: tuple[str, ...] = ()  # bench.loadgen only
     latency_target: bool = False  # compared on p99 latency rather than throughput
     deep: bool = False
+    amqp10: bool = False  # run by bench.amqp10_load over AMQP 1.0 instead of bench.loadgen
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -120,8 +121,26 @@ SCENARIOS: dict[str, Scenario] = {
             ("--size", "16", "--prefetch", "100"),
             deep=True,
         ),
+        # Scenarios a and c over AMQP 1.0 (issue 14): Leveret's 1.0 front end against
+        # RabbitMQ's 1.0 plugin (rabbitmq_amqp1_0, enabled when these run).
+        # j's consumer grants 50,000 credit: a's 0-9-1 consumer has no prefetch limit, and
+        # with 1,000 (topped up at half) both brokers' deliveries waited for flow frames.
+        Scenario(
+            "j",
+            "a over AMQP 1.0: 16 B, both links pre-settled",
+            ("--scenario", "a", "--credit", "50000"),
+            amqp10=True,
+        ),
+        Scenario(
+            "k",
+            "c over AMQP 1.0: 1 KiB durable, 1000 unsettled in flight, each accepted",
+            ("--scenario", "c", "--confirm", "1000"),
+            amqp10=True,
+        ),
     )
 }
+# The address prefix of a queue on each broker: RabbitMQ 3.10's plugin has only v1 addresses.
+AMQP10_PREFIX = {"leveret": "/queues/", "rabbitmq": "/amq/queue/"}
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -260,11 +279,12 @@ def ensure_rabbitmq() -> str:
     return RABBIT_BIN
 
 
-def start_rabbitmq(workdir: Path) -> Broker:
+def start_rabbitmq(workdir: Path, *, amqp10: bool = False) -> Broker:
     script = ensure_rabbitmq()
     port, dist = free_port(), free_port()
     node = f"bench{os.getpid()}@localhost"
-    (workdir / "enabled_plugins").write_text("[].\n")
+    plugins = "[rabbitmq_amqp1_0]" if amqp10 else "[]"
+    (workdir / "enabled_plugins").write_text(f"{plugins}.\n")
     conf = workdir / "rabbitmq.conf"
     conf.write_text(
         "loopback_users = none\n"
@@ -457,7 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=2.0)
-    p.add_argument("--scenarios", default="abcdefghi", help="e.g. abdefg or a,b,g")
+    p.add_argument(
+        "--scenarios",
+        default="abcdefghi",
+        help="e.g. abdefg or a,b,g; j and k are a and c over AMQP 1.0 (not run by default)",
+    )
     p.add_argument("--deep-count", type=int, default=1_000_000, help="messages in scenario i")
     p.add_argument("--drain-max", type=float, default=60.0)
     p.add_argument("--settle", type=float, default=2.0, help="seconds between runs")
@@ -511,7 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not args.check_tool:
             brokers.append(start_leveret(args.leveret_pythonpath, _mkdir(out / "leveret")))
-        brokers.append(start_rabbitmq(_mkdir(out / "rabbitmq")))
+        amqp10 = any(SCENARIOS[k].amqp10 for k in keys)
+        brokers.append(start_rabbitmq(_mkdir(out / "rabbitmq"), amqp10=amqp10))
         # Tools to run: (label, command prefix, broker)
         plan: list[tuple[str, list[str], Broker]] = []
         py = [sys.executable, "-m", "bench.loadgen"]
@@ -528,9 +553,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 s = SCENARIOS[key]
                 for name, prefix, broker in plan:
                     go = name == "go-loadgen"
-                    if go and (s.deep or s.extra):
+                    if go and (s.deep or s.extra or s.amqp10):
                         continue
                     flags = scenario_args(s, args)
+                    if s.amqp10:
+                        prefix = [sys.executable, "-m", "bench.amqp10_load"]
+                        flags += ["--prefix", AMQP10_PREFIX.get(broker.name, "/queues/")]
                     cmd = [
                         *prefix,
                         *(go_flags(flags) if go else [*flags, *s.extra]),

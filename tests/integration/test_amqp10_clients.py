@@ -373,3 +373,19 @@ def test_rabbitmq_amqp_client_declares_publishes_consumes(broker: Broker, name: 
     finally:
         management.close()
         conn.close()
+
+
+def test_open_names_leveret_beside_the_rabbitmq_dialect(broker: Broker) -> None:
+    """RabbitMQ's 1.0 clients refuse a server whose ``open`` does not say product RabbitMQ,
+    version 4 or later (docs/compatibility.md); Leveret says so, and names itself."""
+    from leveret import __version__
+
+    c: Any = BlockingConnection(_url(broker), timeout=10)
+    try:
+        props = dict(c.conn.remote_properties)
+    finally:
+        c.close()
+    assert props[symbol("product")] == "RabbitMQ"
+    assert props[symbol("version")] == "4.0.0"
+    assert props[symbol("leveret-version")] == __version__
+    assert "Leveret" in props[symbol("platform")]

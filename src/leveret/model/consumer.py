@@ -65,6 +65,14 @@ class Source:
         """Cancel ``consumer``; an auto-delete queue left without consumers goes."""
         raise NotImplementedError
 
+    def counts_returns(self) -> bool:
+        """Whether ``requeue`` counts a failed delivery itself (quorum queues do)."""
+        return False
+
+    def modifiable(self) -> bool:
+        """Whether a settlement may change its entries' messages (not a stream's log)."""
+        return True
+
 
 class ConsumerOwner:
     """The front end's side of a consumer; see the module docstring."""

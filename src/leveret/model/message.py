@@ -57,6 +57,9 @@ HINT_HEADERS = 4
 HINT_REPLY_TO = 8
 # delivery-mode 2: stored when it reaches a durable queue.
 HINT_PERSISTENT = 16
+# A user-id property is present (front ends that check it against the login read it only
+# then; the 0-9-1 one reads its raw property flags instead).
+HINT_USER_ID = 32
 # What a queue looks at (expiration, priority); the rest matters at routing only.
 QUEUE_HINTS = HINT_EXPIRATION | HINT_PRIORITY
 

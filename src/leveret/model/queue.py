@@ -384,6 +384,9 @@ class Queue(FeatureMixin):
         if self.browsers:
             self.wake_browsers()
 
+    def counts_returns(self) -> bool:
+        return self.config.quorum
+
     def purge(self) -> int:
         count = len(self.ready)
         resident = list(self.ready)

@@ -8,7 +8,9 @@ or nack with requeue is ``release``, without requeue ``reject``):
 - ``reject``: it leaves the queue for good, dead-lettered (``rejected``) where the queue says;
 - ``release``: it goes back to its place in the queue, marked redelivered (a quorum queue
   counts a failed delivery; past ``x-delivery-limit`` it is dropped or dead-lettered);
-- ``modify``: release with changes (1.0's ``modified``); not yet needed by a front end.
+- ``modify``: release or reject with changes (1.0's ``modified``): headers merged into the
+  message (a 1.0 message's ``x-`` headers are its message annotations), a failed delivery
+  counted or not, and ``undeliverable`` dead-letters it as ``reject`` does (RabbitMQ 4).
 
 A delivery whose queue was deleted meanwhile is simply gone.
 """
@@ -24,9 +26,9 @@ from leveret.model.consumer import Consumer, Source  # noqa: TC001
 from leveret.model.entry import QueuedMessage  # noqa: TC001
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
-__all__ = ["Delivery", "accept", "reject", "release"]
+__all__ = ["Delivery", "accept", "modify", "reject", "release"]
 
 
 class Delivery(NamedTuple):
@@ -65,3 +67,31 @@ def release(deliveries: Iterable[Delivery], *, redelivered: bool = True) -> None
                 queue.settle(entry)
         else:
             queue.requeue(entries, redelivered)
+
+
+def modify(
+    deliveries: Iterable[Delivery],
+    *,
+    headers: Mapping[str, object] | None = None,
+    failed: bool = False,
+    undeliverable: bool = False,
+) -> None:
+    """Give the deliveries back changed: ``headers`` merged into each message (this queue's
+    copy only), ``failed`` counting a failed delivery (a queue that counts every return
+    itself, a quorum queue, is left to do so), then ``reject`` when ``undeliverable``, else
+    ``release``. A stream's entries are never changed (its log is immutable)."""
+    held = list(deliveries)
+    for delivery in held:
+        queue = delivery.queue
+        if queue.deleted or not queue.modifiable():
+            continue
+        entry = delivery.entry
+        if headers:
+            message = entry.message
+            entry.message = message.replace(headers={**(message.headers or {}), **headers})
+        if failed and not queue.counts_returns():
+            entry.deliveries += 1
+    if undeliverable:
+        reject(held)
+    else:
+        release(held)

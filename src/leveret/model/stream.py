@@ -693,6 +693,9 @@ class StreamQueue(Queue):
     def discard(self, entry: QueuedMessage, reason: str = "") -> None:
         self.unacked_count -= 1
 
+    def modifiable(self) -> bool:
+        return False
+
     def requeue(self, entries: Iterable[QueuedMessage], redelivered: bool = True) -> None:
         # A channel closed or a consumer timed out: nothing goes back, the log keeps it.
         self.unacked_count -= sum(1 for _ in entries)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import loadgen, run
+from bench import amqp10_load, loadgen, run
 from bench.amqp import PublishTemplate, ack_frame
 from bench.stats import STAMP, read_stamp
 from leveret.protocol.amqp091 import framing
@@ -112,10 +112,18 @@ def test_ack_frame_decodes() -> None:
     assert method == m.BasicAck(delivery_tag=77, multiple=True)
 
 
+_RUN_ARGS = run.build_parser().parse_args([])
+
+
 def test_run_scenarios_match_the_issue() -> None:
-    assert list(run.SCENARIOS) == list("abcdefghi")
+    assert list(run.SCENARIOS) == list("abcdefghijk")
     for s in run.SCENARIOS.values():
-        loadgen.parse_args([*s.flags, *s.extra])  # every scenario is a valid command line
+        # every scenario is a valid command line of the tool that runs it
+        if s.amqp10:
+            amqp10_load.build_parser().parse_args([*run.scenario_args(s, _RUN_ARGS), *s.flags])
+        else:
+            loadgen.parse_args([*s.flags, *s.extra])
+    assert [k for k, s in run.SCENARIOS.items() if s.amqp10] == ["j", "k"]
     assert run.go_flags(["--size", "16", "--autoack"]) == ["-size", "16", "-autoack"]
 
 

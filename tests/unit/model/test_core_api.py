@@ -269,6 +269,41 @@ def test_settling_a_delivery_of_a_deleted_queue_drops_it() -> None:
     assert "q" not in vhost.queues
 
 
+def test_modify_merges_headers_counts_failures_and_requeues_or_dead_letters() -> None:
+    vhost = VirtualHost("/")
+    vhost.declare_exchange("dlx", "fanout")
+    vhost.declare_queue("dead", owner=OWNER)
+    vhost.bind_queue("dead", "dlx", "", {}, owner=OWNER)
+    queue = vhost.declare_queue("q", owner=OWNER, arguments={"x-dead-letter-exchange": "dlx"})
+    a, b = _unsettled(vhost, "q", b"a", b"b")
+    settle.modify([a], headers={"x-opt-n": 1}, failed=True)
+    settle.modify([b], headers={"x-opt-why": "bad"}, undeliverable=True)
+    [again] = queue.ready_entries()
+    assert (again.message.body, again.redelivered, again.deliveries) == (b"a", True, 1)
+    assert again.message.headers == {"x-opt-n": 1}
+    [dead] = vhost.queues["dead"].ready_entries()
+    assert (dead.message.headers or {})["x-opt-why"] == "bad"
+    assert "x-death" in (dead.message.headers or {})
+    # Not failed: released without counting; headers merged with what is there.
+    entry = queue.get(auto_settle=False)
+    assert entry is not None
+    settle.modify([Delivery(entry, queue, None)], headers={"x-opt-m": "2"})
+    [again] = queue.ready_entries()
+    assert again.deliveries == 1
+    assert again.message.headers == {"x-opt-n": 1, "x-opt-m": "2"}
+
+
+def test_modify_on_a_quorum_queue_leaves_the_count_to_the_queue() -> None:
+    vhost = VirtualHost("/")
+    queue = vhost.declare_queue(
+        "qq", owner=OWNER, durable=True, arguments={"x-queue-type": "quorum"}
+    )
+    [d] = _unsettled(vhost, "qq", b"x")
+    settle.modify([d], failed=True)
+    [again] = queue.ready_entries()
+    assert again.deliveries == 1  # once, by the quorum queue's own requeue
+
+
 # -- consumers and credit ---------------------------------------------------------------------
 
 

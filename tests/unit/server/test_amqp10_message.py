@@ -4,10 +4,19 @@ kept byte for byte, what the model reads, changes made by features, both directi
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from leveret.model.message import HINT_EXPIRATION, HINT_HEADERS, HINT_PERSISTENT, HINT_PRIORITY
+from leveret.model.message import (
+    HINT_EXPIRATION,
+    HINT_HEADERS,
+    HINT_PERSISTENT,
+    HINT_PRIORITY,
+    HINT_USER_ID,
+)
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import (
     AmqpValue,
@@ -17,6 +26,7 @@ from leveret.protocol.amqp10 import (
     Symbol,
     UByte,
     UInt,
+    ULong,
 )
 from leveret.protocol.amqp10.errors import DecodeError
 from leveret.protocol.amqp10.message import encode_message, parse_message
@@ -24,6 +34,10 @@ from leveret.server.amqp10.from_amqp091 import to_amqp10
 from leveret.server.amqp10.message import FORMAT, amqp10_message, payload_for_amqp10
 from leveret.server.amqp10.to_amqp091 import amqp091_parts, from_amqp10
 from leveret.server.stored import stored_message
+from tests.unit.protocol.amqp10.values import BLOB, SCALARS, TEXT
+
+if TYPE_CHECKING:
+    from leveret.protocol.amqp10.types import Value
 
 
 def _sample() -> bytes:
@@ -141,3 +155,65 @@ def test_a_malformed_message_is_a_decode_error() -> None:
         amqp10_message("", "q", b"\x00\x53\x75\xa0\x05ab")
     with pytest.raises(DecodeError):
         amqp10_message("", "q", encode_message(Data(b"x")) + b"\x00\x53\x73\x45")
+
+
+_MESSAGE_IDS = st.one_of(st.none(), TEXT, BLOB, st.integers(0, 2**64 - 1).map(ULong), st.uuids())
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> bytes:
+    """Messages whose sections take both the 8-bit and the 32-bit list, map and binary
+    encodings (the split reads their sizes without decoding them)."""
+    properties = draw(
+        st.one_of(
+            st.none(),
+            st.builds(
+                Properties,
+                message_id=_MESSAGE_IDS,
+                user_id=st.one_of(st.none(), BLOB),
+                subject=st.one_of(st.none(), TEXT),
+            ),
+        )
+    )
+    keys = st.sampled_from(["x-a", "x-b" * 90]).map(Symbol)
+    annotations: dict[Value, Value] = draw(st.dictionaries(keys, SCALARS))
+    application: dict[Value, Value] = draw(st.dictionaries(TEXT, SCALARS, max_size=3))
+    return encode_message(
+        Data(draw(BLOB)),
+        header=draw(st.one_of(st.none(), st.builds(Header, durable=st.booleans()))),
+        delivery_annotations={Symbol("x-d"): draw(TEXT)} if draw(st.booleans()) else None,
+        message_annotations=annotations,
+        properties=properties,
+        application_properties=application,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(_messages())
+def test_the_sections_read_by_size_agree_with_the_full_parser(payload: bytes) -> None:
+    message = amqp10_message("", "q", payload)
+    parsed = parse_message(payload)
+    kept = b"".join(payload[s.start : s.end] for s in parsed.sections if s.code != 0x71)
+    assert message.raw_properties + message.body == kept  # all but the delivery-annotations
+    properties = parsed.properties()
+    user_id = properties.user_id if properties is not None else None
+    assert bool(message.hints & HINT_USER_ID) == (user_id is not None)
+    sent = parse_message(payload_for_amqp10(message, False, 0))
+    assert sent.bare == parsed.bare
+
+
+@settings(max_examples=100, deadline=None)
+@given(_messages(), st.data())
+def test_a_cut_or_changed_message_is_taken_or_a_decode_error(
+    payload: bytes, data: st.DataObject
+) -> None:
+    cut = data.draw(st.integers(0, len(payload) - 1))
+    changed = bytearray(payload)
+    changed[cut] = data.draw(st.integers(0, 255))
+    for candidate in (payload[:cut], bytes(changed)):
+        try:
+            message = amqp10_message("", "q", candidate)
+        except DecodeError:
+            continue
+        # What was taken is whole: its sections parse.
+        parse_message(message.raw_properties + message.body)

@@ -6,7 +6,11 @@ its meaning in the broker core, with the surface ``server/frontend.py`` asks of 
   refusal is answered after its delay).
 - The virtual host comes from ``open``'s hostname as RabbitMQ 4 reads it: ``vhost:NAME``
   names it; another hostname is the vhost when one has that name, else ``/``. A user
-  without access to it is closed with ``amqp:unauthorized-access``.
+  without access to it is closed with ``amqp:unauthorized-access``, one over a connection
+  limit with ``amqp:resource-limit-exceeded`` (``UserStore.open_connection``). What the
+  user may do there is the connection's ``Guard`` (``server/guard.py``), asked by the
+  sessions, links and the management node before the core acts; a session counts as a
+  channel against the user's channel limit.
 - Sessions (``session.py``) and their links; the machine does windows, credit, frames.
 - Output: every frame the machine queued goes out with one ``writelines`` per turn; past
   256 KiB of queued transfers the connection takes no more deliveries until flushed (as the
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 
 from leveret import __version__
 from leveret.auth import authn
+from leveret.errors import AMQPError
 from leveret.protocol import sasl
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT
 from leveret.protocol.amqp10 import (
@@ -48,13 +53,17 @@ from leveret.protocol.amqp10 import (
     Side,
     Symbol,
 )
-from leveret.server.amqp10.links import IncomingLink, OutgoingLink
+from leveret.server.amqp10.errors import error_for
+from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session import Session
+from leveret.server.amqp10.transactions import CoordinatorLink, Transactions
+from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp091.connection import Limits
@@ -119,6 +128,9 @@ class AMQP10Connection:
         self.on_output: Callable[[], None] | None = None
         self.client: Client | None = None
         self.user: User | None = None
+        self.access: Access | None = None
+        self.guard: Guard | None = None
+        self.transactions: Transactions | None = None
         self.published = False
         self.paced = False
         self.blocked = False
@@ -199,7 +211,7 @@ class AMQP10Connection:
                 event = cast("MessageReceived", event)
                 session = self.sessions.get(event.channel)
                 link = None if session is None else session.links.get(event.handle)
-                if isinstance(link, (IncomingLink, ManagementNode)):
+                if isinstance(link, (IncomingLink, ManagementNode, CoordinatorLink)):
                     link.receive(event)
             elif kind is DispositionReceived:
                 event = cast("DispositionReceived", event)
@@ -210,7 +222,7 @@ class AMQP10Connection:
                 event = cast("CreditGranted", event)
                 session = self.sessions.get(event.channel)
                 link = None if session is None else session.links.get(event.handle)
-                if isinstance(link, (OutgoingLink, ManagementNode)):
+                if isinstance(link, (OutgoingLink, SelectorLink, ManagementNode)):
                     link.credit_granted(event)
             elif kind is LinkAttachRequested:
                 event = cast("LinkAttachRequested", event)
@@ -290,6 +302,18 @@ class AMQP10Connection:
                 )
             )
             return
+        try:
+            # The connection limits (node, vhost, user); counted until released.
+            access = self.users.open_connection(user, name, peer=self.peer)
+        except AMQPError as exc:
+            self.close_reason = exc.reply_text
+            self.machine.close(
+                Error(condition="amqp:resource-limit-exceeded", description=exc.reply_text)
+            )
+            return
+        self.access = access
+        self.guard = Guard(access, vhost)
+        self.transactions = Transactions(vhost)
         self.client = self.broker.connect(vhost, user.name, f"{self.peer} ({event.container_id})")
         self.client.writable = self.writable
         self._opened = True
@@ -298,7 +322,12 @@ class AMQP10Connection:
             self.heartbeat = max(1, peer_idle // 2000)
 
     def _begin(self, channel: int) -> None:
-        if self.client is None:
+        if self.client is None or self.access is None:
+            return
+        try:
+            self.access.open_channel()  # the user's channel limit counts sessions
+        except AMQPError as exc:
+            self.machine.end(channel, error_for(exc))
             return
         session = Session(self, channel)
         self.sessions[channel] = session
@@ -306,6 +335,8 @@ class AMQP10Connection:
 
     def _end(self, channel: int) -> None:
         session = self.sessions.pop(channel, None)
+        if session is not None and self.access is not None:
+            self.access.close_channel()
         if session is not None and self.client is not None:
             self.client.close_session(channel)
         elif session is not None:
@@ -410,3 +441,12 @@ class AMQP10Connection:
                 session.close()
         if client is not None:
             client.close()
+        transactions = self.transactions
+        if transactions is not None:
+            # After the sessions: their unsettled deliveries went back first.
+            self.transactions = None
+            transactions.close()
+        access = self.access
+        if access is not None:
+            self.access = None
+            access.close()

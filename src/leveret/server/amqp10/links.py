@@ -8,7 +8,9 @@
   the consumer settles automatically and transfers go pre-settled; otherwise each delivery
   stays unsettled in its queue until the peer's disposition says accepted (it leaves),
   rejected (dead-lettered where the queue says), released (back to its place, as
-  redelivered), or modified (released; ``undeliverable-here`` rejects it, as RabbitMQ).
+  redelivered), or modified (``settle.modify``: its ``x-`` message annotations merged into
+  the queue's copy, a failed delivery counted in ``delivery-count``, released, or rejected
+  when ``undeliverable-here``, as RabbitMQ 4).
 - Incoming: every message is published through the core with confirms, so an unsettled
   transfer is settled (``accepted``) once the store has what it routed, ``released`` when
   no queue took it (RabbitMQ 4's answer to an unroutable message), ``rejected`` with the
@@ -21,25 +23,35 @@ Used by ``session.py``; sans-IO (the machine queues frames, the adapter writes t
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
-from leveret.errors import AMQPError, NotFound
+from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
-from leveret.model.consumer import Consumer, ConsumerOwner
+from leveret.model.consumer import Browser, Consumer, ConsumerOwner
+from leveret.model.message import HINT_USER_ID
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.protocol.amqp10 import (
     Accepted,
+    AMQP10Error,
     Error,
     Modified,
     Rejected,
     Released,
     Role,
+    TransactionalState,
 )
 from leveret.server.amqp10.address import AddressError, parse_target
 from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.from_amqp091 import payload_from_amqp091
-from leveret.server.amqp10.message import FORMAT, amqp10_message, payload_for_amqp10
+from leveret.server.amqp10.message import (
+    FORMAT,
+    amqp10_message,
+    field_value,
+    payload_for_amqp10,
+)
+from leveret.server.amqp10.selector import message_lookup
 
 if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
@@ -47,11 +59,12 @@ if TYPE_CHECKING:
     from leveret.model.queue import Queue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
+    from leveret.server.amqp10.selector import Selector
     from leveret.server.amqp10.session import Session
 
 log = logging.getLogger("leveret.amqp10")
 
-__all__ = ["IncomingLink", "OutgoingLink"]
+__all__ = ["IncomingLink", "OutgoingLink", "SelectorLink"]
 
 _ACCEPTED = Accepted()
 _RELEASED = Released()
@@ -144,6 +157,109 @@ class OutgoingLink(ConsumerOwner):
             self.session.delete_queue(self.queue)
 
 
+class SelectorLink(Browser):
+    """A link the broker sends on with a JMS selector (``apache.org:selector-filter:string``):
+    not a consumer that the queue hands its head to, but a browser of the queue
+    (``Queue.browsers``) that takes (``Queue.acquire``) the ready messages its selector
+    matches, in queue order, while it has credit; the others stay for other consumers.
+
+    Woken at every enqueue and requeue, it walks the resident ready messages from the head
+    and skips the ones it has judged already (a set of their sequence numbers), so a
+    message released back in front of it is seen again. Deliveries are settled like an
+    ``OutgoingLink``'s (the session's unsettled map, outcomes through ``settle``)."""
+
+    def __init__(
+        self,
+        session: Session,
+        handle: int,
+        name: str,
+        queue: Queue,
+        *,
+        settled: bool,
+        selector: Selector,
+    ) -> None:
+        self.session = session
+        self.handle = handle
+        self.name = name
+        self.queue = queue
+        self.settled = settled
+        self.selector = selector
+        self.credit = 0
+        self.closed = False
+        self.browsing = False
+        self.unmatched: set[int] = set()
+
+    def start(self) -> None:
+        self.queue.browsers.append(self)
+        self.browse()
+
+    def browse(self) -> None:
+        if self.browsing or self.closed:
+            return
+        self.browsing = True
+        try:
+            self._browse()
+        finally:
+            self.browsing = False
+
+    def _browse(self) -> None:
+        queue = self.queue
+        session = self.session
+        ready = queue.ready
+        if not isinstance(ready, deque):
+            return  # priority levels: the session does not make selector links for them
+        unmatched = self.unmatched
+        if len(unmatched) > 2 * len(ready) + 64:
+            self.unmatched = unmatched = {e.seq for e in ready if e.seq in unmatched}
+        matches = self.selector.matches
+        i = 0
+        while self.credit > 0 and session.writable and not self.closed and i < len(ready):
+            entry = ready[i]
+            seq = entry.seq
+            if seq in unmatched:
+                i += 1
+                continue
+            if not matches(message_lookup(entry.message)):
+                unmatched.add(seq)
+                i += 1
+                continue
+            if queue.acquire(entry):
+                self._send(entry)
+            else:
+                i += 1
+
+    def _send(self, entry: QueuedMessage) -> None:
+        session = self.session
+        message = entry.message
+        if message.format == FORMAT:
+            payload = payload_for_amqp10(message, entry.redelivered, entry.deliveries)
+        else:
+            payload = payload_from_amqp091(message, entry.redelivered, entry.deliveries)
+        self.credit -= 1
+        delivery_id = session.send(self.handle, payload, self.settled)
+        if self.settled:
+            self.queue.settle(entry)
+        else:
+            session.unsettled[delivery_id] = _new_tuple(
+                Delivery, (entry, self.queue, None, session.timers.now)
+            )
+
+    def credit_granted(self, event: CreditGranted) -> None:
+        self.credit = event.credit
+        self.browse()
+        if event.drain:
+            if self.credit > 0:
+                self.session.drained(self.handle)
+            self.credit = 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self in self.queue.browsers:
+            self.queue.browsers.remove(self)
+
+
 class IncomingLink:
     """A link the broker receives on: messages are published with the core's
     ``Publisher``; its ``PublishSink`` turns confirms into dispositions."""
@@ -173,30 +289,62 @@ class IncomingLink:
         self.closed = False
 
     def receive(self, event: MessageReceived) -> None:
+        if event.state is not None:
+            self._receive_other(event)
+            return
         publisher = self.publisher
         confirms = publisher.confirms
         assert confirms is not None
         session = self.session
+        seq = 0
         try:
             exchange, routing_key = self._route_of(event.payload)
+            # Write permission (cached), the exchange, a topic exchange's key (RabbitMQ's order).
+            session.guard.publish(exchange, routing_key, publisher)
             message = amqp10_message(exchange, routing_key, event.payload)
-            if session.check_user_id and message.hints:
+            if message.hints & HINT_USER_ID and session.check_user_id:
                 session.check_user(message)
             seq = confirms.seq + 1
             if not event.settled:
                 self.waiting[seq] = event.delivery_id
             publisher.publish(exchange, routing_key, message, report_unroutable=True)
         except AMQPError as exc:
+            # Refused before or inside the publish: forget its number (never the one
+            # before it, still waiting for the store).
+            if seq:
+                self.waiting.pop(seq, None)
             self._refuse(event, exc)
             return
         session.published(self)
 
+    def _receive_other(self, event: MessageReceived) -> None:
+        """A transfer with a delivery state: in a transaction (``transactional-state``),
+        published into it; any other state is not the sender's to set on a first transfer."""
+        state = event.state
+        session = self.session
+        answer: Value
+        if not isinstance(state, TransactionalState):
+            if not event.settled:
+                error = error_for(PreconditionFailed(f"unexpected delivery state {state!r}"))
+                session.settle_incoming(event.delivery_id, event.delivery_id, Rejected(error=error))
+            return
+        try:
+            exchange, routing_key = self._route_of(event.payload)
+            session.guard.publish(exchange, routing_key, self.publisher)
+            message = amqp10_message(exchange, routing_key, event.payload)
+            if message.hints & HINT_USER_ID and session.check_user_id:
+                session.check_user(message)
+            session.transactions.publish(state.txn_id, exchange, routing_key, message)
+            answer = TransactionalState(txn_id=state.txn_id, outcome=_ACCEPTED)
+        except AMQPError as exc:
+            answer = TransactionalState(txn_id=state.txn_id, outcome=Rejected(error=error_for(exc)))
+        except AMQP10Error as exc:
+            error = Error(condition=exc.condition, description=exc.description)
+            answer = TransactionalState(txn_id=state.txn_id, outcome=Rejected(error=error))
+        if not event.settled:
+            session.settle_incoming(event.delivery_id, event.delivery_id, answer)
+
     def _refuse(self, event: MessageReceived, exc: AMQPError) -> None:
-        confirms = self.publisher.confirms
-        assert confirms is not None
-        # The publish never reached the confirms (or failed inside): drop its number.
-        self.waiting.pop(confirms.seq + 1, None)
-        self.waiting.pop(confirms.seq, None)
         if not event.settled:
             self.session.settle_incoming(
                 event.delivery_id, event.delivery_id, Rejected(error=error_for(exc))
@@ -220,7 +368,6 @@ class IncomingLink:
             if address.exchange is None:
                 raise NotFound(f"'{to}' is not an address to send to")
             exchange, routing_key = address.exchange, address.routing_key
-            self.publisher.check(exchange)
         if routing_key is None:
             routing_key = subject or ""
         return exchange, routing_key
@@ -274,12 +421,28 @@ def outcome(state: Value, deliveries: list[Delivery]) -> None:
     elif isinstance(state, Rejected):
         settle.reject(deliveries)
     elif isinstance(state, Modified):
-        if state.undeliverable_here:
-            settle.reject(deliveries)
-        else:
-            settle.release(deliveries)
+        settle.modify(
+            deliveries,
+            headers=modified_headers(state.message_annotations),
+            failed=bool(state.delivery_failed),
+            undeliverable=bool(state.undeliverable_here),
+        )
     else:
         settle.release(deliveries)
+
+
+def modified_headers(annotations: dict[Value, Value] | None) -> dict[str, object] | None:
+    """A ``modified`` outcome's message annotations as the core's headers: the ``x-`` keys
+    (``x-opt-`` for applications, other ``x-`` ones the broker's, as RabbitMQ 4 takes them);
+    others are not message annotations a consumer may set, and are left out."""
+    if not annotations:
+        return None
+    out = {
+        str(key): field_value(value)
+        for key, value in annotations.items()
+        if isinstance(key, str) and key.startswith("x-")
+    }
+    return out or None
 
 
 _ROLE_RECEIVER = Role.RECEIVER

@@ -137,6 +137,7 @@ class ManagementNode:
             if method == "PUT":
                 return self._declare_queue(name, body)
             if method == "DELETE":
+                self.session.guard.queue_delete(name)
                 count = self.session.vhost.delete_queue(name, owner=self.session.client)
                 return "200", {"message_count": ULong(count)}
         if (
@@ -149,6 +150,7 @@ class ManagementNode:
             queue = self._queue(name)
             if isinstance(queue, StreamQueue):
                 raise HttpError("400", f"purge not supported by queue '{name}'")
+            self.session.guard.queue_purge(name)
             count = self.session.vhost.purge_queue(name, owner=self.session.client)
             return "200", {"message_count": ULong(count)}
         if len(segments) == 2 and segments[0] == "exchanges":
@@ -160,6 +162,7 @@ class ManagementNode:
             if method == "DELETE":
                 if name.startswith("amq."):
                     raise HttpError("403", f"exchange '{name}' starts with reserved prefix 'amq.'")
+                self.session.guard.exchange_delete(name)
                 if name in self.session.vhost.exchanges:
                     self.session.vhost.delete_exchange(name)
                 return "204", None
@@ -215,6 +218,7 @@ class ManagementNode:
         existed = name in vhost.queues
         if name.startswith("amq.") and not existed:
             raise HttpError("403", f"queue '{name}' starts with reserved prefix 'amq.'")
+        self.session.guard.queue_declare(name, passive=False, arguments=arguments)
         queue = vhost.declare_queue(
             name,
             owner=self.session.client,
@@ -230,13 +234,16 @@ class ManagementNode:
         vhost = self.session.vhost
         if name.startswith("amq.") and name not in vhost.exchanges:
             raise HttpError("403", f"exchange '{name}' starts with reserved prefix 'amq.'")
+        type_name = str(props.get("type", "direct"))
+        arguments = _arguments(props.get("arguments"))
+        self.session.guard.exchange_declare(name, type_name, passive=False, arguments=arguments)
         vhost.declare_exchange(
             name,
-            str(props.get("type", "direct")),
+            type_name,
             durable=bool(props.get("durable", True)),
             auto_delete=bool(props.get("auto_delete", False)),
             internal=bool(props.get("internal", False)),
-            arguments=_arguments(props.get("arguments")),
+            arguments=arguments,
         )
         return "204", None
 
@@ -252,12 +259,15 @@ class ManagementNode:
         if not source:
             raise HttpError("403", "operation not permitted on the default exchange")
         vhost = self.session.vhost
+        guard = self.session.guard
         if "destination_queue" in props:
-            vhost.bind_queue(
-                str(props["destination_queue"]), source, key, arguments, owner=self.session.client
-            )
+            queue = str(props["destination_queue"])
+            guard.queue_bind(queue, source, key)
+            vhost.bind_queue(queue, source, key, arguments, owner=self.session.client)
         elif "destination_exchange" in props:
-            vhost.bind_exchange(str(props["destination_exchange"]), source, key, arguments)
+            destination = str(props["destination_exchange"])
+            guard.exchange_bind(destination, source, key)
+            vhost.bind_exchange(destination, source, key, arguments)
         else:
             raise HttpError("400", "binding without a destination")
 
@@ -318,10 +328,12 @@ class ManagementNode:
         for found_key, arguments in self._find_bindings(source, kind, destination):
             if found_key == key and _args_hash(arguments) == args_hash:
                 if kind == "queue":
+                    self.session.guard.queue_unbind(destination, source, key)
                     vhost.unbind_queue(
                         destination, source, key, arguments, owner=self.session.client
                     )
                 else:
+                    self.session.guard.exchange_unbind(destination, source, key)
                     vhost.unbind_exchange(destination, source, key, arguments)
                 return
 

@@ -38,6 +38,7 @@ from leveret.model.message import (
     HINT_HEADERS,
     HINT_PERSISTENT,
     HINT_PRIORITY,
+    HINT_USER_ID,
     Message,
 )
 from leveret.protocol.amqp10 import (
@@ -103,6 +104,29 @@ def _code_at(data: bytes, off: int) -> int:
     return -1
 
 
+_SIZE8 = frozenset((0xA0, 0xA1, 0xA3, 0xC0, 0xC1))  # vbin8, str8, sym8, list8, map8
+_SIZE32 = frozenset((0xB0, 0xB1, 0xB3, 0xD0, 0xD1))  # their 32-bit forms
+
+
+def _skip_section(data: bytes, off: int) -> int:
+    """The end of the section at ``off``: its size read from the value's encoding for the
+    forms every client uses (a section is ``00 53 code`` then a list, map, binary or
+    string), the general ``skip_value`` otherwise. A size past the end is a decode-error."""
+    n = len(data)
+    if off + 5 <= n and data[off] == 0 and data[off + 1] == 0x53:
+        kind = data[off + 3]
+        if kind in _SIZE8:
+            end = off + 5 + data[off + 4]
+        elif kind in _SIZE32 and off + 8 <= n:
+            end = off + 8 + int.from_bytes(data[off + 4 : off + 8], "big")
+        else:
+            return skip_value(data, off)
+        if end > n:
+            raise DecodeError("message: truncated section")
+        return end
+    return skip_value(data, off)
+
+
 def first_sections(raw: bytes) -> dict[int, tuple[int, int]]:
     """Where each section of ``raw`` (a message's sections before its body) lies."""
     found: dict[int, tuple[int, int]] = {}
@@ -110,7 +134,7 @@ def first_sections(raw: bytes) -> dict[int, tuple[int, int]]:
     n = len(raw)
     while off < n:
         code = _code_at(raw, off)
-        end = skip_value(raw, off)
+        end = _skip_section(raw, off)
         found[code] = (off, end)
         off = end
     return found
@@ -134,7 +158,7 @@ def split_payload(payload: bytes) -> tuple[bytes, bytes]:
                 # A symbolic descriptor or an unknown section: the careful parser decides.
                 parsed = parse_message(payload)
                 return _split_parsed(payload, parsed.sections)
-            end = skip_value(payload, off)
+            end = _skip_section(payload, off)
             if code == DELIVERY_ANNOTATIONS:
                 da = (off, end)
             off = end
@@ -143,11 +167,20 @@ def split_payload(payload: bytes) -> tuple[bytes, bytes]:
     if cut < 0:
         cut = n
     body = payload[cut:]
-    if cut < n and not _well_formed_body(body):
+    if cut < n and not _well_formed(body):
         parse_message(payload)  # raises the precise decode-error
     if da is None:
         return payload[:cut], body
     return payload[: da[0]] + payload[da[1] : cut], body
+
+
+def _well_formed(body: bytes) -> bool:
+    """Whether ``body`` is one body kind's sections then at most a footer (a truncated
+    section is not: the careful parser says what is wrong)."""
+    try:
+        return _well_formed_body(body)
+    except IndexError:
+        return False
 
 
 def _well_formed_body(body: bytes) -> bool:
@@ -157,13 +190,13 @@ def _well_formed_body(body: bytes) -> bool:
     while off < n:
         code = _code_at(body, off)
         if code == FOOTER:
-            return skip_value(body, off) == n
+            return _skip_section(body, off) == n
         if code not in (DATA, AMQP_SEQUENCE, AMQP_VALUE):
             return False
         if kind >= 0 and (code != kind or code == AMQP_VALUE):
             return False
         kind = code
-        off = skip_value(body, off)
+        off = _skip_section(body, off)
     return True
 
 
@@ -197,7 +230,7 @@ def _hints(raw: bytes) -> int:
     n = len(raw)
     while off < n:
         code = raw[off + 2]
-        end = skip_value(raw, off)
+        end = _skip_section(raw, off)
         if code == HEADER:
             header, _ = Header.decode_body(raw, off + 3, 0)
             durable = header.durable
@@ -207,10 +240,35 @@ def _hints(raw: bytes) -> int:
                 hints |= HINT_EXPIRATION
         elif code in (MESSAGE_ANNOTATIONS, APPLICATION_PROPERTIES):
             hints |= HINT_HEADERS
+        elif code == PROPERTIES and _has_user_id(raw, off):
+            hints |= HINT_USER_ID
         off = end
     if durable is not False:
         hints |= HINT_PERSISTENT
     return hints
+
+
+def _has_user_id(raw: bytes, off: int) -> bool:
+    """Whether the properties section at ``off`` has a user-id (its second field), read
+    from the list's encoding without decoding the section (true when unsure: the full
+    decoder then says what is wrong)."""
+    p = off + 3
+    n = len(raw)
+    code = raw[p] if p < n else -1
+    if code == 0x45:  # list0
+        return False
+    if code == 0xC0 and p + 3 <= n:  # list8: size, count
+        count = raw[p + 2]
+        p += 3
+    elif code == 0xD0 and p + 9 <= n:  # list32: size, count
+        count = int.from_bytes(raw[p + 5 : p + 9], "big")
+        p += 9
+    else:
+        return True  # not a list, or cut short
+    if count < 2:
+        return False
+    p = skip_value(raw, p)  # message-id
+    return p >= n or raw[p] != 0x40  # null
 
 
 def amqp10_message(exchange: str, routing_key: str, payload: bytes) -> Message:
@@ -464,11 +522,12 @@ def payload_for_amqp10(message: Message, redelivered: bool, delivery_count: int)
     end = 0
     header: Header | None = None
     if _code_at(raw, 0) == HEADER:
-        end = skip_value(raw, 0)
-        header, _ = Header.decode_body(raw, 3, 0)
+        end = _skip_section(raw, 0)
+        if redelivered:  # only a redelivery rewrites it
+            header, _ = Header.decode_body(raw, 3, 0)
     head = _redelivered_header(header, delivery_count) if redelivered else raw[:end]
     if end < len(raw) and _code_at(raw, end) == MESSAGE_ANNOTATIONS:
-        ma_end = skip_value(raw, end)
+        ma_end = _skip_section(raw, end)
         value, _ = decode_value(raw, end)
         annotations = dict(getattr(value, "value", None) or {})
         annotations[Symbol("x-exchange")] = message.exchange

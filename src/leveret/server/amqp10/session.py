@@ -9,7 +9,8 @@ exclusive queue (request/reply), a v1 exchange or topic source a temporary queue
 it; a target names an exchange and key, a queue, or nothing (each message's ``to``);
 ``/management`` is the management node (``management.py``). What cannot be resolved is
 refused with the spec's condition (``amqp:not-found``, ``amqp:unauthorized-access``,
-``amqp:invalid-field``, ``amqp:not-implemented`` for the transaction coordinator).
+``amqp:invalid-field``). A coordinator target is the session's transaction coordinator
+(``transactions.py``), and dispositions in a transaction settle into it.
 """
 
 from __future__ import annotations
@@ -17,27 +18,34 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.stream import StreamConsumer, StreamQueue
 from leveret.protocol.amqp10 import (
+    AMQP10Error,
+    Coordinator,
     Described,
     Error,
     Properties,
     Role,
     SenderSettleMode,
     Source,
+    Symbol,
     Target,
     Timestamp,
+    TransactionalState,
 )
 from leveret.protocol.amqp10.types import decode_value
+from leveret.server.amqp10 import selector
 from leveret.server.amqp10.address import AddressError, parse_source, parse_target, queue_address
 from leveret.server.amqp10.errors import error_for
-from leveret.server.amqp10.links import IncomingLink, OutgoingLink, outcome
+from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink, outcome
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.message import first_sections, split_payload
+from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS, CoordinatorLink
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -55,10 +63,12 @@ log = logging.getLogger("leveret.amqp10")
 __all__ = ["INCOMING_CREDIT", "Session"]
 
 # Link credit granted to a publisher's link, topped up at half (RabbitMQ 4 grants 128..170).
-INCOMING_CREDIT = 256
+INCOMING_CREDIT = 2048
 STREAM_FILTER = "rabbitmq:stream-offset-spec"
 _PROPERTIES = 0x73
-Link = OutgoingLink | IncomingLink | ManagementNode
+# The selector filter's descriptor as a symbol, and as the ulong Qpid's registry gives it.
+SELECTOR_CODE = 0x0000468C00000004
+Link = OutgoingLink | SelectorLink | IncomingLink | ManagementNode | CoordinatorLink
 
 
 class Session:
@@ -71,12 +81,19 @@ class Session:
         assert client is not None
         self.client = client
         self.vhost = client.vhost
+        guard = conn.guard
+        assert guard is not None
+        # The connection's access checks, asked before the core acts (server/guard.py).
+        self.guard = guard
         self.timers = self.vhost.timers
         self.links: dict[int, Link] = {}
         self.unsettled: dict[int, Delivery] = {}
         self.writable = True
         self.closed = False
         self.check_user_id = True
+        transactions = conn.transactions
+        assert transactions is not None
+        self.transactions = transactions
 
     # -- what links ask of their session -------------------------------------------------
 
@@ -97,13 +114,9 @@ class Session:
         self.conn.published_on(link)
 
     def check_user(self, message: Message) -> None:
-        """RabbitMQ's rule: a user-id property must be the authenticated user."""
-        user_id = message.properties.user_id
-        name = self.client.user
-        if user_id is not None and user_id != name:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{name}'"
-            )
+        """RabbitMQ's rule: a user-id property must be the authenticated user (unless the
+        user is an impersonator)."""
+        self.guard.check_user_id(message.properties.user_id)
 
     def to_and_subject(self, payload: bytes) -> tuple[str | None, str | None]:
         """A message's ``to`` and ``subject`` (read only for the links that need them)."""
@@ -156,6 +169,12 @@ class Session:
                 event.handle,
                 Error(condition="amqp:invalid-field", description=str(exc)),
             )
+        except AMQP10Error as exc:
+            machine.refuse_link(
+                self.channel,
+                event.handle,
+                Error(condition=exc.condition, description=exc.description),
+            )
         self.conn.wrote()
 
     def _attach_outgoing(self, event: LinkAttachRequested) -> None:
@@ -167,8 +186,11 @@ class Session:
         vhost, owner = self.vhost, self.client
         answer: Source | None = None
         temporary = False
+        guard = self.guard
         if source.dynamic:
-            queue = vhost.declare_queue("", owner=owner, exclusive=True)
+            name = guard.queue_declare("", passive=False, arguments=None)
+            guard.consume(name)
+            queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
             answer = dataclasses.replace(source, address=queue_address(queue.name))
             temporary = True
         else:
@@ -184,19 +206,52 @@ class Session:
             if where.bind:
                 assert where.exchange is not None
                 vhost.exchange(where.exchange)
-                queue = vhost.declare_queue("", owner=owner, exclusive=True)
-                vhost.bind_queue(
-                    queue.name, where.exchange, where.routing_key or "", {}, owner=owner
-                )
+                key = where.routing_key or ""
+                # RabbitMQ 3's plugin: a server-named queue, bound, consumed.
+                name = guard.queue_declare("", passive=False, arguments=None)
+                guard.queue_bind(name, where.exchange, key)
+                guard.consume(name)
+                queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
+                vhost.bind_queue(queue.name, where.exchange, key, {}, owner=owner)
                 temporary = True
             else:
                 assert where.queue is not None
+                guard.consume(where.queue)
                 queue = vhost.queue(where.queue, owner)
         stream = isinstance(queue, StreamQueue)
         spec = None
         if isinstance(queue, StreamQueue):
             spec = queue.offset_spec({"x-stream-offset": _offset_spec(source.filter)})
             settled = False  # a stream's deliveries are settled (they only return credit)
+        found = _selector(source.filter)
+        # Spec 3.5.1: the answer's source lists the filters applied; a selector applies
+        # where a browser can take from the middle of the queue (not a stream, nor
+        # priority levels).
+        applied = dict(source.filter or {})
+        if found is not None:
+            filter_key, text = found
+            if stream or not isinstance(queue.ready, deque) or temporary:
+                del applied[filter_key]
+            else:
+                try:
+                    chosen = selector.parse(text)
+                except selector.SelectorError as exc:
+                    raise AddressError(f"invalid selector: {exc}") from None
+                machine.accept_link(
+                    self.channel,
+                    event.handle,
+                    source=dataclasses.replace(source, filter=applied),
+                    snd_settle_mode=(
+                        SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED
+                    ),
+                )
+                chooser = SelectorLink(
+                    self, event.handle, event.name, queue, settled=settled, selector=chosen
+                )
+                self.links[event.handle] = chooser
+                chooser.start()
+                return
+            source = dataclasses.replace(source, filter=applied or None)
         link = OutgoingLink(
             self, event.handle, event.name, queue, settled=settled, temporary=temporary
         )
@@ -215,17 +270,21 @@ class Session:
     def _attach_incoming(self, event: LinkAttachRequested) -> None:
         target = event.target
         machine = self.conn.machine
-        if target is not None and not isinstance(target, Target):
-            # The transaction coordinator (or anything else that is not a target).
-            machine.refuse_link(
+        if isinstance(target, Coordinator):
+            capabilities = target.capabilities or (LOCAL_TRANSACTIONS,)
+            if LOCAL_TRANSACTIONS not in capabilities:
+                raise AMQP10Error("amqp:not-implemented", "only local transactions are supported")
+            machine.accept_link(
                 self.channel,
                 event.handle,
-                Error(
-                    condition="amqp:not-implemented",
-                    description="transactions are not supported on this broker",
-                ),
+                target=Coordinator(capabilities=(Symbol(LOCAL_TRANSACTIONS),)),
+                credit=INCOMING_CREDIT,
+                auto_credit=True,
             )
+            self.links[event.handle] = CoordinatorLink(self, event.handle, event.name)
             return
+        if target is not None and not isinstance(target, Target):
+            raise AddressError("the target is neither a target nor a coordinator")
         address = None if target is None else target.address
         exchange: str | None = None
         routing_key: str | None = None
@@ -241,11 +300,15 @@ class Session:
                 self.links[event.handle] = node
                 return
             if where.queue is not None:
+                self.guard.access.write_exchange("")
                 self.vhost.queue(where.queue, self.client)
                 exchange, routing_key = "", where.queue
             else:
                 assert where.exchange is not None
                 exchange, routing_key = where.exchange, where.routing_key
+                # Write permission is asked at attach (RabbitMQ 4), and again per message
+                # (the cached ``Guard.publish``: permissions can change, topic keys vary).
+                self.guard.access.write_exchange(exchange)
                 if exchange:
                     self.vhost.exchange(exchange)
         link = IncomingLink(
@@ -282,7 +345,18 @@ class Session:
             if consumer is not None:
                 consumer.unsettled -= 1
             taken.append(delivery)
-        if taken:
+        if isinstance(state, TransactionalState):
+            try:
+                self.transactions.settle(state.txn_id, state.outcome, taken)
+            except AMQP10Error as exc:
+                # Unknown transaction: the deliveries go back, the session ends (spec 4.4.4).
+                settle.release(taken)
+                self.conn.machine.end(
+                    self.channel, Error(condition=exc.condition, description=exc.description)
+                )
+                self.conn.wrote()
+                return
+        elif taken:
             outcome(state, taken)
         if not event.settled:
             self.conn.machine.settle(self.channel, first, last, role=Role.SENDER, state=state)
@@ -296,6 +370,8 @@ class Session:
             for link in list(self.links.values()):
                 if isinstance(link, OutgoingLink) and link.consumer.credit > 0:
                     link.queue.dispatch()
+                elif isinstance(link, SelectorLink):
+                    link.browse()
 
     def close(self) -> None:
         """The session ended (or the connection went): stop every link and requeue what
@@ -313,6 +389,19 @@ class Session:
                 delivery.consumer.unsettled -= 1
         if held:
             settle.release(held)
+
+
+def _selector(filters: dict[Value, Value] | None) -> tuple[Value, str] | None:
+    """The JMS selector among a source's filters: (its key, its text)."""
+    for key, value in (filters or {}).items():
+        if isinstance(value, Described) and value.descriptor in (
+            selector.SELECTOR_FILTER,
+            SELECTOR_CODE,
+        ):
+            text = value.value
+            if isinstance(text, str):
+                return key, str(text)
+    return None
 
 
 def _offset_spec(filters: dict[Value, Value] | None) -> object:

@@ -48,14 +48,16 @@ from leveret.protocol.rabbitstream.chunk import (
     COMPRESSION_GZIP,
     COMPRESSION_NONE,
     HEADER_SIZE,
+    ChunkHeader,
     parse_header,
 )
+from leveret.protocol.rabbitstream.errors import StreamProtocolError
 from leveret.spark._arrow import PROPERTIES_TYPE, READ_SCHEMA, _Columns, _decode_properties
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp10.types import Value
 
-__all__ = ["ChunkError", "RecordColumns"]
+__all__ = ["ChunkError", "RecordColumns", "chunk_header"]
 
 _U32 = struct.Struct(">I")
 _SUB_BATCH = struct.Struct(">BHII")
@@ -88,6 +90,14 @@ _LEFT_OUT = frozenset((EXCHANGE_ANNOTATION, ROUTING_KEY_ANNOTATION, "x-basic-clu
 
 class ChunkError(ValueError):
     """A chunk or record the connector cannot read (cut short, a codec it lacks)."""
+
+
+def chunk_header(chunk: bytes) -> ChunkHeader:
+    """The chunk's header; ``ChunkError`` when it is not an osiris chunk."""
+    try:
+        return parse_header(chunk)
+    except StreamProtocolError as exc:
+        raise ChunkError(f"not an osiris chunk: {exc}") from exc
 
 
 def _text(value: Value) -> str | None:
@@ -302,10 +312,7 @@ class RecordColumns:
     def add_chunk(self, chunk: bytes, start: int = 0, end: int = 1 << 63) -> int:
         """Add the records of ``chunk`` with offsets in ``[start, end)``; returns the offset
         after the chunk's last record (the next offset), or -1 for a chunk without records."""
-        try:
-            header = parse_header(chunk)
-        except ValueError as exc:
-            raise ChunkError(f"not an osiris chunk: {exc}") from exc
+        header = chunk_header(chunk)
         if header.chunk_type != CHUNK_USER or not header.num_records:
             return -1
         first = header.chunk_id

@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from leveret.protocol.rabbitstream.chunk import CHUNK_USER, ChunkHeader, parse_header
+from leveret.protocol.rabbitstream.chunk import CHUNK_USER
 from leveret.protocol.rabbitstream.constants import Code, OffsetType
-from leveret.spark._records import RecordColumns
+from leveret.spark._records import RecordColumns, chunk_header
 from leveret.spark._stream_client import StreamClient, StreamClientError
 from leveret.spark._streams import DataLossError
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from leveret.protocol.rabbitstream.chunk import ChunkHeader
     from leveret.spark._client import ConnectionParams
     from leveret.spark._streams import OffsetRange
 
@@ -98,7 +99,7 @@ class StreamTailFinder:
             deadline = time.monotonic() + (self.wait if known else self.timeout)
             while True:
                 for _sid, chunk in client.chunks:
-                    header = parse_header(chunk)
+                    header = chunk_header(chunk)
                     if header.chunk_type == CHUNK_USER and header.num_records:
                         return header
                     client.credit(_PROBE, 1)  # a tracking chunk: not what was asked
@@ -179,7 +180,7 @@ def read_range_chunks(
             client.flush()  # the broker sends more while these are decoded
             for _sid, chunk in taken:
                 if first:
-                    header = parse_header(chunk)
+                    header = chunk_header(chunk)
                     if header.chunk_type == CHUNK_USER and header.num_records:
                         first = False
                         if header.chunk_id > rng.start:

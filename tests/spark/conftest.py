@@ -52,19 +52,26 @@ def stream_port_of(broker: Broker, timeout: float = 20.0) -> int:
 
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[SparkSession]:
-    """local[2], UI off, 2 shuffle partitions; executors run this interpreter."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    """local[2], UI off, 2 shuffle partitions; executors run this interpreter. Under
+    ``spark-submit`` (``tests/spark/cluster_driver.py`` on the standalone cluster) the
+    submitted master, environment and settings are used instead."""
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName("leveret-spark-tests")
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        builder = (
+            builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.memory", "1g")
+        )
     session = (
-        SparkSession.builder.master("local[2]")
-        .appName("leveret-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
+        builder.config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stopTimeout", "30000")
+        # A Python worker that starts slowly on a busy machine is waited for, not failed.
+        .config("spark.python.authenticate.socketTimeout", "60s")
         .getOrCreate()
     )
     from leveret.spark import AmqpDataSource

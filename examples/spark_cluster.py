@@ -14,12 +14,16 @@ cluster"):
    ``spark.pyspark.python=./environment/bin/python`` runs the Python workers in it. PySpark
    itself comes from the cluster's ``SPARK_HOME`` (``python/lib/pyspark.zip``), so it is not
    packed.
-2. **Leveret travels as a wheel** (``build_wheel``; ``--py-files``): pure Python, it is
+2. **Leveret travels as a wheel** (``build_wheel``; ``--py-files``, renamed ``.zip``: PySpark
+   adds only ``.zip`` / ``.egg`` / ``.jar`` files to the workers' path): pure Python, it is
    imported from the zip, so a new version of the job's code needs no new environment.
 3. **The cluster** (``StandaloneCluster``): ``spark-class`` runs the standalone Master and two
    Workers (one core, 1 GiB each) from the ``SPARK_HOME`` of the installed ``pyspark``, on
    127.0.0.1 with free ports; ``spark-submit --master spark://127.0.0.1:PORT`` runs the driver
-   here (client mode) and the executors on the workers.
+   here (client mode) and the executors on the workers. Spark plans a Python data source in
+   a Python process on the driver started with the same ``./environment/bin/python``, so
+   ``spark-submit`` runs in a directory where ``environment`` is the driver's own
+   environment (``StandaloneCluster.driver_directory``).
 
 The brokers must be reachable from every executor (here: the same machine).
 """
@@ -97,9 +101,11 @@ def pack_environment(cache: Path) -> Path:
 
 
 def build_wheel(out: Path) -> Path:
-    """Leveret's wheel (pure Python), for ``--py-files``."""
+    """Leveret's wheel (pure Python) for ``--py-files``, named ``.zip``: PySpark puts only
+    ``.zip``, ``.egg`` and ``.jar`` files of ``--py-files`` on the workers' Python path (a
+    wheel is a zip file, importable as it is)."""
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("leveret-*.whl"):
+    for old in [*out.glob("leveret-*.whl"), *out.glob("leveret-*.zip")]:
         old.unlink()
     subprocess.run(  # noqa: S603
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
@@ -107,7 +113,7 @@ def build_wheel(out: Path) -> Path:
         env={**os.environ, "LEVERET_COMPILE": "0"},
     )
     (wheel,) = out.glob("leveret-*.whl")
-    return wheel
+    return wheel.rename(wheel.with_suffix(".zip"))
 
 
 class StandaloneCluster:
@@ -267,9 +273,20 @@ class StandaloneCluster:
             text=True,
             timeout=timeout,
             env={**self._env(), "PYSPARK_PYTHON": "./environment/bin/python"},
-            cwd=str(ROOT),
+            cwd=str(self.driver_directory()),
             check=False,
         )
+
+    def driver_directory(self) -> Path:
+        """Where ``spark-submit`` runs: Spark plans a Python data source by starting
+        ``spark.pyspark.python`` on the driver too, so in client mode ``./environment`` must
+        exist there as well; here it is the driver's own environment (same packages)."""
+        directory = self.work / "driver"
+        directory.mkdir(parents=True, exist_ok=True)
+        link = directory / "environment"
+        if not link.exists():
+            link.symlink_to(Path(sys.prefix))
+        return directory
 
 
 @contextlib.contextmanager

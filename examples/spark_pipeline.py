@@ -83,11 +83,15 @@ def start_leveret(data_dir: Path) -> tuple[subprocess.Popen[str], str, int]:
     """``leveret serve`` on free ports; returns the process, its amqp:// URL and its
     stream-protocol port."""
     cmd = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0"]
+    # The broker runs from the installed package, not from what spark-submit put on this
+    # driver's PYTHONPATH (the job's zipped wheel).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter and fixed arguments
-        [*cmd, "--stream-port", "0", "--data-dir", str(data_dir)],
+        [*cmd, "--stream-port", "0", "--no-management", "--data-dir", str(data_dir)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert proc.stderr is not None
     deadline = time.monotonic() + 30

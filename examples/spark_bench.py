@@ -2,13 +2,15 @@
 
     python -m examples.spark_bench            # starts a Leveret broker of its own
     python -m examples.spark_bench --url amqp://guest:guest@127.0.0.1:5672/%2F   # RabbitMQ
-        [--stream-port 5552] [--protocols stream,amqp] [--latency]
+        [--stream-port 5552] [--protocols stream,amqp] [--latency] [--large 1000000]
 
 Measures, on stream queues, once per protocol (RabbitMQ's stream protocol, AMQP 0-9-1): the
 client's decode from memory, publishing with confirms from the client alone, the raw read
 path (client + Arrow, no Spark), batch reads with 1 and 2 partitions (``noop`` sink),
 streaming catch-up (Trigger.AvailableNow), writes with confirms, and with ``--latency`` the
-end-to-end latency of a streaming query at a fixed publish rate.
+end-to-end latency of a streaming query at a fixed publish rate. ``--large N`` measures
+only batch reads of one stream of N messages (published over the stream protocol), with
+Spark's fixed cost per job (a read of one row) taken apart from the rate per partition.
 """
 
 from __future__ import annotations
@@ -232,6 +234,33 @@ def write(spark: SparkSession, url: str, queue: str, n: int, parts: int) -> floa
     return n / (time.perf_counter() - started)
 
 
+def large_reads(
+    spark: SparkSession, url: str, queue: str, n: int, repeats: int = 3
+) -> dict[str, float]:
+    """Batch reads of a stream of ``n`` rows (``noop`` sink), ``repeats`` of each, medians.
+
+    ``job_s``: a read of one row, Spark's fixed cost of a job (planning on the driver, the
+    task's launch and its Python worker, the connection); ``rate_pN``: rows per second of a
+    read with N partitions; ``net_pN``: the same without the fixed cost, rows per second per
+    partition while the tasks read.
+    """
+
+    def timed(**options: object) -> float:
+        started = time.perf_counter()
+        reader(spark, url, queue, **options).write.format("noop").mode("append").save()
+        return time.perf_counter() - started
+
+    timed(minPartitions=1)  # warm-up: JVM, Python workers
+    job = statistics.median(timed(endingOffsets=json.dumps({queue: 1})) for _ in range(repeats))
+    result = {"job_s": job}
+    for parts in (1, 2):
+        seconds = statistics.median(timed(minPartitions=parts) for _ in range(repeats))
+        result[f"rate_p{parts}"] = n / seconds
+        # Too few rows to tell apart from the fixed cost: no figure.
+        result[f"net_p{parts}"] = n / parts / (seconds - job) if seconds > job else float("nan")
+    return result
+
+
 def latency(
     spark: SparkSession, url: str, queue: str, rate: int, seconds: float, work: Path
 ) -> dict[str, float]:
@@ -318,6 +347,9 @@ def main() -> int:
     parser.add_argument("--latency", action="store_true", help="also the latency figure")
     parser.add_argument("--decode-only", action="store_true", help="only the no-broker figures")
     parser.add_argument("--latency-only", action="store_true", help="only the latency figure")
+    parser.add_argument(
+        "--large", type=int, default=0, help="only batch reads of a stream of this many rows"
+    )
     args = parser.parse_args()
     n = args.messages
     if args.decode_only:
@@ -354,6 +386,27 @@ def main() -> int:
             print(f"broker: {c.product} {c.server_properties.get('version')!r}")
         params = ConnectionParams.from_uri(url)
         stream_params = dataclasses.replace(params, port=stream_port or 5552)
+        if args.large:
+            q = stream()
+            rate = publish_stream(stream_params, q, args.large)
+            print(f"publish stream protocol (sink client, confirms): {rate:,.0f} msg/s")
+            wall, cpu = raw_read(url, q, args.large, stream_params)
+            print(f"[stream] raw read (client + Arrow, no Spark): {wall:,.0f} rows/s")
+            spark = make_spark()
+            for protocol in protocols:
+                use(protocol)
+                r = large_reads(spark, url, q, args.large)
+                print(f"[{protocol}] batch read job of one row: {r['job_s'] * 1000:,.0f} ms")
+                for parts in (1, 2):
+                    print(
+                        f"[{protocol}] batch read {args.large:,}, {parts} partition(s):"
+                        f" {r[f'rate_p{parts}']:,.0f} rows/s"
+                    )
+                    print(
+                        f"[{protocol}] batch read {args.large:,} less the job's cost,"
+                        f" per partition, {parts} partition(s): {r[f'net_p{parts}']:,.0f} rows/s"
+                    )
+            return 0
         if args.latency_only:
             spark = make_spark()
             for protocol in protocols:

@@ -90,3 +90,28 @@ def test_refusals_carry_the_protocols_codes(params: ConnectionParams, name: str)
     with pytest.raises(StreamClientError) as info:
         StreamClient(missing_vhost, timeout=10).connect()
     assert info.value.code == Code.VIRTUAL_HOST_ACCESS_FAILURE
+
+
+def test_a_chunk_over_frame_max_is_read(
+    params: ConnectionParams, stream_url: str, name: str
+) -> None:
+    # One 2 MiB message (0-9-1 splits it into body frames) is a chunk over the stream
+    # protocol's 1 MiB frame_max, which the broker sends whole in one deliver frame.
+    support.declare_stream(stream_url, name)
+    try:
+        body = bytes(range(256)) * (8 << 10)
+        support.publish(stream_url, name, [body, b"after"])
+        values: list[bytes] = []
+        for batch in read_range_chunks(
+            params,
+            OffsetRange(name, 0, 2),
+            credit=2,
+            read_timeout=10,
+            fail_on_data_loss=True,
+            include_headers=False,
+            batch_rows=100,
+        ):
+            values.extend(batch.column("value").to_pylist())
+        assert values == [body, b"after"]
+    finally:
+        support.delete(stream_url, name)

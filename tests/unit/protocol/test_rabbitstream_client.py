@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveret.protocol.rabbitstream import commands as c
-from leveret.protocol.rabbitstream.client import ClientConnection, ClientState
+from leveret.protocol.rabbitstream.client import RECEIVE_MAX, ClientConnection, ClientState
 from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import Code, Key
 from leveret.protocol.rabbitstream.errors import StreamProtocolError
@@ -63,7 +63,7 @@ def test_handshake_negotiates_tune_and_opens() -> None:
     assert client.state is ClientState.OPEN
     assert client.frame_max == 65536  # the lower of both
     assert client.heartbeat == 60  # ours was 0: theirs
-    assert client.codec.frame_max == 65536
+    assert client.codec.frame_max == RECEIVE_MAX  # a deliver is a whole chunk: any size
     assert client.server_properties == {"product": "X"}
     assert client.open_properties == {"advertised_port": "5552"}
 
@@ -185,6 +185,24 @@ def test_a_bad_frame_closes_with_the_codecs_code() -> None:
     (close,) = server.read(client)
     assert isinstance(close, c.Close)
     assert close.code == info.value.code == Code.UNKNOWN_FRAME
+
+
+def test_a_deliver_over_frame_max_is_taken_up_to_receive_max() -> None:
+    # A deliver is one whole chunk, as big as the writer batched it (RabbitMQ 3.10 and
+    # Leveret send it whatever frame_max says); only receive_max bounds what is buffered.
+    client = _client(frame_max=4096, receive_max=1 << 16)
+    server = Server()
+    _answers(server, client, tune=(1 << 20, 0))
+    assert client.frame_max == 4096
+    big = c.Deliver(1, b"x" * 10_000)
+    assert client.receive_data(big.encode(), 0.0) == [big]
+    with pytest.raises(StreamProtocolError) as info:
+        client.receive_data(c.Deliver(1, b"x" * (1 << 16)).encode()[:100], 0.0)
+    assert info.value.code == Code.FRAME_TOO_LARGE
+    assert client.state is ClientState.CLOSED
+    (close,) = server.read(client)
+    assert isinstance(close, c.Close)
+    assert close.code == Code.FRAME_TOO_LARGE
 
 
 @settings(max_examples=40, deadline=None)

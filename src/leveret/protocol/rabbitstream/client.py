@@ -11,7 +11,10 @@ Theory of operation (PROTOCOL.adoc, "Connection set up"; the h11 contract):
   written. No sockets, no clock: ``now`` is monotonic seconds, passed in.
 - Handshake, run by the machine from the constructor on: peer-properties → sasl-handshake →
   sasl-authenticate (PLAIN) → the server's tune is answered with ours (frame_max and
-  heartbeat the lower non-zero of both offers) → open (the vhost). The handshake's commands
+  heartbeat the lower non-zero of both offers) → open (the vhost). Frames from the server
+  are accepted up to ``receive_max``, not the negotiated frame_max: a deliver carries one
+  whole chunk, which RabbitMQ 3.10 and Leveret send whatever its size (a chunk is cut by
+  the writer's batching, not by any reader's frame_max). The handshake's commands
   are not returned; :attr:`ClientConnection.state` is ``OPEN`` once open is answered OK.
   A refusal (any code but OK) ends in ``CLOSED`` with :attr:`ClientConnection.refused` set
   to ``(what, code)``.
@@ -58,6 +61,11 @@ _SASL_AUTHENTICATE = 3
 _OPEN = 4
 
 
+# Largest frame taken from the server (0 = any): far above any chunk a writer batches, low
+# enough that a corrupt size field cannot make the client buffer gigabytes.
+RECEIVE_MAX = 64 << 20
+
+
 def _negotiate(ours: int, theirs: int) -> int:
     """The lower non-zero of two limits (0 = none)."""
     if not ours:
@@ -79,6 +87,7 @@ class ClientConnection:
         properties: dict[str, str] | None = None,
         frame_max: int = 1 << 20,
         heartbeat: int = 0,
+        receive_max: int = RECEIVE_MAX,
     ) -> None:
         self.username = username
         self.password = password
@@ -86,6 +95,7 @@ class ClientConnection:
         self.codec = StreamCodec(Role.CLIENT)
         self.state = ClientState.HANDSHAKE
         self.frame_max = frame_max
+        self.receive_max = receive_max
         self.heartbeat = heartbeat
         self.server_properties: dict[str, str] = {}
         self.open_properties: dict[str, str] = {}
@@ -217,7 +227,7 @@ class ClientConnection:
         if isinstance(command, c.Tune):
             self.frame_max = _negotiate(self.frame_max, command.frame_max)
             self.heartbeat = _negotiate(self.heartbeat, command.heartbeat)
-            self.codec.frame_max = self.frame_max
+            self.codec.frame_max = max(self.receive_max, self.frame_max) if self.receive_max else 0
             self._out.append(self.codec.send(c.Tune(self.frame_max, self.heartbeat)))
             self._handshake(_OPEN, lambda cid: c.Open(cid, self.vhost))
             return

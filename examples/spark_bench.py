@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -459,6 +460,7 @@ def main() -> int:
         if broker is not None:
             broker.terminate()
             broker.wait(30)
+        shutil.rmtree(work, ignore_errors=True)  # checkpoints, and the broker's data if ours
 
 
 if __name__ == "__main__":

@@ -2,16 +2,23 @@
 
     python -m examples.spark_bench            # starts a Leveret broker of its own
     python -m examples.spark_bench --url amqp://guest:guest@127.0.0.1:5672/%2F   # RabbitMQ
+        [--stream-port 5552] [--protocols stream,amqp] [--latency] [--large 1000000]
 
-Measures, on stream queues: the raw client (no Spark), batch reads with 1 and 2 partitions
-(``noop`` sink), streaming catch-up (Trigger.AvailableNow), writes with confirms, and the
-end-to-end latency of a streaming query at a fixed publish rate.
+Measures, on stream queues, once per protocol (RabbitMQ's stream protocol, AMQP 0-9-1): the
+client's decode from memory, publishing with confirms from the client alone, the raw read
+path (client + Arrow, no Spark), batch reads with 1 and 2 partitions (``noop`` sink),
+streaming catch-up (Trigger.AvailableNow), writes with confirms, and with ``--latency`` the
+end-to-end latency of a streaming query at a fixed publish rate. ``--large N`` measures
+only batch reads of one stream of N messages (published over the stream protocol), with
+Spark's fixed cost per job (a read of one row) taken apart from the rate per partition.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -20,16 +27,75 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from examples.spark_pipeline import connect, make_spark, start_leveret
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.rabbitstream.chunk import encode_chunk, simple_entry
+from leveret.server.amqp091.message import wire_message
+from leveret.server.stream_message import record_of
 from leveret.spark._arrow import build_batch, stream_offsets
 from leveret.spark._client import ConnectionParams, Deliveries, scan_frames
+from leveret.spark._records import RecordColumns
+from leveret.spark._stream_reads import read_range_chunks
+from leveret.spark._stream_sink import publish_to_stream
 from leveret.spark._streams import OffsetRange, read_range
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+def _body(i: int) -> bytes:
+    return b'{"id": %d, "user": "user-%d", "amount": %d}' % (i, i % 50, i % 100)
+
+
+def publish_stream(params: ConnectionParams, queue: str, n: int) -> float:
+    """Publish ``n`` of the same messages over the stream protocol with the sink's client
+    (batches of publish frames, confirms pipelined); returns messages per second."""
+    bodies = [_body(i) for i in range(n)]
+    batches = [
+        pa.record_batch([pa.array(bodies[i : i + 8192], pa.binary())], names=["value"])
+        for i in range(0, n, 8192)
+    ]
+    started = time.perf_counter()
+    publish_to_stream(
+        params,
+        queue,
+        f"bench-{uuid.uuid4().hex[:8]}",
+        iter(batches),
+        body_column="value",
+        headers_column=None,
+        properties_column=None,
+        persistent=True,
+        max_in_flight=20000,
+        confirm_timeout=60,
+    )
+    return n / (time.perf_counter() - started)
+
+
+def decode_chunks_ceiling(n: int) -> float:
+    """Rows per CPU-second of the stream-protocol decode alone, fed from memory: the chunks a
+    broker stores for ~60-byte messages published over 0-9-1 (chunks of 500), through
+    ``RecordColumns`` into 8192-row record batches."""
+    raw = BasicProperties(delivery_mode=2).encode()
+    records = [record_of(wire_message("", "bench.q", raw, _body(i))) for i in range(n)]
+    chunks = [
+        encode_chunk([simple_entry(r) for r in records[i : i + 500]], chunk_id=i, timestamp=1)
+        for i in range(0, n, 500)
+    ]
+    cpu = time.process_time()
+    columns = RecordColumns("bench.q")
+    rows = 0
+    for chunk in chunks:
+        columns.add_chunk(chunk)
+        if len(columns) >= 8192:
+            rows += columns.build().num_rows
+    if len(columns):
+        rows += columns.build().num_rows
+    assert rows == n
+    return n / (time.process_time() - cpu)
 
 
 def publish(url: str, queue: str, n: int) -> float:
@@ -83,8 +149,11 @@ def decode_ceiling(n: int) -> float:
     return n / (time.process_time() - cpu)
 
 
-def raw_read(url: str, queue: str, n: int) -> tuple[float, float]:
-    """The executors' read path without Spark (``read_range``: client + Arrow batches).
+def raw_read(
+    url: str, queue: str, n: int, stream_params: ConnectionParams | None = None
+) -> tuple[float, float]:
+    """The executors' read path without Spark (client + Arrow batches): ``read_range`` over
+    0-9-1, ``read_range_chunks`` over the stream protocol (``stream_params``).
 
     Returns (rows per second, rows per second of this process's CPU time): the second is the
     client's own ceiling when the broker, not the client, is the bottleneck.
@@ -92,21 +161,37 @@ def raw_read(url: str, queue: str, n: int) -> tuple[float, float]:
     cpu = time.process_time()
     started = time.perf_counter()
     got = 0
-    for batch in read_range(
-        ConnectionParams.from_uri(url),
-        OffsetRange(queue, 0, n),
-        prefetch=2000,
-        read_timeout=30,
-        fail_on_data_loss=True,
-        include_headers=True,
-        batch_rows=8192,
-    ):
+    rng = OffsetRange(queue, 0, n)
+    if stream_params is not None:
+        batches = read_range_chunks(
+            stream_params,
+            rng,
+            credit=8,
+            read_timeout=30,
+            fail_on_data_loss=True,
+            include_headers=True,
+            batch_rows=8192,
+        )
+    else:
+        batches = read_range(
+            ConnectionParams.from_uri(url),
+            rng,
+            prefetch=2000,
+            read_timeout=30,
+            fail_on_data_loss=True,
+            include_headers=True,
+            batch_rows=8192,
+        )
+    for batch in batches:
         got += batch.num_rows
     return got / (time.perf_counter() - started), got / (time.process_time() - cpu)
 
 
+OPTIONS: dict[str, str] = {}  # the protocol and stream port of the figures being taken
+
+
 def reader(spark: SparkSession, url: str, queue: str, **options: object) -> DataFrame:
-    r = spark.read.format("amqp").option("uri", url).option("queue", queue)
+    r = spark.read.format("amqp").option("uri", url).option("queue", queue).options(**OPTIONS)
     for k, v in options.items():
         r = r.option(k, str(v))
     return r.load()
@@ -127,6 +212,7 @@ def catch_up(spark: SparkSession, url: str, queue: str, n: int, work: Path) -> f
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(max(n // 4, 1)))
         .option("minPartitions", "2")
+        .options(**OPTIONS)
         .load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(work / f"cp-{uuid.uuid4().hex[:6]}"))
@@ -143,8 +229,37 @@ def write(spark: SparkSession, url: str, queue: str, n: int, parts: int) -> floa
     )
     df.cache().count()
     started = time.perf_counter()
-    df.write.format("amqp").option("uri", url).option("routingKey", queue).mode("append").save()
+    df.write.format("amqp").option("uri", url).option("routingKey", queue).options(**OPTIONS).mode(
+        "append"
+    ).save()
     return n / (time.perf_counter() - started)
+
+
+def large_reads(
+    spark: SparkSession, url: str, queue: str, n: int, repeats: int = 3
+) -> dict[str, float]:
+    """Batch reads of a stream of ``n`` rows (``noop`` sink), ``repeats`` of each, medians.
+
+    ``job_s``: a read of one row, Spark's fixed cost of a job (planning on the driver, the
+    task's launch and its Python worker, the connection); ``rate_pN``: rows per second of a
+    read with N partitions; ``net_pN``: the same without the fixed cost, rows per second per
+    partition while the tasks read.
+    """
+
+    def timed(**options: object) -> float:
+        started = time.perf_counter()
+        reader(spark, url, queue, **options).write.format("noop").mode("append").save()
+        return time.perf_counter() - started
+
+    timed(minPartitions=1)  # warm-up: JVM, Python workers
+    job = statistics.median(timed(endingOffsets=json.dumps({queue: 1})) for _ in range(repeats))
+    result = {"job_s": job}
+    for parts in (1, 2):
+        seconds = statistics.median(timed(minPartitions=parts) for _ in range(repeats))
+        result[f"rate_p{parts}"] = n / seconds
+        # Too few rows to tell apart from the fixed cost: no figure.
+        result[f"net_p{parts}"] = n / parts / (seconds - job) if seconds > job else float("nan")
+    return result
 
 
 def latency(
@@ -165,6 +280,7 @@ def latency(
         .option("uri", url)
         .option("queue", queue)
         .option("startingOffsets", "latest")
+        .options(**OPTIONS)
         .load()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(work / f"cp-{uuid.uuid4().hex[:6]}"))
@@ -224,22 +340,34 @@ def print_latency(result: dict[str, float], rate: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="broker URL (default: start Leveret)")
+    parser.add_argument("--stream-port", type=int, help="its stream-protocol port")
+    parser.add_argument("--protocols", default="stream,amqp", help="stream, amqp or both")
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=2_000)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--decode-only", action="store_true", help="only the no-broker figure")
+    parser.add_argument("--latency", action="store_true", help="also the latency figure")
+    parser.add_argument("--decode-only", action="store_true", help="only the no-broker figures")
     parser.add_argument("--latency-only", action="store_true", help="only the latency figure")
+    parser.add_argument(
+        "--large", type=int, default=0, help="only batch reads of a stream of this many rows"
+    )
     args = parser.parse_args()
+    n = args.messages
     if args.decode_only:
-        print(f"client decode, from memory: {decode_ceiling(args.messages):,.0f} rows per CPU-s")
+        print(f"client decode, 0-9-1, from memory: {decode_ceiling(n):,.0f} rows per CPU-s")
+        print(f"client decode, chunks, from memory: {decode_chunks_ceiling(n):,.0f} rows per CPU-s")
         return 0
     work = Path(tempfile.mkdtemp(prefix="leveret-spark-bench-"))
     broker = None
     url = args.url
+    stream_port = args.stream_port
     if url is None:
-        broker, url = start_leveret(work / "broker")
+        broker, url, stream_port = start_leveret(work / "broker")
+    elif stream_port is None and ":5672/" in url:
+        stream_port = 5552
     spark = None
     queues: list[str] = []
+    protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
 
     def stream() -> str:
         name = f"bench.{uuid.uuid4().hex[:8]}"
@@ -248,32 +376,80 @@ def main() -> int:
         queues.append(name)
         return name
 
+    def use(protocol: str) -> None:
+        OPTIONS.clear()
+        OPTIONS["protocol"] = protocol
+        if stream_port is not None:
+            OPTIONS["streamPort"] = str(stream_port)
+
     try:
         with connect(url) as c:
             print(f"broker: {c.product} {c.server_properties.get('version')!r}")
-        n = args.messages
+        params = ConnectionParams.from_uri(url)
+        stream_params = dataclasses.replace(params, port=stream_port or 5552)
+        if args.large:
+            q = stream()
+            rate = publish_stream(stream_params, q, args.large)
+            print(f"publish stream protocol (sink client, confirms): {rate:,.0f} msg/s")
+            wall, cpu = raw_read(url, q, args.large, stream_params)
+            print(f"[stream] raw read (client + Arrow, no Spark): {wall:,.0f} rows/s")
+            spark = make_spark()
+            for protocol in protocols:
+                use(protocol)
+                r = large_reads(spark, url, q, args.large)
+                print(f"[{protocol}] batch read job of one row: {r['job_s'] * 1000:,.0f} ms")
+                for parts in (1, 2):
+                    print(
+                        f"[{protocol}] batch read {args.large:,}, {parts} partition(s):"
+                        f" {r[f'rate_p{parts}']:,.0f} rows/s"
+                    )
+                    print(
+                        f"[{protocol}] batch read {args.large:,} less the job's cost,"
+                        f" per partition, {parts} partition(s): {r[f'net_p{parts}']:,.0f} rows/s"
+                    )
+            return 0
         if args.latency_only:
             spark = make_spark()
-            print_latency(latency(spark, url, stream(), args.rate, args.seconds, work), args.rate)
+            for protocol in protocols:
+                use(protocol)
+                result = latency(spark, url, stream(), args.rate, args.seconds, work)
+                print(f"[{protocol}] ", end="")
+                print_latency(result, args.rate)
             return 0
-        print(f"client decode, from memory:             {decode_ceiling(n):,.0f} rows per CPU-s")
+        print(f"client decode, 0-9-1, from memory:   {decode_ceiling(n):,.0f} rows per CPU-s")
+        print(
+            f"client decode, chunks, from memory:  {decode_chunks_ceiling(n):,.0f} rows per CPU-s"
+        )
         q = stream()
-        print(f"publish (client, confirms, window 1000): {publish(url, q, n):,.0f} msg/s")
-        wall, cpu = raw_read(url, q, n)
-        print(f"raw read (client + Arrow, no Spark):    {wall:,.0f} rows/s, {cpu:,.0f} per CPU-s")
+        print(f"publish 0-9-1 (client, confirms, window 1000): {publish(url, q, n):,.0f} msg/s")
+        if "stream" in protocols:
+            rate = publish_stream(stream_params, stream(), n)
+            print(f"publish stream protocol (sink client, confirms): {rate:,.0f} msg/s")
+        for protocol in protocols:
+            sp = stream_params if protocol == "stream" else None
+            wall, cpu = raw_read(url, q, n, sp)
+            print(
+                f"[{protocol}] raw read (client + Arrow, no Spark): {wall:,.0f} rows/s,"
+                f" {cpu:,.0f} per CPU-s"
+            )
         spark = make_spark()
-        batch_read(spark, url, q, n, 1)  # warm-up: JVM, Python workers
-        for parts in (1, 2):
-            rate = batch_read(spark, url, q, n, parts)
-            print(f"batch read, {parts} partition(s):          {rate:,.0f} rows/s")
-        rate = catch_up(spark, url, q, n, work)
-        print(f"streaming catch-up, AvailableNow:       {rate:,.0f} rows/s")
-        write(spark, url, stream(), 2000, 1)  # warm-up: the writer's Python workers
-        for parts in (1, 2):
-            target = stream()
-            rate = write(spark, url, target, n // 2, parts)
-            print(f"write with confirms, {parts} partition(s):  {rate:,.0f} rows/s")
-        print_latency(latency(spark, url, stream(), args.rate, args.seconds, work), args.rate)
+        for protocol in protocols:
+            use(protocol)
+            batch_read(spark, url, q, n, 1)  # warm-up: JVM, Python workers
+            for parts in (1, 2):
+                rate = batch_read(spark, url, q, n, parts)
+                print(f"[{protocol}] batch read, {parts} partition(s): {rate:,.0f} rows/s")
+            rate = catch_up(spark, url, q, n, work)
+            print(f"[{protocol}] streaming catch-up, AvailableNow: {rate:,.0f} rows/s")
+            write(spark, url, stream(), 2000, 1)  # warm-up: the writer's Python workers
+            for parts in (1, 2):
+                target = stream()
+                rate = write(spark, url, target, n // 2, parts)
+                print(f"[{protocol}] write with confirms, {parts} partition(s): {rate:,.0f} rows/s")
+            if args.latency:
+                result = latency(spark, url, stream(), args.rate, args.seconds, work)
+                print(f"[{protocol}] ", end="")
+                print_latency(result, args.rate)
         return 0
     finally:
         if spark is not None:
@@ -284,6 +460,7 @@ def main() -> int:
         if broker is not None:
             broker.terminate()
             broker.wait(30)
+        shutil.rmtree(work, ignore_errors=True)  # checkpoints, and the broker's data if ours
 
 
 if __name__ == "__main__":

@@ -20,9 +20,16 @@ What happens:
 5. The example checks that Parquet holds every event exactly once and that every total reached
    ``shop.results.stream`` exactly once, and exits non-zero otherwise.
 
+Spark reads the stream and publishes the totals over RabbitMQ's stream protocol (the fast
+path: chunks decoded into Arrow in bulk; the totals published in batches under a publisher
+reference per task, which the broker de-duplicates). ``--protocol amqp`` runs the same over
+AMQP 0-9-1 (the totals then go through the exchange ``shop.results`` and are de-duplicated by
+Leveret's ``x-stream-producer`` / ``x-stream-sequence`` headers).
+
 Queue and exchange names get a per-run suffix (``shop.events.<run>``); with ``--url`` they
 are deleted at the end. ``--url amqp://...`` uses another broker (RabbitMQ 3.9+ has stream
-queues, but no publish de-duplication: there the replayed totals show up twice and the
+queues; its stream protocol on 5552 beside 5672, or ``--stream-port``, de-duplicates the
+totals too; over 0-9-1 it does not, and there the replayed totals show up twice and the
 example says so).
 """
 
@@ -65,31 +72,44 @@ RESULTS_STREAM = f"shop.results.stream.{RUN}"
 USERS = 50
 
 _LISTENING = re.compile(r"listening on amqp://\[?([0-9a-fA-F:.]+)\]?:(\d+)")
+_STREAM_LISTENING = re.compile(r"listening on rabbitmq-stream://\S+:(\d+)")
 
 
 class InjectedCrash(RuntimeError):
     """Raised inside a micro-batch after its side effects, before Spark commits it."""
 
 
-def start_leveret(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    """``leveret serve`` on a free port; returns the process and its amqp:// URL."""
+def start_leveret(data_dir: Path) -> tuple[subprocess.Popen[str], str, int]:
+    """``leveret serve`` on free ports; returns the process, its amqp:// URL and its
+    stream-protocol port."""
     cmd = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0"]
+    # The broker runs from the installed package, not from what spark-submit put on this
+    # driver's PYTHONPATH (the job's zipped wheel).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter and fixed arguments
-        [*cmd, "--data-dir", str(data_dir)],
+        [*cmd, "--stream-port", "0", "--no-management", "--data-dir", str(data_dir)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert proc.stderr is not None
     deadline = time.monotonic() + 30
+    url = None
+    stream_port = None
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         if not line:
             break
         found = _LISTENING.search(line)
         if found:
+            url = f"amqp://guest:guest@{found.group(1)}:{found.group(2)}/%2F"
+        found = _STREAM_LISTENING.search(line)
+        if found:
+            stream_port = int(found.group(1))
+        if url is not None and stream_port is not None:
             threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
-            return proc, f"amqp://guest:guest@{found.group(1)}:{found.group(2)}/%2F"
+            return proc, url, stream_port
     proc.kill()
     raise RuntimeError("the broker did not start")
 
@@ -142,16 +162,27 @@ def produce(url: str, events: int, rate: int, done: threading.Event) -> None:
     done.set()
 
 
+def submitted() -> bool:
+    """True when ``spark-submit`` started this driver (its master and settings apply)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def make_spark() -> SparkSession:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName("leveret-pipeline")
+    if not submitted():
+        # Local mode: the executors are this interpreter (it has leveret and pyarrow).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = (
+            builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
     spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("leveret-pipeline")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        builder.config("spark.sql.shuffle.partitions", "2")
+        # A Python worker that starts slowly on a busy machine is waited for, not failed.
+        .config("spark.python.authenticate.socketTimeout", "60s")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -177,6 +208,7 @@ def run_query(
     work: Path,
     produced: threading.Event,
     crash_at: int | None,
+    connection: dict[str, str],
 ) -> None:
     """Run the query until it has committed every event published (or the injected crash)."""
     from pyspark.sql import functions as F
@@ -204,16 +236,18 @@ def run_query(
         if totals.isEmpty():
             return
         totals.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))
-        (
+        writer = (
             totals.select(F.to_json(F.struct("*")).alias("value"))
             .write.format("amqp")
             .option("uri", url)
-            .option("exchange", RESULTS_EXCHANGE)
-            .option("routingKey", "totals")
+            .options(**connection)
             .option("messageIdPrefix", f"totals-{batch_id}")
-            .mode("append")
-            .save()
         )
+        if connection.get("protocol") == "amqp":
+            writer = writer.option("exchange", RESULTS_EXCHANGE).option("routingKey", "totals")
+        else:
+            writer = writer.option("stream", RESULTS_STREAM)  # the stream protocol: no exchange
+        writer.mode("append").save()
         totals.unpersist()
         if crash_at is not None and batch_id == crash_at:
             raise InjectedCrash(f"killed after the side effects of batch {batch_id}")
@@ -225,6 +259,7 @@ def run_query(
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "4000")
         .option("minPartitions", "2")
+        .options(**connection)
         .load()
         .writeStream.foreachBatch(process)
         .option("checkpointLocation", str(work / "checkpoint"))
@@ -306,7 +341,7 @@ def verify(spark: SparkSession, url: str, work: Path, events: int, product: str)
     if results_ok and parquet_ok:
         print("exactly once: OK")
     if product != "Leveret" and duplicates:
-        print(f"  ({product} does not de-duplicate publishes: replayed totals appear twice)")
+        print(f"  ({product} does not de-duplicate 0-9-1 publishes: replayed totals appear twice)")
         distinct = {(r["batch_id"], r["user"]): int(str(r["orders"])) for r in results}
         results_ok = sum(distinct.values()) == events  # nothing lost
         if parquet_ok:
@@ -322,15 +357,27 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=5_000, help="events per second")
     parser.add_argument("--crash-after", type=int, default=2, help="batch to kill; -1: none")
     parser.add_argument("--url", help="use this broker instead of starting Leveret")
+    parser.add_argument(
+        "--protocol",
+        choices=("auto", "stream", "amqp"),
+        default="stream",
+        help="how Spark reads and writes the streams (default: the stream protocol)",
+    )
+    parser.add_argument("--stream-port", type=int, help="the broker's stream-protocol port")
     parser.add_argument("--workdir", type=Path, help="keep files here (default: a temp dir)")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="leveret-pipeline-"))
     work.mkdir(parents=True, exist_ok=True)
     broker = None
     url = args.url
+    stream_port = args.stream_port
     if url is None:
-        broker, url = start_leveret(work / "broker")
+        broker, url, stream_port = start_leveret(work / "broker")
         print(f"Leveret listening at {url} (data in {work / 'broker'})")
+    connection = {"protocol": args.protocol}
+    if stream_port is not None:
+        connection["streamPort"] = str(stream_port)
+    print(f"Spark reads and writes with protocol={args.protocol}")
     spark = None
     try:
         setup_broker(url)
@@ -344,9 +391,9 @@ def main() -> int:
         spark = make_spark()
         crash = args.crash_after if args.crash_after >= 0 else None
         print(f"Run 1 (the query is killed after batch {crash})")
-        run_query(spark, url, work, produced, crash)
+        run_query(spark, url, work, produced, crash, connection)
         print("Run 2 (restarted from the checkpoint)")
-        run_query(spark, url, work, produced, None)
+        run_query(spark, url, work, produced, None, connection)
         producer.join()
         return 0 if verify(spark, url, work, args.events, product) else 1
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -130,5 +130,78 @@ def test_replayed_write_is_deduplicated_on_leveret_streams(
             ).mode("append").save()
         rows = support.read_stream(stream_url, name)
         assert sorted(json.loads(body)["id"] for _, body in rows) == list(range(2000))
+    finally:
+        support.delete(stream_url, name)
+
+
+def test_stream_protocol_write_replays_publish_nothing_twice(
+    spark_session: SparkSession, stream_url: str, stream_port: int, name: str
+) -> None:
+    """Over the stream protocol the publisher reference de-duplicates (RabbitMQ's too): a
+    replayed write, and a retried task, add nothing."""
+    support.declare_stream(stream_url, name)
+    prefix = f"sp-{uuid.uuid4().hex[:6]}"
+    try:
+        df = spark_session.range(0, 3000, numPartitions=2).selectExpr(
+            "to_json(named_struct('id', id)) AS value"
+        )
+        for _ in range(2):
+            df.write.format("amqp").option("uri", stream_url).option("protocol", "stream").option(
+                "streamPort", str(stream_port)
+            ).option("stream", name).option("messageIdPrefix", prefix).mode("append").save()
+        rows = support.read_stream(stream_url, name)
+        assert sorted(json.loads(body)["id"] for _, body in rows) == list(range(3000))
+        # A bigger rerun of partition 0 (a task that now sees more rows) adds only the rest.
+        more = spark_session.range(0, 2000, numPartitions=1).selectExpr(
+            "to_json(named_struct('id', id + 10000)) AS value"
+        )
+        more.write.format("amqp").option("uri", stream_url).option("protocol", "stream").option(
+            "streamPort", str(stream_port)
+        ).option("stream", name).option("messageIdPrefix", prefix).mode("append").save()
+        ids = sorted(json.loads(body)["id"] for _, body in support.read_stream(stream_url, name))
+        # Partition 0 of the first write had rows 0..1499: rows 1500..1999 of the rerun are new.
+        assert ids == sorted([*range(3000), *range(11500, 12000)])
+    finally:
+        support.delete(stream_url, name)
+
+
+def test_stream_protocol_write_keeps_headers_and_properties(
+    spark_session: SparkSession, stream_url: str, stream_port: int, name: str
+) -> None:
+    """What the stream sink writes reads back the same over either protocol."""
+    support.declare_stream(stream_url, name)
+    try:
+        df = spark_session.range(0, 200, numPartitions=2).selectExpr(
+            "CAST(id AS STRING) AS value",
+            "map('k', CAST(id % 3 AS STRING), 'fixed', 'f') AS headers",
+            "named_struct('content_type', 'text/plain', 'message_id', CONCAT('m', id),"
+            " 'priority', 5, 'type', 'kind', 'app_id', 'app') AS properties",
+        )
+        df.write.format("amqp").option("uri", stream_url).option(
+            "streamPort", str(stream_port)
+        ).option("routingKey", name).mode("append").save()
+
+        def read(protocol: str) -> list[tuple[Any, ...]]:
+            got = (
+                spark_session.read.format("amqp")
+                .option("uri", stream_url)
+                .option("queue", name)
+                .option("protocol", protocol)
+                .option("streamPort", str(stream_port))
+                .load()
+                .selectExpr("CAST(value AS STRING) v", "headers", "properties")
+                .collect()
+            )
+            return sorted((r.v, sorted(r.headers.items()), r.properties) for r in got)
+
+        by_stream = read("stream")
+        assert len(by_stream) == 200
+        v, headers, props = by_stream[0]
+        assert headers == [("fixed", "f"), ("k", str(int(str(v)) % 3))]
+        assert props.content_type == "text/plain"
+        assert props.message_id == f"m{v}"
+        assert (props.priority, props.type, props.app_id) == (5, "kind", "app")
+        assert props.delivery_mode == 2
+        assert read("amqp") == by_stream
     finally:
         support.delete(stream_url, name)

@@ -1,4 +1,7 @@
-"""The stream-queue source: batch reads by offset range, streaming with exactly-once replay."""
+"""The stream-queue source: batch reads by offset range, streaming with exactly-once replay.
+
+Each test runs once per protocol the source reads streams with (``read_options``): RabbitMQ's
+stream protocol and AMQP 0-9-1."""
 
 from __future__ import annotations
 
@@ -31,12 +34,12 @@ def _reader(spark: SparkSession, url: str, queue: str, **options: object) -> Dat
 
 
 def test_batch_read_split_by_min_partitions(
-    spark_session: SparkSession, stream_url: str, name: str
+    spark_session: SparkSession, stream_url: str, name: str, read_options: dict[str, str]
 ) -> None:
     support.declare_stream(stream_url, name)
     try:
         support.publish(stream_url, name, _bodies(0, 3000))
-        df = _reader(spark_session, stream_url, name, minPartitions=3)
+        df = _reader(spark_session, stream_url, name, minPartitions=3, **read_options)
         assert df.rdd.getNumPartitions() == 3
         rows = df.selectExpr("offset", "CAST(value AS STRING) AS v", "queue").collect()
         assert sorted(r.offset for r in rows) == list(range(3000))
@@ -51,6 +54,7 @@ def test_batch_read_split_by_min_partitions(
             startingOffsets=json.dumps({name: 100}),
             endingOffsets=json.dumps({name: 250}),
             minPartitions=2,
+            **read_options,
         )
         assert sorted(r.offset for r in part.select("offset").collect()) == list(range(100, 250))
     finally:
@@ -58,7 +62,11 @@ def test_batch_read_split_by_min_partitions(
 
 
 def test_streaming_failure_and_restart_gives_every_offset_once(
-    spark_session: SparkSession, stream_url: str, name: str, tmp_path: Path
+    spark_session: SparkSession,
+    stream_url: str,
+    name: str,
+    tmp_path: Path,
+    read_options: dict[str, str],
 ) -> None:
     """A failure after batch 1 is written; restart replays the same range; no loss or dup."""
     support.declare_stream(stream_url, name)
@@ -88,6 +96,7 @@ def test_streaming_failure_and_restart_gives_every_offset_once(
                 .option("startingOffsets", "earliest")
                 .option("maxOffsetsPerTrigger", "1000")
                 .option("minPartitions", "2")
+                .options(**read_options)
                 .load()
                 .writeStream.foreachBatch(sink)
                 .option("checkpointLocation", str(checkpoint))
@@ -129,13 +138,22 @@ def _truncated_stream(url: str, queue: str) -> int:
     raise AssertionError("retention never removed the head of the stream")
 
 
-def test_fail_on_data_loss(spark_session: SparkSession, stream_url: str, name: str) -> None:
+def test_fail_on_data_loss(
+    spark_session: SparkSession, stream_url: str, name: str, read_options: dict[str, str]
+) -> None:
     first = _truncated_stream(stream_url, name)
     try:
         start = json.dumps({name: 0})
         with pytest.raises(Exception, match="retention"):
-            _reader(spark_session, stream_url, name, startingOffsets=start).count()
-        df = _reader(spark_session, stream_url, name, startingOffsets=start, failOnDataLoss=False)
+            _reader(spark_session, stream_url, name, startingOffsets=start, **read_options).count()
+        df = _reader(
+            spark_session,
+            stream_url,
+            name,
+            startingOffsets=start,
+            failOnDataLoss=False,
+            **read_options,
+        )
         offsets = [r.offset for r in df.select("offset").orderBy("offset").collect()]
         # Skips ahead to what is left; the offsets it reads are exactly the stream's.
         assert offsets[0] >= first
@@ -145,13 +163,13 @@ def test_fail_on_data_loss(spark_session: SparkSession, stream_url: str, name: s
 
 
 def test_offsets_with_gaps_are_compared_not_counted(
-    spark_session: SparkSession, stream_url: str, name: str
+    spark_session: SparkSession, stream_url: str, name: str, read_options: dict[str, str]
 ) -> None:
     """After retention the first offset is not 0: earliest starts there, nothing is invented."""
     first = _truncated_stream(stream_url, name)
     try:
         expected = [o for o, _ in support.read_stream(stream_url, name)]
-        df = _reader(spark_session, stream_url, name, minPartitions=3)
+        df = _reader(spark_session, stream_url, name, minPartitions=3, **read_options)
         offsets = sorted(r.offset for r in df.select("offset").collect())
         assert offsets == expected
         assert offsets[0] == first
@@ -160,7 +178,11 @@ def test_offsets_with_gaps_are_compared_not_counted(
 
 
 def test_streaming_follows_new_messages(
-    spark_session: SparkSession, stream_url: str, name: str, tmp_path: Path
+    spark_session: SparkSession,
+    stream_url: str,
+    name: str,
+    tmp_path: Path,
+    read_options: dict[str, str],
 ) -> None:
     """startingOffsets=latest skips the backlog; later messages arrive in micro-batches."""
     support.declare_stream(stream_url, name)
@@ -180,6 +202,7 @@ def test_streaming_follows_new_messages(
             spark_session.readStream.format("amqp")
             .option("uri", stream_url)
             .option("queue", name)
+            .options(**read_options)
             .load()
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(tmp_path / "cp"))
@@ -193,5 +216,38 @@ def test_streaming_follows_new_messages(
         finally:
             q.stop()
         assert sorted(seen) == list(range(100, 300))
+    finally:
+        support.delete(stream_url, name)
+
+
+def test_both_protocols_give_the_same_rows(
+    spark_session: SparkSession, stream_url: str, stream_port: int, name: str
+) -> None:
+    """Properties, headers, routing key and exchange of 0-9-1 publishes read the same either
+    way (the stream protocol's timestamp is the chunk's; Leveret's 0-9-1 one is too)."""
+    from leveret.protocol.amqp091._generated.properties import BasicProperties
+
+    support.declare_stream(stream_url, name)
+    props = BasicProperties(
+        content_type="application/json",
+        headers={"n": 1, "s": "x", "nested": {"a": [1]}},
+        delivery_mode=2,
+        priority=3,
+        correlation_id="c",
+        message_id="m",
+        type="t",
+        app_id="a",
+    )
+    try:
+        support.publish(stream_url, name, _bodies(0, 500), properties=props)
+        columns = ["offset", "value", "routing_key", "exchange", "headers", "properties"]
+        by_stream = _reader(
+            spark_session, stream_url, name, protocol="stream", streamPort=stream_port
+        ).select(*columns)
+        by_amqp = _reader(spark_session, stream_url, name, protocol="amqp").select(*columns)
+        a = sorted(by_stream.collect(), key=lambda r: r.offset)
+        b = sorted(by_amqp.collect(), key=lambda r: r.offset)
+        assert len(a) == 500
+        assert a == b
     finally:
         support.delete(stream_url, name)

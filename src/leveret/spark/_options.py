@@ -6,9 +6,11 @@ frozen dataclass of str/int/bool/float fields, built once on the driver.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from leveret.spark._client import ConnectionParams
 
@@ -22,6 +24,12 @@ _FALSE = frozenset(("false", "0", "no", "off"))
 
 EARLIEST = -2
 LATEST = -1
+
+PROTOCOLS = ("auto", "stream", "amqp")
+STREAM_SCHEMES = {"rabbitmq-stream": False, "rabbitmq-stream+tls": True}
+# The stream protocol's conventional ports, beside AMQP's 5672 / 5671.
+STREAM_PORT, STREAM_TLS_PORT = 5552, 5551
+AMQP_PORTS = (5672, 5671)
 
 
 def _bool(value: str, name: str) -> bool:
@@ -77,6 +85,12 @@ class Options:
     """Every option of the source and the sink, parsed and validated."""
 
     params: ConnectionParams
+    # RabbitMQ's stream protocol: where it is (the same host and credentials, its own port),
+    # whether to use it ("auto" until the driver decides: ``_protocol.resolve``), and
+    # whether the port was given (``streamPort`` or a rabbitmq-stream:// uri).
+    stream_params: ConnectionParams
+    protocol: str
+    stream_port_given: bool
     queues: tuple[str, ...]
     queue_mode: str  # "stream" or "consume"
     starting_offsets: str | None
@@ -94,6 +108,7 @@ class Options:
     tail_probe_timeout: float  # seconds
     tail_probe_max: float  # seconds
     batch_rows: int
+    credit: int  # stream protocol: chunks in flight per reader
     # Classic queues.
     max_messages_per_trigger: int
     max_messages: int | None
@@ -103,8 +118,9 @@ class Options:
     routing_key: str | None
     persistent: bool
     mandatory: bool
-    max_in_flight: int
+    max_in_flight: int | None  # None: 1000 over 0-9-1, 20000 over the stream protocol
     confirm_timeout: float  # seconds
+    stream: str | None  # the stream the sink publishes to over the stream protocol
     message_id_prefix: str | None
     ignore_unknown_columns: bool
 
@@ -123,7 +139,11 @@ class Options:
         if get("ssl.cafile") is not None:
             overrides["tls_ca_file"] = get("ssl.cafile")
         uri = get("uri")
-        if uri is not None:
+        stream_uri: ConnectionParams | None = None
+        if uri is not None and urlsplit(uri).scheme in STREAM_SCHEMES:
+            stream_uri = _stream_uri(uri, overrides)
+            params = dataclasses.replace(stream_uri, port=5671 if stream_uri.use_tls else 5672)
+        elif uri is not None:
             params = ConnectionParams.from_uri(uri, **overrides)
         else:
             use_tls = _bool(get("ssl", "false") or "false", "ssl")
@@ -136,6 +156,19 @@ class Options:
                 use_tls=use_tls,
                 **overrides,  # type: ignore[arg-type]
             )
+        protocol = (get("protocol", "auto") or "auto").lower()
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"option protocol: expected auto, stream or amqp, got {protocol!r}")
+        stream_port = get("streamPort")
+        if stream_uri is not None:
+            if protocol == "amqp":
+                raise ValueError("option protocol=amqp does not go with a rabbitmq-stream:// uri")
+            protocol = "stream"
+            stream_params = stream_uri
+        else:
+            default = STREAM_TLS_PORT if params.use_tls else STREAM_PORT
+            port = _int(stream_port, "streamPort", 1) if stream_port is not None else default
+            stream_params = dataclasses.replace(params, port=port)
         # load("events") passes the queue as Spark's "path" option.
         names = get("queues") or get("queue") or get("path") or ""
         queues = tuple(q.strip() for q in names.split(",") if q.strip())
@@ -154,8 +187,12 @@ class Options:
         max_messages = get("maxMessages")
         routing_key = get("routingKey")
         ms = 1000.0
+        max_in_flight = get("maxInFlight")
         return cls(
             params=params,
+            stream_params=stream_params,
+            protocol=protocol,
+            stream_port_given=stream_uri is not None or stream_port is not None,
             queues=queues,
             queue_mode=mode,
             starting_offsets=get("startingOffsets"),
@@ -183,6 +220,7 @@ class Options:
             / ms,
             tail_probe_max=_int(get("tailProbeMaxMs", "100") or "100", "tailProbeMaxMs", 1) / ms,
             batch_rows=_int(get("arrowBatchRows", "8192") or "8192", "arrowBatchRows", 1),
+            credit=_int(get("streamCredit", "8") or "8", "streamCredit", 1),
             max_messages_per_trigger=_int(
                 get("maxMessagesPerTrigger", "10000") or "10000", "maxMessagesPerTrigger", 1
             ),
@@ -192,11 +230,31 @@ class Options:
             routing_key=routing_key,
             persistent=_bool(get("persistent", "true") or "true", "persistent"),
             mandatory=_bool(get("mandatory", "false") or "false", "mandatory"),
-            max_in_flight=_int(get("maxInFlight", "1000") or "1000", "maxInFlight", 1),
+            max_in_flight=_int(max_in_flight, "maxInFlight", 1)
+            if max_in_flight is not None
+            else None,
             confirm_timeout=_int(get("confirmTimeoutMs", "60000") or "60000", "confirmTimeoutMs", 1)
             / ms,
             message_id_prefix=get("messageIdPrefix"),
             ignore_unknown_columns=_bool(
                 get("ignoreUnknownColumns", "false") or "false", "ignoreUnknownColumns"
             ),
+            stream=get("stream"),
         )
+
+
+def _stream_uri(uri: str, overrides: dict[str, object]) -> ConnectionParams:
+    """``rabbitmq-stream[+tls]://user:pass@host:port/vhost`` (vhost percent-encoded)."""
+    parts = urlsplit(uri)
+    tls = STREAM_SCHEMES[parts.scheme]
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    values: dict[str, object] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or (STREAM_TLS_PORT if tls else STREAM_PORT),
+        "vhost": unquote(path) if path else "/",
+        "username": unquote(parts.username) if parts.username else "guest",
+        "password": unquote(parts.password) if parts.password else "guest",
+        "use_tls": tls,
+    }
+    values.update(overrides)
+    return ConnectionParams(**values)  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.spark._arrow import PROPERTY_FIELDS
 from leveret.spark._client import AmqpClient
+from leveret.spark._stream_sink import publish_to_stream
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -96,7 +97,7 @@ def plan_columns(schema: StructType, options: Options) -> _Plan:
     if not isinstance(schema[body].dataType, BinaryType | StringType):
         raise ValueError(f"amqp sink: column {body} must be binary or string")
     rk = "routing_key" if "routing_key" in names else None
-    if rk is None and options.routing_key is None:
+    if rk is None and options.routing_key is None and not options.stream:
         raise ValueError("amqp sink: set the routingKey option or add a routing_key column")
     headers = "headers" if "headers" in names else None
     if headers is not None:
@@ -170,7 +171,7 @@ def publish_batches(
         client.confirm_select()
         frame_max = client.frame_max
         persistent = options.persistent
-        window = options.max_in_flight
+        window = options.max_in_flight or 1000
         low = window // 2
         producer_raw = producer.encode()
         methods: dict[tuple[str, str], bytes] = {}
@@ -229,6 +230,25 @@ def publish_batches(
         client.close()
 
 
+def publish(options: Options, plan: _Plan, batches: Iterator[pa.RecordBatch], producer: str) -> int:
+    """Publish over the protocol the driver chose (``_protocol.resolve_write``)."""
+    if options.protocol == "stream":
+        assert options.stream is not None
+        return publish_to_stream(
+            options.stream_params,
+            options.stream,
+            producer,
+            batches,
+            body_column=plan.body_column,
+            headers_column=plan.headers_column,
+            properties_column=plan.properties_column,
+            persistent=options.persistent,
+            max_in_flight=options.max_in_flight or 20000,
+            confirm_timeout=options.confirm_timeout,
+        )
+    return publish_batches(options, plan, batches, producer)
+
+
 def _task_ids() -> tuple[int, int | None]:
     """(partition id, streaming batch id or None) of the running task."""
     ctx = TaskContext.get()
@@ -254,7 +274,7 @@ class AmqpBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         partition, _ = _task_ids()
         producer = f"{self.prefix}-0-{partition}"
-        count = publish_batches(self.options, self.plan, iterator, producer)
+        count = publish(self.options, self.plan, iterator, producer)
         return PublishResult(partition, producer, count)
 
 
@@ -274,7 +294,7 @@ class AmqpStreamWriter(DataSourceStreamArrowWriter):
         partition, batch_id = _task_ids()
         prefix = self.prefix or _query_id() or "leveret"
         producer = f"{prefix}-{batch_id if batch_id is not None else 0}-{partition}"
-        count = publish_batches(self.options, self.plan, iterator, producer)
+        count = publish(self.options, self.plan, iterator, producer)
         return PublishResult(partition, producer, count)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -37,7 +37,9 @@ from pyspark.sql.streaming.datasource import (
 from leveret.spark._arrow import build_batch
 from leveret.spark._client import AmqpClient, Deliveries
 from leveret.spark._options import EARLIEST, LATEST, Options, parse_offsets_spec
+from leveret.spark._protocol import resolve_read, resolve_write
 from leveret.spark._schema import READ_STRUCT
+from leveret.spark._stream_reads import StreamTailFinder, read_range_chunks
 from leveret.spark._streams import OffsetRange, TailFinder, plan_ranges, read_range
 from leveret.spark.sink import AmqpBatchWriter, AmqpStreamWriter
 
@@ -66,6 +68,18 @@ class _RangePartition(InputPartition):
 def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, _RangePartition)
     o = partition.options
+    if o.protocol == "stream":
+        yield from read_range_chunks(
+            o.stream_params,
+            partition.rng,
+            credit=o.credit,
+            read_timeout=o.read_timeout,
+            fail_on_data_loss=o.fail_on_data_loss,
+            include_headers=o.include_headers,
+            batch_rows=o.batch_rows,
+            probe_timeout=o.tail_probe_timeout,
+        )
+        return
     yield from read_range(
         o.params,
         partition.rng,
@@ -78,13 +92,15 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     )
 
 
-def _finder(o: Options, *, streaming: bool) -> TailFinder:
+def _finder(o: Options, *, streaming: bool) -> TailFinder | StreamTailFinder:
+    if o.protocol == "stream":
+        return StreamTailFinder(o.stream_params, timeout=o.tail_probe_timeout, wait=o.read_timeout)
     # A batch read resolves "latest" once and wants all of it; a trigger wants it fast.
     cap = o.tail_probe_max if streaming else o.read_timeout
     return TailFinder(o.params, window=o.tail_probe_window, timeout=o.tail_probe_timeout, cap=cap)
 
 
-def _resolve(finder: TailFinder, queue: str, offset: int) -> int:
+def _resolve(finder: TailFinder | StreamTailFinder, queue: str, offset: int) -> int:
     if offset == EARLIEST:
         return finder.first_offset(queue)
     if offset == LATEST:
@@ -92,7 +108,7 @@ def _resolve(finder: TailFinder, queue: str, offset: int) -> int:
     return offset
 
 
-def _starting(o: Options, finder: TailFinder, default: str) -> dict[str, int]:
+def _starting(o: Options, finder: TailFinder | StreamTailFinder, default: str) -> dict[str, int]:
     if o.starting_offsets is None and o.starting_timestamp is not None:
         return {q: finder.offset_for_timestamp(q, o.starting_timestamp) for q in o.queues}
     spec = parse_offsets_spec(o.starting_offsets or default, o.queues, "startingOffsets")
@@ -119,13 +135,13 @@ class AmqpDataSource(DataSource):
         return self.parsed
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        o = self._source_options()
+        o = resolve_read(self._source_options())
         if o.queue_mode == "consume":
             return ClassicBatchReader(o)
         return StreamBatchReader(o)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        o = self._source_options()
+        o = resolve_read(self._source_options())
         if o.queue_mode == "consume":
             # Spark then falls back to simpleStreamReader(): classic queues are consumed on
             # the driver, where the acks for committed batches can be sent.
@@ -142,10 +158,12 @@ class AmqpDataSource(DataSource):
         return ClassicStreamReader(o)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return AmqpBatchWriter(self.parsed, schema, prefix=self.parsed.message_id_prefix)
+        o = resolve_write(self.parsed, schema.fieldNames())
+        return AmqpBatchWriter(o, schema, prefix=o.message_id_prefix)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return AmqpStreamWriter(self.parsed, schema, prefix=self.parsed.message_id_prefix)
+        o = resolve_write(self.parsed, schema.fieldNames())
+        return AmqpStreamWriter(o, schema, prefix=o.message_id_prefix)
 
 
 # -- stream queues ------------------------------------------------------------------------

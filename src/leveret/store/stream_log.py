@@ -4,7 +4,8 @@ Layout::
 
     data_dir/streams/<queue store id>/00000000000000000000.segment   named by first offset
 
-A segment is a sequence of osiris chunks, one per group-commit batch, stored exactly as a
+A segment is a sequence of osiris chunks, one per group-commit batch (more when a batch
+passes ``CHUNK_DATA_MAX``, so that a chunk fits a reader's frame_max), stored exactly as a
 stream-protocol reader is sent them (``stream_segments.py`` has the file format, the
 tracking trailer and the torn-tail rule). Every message is kept in AMQP 1.0 form (the
 front end's ``RecordCodec``): a stream-protocol publish as it arrived, a 0-9-1 publish
@@ -80,6 +81,10 @@ SEGMENT_BYTES = 64 << 20
 CACHE_BYTES = 4 << 20
 INDEX_BYTES = 64 << 10
 READ_CHUNK = 256 << 10
+# Most data bytes in one chunk: a stream-protocol reader gets a chunk whole in one deliver
+# frame, which must fit the connection's frame_max (1 MiB by default, size prefix, deliver
+# header and chunk header included). An entry larger than this is a chunk of its own.
+CHUNK_DATA_MAX = (1 << 20) - (4 << 10)
 RETRY_SECONDS = 1.0
 # What one decoded cached message costs besides its bytes (objects, list slot).
 _ENTRY_OVERHEAD = 200
@@ -116,6 +121,7 @@ class _Building:
     __slots__ = (
         "entries",
         "first",
+        "length",
         "messages",
         "offsets",
         "parts",
@@ -133,6 +139,7 @@ class _Building:
         self.timestamp = timestamp
         self.snapshot = snapshot  # the first chunk of its segment: carries the whole state
         self.parts: list[bytes] = []
+        self.length = 0  # bytes in parts
         self.entries = 0
         self.records = 0
         self.messages: list[Message | None] = []
@@ -262,11 +269,17 @@ class FileStreamLog:
     def offsets(self) -> Mapping[str, int]:
         return self._offsets
 
-    def _open(self, timestamp: int) -> _Building:
+    def _open(self, timestamp: int, size: int = 0) -> _Building:
+        """The open chunk that takes ``size`` more bytes: the last one of the current segment,
+        or a new one when there is none or it would grow past ``CHUNK_DATA_MAX``."""
         building = self._building
         segment = self._segments[-1]
         if building and building[-1].segment is segment:
-            return building[-1]
+            last = building[-1]
+            if not last.entries or last.length + size <= CHUNK_DATA_MAX:
+                return last
+            self._close(last)  # full: the next entries start a chunk of their own
+            building.pop()
         fresh = segment.size == 0
         opened = _Building(segment, self._next, timestamp, snapshot=fresh)
         building.append(opened)
@@ -274,7 +287,7 @@ class FileStreamLog:
 
     def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
         pieces = self.codec.entry(message)
-        building = self._open(timestamp)
+        building = self._open(timestamp, sum(len(p) for p in pieces))
         if not building.entries:
             building.timestamp = timestamp  # it held only a stored offset so far
         building.messages.append(message)
@@ -283,7 +296,7 @@ class FileStreamLog:
     def append_entry(
         self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
     ) -> bool:
-        building = self._open(timestamp)
+        building = self._open(timestamp, len(entry))
         if not building.entries:
             building.timestamp = timestamp
         building.raw.append((len(building.messages), entry))
@@ -294,6 +307,7 @@ class FileStreamLog:
         self, building: _Building, pieces: list[bytes], records: int, producer: str, sequence: int
     ) -> bool:
         size = sum(len(p) for p in pieces)
+        building.length += size
         building.parts.extend(pieces)
         building.entries += 1
         building.records += records

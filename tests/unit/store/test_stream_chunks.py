@@ -20,6 +20,7 @@ from leveret.protocol.rabbitstream.chunk import (
 from leveret.server.amqp091.message import wire_message
 from leveret.server.stream_message import from_amqp10, to_amqp10
 from leveret.store.records import COMMIT, frame
+from leveret.store.stream_log import CHUNK_DATA_MAX
 from leveret.store.stream_segments import SUFFIX
 from tests.unit.store.test_stream_log import Harness, append
 
@@ -61,6 +62,43 @@ def test_a_batch_is_one_chunk_committed_once_synced(h: Harness) -> None:
     got = records(chunks)
     assert [o for o, _ in got] == [0, 1, 2, 3, 4]
     assert from_amqp10(got[3][1])[1] == b"m3"
+
+
+def test_a_batch_over_the_chunk_limit_is_cut_into_chunks_that_fit(h: Harness) -> None:
+    # A stream-protocol reader gets a chunk in one frame: no chunk passes CHUNK_DATA_MAX,
+    # except one holding a single entry larger than that.
+    stream_log = h.log()
+    entry = simple_entry(b"x" * 100_000)
+    for i in range(25):
+        assert not stream_log.append_entry(entry, 1, 10, "pub", i)
+    assert not stream_log.append_entry(simple_entry(b"y" * (CHUNK_DATA_MAX + 1)), 1, 10, "pub", 25)
+    append(stream_log, b"after")
+    h.sync()
+
+    def check() -> None:
+        chunks: list[StoredChunk] = []
+        while more := stream_log.read_chunks(
+            chunks[-1].first + chunks[-1].records if chunks else 0, 100
+        ):
+            chunks.extend(more)  # from the files a read stops at READ_CHUNK bytes
+        assert [(c.first, c.records) for c in chunks] == [
+            (0, 10),
+            (10, 10),
+            (20, 5),
+            (25, 1),
+            (26, 1),
+        ]
+        sizes = [parse_header(c.data).data_length for c in chunks]
+        assert all(size <= CHUNK_DATA_MAX for size in sizes[:3] + sizes[4:])
+        got = records(chunks)
+        assert [o for o, _ in got] == list(range(27))
+        assert [e.offset for e in stream_log.read(0, 100)] == list(range(27))
+        assert dict(stream_log.producers) == {"pub": 25}
+
+    check()
+    h.reopen()
+    stream_log = h.log()
+    check()
 
 
 def test_chunks_from_the_files_and_from_the_cache_are_the_same_bytes(tmp_path: Path) -> None:

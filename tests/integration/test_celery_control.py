@@ -31,8 +31,8 @@ pytestmark = pytest.mark.interop
 
 REPLY_TIMEOUT = 5.0
 EVENT_TIMEOUT = 20.0
-# Long enough for the revoke to reach the worker before the task is due.
-COUNTDOWN = 4.0
+# Long enough for the revoke to reach the worker before the task is due, on a loaded machine too.
+COUNTDOWN = 6.0
 
 
 @pytest.fixture(scope="module")

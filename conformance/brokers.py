@@ -28,6 +28,8 @@ from urllib.parse import unquote, urlsplit
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 RABBITMQ_HTTP = "http://127.0.0.1:15672"
 _LISTENING = re.compile(r"listening on amqp://\[?([0-9a-fA-F:.]+)\]?:(\d+)")
+_MANAGEMENT = re.compile(r"management API and web UI listening on (http://\S+)")
+_NO_MANAGEMENT = "management API and web UI not started"
 START_TIMEOUT = 30.0
 
 
@@ -89,8 +91,16 @@ def closed_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def start_leveret(*extra_args: str, log_file: IO[str] | None = None) -> Target:
-    """Start ``python -m leveret serve`` on 127.0.0.1 port 0 with a fresh data directory."""
+def start_leveret(
+    *extra_args: str, log_file: IO[str] | None = None, management: bool = True
+) -> Target:
+    """Start ``python -m leveret serve`` on 127.0.0.1 port 0 with a fresh data directory.
+
+    Every listener takes a free port (several Leverets run at once, next to RabbitMQ's
+    5552/15672/15692); with ``management`` the HTTP API is up before this returns and is the
+    target's ``http_url`` (amqpstorm's and rabbitpy's tests call it), otherwise that is a
+    closed port.
+    """
     data_dir = Path(tempfile.mkdtemp(prefix="leveret-conformance-"))
     cmd = [
         sys.executable,
@@ -103,6 +113,13 @@ def start_leveret(*extra_args: str, log_file: IO[str] | None = None) -> Target:
         "0",
         "--data-dir",
         str(data_dir),
+        "--stream-port",
+        "0",
+        *(
+            ("--management-port", "0", "--prometheus-port", "0")
+            if management
+            else ("--no-management",)
+        ),
         *extra_args,
     ]
     proc = subprocess.Popen(
@@ -116,6 +133,7 @@ def start_leveret(*extra_args: str, log_file: IO[str] | None = None) -> Target:
     log: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT
     host, port = "127.0.0.1", 0
+    http_url = ""
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         if not line:
@@ -124,8 +142,14 @@ def start_leveret(*extra_args: str, log_file: IO[str] | None = None) -> Target:
         match = _LISTENING.search(line)
         if match:
             host, port = match.group(1), int(match.group(2))
+        match = _MANAGEMENT.search(line)
+        if match:
+            http_url = match.group(1)
+        elif _NO_MANAGEMENT in line:
             break
-    if not port:
+        if port and (http_url or not management):
+            break
+    if not port or (management and not http_url):
         proc.kill()
         proc.wait(5)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -145,7 +169,7 @@ def start_leveret(*extra_args: str, log_file: IO[str] | None = None) -> Target:
         name="leveret",
         host=host,
         port=port,
-        http_url=f"http://127.0.0.1:{closed_port()}",
+        http_url=http_url or f"http://127.0.0.1:{closed_port()}",
         process=proc,
         data_dir=data_dir,
         log=log,

@@ -120,6 +120,8 @@ def install(work: Workdir, suites: list[Suite]) -> None:
         archive = _find_sdist(work.sdists, suite)
         with tarfile.open(archive) as tar:
             tar.extractall(work.src, filter="data")
+        # Named again: the folder's spelling is known only once it is unpacked.
+        dest = work.suite_dir(suite)
         if not dest.exists():
             raise RuntimeError(f"{archive} did not unpack into {dest}")
 

@@ -37,7 +37,7 @@ DIFFERENCES: dict[str, str] = json.loads((Path(__file__).parent / "differences.j
 
 @pytest.fixture(scope="module")
 def leveret() -> Iterator[brokers.Target]:
-    target = brokers.start_leveret()
+    target = brokers.start_leveret(management=False)
     try:
         yield target
     finally:

@@ -14,6 +14,7 @@ from celery import Celery
 BROKER_URL_ENV = "LEVERET_CELERY_BROKER_URL"
 QUEUE_ENV = "LEVERET_CELERY_QUEUE"
 HEARTBEAT_ENV = "LEVERET_CELERY_HEARTBEAT"
+EVENTS_ENV = "LEVERET_CELERY_EVENTS"
 
 app = Celery("leveret_tests")
 app.conf.update(
@@ -29,6 +30,8 @@ app.conf.update(
     # The worker's event loop wakes for its heartbeat timer (every heartbeat/3 s); a short
     # heartbeat makes it notice SIGTERM promptly, and exercises heartbeats both ways.
     broker_heartbeat=float(os.environ.get(HEARTBEAT_ENV, "120")),
+    # Task events (``worker -E``): the worker decides at start whether it sends them.
+    worker_send_task_events=os.environ.get(EVENTS_ENV) == "1",
     worker_hijack_root_logger=False,
     worker_redirect_stdouts=False,
 )

@@ -19,7 +19,7 @@ from leveret.management.api_base import (
     rates_of,
     read_body,
 )
-from leveret.management.app import bad_request, not_found
+from leveret.management.errors import bad_request, not_found
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties

@@ -36,7 +36,7 @@ from leveret.server.formats import amqp091_parts
 from leveret.server.runtime import json_value
 
 if TYPE_CHECKING:
-    from leveret.model.delayed import Scheduled
+    from leveret.model.delayed import DelayHost, Scheduled
     from leveret.model.message import Message
     from leveret.model.queue import Queue
     from leveret.model.vhost import VirtualHost
@@ -87,7 +87,7 @@ def _int(body: dict[str, Any], name: str, default: int | None, low: int = 0) -> 
     return number
 
 
-def _now(vhost: VirtualHost) -> None:
+def _now(vhost: VirtualHost | DelayHost) -> None:
     """The model's clock, as a connection would set it before acting."""
     try:
         vhost.timers.now = asyncio.get_running_loop().time()

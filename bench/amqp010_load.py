@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 from bench.loadgen import proc_cpu_s
+from bench.peer import MachinePeer, open_peer
 from leveret.protocol.amqp010._generated.commands import (
     MessageAccept,
     MessageFlow,
@@ -55,26 +56,15 @@ LOADGEN = {
 }
 
 
-class _Peer(asyncio.Protocol):
+class _Peer(MachinePeer[Connection]):
     def __init__(self) -> None:
+        super().__init__()
         self.machine = Connection(Role.CLIENT, ConnectionConfig(virtual_host="/"))
-        self.transport: asyncio.Transport | None = None
-        self.ready = asyncio.Event()
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        self.machine.initiate()
-        self.flush()
 
     def flush(self) -> None:
         out = self.machine.data_to_send()
         if out and self.transport is not None:
             self.transport.write(out)
-
-    def data_received(self, data: bytes) -> None:
-        for event in self.machine.receive_data(data, time.monotonic()):
-            self.event(event)
-        self.flush()
 
     def event(self, event: object) -> None:
         if isinstance(event, StartReceived):
@@ -165,21 +155,15 @@ class Consumer(_Peer):
                 self.grant(1000)
 
 
-async def _open(peer: _Peer, host: str, port: int) -> None:
-    loop = asyncio.get_running_loop()
-    await loop.create_connection(lambda: peer, host, port)
-    await asyncio.wait_for(peer.ready.wait(), 10)
-
-
 async def run_010(args: argparse.Namespace) -> dict[str, Any]:
     queue = f"bench010-{uuid.uuid4().hex[:8]}"
     c = args.scenario == "c"
     consumer = Consumer(queue, explicit=c)
-    await _open(consumer, args.host, args.port)
+    await open_peer(consumer, args.host, args.port)
     consumer.machine.send_command(CHANNEL, QueueDeclare(queue=queue, durable=c))
     consumer.subscribe()
     publisher = Publisher(queue, b"x" * (1024 if c else 16), persistent=c, window=args.window)
-    await _open(publisher, args.host, args.port)
+    await open_peer(publisher, args.host, args.port)
     await asyncio.sleep(args.warmup)
     count0, cpu0, t0 = consumer.received, _cpu(args), time.monotonic()
     await asyncio.sleep(args.duration)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pika
 
 from bench.loadgen import proc_cpu_s
+from bench.peer import MachinePeer, open_peer
 from leveret.protocol.amqp10 import (
     Accepted,
     Connection,
@@ -59,8 +60,9 @@ if TYPE_CHECKING:
 __all__ = ["main", "run"]
 
 
-class _Peer(asyncio.Protocol):
+class _Peer(MachinePeer[Connection]):
     def __init__(self, vhost: str) -> None:
+        super().__init__()
         self.machine = Connection(
             ConnectionConfig(
                 side=Side.CLIENT,
@@ -71,17 +73,10 @@ class _Peer(asyncio.Protocol):
                 sasl_password="guest",  # noqa: S106 - the broker's default user
             )
         )
-        self.transport: asyncio.Transport | None = None
         self.channel = -1
         self.handle = -1
-        self.ready = asyncio.Event()
         self.attached = asyncio.Event()
         self.closed = asyncio.Event()
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        self.machine.initiate()
-        self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed.set()
@@ -90,11 +85,6 @@ class _Peer(asyncio.Protocol):
         out = self.machine.pieces_to_send(time.monotonic())
         if out and self.transport is not None:
             self.transport.writelines(out)
-
-    def data_received(self, data: bytes) -> None:
-        for event in self.machine.receive_data(data, time.monotonic()):
-            self.event(event)
-        self.flush()
 
     def event(self, event: object) -> None:
         if isinstance(event, ConnectionOpened):
@@ -166,12 +156,6 @@ class Consumer(_Peer):
             self.detached = str(event.error) if event.error is not None else "detached"
 
 
-async def _open(peer: _Peer, host: str, port: int) -> None:
-    loop = asyncio.get_running_loop()
-    await loop.create_connection(lambda: peer, host, port)
-    await asyncio.wait_for(peer.ready.wait(), 10)
-
-
 async def _attach(peer: _Peer, name: str, role: bool, address: str, settled: bool) -> None:
     mode = SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED
     if role == Role.RECEIVER:
@@ -188,7 +172,7 @@ async def _attach(peer: _Peer, name: str, role: bool, address: str, settled: boo
 async def _consume(args: argparse.Namespace, address: str, pipe: Pipe) -> None:
     settled = args.scenario == "a"
     consumer = Consumer("/", settled=settled, credit=args.credit)
-    await _open(consumer, args.host, args.port)
+    await open_peer(consumer, args.host, args.port)
     await _attach(consumer, "c", Role.RECEIVER, address, settled)
     consumer.machine.grant_credit(consumer.channel, consumer.handle, args.credit)
     consumer.flush()
@@ -226,7 +210,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if not ours.poll(30) or ours.recv() != "ready":
             raise RuntimeError("the consumer did not attach")
         publisher = Publisher("/", payload, settled=a, window=args.confirm)
-        await _open(publisher, args.host, args.port)
+        await open_peer(publisher, args.host, args.port)
         await _attach(publisher, "p", Role.SENDER, address, a)
         publisher.pump()
         start = time.monotonic() + args.warmup

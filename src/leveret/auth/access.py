@@ -1,7 +1,7 @@
 """What one user may do in one virtual host: RabbitMQ's access checks, named for its check
 points, raising ``leveret.errors`` with RabbitMQ 3.10's codes and texts.
 
-Every front end holds one :class:`Access` per connection (``UserStore.open_connection`` at
+Every front end holds one :class:`Access` per connection (``Access.open`` at
 connection.open) and calls, before the model acts:
 
 - the single check points, as RabbitMQ names them: ``configure_queue``,
@@ -64,6 +64,9 @@ class Access:
 
     @classmethod
     def open(cls, store: UserStore, user: User, vhost: str, *, peer: str = "") -> Access:
+        """connection.open: RabbitMQ's checks in its order (node connection limit, vhost
+        exists, vhost access, vhost connection limit, user connection limit), then the
+        connection is counted until :meth:`close`."""
         tracker = store.tracker
         if store.connection_max is not None and tracker.total >= store.connection_max:
             raise limit_texts.node_connection_limit(store.connection_max)

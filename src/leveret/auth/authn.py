@@ -1,7 +1,6 @@
 """The login decision: a SASL mechanism and response (``connection.start-ok``) in, a user or
 a refusal with its reason out. Every front end calls :func:`login` (the 0-9-1 one does);
-``UserStore.authenticate`` (a name and password checked outside any protocol) calls
-:func:`password_login`.
+:func:`authenticate` checks a name and password outside any protocol.
 
 A refusal is logged once, with the peer, the user name and why (unknown user, bad
 password, blank password, no password set, not allowed from this address, no certificate,
@@ -148,6 +147,12 @@ def password_login(
     if not user.check_password(password):
         return _refused(mechanism, username, Refusal.BAD_PASSWORD, peer)
     return _admit(mechanism, user, loopback=loopback, peer=peer)
+
+
+def authenticate(store: UserStore, name: str, password: str, *, loopback: bool) -> User | None:
+    """The user if the credentials are right and the user may connect from there (the
+    reason of a refusal is logged, never the password)."""
+    return password_login(store, name, password, loopback=loopback, peer="").user
 
 
 def login(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.auth.definitions import export_definitions, load_store
 from leveret.auth.users import AdminError, UserStore
-from leveret.store.files import replace_durably
+from leveret.store.files import read_document, replace_durably
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -47,18 +47,9 @@ def save(path: Path, doc: dict[str, Any]) -> None:
 
 def load(path: Path, store: UserStore) -> bool:
     """Fill ``store`` from ``path``; False when there is no file yet (a new data dir)."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    doc = read_document(path, FORMAT, "a Leveret auth file", AuthFileError)
+    if doc is None:
         return False
-    except OSError as exc:
-        raise AuthFileError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise AuthFileError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise AuthFileError(f"{path} is not a Leveret auth file ({FORMAT})")
     try:
         load_store(store, doc)
     except AdminError as exc:

@@ -3,9 +3,9 @@ front end asks (who may log in, what they may touch) and ``leveret ctl`` changes
 
 ``UserStore`` keeps it all in memory; ``auth.persist`` writes it under ``data_dir``
 (``UserStore.snapshot``/``restore``, RabbitMQ's definitions format); ``auth.authn`` decides
-logins, ``auth.access`` checks operations. The server imports this module; protocol/ and
-model/ do not. Every change bumps ``generation``, so cached permission checks
-(``auth.access``) see it at once.
+logins, ``auth.access`` checks operations; both stand above this module, which imports
+neither. The server imports this module; protocol/ and model/ do not. Every change bumps
+``generation``, so cached permission checks (``auth.access``) see it at once.
 
 The change methods are named and ordered as rabbitmqctl's verbs and raise
 :class:`AdminError` subclasses with rabbitmqctl's messages and exit codes.
@@ -32,8 +32,6 @@ from leveret.auth.permissions import InvalidPattern, Permission, TopicPermission
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-
-    from leveret.auth.access import Access
 
 log = logging.getLogger("leveret.auth")
 
@@ -199,13 +197,6 @@ class UserStore:
         if loopback_only:
             self.loopback_users = self.loopback_users | {name}
         return user
-
-    def authenticate(self, name: str, password: str, *, loopback: bool) -> User | None:
-        """The user if the credentials are right and the user may connect from there (the
-        reason of a refusal is logged, never the password)."""
-        from leveret.auth.authn import password_login
-
-        return password_login(self, name, password, loopback=loopback, peer="").user
 
     @classmethod
     def with_default_user(
@@ -453,19 +444,3 @@ class UserStore:
         else:
             raise InvalidArgument(f"unknown user limit '{name}' (known: {', '.join(USER_LIMITS)})")
         self._changed()
-
-    # -- what front ends ask ----------------------------------------------------------------------
-
-    def access(self, user: User, vhost: str) -> Access:
-        """The check points for ``user`` in ``vhost`` (no connection is counted)."""
-        from leveret.auth.access import Access
-
-        return Access(self, user, vhost)
-
-    def open_connection(self, user: User, vhost: str, *, peer: str = "") -> Access:
-        """connection.open: RabbitMQ's checks in its order (node connection limit, vhost
-        exists, vhost access, vhost connection limit, user connection limit), then the
-        connection is counted until ``Access.close()``."""
-        from leveret.auth.access import Access
-
-        return Access.open(self, user, vhost, peer=peer)

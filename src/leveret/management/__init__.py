@@ -3,6 +3,8 @@ Prometheus endpoint (port 15692), served on the broker's own event loop.
 
 ```
  app.py         aiohttp application: routes, basic auth, errors as RabbitMQ shapes them
+ plane.py       what the parts are handed (Protocols): the server's host, the management server
+ errors.py      the HTTP errors endpoints raise (RabbitMQ's 400 and 404)
  authz.py       who may do what (RabbitMQ's user tags)
  api.py         the routes; api_objects.py (vhost contents), api_admin.py (vhosts, users,
                 permissions, limits), api_runtime.py (policies, parameters, definitions),

@@ -22,14 +22,14 @@ from leveret.management.api_runtime import RuntimeApi
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from leveret.management.app import ManagementServer
+    from leveret.management.plane import Plane
 
 
 class Api(ObjectsApi, AdminApi, RuntimeApi, MessagesApi):
-    """Every endpoint, bound to one ``ManagementServer``."""
+    """Every endpoint, bound to one ``Plane``."""
 
 
-def add_routes(app: web.Application, server: ManagementServer) -> None:
+def add_routes(app: web.Application, server: Plane) -> None:
     api = Api(server)
     r = app.router
     get, put, delete, post = r.add_get, r.add_put, r.add_delete, r.add_post

@@ -16,7 +16,7 @@ from leveret.management.api_base import (
     rates_of,
     read_body,
 )
-from leveret.management.app import HttpError, bad_request, not_found
+from leveret.management.errors import HttpError, bad_request, not_found
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 
 if TYPE_CHECKING:

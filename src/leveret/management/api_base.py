@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from leveret.management import query
-from leveret.management.app import bad_request, not_found
+from leveret.management.errors import bad_request, not_found
 from leveret.management.shapes import Rates
 
 if TYPE_CHECKING:
-    from leveret.management.app import ManagementServer
     from leveret.management.authz import Principal
+    from leveret.management.plane import Plane
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
 
@@ -66,9 +66,9 @@ def as_bool(value: object, default: bool = False) -> bool:
 
 
 class ApiBase:
-    """What the endpoints share, bound to one ``ManagementServer``."""
+    """What the endpoints share, bound to one ``Plane``."""
 
-    def __init__(self, server: ManagementServer) -> None:
+    def __init__(self, server: Plane) -> None:
         self.server = server
         self.host = server.host
         self.admin_host = server.host.admin_host

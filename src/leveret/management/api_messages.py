@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leveret.management.api_base import ApiBase, json_reply, no_content, read_body
-from leveret.management.app import HttpError, bad_request, not_found
+from leveret.management.errors import HttpError, bad_request, not_found
 from leveret.server import message_tools as tools
 
 if TYPE_CHECKING:

@@ -19,11 +19,12 @@ from leveret.management.api_base import (
     rates_of,
     read_body,
 )
-from leveret.management.app import bad_request, not_found
+from leveret.management.errors import bad_request, not_found
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
+from leveret.server.message_tools import PROPERTY_NAMES, message_json
 from leveret.server.runtime import (
     binding_rows,
     cluster_name,
@@ -32,7 +33,6 @@ from leveret.server.runtime import (
 
 if TYPE_CHECKING:
     from leveret.management.authz import Principal
-    from leveret.model.message import Message
     from leveret.model.queue import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
@@ -537,6 +537,9 @@ class ObjectsApi(ApiBase):
         if encoding not in ("auto", "base64"):
             raise bad_request("encoding must be auto or base64")
         truncate = body.get("truncate")
+        limit = None  # RabbitMQ ignores a truncate that is not a whole number of bytes
+        if isinstance(truncate, int) and not isinstance(truncate, bool) and truncate >= 0:
+            limit = truncate
         entries = []
         for _ in range(max(0, count)):
             entry = queue.get(auto_settle=False)
@@ -546,12 +549,12 @@ class ObjectsApi(ApiBase):
         rows = []
         for i, entry in enumerate(entries):
             rows.append(
-                _message_json(
+                message_json(
                     entry.message,
-                    entry.redelivered,
-                    queue.message_count + len(entries) - i - 1,
-                    encoding,
-                    truncate,
+                    encoding=encoding,
+                    truncate=limit,
+                    redelivered=entry.redelivered,
+                    message_count=queue.message_count + len(entries) - i - 1,
                 )
             )
         if ackmode.endswith("requeue_true"):
@@ -658,15 +661,12 @@ def _raw_binding_args(vhost: VirtualHost, row: dict[str, Any]) -> dict[str, obje
     return {}
 
 
-_PROPERTY_NAMES = tuple(BasicProperties.__dataclass_fields__)
-
-
 def _encode_properties(props: object) -> bytes:
     if not isinstance(props, dict):
         raise bad_request("properties must be an object")
     values: dict[str, Any] = {}
     for key, value in props.items():
-        if key not in _PROPERTY_NAMES:
+        if key not in PROPERTY_NAMES:
             raise bad_request(f"unknown property '{key}'")
         if key in ("delivery_mode", "priority", "timestamp"):
             try:
@@ -683,36 +683,3 @@ def _encode_properties(props: object) -> bytes:
         return BasicProperties(**values).encode()
     except (TypeError, ValueError, OverflowError) as exc:
         raise bad_request(f"invalid properties: {exc}") from None
-
-
-def _message_json(
-    message: Message, redelivered: bool, left: int, encoding: str, truncate: object
-) -> dict[str, Any]:
-    body = message.body
-    props = message.properties
-    properties = {
-        name: json_value(getattr(props, name))
-        for name in _PROPERTY_NAMES
-        if getattr(props, name, None) is not None
-    }
-    shown = body
-    if isinstance(truncate, int) and not isinstance(truncate, bool) and truncate >= 0:
-        shown = body[:truncate]
-    payload_encoding = "string"
-    if encoding == "base64":
-        payload, payload_encoding = base64.b64encode(shown).decode(), "base64"
-    else:
-        try:
-            payload = shown.decode("utf-8")
-        except UnicodeDecodeError:
-            payload, payload_encoding = base64.b64encode(shown).decode(), "base64"
-    return {
-        "payload_bytes": len(body),
-        "redelivered": redelivered,
-        "exchange": message.exchange,
-        "routing_key": message.routing_key,
-        "message_count": left,
-        "properties": properties or [],
-        "payload": payload,
-        "payload_encoding": payload_encoding,
-    }

@@ -15,7 +15,7 @@ from leveret.management.api_base import (
     no_content,
     read_body,
 )
-from leveret.management.app import not_found
+from leveret.management.errors import not_found
 from leveret.server.admin_entities import import_document
 from leveret.server.runtime import (
     export_all,

@@ -6,8 +6,10 @@ loop), and it is the most used asyncio HTTP server with a long record; what it c
 AMQP hot path while polled is measured in ``docs/architecture.md`` ("management").
 
 Errors are RabbitMQ's: ``{"error": ..., "reason": ...}`` with 400 (``bad_request``), 401
-(``not_authorized``, with ``WWW-Authenticate``), 404 (``Object Not Found``) and 405.
-The endpoints themselves are in ``api.py``; the static web UI under ``static/``.
+(``not_authorized``, with ``WWW-Authenticate``), 404 (``Object Not Found``) and 405; the
+endpoints raise ``errors.HttpError`` or the core's and admin's own errors, which the
+middleware here answers. The endpoints themselves are in ``api.py`` (they see this server
+as a ``plane.Plane``); the static web UI under ``static/``.
 """
 
 from __future__ import annotations
@@ -19,59 +21,27 @@ import json
 import logging
 import ssl
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from leveret.auth.users import AdminError, NoSuchUser, NoSuchVhost
 from leveret.errors import AMQPError, NotFound
+from leveret.management import api
 from leveret.management.authz import Authenticator, Forbidden, Unauthorized
+from leveret.management.errors import HttpError
 from leveret.management.query import BadQuery
 from leveret.management.stats import Sampler
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.server.admin import Admin, AdminHost
-    from leveret.server.flow import MemoryAlarm
-    from leveret.server.runtime import Runtime
+    from leveret.management.authz import Principal
+    from leveret.management.plane import ManagementHost
 
 log = logging.getLogger("leveret.management")
 
 REALM = 'Basic realm="RabbitMQ Management"'
-
-
-class ManagementHost(Protocol):
-    """What the management plane needs of the running server: the admin's host (settings,
-    broker, users, connections, ...), the admin verbs, the runtime parameters, the alarm."""
-
-    @property
-    def admin_host(self) -> AdminHost: ...
-
-    @property
-    def admin(self) -> Admin: ...
-
-    @property
-    def runtime(self) -> Runtime: ...
-
-    @property
-    def alarm(self) -> MemoryAlarm: ...
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, error: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.error = error
-        self.reason = reason
-
-
-def not_found() -> HttpError:
-    return HttpError(404, "Object Not Found", "Not Found")
-
-
-def bad_request(reason: str) -> HttpError:
-    return HttpError(400, "bad_request", reason)
 
 
 def _error(status: int, error: str, reason: str, *, challenge: bool = True) -> web.Response:
@@ -115,7 +85,8 @@ async def _errors(
 
 
 class ManagementServer:
-    """The HTTP API + web UI listener, the Prometheus listener and the sampling timer."""
+    """The HTTP API + web UI listener, the Prometheus listener and the sampling timer: the
+    ``Plane`` (``plane.py``) its endpoints are bound to."""
 
     def __init__(self, host: ManagementHost) -> None:
         self.host = host
@@ -130,7 +101,7 @@ class ManagementServer:
 
     # -- the request's user ------------------------------------------------------------
 
-    def principal(self, request: web.Request) -> Any:
+    def principal(self, request: web.Request) -> Principal:
         header = request.headers.get("Authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "basic" or not value:
@@ -146,8 +117,6 @@ class ManagementServer:
     # -- lifecycle -------------------------------------------------------------------------
 
     def make_app(self) -> web.Application:
-        from leveret.management import api
-
         # RabbitMQ answers paths with a trailing slash too (amqpstorm asks
         # healthchecks/node/): such requests are redirected to the path without it.
         app = web.Application(

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-    from leveret.management.app import ManagementServer
+    from leveret.management.plane import Plane
 
 # The text format version RabbitMQ's plugin answers with (every Prometheus reads it).
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
@@ -60,7 +60,7 @@ CHANNEL_METRICS = {
 
 
 class _Collector:
-    def __init__(self, server: ManagementServer, per_object: bool) -> None:
+    def __init__(self, server: Plane, per_object: bool) -> None:
         self.server = server
         self.per_object = per_object
 
@@ -229,7 +229,7 @@ def _rss() -> int:
         return 0
 
 
-def make_app(server: ManagementServer) -> web.Application:
+def make_app(server: Plane) -> web.Application:
     """The Prometheus listener's application (no authentication, as the plugin)."""
     registries = {}
     for per_object in (False, True):

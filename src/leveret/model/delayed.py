@@ -33,7 +33,7 @@ has no consumers and none of a queue's other paths run.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leveret.model.entry import MESSAGE_OVERHEAD
 from leveret.model.exchanges.delayed import (
@@ -48,13 +48,17 @@ from leveret.model.queue import Queue
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from leveret.model.entry import MemoryGauge
     from leveret.model.exchange import Exchange
+    from leveret.model.journal import Journal
     from leveret.model.message import Message
-    from leveret.model.vhost import VirtualHost
+    from leveret.model.router import Router
+    from leveret.model.timers import Timers
 
 __all__ = [
     "CANCELLED_HEADER",
     "STORE_PREFIX",
+    "DelayHost",
     "DelayQueue",
     "Scheduled",
     "Selector",
@@ -198,10 +202,35 @@ def _opt_text(value: object) -> str | None:
     return None if value is None else _text(value)
 
 
+class DelayHost(Protocol):
+    """What a delay store asks of the virtual host that holds it (``VirtualHost`` is the
+    one): its name, memory gauge and timers, the journal it writes to (read at each write:
+    the broker sets it when it is given its message store), the router and the exchanges it
+    routes due messages through."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gauge(self) -> MemoryGauge: ...
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def exchanges(self) -> dict[str, Exchange]: ...
+
+
 class DelayQueue(Queue):
     """The pending messages of one delayed exchange; see the module docstring."""
 
-    def __init__(self, vhost: VirtualHost, exchange: Exchange) -> None:
+    def __init__(self, vhost: DelayHost, exchange: Exchange) -> None:
         super().__init__(
             vhost.name,
             STORE_PREFIX + exchange.name,

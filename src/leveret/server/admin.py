@@ -144,13 +144,23 @@ def _vhost_of(conn: ConnectionProtocol) -> str | None:
 
 @dataclass
 class Admin:
-    """The verbs, by name."""
+    """The verbs, by name: its own (users, vhosts, permissions, limits, definitions of the
+    auth part, TLS) and the tables that the server registers from the modules above this
+    one (``admin_entities.entity_verbs``, ``admin_messages.message_verbs``)."""
 
     host: AdminHost
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    verbs: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.verbs = self._own_verbs()
+
+    def register(self, verbs: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]) -> None:
+        """Add (or replace) verbs by name."""
+        self.verbs.update(verbs)
 
     async def handle(self, verb: str, args: dict[str, Any]) -> Reply:
-        handler = self._verbs().get(verb)
+        handler = self.verbs.get(verb)
         if handler is None:
             return Reply(False, error=f"unknown command '{verb}'", exit_code=64)
         async with self.lock:
@@ -160,10 +170,7 @@ class Admin:
                 return Reply(False, error=str(exc), exit_code=exc.exit_code)
         return Reply(True, result)
 
-    def _verbs(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
-        from leveret.server.admin_entities import entity_verbs
-        from leveret.server.admin_messages import message_verbs
-
+    def _own_verbs(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
             "status": self.status,
             "add_user": self.add_user,
@@ -193,10 +200,6 @@ class Admin:
             "import_definitions": self.import_definitions,
             "export_definitions": self.export_definitions,
             "reload_tls": self.reload_tls,
-            # Queues, exchanges, connections, policies and the whole definitions document.
-            **entity_verbs(self),
-            # Delayed messages; browse, move and replay (Leveret's own).
-            **message_verbs(self),
         }
 
     @property

@@ -5,8 +5,9 @@
 operator-policy twins) and the whole definitions document (``export_definitions`` /
 ``import_definitions`` with queues, exchanges, bindings, policies and parameters).
 
-``server/admin.py`` adds these to its verbs (``entity_verbs``); the management API uses
-``import_document`` for ``POST /api/definitions`` and boot for ``load_definitions``.
+``server/lifecycle.py`` registers these with ``server/admin.py``'s ``Admin``
+(``entity_verbs``); the management API uses ``import_document`` for ``POST
+/api/definitions`` and boot for ``load_definitions``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 twin): ``list_delayed``, ``cancel_delayed``, ``reschedule_delayed`` (the pending messages
 of a delayed exchange), ``browse_queue``, ``move_messages`` and ``replay_dead_letters``.
 Arguments are the management API's JSON bodies plus ``vhost`` and the object's name;
-``server/admin.py`` adds these to its verbs (``message_verbs``).
+``server/lifecycle.py`` registers these with ``server/admin.py``'s ``Admin``
+(``message_verbs``).
 """
 
 from __future__ import annotations

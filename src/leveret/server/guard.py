@@ -8,7 +8,7 @@ Imported by the protocol front ends under ``server/``. How a front end uses it:
 
 1. connection.start offers ``auth.authn.mechanisms(users, certificate_identity=...)``;
    start-ok is decided by ``auth.authn.login(...)`` (refused: answer after ``login.delay``);
-2. connection.open: ``access = users.open_connection(user, vhost, peer=...)`` (the vhost's
+2. connection.open: ``access = Access.open(users, user, vhost, peer=...)`` (the vhost's
    existence and access, the connection limits), then ``Guard(access, model_vhost)``;
    ``access.close()`` when the connection is released;
 3. ``access.open_channel()`` / ``access.close_channel()`` around each channel (or session);

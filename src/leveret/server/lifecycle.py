@@ -30,6 +30,8 @@ from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
 from leveret.server.admin import Admin, AuthBootError, boot_auth
+from leveret.server.admin_entities import entity_verbs
+from leveret.server.admin_messages import message_verbs
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091.message import wire_message
 from leveret.server.connection import ConnectionProtocol
@@ -112,6 +114,10 @@ class Server:
         # the HTTP API share them) and the management plane (management/).
         self.runtime = Runtime(self.broker)
         self.admin = Admin(self)
+        # Queues, exchanges, connections, policies and the whole definitions document; delayed
+        # messages, browse, move and replay (Leveret's own): these modules stand above admin.py.
+        self.admin.register(entity_verbs(self.admin))
+        self.admin.register(message_verbs(self.admin))
         self.management: ManagementServer | None = None
 
     @property

@@ -36,7 +36,7 @@ from leveret.server.formats import amqp091_parts
 from leveret.server.runtime import json_value
 
 if TYPE_CHECKING:
-    from leveret.model.delayed import Scheduled
+    from leveret.model.delayed import DelayHost, Scheduled
     from leveret.model.message import Message
     from leveret.model.queue import Queue
     from leveret.model.vhost import VirtualHost
@@ -87,7 +87,7 @@ def _int(body: dict[str, Any], name: str, default: int | None, low: int = 0) -> 
     return number
 
 
-def _now(vhost: VirtualHost) -> None:
+def _now(vhost: VirtualHost | DelayHost) -> None:
     """The model's clock, as a connection would set it before acting."""
     try:
         vhost.timers.now = asyncio.get_running_loop().time()
@@ -104,9 +104,15 @@ def _properties(message: Message) -> BasicProperties:
 
 
 def message_json(
-    message: Message, *, encoding: str = "auto", truncate: int | None = None
+    message: Message,
+    *,
+    encoding: str = "auto",
+    truncate: int | None = None,
+    redelivered: bool | None = None,
+    message_count: int | None = None,
 ) -> dict[str, Any]:
-    """A message as the management API's get-messages shows one (RabbitMQ's fields)."""
+    """A message as the management API's get-messages shows one (RabbitMQ's fields, in its
+    order; ``redelivered`` and ``message_count`` only where given)."""
     _raw, body = amqp091_parts(message)
     props = _properties(message)
     properties = {
@@ -123,14 +129,17 @@ def message_json(
             payload = shown.decode("utf-8")
         except UnicodeDecodeError:
             payload, payload_encoding = base64.b64encode(shown).decode(), "base64"
-    return {
-        "payload_bytes": len(body),
-        "exchange": message.exchange,
-        "routing_key": message.routing_key,
-        "properties": properties or [],
-        "payload": payload,
-        "payload_encoding": payload_encoding,
-    }
+    result: dict[str, Any] = {"payload_bytes": len(body)}
+    if redelivered is not None:
+        result["redelivered"] = redelivered
+    result["exchange"] = message.exchange
+    result["routing_key"] = message.routing_key
+    if message_count is not None:
+        result["message_count"] = message_count
+    result["properties"] = properties or []
+    result["payload"] = payload
+    result["payload_encoding"] = payload_encoding
+    return result
 
 
 class MessageFilter:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from leveret.store.files import replace_durably
+from leveret.store.files import read_document, replace_durably
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,16 +35,4 @@ def save(path: Path, doc: dict[str, Any]) -> None:
 
 def load(path: Path) -> dict[str, Any] | None:
     """The document, or None when there is none yet."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise RuntimeFileError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise RuntimeFileError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise RuntimeFileError(f"{path} is not a Leveret runtime file ({FORMAT})")
-    return doc
+    return read_document(path, FORMAT, "a Leveret runtime file", RuntimeFileError)

@@ -35,7 +35,7 @@ def _store() -> UserStore:
 
 def _access(user: str = "lvprobe") -> Access:
     store = _store()
-    return store.access(store.users[user], V)
+    return Access(store, store.users[user], V)
 
 
 def refused(user: str, what: str) -> str:
@@ -432,7 +432,7 @@ def test_single_check_points() -> None:
 def test_no_permissions_in_the_vhost_means_nothing() -> None:
     store = _store()
     store.add_vhost("other")
-    access = store.access(store.users["lvprobe2"], "other")
+    access = Access(store, store.users["lvprobe2"], "other")
     with pytest.raises(AccessRefused, match="in vhost 'other'"):
         access.basic_get("okrq")
 
@@ -440,7 +440,7 @@ def test_no_permissions_in_the_vhost_means_nothing() -> None:
 def test_empty_pattern_means_only_the_empty_name() -> None:
     store = _store()
     store.set_permissions("lvprobe", V, "", "", "")
-    access = store.access(store.users["lvprobe"], V)
+    access = Access(store, store.users["lvprobe"], V)
     with pytest.raises(AccessRefused):
         access.configure_queue("cfgq")
     # RabbitMQ matches the default exchange as "amq.default", which ^$ does not match.
@@ -450,7 +450,7 @@ def test_empty_pattern_means_only_the_empty_name() -> None:
 
 def test_changes_apply_to_open_connections_at_once() -> None:
     store = _store()
-    access = store.access(store.users["lvprobe"], V)
+    access = Access(store, store.users["lvprobe"], V)
     access.basic_get("rdq")
     store.set_permissions("lvprobe", V, "^cfg", "^wr", "^nothing")
     with pytest.raises(AccessRefused):
@@ -466,7 +466,7 @@ def test_topic_variables_are_not_escaped() -> None:
     store.add_user("a.b", "pw")
     store.set_permissions("a.b", "v.x", ".*", ".*", ".*")
     store.set_topic_permissions("a.b", "v.x", "t", "^{username}$", "^{vhost}$")
-    access = store.access(store.users["a.b"], "v.x")
+    access = Access(store, store.users["a.b"], "v.x")
     access.topic_write("t", "a.b")
     access.topic_write("t", "aXb")  # '.' stays a regex wildcard, as in RabbitMQ
     access.topic_read("t", "v.x")
@@ -481,19 +481,19 @@ def test_a_user_name_that_breaks_the_pattern_grants_nothing() -> None:
     store.set_permissions("a(", "v", ".*", ".*", ".*")
     store.set_topic_permissions("a(", "v", "t", "^{username}", ".*")
     with pytest.raises(AccessRefused):
-        store.access(store.users["a("], "v").topic_write("t", "a(")
+        Access(store, store.users["a("], "v").topic_write("t", "a(")
 
 
 def test_impersonator_may_set_any_user_id() -> None:
     store = _store()
     store.set_user_tags("lvprobe2", [IMPERSONATOR])
-    store.access(store.users["lvprobe2"], V).check_user_id("bob")
+    Access(store, store.users["lvprobe2"], V).check_user_id("bob")
 
 
 def test_queue_limit() -> None:
     store = _store()
     store.set_vhost_limits(V, '{"max-queues": 1}')
-    access = store.access(store.users["lvprobe2"], V)
+    access = Access(store, store.users["lvprobe2"], V)
     access.queue_declare("okr_limit_q0", queue_count=0)
     # queue_declare("okr_limit_q1") with the vhost's one queue there already
     with pytest.raises(PreconditionFailed) as info:

@@ -123,14 +123,14 @@ def test_mechanisms_offered() -> None:
 
 def test_legacy_authenticate_keeps_its_contract(caplog: pytest.LogCaptureFixture) -> None:
     store = _store()
-    assert store.authenticate("app", SECRET, loopback=False) is store.users["app"]
+    assert authn.authenticate(store, "app", SECRET, loopback=False) is store.users["app"]
     with caplog.at_level(logging.WARNING, "leveret.auth"):
-        assert store.authenticate("app", "nope", loopback=True) is None
-        assert store.authenticate("guest", "guest", loopback=False) is None
+        assert authn.authenticate(store, "app", "nope", loopback=True) is None
+        assert authn.authenticate(store, "guest", "guest", loopback=False) is None
     assert "bad password" in caplog.text
     assert "loopback_users" in caplog.text
     assert "nope" not in caplog.text
-    assert store.authenticate("guest", "guest", loopback=True) is store.users["guest"]
+    assert authn.authenticate(store, "guest", "guest", loopback=True) is store.users["guest"]
 
 
 def test_legacy_add_grants_the_default_vhost() -> None:
@@ -140,4 +140,4 @@ def test_legacy_add_grants_the_default_vhost() -> None:
     assert list(user.vhosts) == ["/"]
     assert len(user.vhosts) == 1
     assert user.loopback_only
-    assert store.authenticate("app", "pw", loopback=False) is None
+    assert authn.authenticate(store, "app", "pw", loopback=False) is None

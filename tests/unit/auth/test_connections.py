@@ -6,16 +6,13 @@ project: vhost ``lvprobe`` limited to 2 connections, user ``lvprobe2`` to 1 conn
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.auth.access import Access
 from leveret.auth.limits import InvalidLimits, parse_limits
 from leveret.auth.users import InvalidArgument, UserStore
 from leveret.errors import NotAllowed
-
-if TYPE_CHECKING:
-    from leveret.auth.access import Access
 
 
 def _store() -> UserStore:
@@ -29,7 +26,7 @@ def _store() -> UserStore:
 
 
 def _open(store: UserStore, user: str, vhost: str = "lvprobe") -> Access:
-    return store.open_connection(store.users[user], vhost, peer="127.0.0.1:1")
+    return Access.open(store, store.users[user], vhost, peer="127.0.0.1:1")
 
 
 def _refusal(store: UserStore, user: str, vhost: str = "lvprobe") -> NotAllowed:

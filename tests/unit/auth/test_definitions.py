@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from leveret.auth import persist
+from leveret.auth import authn, persist
 from leveret.auth.definitions import export_definitions, import_definitions
 from leveret.auth.persist import AuthFileError
 from leveret.auth.users import InvalidArgument, NoSuchUser, UserStore
@@ -40,9 +40,9 @@ def _imported() -> UserStore:
 def test_rabbitmq_users_log_in_unchanged() -> None:
     store = _imported()
     for name, password in PASSWORDS.items():
-        assert store.authenticate(name, password, loopback=False) is store.users[name]
-        assert store.authenticate(name, password + "x", loopback=False) is None
-    assert store.authenticate("lv_exp_nopw", "", loopback=False) is None
+        assert authn.authenticate(store, name, password, loopback=False) is store.users[name]
+        assert authn.authenticate(store, name, password + "x", loopback=False) is None
+    assert authn.authenticate(store, "lv_exp_nopw", "", loopback=False) is None
     assert not store.users["lv_exp_nopw"].has_password
 
 
@@ -122,7 +122,7 @@ def test_cleartext_password_and_old_formats() -> None:
             "parameters": [{"component": "federation-upstream", "name": "x", "vhost": "old"}],
         },
     )
-    assert store.authenticate("u", "pw", loopback=True) is not None
+    assert authn.authenticate(store, "u", "pw", loopback=True) is not None
     assert store.users["u"].tags == ("administrator", "management")
     assert store.vhosts["old"].description == "top-level"
 
@@ -136,7 +136,7 @@ def test_auth_file_round_trip(tmp_path: Path) -> None:
     loaded = UserStore()
     assert persist.load(path, loaded)
     assert export_definitions(loaded) == export_definitions(store)
-    assert loaded.authenticate("lv_exp_md5", "secret-md5", loopback=False) is not None
+    assert authn.authenticate(loaded, "lv_exp_md5", "secret-md5", loopback=False) is not None
 
 
 def test_auth_file_missing_or_damaged(tmp_path: Path) -> None:

@@ -424,7 +424,7 @@ def render_structs(spec: Spec, head: str) -> str:
     )
     parts = [
         _module_head(head, doc),
-        _imports(fields, [], ["Struct"]),
+        _imports(fields, [], ["Struct", "register_structs"]),
         "\n",
         _formats(fields),
         "\n",
@@ -435,6 +435,9 @@ def render_structs(spec: Spec, head: str) -> str:
     parts.append(UNDEFINED_FLAGS)
     parts.append(f"\n\nSTRUCTS: dict[int, type[Struct]] = {{{entries}}}\n")
     parts.append('"""Every coded struct by ``class-code << 8 | struct-code``."""\n')
+    # The value codec (types.py) decodes a struct32 through this table: registered from here,
+    # so that types.py, which the field codecs above come from, does not import this module.
+    parts.append("\nregister_structs(STRUCTS)\n")
     return "".join(parts)
 
 

@@ -678,8 +678,8 @@ class Connection:
             self.sessions.discard(ssn)
         return ssn
 
-    def _steal(self, channel: int, now: float) -> None:
-        """Another connection force-attached the session on ``channel``."""
+    def take_over(self, channel: int, now: float) -> None:
+        """Another connection force-attached the session on ``channel`` (``Attachment``)."""
         ssn = self._unbind(channel, now)
         code = int(SessionDetachCode.SESSION_BUSY)
         self._control(channel, C.SessionDetached(name=ssn.name, code=code))
@@ -799,7 +799,7 @@ class Connection:
                 self._control(channel, C.SessionDetached(name=name, code=code))
                 return
             assert ssn.channel is not None
-            ssn.connection._steal(ssn.channel, now)
+            ssn.connection.take_over(ssn.channel, now)
         if ssn is None:
             ssn = Session(name, principal=self.principal)
         else:

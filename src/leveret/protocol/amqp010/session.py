@@ -24,14 +24,11 @@ Detached sessions whose granted ``timeout`` (seconds) is non-zero stay in the ta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from leveret.protocol.amqp010.sequence import SequenceSet, serial_lt
 
-if TYPE_CHECKING:
-    from leveret.protocol.amqp010.connection import Connection
-
-__all__ = ["Sent", "Session", "SessionTable"]
+__all__ = ["Attachment", "Sent", "Session", "SessionTable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +38,15 @@ class Sent:
     segment: bytes
     header: bytes | None
     body: bytes | None
+
+
+class Attachment(Protocol):
+    """The connection a session is attached to, as another connection sees it: the
+    ``Connection`` machine (``connection.py``, which imports this module) is the one."""
+
+    def take_over(self, channel: int, now: float) -> None:
+        """Another connection force-attached the session on ``channel``: detach it here."""
+        ...
 
 
 @dataclass(eq=False, slots=True)
@@ -63,7 +69,7 @@ class Session:
     pending_syncs: list[int] = field(default_factory=list)
     errored: bool = False
     # -- attachment
-    connection: Connection | None = None
+    connection: Attachment | None = None
     channel: int | None = None
     detached_at: float | None = None
     context: object = None

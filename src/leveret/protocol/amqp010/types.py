@@ -104,6 +104,7 @@ __all__ = [
     "encode_map",
     "encode_value",
     "fixed_width",
+    "register_structs",
 ]
 
 Buffer: TypeAlias = "bytes | bytearray | memoryview"
@@ -1041,11 +1042,19 @@ def _enc_array(
     out[at : at + 4] = _U32.pack(len(out) - at - 4)
 
 
-def _dec_struct32(buf: bytes, off: int, depth: int, exact: bool) -> tuple[Struct, int]:
-    from leveret.protocol.amqp010._generated.structs import (
-        STRUCTS,
-    )  # here: structs imports this module
+# The coded structs a struct32 decodes to, by ``class-code << 8 | struct-code``: the
+# generated ``_generated/structs.py`` (which stands above this module: its field codecs are
+# the ones here) registers its table when it is imported; the package imports it.
+_STRUCTS: dict[int, type[Struct]] = {}
 
+
+def register_structs(table: Mapping[int, type[Struct]]) -> None:
+    """Make the structs of ``table`` known to the value codec: a struct32 of one of their
+    codes (a field, or a value in a map, list or array) decodes to its class."""
+    _STRUCTS.update(table)
+
+
+def _dec_struct32(buf: bytes, off: int, depth: int, exact: bool) -> tuple[Struct, int]:
     _enter(depth)
     size = _U32.unpack_from(buf, off)[0]
     off += 4
@@ -1053,7 +1062,7 @@ def _dec_struct32(buf: bytes, off: int, depth: int, exact: bool) -> tuple[Struct
     if end > len(buf) or size < 2:
         raise DecodeError(f"struct32 of {size} octets is malformed")
     code = _U16.unpack_from(buf, off)[0]
-    cls = STRUCTS.get(code)
+    cls = _STRUCTS.get(code)
     if cls is None:
         return OpaqueStruct(code, buf[off + 2 : end]), end
     value, off = cls.decode_fields(buf, off + 2)

@@ -2,7 +2,7 @@
 (``protocol/amqp010/connection.py``) given its meaning in the broker core — who may log in
 (``auth.authn``: PLAIN, AMQPLAIN, EXTERNAL with a verified certificate, ANONYMOUS when set;
 a refusal answered after its delay) and open which vhost within its limits
-(``UserStore.open_connection``), what the user may do there (``server/guard.py``, asked by
+(``Access.open``), what the user may do there (``server/guard.py``, asked by
 the handlers before the core acts; a session counts as a channel while attached), sessions
 (``session.py``) that survive a dropped connection for their granted timeout (resumed only
 by the same user), the command handlers (``handlers.py``), errors as
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from leveret import __version__
 from leveret.auth import authn
+from leveret.auth.access import Access
 from leveret.errors import AMQPError
 from leveret.model.dtx import DtxArgumentError, DtxStateError
 from leveret.protocol.amqp010._generated.constants import ConnectionCloseCode, ExecutionErrorCode
@@ -55,7 +56,6 @@ from leveret.server.guard import Guard
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp010._generated.commands import MessageTransfer
@@ -331,7 +331,7 @@ class AMQP010Connection:
         vhost = self.broker.vhosts.get(name)
         try:
             # RabbitMQ's checks in its order (the vhost, access to it, the limits).
-            access = self.users.open_connection(self.user, name, peer=self.peer)
+            access = Access.open(self.users, self.user, name, peer=self.peer)
         except AMQPError as exc:
             # 0-10 has no access-refused close code: the vhost ones are invalid-path (as
             # Qpid C++), a limit is connection-forced.

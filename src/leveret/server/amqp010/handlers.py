@@ -17,7 +17,7 @@ name no resource (the transfers a transaction holds were checked when they came)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.dtx import XA_OK
@@ -49,11 +49,26 @@ if TYPE_CHECKING:
     from leveret.model.dtx import Xid as CoreXid
     from leveret.protocol.amqp010.events import CommandReceived
     from leveret.protocol.amqp010.types import Struct
-    from leveret.server.amqp010.connection import AMQP010Connection
     from leveret.server.amqp010.session import Session
     from leveret.server.guard import Guard
 
-Handler = "Callable[[AMQP010Connection, Session, CommandReceived], bool]"
+
+class Commands(Protocol):
+    """What a handler needs of the connection it runs for (``Commands``, which
+    imports this module's table, is the one): its guard, the origin of what it publishes and
+    the sessions that published this turn, and the two answers to a command."""
+
+    guard: Guard | None
+    origin: object
+    published: bool
+    confirming: set[Session]
+
+    def result(self, ev: CommandReceived, value: Struct) -> None: ...
+
+    def fail_command(self, ssn: Session, ev: CommandReceived, exc: Exception) -> None: ...
+
+
+Handler = "Callable[[Commands, Session, CommandReceived], bool]"
 
 
 def _fail(code: ExecutionErrorCode, text: str) -> ExecutionError:
@@ -64,7 +79,7 @@ def _args(value: dict[str, Any] | None) -> dict[str, object]:
     return dict(value or {})
 
 
-def _guard(conn: AMQP010Connection) -> Guard:
+def _guard(conn: Commands) -> Guard:
     guard = conn.guard
     assert guard is not None  # sessions exist only on open connections
     return guard
@@ -73,7 +88,7 @@ def _guard(conn: AMQP010Connection) -> Guard:
 # -- message -------------------------------------------------------------------------------
 
 
-def message_transfer(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_transfer(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.MessageTransfer)
     exchange = command.destination or ""
@@ -101,25 +116,25 @@ def _transfers(command: c.MessageAccept | c.MessageReject | c.MessageRelease) ->
     return command.transfers or SequenceSet()
 
 
-def message_accept(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_accept(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageAccept)
     ssn.accept(_transfers(ev.command))
     return True
 
 
-def message_reject(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_reject(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageReject)
     ssn.reject(_transfers(ev.command))
     return True
 
 
-def message_release(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_release(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageRelease)
     ssn.release(_transfers(ev.command), redelivered=bool(ev.command.set_redelivered))
     return True
 
 
-def message_acquire(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_acquire(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.MessageAcquire)
     ids = ssn.acquire(command.transfers or SequenceSet())
@@ -127,13 +142,13 @@ def message_acquire(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) 
     return True
 
 
-def message_resume(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_resume(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     # Leveret keeps no partial transfers: every resume-id is unknown, offset 0 (spec).
     conn.result(ev, MessageResumeResult(offset=0))
     return True
 
 
-def message_subscribe(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_subscribe(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.MessageSubscribe)
     if not command.queue:
@@ -154,32 +169,32 @@ def message_subscribe(conn: AMQP010Connection, ssn: Session, ev: CommandReceived
     return True
 
 
-def message_cancel(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_cancel(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageCancel)
     ssn.cancel(ev.command.destination or "")
     return True
 
 
-def message_set_flow_mode(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_set_flow_mode(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageSetFlowMode)
     ssn.set_flow_mode(ev.command.destination or "", ev.command.flow_mode or 0)
     return True
 
 
-def message_flow(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_flow(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.MessageFlow)
     ssn.flow(command.destination or "", command.unit or 0, command.value or 0)
     return True
 
 
-def message_flush(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_flush(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageFlush)
     ssn.flush(ev.command.destination or "")
     return True
 
 
-def message_stop(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def message_stop(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageStop)
     ssn.stop(ev.command.destination or "")
     return True
@@ -188,12 +203,12 @@ def message_stop(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> 
 # -- tx ------------------------------------------------------------------------------------
 
 
-def tx_select(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def tx_select(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     ssn.select_tx()
     return True
 
 
-def tx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def tx_commit(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command_id = ev.command_id
 
     def done(ok: bool) -> None:
@@ -215,7 +230,7 @@ def tx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> boo
     return False
 
 
-def tx_rollback(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def tx_rollback(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     ssn.rollback()
     return True
 
@@ -238,12 +253,12 @@ def _need_dtx(ssn: Session) -> None:
         raise _fail(ExecutionErrorCode.COMMAND_INVALID, "session is not selected for dtx")
 
 
-def dtx_select(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_select(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     ssn.select_dtx()
     return True
 
 
-def dtx_start(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_start(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxStart)
     _need_dtx(ssn)
@@ -258,7 +273,7 @@ def dtx_start(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> boo
     return True
 
 
-def dtx_end(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_end(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxEnd)
     _need_dtx(ssn)
@@ -273,7 +288,7 @@ def dtx_end(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
     return True
 
 
-def _deferred_status(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> Any:
+def _deferred_status(conn: Commands, ssn: Session, ev: CommandReceived) -> Any:
     def done(status: int | None) -> None:
         if ssn.closed or ssn.link is None:
             return
@@ -291,14 +306,14 @@ def _deferred_status(conn: AMQP010Connection, ssn: Session, ev: CommandReceived)
     return done
 
 
-def dtx_prepare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_prepare(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxPrepare)
     ssn.coordinator.prepare(_xid(command.xid), _deferred_status(conn, ssn, ev))
     return False
 
 
-def dtx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_commit(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxCommit)
     ssn.coordinator.commit(
@@ -307,7 +322,7 @@ def dtx_commit(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bo
     return False
 
 
-def dtx_rollback(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_rollback(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxRollback)
     status = ssn.coordinator.rollback(_xid(command.xid))
@@ -315,14 +330,14 @@ def dtx_rollback(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> 
     return True
 
 
-def dtx_forget(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_forget(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxForget)
     ssn.coordinator.forget(_xid(command.xid))
     return True
 
 
-def dtx_get_timeout(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_get_timeout(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxGetTimeout)
     timeout = ssn.coordinator.get_timeout(_xid(command.xid))
@@ -330,14 +345,14 @@ def dtx_get_timeout(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) 
     return True
 
 
-def dtx_set_timeout(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_set_timeout(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.DtxSetTimeout)
     ssn.coordinator.set_timeout(_xid(command.xid), command.timeout or 0)
     return True
 
 
-def dtx_recover(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def dtx_recover(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     xids = [_wire_xid(xid) for xid in ssn.coordinator.recover()]
     conn.result(ev, RecoverResult(in_doubt=list(xids)))
     return True
@@ -346,7 +361,7 @@ def dtx_recover(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> b
 # -- exchange ------------------------------------------------------------------------------
 
 
-def exchange_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def exchange_declare(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.ExchangeDeclare)
     name = command.exchange or ""
@@ -404,7 +419,7 @@ def _used_as_alternate(ssn: Session, name: str) -> bool:
     )
 
 
-def exchange_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def exchange_delete(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.ExchangeDelete)
     name = command.exchange or ""
@@ -419,7 +434,7 @@ def exchange_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) 
     return True
 
 
-def exchange_query(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def exchange_query(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.ExchangeQuery)
     exchange = ssn.vhost.exchanges.get(command.name or "")
@@ -446,7 +461,7 @@ def _binding(ssn: Session, command: c.ExchangeBind | c.ExchangeUnbind) -> tuple[
     return queue, exchange, command.binding_key or ""
 
 
-def exchange_bind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def exchange_bind(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.ExchangeBind)
     queue, exchange, key = _binding(ssn, command)
@@ -459,7 +474,7 @@ def exchange_bind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) ->
     return True
 
 
-def exchange_unbind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def exchange_unbind(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.ExchangeUnbind)
     queue, exchange, key = _binding(ssn, command)
@@ -476,7 +491,7 @@ def exchange_unbind(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) 
     return True
 
 
-def exchange_bound(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def exchange_bound(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.ExchangeBound)
     vhost = ssn.vhost
@@ -507,7 +522,7 @@ def exchange_bound(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -
 # -- queue ---------------------------------------------------------------------------------
 
 
-def queue_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def queue_declare(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.QueueDeclare)
     arguments = _args(command.arguments)
@@ -555,7 +570,7 @@ def queue_declare(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) ->
     return True
 
 
-def queue_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def queue_delete(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.QueueDelete)
     name = command.queue or ""
@@ -575,7 +590,7 @@ def queue_delete(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> 
     return True
 
 
-def queue_purge(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def queue_purge(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.QueuePurge)
     name = command.queue or ""
@@ -589,7 +604,7 @@ def queue_purge(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> b
     return True
 
 
-def queue_query(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def queue_query(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.QueueQuery)
     queue = ssn.vhost.queues.get(command.queue or "")
@@ -614,13 +629,13 @@ def queue_query(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> b
     return True
 
 
-def not_implemented(conn: AMQP010Connection, ssn: Session, ev: CommandReceived) -> bool:
+def not_implemented(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     raise _fail(
         ExecutionErrorCode.NOT_IMPLEMENTED, f"{ev.command.NAME} is not implemented by Leveret"
     )
 
 
-HANDLERS: dict[type[Any], Callable[[AMQP010Connection, Session, CommandReceived], bool]] = {
+HANDLERS: dict[type[Any], Callable[[Commands, Session, CommandReceived], bool]] = {
     c.MessageTransfer: message_transfer,
     c.MessageAccept: message_accept,
     c.MessageReject: message_reject,

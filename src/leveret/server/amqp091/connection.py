@@ -1,6 +1,6 @@
 """The broker's AMQP 0-9-1 front end: the protocol's connection machine
 (``protocol/amqp091/connection.py``) given its meaning in the broker core — who may log in
-(``auth.authn``) and open which vhost within its limits (``UserStore.open_connection``),
+(``auth.authn``) and open which vhost within its limits (``Access.open``),
 what the user may do there (``server/guard.py``, checked by the handlers and on publish),
 channels with their ``Session`` (counted against the user's channel limit), the method
 handlers (``handlers.py``), where a completed publish goes, confirms flushed once per turn,
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 from leveret import __version__
 from leveret.auth import authn
+from leveret.auth.access import Access
 from leveret.errors import CommandInvalid, NotAllowed, PreconditionFailed
 from leveret.model.message import HINT_PERSISTENT
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, ServerConnection
@@ -26,7 +27,6 @@ from leveret.server.amqp091.message import delivery_mode, wire_message
 from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
-    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp091._generated import methods as m
@@ -135,7 +135,7 @@ class AMQP091Connection(ServerConnection):
         assert self.user is not None
         # RabbitMQ's checks in its order (the vhost, access to it, the connection limits),
         # all 530; the connection counts against the limits from here until released.
-        access = self.users.open_connection(self.user, name, peer=self.peer)
+        access = Access.open(self.users, self.user, name, peer=self.peer)
         vhost = self.broker.vhosts.get(name)
         if vhost is None:
             access.close()

@@ -7,7 +7,7 @@ its meaning in the broker core, with the surface ``server/frontend.py`` asks of 
 - The virtual host comes from ``open``'s hostname as RabbitMQ 4 reads it: ``vhost:NAME``
   names it; another hostname is the vhost when one has that name, else ``/``. A user
   without access to it is closed with ``amqp:unauthorized-access``, one over a connection
-  limit with ``amqp:resource-limit-exceeded`` (``UserStore.open_connection``). What the
+  limit with ``amqp:resource-limit-exceeded`` (``Access.open``). What the
   user may do there is the connection's ``Guard`` (``server/guard.py``), asked by the
   sessions, links and the management node before the core acts; a session counts as a
   channel against the user's channel limit.
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 
 from leveret import __version__
 from leveret.auth import authn
+from leveret.auth.access import Access
 from leveret.errors import AMQPError
 from leveret.protocol import sasl
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT
@@ -63,7 +64,6 @@ from leveret.server.guard import Guard
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp091.connection import Limits
@@ -304,7 +304,7 @@ class AMQP10Connection:
             return
         try:
             # The connection limits (node, vhost, user); counted until released.
-            access = self.users.open_connection(user, name, peer=self.peer)
+            access = Access.open(self.users, user, name, peer=self.peer)
         except AMQPError as exc:
             self.close_reason = exc.reply_text
             self.machine.close(

@@ -4,7 +4,7 @@ mapped onto the core, with the ``FrontEnd`` surface the asyncio adapter drives.
 What each RFC 006 notion becomes:
 
 - login and CONNECTION OPEN: ``auth.authn`` (PLAIN; a refusal is answered after the same
-  delay as 0-9-1's) and ``UserStore.open_connection`` for the vhost named by the virtual path
+  delay as 0-9-1's) and ``Access.open`` for the vhost named by the virtual path
   (402 INVALID_PATH for an unknown vhost, 403 when the user has no access to it, 530 past a
   connection limit); every operation then asks the connection's ``Guard`` first, as the
   0-9-1 front end does (below);
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from leveret.auth import authn
+from leveret.auth.access import Access
 from leveret.errors import AMQPError
 from leveret.model.consumer import UNLIMITED
 from leveret.protocol.amqpfast import events as ev
@@ -55,7 +56,6 @@ from leveret.server.guard import Guard
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.auth.access import Access
     from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
     from leveret.model.entry import QueuedMessage
@@ -315,7 +315,7 @@ class FastConnection:
             return
         try:
             # The connection limits (530), and the connection counts until released.
-            self.access = self.users.open_connection(user, path, peer=self.peer)
+            self.access = Access.open(self.users, user, path, peer=self.peer)
         except AMQPError as exc:
             self.server.refuse_open(exc.reply_code, exc.full_text())
             return

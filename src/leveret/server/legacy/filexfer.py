@@ -25,24 +25,27 @@ delivery tag (the channel's, shared with basic); ``file.qos`` is the channel's Q
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import os
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.errors import (
     CommandInvalid,
     ContentTooLarge,
-    NotAllowed,
     NotFound,
     PreconditionFailed,
 )
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp09._generated import methods as m09
+from leveret.server.legacy.consume import (
+    channel_extra,
+    consume_queue,
+    start_consumer,
+    unused_tag,
+)
 from leveret.server.legacy.handlers import methods_of, properties_of, register, reply
 from leveret.server.legacy.mapping import file_message, file_properties
-from leveret.server.legacy.state import Staged, state_of
+from leveret.server.legacy.state import Staged, owner_key, state_of
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -53,10 +56,6 @@ __all__ = ["CLASS_ID", "WINDOW", "FileChannel", "message_identifier"]
 CLASS_ID = 70
 # Deliveries a no-ack file consumer may have waiting for their turn on the channel.
 WINDOW = 8
-
-
-def new_consumer_tag() -> str:
-    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 def message_identifier(raw_properties: bytes, body: bytes) -> str:
@@ -203,17 +202,7 @@ class FileChannel:
 
 
 def file_channel(channel: LegacyChannel) -> FileChannel:
-    extra = channel.extras.get("file")
-    if extra is None:
-        extra = channel.extras["file"] = FileChannel(channel)
-    assert isinstance(extra, FileChannel)
-    return extra
-
-
-def _key(channel: LegacyChannel, identifier: str) -> tuple[str, str, str]:
-    client = channel.legacy.client
-    assert client is not None
-    return (client.vhost.name, client.user, identifier)
+    return channel_extra(channel, "file", FileChannel, lambda: FileChannel(channel))
 
 
 # -- QoS and consumers ------------------------------------------------------------------
@@ -227,32 +216,18 @@ def file_qos(channel: LegacyChannel, method: Any) -> None:
 
 @register(m08.FileConsume, m09.FileConsume)
 def file_consume(channel: LegacyChannel, method: Any) -> None:
-    session = channel.session
-    queue_name = session.queue_name(method.queue)
-    channel.guard.consume(queue_name)
-    queue_name = session.vhost.queue(queue_name, session.owner).name
-    tag = method.consumer_tag or new_consumer_tag()
-    if tag in session.consumers or tag == session.reply_consumer:
-        raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
-    extra = file_channel(channel)
-    channel.deliverers[tag] = extra
+    queue_name = consume_queue(channel, method.queue)
+    tag = unused_tag(channel, method.consumer_tag)
     # Nothing is handed over until the consumer's window is set and consume-ok is out.
-    flow = session.flow_active
-    session.flow_active = False
-    try:
-        session.consume(
-            queue_name,
-            tag,
-            no_ack=method.no_ack,
-            exclusive=method.exclusive,
-            arguments=getattr(method, "filter", None) or {},
-        )
-    except BaseException:
-        channel.deliverers.pop(tag, None)
-        raise
-    finally:
-        session.flow_active = flow
-    consumer = session.consumers[tag]
+    consumer = start_consumer(
+        channel,
+        queue_name,
+        tag,
+        file_channel(channel),
+        no_ack=method.no_ack,
+        exclusive=method.exclusive,
+        arguments=getattr(method, "filter", None) or {},
+    )
     if method.no_ack:
         consumer.credit = WINDOW
     if not method.nowait:
@@ -301,7 +276,7 @@ def file_open(channel: LegacyChannel, method: Any) -> None:
     state = state_of(legacy.broker)
     now = legacy.broker.timers.now
     state.sweep(now)
-    key = _key(channel, method.identifier)
+    key = owner_key(channel.legacy.client, method.identifier)
     staged = state.staged.get(key)
     if staged is None or staged.content_size != method.content_size:
         # A new message, or another content under an old identifier: start again.
@@ -344,7 +319,7 @@ def file_publish(channel: LegacyChannel, method: Any) -> None:
     session = channel.session
     channel.guard.publish(method.exchange, method.routing_key, session.publisher)
     state = state_of(channel.legacy.broker)
-    key = _key(channel, method.identifier)
+    key = owner_key(channel.legacy.client, method.identifier)
     staged = state.staged.get(key)
     if staged is None:
         raise NotFound(f"no file staged as '{method.identifier}'")

@@ -24,10 +24,14 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from leveret.errors import NotAllowed
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp09._generated import methods as m09
-from leveret.server.legacy.filexfer import new_consumer_tag
+from leveret.server.legacy.consume import (
+    channel_extra,
+    consume_queue,
+    start_consumer,
+    unused_tag,
+)
 from leveret.server.legacy.handlers import methods_of, properties_of, register, reply
 from leveret.server.legacy.mapping import basic_properties, stream_message, stream_properties
 
@@ -222,11 +226,7 @@ class StreamChannel:
 
 
 def stream_channel(channel: LegacyChannel) -> StreamChannel:
-    extra = channel.extras.get("stream")
-    if extra is None:
-        extra = channel.extras["stream"] = StreamChannel()
-    assert isinstance(extra, StreamChannel)
-    return extra
+    return channel_extra(channel, "stream", StreamChannel, StreamChannel)
 
 
 @register(m08.StreamQos, m09.StreamQos)
@@ -240,13 +240,8 @@ def stream_qos(channel: LegacyChannel, method: Any) -> None:
 
 @register(m08.StreamConsume, m09.StreamConsume)
 def stream_consume(channel: LegacyChannel, method: Any) -> None:
-    session = channel.session
-    queue_name = session.queue_name(method.queue)
-    channel.guard.consume(queue_name)
-    queue_name = session.vhost.queue(queue_name, session.owner).name
-    tag = method.consumer_tag or new_consumer_tag()
-    if tag in session.consumers or tag == session.reply_consumer:
-        raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+    queue_name = consume_queue(channel, method.queue)
+    tag = unused_tag(channel, method.consumer_tag)
     extra = stream_channel(channel)
     pacer = Pacer(
         channel,
@@ -256,26 +251,20 @@ def stream_consume(channel: LegacyChannel, method: Any) -> None:
         max_count=extra.prefetch_count,
         max_size=extra.prefetch_size,
     )
-    channel.deliverers[tag] = pacer
-    flow = session.flow_active
-    session.flow_active = False  # consume-ok goes before the first delivery
-    try:
-        session.consume(
-            queue_name,
-            tag,
-            no_ack=True,
-            exclusive=method.exclusive,
-            arguments=getattr(method, "filter", None) or {},
-        )
-    except BaseException:
-        channel.deliverers.pop(tag, None)
-        raise
-    finally:
-        session.flow_active = flow
+    # consume-ok goes before the first delivery
+    consumer = start_consumer(
+        channel,
+        queue_name,
+        tag,
+        pacer,
+        no_ack=True,
+        exclusive=method.exclusive,
+        arguments=getattr(method, "filter", None) or {},
+    )
     extra.pacers[tag] = pacer
     if not method.nowait:
         reply(channel, methods_of(channel).StreamConsumeOk(consumer_tag=tag))
-    session.consumers[tag].queue.dispatch()
+    consumer.queue.dispatch()
 
 
 @register(m08.StreamCancel, m09.StreamCancel)

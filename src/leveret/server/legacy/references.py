@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any
 from leveret.errors import ContentTooLarge, NotAllowed, NotFound, PreconditionFailed
 from leveret.protocol.amqp09._generated import methods as m09
 from leveret.protocol.amqp09.wiretypes import Content
-from leveret.server.legacy.filexfer import new_consumer_tag
+from leveret.server.legacy.consume import channel_extra, consume_queue, start_consumer, unused_tag
 from leveret.server.legacy.handlers import register
 from leveret.server.legacy.mapping import transfer_fields, transfer_message
-from leveret.server.legacy.state import state_of
+from leveret.server.legacy.state import owner_key, state_of
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -201,17 +201,7 @@ class MessageChannel:
 
 
 def message_channel(channel: LegacyChannel) -> MessageChannel:
-    extra = channel.extras.get("message")
-    if extra is None:
-        extra = channel.extras["message"] = MessageChannel(channel)
-    assert isinstance(extra, MessageChannel)
-    return extra
-
-
-def _checkpoint_key(channel: LegacyChannel, identifier: str) -> tuple[str, str, str]:
-    client = channel.legacy.client
-    assert client is not None
-    return (client.vhost.name, client.user, identifier)
+    return channel_extra(channel, "message", MessageChannel, lambda: MessageChannel(channel))
 
 
 # -- client requests --------------------------------------------------------------------
@@ -281,7 +271,7 @@ def message_checkpoint(channel: LegacyChannel, method: m09.MessageCheckpoint) ->
     state = state_of(legacy.broker)
     now = legacy.broker.timers.now
     state.sweep(now)
-    state.checkpoints[_checkpoint_key(channel, method.identifier)] = (bytes(data), now)
+    state.checkpoints[owner_key(channel.legacy.client, method.identifier)] = (bytes(data), now)
     message_channel(channel).answer(m09.MessageOk())
 
 
@@ -291,7 +281,7 @@ def message_resume(channel: LegacyChannel, method: m09.MessageResume) -> None:
     if method.reference in extra.references:
         raise PreconditionFailed(f"message.resume: reference '{method.reference.hex()}' is open")
     state = state_of(channel.legacy.broker)
-    saved = state.checkpoints.get(_checkpoint_key(channel, method.identifier))
+    saved = state.checkpoints.get(owner_key(channel.legacy.client, method.identifier))
     data = bytearray(saved[0]) if saved is not None else bytearray()
     extra.references[method.reference] = data
     extra.answer(m09.MessageOffset(value=len(data)))
@@ -305,37 +295,29 @@ def message_qos(channel: LegacyChannel, method: m09.MessageQos) -> None:
 
 @register(m09.MessageConsume)
 def message_consume(channel: LegacyChannel, method: m09.MessageConsume) -> None:
-    session = channel.session
-    queue_name = session.queue_name(method.queue)
-    channel.guard.consume(queue_name)
-    queue_name = session.vhost.queue(queue_name, session.owner).name
+    queue_name = consume_queue(channel, method.queue)
     destination = method.destination
     extra = message_channel(channel)
     if destination and destination in extra.destinations.values():
         raise NotAllowed(f"attempt to reuse destination '{destination}'")
-    tag = destination or new_consumer_tag()
-    if tag in session.consumers or tag == session.reply_consumer:
-        raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
-    channel.deliverers[tag] = extra
+    tag = unused_tag(channel, destination)
     extra.destinations[tag] = destination
-    flow = session.flow_active
-    session.flow_active = False  # the answer goes before the first delivery
     try:
-        session.consume(
+        # the answer goes before the first delivery
+        consumer = start_consumer(
+            channel,
             queue_name,
             tag,
+            extra,
             no_ack=method.no_ack,
             exclusive=method.exclusive,
             arguments=method.filter,
         )
     except BaseException:
-        channel.deliverers.pop(tag, None)
         extra.destinations.pop(tag, None)
         raise
-    finally:
-        session.flow_active = flow
     extra.answer(m09.MessageOk())
-    session.consumers[tag].queue.dispatch()
+    consumer.queue.dispatch()
 
 
 def _tag_of(extra: MessageChannel, destination: str) -> str | None:

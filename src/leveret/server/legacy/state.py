@@ -12,15 +12,21 @@ import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from leveret.model.broker import Broker
+    from leveret.model.broker import Broker, Client
 
-__all__ = ["HOLD", "LegacyState", "Staged", "state_of"]
+__all__ = ["HOLD", "Key", "LegacyState", "Staged", "owner_key", "state_of"]
 
 # Seconds a staging area or checkpoint is kept without being used.
 HOLD = 3600.0
 
 # (vhost, user, identifier)
 Key = tuple[str, str, str]
+
+
+def owner_key(client: Client | None, identifier: str) -> Key:
+    """Where the connection's user keeps ``identifier`` in its vhost."""
+    assert client is not None  # the class methods come after connection.open
+    return (client.vhost.name, client.user, identifier)
 
 
 class Staged:

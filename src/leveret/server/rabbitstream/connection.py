@@ -27,7 +27,7 @@ RabbitMQ's stream plugin checks it, in its order, and answered with its response
   the connection dropped after two silent intervals; close in both directions.
 
 Login: SASL PLAIN (and the broker's other mechanisms) through ``auth.authn.login``, vhost
-access through ``UserStore.open_connection``; a refusal is answered after
+access through ``Access.open``; a refusal is answered after
 ``FAILURE_DELAY``, as every front end does.
 """
 
@@ -38,6 +38,7 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.auth import authn
+from leveret.auth.access import Access
 from leveret.errors import AccessRefused, AMQPError, NotAllowed, PreconditionFailed
 from leveret.model.stream import (
     ChunkConsumer,
@@ -53,7 +54,6 @@ from leveret.protocol.rabbitstream.errors import StreamProtocolError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.auth.access import Access
     from leveret.model.broker import Client
     from leveret.model.consumer import Consumer
     from leveret.model.stream import StoredChunk
@@ -473,7 +473,7 @@ class StreamConnection:
         try:
             if user is None:
                 raise NotAllowed(f"user '{self.user}' is gone")
-            self.access = self.users.open_connection(user, name, peer=self.peer)
+            self.access = Access.open(self.users, user, name, peer=self.peer)
             vhost = self.broker.vhosts.get(name)
             if vhost is None:
                 raise NotAllowed(f"vhost {name} not found")

@@ -35,6 +35,7 @@ from leveret.protocol.amqp010.types import (
     enc_str16,
     enc_vbin8,
     enc_vbin16,
+    register_structs,
 )
 
 if TYPE_CHECKING:
@@ -1111,3 +1112,5 @@ STRUCTS: dict[int, type[Struct]] = {
     0x0A01: StreamProperties,
 }
 """Every coded struct by ``class-code << 8 | struct-code``."""
+
+register_structs(STRUCTS)

@@ -20,6 +20,7 @@ HOT_PATH_MODULES = (
     "leveret.protocol.amqp10.connection",
     "leveret.protocol.amqp10.session",
     "leveret.server.amqp10.links",
+    "leveret.server.amqp10.session_core",
     "leveret.server.amqp10.connection",
     "leveret.server.amqp10.session",
     "leveret.server.amqp10.message",

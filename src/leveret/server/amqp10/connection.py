@@ -54,18 +54,21 @@ from leveret.protocol.amqp10 import (
     Side,
     Symbol,
 )
+from leveret.server.amqp10.coordinator import CoordinatorLink
 from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session import Session
-from leveret.server.amqp10.transactions import CoordinatorLink, Transactions
+from leveret.server.amqp10.session_core import ConnectionCore
+from leveret.server.amqp10.transactions import Transactions
 from leveret.server.guard import Guard
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from leveret.auth.users import User, UserStore
-    from leveret.model.broker import Broker, Client
+    from leveret.model.broker import Broker
+    from leveret.model.publisher import Publisher
     from leveret.protocol.amqp091.connection import Limits
     from leveret.protocol.amqp10 import Event
 
@@ -80,7 +83,7 @@ OUTPUT_HIGH_WATER = 256 * 1024
 RABBITMQ_DIALECT = "4.0.0"
 
 
-class AMQP10Connection:
+class AMQP10Connection(ConnectionCore):
     """One client connection speaking AMQP 1.0 to the broker, without I/O."""
 
     def __init__(
@@ -126,11 +129,11 @@ class AMQP10Connection:
         )
         # FrontEnd's surface (server/frontend.py).
         self.on_output: Callable[[], None] | None = None
-        self.client: Client | None = None
+        self.client = None
         self.user: User | None = None
         self.access: Access | None = None
-        self.guard: Guard | None = None
-        self.transactions: Transactions | None = None
+        self.guard = None
+        self.transactions = None
         self.published = False
         self.paced = False
         self.blocked = False
@@ -145,7 +148,7 @@ class AMQP10Connection:
         self._out_size = 0
         self._out_full = False
         self._transport_paused = False
-        self._confirming: set[IncomingLink] = set()
+        self._confirming: set[Publisher] = set()
         self._opened = False
 
     # -- FrontEnd: input -----------------------------------------------------------------
@@ -190,8 +193,7 @@ class AMQP10Connection:
 
     def _turn_done(self) -> None:
         paced = False
-        for link in self._confirming:
-            publisher = link.publisher
+        for publisher in self._confirming:
             publisher.flush_confirms()
             if publisher.feeds_backlog:
                 publisher.feeds_backlog = False
@@ -357,14 +359,9 @@ class AMQP10Connection:
         if not self._in_receive and self.on_output is not None:
             self.on_output()
 
-    def published_on(self, link: IncomingLink) -> None:
+    def published_on(self, publisher: Publisher) -> None:
         self.published = True
-        self._confirming.add(link)
-
-    def management(
-        self, session: Session, handle: int, name: str, *, sending: bool
-    ) -> ManagementNode:
-        return ManagementNode(session, handle, name, sending=sending)
+        self._confirming.add(publisher)
 
     # -- FrontEnd: output and flow -------------------------------------------------------
 

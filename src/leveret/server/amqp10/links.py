@@ -17,7 +17,8 @@
   error when the publish failed or a queue refused it (``x-overflow reject-publish``).
   Dispositions for contiguous deliveries with one outcome go as one range.
 
-Used by ``session.py``; sans-IO (the machine queues frames, the adapter writes them).
+Made by ``session.py``; a link holds its session as ``session_core.SessionCore``; sans-IO
+(the machine queues frames, the adapter writes them).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
     from leveret.server.amqp10.selector import Selector
-    from leveret.server.amqp10.session import Session
+    from leveret.server.amqp10.session_core import SessionCore
 
 log = logging.getLogger("leveret.amqp10")
 
@@ -76,7 +77,7 @@ class OutgoingLink(ConsumerOwner):
 
     def __init__(
         self,
-        session: Session,
+        session: SessionCore,
         handle: int,
         name: str,
         queue: Queue,
@@ -170,7 +171,7 @@ class SelectorLink(Browser):
 
     def __init__(
         self,
-        session: Session,
+        session: SessionCore,
         handle: int,
         name: str,
         queue: Queue,
@@ -266,7 +267,7 @@ class IncomingLink:
 
     def __init__(
         self,
-        session: Session,
+        session: SessionCore,
         handle: int,
         name: str,
         *,
@@ -315,7 +316,7 @@ class IncomingLink:
                 self.waiting.pop(seq, None)
             self._refuse(event, exc)
             return
-        session.published(self)
+        session.published(self.publisher)
 
     def _receive_other(self, event: MessageReceived) -> None:
         """A transfer with a delivery state: in a transaction (``transactional-state``),

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from leveret.model.queue import Queue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
-    from leveret.server.amqp10.session import Session
+    from leveret.server.amqp10.session_core import SessionCore
 
 log = logging.getLogger("leveret.amqp10")
 
@@ -63,7 +63,7 @@ class HttpError(Exception):
 class ManagementNode:
     """One link of a management link pair (``sending``: the broker answers on it)."""
 
-    def __init__(self, session: Session, handle: int, name: str, *, sending: bool) -> None:
+    def __init__(self, session: SessionCore, handle: int, name: str, *, sending: bool) -> None:
         self.session = session
         self.handle = handle
         self.name = name
@@ -119,7 +119,7 @@ class ManagementNode:
             properties=Properties(subject=status, correlation_id=props.message_id),
             application_properties={"http:response": "1.1"},
         )
-        reply = session.management_reply(self.name)
+        reply = _reply_link(session, self.name)
         if reply is not None:
             reply.answers.append(payload)
             reply.flush()
@@ -339,6 +339,18 @@ class ManagementNode:
 
     def close(self) -> None:
         self.closed = True
+
+
+def _reply_link(session: SessionCore, name: str) -> ManagementNode | None:
+    """The sending link of the session's management link pair named ``name`` (any sending
+    management link of the session if none has that name)."""
+    fallback = None
+    for link in session.links.values():
+        if isinstance(link, ManagementNode) and link.sending:
+            if link.name == name:
+                return link
+            fallback = link
+    return fallback
 
 
 def _request_sections(payload: bytes) -> tuple[Properties | None, Value]:

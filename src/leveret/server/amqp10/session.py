@@ -29,7 +29,6 @@ from leveret.protocol.amqp10 import (
     Coordinator,
     Described,
     Error,
-    Properties,
     Role,
     SenderSettleMode,
     Source,
@@ -38,25 +37,22 @@ from leveret.protocol.amqp10 import (
     Timestamp,
     TransactionalState,
 )
-from leveret.protocol.amqp10.types import decode_value
 from leveret.server.amqp10 import selector
 from leveret.server.amqp10.address import AddressError, parse_source, parse_target, queue_address
+from leveret.server.amqp10.coordinator import CoordinatorLink
 from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink, outcome
 from leveret.server.amqp10.management import ManagementNode
-from leveret.server.amqp10.message import first_sections, split_payload
-from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS, CoordinatorLink
+from leveret.server.amqp10.session_core import SessionCore
+from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS
 
 if TYPE_CHECKING:
-    from leveret.model.message import Message
-    from leveret.model.queue import Queue
     from leveret.model.settle import Delivery
     from leveret.protocol.amqp10.events import (
         DispositionReceived,
         LinkAttachRequested,
     )
     from leveret.protocol.amqp10.types import Value
-    from leveret.server.amqp10.connection import AMQP10Connection
 
 log = logging.getLogger("leveret.amqp10")
 
@@ -65,92 +61,12 @@ __all__ = ["INCOMING_CREDIT", "Session"]
 # Link credit granted to a publisher's link, topped up at half (RabbitMQ 4 grants 128..170).
 INCOMING_CREDIT = 2048
 STREAM_FILTER = "rabbitmq:stream-offset-spec"
-_PROPERTIES = 0x73
 # The selector filter's descriptor as a symbol, and as the ulong Qpid's registry gives it.
 SELECTOR_CODE = 0x0000468C00000004
-Link = OutgoingLink | SelectorLink | IncomingLink | ManagementNode | CoordinatorLink
 
 
-class Session:
+class Session(SessionCore):
     """One 1.0 session: links, unsettled deliveries, the peer's dispositions."""
-
-    def __init__(self, conn: AMQP10Connection, channel: int) -> None:
-        self.conn = conn
-        self.channel = channel
-        client = conn.client
-        assert client is not None
-        self.client = client
-        self.vhost = client.vhost
-        guard = conn.guard
-        assert guard is not None
-        # The connection's access checks, asked before the core acts (server/guard.py).
-        self.guard = guard
-        self.timers = self.vhost.timers
-        self.links: dict[int, Link] = {}
-        self.unsettled: dict[int, Delivery] = {}
-        self.writable = True
-        self.closed = False
-        self.check_user_id = True
-        transactions = conn.transactions
-        assert transactions is not None
-        self.transactions = transactions
-
-    # -- what links ask of their session -------------------------------------------------
-
-    def send(self, handle: int, payload: bytes, settled: bool) -> int:
-        return self.conn.send_transfer(self.channel, handle, payload, settled)
-
-    def drained(self, handle: int) -> None:
-        self.conn.machine.drained(self.channel, handle)
-        self.conn.wrote()
-
-    def settle_incoming(self, first: int, last: int, state: Value) -> None:
-        if self.closed:
-            return
-        self.conn.machine.settle(self.channel, first, last, role=Role.RECEIVER, state=state)
-        self.conn.wrote()
-
-    def published(self, link: IncomingLink) -> None:
-        self.conn.published_on(link)
-
-    def check_user(self, message: Message) -> None:
-        """RabbitMQ's rule: a user-id property must be the authenticated user (unless the
-        user is an impersonator)."""
-        self.guard.check_user_id(message.properties.user_id)
-
-    def to_and_subject(self, payload: bytes) -> tuple[str | None, str | None]:
-        """A message's ``to`` and ``subject`` (read only for the links that need them)."""
-        where = first_sections(split_payload(payload)[0]).get(_PROPERTIES)
-        if where is None:
-            return None, None
-        props, _ = decode_value(payload, where[0])
-        if not isinstance(props, Properties):
-            return None, None
-        to = props.to if isinstance(props.to, str) else None
-        return to, props.subject
-
-    def management_reply(self, name: str) -> ManagementNode | None:
-        """The sending link of the management link pair named ``name`` (any sending
-        management link of the session if none has that name)."""
-        fallback = None
-        for link in self.links.values():
-            if isinstance(link, ManagementNode) and link.sending:
-                if link.name == name:
-                    return link
-                fallback = link
-        return fallback
-
-    def link_lost(self, link: Link, error: Error) -> None:
-        """Detach ``link`` from our side (its queue went)."""
-        self.links.pop(link.handle, None)
-        link.close()
-        if not self.closed:
-            self.conn.machine.detach(self.channel, link.handle, error=error)
-            self.conn.wrote()
-
-    def delete_queue(self, queue: Queue) -> None:
-        if queue.name in self.vhost.queues and self.vhost.queues[queue.name] is queue:
-            self.vhost.remove_queue(queue)
 
     # -- attach --------------------------------------------------------------------------
 
@@ -199,7 +115,7 @@ class Session:
                 raise AddressError("a receiving link needs a source address")
             where = parse_source(address)
             if where.management:
-                node = self.conn.management(self, event.handle, event.name, sending=True)
+                node = ManagementNode(self, event.handle, event.name, sending=True)
                 machine.accept_link(self.channel, event.handle)
                 self.links[event.handle] = node
                 return
@@ -293,7 +209,7 @@ class Session:
                 raise AddressError("a target address must be a string")
             where = parse_target(address)
             if where.management:
-                node = self.conn.management(self, event.handle, event.name, sending=False)
+                node = ManagementNode(self, event.handle, event.name, sending=False)
                 machine.accept_link(
                     self.channel, event.handle, credit=INCOMING_CREDIT, auto_credit=True
                 )

@@ -1,10 +1,10 @@
 """AMQP 1.0 local transactions (transactions spec, ``amqp:local-transactions``) over the
-core's ``Transaction``: the coordinator a client attaches a link to, and a session's open
-transactions.
+core's ``Transaction``: a connection's open transactions, which the coordinator link
+(``coordinator.py``) declares and discharges.
 
-- The coordinator link takes ``declare`` (answered with ``declared`` and a new txn-id) and
-  ``discharge`` (``fail`` false: commit, answered ``accepted`` once the store has what the
-  transaction wrote; ``fail`` true: rollback, answered at once). An unknown txn-id is
+- The coordinator link (``coordinator.py``) takes ``declare`` (answered with ``declared``
+  and a new txn-id) and ``discharge`` (``fail`` false: commit, answered ``accepted`` once
+  the store has what the transaction wrote; ``fail`` true: rollback). An unknown txn-id is
   ``rejected`` with ``amqp:transaction:unknown-id``; a commit the store could not write,
   with ``amqp:transaction:rollback``.
 - A transfer whose state is ``transactional-state`` is published into its transaction
@@ -19,7 +19,7 @@ transactions.
 
 Not done: transactional acquisition (``txn-id`` in a flow's properties) and
 ``amqp:distributed-transactions``; the coordinator offers local transactions only.
-Imported by the 1.0 front end's session.
+Imported by the 1.0 front end's connection, session, links and coordinator.
 """
 
 from __future__ import annotations
@@ -32,16 +32,10 @@ from leveret.model.publisher import Publisher
 from leveret.model.transaction import ACCEPT, REJECT, RELEASE, Transaction
 from leveret.protocol.amqp10 import (
     Accepted,
-    AmqpValue,
-    Declare,
-    Declared,
-    Discharge,
-    Error,
     Modified,
     Rejected,
 )
 from leveret.protocol.amqp10.errors import AMQP10Error
-from leveret.protocol.amqp10.types import decode_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,13 +43,11 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.settle import Delivery
     from leveret.model.vhost import VirtualHost
-    from leveret.protocol.amqp10.events import MessageReceived
     from leveret.protocol.amqp10.types import Value
-    from leveret.server.amqp10.session import Session
 
 log = logging.getLogger("leveret.amqp10")
 
-__all__ = ["LOCAL_TRANSACTIONS", "CoordinatorLink", "Transactions"]
+__all__ = ["LOCAL_TRANSACTIONS", "ROLLBACK", "Transactions"]
 
 LOCAL_TRANSACTIONS = "amqp:local-transactions"
 UNKNOWN_ID = "amqp:transaction:unknown-id"
@@ -140,64 +132,3 @@ def _release(txn: Transaction) -> None:
     held = txn.rollback()
     if held:
         settle.release([d for d, _token in held])
-
-
-class CoordinatorLink:
-    """The link a client attached to the coordinator: declares and discharges."""
-
-    def __init__(self, session: Session, handle: int, name: str) -> None:
-        self.session = session
-        self.handle = handle
-        self.name = name
-        self.closed = False
-
-    def receive(self, event: MessageReceived) -> None:
-        session = self.session
-        transactions = session.transactions
-        delivery_id = event.delivery_id
-        try:
-            request = _request(event.payload)
-            if isinstance(request, Declare):
-                if request.global_id is not None:
-                    raise AMQP10Error(
-                        "amqp:not-implemented", "distributed transactions are not supported"
-                    )
-                state: Value = Declared(txn_id=transactions.declare())
-            else:
-                txn_id = request.txn_id
-                if request.fail:
-                    transactions.rollback(txn_id)
-                    state = Accepted()
-                else:
-
-                    def done(ok: bool) -> None:
-                        answer: Value = (
-                            Accepted()
-                            if ok
-                            else Rejected(
-                                error=Error(condition=ROLLBACK, description="store write failed")
-                            )
-                        )
-                        session.settle_incoming(delivery_id, delivery_id, answer)
-
-                    transactions.commit(txn_id, done)
-                    return
-        except AMQP10Error as exc:
-            log.info("transaction request refused: %s", exc)
-            state = Rejected(error=Error(condition=exc.condition, description=exc.description))
-        session.settle_incoming(delivery_id, delivery_id, state)
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def _request(payload: bytes) -> Declare | Discharge:
-    """The coordinator's request: the ``amqp-value`` of a declare or discharge."""
-    off = 0
-    while off < len(payload):
-        value, off = decode_value(payload, off)
-        if isinstance(value, AmqpValue):
-            inner = value.value
-            if isinstance(inner, (Declare, Discharge)):
-                return inner
-    raise AMQP10Error("amqp:decode-error", "not a declare or discharge")

@@ -26,6 +26,7 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp10.message",
     "leveret.server.connection",
     "leveret.server.guard",
+    "leveret.server.legacy.connection_base",
     "leveret.server.legacy.connection",
     "leveret.server.legacy.channel",
     "leveret.model.message",

@@ -1,7 +1,7 @@
-"""What the asyncio adapter (``connection.py``) needs of a protocol front end, and how the
-front end for a connection is chosen from the first bytes the client sends.
+"""How the front end for a connection is chosen from the first bytes the client sends.
 
-Every front end is a sans-IO machine with the same surface (``FrontEnd``): bytes in with
+Every front end is a sans-IO machine with the same surface (``FrontEnd``, defined with
+``FrontEndContext`` in ``frontend_contract.py`` and handed on from here): bytes in with
 ``data_received(data, now)``, encoded output out with ``take_output(now)``, turns for
 fairness (``pending``/``paced``/``run_turn``), timers (``tick``), flow control (``blocked``,
 ``block``/``unblock``, ``set_writable``) and closing. ``FRONT_ENDS`` maps a protocol header
@@ -12,80 +12,27 @@ The choice is made once per connection, so the per-message path does not pay for
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
 from leveret.protocol.amqp010.framing import PROTOCOL_HEADER as AMQP010_HEADER
 from leveret.server.amqp010 import AMQP010Connection
 from leveret.server.amqp091 import AMQP091Connection
 from leveret.server.amqp10.connection import AMQP10Connection
 from leveret.server.amqpfast import FastConnection
+from leveret.server.frontend_contract import FrontEnd, FrontEndContext, FrontEndFactory
 from leveret.server.legacy.connection import LegacyConnection
 from leveret.server.legacy.dialects import DIALECTS, Dialect
 
-if TYPE_CHECKING:
-    from leveret.auth.users import UserStore
-    from leveret.model.broker import Broker, Client
-    from leveret.protocol.amqp091.connection import Limits
-
-__all__ = ["FRONT_ENDS", "HEADER_SIZE", "INITIATIONS", "FrontEnd", "FrontEndContext", "choose"]
+__all__ = [
+    "FRONT_ENDS",
+    "HEADER_SIZE",
+    "INITIATIONS",
+    "FrontEnd",
+    "FrontEndContext",
+    "FrontEndFactory",
+    "choose",
+]
 
 # Every AMQP protocol header is 8 octets ("AMQP" + 4 octets of version).
 HEADER_SIZE = 8
-
-
-class FrontEnd(Protocol):
-    """One client connection of some protocol, without I/O."""
-
-    on_output: Callable[[], None] | None
-    # The model side of the connection once it is open (its vhost, user, exclusive queues).
-    client: Client | None
-    published: bool
-    paced: bool
-    blocked: bool
-    heartbeat: int
-    should_close_transport: bool
-    close_reason: str
-
-    @property
-    def pending(self) -> bool: ...
-
-    def data_received(self, data: bytes, now: float) -> None: ...
-
-    def run_turn(self) -> None: ...
-
-    def take_output(self, now: float) -> list[bytes]: ...
-
-    def tick(self, now: float) -> None: ...
-
-    def set_writable(self, writable: bool) -> None: ...
-
-    def block(self, reason: str) -> None: ...
-
-    def unblock(self, now: float) -> None: ...
-
-    def close(self, reply_code: int, reply_text: str, now: float) -> None: ...
-
-    def connection_lost(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class FrontEndContext:
-    """What a front end is made with: the broker, its users and limits, and the peer."""
-
-    broker: Broker
-    users: UserStore
-    limits: Limits
-    peer: str
-    loopback: bool
-    now: float
-    # The user name the peer's verified TLS client certificate gives (SASL EXTERNAL);
-    # None on plain connections and without a verified certificate.
-    certificate_identity: str | None = None
-
-
-FrontEndFactory = Callable[[FrontEndContext], FrontEnd]
 
 
 def _amqp091(context: FrontEndContext) -> FrontEnd:
@@ -132,6 +79,7 @@ def _legacy(dialect: Dialect) -> FrontEndFactory:
             context.broker,
             context.users,
             dialect,
+            choose=choose,
             peer=context.peer,
             loopback=context.loopback,
             limits=context.limits,

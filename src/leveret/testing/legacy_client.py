@@ -29,6 +29,7 @@ from leveret.protocol.amqp09._generated import methods as m09
 from leveret.protocol.amqp09._generated import properties as p09
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091.connection import Limits
+from leveret.server.frontend import choose
 from leveret.server.legacy.connection import LegacyConnection
 from leveret.testing.client import FakeClock, plain_response
 
@@ -97,6 +98,7 @@ class LegacyClient:
             broker if broker is not None else Broker(),
             users if users is not None else UserStore.with_default_user(),
             dialect,
+            choose=choose,
             peer="127.0.0.1:50001",
             loopback=True,
             limits=limits if limits is not None else Limits(),

@@ -74,6 +74,7 @@ def _connection(header: str) -> LegacyConnection:
         Broker(),
         UserStore.with_default_user(),
         HEADER_DIALECT[header],
+        choose=frontend.choose,
         peer="127.0.0.1:1",
         loopback=True,
     )

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Client
     from leveret.model.message import Message
     from leveret.server.guard import Guard
-    from leveret.server.legacy.connection import LegacyConnection
+    from leveret.server.legacy.connection_base import LegacyConnectionBase
 
 __all__ = ["ContentAssembly", "LegacyChannel"]
 
@@ -74,7 +74,7 @@ class LegacyChannel(Channel):
 
     def __init__(
         self,
-        conn: LegacyConnection,
+        conn: LegacyConnectionBase,
         channel_id: int,
         client: Client,
         consumer_timeout: float | None,

@@ -38,9 +38,9 @@ from leveret.errors import (
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, State
-from leveret.server.amqp091.connection import AMQP091Connection
 from leveret.server.legacy import classes  # noqa: F401 - registers the classes' handlers
 from leveret.server.legacy.channel import LegacyChannel
+from leveret.server.legacy.connection_base import LegacyConnectionBase
 from leveret.server.legacy.handlers import LEGACY_HANDLERS, not_implemented
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Broker
     from leveret.protocol.amqp091.channel import ChannelState
     from leveret.protocol.amqp091.fieldtable import FieldTable
+    from leveret.server.frontend_contract import Chooser
     from leveret.server.legacy.dialects import Dialect
 
 __all__ = ["LegacyConnection"]
@@ -59,7 +60,7 @@ _HEADER = framing.FRAME_HEADER
 _BODY = framing.FRAME_BODY
 
 
-class LegacyConnection(AMQP091Connection):
+class LegacyConnection(LegacyConnectionBase):
     """One client connection speaking AMQP 0-8 or 0-9 to the broker, without I/O."""
 
     def __init__(
@@ -68,13 +69,22 @@ class LegacyConnection(AMQP091Connection):
         users: UserStore,
         dialect: Dialect,
         *,
+        choose: Chooser,
         peer: str,
         loopback: bool,
         limits: Limits = DEFAULT_LIMITS,
         now: float = 0.0,
     ) -> None:
-        super().__init__(broker, users, peer=peer, loopback=loopback, limits=limits, now=now)
-        self.dialect = dialect
+        super().__init__(
+            broker,
+            users,
+            dialect,
+            choose=choose,
+            peer=peer,
+            loopback=loopback,
+            limits=limits,
+            now=now,
+        )
         # The broker-wide state of the older classes (file staging areas, message
         # references), kept on the broker object so that it outlives a connection.
         self.legacy_state: Any = None
@@ -114,39 +124,6 @@ class LegacyConnection(AMQP091Connection):
             # 0-8 field tables have no boolean; RabbitMQ sends an empty table.
             properties["capabilities"] = {}
         return properties
-
-    # -- output ----------------------------------------------------------------------------
-
-    def send_method(self, channel_id: int, method: m.Method) -> None:
-        encode = self.dialect.outbound.get(method.INDEX)
-        payload = method.encode() if encode is None else encode(method)
-        if not payload:
-            return
-        self.out.append(framing.encode_method_frame(channel_id, payload))
-        self._wrote()
-
-    def send_legacy(self, channel_id: int, payload: bytes) -> None:
-        """A method of the version's own codec, encoded by the caller."""
-        self.out.append(framing.encode_method_frame(channel_id, payload))
-        self._wrote()
-
-    def send_legacy_at(self, mark: int, channel_id: int, payload: bytes) -> None:
-        """``send_legacy`` before what was queued since ``output_mark()`` gave ``mark`` (a
-        consume-ok that must precede the first delivery)."""
-        frame = framing.encode_method_frame(channel_id, payload)
-        self.out.insert(mark, frame)
-        self._wrote()
-
-    def send_legacy_content(
-        self, channel_id: int, payload: bytes, class_id: int, raw_properties: bytes, body: bytes
-    ) -> None:
-        """A content-carrying method of the version's own codec (class ``class_id``) with
-        its header and body frames, split at the negotiated frame size."""
-        self.send_encoded(
-            framing.encode_message_frames(
-                channel_id, payload, class_id, body, raw_properties, self.frame_max
-            )
-        )
 
     # -- input -----------------------------------------------------------------------------
 

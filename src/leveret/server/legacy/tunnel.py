@@ -3,16 +3,17 @@
 
 The reading taken: the broker is the peer at the far end of the tunnel. The tunnelled bytes
 are a connection of any protocol the broker speaks, chosen from its first octets as the
-listener chooses (``server/frontend.py``: 0-9-1, 1.0, 0-10, 0-9, 0-8, AMQP/Fast), and run
-by that protocol's front end on the same core, as if they had come over a socket of their
-own (their own login, vhost, permissions and limits). A tunnel is named by the request's
-``proxy-name`` property within its channel: every ``tunnel.request`` with that name feeds
-the same connection, and everything that connection sends comes back in
-``tunnel.request``s with the same properties (``headers``, ``proxy-name``, ``data-name``,
-``durable``, ``broadcast``, echoed as the client sent them last) and ``meta-data``. When the
-tunnelled connection ends (its own close handshake, a timeout) the name is free again;
-closing the channel drops the connection as a lost socket would. ``durable`` and
-``broadcast`` have no meaning for a point-to-point tunnel and are only echoed.
+listener chooses (``server/frontend.py``'s ``choose``, which the carrying connection is
+built with: 0-9-1, 1.0, 0-10, 0-9, 0-8, AMQP/Fast), and run by that protocol's front end on
+the same core, as if they had come over a socket of their own (their own login, vhost,
+permissions and limits). A tunnel is named by the request's ``proxy-name`` property within
+its channel: every ``tunnel.request`` with that name feeds the same connection, and
+everything that connection sends comes back in ``tunnel.request``s with the same properties
+(``headers``, ``proxy-name``, ``data-name``, ``durable``, ``broadcast``, echoed as the
+client sent them last) and ``meta-data``. When the tunnelled connection ends (its own close
+handshake, a timeout) the name is free again; closing the channel drops the connection as a
+lost socket would. ``durable`` and ``broadcast`` have no meaning for a point-to-point tunnel
+and are only echoed.
 
 Sans-IO: the tunnelled front end's output is taken when the carrying connection's is
 (``LegacyConnection.take_output``), and its timers tick with the carrying connection.
@@ -24,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp09._generated import methods as m09
+from leveret.server.frontend_contract import FrontEndContext
 from leveret.server.legacy.handlers import methods_of, properties_of, register
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.fieldtable import FieldTable
-    from leveret.server.frontend import FrontEnd
+    from leveret.server.frontend_contract import FrontEnd
     from leveret.server.legacy.channel import LegacyChannel
 
 __all__ = ["CLASS_ID", "Tunnel", "TunnelChannel"]
@@ -65,11 +67,8 @@ class TunnelChannel:
         now = legacy.broker.timers.now
         front_end = tunnel.front_end
         if front_end is None:
-            # Imported here: the front end table imports this front end.
-            from leveret.server.frontend import FrontEndContext, choose
-
             tunnel.head += body
-            factory = choose(tunnel.head)
+            factory = legacy.choose(tunnel.head)
             if factory is None:
                 return
             front_end = tunnel.front_end = factory(

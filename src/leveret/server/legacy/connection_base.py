@@ -1,0 +1,82 @@
+"""What the 0-8/0-9 front end's channel and class modules ask of their connection:
+``LegacyConnectionBase``, the base of ``connection.LegacyConnection`` (an
+``AMQP091Connection``): the connection's ``Dialect``, the output in the version's own codec
+(``send_method``, ``send_legacy``, ``send_legacy_at``, ``send_legacy_content``) and the
+front-end chooser a tunnel runs its connection with (``frontend.choose``, handed in).
+
+It stands below ``channel.py`` and the class modules, so that a channel holds its connection
+without importing the module that makes the channels. Compiled (the channel and connection
+are, and an interpreted class cannot be a compiled one's base). Imported by ``channel.py``,
+``connection.py`` and the class modules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from leveret.protocol.amqp091 import framing
+from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits
+from leveret.server.amqp091.connection import AMQP091Connection
+
+if TYPE_CHECKING:
+    from leveret.auth.users import UserStore
+    from leveret.model.broker import Broker
+    from leveret.protocol.amqp091._generated import methods as m
+    from leveret.server.frontend_contract import Chooser
+    from leveret.server.legacy.dialects import Dialect
+
+__all__ = ["LegacyConnectionBase"]
+
+
+class LegacyConnectionBase(AMQP091Connection):
+    """A 0-8/0-9 connection as its channels see it: its dialect and its output."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        users: UserStore,
+        dialect: Dialect,
+        *,
+        choose: Chooser,
+        peer: str,
+        loopback: bool,
+        limits: Limits = DEFAULT_LIMITS,
+        now: float = 0.0,
+    ) -> None:
+        super().__init__(broker, users, peer=peer, loopback=loopback, limits=limits, now=now)
+        self.dialect = dialect
+        # The front end for a tunnel's first octets (tunnel.py): the listener's own table.
+        self.choose = choose
+
+    # -- output ----------------------------------------------------------------------------
+
+    def send_method(self, channel_id: int, method: m.Method) -> None:
+        encode = self.dialect.outbound.get(method.INDEX)
+        payload = method.encode() if encode is None else encode(method)
+        if not payload:
+            return
+        self.out.append(framing.encode_method_frame(channel_id, payload))
+        self._wrote()
+
+    def send_legacy(self, channel_id: int, payload: bytes) -> None:
+        """A method of the version's own codec, encoded by the caller."""
+        self.out.append(framing.encode_method_frame(channel_id, payload))
+        self._wrote()
+
+    def send_legacy_at(self, mark: int, channel_id: int, payload: bytes) -> None:
+        """``send_legacy`` before what was queued since ``output_mark()`` gave ``mark`` (a
+        consume-ok that must precede the first delivery)."""
+        frame = framing.encode_method_frame(channel_id, payload)
+        self.out.insert(mark, frame)
+        self._wrote()
+
+    def send_legacy_content(
+        self, channel_id: int, payload: bytes, class_id: int, raw_properties: bytes, body: bytes
+    ) -> None:
+        """A content-carrying method of the version's own codec (class ``class_id``) with
+        its header and body frames, split at the negotiated frame size."""
+        self.send_encoded(
+            framing.encode_message_frames(
+                channel_id, payload, class_id, body, raw_properties, self.frame_max
+            )
+        )

@@ -1,4 +1,5 @@
-"""PySpark data source for AMQP 0-9-1 brokers (Leveret, RabbitMQ): ``format("amqp")``.
+"""PySpark data source for Leveret and RabbitMQ: ``format("amqp")``; stream queues over
+RabbitMQ's stream protocol where the broker serves it, any queue over AMQP 0-9-1.
 
 Install with ``pip install 'leveret[spark]'``, then register once per session::
 

@@ -1,8 +1,9 @@
 """``python -m bench.mgmt_overhead``: what the management plane costs the AMQP hot path.
 
-Runs ``bench.loadgen`` scenarios (a: 16 B auto-ack; c: 1 KiB, confirms, persistent,
-durable, manual ack) against Leveret brokers in turn, round after round (A B C A B C ...),
-and prints the medians of the consumed rate and of the broker's CPU per message:
+Runs ``bench.loadgen`` scenarios (a: 16 B auto-ack; b: 16 B, manual ack, prefetch 100;
+c: 1 KiB, confirms, persistent, durable, manual ack) against Leveret brokers in turn, round
+after round (A B C A B C ...), and prints the medians of the consumed rate and of the
+broker's CPU per message:
 
 - ``before``: a broker from another source tree (``--before-src``, e.g. ``git archive main
   src`` unpacked), without the management counters;
@@ -34,6 +35,7 @@ import requests
 
 SCENARIOS = {
     "a": ["--size", "16", "--autoack"],
+    "b": ["--size", "16", "--prefetch", "100"],
     "c": [
         "--size",
         "1024",

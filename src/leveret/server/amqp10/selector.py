@@ -164,35 +164,13 @@ class _Parser:
     def or_(self) -> Node:
         node = self.and_()
         while self.accept("keyword", "OR"):
-            left, right = node, self.and_()
-
-            def either(get: Lookup, left: Node = left, right: Node = right) -> object:
-                a = left(get)
-                if a is True:
-                    return True
-                b = right(get)
-                if b is True:
-                    return True
-                return None if a is None or b is None else False
-
-            node = either
+            node = _connective(node, self.and_(), decisive=True)
         return node
 
     def and_(self) -> Node:
         node = self.not_()
         while self.accept("keyword", "AND"):
-            left, right = node, self.not_()
-
-            def both(get: Lookup, left: Node = left, right: Node = right) -> object:
-                a = left(get)
-                if a is False:
-                    return False
-                b = right(get)
-                if b is False:
-                    return False
-                return None if a is None or b is None else True
-
-            node = both
+            node = _connective(node, self.not_(), decisive=False)
         return node
 
     def not_(self) -> Node:
@@ -377,3 +355,20 @@ def message_lookup(message: Message) -> Lookup:
         return None
 
     return get
+
+
+def _connective(left: Node, right: Node, *, decisive: bool) -> Node:
+    """OR (``decisive`` True) or AND (False) in SQL's three-valued logic: the decisive value
+    on either side wins (the right side is not evaluated then); otherwise unknown (None) if
+    either side is unknown, else the other value."""
+
+    def node(get: Lookup) -> object:
+        a = left(get)
+        if a is decisive:
+            return decisive
+        b = right(get)
+        if b is decisive:
+            return decisive
+        return None if a is None or b is None else not decisive
+
+    return node

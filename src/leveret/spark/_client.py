@@ -28,6 +28,7 @@ from leveret.protocol.amqp091.client_events import (
 )
 from leveret.protocol.amqp091.client_frames import NO_LIMIT, Deliveries, walk_frames
 from leveret.protocol.amqp091.framing import Frame
+from leveret.spark._socket import SocketClient
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.client_events import Event
@@ -110,7 +111,7 @@ def scan_frames(buf: bytes, out: Deliveries, control: list[Frame]) -> int:
     return walk_frames(buf, 0, out, None, NO_LIMIT, other)
 
 
-class AmqpClient:
+class AmqpClient(SocketClient):
     """One blocking connection with one channel (number 1).
 
     Not thread-safe. Every wait has a timeout (``timeout`` seconds, per socket read).
@@ -134,7 +135,7 @@ class AmqpClient:
             heartbeat=params.heartbeat,
             deliveries=self.deliveries,
         )
-        self._sock: socket.socket | None = None
+        super().__init__()
         self._methods: list[tuple[int, m.Method]] = []
         self.returns: list[m.BasicReturn] = []
         self.cancelled: list[str] = []
@@ -218,20 +219,6 @@ class AmqpClient:
             pass
         finally:
             self.abort()
-
-    def abort(self) -> None:
-        """Close the socket now."""
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            finally:
-                self._sock = None
-
-    def __enter__(self) -> AmqpClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- writing -------------------------------------------------------------------------
 

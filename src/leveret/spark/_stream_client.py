@@ -18,6 +18,7 @@ from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.client import ClientConnection, ClientState
 from leveret.protocol.rabbitstream.constants import Code
 from leveret.protocol.rabbitstream.errors import StreamProtocolError
+from leveret.spark._socket import SocketClient
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,7 +54,7 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-class StreamClient:
+class StreamClient(SocketClient):
     """One blocking stream-protocol connection. Not thread-safe; every wait has a timeout."""
 
     def __init__(self, params: ConnectionParams, *, timeout: float = 30.0) -> None:
@@ -66,7 +67,7 @@ class StreamClient:
             properties={"product": "leveret.spark", "connection_name": "leveret.spark"},
             heartbeat=params.heartbeat,
         )
-        self._sock: socket.socket | None = None
+        super().__init__()
         self._responses: dict[int, c.Command] = {}
         # Delivered chunks, in order: (subscription id, the chunk's bytes as stored).
         self.chunks: list[tuple[int, bytes]] = []
@@ -156,20 +157,6 @@ class StreamClient:
             pass
         finally:
             self.abort()
-
-    def abort(self) -> None:
-        """Close the socket now."""
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            finally:
-                self._sock = None
-
-    def __enter__(self) -> StreamClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- I/O -----------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ Sans-IO like the machine it extends; ``server/frontend.py`` picks it from the he
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from leveret.errors import (
     AMQPError,
@@ -37,19 +37,15 @@ from leveret.errors import (
 )
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, State
+from leveret.protocol.amqp091.connection import State
 from leveret.server.legacy import classes  # noqa: F401 - registers the classes' handlers
 from leveret.server.legacy.channel import LegacyChannel
 from leveret.server.legacy.connection_base import LegacyConnectionBase
 from leveret.server.legacy.handlers import LEGACY_HANDLERS, not_implemented
 
 if TYPE_CHECKING:
-    from leveret.auth.users import UserStore
-    from leveret.model.broker import Broker
     from leveret.protocol.amqp091.channel import ChannelState
     from leveret.protocol.amqp091.fieldtable import FieldTable
-    from leveret.server.frontend_contract import Chooser
-    from leveret.server.legacy.dialects import Dialect
 
 __all__ = ["LegacyConnection"]
 
@@ -62,32 +58,6 @@ _BODY = framing.FRAME_BODY
 
 class LegacyConnection(LegacyConnectionBase):
     """One client connection speaking AMQP 0-8 or 0-9 to the broker, without I/O."""
-
-    def __init__(
-        self,
-        broker: Broker,
-        users: UserStore,
-        dialect: Dialect,
-        *,
-        choose: Chooser,
-        peer: str,
-        loopback: bool,
-        limits: Limits = DEFAULT_LIMITS,
-        now: float = 0.0,
-    ) -> None:
-        super().__init__(
-            broker,
-            users,
-            dialect,
-            choose=choose,
-            peer=peer,
-            loopback=loopback,
-            limits=limits,
-            now=now,
-        )
-        # The broker-wide state of the older classes (file staging areas, message
-        # references), kept on the broker object so that it outlives a connection.
-        self.legacy_state: Any = None
 
     # -- the protocol header and connection.start ------------------------------------------
 

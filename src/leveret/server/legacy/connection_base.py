@@ -12,7 +12,7 @@ are, and an interpreted class cannot be a compiled one's base). Imported by ``ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits
@@ -47,6 +47,9 @@ class LegacyConnectionBase(AMQP091Connection):
         self.dialect = dialect
         # The front end for a tunnel's first octets (tunnel.py): the listener's own table.
         self.choose = choose
+        # The broker-wide state of the older classes (file staging areas, message
+        # references), kept on the broker object so that it outlives a connection.
+        self.legacy_state: Any = None
 
     # -- output ----------------------------------------------------------------------------
 

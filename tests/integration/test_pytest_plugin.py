@@ -27,7 +27,7 @@ import pytest
 # run. (Classes re-imported under the same name are other classes: kombu's lazy imports
 # break on that, which is one reason the documentation's examples run in a process of
 # their own.)
-for _module in ("leveret.server.lifecycle", "leveret.testing.embedded", "pika", "amqp"):
+for _module in ("leveret.assembly", "leveret.testing.embedded", "pika", "amqp"):
     importlib.import_module(_module)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -137,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
-        from leveret.server.lifecycle import StoreError, serve
+        from leveret.assembly import serve
+        from leveret.server.lifecycle import StoreError
 
         try:
             serve(settings)

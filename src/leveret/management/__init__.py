@@ -18,7 +18,8 @@ Prometheus endpoint (port 15692), served on the broker's own event loop.
 
 It reads the running server through ``server.admin.AdminHost`` (plus the runtime
 parameters of ``server/runtime.py`` and the sampler) and changes it through the same calls
-as ``leveret ctl``. ``server/lifecycle.py`` starts it; nothing in the broker imports it.
+as ``leveret ctl``. ``leveret/assembly.py`` plugs it into the server, which starts it;
+nothing in the broker imports it.
 """
 
 from __future__ import annotations

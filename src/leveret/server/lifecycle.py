@@ -10,6 +10,10 @@ waits briefly for the close handshakes, then exits. SIGHUP reloads the TLS certi
 Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/admin.py``
 ``boot_auth``, after the store's recovery); once the listeners are up, the control channel
 ``leveret ctl`` speaks to opens in the data directory (``server/control.py``).
+
+The management plane stands above the server: whoever builds a ``Server`` hands it a
+factory for the plane (``leveret/assembly.py`` does, for ``leveret serve`` and the embedded
+broker), so nothing here imports ``leveret.management``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leveret import build_info
 from leveret.auth.users import UserStore
@@ -53,8 +57,9 @@ from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.config import Settings
-    from leveret.management import ManagementServer
     from leveret.server.frontend import FrontEnd, FrontEndContext
 
 log = logging.getLogger("leveret.server")
@@ -71,11 +76,28 @@ class StartupError(StoreError):
     printed by the CLI like a store error, exit status 1."""
 
 
+class ManagementPlane(Protocol):
+    """What the server needs of its management plane: start it, close it, and the URLs it
+    listens on (``management/app.py``'s ``ManagementServer``)."""
+
+    urls: list[str]
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Server:
     """A running broker: the model, its listeners and its connections."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        management: Callable[[Server], ManagementPlane] | None = None,
+    ) -> None:
         self.settings = settings
+        self._management_factory = management
         timeout = settings.consumer_timeout
         self.broker = Broker(consumer_timeout=timeout / 1000 if timeout else None)
         # Filled from data_dir/auth.json (or first-boot defaults) by boot_auth in _recover.
@@ -118,7 +140,7 @@ class Server:
         # messages, browse, move and replay (Leveret's own): these modules stand above admin.py.
         self.admin.register(entity_verbs(self.admin))
         self.admin.register(message_verbs(self.admin))
-        self.management: ManagementServer | None = None
+        self.management: ManagementPlane | None = None
 
     @property
     def admin_host(self) -> Server:
@@ -260,11 +282,8 @@ class Server:
         except ControlChannelError as exc:
             self.control = None
             log.warning("leveret ctl will not reach this broker: %s", exc)
-        if self.settings.management:
-            # Imported here: a broker run with --no-management never loads aiohttp.
-            from leveret.management import ManagementServer
-
-            self.management = ManagementServer(self)
+        if self.settings.management and self._management_factory is not None:
+            self.management = self._management_factory(self)
             await self.management.start()
         # What boot made (modules, recovered messages and pending scheduled messages, the
         # listeners) lives as long as the broker: keep it out of the cyclic collector's
@@ -427,13 +446,3 @@ def _advertised(host: str) -> str:
     """The host stream clients are told to connect to (metadata, open): the listening
     address, unless it is a wildcard."""
     return "localhost" if host in ("", "0.0.0.0", "::") else host
-
-
-def serve(settings: Settings) -> None:
-    """Run the broker until a signal stops it; uses uvloop when installed."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(Server(settings).run())
-        return
-    uvloop.run(Server(settings).run())

@@ -120,8 +120,9 @@ class EmbeddedBroker:
         """Boot the broker (recovering ``data_dir``) and wait until it listens."""
         if self._server is not None:
             raise EmbeddedBrokerError("the broker is running already")
+        from leveret.assembly import build_server
         from leveret.config import ConfigError, load
-        from leveret.server.lifecycle import Server, StoreError
+        from leveret.server.lifecycle import StoreError
 
         started = time.perf_counter()
         if self.data_dir is None:
@@ -142,7 +143,7 @@ class EmbeddedBroker:
         self._loop, self._thread = loop, thread
 
         async def boot() -> Server:
-            server = Server(settings)
+            server = build_server(settings)
             await server.start()
             return server
 

@@ -1,0 +1,38 @@
+"""The whole broker as ``leveret serve`` and the embedded broker run it: the server
+(``server/lifecycle.py``) with its management plane (``management/``) plugged in.
+
+This is the one place that knows both: the server stands below the management plane and
+only holds a factory for it. Imported by ``cli/main.py`` and ``testing/embedded.py``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from leveret.server.lifecycle import Server
+
+if TYPE_CHECKING:
+    from leveret.config import Settings
+    from leveret.server.lifecycle import ManagementPlane
+
+
+def _management(server: Server) -> ManagementPlane:
+    # Imported when the plane starts: a broker run with --no-management never loads aiohttp.
+    from leveret.management import ManagementServer
+
+    return ManagementServer(server)
+
+
+def build_server(settings: Settings) -> Server:
+    """A server, not started, with the management plane it starts when settings ask."""
+    return Server(settings, management=_management)
+
+
+def serve(settings: Settings) -> None:
+    """Run the broker until a signal stops it; uses uvloop when installed."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(build_server(settings).run())
+        return
+    uvloop.run(build_server(settings).run())

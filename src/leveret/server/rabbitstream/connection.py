@@ -520,7 +520,7 @@ class StreamConnection:
         if code != Code.OK:
             self._send(c.Response(Key.CREATE, cid, code))
             return
-        arguments = {"x-queue-type": "stream", **_queue_arguments(command.arguments)}
+        arguments = {"x-queue-type": "stream", **stream_queue_arguments(command.arguments)}
         assert self.vhost is not None
         assert self.access is not None
         existing = self.vhost.queues.get(name)
@@ -843,7 +843,7 @@ class StreamConnection:
     def _create_super_stream(self, command: c.CreateSuperStream) -> None:
         assert self.vhost is not None
         assert self.access is not None
-        arguments = _queue_arguments(command.arguments)
+        arguments = stream_queue_arguments(command.arguments)
         try:
             code = superstream.create(self.vhost, self.access, self, command, arguments)
         except AMQPError as exc:
@@ -871,7 +871,7 @@ def streams_gone(server: StreamServer, queues: Sequence[StreamQueue]) -> None:
                 conn._stream_gone(queue)
 
 
-def _queue_arguments(arguments: Mapping[str, str]) -> dict[str, object]:
+def stream_queue_arguments(arguments: Mapping[str, str]) -> dict[str, object]:
     """Stream creation arguments as the queue arguments of a stream queue."""
     converted: dict[str, object] = {}
     for key, value in arguments.items():

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import mmh3
 import pika
 import pytest
+import requests
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -38,6 +39,7 @@ from rstream.schema import OffsetSpecification
 
 from tests.integration.conftest import start_broker
 from tests.integration.ctl_support import ctl, new_data_dir
+from tests.integration.mgmt_support import AUTH, start_mgmt_broker
 from tests.integration.test_stream_protocol import STREAM_PORT_ENV, stream_port_of
 
 if TYPE_CHECKING:
@@ -431,3 +433,44 @@ def test_ctl_add_and_delete_super_stream(target: Target) -> None:
     assert name not in queues
     missing = ctl(target.data_dir, "delete_super_stream", name)
     assert missing.returncode == 65
+
+
+@pytest.mark.leveret_only
+def test_a_super_stream_survives_a_restart() -> None:
+    data_dir = new_data_dir()
+    broker = start_broker("--data-dir", str(data_dir))
+    try:
+        done = ctl(data_dir, "add_super_stream", "kept", "--binding-keys", "b,a")
+        assert done.returncode == 0, done.stderr
+    finally:
+        broker.stop()
+    mgmt = start_mgmt_broker("--data-dir", str(data_dir))
+    broker = mgmt.broker
+    try:
+        port = stream_port_of(broker)
+
+        async def answers() -> tuple[list[str], list[str]]:
+            producer = Producer("127.0.0.1", port=port, username="guest", password="guest")
+            await producer.start()
+            try:
+                client = await producer.default_client
+                return await client.partitions("kept"), await client.route("a", "kept")
+            finally:
+                await producer.close()
+
+        # The order is the binding argument's, not the names'.
+        assert run(answers()) == (["kept-b", "kept-a"], ["kept-a"])
+        exchanges = ctl(data_dir, "-q", "list_exchanges", "name", "arguments").stdout
+        assert 'kept\t{"x-super-stream":true}' in exchanges.replace(" ", "")
+        # The management API shows them as RabbitMQ's does.
+        exchange = requests.get(mgmt.api("exchanges/%2F/kept"), auth=AUTH, timeout=10).json()
+        assert (exchange["type"], exchange["arguments"]) == ("direct", {"x-super-stream": True})
+        bindings = requests.get(
+            mgmt.api("exchanges/%2F/kept/bindings/source"), auth=AUTH, timeout=10
+        ).json()
+        assert sorted((b["destination"], b["routing_key"], b["arguments"]) for b in bindings) == [
+            ("kept-a", "a", {"x-stream-partition-order": 1}),
+            ("kept-b", "b", {"x-stream-partition-order": 0}),
+        ]
+    finally:
+        broker.stop()

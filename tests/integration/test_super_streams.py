@@ -1,13 +1,14 @@
 """Super streams against a real broker process, with rstream's ``SuperStreamProducer`` (hash
 routing, murmur3, and key routing) and ``SuperStreamConsumer`` (single active consumer
 across partitions, fail-over), pika (a super stream declared and published to over
-AMQP 0-9-1) and ``leveret ctl add_super_stream`` / ``delete_super_stream``. (rbfly 0.x has
-no super stream support.)
+AMQP 0-9-1), Qpid Proton (sent to over AMQP 1.0), the management API and ``leveret ctl
+add_super_stream`` / ``delete_super_stream``. (rbfly 0.x has no super stream support.)
 
 With ``LEVERET_TEST_STREAM_PORT`` set (and ``LEVERET_TEST_AMQP_PORT`` for the 0-9-1 side)
-the tests that apply run against that broker instead (RabbitMQ 3.10.8 here: 5552 / 5672;
-it has route and partitions but neither create_super_stream nor single active consumer,
-which the other tests need)."""
+the tests that apply run against that broker instead (RabbitMQ 3.10.8 here: 5552 / 5672).
+It answers route and partitions with the request's key (no response bit), which rstream
+1.1.1 cannot read, and has neither create_super_stream nor single active consumer: only
+the 0-9-1 test runs there."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import mmh3
 import pika
 import pytest
 import requests
+from proton import Message
+from proton.utils import BlockingConnection
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -474,3 +477,21 @@ def test_a_super_stream_survives_a_restart() -> None:
         ]
     finally:
         broker.stop()
+
+
+def test_amqp_1_0_sends_to_a_super_stream_land_in_its_partitions(target: Target) -> None:
+    leveret_only(target, "RabbitMQ 3.10's 1.0 plugin has no /exchanges/ (v2) addresses")
+    name = unique("via10")
+    streams = declare_over_0_9_1(target, name, ["0", "1"])
+    connection = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{target.amqp_port}", timeout=10)
+    try:
+        connection.create_sender(f"/exchanges/{name}/1").send(
+            Message(body=b"over 1.0", inferred=True)
+        )  # a data section
+    finally:
+        connection.close()
+    try:
+        got = [run(read_all(target.stream_port, s, 1, wait=3.0)) for s in streams]
+        assert got == [[], [b"over 1.0"]]
+    finally:
+        delete_over_0_9_1(target, name, streams)

@@ -46,7 +46,7 @@ from tests.integration.mgmt_support import AUTH, start_mgmt_broker
 from tests.integration.test_stream_protocol import STREAM_PORT_ENV, stream_port_of
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
     from pathlib import Path
 
     from tests.integration.conftest import Broker
@@ -195,8 +195,12 @@ def test_0_9_1_publishes_to_a_super_stream_land_in_its_partitions(target: Target
                 ch.basic_publish(name, key, b"to-" + key.encode())
         finally:
             conn.close()
-        got = [run(read_all(target.stream_port, s, 2, wait=3.0)) for s in streams]
-        assert got == [[], [b"to-1", b"to-1"], [b"to-2"]]
+        expected = [[], [b"to-1", b"to-1"], [b"to-2"]]
+        got = [
+            run(read_all(target.stream_port, s, len(e)))
+            for s, e in zip(streams, expected, strict=True)
+        ]
+        assert got == expected
     finally:
         delete_over_0_9_1(target, name, streams)
 
@@ -335,20 +339,29 @@ def test_create_and_delete_super_stream_over_the_stream_protocol(target: Target)
         conn.close()
 
 
+async def until(condition: Callable[[], bool], changed: asyncio.Event) -> None:
+    """Wait (5 s at most) until ``condition`` holds, checked whenever ``changed`` is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5):
+            while not condition():
+                await changed.wait()
+                changed.clear()
+
+
 def test_single_active_consumer_across_partitions_fails_over(target: Target) -> None:
     leveret_only(target, "single active consumer on streams needs RabbitMQ 3.11")
     name = unique("sac")
     streams = declare_over_0_9_1(target, name, ["0", "1", "2"])
     port = target.stream_port
-    messages = [(str(i % 3), b"m%d" % i) for i in range(6)]
-    run(superstream_send(port, name, RouteType.Key, messages[:1]))
 
-    async def scenario() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-        # Which partitions each consumer received messages from, before and after a's close.
-        seen: dict[str, set[str]] = {"a": set(), "b": set()}
-        after: dict[str, set[str]] = {"a": set(), "b": set()}
-        closed = asyncio.Event()
+    async def scenario() -> tuple[dict[str, set[bytes]], dict[str, set[bytes]]]:
+        # What each consumer received, before and after a's close.
+        seen: dict[str, set[bytes]] = {"a": set(), "b": set()}
+        after: dict[str, set[bytes]] = {"a": set(), "b": set()}
+        closed, changed = asyncio.Event(), asyncio.Event()
         consumers = []
+        producer = Producer("127.0.0.1", port=port, username="guest", password="guest")
+        await producer.start()
         for label in ("a", "b"):
             consumer = SuperStreamConsumer(
                 "127.0.0.1", port=port, super_stream=name, username="guest", password="guest"
@@ -358,8 +371,8 @@ def test_single_active_consumer_across_partitions_fails_over(target: Target) -> 
 
             def take(label: str) -> Any:
                 async def on_message(message: AMQPMessage, context: MessageContext) -> None:
-                    target_set = after if closed.is_set() else seen
-                    target_set[label].add(context.stream)
+                    (after if closed.is_set() else seen)[label].add(bytes(message.body))
+                    changed.set()
 
                 return on_message
 
@@ -372,18 +385,20 @@ def test_single_active_consumer_across_partitions_fails_over(target: Target) -> 
                 properties={"single-active-consumer": "true", "name": "app", "super-stream": name},
                 consumer_update_listener=on_update,
             )
-            await asyncio.sleep(0.5)
-        for key in ("0", "1", "2"):
-            await superstream_send(port, name, RouteType.Key, [(key, b"x" + key.encode())])
-        await asyncio.sleep(1.5)
-        # From here on deliveries count as after a's close (b's re-reads come during it).
-        closed.set()
-        await consumers[0].close()
-        await asyncio.sleep(0.5)
-        for key in ("0", "1", "2"):
-            await superstream_send(port, name, RouteType.Key, [(key, b"y" + key.encode())])
-        await asyncio.sleep(1.5)
-        await consumers[1].close()
+        await asyncio.sleep(0.5)  # b's turn on partition 1 comes after a has stepped down
+        try:
+            for key in ("0", "1", "2"):
+                await producer.send_wait(f"{name}-{key}", AMQPMessage(body=b"x" + key.encode()))
+            await until(lambda: len(seen["a"]) + len(seen["b"]) >= 3, changed)
+            # From here on deliveries count as after a's close (b's re-reads come during it).
+            closed.set()
+            await consumers[0].close()
+            for key in ("0", "1", "2"):
+                await producer.send_wait(f"{name}-{key}", AMQPMessage(body=b"y" + key.encode()))
+            await until(lambda: {b"y0", b"y1", b"y2"} <= after["b"], changed)
+        finally:
+            await consumers[1].close()
+            await producer.close()
         return seen, after
 
     try:
@@ -391,10 +406,9 @@ def test_single_active_consumer_across_partitions_fails_over(target: Target) -> 
     finally:
         delete_over_0_9_1(target, name, streams)
     # Two consumers: partition i goes to the member i mod 2, a on 0 and 2, b on 1.
-    assert seen == {"a": {f"{name}-0", f"{name}-2"}, "b": {f"{name}-1"}}
+    assert seen == {"a": {b"x0", b"x2"}, "b": {b"x1"}}
     # a gone: b is active on every partition (and re-reads 0 and 2 from where it asks).
-    assert after["a"] == set()
-    assert after["b"] == set(streams)
+    assert after == {"a": set(), "b": {b"x0", b"x2", b"y0", b"y1", b"y2"}}
 
 
 def test_ctl_add_and_delete_super_stream(target: Target) -> None:
@@ -491,7 +505,11 @@ def test_amqp_1_0_sends_to_a_super_stream_land_in_its_partitions(target: Target)
     finally:
         connection.close()
     try:
-        got = [run(read_all(target.stream_port, s, 1, wait=3.0)) for s in streams]
-        assert got == [[], [b"over 1.0"]]
+        expected = [[], [b"over 1.0"]]
+        got = [
+            run(read_all(target.stream_port, s, len(e)))
+            for s, e in zip(streams, expected, strict=True)
+        ]
+        assert got == expected
     finally:
         delete_over_0_9_1(target, name, streams)

@@ -172,9 +172,8 @@ async def superstream_send(
         for key, body in messages:
             message = AMQPMessage(body=body, application_properties={"key": key})
             await producer.send(message)
-        await asyncio.sleep(0.5)  # rstream batches sends: let the batch go out
     finally:
-        await producer.close()
+        await producer.close()  # sends what rstream's batching still holds
 
 
 OLD_RESPONSES = (

@@ -231,3 +231,16 @@ def test_an_activation_answered_after_a_step_down_request_does_not_attach(
     assert c_.pump() == []
     b.conn.connection_lost()  # members a, c: choice 1 mod 2 = c
     assert _update(c_).active
+
+
+def test_the_vhost_queue_limit_refuses_the_whole_super_stream(
+    server: StreamServer, client: Client
+) -> None:
+    server.users.set_vhost_limits("/", {"max-queues": 2})
+    client.call(c.Create(client.next_cid(), "one", {}))
+    vhost = server.broker.vhosts["/"]
+    before = (set(vhost.exchanges), set(vhost.queues))
+    code = create(client, "s", 2)  # the second partition would be the third queue
+    assert code == Code.PRECONDITION_FAILED  # as the core refuses one queue too many
+    assert (set(vhost.exchanges), set(vhost.queues)) == before
+    assert create(client, "s", 1) == Code.OK

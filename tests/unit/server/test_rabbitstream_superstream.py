@@ -244,3 +244,31 @@ def test_the_vhost_queue_limit_refuses_the_whole_super_stream(
     assert code == Code.PRECONDITION_FAILED  # as the core refuses one queue too many
     assert (set(vhost.exchanges), set(vhost.queues)) == before
     assert create(client, "s", 1) == Code.OK
+
+
+def test_a_reactivation_without_an_offset_starts_from_the_subscription_s_own(
+    server: StreamServer, client: Client
+) -> None:
+    assert create(client, "s", 2) == Code.OK
+    client.call(c.DeclarePublisher(client.next_cid(), 1, None, "s-1"))
+    publish(client, 1, [b"old"])
+    props = {"single-active-consumer": "true", "name": "app", "super-stream": "s"}
+    a, b = Client(server), Client(server)
+    a.open()
+    b.open()
+    got = a.send(c.Subscribe(a.next_cid(), 1, "s-1", OffsetType.NEXT, 0, 5, props))
+    first = got[1]
+    assert isinstance(first, c.ConsumerUpdate)
+    got = _answer(a, first)  # this activation asks for the first offset
+    assert [body for _o, body in delivered(got)] == [b"old"]
+    b.send(c.Subscribe(b.next_cid(), 1, "s-1", OffsetType.NEXT, 0, 5, props))
+    step_down = _update(a)
+    a.send(c.ConsumerUpdateResponse(step_down.correlation_id, Code.OK, OffsetType.NONE, 0))
+    _answer(b, _update(b))
+    b.conn.connection_lost()
+    again = _update(a)
+    assert again.active
+    got = a.send(c.ConsumerUpdateResponse(again.correlation_id, Code.OK, OffsetType.NONE, 0))
+    assert delivered(got) == []  # from "next", its subscription's spec: nothing old
+    publish(client, 1, [b"new"])
+    assert [body for _o, body in delivered(a.pump())] == [b"new"]

@@ -701,9 +701,10 @@ class StreamConnection:
         else:
             self._attach(sub)
 
-    def _attach(self, sub: Subscription) -> None:
+    def _attach(self, sub: Subscription, spec: OffsetSpec | None = None) -> None:
+        """``spec``: where to start instead of the subscription's own (an activation's)."""
         consumer = ChunkConsumer(
-            f"stream-{sub.id}", sub.queue, self._owner, spec=sub.spec, credit=sub.credit
+            f"stream-{sub.id}", sub.queue, self._owner, spec=spec or sub.spec, credit=sub.credit
         )
         sub.consumer = consumer
         self._by_consumer[consumer] = sub
@@ -733,11 +734,9 @@ class StreamConnection:
             return
         if not self.server.is_active(self.vhost.name, sub.stream, sub.group, sub):
             return  # asked to step down before it answered: it stays detached
-        if command.offset_type != OffsetType.NONE:
-            spec = _offset_spec(command.offset_type, command.offset)
-            if spec is not None:
-                sub.spec = spec
-        self._attach(sub)
+        none = command.offset_type == OffsetType.NONE
+        # The subscription keeps its own spec for a later activation (as RabbitMQ's does).
+        self._attach(sub, None if none else _offset_spec(command.offset_type, command.offset))
 
     def _credit(self, command: c.Credit) -> None:
         sub = self._subscriptions.get(command.subscription_id)

@@ -10,7 +10,8 @@ the same thing:
 - ``partitions(S)``: the streams bound to ``S``, ordered by ``x-stream-partition-order``
   (a binding without it sorts last, ties keep binding order), as RabbitMQ's
   ``rabbit_stream_utils:sort_partitions`` does; ``route(S, key)``: the streams ``S``
-  routes ``key`` to (the exchange's own routing), in partition order;
+  routes ``key`` to (the exchange's own routing, through exchange-to-exchange bindings
+  too), its partitions first in partition order;
 - ``create`` checks everything before it changes anything and undoes what it made when a
   later step fails: nothing is left behind; ``delete`` removes the exchange and its
   partition streams.
@@ -25,12 +26,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
+from leveret.model.exchange import Exchange
 from leveret.model.stream import StreamQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from leveret.model.exchange import Exchange
     from leveret.model.vhost import VirtualHost
 
 SUPER_STREAM_ARGUMENT = "x-super-stream"
@@ -86,20 +87,36 @@ def partitions(vhost: VirtualHost, name: str) -> list[str] | None:
     return [queue.name for queue, _key, _order in _ordered_bindings(exchange)]
 
 
+def _routed(exchange: Exchange, routing_key: str) -> list[StreamQueue]:
+    """The streams ``exchange`` routes ``routing_key`` to (no headers), through
+    exchange-to-exchange bindings too, as RabbitMQ's ``rabbit_exchange:route``; not through
+    alternate exchanges (RabbitMQ applies those when publishing only)."""
+    found: dict[StreamQueue, None] = {}
+    seen: set[Exchange] = set()
+    pending = [exchange]
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for destination in current.kind.route(routing_key, {}):
+            if isinstance(destination, StreamQueue) and not destination.deleted:
+                found[destination] = None
+            elif isinstance(destination, Exchange):
+                pending.append(destination)
+    return list(found)
+
+
 def route(vhost: VirtualHost, name: str, routing_key: str) -> list[str] | None:
-    """The streams super stream ``name`` routes ``routing_key`` to, in partition order;
-    None: no exchange ``name``."""
+    """The streams super stream ``name`` routes ``routing_key`` to: its own partitions in
+    partition order, then any reached through other exchanges; None: no exchange ``name``."""
     exchange = vhost.exchanges.get(name)
     if exchange is None or name == "":
         return None
-    routed = exchange.kind.route(routing_key, {})
-    seen: set[str] = set()
-    streams = []
-    for queue, _key, _order in _ordered_bindings(exchange):
-        if queue in routed and queue.name not in seen:
-            seen.add(queue.name)
-            streams.append(queue.name)
-    return streams
+    routed = _routed(exchange, routing_key)
+    ordered = [queue for queue, _key, _order in _ordered_bindings(exchange)]
+    first = [queue for queue in dict.fromkeys(ordered) if queue in routed]
+    return [queue.name for queue in first + [q for q in routed if q not in first]]
 
 
 def partition_index(vhost: VirtualHost, name: str, stream: str) -> int:

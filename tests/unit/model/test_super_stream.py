@@ -173,3 +173,17 @@ def test_delete_removes_the_exchange_and_its_streams() -> None:
     assert names(vhost) == (set(), {"bystander"})
     with pytest.raises(NotFound):
         ss.delete(vhost, "invoices")
+
+
+def test_route_follows_exchange_to_exchange_bindings_not_alternates() -> None:
+    vhost = vhost_with("s", 2)
+    vhost.declare_exchange("more", "fanout", durable=True)
+    vhost.declare_queue("extra", owner=OWNER, durable=True, arguments={"x-queue-type": "stream"})
+    vhost.bind_queue("extra", "more", "", {}, owner=OWNER)
+    vhost.bind_exchange("more", "s", "1", {})
+    assert ss.route(vhost, "s", "1") == ["s-1", "extra"]
+    assert ss.partitions(vhost, "s") == ["s-0", "s-1"]  # bindings to streams only
+    vhost.declare_exchange("ae", "fanout", durable=True)
+    vhost.bind_queue("extra", "ae", "", {}, owner=OWNER)
+    vhost.declare_exchange("t", "direct", durable=True, arguments={"alternate-exchange": "ae"})
+    assert ss.route(vhost, "t", "nothing") == []

@@ -220,6 +220,24 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
         message_filter(p)
         p.add_argument("--limit", type=int)
 
+    def add_super_stream(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("name")
+        layout = p.add_mutually_exclusive_group()
+        layout.add_argument("--partitions", type=int, help="partitions NAME-0 ... (default 3)")
+        layout.add_argument(
+            "--binding-keys",
+            "--routing-keys",  # RabbitMQ 3.10's name for it
+            dest="binding_keys",
+            help="comma-separated binding keys, one partition NAME-key each",
+        )
+        for option in _SUPER_STREAM_ARGUMENTS:
+            p.add_argument(f"--{option}")
+
+    def super_stream(p: argparse.ArgumentParser) -> None:
+        _vhost(p)
+        p.add_argument("name")
+
     return {
         "add_user": ("create a user", user_password),
         "delete_user": ("delete a user and their permissions", user),
@@ -278,10 +296,28 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
             "move a dead-letter queue's messages back to the queues they died in",
             replay,
         ),
+        "add_super_stream": (
+            "create a super stream: an exchange and its partition streams (rabbitmq-streams)",
+            add_super_stream,
+        ),
+        "delete_super_stream": (
+            "delete a super stream and its partition streams (rabbitmq-streams)",
+            super_stream,
+        ),
         "status": ("show the broker's status", none),
         "await_startup": ("wait until the broker accepts commands", none),
         "reload_tls": ("reload the TLS certificate, key and CA files", none),
     }
+
+
+# add_super_stream's options -> the stream protocol's stream arguments (rabbitmq-streams').
+_SUPER_STREAM_ARGUMENTS = {
+    "max-length-bytes": "max-length-bytes",
+    "max-age": "max-age",
+    "stream-max-segment-size-bytes": "stream-max-segment-size-bytes",
+    "leader-locator": "queue-leader-locator",
+    "initial-cluster-size": "initial-cluster-size",
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -388,6 +424,8 @@ _BANNERS: dict[str, str] = {
     "list_consumers": "Listing consumers in vhost {vhost} ...",
     "purge_queue": "Purging queue '{queue}' in vhost '{vhost}' ...",
     "delete_queue": "Deleting queue '{queue}' on vhost '{vhost}' ...",
+    "add_super_stream": "Adding a super stream '{name}' on vhost '{vhost}' ...",
+    "delete_super_stream": "Deleting super stream '{name}' on vhost '{vhost}' ...",
     "close_connection": "Closing connection {connection}, reason: {explanation}...",
     "set_policy": 'Setting policy "{name}" for pattern "{pattern}" to "{definition}" with '
     'priority "{priority}" for vhost "{vhost}" ...',
@@ -543,7 +581,25 @@ def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
         return _delayed_args(verb, a)
     if verb in ("browse_queue", "move_messages", "replay_dead_letters"):
         return _message_args(verb, a)
+    if verb == "add_super_stream":
+        return _super_stream_args(a)
+    if verb == "delete_super_stream":
+        return {"vhost": a.vhost, "name": a.name}
     return {}
+
+
+def _super_stream_args(a: argparse.Namespace) -> dict[str, Any]:
+    args: dict[str, Any] = {"vhost": a.vhost, "name": a.name}
+    if a.binding_keys is not None:
+        args["binding_keys"] = [k.strip() for k in a.binding_keys.split(",") if k.strip()]
+    elif a.partitions is not None:
+        args["partitions"] = a.partitions
+    args["arguments"] = {
+        argument: getattr(a, option.replace("-", "_"))
+        for option, argument in _SUPER_STREAM_ARGUMENTS.items()
+        if getattr(a, option.replace("-", "_")) is not None
+    }
+    return args
 
 
 def _delayed_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:

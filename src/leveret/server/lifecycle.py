@@ -36,6 +36,7 @@ from leveret.model.stream import StreamQueue
 from leveret.server.admin import Admin, AuthBootError, boot_auth
 from leveret.server.admin_entities import entity_verbs
 from leveret.server.admin_messages import message_verbs
+from leveret.server.admin_streams import super_stream_verbs
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091.message import wire_message
 from leveret.server.connection import ConnectionProtocol
@@ -140,6 +141,7 @@ class Server:
         # messages, browse, move and replay (Leveret's own): these modules stand above admin.py.
         self.admin.register(entity_verbs(self.admin))
         self.admin.register(message_verbs(self.admin))
+        self.admin.register(super_stream_verbs(self.admin))  # rabbitmq-streams' verbs
         self.management: ManagementPlane | None = None
 
     @property

@@ -19,7 +19,9 @@ RabbitMQ's stream plugin checks it, in its order, and answered with its response
   becomes the core's ``OffsetSpec``; a ``ChunkConsumer`` takes whole committed chunks,
   each one credit, and each goes out as a ``deliver`` prefix plus the chunk's stored bytes
   (two pieces for ``writelines``; nothing is decoded). Single active consumer groups are in
-  ``state.py``.
+  ``state.py`` (for a super stream's partitions too: the ``super-stream`` property).
+- super streams (route / partitions / create / delete): ``superstream.py``, on the core's
+  exchanges, bindings and stream queues.
 - offsets (store / query): kept by the stream's log under the reference, durably.
 - streams (create / delete / metadata / stream stats): configure access for create and
   delete; a stream is a stream queue of the core, the same one 0-9-1 sees.
@@ -50,9 +52,10 @@ from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
 from leveret.protocol.rabbitstream.errors import StreamProtocolError
+from leveret.server.rabbitstream import superstream
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
     from leveret.model.broker import Client
     from leveret.model.consumer import Consumer
@@ -193,6 +196,9 @@ class Subscription:
     def activate(self) -> None:
         self.conn._activate(self)
 
+    def deactivate(self) -> None:
+        self.conn._deactivate(self)
+
 
 class _Attachment:
     """What closes with the model's ``Client``: this connection's consumers."""
@@ -254,7 +260,8 @@ class StreamConnection:
         self._correlation = 0
         self._publishers: dict[int, Publisher] = {}
         self._subscriptions: dict[int, Subscription] = {}
-        self._updates: dict[int, Subscription] = {}  # consumer update correlation -> sub
+        # consumer update correlation -> (subscription, whether it was told it is active)
+        self._updates: dict[int, tuple[Subscription, bool]] = {}
         self._deliver_v2 = False
         self._by_consumer: dict[ChunkConsumer, Subscription] = {}
         self._owner = ChunkOwner(self._deliver_chunk, self._consumer_removed)
@@ -513,12 +520,7 @@ class StreamConnection:
         if code != Code.OK:
             self._send(c.Response(Key.CREATE, cid, code))
             return
-        arguments: dict[str, object] = {"x-queue-type": "stream"}
-        for key, value in command.arguments.items():
-            target = CREATE_ARGUMENTS.get(key)
-            if target is None:
-                continue  # RabbitMQ accepts (and ignores) arguments it does not know
-            arguments[target] = int(value) if target in _NUMERIC and value.isdigit() else value
+        arguments = {"x-queue-type": "stream", **stream_queue_arguments(command.arguments)}
         assert self.vhost is not None
         assert self.access is not None
         existing = self.vhost.queues.get(name)
@@ -542,9 +544,7 @@ class StreamConnection:
             else:
                 assert self.vhost is not None
                 self.vhost.remove_queue(queue)
-                for conn in list(self.server.connections):
-                    if isinstance(conn, StreamConnection):
-                        conn._stream_gone(queue)
+                streams_gone(self.server, [queue])
         self._send(c.Response(Key.DELETE, cid, code))
 
     def _stream_gone(self, queue: StreamQueue) -> None:
@@ -696,13 +696,15 @@ class StreamConnection:
         self._send(c.Response(Key.SUBSCRIBE, cid, Code.OK))
         if group:
             assert self.vhost is not None
-            self.server.join(self.vhost.name, stream, group, sub)
+            partition = superstream.partition_of(self.vhost, stream, properties)
+            self.server.join(self.vhost.name, stream, group, sub, partition)
         else:
             self._attach(sub)
 
-    def _attach(self, sub: Subscription) -> None:
+    def _attach(self, sub: Subscription, spec: OffsetSpec | None = None) -> None:
+        """``spec``: where to start instead of the subscription's own (an activation's)."""
         consumer = ChunkConsumer(
-            f"stream-{sub.id}", sub.queue, self._owner, spec=sub.spec, credit=sub.credit
+            f"stream-{sub.id}", sub.queue, self._owner, spec=spec or sub.spec, credit=sub.credit
         )
         sub.consumer = consumer
         self._by_consumer[consumer] = sub
@@ -711,18 +713,30 @@ class StreamConnection:
     def _activate(self, sub: Subscription) -> None:
         """``sub`` became its group's active consumer: ask the client where to start."""
         self._correlation += 1
-        self._updates[self._correlation] = sub
+        self._updates[self._correlation] = (sub, True)
         self._send(c.ConsumerUpdate(self._correlation, sub.id, True))
 
+    def _deactivate(self, sub: Subscription) -> None:
+        """``sub`` must step down (a super stream's group rebalances): it stops taking
+        chunks now; the group moves on once the client has answered."""
+        self._detach(sub)
+        self._correlation += 1
+        self._updates[self._correlation] = (sub, False)
+        self._send(c.ConsumerUpdate(self._correlation, sub.id, False))
+
     def _consumer_update_response(self, command: c.ConsumerUpdateResponse) -> None:
-        sub = self._updates.pop(command.correlation_id, None)
+        sub, active = self._updates.pop(command.correlation_id, (None, False))
         if sub is None or self._subscriptions.get(sub.id) is not sub or sub.consumer is not None:
             return
-        if command.offset_type != OffsetType.NONE:
-            spec = _offset_spec(command.offset_type, command.offset)
-            if spec is not None:
-                sub.spec = spec
-        self._attach(sub)
+        assert self.vhost is not None
+        if not active:
+            self.server.stepped_down(self.vhost.name, sub.stream, sub.group, sub)
+            return
+        if not self.server.is_active(self.vhost.name, sub.stream, sub.group, sub):
+            return  # asked to step down before it answered: it stays detached
+        none = command.offset_type == OffsetType.NONE
+        # The subscription keeps its own spec for a later activation (as RabbitMQ's does).
+        self._attach(sub, None if none else _offset_spec(command.offset_type, command.offset))
 
     def _credit(self, command: c.Credit) -> None:
         sub = self._subscriptions.get(command.subscription_id)
@@ -750,12 +764,16 @@ class StreamConnection:
 
     def _unsubscribe_quietly(self, sub: Subscription) -> None:
         self._subscriptions.pop(sub.id, None)
+        self._detach(sub)
+        if sub.group and self.vhost is not None:
+            self.server.leave(self.vhost.name, sub.stream, sub.group, sub)
+
+    def _detach(self, sub: Subscription) -> None:
         if sub.consumer is not None:
+            sub.credit = max(sub.consumer.credit, 0)  # kept should it be attached again
             self._by_consumer.pop(sub.consumer, None)
             sub.queue.remove_consumer(sub.consumer)
             sub.consumer = None
-        if sub.group and self.vhost is not None:
-            self.server.leave(self.vhost.name, sub.stream, sub.group, sub)
 
     def _deliver_chunk(self, consumer: ChunkConsumer, chunk: StoredChunk) -> None:
         sub = self._by_consumer[consumer]
@@ -811,25 +829,56 @@ class StreamConnection:
             code, offset = (Code.NO_OFFSET, 0) if stored is None else (Code.OK, stored)
         self._send(c.QueryOffsetResponse(command.correlation_id, code, offset))
 
-    # -- super streams (not supported yet: answered as RabbitMQ answers for none) -----------
+    # -- super streams (superstream.py) ---------------------------------------------------
 
     def _route(self, command: c.Route) -> None:
-        self._send(c.StreamsResponse(Key.ROUTE, command.correlation_id, Code.OK, []))
+        assert self.vhost is not None
+        self._send(superstream.route(self.vhost, command))
 
     def _partitions(self, command: c.Partitions) -> None:
-        self._send(
-            c.StreamsResponse(
-                Key.PARTITIONS, command.correlation_id, Code.STREAM_DOES_NOT_EXIST, []
-            )
-        )
+        assert self.vhost is not None
+        self._send(superstream.partitions(self.vhost, command))
 
     def _create_super_stream(self, command: c.CreateSuperStream) -> None:
-        self._send(c.Response(Key.CREATE_SUPER_STREAM, command.correlation_id, Code.INTERNAL_ERROR))
+        assert self.vhost is not None
+        assert self.access is not None
+        arguments = stream_queue_arguments(command.arguments)
+        try:
+            code = superstream.create(self.vhost, self.access, self, command, arguments)
+        except AMQPError as exc:
+            code = _code_of(exc)
+        self._send(c.Response(Key.CREATE_SUPER_STREAM, command.correlation_id, code))
 
     def _delete_super_stream(self, command: c.DeleteSuperStream) -> None:
-        self._send(
-            c.Response(Key.DELETE_SUPER_STREAM, command.correlation_id, Code.STREAM_DOES_NOT_EXIST)
-        )
+        assert self.vhost is not None
+        assert self.access is not None
+        gone: list[StreamQueue] = []
+        try:
+            code, gone = superstream.delete(self.vhost, self.access, command)
+        except AMQPError as exc:
+            code = _code_of(exc)
+        self._send(c.Response(Key.DELETE_SUPER_STREAM, command.correlation_id, code))
+        streams_gone(self.server, gone)
+
+
+def streams_gone(server: StreamServer, queues: Sequence[StreamQueue]) -> None:
+    """``queues`` were deleted (by any means): their publishers and subscribers on every
+    stream-protocol connection are told (metadata update)."""
+    for conn in list(server.connections):
+        if isinstance(conn, StreamConnection):
+            for queue in queues:
+                conn._stream_gone(queue)
+
+
+def stream_queue_arguments(arguments: Mapping[str, str]) -> dict[str, object]:
+    """Stream creation arguments as the queue arguments of a stream queue."""
+    converted: dict[str, object] = {}
+    for key, value in arguments.items():
+        target = CREATE_ARGUMENTS.get(key)
+        if target is None:
+            continue  # RabbitMQ accepts (and ignores) arguments it does not know
+        converted[target] = int(value) if target in _NUMERIC and value.isdigit() else value
+    return converted
 
 
 def _negotiate(ours: int, theirs: int) -> int:

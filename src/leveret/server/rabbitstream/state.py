@@ -3,16 +3,25 @@ open connections (a deleted stream's publishers are told on every connection), a
 single-active-consumer groups.
 
 Single active consumer (RabbitMQ 3.11's, for streams): subscriptions with the properties
-``single-active-consumer=true`` and ``name=<group>`` on one stream form a group; the first
-one is active, the rest wait. The active one is told with a ``consumer_update`` (active)
-and answers with where to start; only then is it attached to the stream. When it goes
-(unsubscribed, connection closed, stream deleted) the next one, in subscription order,
-becomes active the same way. Imported by the stream-protocol connection and the listener.
+``single-active-consumer=true`` and ``name=<group>`` on one stream form a group (a
+:class:`Group`); one member is active, the rest wait. The active one is told with a
+``consumer_update`` (active) and answers with where to start; only then is it attached to
+the stream. Which member is active is RabbitMQ's ``evaluate_active_consumer``:
+
+- a plain group (``partition`` -1): the first in subscription order; when it goes
+  (unsubscribed, connection closed, stream deleted) the next one becomes active;
+- a super stream partition's group (the subscription named its super stream with the
+  ``super-stream`` property, and the stream is its partition with order ``i``): the member
+  at ``i mod len(members)``, so the consumers of a super stream spread its partitions
+  among themselves. When a member joins or leaves and that choice moves, the active one
+  is first told to step down (``consumer_update``, not active; it is detached at once);
+  only when it has answered (or gone) is the new choice activated.
+
+Imported by the stream-protocol connection and the listener.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +36,44 @@ class Member(Protocol):
     def activate(self) -> None:
         """It became the active one: tell the client, attach once it answers."""
         ...
+
+    def deactivate(self) -> None:
+        """It must step down: detach, tell the client; ``StreamServer.stepped_down`` when
+        the client has answered."""
+        ...
+
+
+@dataclass(eq=False)
+class Group:
+    """The members of one single-active-consumer group, in subscription order."""
+
+    partition: int = -1  # the stream's partition order in its super stream; -1: none
+    members: list[Member] = field(default_factory=list)
+    active: Member | None = None  # told it is active (or being told)
+    stepping_down: Member | None = None  # told to step down, its answer awaited
+
+    def choice(self) -> Member | None:
+        """The member that should be active (RabbitMQ's ``evaluate_active_consumer``)."""
+        if not self.members:
+            return None
+        if self.partition < 0:
+            return self.members[0]
+        return self.members[self.partition % len(self.members)]
+
+    def settle(self) -> None:
+        """Move towards the choice: activate it when nobody is active, or ask the active
+        one to step down when the choice moved (one step at a time)."""
+        if self.stepping_down is not None:
+            return
+        choice = self.choice()
+        if choice is None:
+            return
+        if self.active is None:
+            self.active = choice
+            choice.activate()
+        elif self.active is not choice and self.partition >= 0:
+            self.stepping_down, self.active = self.active, None
+            self.stepping_down.deactivate()
 
 
 @dataclass
@@ -47,32 +94,41 @@ class StreamServer:
     users: UserStore
     settings: StreamSettings = field(default_factory=StreamSettings)
     connections: set[object] = field(default_factory=set)
-    groups: dict[tuple[str, str, str], list[Member]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
+    groups: dict[tuple[str, str, str], Group] = field(default_factory=dict)
 
-    def join(self, vhost: str, stream: str, name: str, member: Member) -> bool:
-        """Add ``member`` to its group; True when it is the active one (it is then told)."""
-        group = self.groups[(vhost, stream, name)]
-        group.append(member)
-        if len(group) == 1:
-            member.activate()
-            return True
-        return False
+    def join(self, vhost: str, stream: str, name: str, member: Member, partition: int = -1) -> None:
+        """Add ``member`` to its group (``partition``: see the module docstring); it, or
+        another, is told what changes."""
+        group = self.groups.get((vhost, stream, name))
+        if group is None:
+            group = self.groups[(vhost, stream, name)] = Group(partition)
+        group.members.append(member)
+        group.settle()
 
     def leave(self, vhost: str, stream: str, name: str, member: Member) -> None:
-        """``member`` is gone; if it was the active one, the next one becomes active."""
+        """``member`` is gone; the group moves to its new choice."""
         key = (vhost, stream, name)
         group = self.groups.get(key)
-        if not group or member not in group:
+        if group is None or member not in group.members:
             return
-        was_active = group[0] is member
-        group.remove(member)
-        if not group:
+        group.members.remove(member)
+        if group.active is member:
+            group.active = None
+        if group.stepping_down is member:
+            group.stepping_down = None
+        if not group.members:
             del self.groups[key]
-        elif was_active:
-            group[0].activate()
+            return
+        group.settle()
+
+    def stepped_down(self, vhost: str, stream: str, name: str, member: Member) -> None:
+        """``member``'s client answered the step down: the group's choice is activated."""
+        group = self.groups.get((vhost, stream, name))
+        if group is None or group.stepping_down is not member:
+            return
+        group.stepping_down = None
+        group.settle()
 
     def is_active(self, vhost: str, stream: str, name: str, member: Member) -> bool:
         group = self.groups.get((vhost, stream, name))
-        return group is not None and bool(group) and group[0] is member
+        return group is not None and group.active is member

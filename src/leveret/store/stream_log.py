@@ -55,7 +55,6 @@ from leveret.protocol.rabbitstream.chunk import (
     HEADER_SIZE,
     chunk_header,
     parse_header,
-    split_entries,
 )
 from leveret.store import stream_legacy
 from leveret.store.stream_segments import (
@@ -444,11 +443,11 @@ class FileStreamLog:
 
     def _decode(self, sent: bytes | memoryview) -> list[Message | None]:
         header = parse_header(sent)
-        data = memoryview(sent)[HEADER_SIZE + header.bloom_size :][: header.data_length]
-        out: list[Message | None] = []
-        for entry, _records in split_entries(data, header.num_entries):
-            out.extend(self.codec.messages(entry, self.name))
-        return out
+        at = HEADER_SIZE + header.bloom_size
+        data = sent if isinstance(sent, bytes) else bytes(sent)
+        return self.codec.chunk_messages(
+            data, at, at + header.data_length, header.num_entries, self.name
+        )
 
     def _read_ahead(self, offset: int, count: int, limit: int) -> tuple[list[StreamEntry], int]:
         """Entries from the files, through a small read-ahead (the chunks of one read), and

@@ -25,6 +25,8 @@ PROPS = [
     BasicProperties(delivery_mode=2),
     BasicProperties(delivery_mode=2, headers={"x-stream-producer": "p", "x-stream-sequence": 1}),
     BasicProperties(content_type="application/json", priority=3, message_id="m"),
+    # Sections over 255 bytes: a list32 properties section, a map32 of application properties.
+    BasicProperties(headers={"big": "v" * 300}, message_id="m" * 200, correlation_id="c" * 90),
 ]
 _SUB = struct.Struct(">BHII")
 

@@ -50,7 +50,11 @@ def test_publisher_set_stream_headers_are_replaced_not_duplicated() -> None:
     assert message.headers == {"other": True, "x-stream-offset": 3, "x-stream-timestamp": 4}
 
 
-@pytest.mark.parametrize("props", CASES)
+@pytest.mark.parametrize(
+    "props",
+    # The last is longer than the cache keeps: spliced each time.
+    [*CASES, BasicProperties(headers={"big": "v" * 2000}, delivery_mode=2)],
+)
 def test_a_cached_stamp_gives_the_splice_of_its_own_properties(props: BasicProperties) -> None:
     raw = props.encode()
     for offset, timestamp in ((0, 1), (5, 1_700_000_000_123), (2**62, 2**40)):

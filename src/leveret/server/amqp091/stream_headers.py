@@ -66,8 +66,10 @@ class _Stamp:
 
 _stamps: dict[bytes, _Stamp] = {}
 # Distinct property encodings kept; past this the cache starts over (a publisher that varies
-# its properties per message gains nothing from it).
+# its properties per message gains nothing from it). Longer encodings are spliced each time,
+# so the cache holds under 1 MB.
 _STAMPS_MAX = 256
+_STAMP_BYTES_MAX = 1024
 
 
 def stamp_stream(message: Message, offset: int, timestamp: int) -> Message:
@@ -81,6 +83,8 @@ def stamp_stream(message: Message, offset: int, timestamp: int) -> Message:
         headers.pop(OFFSET_HEADER, None)
         headers.pop(TIMESTAMP_HEADER, None)
         raw = encode_properties(message.properties, {"headers": headers})
+        stamped = stream_headers(raw, offset, timestamp)
+    elif len(raw) > _STAMP_BYTES_MAX:
         stamped = stream_headers(raw, offset, timestamp)
     else:
         if len(_stamps) >= _STAMPS_MAX:

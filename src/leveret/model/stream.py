@@ -88,6 +88,13 @@ class RecordCodec(Protocol):
         """The messages of an entry's records, in order (None: a record unreadable here)."""
         ...
 
+    def chunk_messages(
+        self, data: bytes, at: int, end: int, entries: int, stream: str
+    ) -> list[Message | None]:
+        """The messages of the ``entries`` entries in ``data[at:end]``, a chunk's data (the
+        same as ``messages`` of each entry, in one pass)."""
+        ...
+
     def chunk(self, entries: list[bytes], records: int, first: int, timestamp: int) -> bytes:
         """A chunk of ``entries`` holding offsets ``first ..`` (its stored bytes)."""
         ...

@@ -72,6 +72,7 @@ from leveret.protocol.amqp10.message import (
 from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records
 from leveret.server.amqp091.message import wire_message
 from leveret.server.formats import AMQP10
+from leveret.server.stream_reads import ChunkReads
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -351,11 +352,30 @@ def _read_sized(record: bytes, at: int, small: int) -> tuple[bytes, int]:
     return record[start:end], end
 
 
-def _stored_form(record: bytes) -> Message | None:
-    """The 0-9-1 message of a record written by ``record_parts``; None for any other."""
+def _skip_section(record: bytes, at: int) -> int:
+    """The end of the described section at ``at``: its list or map is measured from its
+    size field (the sections a 0-9-1 publish's record holds), anything else is skipped
+    value by value."""
+    code = record[at + 3]
+    if code in (0xC0, 0xC1):
+        return at + 5 + record[at + 4]
+    if code in (0xD0, 0xD1):
+        size: int = _I.unpack_from(record, at + 4)[0]
+        return at + 8 + size
+    if code == 0x45:  # list0
+        return at + 4
+    return t.skip_value(record, at)
+
+
+def stored_parts(record: bytes) -> tuple[bytes, bytes, bytes, bytes, int] | None:
+    """(exchange, routing key, property bytes, body, head) of a record written by
+    ``record_parts``; None for any other. ``head`` is where the value of its one data
+    section starts (0 when the body is in several): a record that starts with the same
+    ``head`` bytes and holds one data section after them has the same exchange, routing
+    key and properties."""
     at = 0
     if record.startswith(_HEADER_PREFIX):
-        at = t.skip_value(record, 0)
+        at = _skip_section(record, 0)
     if record[at : at + 4] != _MA_HEAD:
         return None
     ma_end = at + 8 + _I.unpack_from(record, at + 4)[0]
@@ -372,15 +392,28 @@ def _stored_form(record: bytes) -> Message | None:
     p = ma_end
     n = len(record)
     while p < n and record[p + 2] in _SKIPPABLE and record[p] == 0:
-        p = t.skip_value(record, p)
+        p = _skip_section(record, p)
     body: bytes = b""
+    head = 0
     parts = 0
     while p < n:
         if record[p : p + 3] != _DATA_PREFIX:
             return None
+        head = p + 3 if not parts else 0
         chunk, p = _read_sized(record, p + 3, 0xA0)
         body = chunk if not parts else body + chunk
         parts += 1
+    if p > n:
+        raise MessageFormatError("section cut short")
+    return exchange, routing_key, raw, body, head
+
+
+def _stored_form(record: bytes) -> Message | None:
+    """The 0-9-1 message of a record written by ``record_parts``; None for any other."""
+    parts = stored_parts(record)
+    if parts is None:
+        return None
+    exchange, routing_key, raw, body, _head = parts
     return wire_message(exchange.decode(), routing_key.decode(), raw, body)
 
 
@@ -417,6 +450,9 @@ def _unreadable(record: bytes, stream: str) -> Message:
 class StreamRecords:
     """``model.stream.RecordCodec``: entries are osiris entries holding 1.0 messages."""
 
+    def __init__(self) -> None:
+        self._reads = ChunkReads(self._record, self.messages)
+
     def entry(self, message: Message) -> list[bytes]:
         if message.format == AMQP10:
             # A 1.0 message is stored as it came: its sections before the body, then the
@@ -437,6 +473,23 @@ class StreamRecords:
             except MessageFormatError:
                 out.append(_unreadable(record, stream))
         return out
+
+    def chunk_messages(
+        self, data: bytes, at: int, end: int, entries: int, stream: str
+    ) -> list[Message | None]:
+        return self._reads.messages(data, at, end, entries, stream)
+
+    @staticmethod
+    def _record(record: bytes, stream: str) -> tuple[Message, int]:
+        """A record's message, and the length of its head ``ChunkReads`` may reuse."""
+        try:
+            parts = stored_parts(record)
+            if parts is not None:
+                exchange, routing_key, raw, body, head = parts
+                return wire_message(exchange.decode(), routing_key.decode(), raw, body), head
+            return message_of(record, stream), 0
+        except (IndexError, struct.error, DecodeError, UnicodeDecodeError, MessageFormatError):
+            return _unreadable(record, stream), 0
 
     def chunk(self, entries: list[bytes], records: int, first: int, timestamp: int) -> bytes:
         return encode_chunk(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from leveret.protocol.amqp091._generated.properties import BasicProperties
@@ -46,3 +48,37 @@ def test_publisher_set_stream_headers_are_replaced_not_duplicated() -> None:
     raw = message.raw_properties
     assert raw.count(b"x-stream-offset") == 1
     assert message.headers == {"other": True, "x-stream-offset": 3, "x-stream-timestamp": 4}
+
+
+@pytest.mark.parametrize(
+    "props",
+    # The last is longer than the cache keeps: spliced each time.
+    [*CASES, BasicProperties(headers={"big": "v" * 2000}, delivery_mode=2)],
+)
+def test_a_cached_stamp_gives_the_splice_of_its_own_properties(props: BasicProperties) -> None:
+    raw = props.encode()
+    for offset, timestamp in ((0, 1), (5, 1_700_000_000_123), (2**62, 2**40)):
+        message = stamp_stream(wire_message("x", "k", raw, b"body"), offset, timestamp)
+        assert message.raw_properties == stream_headers(raw, offset, timestamp)
+        assert (message.exchange, message.routing_key, message.body) == ("x", "k", b"body")
+
+
+def test_the_stamp_changes_with_the_properties() -> None:
+    # Stamps of one encoding, then another, then the first again: each its own splice.
+    first, second = BasicProperties(delivery_mode=2), BasicProperties(headers={"k": 1})
+    for props in (first, second, first):
+        raw = props.encode()
+        message = stamp_stream(wire_message("", "q", raw, b""), 7, 8)
+        assert BasicProperties.decode(message.raw_properties) == dataclasses.replace(
+            props, headers={**(props.headers or {}), "x-stream-offset": 7, "x-stream-timestamp": 8}
+        )
+
+
+def test_a_stamp_with_the_names_elsewhere_is_not_taken_for_a_publisher_set_one() -> None:
+    props = BasicProperties(correlation_id="\x0fx-stream-offsetl", headers={"a": 1})
+    raw = props.encode()
+    for offset in (1, 2):
+        message = stamp_stream(wire_message("", "q", raw, b""), offset, 3)
+        assert message.raw_properties == stream_headers(raw, offset, 3)
+        assert message.headers == {"a": 1, "x-stream-offset": offset, "x-stream-timestamp": 3}
+        assert BasicProperties.decode(message.raw_properties).correlation_id == props.correlation_id

@@ -140,6 +140,9 @@ OUTPUT_HIGH_WATER = 256 * 1024
 # RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
 HANDSHAKE_TIMEOUT = 10.0
 _HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN))
+# Seconds past a deadline that ``tick`` tests with ``>`` (the handshake timeout, two missed
+# heartbeat intervals): a tick at exactly the deadline would find nothing to do.
+_PAST = 1e-3
 
 # The states the per-frame code tests, as module constants: on CPython 3.11 reading an enum
 # member off its class (State.RUNNING) goes through a descriptor and costs about 0.25 us,
@@ -557,6 +560,24 @@ class ServerConnection:
             self.send_method(0, m.ConnectionUnblocked())
 
     # -- heartbeats and timers ----------------------------------------------------------
+
+    def next_tick(self, now: float) -> float | None:
+        """When ``tick`` next has something to do (None: nothing until the state changes):
+        the adapter sleeps until then instead of ticking at a fixed rate. Reading, writing
+        and state changes only move it later, except those that produce output (a close, an
+        open), after which the adapter asks again."""
+        if self.refusal_deadline is not None:
+            return self.refusal_deadline
+        state = self.state
+        if state is State.CLOSING:
+            return self.close_deadline
+        if state in _HANDSHAKE_STATES:
+            return self.created + HANDSHAKE_TIMEOUT + _PAST
+        heartbeat = self.heartbeat
+        if not heartbeat or state is not State.RUNNING:
+            return None
+        # tick closes once the silence is longer than two intervals: just past that.
+        return min(self.last_sent + heartbeat / 2, self.last_received + 2 * heartbeat + _PAST)
 
     def tick(self, now: float) -> None:
         """Send a heartbeat when idle, close when the peer went silent (two intervals)."""

@@ -397,6 +397,19 @@ class AMQP10Connection(ConnectionCore):
 
     # -- FrontEnd: timers and closing ----------------------------------------------------
 
+    def next_tick(self, now: float) -> float | None:
+        """When ``tick`` next has something to do: the machine's timer (heartbeat, idle
+        timeout, close timeout), a refused login's answer, the handshake timeout."""
+        due = self.machine.get_timer()
+        refuse_at = self._refuse_at
+        if refuse_at is not None:
+            return refuse_at if due is None else min(due, refuse_at)
+        if not self._opened:
+            # tick tests the handshake timeout with ">": just past it.
+            timeout = self._created + HANDSHAKE_TIMEOUT + 1e-3
+            return timeout if due is None else min(due, timeout)
+        return due
+
     def tick(self, now: float) -> None:
         machine = self.machine
         refuse_at = self._refuse_at

@@ -38,6 +38,7 @@ from leveret.errors import (
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import State
+from leveret.server.frontend_contract import earliest
 from leveret.server.legacy import classes  # noqa: F401 - registers the classes' handlers
 from leveret.server.legacy.channel import LegacyChannel
 from leveret.server.legacy.connection_base import LegacyConnectionBase
@@ -241,6 +242,15 @@ class LegacyConnection(LegacyConnectionBase):
             if tunnels is not None:
                 tunnels.flush(now)
         return super().take_output(now)
+
+    def next_tick(self, now: float) -> float | None:
+        due = super().next_tick(now)
+        for channel in self.channels.values():
+            extras = cast("LegacyChannel", channel).extras
+            tunnels = extras.get("tunnel") if extras else None
+            if tunnels is not None:
+                due = earliest(due, tunnels.next_tick(now))
+        return due
 
     def tick(self, now: float) -> None:
         super().tick(now)

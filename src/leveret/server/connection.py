@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
 from leveret.server.frontend import FrontEnd, FrontEndContext, FrontEndFactory, choose
@@ -40,7 +40,7 @@ log = logging.getLogger("leveret.connection")
 
 # The least time between two ticks: a front end whose deadline did not move after its tick
 # (a clock read a hair early) is ticked again this much later, not in a busy loop.
-MIN_TICK = 1e-3
+MIN_TICK: Final = 1e-3
 
 
 def _is_loopback(host: str) -> bool:

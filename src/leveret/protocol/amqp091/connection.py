@@ -37,7 +37,7 @@ import logging
 import struct
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import (
     BY_CODE,
@@ -80,9 +80,9 @@ SUPPORTED_HEADER = framing.PROTOCOL_HEADER
 
 # The class-id/method-id prefix of the per-message methods that _frame handles on a fast
 # path (basic.publish 60/40, basic.ack 60/80), and basic.ack's arguments after it.
-_PUBLISH_HEAD = b"\x00\x3c\x00\x28"
-_ACK_HEAD = b"\x00\x3c\x00\x50"
-_ACK_ARGS = struct.Struct(">QB")  # delivery-tag, bits (multiple)
+_PUBLISH_HEAD: Final = b"\x00\x3c\x00\x28"
+_ACK_HEAD: Final = b"\x00\x3c\x00\x50"
+_ACK_ARGS: Final = struct.Struct(">QB")  # delivery-tag, bits (multiple)
 
 
 @dataclass(frozen=True)
@@ -128,14 +128,14 @@ class State(Enum):
 
 
 # Frames one connection may handle per event-loop turn before the others get theirs.
-TURN_FRAMES = 300
+TURN_FRAMES: Final = 300
 # A connection the subclass marks ``paced`` (a publisher feeding queues whose consumers
 # fall behind) gets turns of this size instead: it still runs every loop iteration, but the
 # consumers' acks and deliveries get most of a saturated loop.
-PACED_TURN_FRAMES = 30
+PACED_TURN_FRAMES: Final = 30
 
 # Pending output (bytes) past which a connection takes no more deliveries until flushed.
-OUTPUT_HIGH_WATER = 256 * 1024
+OUTPUT_HIGH_WATER: Final = 256 * 1024
 
 # RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
 HANDSHAKE_TIMEOUT = 10.0
@@ -147,10 +147,10 @@ _PAST = 1e-3
 # The states the per-frame code tests, as module constants: on CPython 3.11 reading an enum
 # member off its class (State.RUNNING) goes through a descriptor and costs about 0.25 us,
 # several times per message; a global costs a tenth of that.
-_HEADER_STATE = State.HEADER
-_RUNNING = State.RUNNING
-_CLOSING = State.CLOSING
-_CLOSED = State.CLOSED
+_HEADER_STATE: Final = State.HEADER
+_RUNNING: Final = State.RUNNING
+_CLOSING: Final = State.CLOSING
+_CLOSED: Final = State.CLOSED
 
 
 class ServerConnection:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import platform
 import socket
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret import __version__
 from leveret.auth import authn
@@ -39,8 +39,8 @@ __all__ = ["AMQP091Connection", "Limits"]
 
 # The user-id property's bit in the low octet of the property flags (spec order: 11th of 14),
 # and the delivery-mode's in the high octet (4th).
-_USER_ID_FLAG = 0x10
-_DELIVERY_MODE_FLAG = 0x10
+_USER_ID_FLAG: Final = 0x10
+_DELIVERY_MODE_FLAG: Final = 0x10
 
 
 class AMQP091Connection(ServerConnection):

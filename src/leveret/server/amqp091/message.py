@@ -7,7 +7,7 @@ by recovery, which rebuilds messages from the store.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from leveret.model.message import (
     HINT_EXPIRATION,
@@ -65,7 +65,7 @@ def _hints_of_flags(flags_high: int) -> int:
     return hints
 
 
-HINTS = tuple(_hints_of_flags(octet) for octet in range(256))
+HINTS: Final = tuple(_hints_of_flags(octet) for octet in range(256))
 
 
 def delivery_mode(raw: bytes) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import NotAllowed, NotFound, NotImplemented_, PreconditionFailed
 from leveret.model import settle
@@ -65,7 +65,7 @@ class SessionSink(Protocol):
 # A NamedTuple's constructor is a Python-level lambda; calling tuple.__new__ directly with
 # every field costs about half as much, which counts for the Delivery made per manual-ack
 # delivery.
-_new_tuple = tuple.__new__
+_new_tuple: Final = tuple.__new__
 
 
 def _consumer_tag() -> str:

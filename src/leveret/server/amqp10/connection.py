@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import platform
 import socket
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret import __version__
 from leveret.auth import authn
@@ -76,8 +76,8 @@ log = logging.getLogger("leveret.amqp10")
 
 __all__ = ["PACED_TURN_BYTES", "TURN_BYTES", "AMQP10Connection"]
 
-TURN_BYTES = 256 * 1024
-PACED_TURN_BYTES = 16 * 1024
+TURN_BYTES: Final = 256 * 1024
+PACED_TURN_BYTES: Final = 16 * 1024
 OUTPUT_HIGH_WATER = 256 * 1024
 # The RabbitMQ version whose AMQP 1.0 behaviour this front end follows.
 RABBITMQ_DIALECT = "4.0.0"

@@ -25,7 +25,7 @@ Sans-IO like the machine it extends; ``server/frontend.py`` picks it from the he
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret.errors import (
     AMQPError,
@@ -52,9 +52,9 @@ __all__ = ["LegacyConnection"]
 
 log = logging.getLogger("leveret.connection")
 
-_METHOD = framing.FRAME_METHOD
-_HEADER = framing.FRAME_HEADER
-_BODY = framing.FRAME_BODY
+_METHOD: Final = framing.FRAME_METHOD
+_HEADER: Final = framing.FRAME_HEADER
+_BODY: Final = framing.FRAME_BODY
 
 
 class LegacyConnection(LegacyConnectionBase):

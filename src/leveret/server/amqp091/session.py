@@ -525,7 +525,9 @@ class Session(ConsumerOwner):
 
     def _settle(self, items: list[tuple[int, Delivery]]) -> None:
         self._release(items)
-        settle.accept(item for _tag, item in items)
+        # A list, not a generator: once per ack, and a compiled generator is an object of
+        # its own to build and step through.
+        settle.accept([item for _tag, item in items])
         self._redispatch()
 
     def _reject(self, items: list[tuple[int, Delivery]], requeue: bool) -> None:

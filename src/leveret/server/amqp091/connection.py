@@ -189,14 +189,17 @@ class AMQP091Connection(ServerConnection):
             # Only then are the properties decoded: the user's own name, or an impersonator.
             cast("Channel", channel).guard.check_user_id(message.properties.user_id)
         session = cast("Channel", channel).session
-        session.publish(
+        # Straight to the core's publisher (Session.publish only renames the flags): once
+        # per message.
+        publisher = session.publisher
+        publisher.publish(
             publish.exchange,
             publish.routing_key,
             message,
-            mandatory=publish.mandatory,
-            immediate=publish.immediate,
+            report_unroutable=publish.mandatory,
+            require_consumer=publish.immediate,
         )
-        if session.publisher.confirms is not None:
+        if publisher.confirms is not None:
             self._confirming.add(session)
 
     def _ack(self, channel: ChannelState, delivery_tag: int, multiple: bool) -> None:

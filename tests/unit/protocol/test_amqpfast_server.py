@@ -546,6 +546,7 @@ def test_next_tick_says_when_a_ping_or_the_drop_is_due() -> None:
     assert p.server.next_tick() is None  # not open yet: no heartbeats
     p.connect()
     due = p.server.next_tick()
+    assert due is not None
     assert due == pytest.approx(10.0)
     assert p.server.tick(due - 0.01) is None
     assert p.server.data_to_send() == b""

@@ -8,9 +8,10 @@ Measures, on this machine:
   once per test module), and a fresh vhost made and deleted (``leveret_vhost``: per test);
 - for comparison, a broker subprocess (``python -m leveret serve --port 0``) until it logs
   its listener;
-- ``advance``: an idle broker with N open connections moved 30 minutes (each connection's
-  timer ticks every second, so this is N x 1800 timer steps), and a message taking 30
-  hops through TTL queues (60 s each) within one advance.
+- ``advance``: an idle broker with N open connections moved 30 minutes (connections without
+  heartbeats have no deadline, so this costs a few loop steps; when each connection ticked
+  every second it was N x 1800), and a message taking 30 hops through TTL queues (60 s
+  each) within one advance.
 
     python -m bench.fixture_startup
     python -m bench.fixture_startup --rounds 50 --connections 4

@@ -14,7 +14,7 @@ In a transaction (``model/transaction.py``) publishes wait for the commit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed
 from leveret.model.confirms import Confirms, ConfirmSink
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["NO_CONSUMERS", "NO_ROUTE", "PublishSink", "Publisher"]
 
 # Why a message came back to its publisher.
-NO_ROUTE = "no_route"
-NO_CONSUMERS = "no_consumers"
+NO_ROUTE: Final = "no_route"
+NO_CONSUMERS: Final = "no_consumers"
 
 
 class PublishSink(ConfirmSink, Protocol):

@@ -12,7 +12,7 @@ rule.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.model import dead_letter as dl
 from leveret.model.exchange import Exchange
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
 # Direct reply-to: the pseudo-queue a requester consumes from, and its per-requester names.
 REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_TO_PREFIX = REPLY_TO + "."
+REPLY_TO_PREFIX: Final = REPLY_TO + "."
 
-_NO_QUEUES: list[Queue] = []
+_NO_QUEUES: Final[list[Queue]] = []
 
 
 class ReplyTarget(Protocol):

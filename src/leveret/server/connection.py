@@ -6,6 +6,14 @@ writes what it produced with one ``writelines`` per event-loop turn. Writes prod
 other connections (deliveries to this one's consumers) are flushed with one ``call_soon``
 per turn. A full
 transport buffer (``pause_writing``) stops deliveries to this connection until it drains.
+
+Timers: one loop timer per connection, armed for the front end's next deadline
+(``frontend_contract.tick_schedule``: a heartbeat to send, a silent peer to drop, a close or
+handshake timeout, a refused login's delay) rather than at a fixed rate, so an idle
+connection without heartbeats costs no wake-ups at all (and an advance of the test clock,
+``testing/clock.py``, skips straight to the deadlines). Whatever the front end does only
+moves its deadline later, except a change that also writes (a close, the connection
+opening), so the schedule is looked at again after each flush and moved only earlier.
 """
 
 from __future__ import annotations
@@ -13,13 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
 from leveret.server.frontend import FrontEnd, FrontEndContext, FrontEndFactory, choose
+from leveret.server.frontend_contract import TICK_EVERY, tick_schedule
 from leveret.server.listeners import certificate_identity
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
     from leveret.protocol.amqp091.connection import Limits
@@ -27,9 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.connection")
 
-# Seconds between ticks until the connection is open: a refused login is answered when its
-# delay ends (auth.authn.FAILURE_DELAY), give or take this.
-HANDSHAKE_TICK = 0.25
+# The least time between two ticks: a front end whose deadline did not move after its tick
+# (a clock read a hair early) is ticked again this much later, not in a busy loop.
+MIN_TICK: Final = 1e-3
 
 
 def _is_loopback(host: str) -> bool:
@@ -74,6 +85,9 @@ class ConnectionProtocol(asyncio.Protocol):
         self._turn_scheduled = False
         self._reading = True
         self._timer: asyncio.TimerHandle | None = None
+        # When the timer is armed for (None: not armed), and the front end's schedule.
+        self._due: float | None = None
+        self._next_tick: Callable[[float], float | None] | None = None
         self.closed = asyncio.Event()
         # Management counters (octets and reads/writes), sampled on a timer; wall clock
         # of the accept for connected_at.
@@ -99,7 +113,8 @@ class ConnectionProtocol(asyncio.Protocol):
         self.connected_at = time.time()
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
-        self._arm_timer()
+        # No protocol header yet: the handshake timeout applies all the same.
+        self._arm(self._accepted + HANDSHAKE_TIMEOUT + MIN_TICK)
 
     def data_received(self, data: bytes) -> None:
         self.recv_oct += len(data)
@@ -131,6 +146,7 @@ class ConnectionProtocol(asyncio.Protocol):
             )
         )
         amqp.on_output = self._schedule_flush
+        self._next_tick = tick_schedule(amqp)
         return amqp
 
     def _after_turn(self, amqp: FrontEnd) -> None:
@@ -176,6 +192,9 @@ class ConnectionProtocol(asyncio.Protocol):
             self.amqp.block(reason)
             self._set_reading()
             self._flush()
+            # Look at the alarm every second while blocked (_on_timer): queues may also
+            # shrink without any connection's traffic (TTLs).
+            self._arm(self.loop.time() + TICK_EVERY)
 
     def unblock(self) -> None:
         if self.amqp is not None and self.transport is not None:
@@ -200,32 +219,43 @@ class ConnectionProtocol(asyncio.Protocol):
             self.send_oct += sum(map(len, out))
         if amqp.should_close_transport and not transport.is_closing():
             transport.close()
+        next_tick = self._next_tick
+        if next_tick is not None and not transport.is_closing():
+            now = self.loop.time()
+            due = next_tick(now)
+            if due is not None:
+                self._arm(max(due, now + MIN_TICK))
 
-    def _arm_timer(self) -> None:
-        amqp = self.amqp
-        # Tick often enough for heartbeats (half an interval) and close handshakes.
-        interval = amqp.heartbeat / 2 if amqp is not None and amqp.heartbeat else 1.0
-        if amqp is None or amqp.client is None:
-            interval = HANDSHAKE_TICK
-        self._timer = self.loop.call_later(min(interval, 1.0), self._on_timer)
+    def _arm(self, due: float) -> None:
+        """Tick at ``due`` unless the timer is armed for then or earlier already."""
+        armed = self._due
+        if armed is not None and armed <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._due = due
+        self._timer = self.loop.call_at(due, self._on_timer)
 
     def _on_timer(self) -> None:
+        self._timer = self._due = None
         if self.transport is None:
             return
+        now = self.loop.time()
         amqp = self.amqp
         if amqp is None:
-            # No complete protocol header yet: the handshake timeout applies all the same.
-            if self.loop.time() - self._accepted > HANDSHAKE_TIMEOUT:
+            if now - self._accepted > HANDSHAKE_TIMEOUT:
                 log.info("closing connection %s: handshake timeout", self.peer)
                 self._closed_in_handshake = True
                 self.transport.close()
                 return
-            self._arm_timer()
+            self._arm(max(self._accepted + HANDSHAKE_TIMEOUT, now) + MIN_TICK)
             return
-        amqp.tick(self.loop.time())
-        self.alarm.check()
-        self._flush()
-        self._arm_timer()
+        amqp.tick(now)
+        alarm = self.alarm
+        alarm.check()
+        self._flush()  # arms the timer for the front end's next deadline
+        if alarm.active and amqp.blocked and self.transport is not None:
+            self._arm(now + TICK_EVERY)
 
     def pause_writing(self) -> None:
         if self.amqp is not None:
@@ -245,6 +275,7 @@ class ConnectionProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = self._due = None
         amqp = self.amqp
         reason = "client closed" if exc is None else str(exc)
         if amqp is not None:

@@ -1,6 +1,7 @@
 """The contract between the asyncio adapter (``connection.py``) and a protocol front end:
 ``FrontEnd`` (the surface every front end has), ``FrontEndContext`` (what one is made with),
-``FrontEndFactory`` and ``Chooser`` (the header table's lookup, ``frontend.choose``).
+``FrontEndFactory`` and ``Chooser`` (the header table's lookup, ``frontend.choose``), and
+``tick_schedule`` (when a front end's timers next need a ``tick``).
 
 Below every front end and ``frontend.py``, so that a front end which runs another one (the
 0-8/0-9 ``tunnel`` class) names the contract without importing the table that lists it;
@@ -19,7 +20,21 @@ if TYPE_CHECKING:
     from leveret.model.broker import Broker, Client
     from leveret.protocol.amqp091.connection import Limits
 
-__all__ = ["Chooser", "FrontEnd", "FrontEndContext", "FrontEndFactory"]
+__all__ = [
+    "TICK_EVERY",
+    "Chooser",
+    "FrontEnd",
+    "FrontEndContext",
+    "FrontEndFactory",
+    "earliest",
+    "tick_schedule",
+]
+
+# How often a front end that does not say when its timers are due is ticked: often enough
+# for heartbeats (half an interval) and close timeouts, and during the handshake for a
+# refused login's delay (auth.authn.FAILURE_DELAY), give or take HANDSHAKE_TICK.
+TICK_EVERY = 1.0
+HANDSHAKE_TICK = 0.25
 
 
 class FrontEnd(Protocol):
@@ -45,6 +60,10 @@ class FrontEnd(Protocol):
     def take_output(self, now: float) -> list[bytes]: ...
 
     def tick(self, now: float) -> None: ...
+
+    # A front end may also say when ``tick`` next has something to do (``tick_schedule``):
+    #     def next_tick(self, now: float) -> float | None: ...
+    # (None: nothing until its state changes). Without it, it is ticked every second.
 
     def set_writable(self, writable: bool) -> None: ...
 
@@ -76,3 +95,28 @@ FrontEndFactory = Callable[[FrontEndContext], FrontEnd]
 
 # The front end for a connection's first bytes; None while more bytes are needed to tell.
 Chooser = Callable[[bytes], FrontEndFactory | None]
+
+
+def tick_schedule(front_end: FrontEnd) -> Callable[[float], float | None]:
+    """When ``front_end`` next needs a ``tick``, as a function of the time now: its own
+    ``next_tick`` where it has one; otherwise every second (every half heartbeat interval
+    if shorter; four times a second until the connection is open)."""
+    ask: Callable[[float], float | None] | None = getattr(front_end, "next_tick", None)
+    if ask is not None:
+        return ask
+
+    def every(now: float) -> float:
+        heartbeat = front_end.heartbeat
+        interval = heartbeat / 2 if heartbeat else TICK_EVERY
+        if front_end.client is None:
+            interval = HANDSHAKE_TICK
+        return now + min(interval, TICK_EVERY)
+
+    return every
+
+
+def earliest(a: float | None, b: float | None) -> float | None:
+    """The earlier of two deadlines, None standing for never."""
+    if a is None:
+        return b
+    return a if b is None or a <= b else b

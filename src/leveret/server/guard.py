@@ -21,7 +21,7 @@ empty queue name meaning the channel's last queue, an empty binding key meaning 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from leveret.model.exchanges import make_exchange_type
 from leveret.model.vhost import new_queue_name
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Guard"]
 
-TOPIC = "topic"
+TOPIC: Final = "topic"
 
 
 def _text(value: object) -> str | None:

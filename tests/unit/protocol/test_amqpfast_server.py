@@ -538,6 +538,36 @@ def test_heartbeats() -> None:
     assert p.server.state is State.CLOSED
 
 
+def test_next_tick_says_when_a_ping_or_the_drop_is_due() -> None:
+    """The adapter sleeps until ``next_tick``: a tick just before it does nothing, one at it
+    does what is due (a PING every 10 s the client asked for; past two of the server's
+    30 s intervals of silence from a client that pinged, the drop)."""
+    p = Pair(client=fc.FastClient(heartbeat=10), heartbeat=30)
+    assert p.server.next_tick() is None  # not open yet: no heartbeats
+    p.connect()
+    due = p.server.next_tick()
+    assert due is not None
+    assert due == pytest.approx(10.0)
+    assert p.server.tick(due - 0.01) is None
+    assert p.server.data_to_send() == b""
+    assert p.server.tick(due) is None
+    assert p.client.receive_data(p.server.data_to_send()) == [fc.Pinged(False)]
+    p.client.ping(respond=False)
+    p.now = 11.0
+    p.pump()
+    times = []
+    closed = None
+    while closed is None:
+        due = p.server.next_tick()
+        assert due is not None
+        closed = p.server.tick(due)
+        p.server.data_to_send()
+        times.append(due)
+    assert closed == ev.ConnectionClosed(320, "missed heartbeats", by_client=False)
+    assert times[-1] == pytest.approx(11.0 + 60, abs=2e-3)
+    assert p.server.next_tick() is None
+
+
 def test_front_end_misuse_is_a_bug_not_a_close(pair: Pair) -> None:
     with pytest.raises(RuntimeError):
         pair.server.accept_login()

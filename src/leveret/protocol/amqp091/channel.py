@@ -10,7 +10,7 @@ it to add what the channel means to the broker.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from leveret.errors import ContentTooLarge, FrameError, UnexpectedFrame
 from leveret.protocol.amqp091 import framing
@@ -38,9 +38,9 @@ class PendingPublish(NamedTuple):
 
 # Bodies from this size on are handed to the transport as they are (no joined copy).
 LARGE_BODY = 16 * 1024
-_new_tuple = tuple.__new__
-_CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size
-_BODY_HEADER = struct.Struct(">BBHI")  # end of the header frame, body frame header
+_new_tuple: Final = tuple.__new__
+_CONTENT_HEADER: Final = struct.Struct(">HHQ")  # class-id, weight, body-size
+_BODY_HEADER: Final = struct.Struct(">BBHI")  # end of the header frame, body frame header
 _DELIVER_HEAD = struct.Struct(">BHIHHB")  # method frame header, 60/60, consumer-tag length
 
 

@@ -37,7 +37,7 @@ import logging
 import struct
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import (
     BY_CODE,
@@ -80,9 +80,9 @@ SUPPORTED_HEADER = framing.PROTOCOL_HEADER
 
 # The class-id/method-id prefix of the per-message methods that _frame handles on a fast
 # path (basic.publish 60/40, basic.ack 60/80), and basic.ack's arguments after it.
-_PUBLISH_HEAD = b"\x00\x3c\x00\x28"
-_ACK_HEAD = b"\x00\x3c\x00\x50"
-_ACK_ARGS = struct.Struct(">QB")  # delivery-tag, bits (multiple)
+_PUBLISH_HEAD: Final = b"\x00\x3c\x00\x28"
+_ACK_HEAD: Final = b"\x00\x3c\x00\x50"
+_ACK_ARGS: Final = struct.Struct(">QB")  # delivery-tag, bits (multiple)
 
 
 @dataclass(frozen=True)
@@ -128,26 +128,29 @@ class State(Enum):
 
 
 # Frames one connection may handle per event-loop turn before the others get theirs.
-TURN_FRAMES = 300
+TURN_FRAMES: Final = 300
 # A connection the subclass marks ``paced`` (a publisher feeding queues whose consumers
 # fall behind) gets turns of this size instead: it still runs every loop iteration, but the
 # consumers' acks and deliveries get most of a saturated loop.
-PACED_TURN_FRAMES = 30
+PACED_TURN_FRAMES: Final = 30
 
 # Pending output (bytes) past which a connection takes no more deliveries until flushed.
-OUTPUT_HIGH_WATER = 256 * 1024
+OUTPUT_HIGH_WATER: Final = 256 * 1024
 
 # RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
 HANDSHAKE_TIMEOUT = 10.0
 _HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN))
+# Seconds past a deadline that ``tick`` tests with ``>`` (the handshake timeout, two missed
+# heartbeat intervals): a tick at exactly the deadline would find nothing to do.
+_PAST = 1e-3
 
 # The states the per-frame code tests, as module constants: on CPython 3.11 reading an enum
 # member off its class (State.RUNNING) goes through a descriptor and costs about 0.25 us,
 # several times per message; a global costs a tenth of that.
-_HEADER_STATE = State.HEADER
-_RUNNING = State.RUNNING
-_CLOSING = State.CLOSING
-_CLOSED = State.CLOSED
+_HEADER_STATE: Final = State.HEADER
+_RUNNING: Final = State.RUNNING
+_CLOSING: Final = State.CLOSING
+_CLOSED: Final = State.CLOSED
 
 
 class ServerConnection:
@@ -557,6 +560,24 @@ class ServerConnection:
             self.send_method(0, m.ConnectionUnblocked())
 
     # -- heartbeats and timers ----------------------------------------------------------
+
+    def next_tick(self, now: float) -> float | None:
+        """When ``tick`` next has something to do (None: nothing until the state changes):
+        the adapter sleeps until then instead of ticking at a fixed rate. Reading, writing
+        and state changes only move it later, except those that produce output (a close, an
+        open), after which the adapter asks again."""
+        if self.refusal_deadline is not None:
+            return self.refusal_deadline
+        state = self.state
+        if state is State.CLOSING:
+            return self.close_deadline
+        if state in _HANDSHAKE_STATES:
+            return self.created + HANDSHAKE_TIMEOUT + _PAST
+        heartbeat = self.heartbeat
+        if not heartbeat or state is not State.RUNNING:
+            return None
+        # tick closes once the silence is longer than two intervals: just past that.
+        return min(self.last_sent + heartbeat / 2, self.last_received + 2 * heartbeat + _PAST)
 
     def tick(self, now: float) -> None:
         """Send a heartbeat when idle, close when the peer went silent (two intervals)."""

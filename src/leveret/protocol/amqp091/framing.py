@@ -11,7 +11,7 @@ Malformed frames raise :class:`leveret.errors.FrameError` (501).
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from leveret.errors import FrameError
 
@@ -40,9 +40,9 @@ FRAME_METHOD = 1
 FRAME_HEADER = 2
 FRAME_BODY = 3
 FRAME_HEARTBEAT = 8
-FRAME_END = 206
-FRAME_HEADER_SIZE = 7
-FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet
+FRAME_END: Final = 206
+FRAME_HEADER_SIZE: Final = 7
+FRAME_OVERHEAD: Final = 8  # 7-byte header + frame-end octet
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -50,9 +50,9 @@ FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT
 """The frame types 0-9-1 defines (0-8 and 0-9 define more: their own framing modules)."""
 # The frame-end octet as bytes, for joins (the front end's pre-encoded deliveries too).
 FRAME_END_BYTES = b"\xce"
-_MAX_SIZE = 0xFFFFFFFF
+_MAX_SIZE: Final = 0xFFFFFFFF
 
-_HEADER = struct.Struct(">BHI")  # type, channel, payload size
+_HEADER: Final = struct.Struct(">BHI")  # type, channel, payload size
 _CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size
 # Frame header + content-header prefix of a header frame (19 bytes).
 _HEADER_FRAME_PREFIX = struct.Struct(">BHIHHQ")
@@ -72,7 +72,7 @@ class Frame(NamedTuple):
 
 # Frame's constructor without its Python-level __new__ (a NamedTuple's is a lambda, which
 # costs about twice this C call; the decoder builds three frames per published message).
-_new_tuple = tuple.__new__
+_new_tuple: Final = tuple.__new__
 
 
 class FrameDecoder:

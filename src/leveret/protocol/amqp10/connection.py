@@ -122,7 +122,7 @@ if TYPE_CHECKING:
 __all__ = ["ECHO", "Connection", "ConnectionConfig", "ConnectionState", "Side"]
 
 _MIN_MAX_FRAME_SIZE: Final = 512
-_ACCEPTED_STATE = Accepted()
+_ACCEPTED_STATE: Final = Accepted()
 _new_tuple = tuple.__new__
 
 

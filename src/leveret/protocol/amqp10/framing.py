@@ -14,7 +14,7 @@ with ``amqp:connection:framing-error``. Only ``leveret.protocol.amqp10`` imports
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from leveret.protocol.amqp10._generated.definitions import MIN_MAX_FRAME_SIZE
 from leveret.protocol.amqp10.errors import AMQP10Error, Scope
@@ -37,14 +37,14 @@ __all__ = [
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 TLS_HEADER = b"AMQP\x02\x01\x00\x00"
-FRAME_AMQP = 0
-FRAME_SASL = 1
-FRAME_HEADER_SIZE = 8
+FRAME_AMQP: Final = 0
+FRAME_SASL: Final = 1
+FRAME_HEADER_SIZE: Final = 8
 FRAMING_ERROR = "amqp:connection:framing-error"
 
 _HEADER = struct.Struct(">IBBH")  # size, doff, type, channel
 _pack_header = _HEADER.pack
-_unpack_header = _HEADER.unpack_from
+_unpack_header: Final = _HEADER.unpack_from
 _MAX_SIZE = 0xFFFFFFFF
 
 EMPTY_FRAME = _pack_header(FRAME_HEADER_SIZE, 2, FRAME_AMQP, 0)
@@ -69,7 +69,7 @@ class ProtocolHeader(NamedTuple):
         return self.raw[4]
 
 
-_new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__
+_new_tuple: Final = tuple.__new__  # NamedTuple construction without its Python-level __new__
 
 
 def _framing_error(description: str) -> AMQP10Error:

@@ -420,6 +420,19 @@ class FastServer:
         if self.state not in (State.CLOSING, State.CLOSED, State.AWAIT_INITIATION):
             self._close_connection(code, text)
 
+    def next_tick(self) -> float | None:
+        """When :meth:`tick` next has something to do (None: nothing in this state)."""
+        if self.state not in (State.OPEN, State.TUNING):
+            return None
+        due: float | None = None
+        if self.client_heartbeat:
+            due = self._last_sent + self.client_heartbeat
+        if self._client_pinged and self.heartbeat:
+            # tick takes the client for dead past two intervals (">"): just past that.
+            silent = self._last_received + 2 * self.heartbeat + 1e-3
+            due = silent if due is None else min(due, silent)
+        return due
+
     def tick(self, now: float) -> ev.ConnectionClosed | None:
         """Heartbeats (2.2.12): PING the client every HEARTBEAT it asked for; a client that
         pinged once and then stayed silent for two of our intervals is taken for dead."""

@@ -176,6 +176,18 @@ class AMQP010Connection:
         data = self.conn.data_to_send()
         return [data] if data else []
 
+    def next_tick(self, now: float) -> float | None:
+        """When ``tick`` next has something to do: a refused login's answer, the handshake
+        timeout (tested with ">": just past it), the machine's heartbeat timer."""
+        if self._refusal is not None:
+            return self._refusal[0]
+        if self.conn.state is not ConnectionState.OPEN:
+            timeout = self.started + HANDSHAKE_TIMEOUT + 1e-3
+            # Closing after the handshake: tick drops the socket a second after at most,
+            # as when every connection ticked each second.
+            return timeout if timeout > now else now + 1.0
+        return self.conn.next_timer()
+
     def tick(self, now: float) -> None:
         self._now = now
         if self._refusal is not None:

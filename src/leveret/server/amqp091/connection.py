@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import platform
 import socket
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret import __version__
 from leveret.auth import authn
@@ -39,8 +39,8 @@ __all__ = ["AMQP091Connection", "Limits"]
 
 # The user-id property's bit in the low octet of the property flags (spec order: 11th of 14),
 # and the delivery-mode's in the high octet (4th).
-_USER_ID_FLAG = 0x10
-_DELIVERY_MODE_FLAG = 0x10
+_USER_ID_FLAG: Final = 0x10
+_DELIVERY_MODE_FLAG: Final = 0x10
 
 
 class AMQP091Connection(ServerConnection):
@@ -189,14 +189,17 @@ class AMQP091Connection(ServerConnection):
             # Only then are the properties decoded: the user's own name, or an impersonator.
             cast("Channel", channel).guard.check_user_id(message.properties.user_id)
         session = cast("Channel", channel).session
-        session.publish(
+        # Straight to the core's publisher (Session.publish only renames the flags): once
+        # per message.
+        publisher = session.publisher
+        publisher.publish(
             publish.exchange,
             publish.routing_key,
             message,
-            mandatory=publish.mandatory,
-            immediate=publish.immediate,
+            report_unroutable=publish.mandatory,
+            require_consumer=publish.immediate,
         )
-        if session.publisher.confirms is not None:
+        if publisher.confirms is not None:
             self._confirming.add(session)
 
     def _ack(self, channel: ChannelState, delivery_tag: int, multiple: bool) -> None:

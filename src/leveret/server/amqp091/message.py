@@ -7,7 +7,7 @@ by recovery, which rebuilds messages from the store.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from leveret.model.message import (
     HINT_EXPIRATION,
@@ -65,7 +65,7 @@ def _hints_of_flags(flags_high: int) -> int:
     return hints
 
 
-HINTS = tuple(_hints_of_flags(octet) for octet in range(256))
+HINTS: Final = tuple(_hints_of_flags(octet) for octet in range(256))
 
 
 def delivery_mode(raw: bytes) -> int:
@@ -87,17 +87,12 @@ def delivery_mode(raw: bytes) -> int:
         return 0
 
 
-def _persistent(raw: bytes) -> bool:
-    """delivery-mode 2 (a persistent message)."""
-    return delivery_mode(raw) == 2
-
-
 def hints_of(raw: bytes) -> int:
     """``Message.hints`` for encoded basic properties."""
     if not raw:
         return 0
     hints = HINTS[raw[0]]
-    if raw[0] & 0x10 and _persistent(raw):
+    if raw[0] & 0x10 and delivery_mode(raw) == 2:
         hints |= HINT_PERSISTENT
     return hints
 
@@ -109,6 +104,6 @@ def wire_message(exchange: str, routing_key: str, raw: bytes, body: bytes) -> Me
     if raw:
         flags = raw[0]
         hints = HINTS[flags]
-        if flags & 0x10 and _persistent(raw):
+        if flags & 0x10 and delivery_mode(raw) == 2:  # persistent
             hints |= HINT_PERSISTENT
     return Message(exchange, routing_key, raw, body, decode_properties, encode_properties, hints)

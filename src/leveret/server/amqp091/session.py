@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import NotAllowed, NotFound, NotImplemented_, PreconditionFailed
 from leveret.model import settle
@@ -65,7 +65,7 @@ class SessionSink(Protocol):
 # A NamedTuple's constructor is a Python-level lambda; calling tuple.__new__ directly with
 # every field costs about half as much, which counts for the Delivery made per manual-ack
 # delivery.
-_new_tuple = tuple.__new__
+_new_tuple: Final = tuple.__new__
 
 
 def _consumer_tag() -> str:
@@ -525,7 +525,9 @@ class Session(ConsumerOwner):
 
     def _settle(self, items: list[tuple[int, Delivery]]) -> None:
         self._release(items)
-        settle.accept(item for _tag, item in items)
+        # A list, not a generator: once per ack, and a compiled generator is an object of
+        # its own to build and step through.
+        settle.accept([item for _tag, item in items])
         self._redispatch()
 
     def _reject(self, items: list[tuple[int, Delivery]], requeue: bool) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import platform
 import socket
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret import __version__
 from leveret.auth import authn
@@ -76,8 +76,8 @@ log = logging.getLogger("leveret.amqp10")
 
 __all__ = ["PACED_TURN_BYTES", "TURN_BYTES", "AMQP10Connection"]
 
-TURN_BYTES = 256 * 1024
-PACED_TURN_BYTES = 16 * 1024
+TURN_BYTES: Final = 256 * 1024
+PACED_TURN_BYTES: Final = 16 * 1024
 OUTPUT_HIGH_WATER = 256 * 1024
 # The RabbitMQ version whose AMQP 1.0 behaviour this front end follows.
 RABBITMQ_DIALECT = "4.0.0"
@@ -396,6 +396,19 @@ class AMQP10Connection(ConnectionCore):
         self.blocked = False
 
     # -- FrontEnd: timers and closing ----------------------------------------------------
+
+    def next_tick(self, now: float) -> float | None:
+        """When ``tick`` next has something to do: the machine's timer (heartbeat, idle
+        timeout, close timeout), a refused login's answer, the handshake timeout."""
+        due = self.machine.get_timer()
+        refuse_at = self._refuse_at
+        if refuse_at is not None:
+            return refuse_at if due is None else min(due, refuse_at)
+        if not self._opened:
+            # tick tests the handshake timeout with ">": just past it.
+            timeout = self._created + HANDSHAKE_TIMEOUT + 1e-3
+            return timeout if due is None else min(due, timeout)
+        return due
 
     def tick(self, now: float) -> None:
         machine = self.machine

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
@@ -67,9 +67,9 @@ log = logging.getLogger("leveret.amqp10")
 
 __all__ = ["IncomingLink", "OutgoingLink", "SelectorLink"]
 
-_ACCEPTED = Accepted()
-_RELEASED = Released()
-_new_tuple = tuple.__new__
+_ACCEPTED: Final = Accepted()
+_RELEASED: Final = Released()
+_new_tuple: Final = tuple.__new__
 
 
 class OutgoingLink(ConsumerOwner):

@@ -198,6 +198,14 @@ class FastConnection:
         data = self.server.data_to_send()
         return [data] if data else []
 
+    def next_tick(self, now: float) -> float | None:
+        """When ``tick`` next has something to do: a refused login's answer, heartbeats."""
+        due = self.server.next_tick()
+        refuse_at = self._refuse_at
+        if refuse_at is not None:
+            return refuse_at if due is None else min(due, refuse_at)
+        return due
+
     def tick(self, now: float) -> None:
         self._now = now
         if self._refuse_at is not None and now >= self._refuse_at:

@@ -25,7 +25,7 @@ Sans-IO like the machine it extends; ``server/frontend.py`` picks it from the he
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from leveret.errors import (
     AMQPError,
@@ -38,6 +38,7 @@ from leveret.errors import (
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import State
+from leveret.server.frontend_contract import earliest
 from leveret.server.legacy import classes  # noqa: F401 - registers the classes' handlers
 from leveret.server.legacy.channel import LegacyChannel
 from leveret.server.legacy.connection_base import LegacyConnectionBase
@@ -51,9 +52,9 @@ __all__ = ["LegacyConnection"]
 
 log = logging.getLogger("leveret.connection")
 
-_METHOD = framing.FRAME_METHOD
-_HEADER = framing.FRAME_HEADER
-_BODY = framing.FRAME_BODY
+_METHOD: Final = framing.FRAME_METHOD
+_HEADER: Final = framing.FRAME_HEADER
+_BODY: Final = framing.FRAME_BODY
 
 
 class LegacyConnection(LegacyConnectionBase):
@@ -241,6 +242,15 @@ class LegacyConnection(LegacyConnectionBase):
             if tunnels is not None:
                 tunnels.flush(now)
         return super().take_output(now)
+
+    def next_tick(self, now: float) -> float | None:
+        due = super().next_tick(now)
+        for channel in self.channels.values():
+            extras = cast("LegacyChannel", channel).extras
+            tunnels = extras.get("tunnel") if extras else None
+            if tunnels is not None:
+                due = earliest(due, tunnels.next_tick(now))
+        return due
 
     def tick(self, now: float) -> None:
         super().tick(now)

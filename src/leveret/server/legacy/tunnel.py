@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp09._generated import methods as m09
-from leveret.server.frontend_contract import FrontEndContext
+from leveret.server.frontend_contract import FrontEndContext, earliest, tick_schedule
 from leveret.server.legacy.handlers import methods_of, properties_of, register
 
 if TYPE_CHECKING:
@@ -110,6 +110,14 @@ class TunnelChannel:
             if front_end.should_close_transport:
                 front_end.connection_lost()
                 del self.tunnels[name]
+
+    def next_tick(self, now: float) -> float | None:
+        """The earliest deadline of the tunnelled connections' timers."""
+        due: float | None = None
+        for tunnel in self.tunnels.values():
+            if tunnel.front_end is not None:
+                due = earliest(due, tick_schedule(tunnel.front_end)(now))
+        return due
 
     def tick(self, now: float) -> None:
         for tunnel in list(self.tunnels.values()):

@@ -69,7 +69,7 @@ from leveret.protocol.amqp10.message import (
     PROPERTIES,
     parse_message,
 )
-from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records
+from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records, split_entries
 from leveret.server.amqp091.message import wire_message
 from leveret.server.formats import AMQP10
 
@@ -426,8 +426,13 @@ class StreamRecords:
             head, body = record_parts(message)
         return [_U32.pack(len(head) + len(body)), head, body]
 
-    def messages(self, entry: bytes, stream: str) -> list[Message | None]:
-        out: list[Message | None] = []
+    def messages(self, entry: bytes, stream: str, entries: int = 1) -> list[Message | None]:
+        if entries != 1:
+            out: list[Message | None] = []
+            for one, _records in split_entries(entry, entries):
+                out.extend(self.messages(one, stream))
+            return out
+        out = []
         for record in entry_records(entry):
             if record is None:
                 out.append(None)
@@ -438,9 +443,16 @@ class StreamRecords:
                 out.append(_unreadable(record, stream))
         return out
 
-    def chunk(self, entries: list[bytes], records: int, first: int, timestamp: int) -> bytes:
+    def chunk(
+        self, entries: list[bytes], records: int, first: int, timestamp: int, count: int = 0
+    ) -> bytes:
         return encode_chunk(
-            entries, chunk_id=first, timestamp=timestamp, num_records=records, epoch=1
+            entries,
+            chunk_id=first,
+            timestamp=timestamp,
+            num_records=records,
+            num_entries=count or None,
+            epoch=1,
         )
 
 

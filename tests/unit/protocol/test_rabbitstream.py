@@ -229,6 +229,26 @@ def test_a_decoded_publish_keeps_each_message_as_its_stored_entry() -> None:
     assert odd.messages == [batch]
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_malformed_publish_frames_are_unknown_frames(version: int) -> None:
+    good = rs.Publish(1, [rs.PublishedMessage(1, b"abc"), rs.PublishedMessage(2, b"de")], version)
+    frame = good.encode()
+
+    def refused(body: bytes, match: str) -> None:
+        framed = struct.pack(">I", len(body)) + body
+        with pytest.raises(rs.UnknownFrame, match=match):
+            rs.StreamCodec(rs.Role.SERVER).receive(framed)
+
+    body = frame[4:]
+    refused(body + b"x", "left over")
+    refused(body[:-1], "overruns|cut short|does not fit")
+    # The second record's size says more than the frame holds.
+    refused(body[:-6] + struct.pack(">I", 99) + b"de", "overruns")
+    # A count larger than the messages there.
+    refused(body[:5] + struct.pack(">i", 3) + body[9:], "cut short|does not fit")
+    assert rs.StreamCodec(rs.Role.SERVER).receive(frame) == [good]
+
+
 def test_chunk_errors() -> None:
     with pytest.raises(rs.UnknownFrame, match="CRC"):
         entries_of(CHUNK[:-1] + b"X")

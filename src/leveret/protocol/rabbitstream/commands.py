@@ -391,30 +391,36 @@ class Publish(Command):
             raise UnknownFrame(f"publish version {version}")
         publisher_id = r.u8()
         count = r.count(12)
-        data = r.data
-        pos = r.pos
-        end = len(data)
+        # The messages as bytes once: an entry is then one slice (a record's size prefix
+        # and data are contiguous in the frame, its publishing id just before them).
+        data = bytes(r.data[r.pos :])
+        r.pos = len(r.data)
         ids: list[int] = []
         entries: list[bytes] = []
+        pos = 0
+        if version == 1:
+            pos = _simple_entries(data, count, ids, entries)
+            count -= len(ids)
         counts: list[int] | None = None
         filters: list[str | None] | None = [] if version == 2 else None
+        sub = w.Reader(data)
         unpack_id = w.U64.unpack_from
         unpack_size = w.U32.unpack_from
         try:
-            for n in range(count):
+            for _ in range(count):
                 ids.append(unpack_id(data, pos)[0])
                 pos += 8
                 if filters is not None:
-                    r.pos = pos
-                    filters.append(r.string())
-                    pos = r.pos
+                    sub.pos = pos
+                    filters.append(sub.string())
+                    pos = sub.pos
                 start = pos
                 flags = data[pos]
                 if flags & 0x80:
                     _kind, records, _uncompressed, size = _SUB_BATCH.unpack_from(data, pos)
                     pos += _SUB_BATCH.size
                     if counts is None:
-                        counts = [1] * n
+                        counts = [1] * len(entries)
                     counts.append(records)
                 else:
                     size = unpack_size(data, pos)[0]
@@ -422,17 +428,38 @@ class Publish(Command):
                     if counts is not None:
                         counts.append(1)
                 pos += size
-                if pos > end:
+                if pos > len(data):
                     raise UnknownFrame("published message overruns the frame")
-                entry = bytes(data[start:pos])
+                entry = data[start:pos]
                 if flags & 0x8F > 0x80:  # reserved bits set: stored without them
                     entry = bytes([flags & 0xF0]) + entry[1:]
                 entries.append(entry)
         except (struct.error, IndexError) as exc:
             raise UnknownFrame("publish frame cut short") from exc
-        r.pos = pos
+        if pos != len(data):
+            raise UnknownFrame(f"{len(data) - pos} bytes left over in the frame")
         return cls(publisher_id, None, version, ids=ids, entries=entries, counts=counts,
                    filters=filters)  # fmt: skip
+
+
+def _simple_entries(data: bytes, count: int, ids: list[int], entries: list[bytes]) -> int:
+    """The leading run of whole records (not sub-batches) of a v1 publish body, into ``ids``
+    and ``entries`` (one unpack and one slice each); returns where it stopped: the body's
+    end, a sub-batch, or something malformed, which the general loop then refuses."""
+    unpack = _ID_SIZE.unpack_from
+    n = len(data)
+    pos = 0
+    for _ in range(count):
+        if pos + 12 > n:
+            return pos
+        pid, size = unpack(data, pos)
+        end = pos + 12 + size
+        if size & 0x80000000 or end > n:  # a sub-batch's flag byte, or an overrun
+            return pos
+        ids.append(pid)
+        entries.append(data[pos + 8 : end])
+        pos = end
+    return pos
 
 
 def _published(pid: int, entry: bytes, filter_value: str | None) -> PublishedMessage:

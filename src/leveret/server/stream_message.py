@@ -207,34 +207,37 @@ def _string(text: str) -> bytes:
     return b"\xb1" + _I.pack(len(data)) + data
 
 
+# The head of a record but its data section's, by (exchange, routing key, property bytes):
+# a publisher sends the same few over and over, so most records cost one lookup.
+_heads: dict[tuple[str, str, bytes], bytes] = {}
+
+
 def record_parts(message: Message) -> tuple[bytes, bytes]:
     """A 0-9-1 ``message`` as the record a stream stores: (everything before the body,
     the body), so the body is copied only once, into the chunk."""
     raw = message.raw_properties
+    key = (message.exchange, message.routing_key, raw)
+    body = message.body
+    prefix = _heads.get(key)
+    if prefix is None:
+        if len(_heads) >= _CACHE_MAX:
+            _heads.clear()
+        prefix = _heads[key] = _head(message.exchange, message.routing_key, raw)
+    return prefix + _data(body), body
+
+
+def _head(exchange: str, routing_key: str, raw: bytes) -> bytes:
     prepared = _prepared.get(raw)
     if prepared is None:
         if len(_prepared) >= _CACHE_MAX:
             _prepared.clear()
         prepared = _prepared[raw] = _Prepared(raw)
     items = (
-        _EXCHANGE_KEY
-        + _string(message.exchange)
-        + _ROUTING_KEY_KEY
-        + _string(message.routing_key)
-        + prepared.items
+        _EXCHANGE_KEY + _string(exchange) + _ROUTING_KEY_KEY + _string(routing_key) + prepared.items
     )
-    body = message.body
-    head = b"".join(
-        (
-            prepared.header,
-            _MA_HEAD,
-            _II.pack(len(items) + 4, prepared.count),
-            items,
-            prepared.rest,
-            _data(body),
-        )
+    return b"".join(
+        (prepared.header, _MA_HEAD, _II.pack(len(items) + 4, prepared.count), items, prepared.rest)
     )
-    return head, body
 
 
 def record_of(message: Message) -> bytes:

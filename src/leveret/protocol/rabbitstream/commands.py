@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
 from leveret.protocol.rabbitstream import _wire as w
+from leveret.protocol.rabbitstream._publish import simple_entries
 from leveret.protocol.rabbitstream.constants import RESPONSE, Code, Key
 from leveret.protocol.rabbitstream.errors import UnknownFrame
 
@@ -399,7 +400,7 @@ class Publish(Command):
         entries: list[bytes] = []
         pos = 0
         if version == 1:
-            pos = _simple_entries(data, count, ids, entries)
+            pos = simple_entries(data, count, ids, entries)
             count -= len(ids)
         counts: list[int] | None = None
         filters: list[str | None] | None = [] if version == 2 else None
@@ -440,26 +441,6 @@ class Publish(Command):
             raise UnknownFrame(f"{len(data) - pos} bytes left over in the frame")
         return cls(publisher_id, None, version, ids=ids, entries=entries, counts=counts,
                    filters=filters)  # fmt: skip
-
-
-def _simple_entries(data: bytes, count: int, ids: list[int], entries: list[bytes]) -> int:
-    """The leading run of whole records (not sub-batches) of a v1 publish body, into ``ids``
-    and ``entries`` (one unpack and one slice each); returns where it stopped: the body's
-    end, a sub-batch, or something malformed, which the general loop then refuses."""
-    unpack = _ID_SIZE.unpack_from
-    n = len(data)
-    pos = 0
-    for _ in range(count):
-        if pos + 12 > n:
-            return pos
-        pid, size = unpack(data, pos)
-        end = pos + 12 + size
-        if size & 0x80000000 or end > n:  # a sub-batch's flag byte, or an overrun
-            return pos
-        ids.append(pid)
-        entries.append(data[pos + 8 : end])
-        pos = end
-    return pos
 
 
 def _published(pid: int, entry: bytes, filter_value: str | None) -> PublishedMessage:

@@ -13,7 +13,11 @@ converted once, with its original property bytes kept for 0-9-1 readers. Readers
 ``x-stream-offset`` / ``x-stream-timestamp`` added on the way out (0-9-1) or the chunk as
 stored (stream protocol); all messages of a chunk share its timestamp (as in RabbitMQ).
 
-Appending only adds the entry's bytes to the open chunk (``_Building``) of the log. Once
+Appending only adds the entry's bytes to the open chunk (``_Building``) of the log: a
+0-9-1 message's pieces, or a stream-protocol publish frame's entries joined, as one part
+(``append_entries``: one call per frame, the counts added once; a batch that does not fit
+the open chunk starts the next, one larger than a chunk may hold is cut at entries, and a
+segment may pass its size by up to one batch). Once
 per loop turn the open chunks of every stream are closed (header, CRC over the pieces,
 trailer) and go to ONE writer thread that writes them and fdatasyncs each touched file,
 then reports back on the loop. A chunk is *committed* once synced: only then do

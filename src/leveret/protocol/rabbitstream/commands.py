@@ -1,4 +1,6 @@
-"""Every command of RabbitMQ's stream protocol as a frozen dataclass with ``encode()``.
+"""Every command of RabbitMQ's stream protocol as a frozen dataclass with ``encode()``
+(``Publish``: a frozen class of its own, which keeps a decoded frame's messages as stored
+entries and builds ``messages`` only when asked).
 
 ``encode()`` returns the whole frame (size prefix included); ``decode(version, reader)``
 reads a frame body after its key and version. ``COMMANDS`` maps a wire key (with the

@@ -132,12 +132,20 @@ class StreamLog(Protocol):
         ...
 
     def append_entries(
-        self, data: bytes, entries: int, records: int, timestamp: int, producer: str, sequence: int
+        self,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None = None,
     ) -> bool:
         """Store ``entries`` entries published over the stream protocol, joined in ``data``
         as they are stored (``records`` records in all), from ``next_offset``, with one
-        timestamp; ``sequence`` is the producer's highest among them. True when this closed
-        a segment."""
+        timestamp; ``sequence`` is the producer's highest among them, ``ids`` (with a
+        producer) each entry's, so that a log storing the batch in several chunks keeps
+        each chunk's own. True when this closed a segment."""
         ...
 
     def read(self, offset: int, count: int) -> list[StreamEntry]:
@@ -253,7 +261,14 @@ class MemoryStreamLog:
         return self.append_entries(entry, 1, records, timestamp, producer, sequence)
 
     def append_entries(
-        self, data: bytes, entries: int, records: int, timestamp: int, producer: str, sequence: int
+        self,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None = None,
     ) -> bool:
         codec = self.codec
         if codec is None:
@@ -442,19 +457,21 @@ def _dedup_key(headers: Mapping[str, object]) -> tuple[str, int]:
 
 def _without_duplicates(
     entries: list[bytes], counts: list[int] | None, ids: list[int], stored: int
-) -> tuple[list[bytes], list[int] | None, int]:
+) -> tuple[list[bytes], list[int] | None, list[int], int]:
     """The entries whose id is above ``stored`` and every earlier id of the frame (what one
-    append per message would have kept), their counts, and the highest id."""
+    append per message would have kept), their counts, their ids, and the highest id."""
     kept: list[bytes] = []
     kept_counts: list[int] | None = None if counts is None else []
+    kept_ids: list[int] = []
     last = stored
     for i, pid in enumerate(ids):
         if pid > last:
             last = pid
             kept.append(entries[i])
+            kept_ids.append(pid)
             if kept_counts is not None and counts is not None:
                 kept_counts.append(counts[i])
-    return kept, kept_counts, last
+    return kept, kept_counts, kept_ids, last
 
 
 class StreamConsumer(Consumer):
@@ -626,7 +643,9 @@ class StreamQueue(Queue):
         left out, and confirmed once durable all the same. Returns how many were stored."""
         log = self.log
         sequence = -1
+        kept: list[int] | None = None
         if producer:
+            kept = ids
             stored = log.producers.get(producer, -1)
             last = stored
             fresh = True
@@ -636,7 +655,7 @@ class StreamQueue(Queue):
                     break
                 last = pid
             if not fresh:
-                entries, counts, last = _without_duplicates(entries, counts, ids, stored)
+                entries, counts, kept, last = _without_duplicates(entries, counts, ids, stored)
                 log.wait_durable()
                 if not entries:
                     return 0
@@ -645,7 +664,7 @@ class StreamQueue(Queue):
         timestamp = max(int(self.timers.wall * 1000), self._last_timestamp)
         self._last_timestamp = timestamp
         data = entries[0] if len(entries) == 1 else b"".join(entries)
-        if log.append_entries(data, len(entries), records, timestamp, producer, sequence):
+        if log.append_entries(data, len(entries), records, timestamp, producer, sequence, kept):
             self._retain()
         if self.consumers:
             self.dispatch()

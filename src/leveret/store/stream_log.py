@@ -308,11 +308,18 @@ class FileStreamLog:
         return self.append_entries(entry, 1, records, timestamp, producer, sequence)
 
     def append_entries(
-        self, data: bytes, entries: int, records: int, timestamp: int, producer: str, sequence: int
+        self,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None = None,
     ) -> bool:
         size = len(data)
         if size > CHUNK_DATA_MAX and entries > 1:
-            return self._append_split(data, entries, timestamp, producer, sequence)
+            return self._append_split(data, entries, timestamp, producer, sequence, ids)
         building = self._open(timestamp, size)
         if not building.entries:
             building.timestamp = timestamp
@@ -322,17 +329,27 @@ class FileStreamLog:
         return self._appended(building, size, entries, records, producer, sequence)
 
     def _append_split(
-        self, data: bytes, entries: int, timestamp: int, producer: str, sequence: int
+        self,
+        data: bytes,
+        entries: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None,
     ) -> bool:
-        """A batch larger than a chunk may hold (a frame_max above 1 MiB): appended in
-        pieces of whole entries that each fit a chunk."""
+        """A batch larger than a chunk may hold (a frame of a few messages near frame_max):
+        appended in pieces of whole entries that each fit a chunk, each with the producer's
+        sequence of its last entry (a crash that tears a later piece keeps de-duplication
+        exact for the earlier ones)."""
         closed = False
         group: list[bytes] = []
         size = records = 0
-        for entry, count in split_entries(data, entries):
+        for i, (entry, count) in enumerate(split_entries(data, entries)):
             if group and size + len(entry) > CHUNK_DATA_MAX:
                 joined = b"".join(group)
-                closed |= self.append_entries(joined, len(group), records, timestamp, "", -1)
+                piece = producer if ids is not None else ""
+                last = ids[i - 1] if ids is not None else -1
+                closed |= self.append_entries(joined, len(group), records, timestamp, piece, last)
                 group, size, records = [], 0, 0
             group.append(entry)
             size += len(entry)

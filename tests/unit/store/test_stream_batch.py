@@ -188,3 +188,28 @@ def test_a_torn_batch_is_cut_at_recovery_and_its_ids_can_be_resent(h: Harness) -
     assert bodies(stream(h).log) == [b"a%d" % i for i in range(1, 11)] + [
         b"c%d" % i for i in range(11, 21)
     ]
+
+
+def test_a_frame_cut_into_chunks_keeps_each_chunks_producer_sequence(h: Harness) -> None:
+    # Two messages near half of frame_max each: more than a chunk holds, so two chunks.
+    queue = stream(h)
+    halves = [entry(b"a" * 600_000), entry(b"b" * 600_000)]
+    assert queue.append_entries(halves, None, "p", [7, 9]) == 2
+    h.sync()
+    h.store.close()
+    log = queue.log
+    assert isinstance(log, FileStreamLog)
+    segment = log.path / f"{0:020d}.segment"
+    data = segment.read_bytes()
+    # A crash tore the second chunk: the first one's message is kept, and so is its id.
+    segment.write_bytes(data[: data.index(b"b" * 1000) + 1000])
+    h.store = h._open()
+    queue = stream(h)
+    assert queue.log.next_offset == 1
+    assert queue.log.producers["p"] == 7
+    # The client resends the unconfirmed frame: only the second message is stored again.
+    assert queue.append_entries(halves, None, "p", [7, 9]) == 1
+    h.reopen()
+    log = stream(h).log
+    assert [e.message.body[:1] for e in log.read(0, 10)] == [b"a", b"b"]
+    assert log.producers["p"] == 9

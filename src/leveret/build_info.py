@@ -26,6 +26,7 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp10.connection",
     "leveret.server.amqp10.session",
     "leveret.server.amqp10.message",
+    "leveret.protocol.rabbitstream._publish",
     "leveret.server.connection",
     "leveret.server.guard",
     "leveret.server.legacy.connection_base",

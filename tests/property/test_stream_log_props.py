@@ -1,5 +1,6 @@
 """Property tests of the stream logs against a list: any sequence of appends, reads,
-retention, syncs and restarts returns exactly the appended messages by offset.
+retention, syncs and restarts returns exactly the appended messages by offset (on disk also
+batches of entries, as a stream-protocol publish frame appends them).
 
 Both logs (in memory and on disk) run the same machine. The reference keeps every appended
 (offset, body, timestamp); retention may only move the first offset forward by whole
@@ -20,9 +21,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from leveret.model.stream import MemoryStreamLog, StreamLog
+from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.rabbitstream.chunk import simple_entry
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.stream_headers import stamp_stream
-from leveret.server.stream_message import RECORDS
+from leveret.server.stream_message import RECORDS, to_amqp10
 from leveret.store.stream_log import StreamStore
 
 SEGMENT_BYTES = 600
@@ -92,6 +95,30 @@ class LogMachine(RuleBasedStateMachine):
         if self.chunk_ts is None:
             self.chunk_ts = self.clock
         self.appended.append((offset, body, self.chunk_ts if self.on_disk else self.clock))
+        if rolled:
+            self.chunk_ts = None
+
+    @precondition(lambda self: self.on_disk)
+    @rule(
+        sizes=st.lists(st.integers(0, 200), min_size=1, max_size=5),
+        step=st.integers(0, 3),
+        producer=st.sampled_from(["", "p", "q"]),
+    )
+    def append_batch(self, sizes: list[int], step: int, producer: str) -> None:
+        """A stream-protocol publish frame: its entries as one batch, one timestamp."""
+        self.clock += step
+        offset = self.log.next_offset
+        bodies = [(b"%d:" % (offset + i)).ljust(size, b"y") for i, size in enumerate(sizes)]
+        entries = [simple_entry(to_amqp10(BasicProperties(), body)) for body in bodies]
+        seq = self.producers.get(producer, -1) + len(sizes) if producer else -1
+        data = b"".join(entries)
+        rolled = self.log.append_entries(data, len(sizes), len(sizes), self.clock, producer, seq)
+        if producer:
+            self.producers[producer] = seq
+        if self.chunk_ts is None:
+            self.chunk_ts = self.clock
+        for i, body in enumerate(bodies):
+            self.appended.append((offset + i, body, self.chunk_ts))
         if rolled:
             self.chunk_ts = None
 

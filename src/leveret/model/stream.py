@@ -84,8 +84,9 @@ class RecordCodec(Protocol):
         """``message`` as one stored entry (pieces to be joined into a chunk)."""
         ...
 
-    def messages(self, entry: bytes, stream: str) -> list[Message | None]:
-        """The messages of an entry's records, in order (None: a record unreadable here)."""
+    def messages(self, entry: bytes, stream: str, entries: int = 1) -> list[Message | None]:
+        """The messages of the records of ``entries`` entries joined in ``entry``, in order
+        (None: a record unreadable here)."""
         ...
 
     def chunk_messages(
@@ -95,8 +96,11 @@ class RecordCodec(Protocol):
         same as ``messages`` of each entry, in one pass)."""
         ...
 
-    def chunk(self, entries: list[bytes], records: int, first: int, timestamp: int) -> bytes:
-        """A chunk of ``entries`` holding offsets ``first ..`` (its stored bytes)."""
+    def chunk(
+        self, entries: list[bytes], records: int, first: int, timestamp: int, count: int = 0
+    ) -> bytes:
+        """A chunk of ``entries`` holding offsets ``first ..`` (its stored bytes); ``count``
+        entries in all when an item holds several, joined (0: one per item)."""
         ...
 
 
@@ -132,6 +136,23 @@ class StreamLog(Protocol):
     ) -> bool:
         """Store an entry as published over the stream protocol (a record or a sub-batch of
         ``records`` records) at ``next_offset``; True when this closed a segment."""
+        ...
+
+    def append_entries(
+        self,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None = None,
+    ) -> bool:
+        """Store ``entries`` entries published over the stream protocol, joined in ``data``
+        as they are stored (``records`` records in all), from ``next_offset``, with one
+        timestamp; ``sequence`` is the producer's highest among them, ``ids`` (with a
+        producer) each entry's, so that a log storing the batch in several chunks keeps
+        each chunk's own. True when this closed a segment."""
         ...
 
     def read(self, offset: int, count: int) -> list[StreamEntry]:
@@ -238,22 +259,33 @@ class MemoryStreamLog:
 
     def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
         if self.codec is not None:
-            self._add_chunk([b"".join(self.codec.entry(message))], 1, timestamp)
+            self._add_chunk([b"".join(self.codec.entry(message))], 1, timestamp, 1)
         return self._add([message], timestamp, producer, sequence)
 
     def append_entry(
         self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
     ) -> bool:
+        return self.append_entries(entry, 1, records, timestamp, producer, sequence)
+
+    def append_entries(
+        self,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None = None,
+    ) -> bool:
         codec = self.codec
         if codec is None:
             raise RuntimeError("a stream log without a record codec stores no entries")
-        self._add_chunk([entry], records, timestamp)
-        messages = codec.messages(entry, self.name)
-        return self._add(messages, timestamp, producer, sequence)
+        self._add_chunk([data], records, timestamp, entries)
+        return self._add(codec.messages(data, self.name, entries), timestamp, producer, sequence)
 
-    def _add_chunk(self, entries: list[bytes], records: int, timestamp: int) -> None:
+    def _add_chunk(self, entries: list[bytes], records: int, timestamp: int, count: int) -> None:
         assert self.codec is not None
-        data = self.codec.chunk(entries, records, self._next, timestamp)
+        data = self.codec.chunk(entries, records, self._next, timestamp, count)
         self._chunks.append(StoredChunk(self._next, records, timestamp, data))
         self._chunk_firsts.append(self._next)
 
@@ -430,6 +462,25 @@ def _dedup_key(headers: Mapping[str, object]) -> tuple[str, int]:
 # -- the queue and its consumers -----------------------------------------------------------
 
 
+def _without_duplicates(
+    entries: list[bytes], counts: list[int] | None, ids: list[int], stored: int
+) -> tuple[list[bytes], list[int] | None, list[int], int]:
+    """The entries whose id is above ``stored`` and every earlier id of the frame (what one
+    append per message would have kept), their counts, their ids, and the highest id."""
+    kept: list[bytes] = []
+    kept_counts: list[int] | None = None if counts is None else []
+    kept_ids: list[int] = []
+    last = stored
+    for i, pid in enumerate(ids):
+        if pid > last:
+            last = pid
+            kept.append(entries[i])
+            kept_ids.append(pid)
+            if kept_counts is not None and counts is not None:
+                kept_counts.append(counts[i])
+    return kept, kept_counts, kept_ids, last
+
+
 class StreamConsumer(Consumer):
     """A consumer of a stream: where it starts, and the next offset it gets."""
 
@@ -588,6 +639,43 @@ class StreamQueue(Queue):
         if self.consumers:
             self.dispatch()
         return True
+
+    def append_entries(
+        self, entries: list[bytes], counts: list[int] | None, producer: str, ids: list[int]
+    ) -> int:
+        """Append a publish frame's entries (stream protocol) as one batch, one timestamp;
+        ``counts``: each entry's record count (None: one each). With a ``producer`` (""
+        = no de-duplication), ``ids`` are the entries' publishing ids and an entry whose id
+        is at most the highest stored, or than an earlier one of the frame, is a duplicate:
+        left out, and confirmed once durable all the same. Returns how many were stored."""
+        log = self.log
+        sequence = -1
+        kept: list[int] | None = None
+        if producer:
+            kept = ids
+            stored = log.producers.get(producer, -1)
+            last = stored
+            fresh = True
+            for pid in ids:
+                if pid <= last:
+                    fresh = False
+                    break
+                last = pid
+            if not fresh:
+                entries, counts, kept, last = _without_duplicates(entries, counts, ids, stored)
+                log.wait_durable()
+                if not entries:
+                    return 0
+            sequence = last
+        records = len(entries) if counts is None else sum(counts)
+        timestamp = max(int(self.timers.wall * 1000), self._last_timestamp)
+        self._last_timestamp = timestamp
+        data = entries[0] if len(entries) == 1 else b"".join(entries)
+        if log.append_entries(data, len(entries), records, timestamp, producer, sequence, kept):
+            self._retain()
+        if self.consumers:
+            self.dispatch()
+        return len(entries)
 
     def _committed(self) -> None:
         if self.consumers and not self.deleted:

@@ -69,7 +69,7 @@ from leveret.protocol.amqp10.message import (
     PROPERTIES,
     parse_message,
 )
-from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records
+from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records, split_entries
 from leveret.server.amqp091.message import wire_message
 from leveret.server.formats import AMQP10
 from leveret.server.stream_reads import ChunkReads
@@ -208,34 +208,37 @@ def _string(text: str) -> bytes:
     return b"\xb1" + _I.pack(len(data)) + data
 
 
+# The head of a record but its data section's, by (exchange, routing key, property bytes):
+# a publisher sends the same few over and over, so most records cost one lookup.
+_heads: dict[tuple[str, str, bytes], bytes] = {}
+
+
 def record_parts(message: Message) -> tuple[bytes, bytes]:
     """A 0-9-1 ``message`` as the record a stream stores: (everything before the body,
     the body), so the body is copied only once, into the chunk."""
     raw = message.raw_properties
+    key = (message.exchange, message.routing_key, raw)
+    body = message.body
+    prefix = _heads.get(key)
+    if prefix is None:
+        if len(_heads) >= _CACHE_MAX:
+            _heads.clear()
+        prefix = _heads[key] = _head(message.exchange, message.routing_key, raw)
+    return prefix + _data(body), body
+
+
+def _head(exchange: str, routing_key: str, raw: bytes) -> bytes:
     prepared = _prepared.get(raw)
     if prepared is None:
         if len(_prepared) >= _CACHE_MAX:
             _prepared.clear()
         prepared = _prepared[raw] = _Prepared(raw)
     items = (
-        _EXCHANGE_KEY
-        + _string(message.exchange)
-        + _ROUTING_KEY_KEY
-        + _string(message.routing_key)
-        + prepared.items
+        _EXCHANGE_KEY + _string(exchange) + _ROUTING_KEY_KEY + _string(routing_key) + prepared.items
     )
-    body = message.body
-    head = b"".join(
-        (
-            prepared.header,
-            _MA_HEAD,
-            _II.pack(len(items) + 4, prepared.count),
-            items,
-            prepared.rest,
-            _data(body),
-        )
+    return b"".join(
+        (prepared.header, _MA_HEAD, _II.pack(len(items) + 4, prepared.count), items, prepared.rest)
     )
-    return head, body
 
 
 def record_of(message: Message) -> bytes:
@@ -462,8 +465,13 @@ class StreamRecords:
             head, body = record_parts(message)
         return [_U32.pack(len(head) + len(body)), head, body]
 
-    def messages(self, entry: bytes, stream: str) -> list[Message | None]:
-        out: list[Message | None] = []
+    def messages(self, entry: bytes, stream: str, entries: int = 1) -> list[Message | None]:
+        if entries != 1:
+            out: list[Message | None] = []
+            for one, _records in split_entries(entry, entries):
+                out.extend(self.messages(one, stream))
+            return out
+        out = []
         for record in entry_records(entry):
             if record is None:
                 out.append(None)
@@ -491,9 +499,16 @@ class StreamRecords:
         except (IndexError, struct.error, DecodeError, UnicodeDecodeError, MessageFormatError):
             return _unreadable(record, stream), 0
 
-    def chunk(self, entries: list[bytes], records: int, first: int, timestamp: int) -> bytes:
+    def chunk(
+        self, entries: list[bytes], records: int, first: int, timestamp: int, count: int = 0
+    ) -> bytes:
         return encode_chunk(
-            entries, chunk_id=first, timestamp=timestamp, num_records=records, epoch=1
+            entries,
+            chunk_id=first,
+            timestamp=timestamp,
+            num_records=records,
+            num_entries=count or None,
+            epoch=1,
         )
 
 

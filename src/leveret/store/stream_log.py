@@ -13,7 +13,11 @@ converted once, with its original property bytes kept for 0-9-1 readers. Readers
 ``x-stream-offset`` / ``x-stream-timestamp`` added on the way out (0-9-1) or the chunk as
 stored (stream protocol); all messages of a chunk share its timestamp (as in RabbitMQ).
 
-Appending only adds the entry's bytes to the open chunk (``_Building``) of the log. Once
+Appending only adds the entry's bytes to the open chunk (``_Building``) of the log: a
+0-9-1 message's pieces, or a stream-protocol publish frame's entries joined, as one part
+(``append_entries``: one call per frame, the counts added once; a batch that does not fit
+the open chunk starts the next, one larger than a chunk may hold is cut at entries, and a
+segment may pass its size by up to one batch). Once
 per loop turn the open chunks of every stream are closed (header, CRC over the pieces,
 trailer) and go to ONE writer thread that writes them and fdatasyncs each touched file,
 then reports back on the loop. A chunk is *committed* once synced: only then do
@@ -55,6 +59,7 @@ from leveret.protocol.rabbitstream.chunk import (
     HEADER_SIZE,
     chunk_header,
     parse_header,
+    split_entries,
 )
 from leveret.store import stream_legacy
 from leveret.store.stream_segments import (
@@ -147,7 +152,8 @@ class _Building:
         self.entries = 0
         self.records = 0
         self.messages: list[Message | None] = []
-        self.raw: list[tuple[int, bytes]] = []  # (index in messages, entry) not decoded yet
+        # (index in messages, entries joined as stored, how many) not decoded yet
+        self.raw: list[tuple[int, bytes, int]] = []
         self.producers: dict[str, int] = {}
         self.offsets: dict[str, int] = {}
 
@@ -291,29 +297,83 @@ class FileStreamLog:
 
     def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
         pieces = self.codec.entry(message)
-        building = self._open(timestamp, sum(len(p) for p in pieces))
+        size = 0
+        for piece in pieces:
+            size += len(piece)
+        building = self._open(timestamp, size)
         if not building.entries:
             building.timestamp = timestamp  # it held only a stored offset so far
         building.messages.append(message)
-        return self._appended(building, pieces, 1, producer, sequence)
+        building.parts.extend(pieces)
+        return self._appended(building, size, 1, 1, producer, sequence)
 
     def append_entry(
         self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
     ) -> bool:
-        building = self._open(timestamp, len(entry))
+        return self.append_entries(entry, 1, records, timestamp, producer, sequence)
+
+    def append_entries(
+        self,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None = None,
+    ) -> bool:
+        size = len(data)
+        if size > CHUNK_DATA_MAX and entries > 1:
+            return self._append_split(data, entries, timestamp, producer, sequence, ids)
+        building = self._open(timestamp, size)
         if not building.entries:
             building.timestamp = timestamp
-        building.raw.append((len(building.messages), entry))
+        building.raw.append((len(building.messages), data, entries))
         building.messages.extend([None] * records)
-        return self._appended(building, [entry], records, producer, sequence)
+        building.parts.append(data)
+        return self._appended(building, size, entries, records, producer, sequence)
+
+    def _append_split(
+        self,
+        data: bytes,
+        entries: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None,
+    ) -> bool:
+        """A batch larger than a chunk may hold (a frame of a few messages near frame_max):
+        appended in pieces of whole entries that each fit a chunk, each with the producer's
+        sequence of its last entry (a crash that tears a later piece keeps de-duplication
+        exact for the earlier ones)."""
+        closed = False
+        group: list[bytes] = []
+        size = records = 0
+        for i, (entry, count) in enumerate(split_entries(data, entries)):
+            if group and size + len(entry) > CHUNK_DATA_MAX:
+                joined = b"".join(group)
+                piece = producer if ids is not None else ""
+                last = ids[i - 1] if ids is not None else -1
+                closed |= self.append_entries(joined, len(group), records, timestamp, piece, last)
+                group, size, records = [], 0, 0
+            group.append(entry)
+            size += len(entry)
+            records += count
+        joined = b"".join(group)
+        closed |= self.append_entries(joined, len(group), records, timestamp, producer, sequence)
+        return closed
 
     def _appended(
-        self, building: _Building, pieces: list[bytes], records: int, producer: str, sequence: int
+        self,
+        building: _Building,
+        size: int,
+        entries: int,
+        records: int,
+        producer: str,
+        sequence: int,
     ) -> bool:
-        size = sum(len(p) for p in pieces)
         building.length += size
-        building.parts.extend(pieces)
-        building.entries += 1
+        building.entries += entries
         building.records += records
         self._next += records
         if producer:
@@ -349,15 +409,15 @@ class FileStreamLog:
             trailer = encode_trailer(self._producers, self._offsets)
         else:
             trailer = encode_trailer(building.producers, building.offsets)
+        parts = building.parts
+        # One checksum pass over the chunk's bytes (a stream-protocol publish frame is one
+        # part already; a 0-9-1 message is three).
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        crc = zlib.crc32(data)
+        length = len(data)
         if building.entries:
-            crc = 0
-            length = 0
-            for part in building.parts:
-                crc = zlib.crc32(part, crc)
-                length += len(part)
             kind = CHUNK_USER
         else:
-            crc = length = 0
             kind = CHUNK_TRACKING_SNAPSHOT if building.snapshot else CHUNK_TRACKING_DELTA
         header = chunk_header(
             chunk_id=building.first,
@@ -369,7 +429,7 @@ class FileStreamLog:
             trailer_length=len(trailer),
             chunk_type=kind,
         )
-        sent = b"".join([header, *building.parts])
+        sent = header + data
         segment = building.segment
         pos = segment.size - length
         segment.size += HEADER_SIZE + len(trailer)
@@ -441,8 +501,8 @@ class FileStreamLog:
             if building.first + building.records <= offset:
                 continue
             if building.raw:
-                for index, entry in building.raw:
-                    decoded = self.codec.messages(entry, self.name)
+                for index, data, entries in building.raw:
+                    decoded = self.codec.messages(data, self.name, entries)
                     building.messages[index : index + len(decoded)] = decoded
                 building.raw = []
             yield building.first, building.timestamp, building.messages

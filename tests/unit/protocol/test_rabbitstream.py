@@ -205,6 +205,50 @@ def test_published_messages_are_osiris_entries() -> None:
     ]
 
 
+def test_a_decoded_publish_keeps_each_message_as_its_stored_entry() -> None:
+    plain = rs.PublishedMessage(7, b"abc", "f")
+    batch = rs.PublishedMessage(8, simple_entry(b"a") + simple_entry(b"bc"), None, (1, 2, 11))
+    sent = rs.Publish(3, [plain, batch], 2)
+    assert (sent.ids, sent.counts, sent.filters) == ([7, 8], [1, 2], ["f", None])
+    got = rs.StreamCodec(rs.Role.SERVER).receive(sent.encode())
+    assert got == [sent]
+    decoded = got[0]
+    assert isinstance(decoded, rs.Publish)
+    assert decoded.ids == [7, 8]
+    assert decoded.entries == [plain.entry(), batch.entry()]
+    assert decoded.counts == [1, 2]
+    assert decoded.records == 3
+    assert decoded.filters == ["f", None]
+    # The flag byte's reserved bits are not stored (as ``PublishedMessage.entry`` makes it).
+    frame = bytearray(rs.Publish(3, [batch]).encode())
+    flag_at = len(frame) - len(batch.entry())
+    frame[flag_at] |= 0x0F
+    odd = rs.StreamCodec(rs.Role.SERVER).receive(bytes(frame))[0]
+    assert isinstance(odd, rs.Publish)
+    assert odd.entries == [batch.entry()]
+    assert odd.messages == [batch]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_malformed_publish_frames_are_unknown_frames(version: int) -> None:
+    good = rs.Publish(1, [rs.PublishedMessage(1, b"abc"), rs.PublishedMessage(2, b"de")], version)
+    frame = good.encode()
+
+    def refused(body: bytes, match: str) -> None:
+        framed = struct.pack(">I", len(body)) + body
+        with pytest.raises(rs.UnknownFrame, match=match):
+            rs.StreamCodec(rs.Role.SERVER).receive(framed)
+
+    body = frame[4:]
+    refused(body + b"x", "left over")
+    refused(body[:-1], "overruns|cut short|does not fit")
+    # The second record's size says more than the frame holds.
+    refused(body[:-6] + struct.pack(">I", 99) + b"de", "overruns")
+    # A count larger than the messages there.
+    refused(body[:5] + struct.pack(">i", 3) + body[9:], "cut short|does not fit")
+    assert rs.StreamCodec(rs.Role.SERVER).receive(frame) == [good]
+
+
 def test_chunk_errors() -> None:
     with pytest.raises(rs.UnknownFrame, match="CRC"):
         entries_of(CHUNK[:-1] + b"X")

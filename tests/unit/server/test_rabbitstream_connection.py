@@ -312,7 +312,8 @@ def test_metadata_and_stats(client: Client) -> None:
     publish(client, 1, [b"a", b"b"])
     stats = client.call(c.StreamStats(client.next_cid(), "s"))
     assert isinstance(stats, c.StreamStatsResponse)
-    assert stats.stats == {"first_chunk_id": 0, "committed_chunk_id": 1}
+    # One publish frame is one batch: one chunk from offset 0.
+    assert stats.stats == {"first_chunk_id": 0, "committed_chunk_id": 0}
 
 
 def test_deleting_a_stream_tells_publishers_and_subscribers(
@@ -332,7 +333,9 @@ def test_deleting_a_stream_tells_publishers_and_subscribers(
 def test_single_active_consumer_fails_over_in_order(server: StreamServer, client: Client) -> None:
     client.call(c.Create(client.next_cid(), "s", {}))
     client.call(c.DeclarePublisher(client.next_cid(), 1, None, "s"))
-    publish(client, 1, [b"a", b"b"])
+    # Two frames, two chunks: a subscription from offset 1 gets the second alone.
+    publish(client, 1, [b"a"])
+    publish(client, 1, [b"b"], first_id=2)
     props = {"single-active-consumer": "true", "name": "group"}
     second = Client(server)
     second.open()

@@ -166,18 +166,21 @@ def encode_chunk(
     chunk_id: int,
     timestamp: int,
     num_records: int | None = None,
+    num_entries: int | None = None,
     epoch: int = 0,
     chunk_type: int = CHUNK_USER,
     trailer: bytes = b"",
 ) -> bytes:
     """A chunk of already-encoded ``entries`` (``simple_entry`` or sub-batch bytes);
-    ``num_records`` defaults to one per entry."""
+    ``num_records`` defaults to one per entry, ``num_entries`` to one per item of
+    ``entries`` (an item may hold several entries, joined as stored)."""
     data = b"".join(entries)
+    count = len(entries) if num_entries is None else num_entries
     header = HEADER.pack(
         MAGIC_VERSION,
         chunk_type,
-        len(entries),
-        len(entries) if num_records is None else num_records,
+        count,
+        count if num_records is None else num_records,
         timestamp,
         epoch,
         chunk_id,

@@ -1,4 +1,6 @@
-"""Every command of RabbitMQ's stream protocol as a frozen dataclass with ``encode()``.
+"""Every command of RabbitMQ's stream protocol as a frozen dataclass with ``encode()``
+(``Publish``: a frozen class of its own, which keeps a decoded frame's messages as stored
+entries and builds ``messages`` only when asked).
 
 ``encode()`` returns the whole frame (size prefix included); ``decode(version, reader)``
 reads a frame body after its key and version. ``COMMANDS`` maps a wire key (with the
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
 from leveret.protocol.rabbitstream import _wire as w
+from leveret.protocol.rabbitstream._publish import simple_entries
 from leveret.protocol.rabbitstream.constants import RESPONSE, Code, Key
 from leveret.protocol.rabbitstream.errors import UnknownFrame
 
@@ -288,23 +291,97 @@ class PublishedMessage(NamedTuple):
         return head + self.data
 
 
-@dataclass(frozen=True, slots=True)
 class Publish(Command):
-    """Version 2 when any message has a filter value (``version`` says which was read)."""
+    """Version 2 when any message has a filter value (``version`` says which was read).
 
+    Built by a client from ``messages``. Decoded (the broker's side, per message the hot
+    path) it keeps the frame's messages in the form a stream stores them, and builds
+    ``messages`` only when asked: ``ids`` the publishing ids, ``entries`` each message as an
+    osiris chunk entry (``PublishedMessage.entry()``: for a record, the size prefix and the
+    data sliced from the frame at once), ``counts`` each entry's record count (None when
+    every entry is one record, no sub-batch), ``filters`` the v2 filter values (None in v1).
+    Equality and ``repr`` are those of (publisher_id, messages, version)."""
+
+    __slots__ = ("_messages", "counts", "entries", "filters", "ids", "publisher_id", "version")
     KEY = Key.PUBLISH
     publisher_id: int
-    messages: list[PublishedMessage]
-    version: int = 1
+    version: int
+    ids: list[int]
+    entries: list[bytes]
+    counts: list[int] | None
+    filters: list[str | None] | None
+    _messages: list[PublishedMessage] | None
+
+    def __init__(
+        self,
+        publisher_id: int,
+        messages: list[PublishedMessage] | None = None,
+        version: int = 1,
+        *,
+        ids: list[int] | None = None,
+        entries: list[bytes] | None = None,
+        counts: list[int] | None = None,
+        filters: list[str | None] | None = None,
+    ) -> None:
+        if messages is not None:
+            ids = [m.publishing_id for m in messages]
+            entries = [m.entry() for m in messages]
+            subs = any(m.sub_batch is not None for m in messages)
+            counts = [m.records for m in messages] if subs else None
+            filters = [m.filter_value for m in messages] if version == 2 else None
+        # Frozen like every command (the base's __setattr__ refuses).
+        setattr_ = object.__setattr__
+        setattr_(self, "publisher_id", publisher_id)
+        setattr_(self, "version", version)
+        setattr_(self, "_messages", messages)
+        setattr_(self, "ids", ids or [])
+        setattr_(self, "entries", entries or [])
+        setattr_(self, "counts", counts)
+        setattr_(self, "filters", filters)
+
+    @property
+    def messages(self) -> list[PublishedMessage]:
+        if self._messages is None:
+            filters = self.filters
+            built = [
+                _published(pid, entry, None if filters is None else filters[i])
+                for i, (pid, entry) in enumerate(zip(self.ids, self.entries, strict=True))
+            ]
+            object.__setattr__(self, "_messages", built)
+            return built
+        return self._messages
+
+    @property
+    def records(self) -> int:
+        """Records in the frame (a sub-batch counts its records)."""
+        return len(self.entries) if self.counts is None else sum(self.counts)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Publish):
+            return NotImplemented
+        return (self.publisher_id, self.version, self.messages) == (
+            other.publisher_id,
+            other.version,
+            other.messages,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Publish(publisher_id={self.publisher_id}, messages={self.messages!r}, "
+            f"version={self.version})"
+        )
 
     def encode(self) -> bytes:
         v2 = self.version == 2
+        filters = self.filters
         parts = []
-        for m in self.messages:
-            head = w.U64.pack(m.publishing_id)
+        for i, (pid, entry) in enumerate(zip(self.ids, self.entries, strict=True)):
+            head = w.U64.pack(pid)
             if v2:
-                head += w.string(m.filter_value)
-            parts.append(head + m.entry())
+                head += w.string(None if filters is None else filters[i])
+            parts.append(head + entry)
         body = b"".join(parts)
         return (
             _PUB_HEAD.pack(len(body) + 9, self.KEY, self.version, self.publisher_id, len(parts))
@@ -317,40 +394,64 @@ class Publish(Command):
             raise UnknownFrame(f"publish version {version}")
         publisher_id = r.u8()
         count = r.count(12)
-        data = r.data
-        pos = r.pos
-        end = len(data)
-        out: list[PublishedMessage] = []
-        append = out.append
+        # The messages as bytes once: an entry is then one slice (a record's size prefix
+        # and data are contiguous in the frame, its publishing id just before them).
+        data = bytes(r.data[r.pos :])
+        r.pos = len(r.data)
+        ids: list[int] = []
+        entries: list[bytes] = []
+        pos = 0
+        if version == 1:
+            pos = simple_entries(data, count, ids, entries)
+            count -= len(ids)
+        counts: list[int] | None = None
+        filters: list[str | None] | None = [] if version == 2 else None
+        sub = w.Reader(data)
+        unpack_id = w.U64.unpack_from
+        unpack_size = w.U32.unpack_from
         try:
             for _ in range(count):
-                publishing_id = w.U64.unpack_from(data, pos)[0]
+                ids.append(unpack_id(data, pos)[0])
                 pos += 8
-                filter_value = None
-                if version == 2:
-                    r.pos = pos
-                    filter_value = r.string()
-                    pos = r.pos
-                if data[pos] & 0x80:
-                    kind, records, uncompressed, size = _SUB_BATCH.unpack_from(data, pos)
+                if filters is not None:
+                    sub.pos = pos
+                    filters.append(sub.string())
+                    pos = sub.pos
+                start = pos
+                flags = data[pos]
+                if flags & 0x80:
+                    _kind, records, _uncompressed, size = _SUB_BATCH.unpack_from(data, pos)
                     pos += _SUB_BATCH.size
-                    sub: tuple[int, int, int] | None = ((kind >> 4) & 7, records, uncompressed)
+                    if counts is None:
+                        counts = [1] * len(entries)
+                    counts.append(records)
                 else:
-                    size = w.U32.unpack_from(data, pos)[0]
+                    size = unpack_size(data, pos)[0]
                     pos += 4
-                    sub = None
-                if pos + size > end:
-                    raise UnknownFrame("published message overruns the frame")
-                append(
-                    PublishedMessage(
-                        publishing_id, bytes(data[pos : pos + size]), filter_value, sub
-                    )
-                )
+                    if counts is not None:
+                        counts.append(1)
                 pos += size
+                if pos > len(data):
+                    raise UnknownFrame("published message overruns the frame")
+                entry = data[start:pos]
+                if flags & 0x8F > 0x80:  # reserved bits set: stored without them
+                    entry = bytes([flags & 0xF0]) + entry[1:]
+                entries.append(entry)
         except (struct.error, IndexError) as exc:
             raise UnknownFrame("publish frame cut short") from exc
-        r.pos = pos
-        return cls(publisher_id, out, version)
+        if pos != len(data):
+            raise UnknownFrame(f"{len(data) - pos} bytes left over in the frame")
+        return cls(publisher_id, None, version, ids=ids, entries=entries, counts=counts,
+                   filters=filters)  # fmt: skip
+
+
+def _published(pid: int, entry: bytes, filter_value: str | None) -> PublishedMessage:
+    """A message of a decoded publish frame, from its stored entry."""
+    if not entry[0] & 0x80:
+        return PublishedMessage(pid, entry[4:], filter_value)
+    kind, records, uncompressed, _size = _SUB_BATCH.unpack_from(entry, 0)
+    sub = ((kind >> 4) & 7, records, uncompressed)
+    return PublishedMessage(pid, entry[_SUB_BATCH.size :], filter_value, sub)
 
 
 @dataclass(frozen=True, slots=True)

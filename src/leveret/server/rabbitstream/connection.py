@@ -12,9 +12,9 @@ RabbitMQ's stream plugin checks it, in its order, and answered with its response
 - publishers (declare / delete / query sequence): a declared publisher needs write access
   to its stream; its reference (if any) is the de-duplication key, the same state as the
   ``x-stream-producer`` header: a publishing id at most the highest stored for the
-  reference is confirmed without being stored again. ``publish`` appends each message's
-  osiris entry as it came (no re-encoding); the ids published in one read are confirmed
-  together once what they wrote is on disk (``Journal.after_commit``, group commit).
+  reference is confirmed without being stored again. ``publish`` appends a frame's osiris
+  entries as they came (no re-encoding), as one batch; the ids published in one read are
+  confirmed together once what they wrote is on disk (``Journal.after_commit``, group commit).
 - subscriptions (subscribe / credit / unsubscribe): read access; the offset specification
   becomes the core's ``OffsetSpec``; a ``ChunkConsumer`` takes whole committed chunks,
   each one credit, and each goes out as a ``deliver`` prefix plus the chunk's stored bytes
@@ -630,25 +630,22 @@ class StreamConnection:
         self._send(response)
 
     def _publish(self, command: c.Publish) -> None:
+        ids = command.ids
         publisher = self._publishers.get(command.publisher_id)
         if publisher is None:
-            errors = [
-                (m.publishing_id, int(Code.PUBLISHER_DOES_NOT_EXIST)) for m in command.messages
-            ]
+            errors = [(pid, int(Code.PUBLISHER_DOES_NOT_EXIST)) for pid in ids]
             self._send(c.PublishError(command.publisher_id, errors))
             return
         queue = publisher.queue
         if queue.deleted:
-            errors = [(m.publishing_id, int(Code.STREAM_DOES_NOT_EXIST)) for m in command.messages]
+            errors = [(pid, int(Code.STREAM_DOES_NOT_EXIST)) for pid in ids]
             self._send(c.PublishError(command.publisher_id, errors))
             return
-        reference = publisher.reference
-        append = queue.append_entry
-        pending = publisher.pending
-        for message in command.messages:
-            pid = message.publishing_id
-            append(message.entry(), message.records, reference, pid if reference else -1)
-            pending.append(pid)
+        if not ids:
+            return
+        # The frame's entries as one batch: one append, one chunk piece, one checksum.
+        queue.append_entries(command.entries, command.counts, publisher.reference, ids)
+        publisher.pending.extend(ids)
         self.published = True
 
     def _confirm_published(self) -> None:

@@ -373,6 +373,37 @@ def test_heartbeats_and_the_silent_peer(client: Client) -> None:
     assert client.conn.should_close_transport
 
 
+def test_next_tick_is_each_timer_s_deadline_and_ticking_there_does_what_is_due(
+    server: StreamServer, client: Client
+) -> None:
+    fresh = Client(server)
+    handshake = fresh.conn.next_tick(fresh.now)
+    assert handshake is not None
+    assert handshake > fresh.now + 10
+    fresh.now = handshake
+    fresh.conn.tick(fresh.now)
+    assert fresh.conn.should_close_transport
+    # Open, heartbeat 60: the heartbeat is due half an interval after the last write.
+    due = client.conn.next_tick(client.now)
+    assert due is not None
+    assert due == pytest.approx(client.now + 30)
+    client.now = due - 0.01
+    client.conn.tick(client.now)
+    assert client.pump() == []
+    client.now = due
+    client.conn.tick(client.now)
+    assert client.pump() == [c.Heartbeat()]
+    # The client stays silent: it is dropped just after two intervals since it last spoke.
+    while not client.conn.should_close_transport:
+        nxt = client.conn.next_tick(client.now)
+        assert nxt is not None
+        assert nxt > client.now
+        client.now = nxt
+        client.conn.tick(client.now)
+        client.pump()
+    assert client.now == pytest.approx(100 + 120, abs=0.01)
+
+
 def test_close_from_the_client_and_from_the_broker(server: StreamServer, client: Client) -> None:
     got = client.send(c.Close(client.next_cid(), Code.OK, "bye"))
     assert got == [c.Response(Key.CLOSE, client.cid, Code.OK)]

@@ -310,6 +310,25 @@ class StreamConnection:
                 self._resume()
         return out
 
+    def next_tick(self, now: float) -> float | None:
+        """When ``tick`` next has something to do (``server/frontend_contract.py``): the
+        adapter sleeps until then. ``_hold_until`` is only set while input is handled, after
+        which the adapter asks again."""
+        if self.state is State.CLOSED:
+            return None
+        if self._hold_until:
+            return self._hold_until
+        if self.state is State.CLOSING:
+            return self._close_deadline
+        if self.state is not State.RUNNING:
+            return self.opened_at + HANDSHAKE_TIMEOUT + 1e-3
+        if not self.heartbeat:
+            return None
+        return min(
+            self._last_sent + self.heartbeat / 2,
+            self._last_received + 2 * self.heartbeat + 1e-3,
+        )
+
     def tick(self, now: float) -> None:
         if self.state is State.CLOSED:
             return

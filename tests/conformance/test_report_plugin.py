@@ -13,6 +13,11 @@ from conformance.harness import PLUGINS
 if TYPE_CHECKING:
     from pathlib import Path
 
+import pytest
+
+# Left out of the compiled pass (scripts/test): the conformance harness's own code.
+pytestmark = pytest.mark.pure_only
+
 SUITE = """
 import pytest
 

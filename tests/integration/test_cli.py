@@ -101,6 +101,9 @@ def pump_until_closed(conn: Any, timeout: float = 10.0) -> BaseException | None:
 # -- help -------------------------------------------------------------------------------
 
 
+# pure_only (left out of the compiled pass): the CLI's parsing and settings, which are not
+# compiled. The tests that serve connections and stop the broker run in both passes.
+@pytest.mark.pure_only
 def test_help() -> None:
     result = leveret("--help")
     assert result.returncode == 0, result.stderr
@@ -109,6 +112,7 @@ def test_help() -> None:
     assert result.stderr == ""
 
 
+@pytest.mark.pure_only
 def test_serve_help_lists_every_setting() -> None:
     result = leveret("serve", "--help")
     assert result.returncode == 0, result.stderr
@@ -127,6 +131,7 @@ def test_serve_help_lists_every_setting() -> None:
     assert result.stderr == ""
 
 
+@pytest.mark.pure_only
 def test_version() -> None:
     result = leveret("--version")
     assert result.returncode == 0
@@ -136,6 +141,7 @@ def test_version() -> None:
 # -- bad flags and bad configuration: status 2, one clear line, no traceback ------------
 
 
+@pytest.mark.pure_only
 @pytest.mark.parametrize(
     "args",
     [
@@ -195,6 +201,7 @@ def _latin1(directory: Path) -> str:
     return str(path)
 
 
+@pytest.mark.pure_only
 @pytest.mark.parametrize("case", list(_BAD_CONFIGS))
 def test_bad_configuration_exits_2_with_one_line(tmp_path: Path, case: str) -> None:
     args, env = _BAD_CONFIGS[case](tmp_path)
@@ -207,6 +214,7 @@ def test_bad_configuration_exits_2_with_one_line(tmp_path: Path, case: str) -> N
     assert result.stdout == ""
 
 
+@pytest.mark.pure_only
 def test_bad_configuration_message_names_the_problem(tmp_path: Path) -> None:
     path = _config(tmp_path, "[leveret]\nprot = 1\n")
     result = leveret("serve", "--config", path)
@@ -218,6 +226,7 @@ def test_bad_configuration_message_names_the_problem(tmp_path: Path) -> None:
 # -- listening ------------------------------------------------------------------------------
 
 
+@pytest.mark.pure_only
 @pytest.mark.interop
 @pytest.mark.leveret_only
 def test_port_already_in_use_exits_1() -> None:
@@ -241,6 +250,7 @@ def _connect_and_close(broker: OwnBroker, **params: Any) -> Any:
     return impl_params
 
 
+@pytest.mark.pure_only
 @pytest.mark.interop
 @pytest.mark.leveret_only
 def test_config_file_and_environment_take_effect(tmp_path: Path) -> None:
@@ -259,6 +269,7 @@ def test_config_file_and_environment_take_effect(tmp_path: Path) -> None:
         assert broker.shutdown() == 0
 
 
+@pytest.mark.pure_only
 @pytest.mark.interop
 @pytest.mark.leveret_only
 def test_flags_beat_environment(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import pytest
 
 from tests.integration.ctl_support import ctl, login, new_data_dir, ok, start
 
-pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
+# Left out of the compiled pass (scripts/test): leveret ctl, not the broker's compiled core.
+pytestmark = [pytest.mark.interop, pytest.mark.leveret_only, pytest.mark.pure_only]
 
 RABBITMQ_EXPORT = Path(__file__).resolve().parents[1] / "data" / "rabbitmq-3.10.8-definitions.json"
 

@@ -16,7 +16,8 @@ import pytest
 
 from tests.integration.ctl_support import ctl, new_data_dir, ok, start
 
-pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
+# Left out of the compiled pass (scripts/test): leveret ctl, not the broker's compiled core.
+pytestmark = [pytest.mark.interop, pytest.mark.leveret_only, pytest.mark.pure_only]
 
 
 def test_listing_and_operation_verbs() -> None:

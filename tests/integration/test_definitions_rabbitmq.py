@@ -19,7 +19,8 @@ from tests.integration.mgmt_support import AUTH, MgmtBroker, start_mgmt_broker
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
+# Left out of the compiled pass (scripts/test): definitions through the management API.
+pytestmark = [pytest.mark.interop, pytest.mark.leveret_only, pytest.mark.pure_only]
 
 RABBITMQ = os.environ.get("LEVERET_TEST_RABBITMQ_HTTP", "http://127.0.0.1:15672")
 VHOST = "lv-mgmt-roundtrip"

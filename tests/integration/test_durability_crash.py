@@ -35,7 +35,8 @@ from tests.integration.pika_support import connect
 if TYPE_CHECKING:
     from tests.integration.conftest import Broker
 
-pytestmark = pytest.mark.leveret_only
+# Left out of the compiled pass (scripts/test): the store's crash safety (not compiled).
+pytestmark = [pytest.mark.leveret_only, pytest.mark.pure_only]
 
 CYCLES = int(os.environ.get("LEVERET_CRASH_CYCLES", "20"))
 QUEUE = "crash.q"

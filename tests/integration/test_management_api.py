@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-pytestmark = pytest.mark.leveret_only
+# Left out of the compiled pass (scripts/test): the management API is not compiled.
+pytestmark = [pytest.mark.leveret_only, pytest.mark.pure_only]
 
 # RabbitMQ fields Leveret does not give, by endpoint (Erlang VM internals, clustering,
 # per-message persistence/RAM counts of the classic queue's backing store, churn rates,

@@ -23,7 +23,8 @@ from tests.integration.mgmt_support import MgmtBroker, start_mgmt_broker
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = [pytest.mark.leveret_only, pytest.mark.interop]
+# Left out of the compiled pass (scripts/test): the management API is not compiled.
+pytestmark = [pytest.mark.leveret_only, pytest.mark.interop, pytest.mark.pure_only]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from tests.integration.mgmt_support import AUTH, MgmtBroker, start_mgmt_broker
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.leveret_only
+# Left out of the compiled pass (scripts/test): the management web UI in a browser.
+pytestmark = [pytest.mark.leveret_only, pytest.mark.pure_only]
 
 CHROMIUM = os.environ.get("LEVERET_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-pytestmark = pytest.mark.leveret_only
+# Left out of the compiled pass (scripts/test): the management API's and ctl's tools.
+pytestmark = [pytest.mark.leveret_only, pytest.mark.pure_only]
 
 V = quote("/", safe="")
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

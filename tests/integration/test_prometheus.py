@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-pytestmark = pytest.mark.leveret_only
+# Left out of the compiled pass (scripts/test): the Prometheus endpoint is not compiled.
+pytestmark = [pytest.mark.leveret_only, pytest.mark.pure_only]
 
 # What RabbitMQ's Grafana dashboard "RabbitMQ-Overview" reads from /metrics.
 DASHBOARD_METRICS = {

@@ -33,7 +33,8 @@ for _module in ("leveret.assembly", "leveret.testing.embedded", "pika", "amqp"):
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "testing.md"
 
-pytestmark = pytest.mark.leveret_only
+# Left out of the compiled pass (scripts/test): the pytest plugin's fixtures and clock.
+pytestmark = [pytest.mark.leveret_only, pytest.mark.pure_only]
 
 # Inner runs: warnings are errors, no cache files; Celery's and kombu's own deprecations
 # are theirs (the project's pytest configuration ignores them the same way).

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
     from tests.integration.conftest import Broker
 
-pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
+# Left out of the compiled pass (scripts/test): the TLS listeners are not compiled.
+pytestmark = [pytest.mark.interop, pytest.mark.leveret_only, pytest.mark.pure_only]
 
 _AMQPS = re.compile(r"listening on amqps://127\.0\.0\.1:(\d+)")
 # pika raises the ssl module's error when it rejects the broker's certificate, its own when

@@ -41,6 +41,9 @@ from leveret.protocol.amqp010.types import (
     encode_value,
 )
 
+# Left out of the compiled pass (scripts/test): the 0-10 codec is not compiled.
+pytestmark = pytest.mark.pure_only
+
 ALL_STRUCTS: list[type[Struct]] = sorted(
     {
         obj

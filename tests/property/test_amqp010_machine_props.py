@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -19,6 +20,9 @@ from leveret.protocol.amqp010.session import Session, SessionTable
 from leveret.protocol.amqp010.types import Command, Control
 from tests.property.test_amqp010_codec_props import instances
 from tests.unit.protocol.amqp010.pair import Pair
+
+# Left out of the compiled pass (scripts/test): the 0-10 connection machine is not compiled.
+pytestmark = pytest.mark.pure_only
 
 # -- every state x every input ---------------------------------------------------------------
 

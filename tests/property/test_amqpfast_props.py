@@ -7,6 +7,7 @@ from __future__ import annotations
 import decimal
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,9 @@ from leveret.protocol.amqpfast import commands as c
 from leveret.protocol.amqpfast import events as ev
 from leveret.protocol.amqpfast.framing import CommandDecoder, Fragment, encode_command
 from leveret.protocol.amqpfast.server import ACCEPTED, NEED_DATA, PAUSED, FastServer, State
+
+# Left out of the compiled pass (scripts/test): the AMQP/Fast codec is not compiled.
+pytestmark = pytest.mark.pure_only
 
 _KINDS: dict[str, st.SearchStrategy[Any]] = {
     "octet": st.integers(0, 255),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import decimal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,9 @@ from leveret.protocol.amqp091.fieldtable import (
     encode_table,
     field_values_equal,
 )
+
+# Left out of the compiled pass (scripts/test): the field-table codec is not compiled.
+pytestmark = pytest.mark.pure_only
 
 UTC = datetime.UTC
 

@@ -30,6 +30,9 @@ from leveret.protocol.amqp09.wiretypes import Content
 if TYPE_CHECKING:
     from types import ModuleType
 
+# Left out of the compiled pass (scripts/test): the 0-8/0-9 method codecs are not compiled.
+pytestmark = pytest.mark.pure_only
+
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 MODULES: dict[str, tuple[ModuleType, ModuleType]] = {

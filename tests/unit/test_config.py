@@ -17,6 +17,9 @@ from leveret.config import ConfigError, Settings, load
 if TYPE_CHECKING:
     from pathlib import Path
 
+# Left out of the compiled pass (scripts/test): the settings are not compiled.
+pytestmark = pytest.mark.pure_only
+
 NO_ENV: dict[str, str] = {}
 
 

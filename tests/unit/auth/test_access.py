@@ -18,6 +18,9 @@ from leveret.auth.access import Access
 from leveret.auth.users import IMPERSONATOR, UserStore
 from leveret.errors import AccessRefused, AMQPError, PreconditionFailed
 
+# Left out of the compiled pass (scripts/test): auth/ is not compiled.
+pytestmark = pytest.mark.pure_only
+
 V = "lvprobe"
 
 

@@ -17,6 +17,9 @@ from leveret.auth.authn import FAILURE_DELAY, Refusal
 from leveret.auth.users import UserStore
 from leveret.protocol import sasl
 
+# Left out of the compiled pass (scripts/test): auth/ is not compiled.
+pytestmark = pytest.mark.pure_only
+
 SECRET = "s3cret-never-logged"
 
 

@@ -14,6 +14,9 @@ from leveret.auth.limits import InvalidLimits, parse_limits
 from leveret.auth.users import InvalidArgument, UserStore
 from leveret.errors import NotAllowed
 
+# Left out of the compiled pass (scripts/test): auth/ is not compiled.
+pytestmark = pytest.mark.pure_only
+
 
 def _store() -> UserStore:
     store = UserStore()

@@ -21,6 +21,9 @@ from leveret.auth.definitions import export_definitions, import_definitions
 from leveret.auth.persist import AuthFileError
 from leveret.auth.users import InvalidArgument, NoSuchUser, UserStore
 
+# Left out of the compiled pass (scripts/test): auth/ is not compiled.
+pytestmark = pytest.mark.pure_only
+
 DATA = Path(__file__).resolve().parents[2] / "data" / "rabbitmq-3.10.8-definitions.json"
 PASSWORDS = {
     "lv_exp_sha256": "secret-256",

@@ -18,6 +18,9 @@ from leveret.model.exchanges import (
     make_exchange_type,
 )
 
+# Left out of the compiled pass (scripts/test): the exchanges are not compiled.
+pytestmark = pytest.mark.pure_only
+
 
 class Queue:
     """A stand-in destination compared by identity."""

@@ -28,6 +28,9 @@ from leveret.protocol.amqpfast.framing import (
     split_message,
 )
 
+# Left out of the compiled pass (scripts/test): the AMQP/Fast codec is not compiled.
+pytestmark = pytest.mark.pure_only
+
 
 def _decode_all(wire: bytes, frame_max: int = 1 << 20) -> list[c.Command | Fragment]:
     decoder = CommandDecoder(frame_max)

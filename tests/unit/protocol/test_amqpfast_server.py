@@ -20,6 +20,9 @@ from leveret.testing import amqpfast_client as fc
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+# Left out of the compiled pass (scripts/test): the AMQP/Fast machine is not compiled.
+pytestmark = pytest.mark.pure_only
+
 E = TypeVar("E", bound=ev.Event)
 C = TypeVar("C", bound=fc.ClientEvent)
 

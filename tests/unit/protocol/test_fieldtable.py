@@ -25,6 +25,9 @@ from leveret.protocol.amqp091.fieldtable import (
     field_values_equal,
 )
 
+# Left out of the compiled pass (scripts/test): the field-table codec is not compiled.
+pytestmark = pytest.mark.pure_only
+
 UTC = datetime.UTC
 
 

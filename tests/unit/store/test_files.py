@@ -16,6 +16,9 @@ from leveret.store.files import read_document, replace_durably
 if TYPE_CHECKING:
     from pathlib import Path
 
+# Left out of the compiled pass (scripts/test): the store is not compiled.
+pytestmark = pytest.mark.pure_only
+
 
 class _Bad(Exception):
     pass

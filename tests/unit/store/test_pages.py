@@ -13,6 +13,11 @@ if TYPE_CHECKING:
 
     import pytest
 
+import pytest
+
+# Left out of the compiled pass (scripts/test): the store is not compiled.
+pytestmark = pytest.mark.pure_only
+
 
 def test_pages_read_back_and_files_go_when_every_page_was_taken(tmp_path: Path) -> None:
     pages = PageFiles(tmp_path / "pages", file_bytes=100)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
+
 from leveret.store.records import COMMIT, HEADER_SIZE, MAGIC, frame, scan
+
+# Left out of the compiled pass (scripts/test): the store is not compiled.
+pytestmark = pytest.mark.pure_only
 
 
 def _batches(*batches: list[bytes]) -> bytes:

@@ -23,6 +23,9 @@ from leveret.testing.clock import ClockedEventLoop
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
+# Left out of the compiled pass (scripts/test): the test clock is not compiled.
+pytestmark = pytest.mark.pure_only
+
 # Real time that may pass between reading the clock and a timer firing on a busy machine.
 SLACK = 0.5
 

@@ -30,6 +30,7 @@ _HEADER: Final = b"\x00\x53\x70"
 _PROPERTIES: Final = b"\x00\x53\x73"
 _APPLICATION_PROPERTIES: Final = b"\x00\x53\x74"
 _LONG_MAX: Final = (1 << 63) - 1
+_DURABLE_ONLY: Final = _HEADER + b"\xc0\x02\x01\x41"  # header: durable, nothing else
 
 _BB = struct.Struct(">BB").pack
 _BI = struct.Struct(">BI").pack
@@ -120,7 +121,8 @@ def _application(headers: dict[str, object]) -> bytes | None:
         encoded = _value(value)
         if encoded is None:
             return None
-        parts.append(_str(key))
+        name = key.encode()
+        parts.append((_BB(0xA1, len(name)) if len(name) < 256 else _BI(0xB1, len(name))) + name)
         parts.append(encoded)
     if not parts:
         return b""
@@ -153,8 +155,9 @@ def _sections(props: BasicProperties) -> Sections | None:
         ttl = b"\x43" if number == 0 else _BB(0x52, number) if number < 256 else _BI(0x70, number)
     durable = props.delivery_mode == 2
     priority = props.priority
-    header = b""
-    if durable or priority is not None or ttl is not _NULL:
+    if priority is None and ttl is _NULL:
+        header = _DURABLE_ONLY if durable else b""
+    else:
         header = _list(
             _HEADER,
             [
@@ -188,21 +191,37 @@ def _sections(props: BasicProperties) -> Sections | None:
     ):
         if timestamp is not None and timestamp * 1000 > _LONG_MAX:
             return None
-        rest = _list(
-            _PROPERTIES,
-            [
-                _NULL if message_id is None else _str(message_id),
-                _NULL if user_id is None else _binary(user_id.encode()),
-                _NULL,
-                _NULL,
-                _NULL if reply_to is None else _str(reply_to),
-                _NULL if correlation_id is None else _str(correlation_id),
-                _NULL if content_type is None else _symbol(content_type),
-                _NULL if content_encoding is None else _symbol(content_encoding),
-                _NULL,
-                _NULL if timestamp is None else _Bq(0x83, timestamp * 1000),
-            ],
-        )
+        if (
+            user_id is None
+            and reply_to is None
+            and correlation_id is None
+            and content_type is None
+            and content_encoding is None
+            and timestamp is None
+        ):
+            # Only a message-id (what a writer that numbers its messages sets): one item.
+            assert message_id is not None
+            encoded = _str(message_id)
+            if len(encoded) < 255:
+                rest = _PROPERTIES + _BBB(0xC0, len(encoded) + 1, 1) + encoded
+            else:
+                rest = _PROPERTIES + _BII(0xD0, len(encoded) + 4, 1) + encoded
+        else:
+            rest = _list(
+                _PROPERTIES,
+                [
+                    _NULL if message_id is None else _str(message_id),
+                    _NULL if user_id is None else _binary(user_id.encode()),
+                    _NULL,
+                    _NULL,
+                    _NULL if reply_to is None else _str(reply_to),
+                    _NULL if correlation_id is None else _str(correlation_id),
+                    _NULL if content_type is None else _symbol(content_type),
+                    _NULL if content_encoding is None else _symbol(content_encoding),
+                    _NULL,
+                    _NULL if timestamp is None else _Bq(0x83, timestamp * 1000),
+                ],
+            )
     headers = props.headers
     if headers:
         application = _application(headers)  # type: ignore[arg-type]

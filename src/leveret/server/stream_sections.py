@@ -115,15 +115,30 @@ def _value(value: object) -> bytes | None:
     return None
 
 
+# Header names as application-property keys: a writer sends the same few names.
+_names: dict[str, bytes] = {}
+
+
 def _application(headers: dict[str, object]) -> bytes | None:
     parts: list[bytes] = []
+    names = _names
     for key, value in headers.items():
-        encoded = _value(value)
-        if encoded is None:
-            return None
-        name = key.encode()
-        parts.append((_BB(0xA1, len(name)) if len(name) < 256 else _BI(0xB1, len(name))) + name)
-        parts.append(encoded)
+        name = names.get(key)
+        if name is None:
+            if len(names) >= 256:
+                names.clear()
+            name = names[key] = _str(key)
+        parts.append(name)
+        # Strings and integers (most headers) here, the other types in _value.
+        if type(value) is str:
+            parts.append(_str(value))
+        elif type(value) is int:
+            parts.append(_Bb(0x55, value) if -128 <= value <= 127 else _Bq(0x81, value))
+        else:
+            encoded = _value(value)
+            if encoded is None:
+                return None
+            parts.append(encoded)
     if not parts:
         return b""
     body = b"".join(parts)

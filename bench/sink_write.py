@@ -8,7 +8,8 @@ Publishes ``--messages`` ~60-byte rows into a new stream with the sink's own pub
 (``spark.sink.publish_batches``: confirms, window 1,000, and each row's own
 ``x-stream-producer`` / ``x-stream-sequence`` headers and ``message-id``, the property
 sets a stream's record head cache cannot reuse), and prints one JSON line: rows/s and the
-broker's CPU per row (from ``/proc/PID/stat``). Interleave brokers to compare them.
+broker's CPU per row (from ``/proc/PID/stat``). ``--fixed``: the same rows with one fixed
+property set instead (the cached case). Interleave brokers to compare them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from pathlib import Path
 import pyarrow as pa
 from examples.spark_pipeline import _LISTENING
 
+from leveret.protocol.amqp091 import framing
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.spark._client import AmqpClient
 from leveret.spark._options import Options
 from leveret.spark.sink import _Plan, publish_batches
@@ -59,7 +63,22 @@ def _start(src: str | None, data_dir: str) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError("the broker did not start")
 
 
-def write(url: str, pid: int, messages: int) -> dict[str, object]:
+def _publish_fixed(options: Options, bodies: list[bytes]) -> int:
+    """The same rows with one fixed property set (delivery-mode 2), as the sink's
+    client-alone figure: what an append costs when the record head cache hits."""
+    with AmqpClient(options.params).connect() as c:
+        c.confirm_select()
+        method = m.BasicPublish(exchange="", routing_key=options.routing_key or "").encode()
+        props = BasicProperties(delivery_mode=2).encode()
+        for body in bodies:
+            c.publish_frames(framing.encode_message_frames(1, method, 60, body, props, c.frame_max))
+            if c.in_flight >= 1000:
+                c.wait_confirms(500, 60)
+        c.wait_confirms(0, 60)
+    return len(bodies)
+
+
+def write(url: str, pid: int, messages: int, fixed: bool = False) -> dict[str, object]:
     queue = f"bench.sink.{uuid.uuid4().hex[:8]}"
     options = Options.parse({"uri": url, "queue": queue, "routingKey": queue})
     with AmqpClient(options.params).connect() as c:
@@ -72,7 +91,10 @@ def write(url: str, pid: int, messages: int) -> dict[str, object]:
     plan = _Plan("value", None, None, None, None)  # what plan_columns gives a value column
     cpu = _cpu_seconds(pid)
     start = time.perf_counter()
-    published = publish_batches(options, plan, iter([batch]), f"bench-{uuid.uuid4().hex[:6]}-0")
+    if fixed:
+        published = _publish_fixed(options, bodies)
+    else:
+        published = publish_batches(options, plan, iter([batch]), f"bench-{uuid.uuid4().hex[:6]}-0")
     wall = time.perf_counter() - start
     cpu = _cpu_seconds(pid) - cpu
     with AmqpClient(options.params).connect() as c:
@@ -91,16 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pid", type=int, help="the running broker's process id")
     parser.add_argument("--src", help="start Leveret from this source directory")
     parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument(
+        "--fixed", action="store_true", help="one fixed property set instead of the sink's"
+    )
     args = parser.parse_args(argv)
     if args.url is not None:
         if args.pid is None:
             parser.error("--url needs --pid")
-        print(json.dumps(write(args.url, args.pid, args.messages)))
+        print(json.dumps(write(args.url, args.pid, args.messages, args.fixed)))
         return 0
     with tempfile.TemporaryDirectory(prefix="leveret-sink-bench-") as work:
         proc, url = _start(args.src, work)
         try:
-            print(json.dumps(write(url, proc.pid, args.messages)))
+            print(json.dumps(write(url, proc.pid, args.messages, args.fixed)))
         finally:
             proc.terminate()
             proc.wait(10)

@@ -39,7 +39,10 @@ publisher's property bytes as they arrived. A 0-9-1 reader of such a record
 mapping, so 0-9-1 in, 0-9-1 out stays byte-identical and cheap; only a message published
 over the stream protocol (or 1.0) pays the mapping when a 0-9-1 reader takes it. The 1.0
 sections of a property set are made once per distinct property bytes (a small cache), so a
-publisher that repeats its properties pays the mapping once.
+publisher that repeats its properties pays the mapping once; one whose properties differ
+per message (the Spark sink's producer, sequence and message-id) has them written straight
+from the message's decoded properties by ``server/stream_sections.py``, the same bytes
+without the 1.0 composites, for the values it takes.
 
 The AMQP 1.0 encoding is ``leveret.protocol.amqp10``'s.
 """

@@ -15,6 +15,7 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp091.session",
     "leveret.server.amqp091.message",
     "leveret.server.stream_reads",
+    "leveret.server.stream_sections",
     "leveret.server.amqp091.stream_headers",
     "leveret.server.amqp010.session",
     "leveret.protocol.amqp10.transfer",

@@ -39,7 +39,10 @@ publisher's property bytes as they arrived. A 0-9-1 reader of such a record
 mapping, so 0-9-1 in, 0-9-1 out stays byte-identical and cheap; only a message published
 over the stream protocol (or 1.0) pays the mapping when a 0-9-1 reader takes it. The 1.0
 sections of a property set are made once per distinct property bytes (a small cache), so a
-publisher that repeats its properties pays the mapping once.
+publisher that repeats its properties pays the mapping once; one whose properties differ
+per message (the Spark sink's producer, sequence and message-id) has them written straight
+from the message's decoded properties by ``server/stream_sections.py``, the same bytes
+without the 1.0 composites, for the values it takes.
 
 The AMQP 1.0 encoding is ``leveret.protocol.amqp10``'s.
 """
@@ -73,6 +76,7 @@ from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records, spl
 from leveret.server.amqp091.message import wire_message
 from leveret.server.formats import AMQP10
 from leveret.server.stream_reads import ChunkReads
+from leveret.server.stream_sections import sections
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -188,10 +192,17 @@ class _Prepared:
 
     __slots__ = ("count", "header", "items", "rest")
 
-    def __init__(self, raw: bytes) -> None:
-        header, annotations, rest = _sections(BasicProperties.decode(raw))
-        self.header = header
+    def __init__(self, raw: bytes, props: BasicProperties) -> None:
         self.items = _PROPERTIES_KEY + t.encode_value(raw)
+        direct = sections(props)
+        if direct is not None:
+            self.header = direct.header
+            self.items += direct.annotations
+            self.count = 6 + direct.count
+            self.rest = direct.rest
+            return
+        header, annotations, rest = _sections(props)
+        self.header = header
         for key, value in annotations.items():
             self.items += t.encode_value(key) + t.encode_value(value)
         self.count = 6 + 2 * len(annotations)
@@ -223,16 +234,25 @@ def record_parts(message: Message) -> tuple[bytes, bytes]:
     if prefix is None:
         if len(_heads) >= _CACHE_MAX:
             _heads.clear()
-        prefix = _heads[key] = _head(message.exchange, message.routing_key, raw)
+        prefix = _heads[key] = _head(message.exchange, message.routing_key, raw, message)
     return prefix + _data(body), body
 
 
-def _head(exchange: str, routing_key: str, raw: bytes) -> bytes:
+def _properties_of(message: Message) -> BasicProperties:
+    """The message's decoded properties: the decode the de-duplication key already made
+    (``Message.properties`` keeps it), else one of the property bytes."""
+    props = message.properties
+    if isinstance(props, BasicProperties):
+        return props
+    return BasicProperties.decode(message.raw_properties)
+
+
+def _head(exchange: str, routing_key: str, raw: bytes, message: Message) -> bytes:
     prepared = _prepared.get(raw)
     if prepared is None:
         if len(_prepared) >= _CACHE_MAX:
             _prepared.clear()
-        prepared = _prepared[raw] = _Prepared(raw)
+        prepared = _prepared[raw] = _Prepared(raw, _properties_of(message))
     items = (
         _EXCHANGE_KEY + _string(exchange) + _ROUTING_KEY_KEY + _string(routing_key) + prepared.items
     )

@@ -60,10 +60,20 @@ def stream_port_of(broker: Broker) -> int:
 
 
 class Target:
-    def __init__(self, amqp_port: int, stream_port: int, broker: Broker | None) -> None:
+    """The broker a module's tests run against: Leveret started here (``broker``, and its
+    ``data_dir`` when the test chose one) or an external broker (both None)."""
+
+    def __init__(
+        self,
+        amqp_port: int,
+        stream_port: int,
+        broker: Broker | None,
+        data_dir: Path | None = None,
+    ) -> None:
         self.amqp_port = amqp_port
         self.stream_port = stream_port
         self.broker = broker
+        self.data_dir = data_dir
 
 
 @pytest.fixture(scope="module")

@@ -43,26 +43,14 @@ from rstream.schema import OffsetSpecification
 from tests.integration.conftest import start_broker
 from tests.integration.ctl_support import ctl, new_data_dir
 from tests.integration.mgmt_support import AUTH, start_mgmt_broker
-from tests.integration.test_stream_protocol import STREAM_PORT_ENV, stream_port_of
+from tests.integration.test_stream_protocol import STREAM_PORT_ENV, Target, stream_port_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
-    from pathlib import Path
 
-    from tests.integration.conftest import Broker
 
 TIMEOUT = 30.0
 STREAM_DOES_NOT_EXIST = 2  # the protocol's response code
-
-
-class Target:
-    def __init__(
-        self, amqp_port: int, stream_port: int, broker: Broker | None, data_dir: Path | None
-    ) -> None:
-        self.amqp_port = amqp_port
-        self.stream_port = stream_port
-        self.broker = broker
-        self.data_dir = data_dir
 
 
 @pytest.fixture(scope="module")

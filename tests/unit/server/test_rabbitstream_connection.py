@@ -78,14 +78,19 @@ def code_of(response: c.Command) -> int:
     return code
 
 
-@pytest.fixture
-def server() -> StreamServer:
+def new_server() -> StreamServer:
+    """A stream server on an in-memory broker: guest, and ``reader`` who may only read."""
     broker = Broker()
     broker.attach_streams(MemoryStreamBackend(RECORDS))
     users = UserStore.with_default_user()
     users.add_user("reader", "pw")
     users.set_permissions("reader", "/", "^$", "^$", ".*")
     return StreamServer(broker, users)
+
+
+@pytest.fixture
+def server() -> StreamServer:
+    return new_server()
 
 
 @pytest.fixture

@@ -4,28 +4,30 @@ client-role codec as in ``test_rabbitstream_connection.py``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from leveret.auth.users import UserStore
-from leveret.model.broker import Broker
-from leveret.model.stream import MemoryStreamBackend
 from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
-from leveret.server.rabbitstream import StreamServer
-from leveret.server.stream_message import RECORDS
-from tests.unit.server.test_rabbitstream_connection import Client, code_of, delivered, publish
+from tests.unit.server.test_rabbitstream_connection import (
+    Client,
+    code_of,
+    delivered,
+    new_server,
+    publish,
+)
+
+if TYPE_CHECKING:
+    from leveret.server.rabbitstream import StreamServer
 
 
 @pytest.fixture
 def server() -> StreamServer:
-    broker = Broker()
-    broker.attach_streams(MemoryStreamBackend(RECORDS))
-    users = UserStore.with_default_user()
-    users.add_user("reader", "pw")
-    users.set_permissions("reader", "/", "^$", "^$", ".*")
-    users.add_user("no-bind", "pw")  # may configure and write, not read the exchange
-    users.set_permissions("no-bind", "/", ".*", ".*", "^$")
-    return StreamServer(broker, users)
+    made = new_server()
+    made.users.add_user("no-bind", "pw")  # may configure and write, not read the exchange
+    made.users.set_permissions("no-bind", "/", ".*", ".*", "^$")
+    return made
 
 
 @pytest.fixture

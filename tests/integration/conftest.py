@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
+from tools.qpid import Py2, ensure
 
 from tests.integration.pika_support import Opened, connect
 
@@ -178,3 +179,12 @@ def conn(broker: Broker) -> Iterator[Any]:
 def ch(conn: Any) -> Any:
     """A channel on ``conn``."""
     return conn.channel()
+
+
+@pytest.fixture(scope="module")
+def py2() -> Py2:
+    """Python 2.7 with the Qpid project's Python client (0-10 tests), or a skip."""
+    found = ensure()
+    if found is None:
+        pytest.skip("Python 2.7 with qpid-python is not available")
+    return found

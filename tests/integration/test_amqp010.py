@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import pika
 import pytest
-from tools.qpid import Py2, ensure
 
 from leveret.protocol.amqp010._generated.commands import (
     MessageAccept,
@@ -48,20 +47,14 @@ from tests.integration.pika_support import connect_to
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from tools.qpid import Py2
+
     from leveret.protocol.amqp010.session import Session as ProtocolSession
     from tests.integration.conftest import Broker
 
 pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
 
 CLIENT = Path(__file__).with_name("qpid010_client.py2")
-
-
-@pytest.fixture(scope="module")
-def py2() -> Py2:
-    found = ensure()
-    if found is None:
-        pytest.skip("Python 2.7 with qpid-python is not available")
-    return found
 
 
 @pytest.fixture(scope="module")

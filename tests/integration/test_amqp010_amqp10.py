@@ -11,22 +11,15 @@ import pika
 import pytest
 from proton import Message, symbol
 from proton.utils import BlockingConnection
-from tools.qpid import Py2, ensure
 
 from tests.integration.test_amqp010 import qpid
 
 if TYPE_CHECKING:
+    from tools.qpid import Py2
+
     from tests.integration.conftest import Broker
 
 pytestmark = [pytest.mark.interop, pytest.mark.leveret_only, pytest.mark.timeout(90)]
-
-
-@pytest.fixture(scope="module")
-def py2() -> Py2:
-    found = ensure()
-    if found is None:
-        pytest.skip("Python 2.7 with qpid-python is not available")
-    return found
 
 
 def _url(broker: Broker) -> str:

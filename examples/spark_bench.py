@@ -341,7 +341,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="broker URL (default: start Leveret)")
     parser.add_argument("--stream-port", type=int, help="its stream-protocol port")
-    parser.add_argument("--protocols", default="stream,amqp", help="stream, amqp or both")
+    parser.add_argument(
+        "--protocols",
+        default="stream,amqp",
+        help="comma-separated: stream, amqp (default: both, stream,amqp)",
+    )
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=2_000)
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -368,6 +372,9 @@ def main() -> int:
     spark = None
     queues: list[str] = []
     protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
+    unknown = sorted(set(protocols) - {"stream", "amqp"})
+    if unknown or not protocols:
+        parser.error(f"--protocols: expected stream and/or amqp, got {args.protocols!r}")
 
     def stream() -> str:
         name = f"bench.{uuid.uuid4().hex[:8]}"

@@ -356,6 +356,10 @@ def main() -> int:
         "--large", type=int, default=0, help="only batch reads of a stream of this many rows"
     )
     args = parser.parse_args()
+    protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
+    unknown = sorted(set(protocols) - {"stream", "amqp"})
+    if unknown or not protocols:
+        parser.error(f"--protocols: expected stream and/or amqp, got {args.protocols!r}")
     n = args.messages
     if args.decode_only:
         print(f"client decode, 0-9-1, from memory: {decode_ceiling(n):,.0f} rows per CPU-s")
@@ -371,10 +375,6 @@ def main() -> int:
         stream_port = 5552
     spark = None
     queues: list[str] = []
-    protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
-    unknown = sorted(set(protocols) - {"stream", "amqp"})
-    if unknown or not protocols:
-        parser.error(f"--protocols: expected stream and/or amqp, got {args.protocols!r}")
 
     def stream() -> str:
         name = f"bench.{uuid.uuid4().hex[:8]}"

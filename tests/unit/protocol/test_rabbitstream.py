@@ -19,9 +19,6 @@ from leveret.protocol.rabbitstream.chunk import (
     simple_entry,
 )
 
-# Left out of the compiled pass (scripts/test): the stream protocol's codec is not compiled.
-pytestmark = pytest.mark.pure_only
-
 DATA = Path(__file__).parent / "data" / "rabbitstream"
 
 # What a client sends, one of each (the server's codec must read them back equal).

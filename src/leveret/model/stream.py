@@ -18,7 +18,7 @@ De-duplication: a message with ``x-stream-producer`` (string of 1 to 256 charact
 ``x-stream-sequence`` (integer >= 0) headers is dropped when the log already holds a
 sequence at least as high for that producer; the log keeps that state durably
 (``StreamLog.producers``). The stream protocol's publisher reference and publishing id are
-the same pair (``StreamQueue.append_entry``).
+the same pair (``StreamQueue.append_entries``).
 
 Chunks: a log keeps its messages as osiris chunks (one per group-commit batch), the unit the
 stream protocol delivers. A ``ChunkConsumer`` (a stream-protocol subscription) takes whole
@@ -129,13 +129,6 @@ class StreamLog(Protocol):
         """Store ``message`` at ``next_offset``; True when this closed a segment.
 
         ``producer`` is "" for a message without de-duplication headers."""
-        ...
-
-    def append_entry(
-        self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
-    ) -> bool:
-        """Store an entry as published over the stream protocol (a record or a sub-batch of
-        ``records`` records) at ``next_offset``; True when this closed a segment."""
         ...
 
     def append_entries(
@@ -261,11 +254,6 @@ class MemoryStreamLog:
         if self.codec is not None:
             self._add_chunk([b"".join(self.codec.entry(message))], 1, timestamp, 1)
         return self._add([message], timestamp, producer, sequence)
-
-    def append_entry(
-        self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
-    ) -> bool:
-        return self.append_entries(entry, 1, records, timestamp, producer, sequence)
 
     def append_entries(
         self,
@@ -620,21 +608,6 @@ class StreamQueue(Queue):
         self._last_timestamp = timestamp
         stamped = self.backend.stamp(message, log.next_offset, timestamp)
         if log.append(stamped, timestamp, producer, sequence):
-            self._retain()
-        if self.consumers:
-            self.dispatch()
-        return True
-
-    def append_entry(self, entry: bytes, records: int, producer: str, sequence: int) -> bool:
-        """Append an entry published over the stream protocol; False for a duplicate
-        (``producer`` "" = no de-duplication), which is confirmed once durable all the same."""
-        log = self.log
-        if producer and sequence <= log.producers.get(producer, -1):
-            log.wait_durable()
-            return False
-        timestamp = max(int(self.timers.wall * 1000), self._last_timestamp)
-        self._last_timestamp = timestamp
-        if log.append_entry(entry, records, timestamp, producer, sequence):
             self._retain()
         if self.consumers:
             self.dispatch()

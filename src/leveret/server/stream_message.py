@@ -491,16 +491,10 @@ class StreamRecords:
             for one, _records in split_entries(entry, entries):
                 out.extend(self.messages(one, stream))
             return out
-        out = []
-        for record in entry_records(entry):
-            if record is None:
-                out.append(None)
-                continue
-            try:
-                out.append(message_of(record, stream))
-            except MessageFormatError:
-                out.append(_unreadable(record, stream))
-        return out
+        return [
+            None if record is None else self._record(record, stream)[0]
+            for record in entry_records(entry)
+        ]
 
     def chunk_messages(
         self, data: bytes, at: int, end: int, entries: int, stream: str

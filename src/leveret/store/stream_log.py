@@ -307,11 +307,6 @@ class FileStreamLog:
         building.parts.extend(pieces)
         return self._appended(building, size, 1, 1, producer, sequence)
 
-    def append_entry(
-        self, entry: bytes, records: int, timestamp: int, producer: str, sequence: int
-    ) -> bool:
-        return self.append_entries(entry, 1, records, timestamp, producer, sequence)
-
     def append_entries(
         self,
         data: bytes,

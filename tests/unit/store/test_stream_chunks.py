@@ -70,8 +70,10 @@ def test_a_batch_over_the_chunk_limit_is_cut_into_chunks_that_fit(h: Harness) ->
     stream_log = h.log()
     entry = simple_entry(b"x" * 100_000)
     for i in range(25):
-        assert not stream_log.append_entry(entry, 1, 10, "pub", i)
-    assert not stream_log.append_entry(simple_entry(b"y" * (CHUNK_DATA_MAX + 1)), 1, 10, "pub", 25)
+        assert not stream_log.append_entries(entry, 1, 1, 10, "pub", i)
+    assert not stream_log.append_entries(
+        simple_entry(b"y" * (CHUNK_DATA_MAX + 1)), 1, 1, 10, "pub", 25
+    )
     append(stream_log, b"after")
     h.sync()
 
@@ -137,8 +139,8 @@ def test_stream_protocol_entries_are_read_by_0_9_1_readers(h: Harness) -> None:
     record = to_amqp10(props, b"hello")
     sub_batch = b"".join(simple_entry(to_amqp10(BasicProperties(), b"s%d" % i)) for i in range(3))
     batch_entry = struct.pack(">BHII", 0x80, 3, len(sub_batch), len(sub_batch)) + sub_batch
-    assert not stream_log.append_entry(simple_entry(record), 1, 10, "pub", 0)
-    assert not stream_log.append_entry(batch_entry, 3, 11, "pub", 1)
+    assert not stream_log.append_entries(simple_entry(record), 1, 1, 10, "pub", 0)
+    assert not stream_log.append_entries(batch_entry, 1, 3, 11, "pub", 1)
     append(stream_log, b"091", ts=12)
     assert stream_log.next_offset == 5
     assert dict(stream_log.producers) == {"pub": 1}

@@ -13,7 +13,7 @@ from leveret.server.lifecycle import Server
 
 if TYPE_CHECKING:
     from leveret.config import Settings
-    from leveret.server.lifecycle import ManagementPlane
+    from leveret.server.lifecycle import ManagementPlane, Plugin
 
 
 def _management(server: Server) -> ManagementPlane:
@@ -23,9 +23,16 @@ def _management(server: Server) -> ManagementPlane:
     return ManagementServer(server)
 
 
+def _links(server: Server) -> Plugin:
+    from leveret.links.supervisor import Links
+
+    return Links(server)
+
+
 def build_server(settings: Settings) -> Server:
-    """A server, not started, with the management plane it starts when settings ask."""
-    return Server(settings, management=_management)
+    """A server, not started, with the management plane it starts when settings ask and
+    the links (shovels, federation) it runs."""
+    return Server(settings, management=_management, plugins=(_links,))
 
 
 def serve(settings: Settings) -> None:

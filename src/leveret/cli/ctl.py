@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from leveret.cli import ctl_links
 from leveret.config import ConfigError, default_data_dir, load
 from leveret.server.control import socket_path
 
@@ -327,7 +328,7 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(main, None)
     sub = main.add_subparsers(dest="verb", required=True, metavar="command")
-    for verb, (help_text, build) in _specs().items():
+    for verb, (help_text, build) in {**_specs(), **ctl_links.specs()}.items():
         p = sub.add_parser(verb, help=help_text, description=help_text)
         _common(p, argparse.SUPPRESS)
         build(p)
@@ -475,6 +476,8 @@ _DEFAULT_COLUMNS = {
     "list_delayed": ["id", "due_at", "due_in", "routing_key", "payload"],
     "browse_queue": ["position", "routing_key", "redelivered", "payload"],
 }
+_BANNERS.update(ctl_links.BANNERS)
+_DEFAULT_COLUMNS.update(ctl_links.DEFAULT_COLUMNS)
 _EMPTY_COLUMNS = {
     "list_users": ["user", "tags"],
     "list_permissions": ["user", "configure", "write", "read"],
@@ -496,6 +499,11 @@ def _password(args: argparse.Namespace) -> str:
 
 def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
     """The control request's arguments for the parsed command line."""
+    if verb in ctl_links.VERBS:
+        try:
+            return ctl_links.request_args(verb, a)
+        except ctl_links.LinkArgumentError as exc:
+            raise CtlError(str(exc), 65) from None
     if verb in ("add_user", "change_password", "authenticate_user"):
         return {"user": a.username, "password": _password(a)}
     if verb in ("delete_user", "clear_password", "list_user_permissions"):

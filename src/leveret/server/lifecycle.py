@@ -44,6 +44,7 @@ from leveret.server.control import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
 from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.parameter_verbs import parameter_verbs
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
 from leveret.server.runtime import Runtime, boot_runtime
 from leveret.server.stored import stamp_stream, stored_message
@@ -58,7 +59,7 @@ from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from leveret.config import Settings
     from leveret.server.frontend import FrontEnd, FrontEndContext
@@ -88,6 +89,16 @@ class ManagementPlane(Protocol):
     async def close(self) -> None: ...
 
 
+class Plugin(Protocol):
+    """Something above the server that runs inside it (``leveret.links``: shovels and
+    federation). Made with the server, before recovery, so it can register its parameter
+    checks and verbs; started once the broker serves; closed first at shutdown."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Server:
     """A running broker: the model, its listeners and its connections."""
 
@@ -96,6 +107,7 @@ class Server:
         settings: Settings,
         *,
         management: Callable[[Server], ManagementPlane] | None = None,
+        plugins: Sequence[Callable[[Server], Plugin]] = (),
     ) -> None:
         self.settings = settings
         self._management_factory = management
@@ -142,7 +154,9 @@ class Server:
         self.admin.register(entity_verbs(self.admin))
         self.admin.register(message_verbs(self.admin))
         self.admin.register(super_stream_verbs(self.admin))  # rabbitmq-streams' verbs
+        self.admin.register(parameter_verbs(self.admin))
         self.management: ManagementPlane | None = None
+        self.plugins: list[Plugin] = [make(self) for make in plugins]
 
     @property
     def admin_host(self) -> Server:
@@ -284,6 +298,8 @@ class Server:
         except ControlChannelError as exc:
             self.control = None
             log.warning("leveret ctl will not reach this broker: %s", exc)
+        for plugin in self.plugins:
+            await plugin.start()
         if self.settings.management and self._management_factory is not None:
             self.management = self._management_factory(self)
             await self.management.start()
@@ -383,6 +399,8 @@ class Server:
         await self._start_stream(loop, tls=True)
 
     async def stop(self) -> None:
+        for plugin in reversed(self.plugins):
+            await plugin.close()
         if self.management is not None:
             await self.management.close()
             self.management = None

@@ -1,5 +1,6 @@
-"""Exchange types of the broker core: direct, fanout, topic, headers and the delayed-message
-exchange (``x-delayed-message``, which routes as one of the others).
+"""Exchange types of the broker core: direct, fanout, topic, headers, the delayed-message
+exchange (``x-delayed-message``, which routes as one of the others) and federation's
+``x-federation-upstream`` (a fanout that cuts loops and counts hops).
 
 Importing this package registers every built-in type in :data:`TYPES`;
 :func:`make_exchange_type` makes an empty instance by type name.
@@ -19,6 +20,7 @@ from leveret.model.exchanges.base import (
 from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.exchanges.direct import DirectExchange
 from leveret.model.exchanges.fanout import FanoutExchange
+from leveret.model.exchanges.federation_upstream import FederationUpstreamExchange
 from leveret.model.exchanges.headers import HeadersExchange
 from leveret.model.exchanges.topic import TopicExchange
 
@@ -30,6 +32,7 @@ __all__ = [
     "DirectExchange",
     "ExchangeType",
     "FanoutExchange",
+    "FederationUpstreamExchange",
     "FieldTable",
     "HeadersExchange",
     "TopicExchange",

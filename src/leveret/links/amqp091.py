@@ -110,6 +110,8 @@ class Connection091(asyncio.Protocol):
             deliveries=self.deliveries,
         )
         self.transport: asyncio.Transport | None = None
+        # This broker's name for the connection when it is a local one (local.py).
+        self.local_name = ""
         self.closed: asyncio.Future[str] = self.loop.create_future()
         self.opened: asyncio.Future[None] = self.loop.create_future()
         self.error: str | None = None
@@ -392,10 +394,11 @@ async def open_connection(
             if endpoint.local:
                 if local is None:
                     raise LinkError("a URI without a host needs this broker (none is running)")
-                sock = local.connect("amqp091", endpoint.username, name)
+                sock, label = local.connect("amqp091", endpoint.username, name)
                 _t, conn = await loop.create_connection(
                     lambda: Connection091(endpoint, name, mechanism), sock=sock
                 )
+                conn.local_name = label
             else:
                 context = tls_context(endpoint.tls) if endpoint.tls is not None else None
                 server_hostname = None

@@ -98,6 +98,8 @@ class Connection10(asyncio.Protocol):
             )
         )
         self.transport: asyncio.Transport | None = None
+        # This broker's name for the connection when it is a local one (local.py).
+        self.local_name = ""
         self.closed: asyncio.Future[str] = self.loop.create_future()
         self.opened: asyncio.Future[int] = self.loop.create_future()  # the session's channel
         self.channel = -1
@@ -194,10 +196,14 @@ class Connection10(asyncio.Protocol):
             if not self.opened.done():
                 self.opened.set_result(event.channel)
         elif isinstance(event, LinkAttached):
-            waiter_a = self._attaches.pop(event.handle, None)
+            waiter_a = self._attaches.get(event.handle)
             if waiter_a is not None and not waiter_a.done():
-                if event.source is None and event.target is None:
-                    return  # refused: the detach that follows says why
+                # Refused: the peer's attach has no terminus on its side (the source for our
+                # receiver, the target for our sender); the detach that follows says why.
+                ours = event.source if event.role == Role.RECEIVER else event.target
+                if ours is None:
+                    return
+                del self._attaches[event.handle]
                 waiter_a.set_result(event)
         elif isinstance(event, LinkDetached):
             reason = (
@@ -348,10 +354,11 @@ async def open_connection10(
             if endpoint.local:
                 if local is None:
                     raise LinkError("a URI without a host needs this broker (none is running)")
-                sock = local.connect("amqp10", endpoint.username, name)
+                sock, label = local.connect("amqp10", endpoint.username, name)
                 _t, conn = await loop.create_connection(
                     lambda: Connection10(endpoint, name), sock=sock
                 )
+                conn.local_name = label
             else:
                 context = tls_context(endpoint.tls) if endpoint.tls is not None else None
                 server_hostname = None

@@ -171,7 +171,7 @@ class FederationLink:
         name = self._name()
         down = await open_connection(local_endpoint(self.vhost), name, links.local)
         self.down = down
-        self.local_connection = f"<{name}>"
+        self.local_connection = down.local_name
         self.dch = await down.open_channel()
         down.on_channel_close = self._channel_closed
         down.on_read = self._after_down_read

@@ -36,20 +36,26 @@ class LocalConnector:
     def __init__(self, server: Server) -> None:
         self.server = server
         self._accepting: set[asyncio.Task[object]] = set()
+        self._count = 0
 
     @property
     def default_user(self) -> str:
         return self.server.settings.default_user
 
-    def connect(self, protocol: str, username: str | None, name: str = "") -> socket.socket:
-        """The link's end of a new socket pair whose other end the broker serves.
-        ``protocol`` is for the log (the first bytes the link sends choose the front end);
-        ``name`` names the connection (its peer, in ``/api/connections``)."""
+    def connect(
+        self, protocol: str, username: str | None, name: str = ""
+    ) -> tuple[socket.socket, str]:
+        """The link's end of a new socket pair whose other end the broker serves, and the
+        name the broker knows the connection by (``<name #n>``, unique: its peer in
+        ``/api/connections``). ``protocol`` is for the log (the first bytes the link sends
+        choose the front end)."""
         ours, theirs = socket.socketpair()
         ours.setblocking(False)
         theirs.setblocking(False)
         server = self.server
         identity = username or self.default_user
+        self._count += 1
+        label = f"<{name or 'link'} #{self._count}>"
         loop = asyncio.get_running_loop()
         task = loop.create_task(
             loop.connect_accepted_socket(
@@ -60,7 +66,7 @@ class LocalConnector:
                     server.connections,
                     server.alarm,
                     local_identity=identity,
-                    local_peer=f"<{name or 'link'}>",
+                    local_peer=label,
                 ),
                 theirs,
             )
@@ -68,4 +74,4 @@ class LocalConnector:
         self._accepting.add(task)
         task.add_done_callback(self._accepting.discard)
         log.debug("local %s connection for user '%s'", protocol, identity)
-        return ours
+        return ours, label

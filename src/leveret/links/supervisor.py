@@ -72,6 +72,7 @@ class Links:
 
     async def start(self) -> None:
         self.started = True
+        self.server.broker.cluster_name = self.cluster_name()
         for (vhost, component, name), value in sorted(self.runtime.parameters.items()):
             if component == SHOVEL and vhost in self.server.broker.vhosts:
                 self._start_shovel(vhost, name, value)
@@ -250,7 +251,11 @@ class Links:
                 log.exception("links: reconciliation failed")
 
     def _reconcile(self) -> None:
-        vhosts = self.server.broker.vhosts
+        broker = self.server.broker
+        # What clients are told (federation on other brokers cuts loops by it) follows the
+        # cluster_name parameter.
+        broker.cluster_name = self.cluster_name()
+        vhosts = broker.vhosts
         for key, shovel in list(self.shovels.items()):
             if key[0] not in vhosts:
                 del self.shovels[key]

@@ -59,7 +59,11 @@ class FederationUpstreamExchange(FanoutExchange):
 
     def __init__(self, arguments: FieldTable | None = None) -> None:
         super().__init__()
-        arguments = arguments or {}
+        self.max_hops = 1
+        self.downstream_name: object = None
+        self.downstream_vhost: object = None
+        if arguments is None:
+            return  # made only to check that the type exists (make_exchange_type)
         max_hops = arguments.get(MAX_HOPS)
         if max_hops is None:
             raise PreconditionFailed(f"Argument {MAX_HOPS} missing")

@@ -177,7 +177,7 @@ def make_rabbitmq(plugins: tuple[str, ...] = LINK_PLUGINS) -> RabbitMQ:
         f"management.tcp.port = {mgmt}\n"
         "collect_statistics_interval = 500\n"
     )
-    os.chmod(workdir, 0o755)
+    os.chmod(workdir, 0o755)  # noqa: S103 - the node runs as the rabbitmq user
     shutil.chown(workdir, "rabbitmq", "rabbitmq")
     for path in workdir.rglob("*"):
         shutil.chown(path, "rabbitmq", "rabbitmq")

@@ -319,13 +319,13 @@ class Federation:
     def register(self, validators: dict[str, Callable[[str, str, object], None]]) -> None:
         def upstream(vhost: str, name: str, value: object) -> None:
             try:
-                validate_upstream(value)
+                validate_upstream(value, name)
             except ValidationError as exc:
                 raise InvalidArgument(str(exc)) from None
 
         def upstream_set(vhost: str, name: str, value: object) -> None:
             try:
-                validate_upstream_set(value)
+                validate_upstream_set(value, name)
             except ValidationError as exc:
                 raise InvalidArgument(str(exc)) from None
 

@@ -114,6 +114,9 @@ class Shovel:
         self._remaining: int | None = None
         self._remaining_unacked: int | None = None
         self._finished: asyncio.Future[None] | None = None
+        self._connected = False
+        # Why the last run ended (the web UI shows it beside a shovel stuck "starting").
+        self.last_error = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -141,6 +144,7 @@ class Shovel:
         name = f"'{spec.name}' in virtual host '{spec.vhost}'"
         while not self._stopping:
             self.status.set("starting")
+            self._connected = False
             try:
                 await self._run()
             except _Done:
@@ -148,12 +152,14 @@ class Shovel:
                 await self._close_all()
                 await self.on_done(self)
                 return
-            except LinkError as exc:
-                log.error("Shovel %s is stopping: %s", name, exc.reason)
-                self.status.set("terminated", exc.reason)
-            except (OSError, ValueError) as exc:
-                log.error("Shovel %s is stopping: %s", name, exc)
-                self.status.set("terminated", str(exc))
+            except (LinkError, OSError, ValueError) as exc:
+                reason = exc.reason if isinstance(exc, LinkError) else str(exc) or repr(exc)
+                self.last_error = reason
+                log.error("Shovel %s is stopping: %s", name, reason)
+                if self._connected:
+                    self.status.set("terminated", reason)
+                # else: it never got both ends: RabbitMQ 3.10 leaves such a shovel
+                # "starting" (its worker stops with 'shutdown', which reports nothing).
             await self._close_all()
             delay = spec.reconnect_delay
             if delay <= 0 or self._stopping:
@@ -212,6 +218,7 @@ class Shovel:
         dest_conn, dest_uri = await self._connect(
             dest_spec.protocol, dest_spec.uris, dest_spec.endpoint, "destination"
         )
+        self._connected = True
         self._pending.clear()
         src_headers = src_spec.headers()
         if dest_spec.protocol == "amqp10":
@@ -260,6 +267,7 @@ class Shovel:
         self._remaining = self._remaining_unacked = remaining
         if remaining == 0:
             raise _Done
+        self.last_error = ""
         loop = asyncio.get_running_loop()
         self._finished = finished = loop.create_future()
         await source.consume(no_ack=no_ack)

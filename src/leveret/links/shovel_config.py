@@ -249,7 +249,7 @@ def _queue_name(name: str, value: object) -> str | None:
 
 def validate(value: object, name: str = COMPONENT) -> None:
     """Raise :class:`ValidationError` with RabbitMQ's texts if RabbitMQ would refuse
-    ``value`` as a shovel definition."""
+    ``value`` as a shovel definition (``name``: the parameter's, as the texts say it)."""
     if not isinstance(value, dict):
         raise ValidationError([f"{name} not a list {erl(value)}"])
     errors: list[str] = []

@@ -102,7 +102,7 @@ class Links:
 
     def _validate_shovel(self, vhost: str, name: str, value: object) -> None:
         try:
-            shovel_config.validate(value)
+            shovel_config.validate(value, name)
         except ValidationError as exc:
             raise InvalidArgument(str(exc)) from None
 
@@ -130,7 +130,7 @@ class Links:
 
     def _start_shovel(self, vhost: str, name: str, value: Any) -> None:
         try:
-            shovel_config.validate(value)
+            shovel_config.validate(value, name)
         except ValidationError as exc:
             log.error("Shovel '%s' in vhost '%s' not started: %s", name, vhost, exc)
             return

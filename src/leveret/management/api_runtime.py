@@ -3,6 +3,7 @@ runtime.json) and the definitions document."""
 
 from __future__ import annotations
 
+import html
 import json
 import time
 
@@ -15,7 +16,8 @@ from leveret.management.api_base import (
     no_content,
     read_body,
 )
-from leveret.management.errors import not_found
+from leveret.auth.users import InvalidArgument
+from leveret.management.errors import bad_request, not_found
 from leveret.server.admin_entities import import_document
 from leveret.server.runtime import (
     export_all,
@@ -130,7 +132,11 @@ class RuntimeApi(ApiBase):
         self.vhost(m["vhost"])
         body = await read_body(request)
         existed = (m["vhost"], m["component"], m["name"]) in self.runtime.parameters
-        self.runtime.set_parameter(m["vhost"], m["component"], m["name"], body.get("value"))
+        try:
+            self.runtime.set_parameter(m["vhost"], m["component"], m["name"], body.get("value"))
+        except InvalidArgument as exc:
+            # RabbitMQ escapes the validation text as HTML here (rabbit_mgmt_wm_parameter).
+            raise bad_request(html.escape(str(exc), quote=False)) from None
         await self.runtime.save()
         return no_content() if existed else web.Response(status=201)
 

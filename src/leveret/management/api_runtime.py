@@ -9,6 +9,7 @@ import time
 
 from aiohttp import web
 
+from leveret.auth.users import InvalidArgument
 from leveret.management.api_base import (
     ApiBase,
     as_bool,
@@ -16,7 +17,6 @@ from leveret.management.api_base import (
     no_content,
     read_body,
 )
-from leveret.auth.users import InvalidArgument
 from leveret.management.errors import bad_request, not_found
 from leveret.server.admin_entities import import_document
 from leveret.server.runtime import (

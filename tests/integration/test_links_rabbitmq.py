@@ -24,7 +24,6 @@ from tests.integration.links_support import (
     wait_for,
 )
 from tests.integration.mgmt_support import AUTH, start_mgmt_broker
-from tests.integration.rabbitmq_support import remove, start_rabbitmq
 from tests.integration.test_management_api import KNOWN_MISSING
 
 if TYPE_CHECKING:
@@ -37,13 +36,9 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.interop, pytest.mark.leveret_only, pytest.mark.pure_only]
 
 
-@pytest.fixture(scope="module")
-def rabbit() -> Iterator[RabbitMQ]:
-    node = start_rabbitmq()
-    try:
-        yield node
-    finally:
-        remove(node)
+@pytest.fixture
+def rabbit(links_rabbitmq: RabbitMQ) -> RabbitMQ:
+    return links_rabbitmq
 
 
 @pytest.fixture(scope="module")

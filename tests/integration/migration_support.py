@@ -51,6 +51,7 @@ from tests.integration.rabbitmq_support import AUTH as RABBIT_AUTH
 from tests.integration.rabbitmq_support import remove, start_rabbitmq
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from tests.integration.mgmt_support import MgmtBroker
@@ -123,39 +124,54 @@ def prepare_rabbitmq(rabbit: RabbitMQ, plan: Plan) -> list[str]:
     return queues
 
 
-async def _prefill(uri: str, queues: list[str], per_queue: int) -> None:
-    """Persistent messages, pipelined with confirms (the project's own 0-9-1 client)."""
+async def _publish_all(
+    uri: str, messages: Iterator[tuple[str, str, bytes, bytes]], window: int = 2000
+) -> None:
+    """Publish (exchange, routing key, properties, body) tuples with confirms, pipelined
+    ``window`` deep, on the project's own 0-9-1 client."""
     conn = await open_connection(parse_amqp091(uri), "prefill")
     channel = await conn.open_channel()
     await conn.call(channel, m.ConfirmSelect(), m.ConfirmSelectOk)
     room = asyncio.Event()
-    room.set()
-    settled = 0
-    sent = 0
 
     def confirmed(_channel: int, _tag: int, _multiple: bool, ack: bool) -> None:
-        nonlocal settled
-        assert ack, "RabbitMQ refused a prefill message"
-        settled = sent - conn.machine.unconfirmed(channel)
-        if sent - settled < 2000:
+        assert ack, "the broker refused a prefill message"
+        if conn.machine.unconfirmed(channel) < window // 2:
             room.set()
 
     conn.on_confirm = confirmed
-    for seq in range(per_queue):
-        for name in queues:
-            props = BasicProperties(delivery_mode=2, headers=headers_of("prefill", seq, 0))
-            conn.publish(channel, EXCHANGE, name, f"{name}/prefill/{seq}".encode(), props.encode())
-            sent += 1
-        if sent - settled >= 2000:
+    for exchange, key, props, body in messages:
+        conn.publish(channel, exchange, key, body, props)
+        if conn.machine.unconfirmed(channel) >= window:
             conn.flush()
             room.clear()
-            await room.wait()
+            async with asyncio.timeout(300):
+                await room.wait()
     conn.flush()
     async with asyncio.timeout(300):
         while conn.machine.unconfirmed(channel):
             room.clear()
             await room.wait()
     await conn.close()
+
+
+async def _prefill(uri: str, queues: list[str], per_queue: int) -> None:
+    """Persistent messages, round robin over the queues through the exchange."""
+
+    def messages() -> Iterator[tuple[str, str, bytes, bytes]]:
+        for seq in range(per_queue):
+            for name in queues:
+                props = BasicProperties(delivery_mode=2, headers=headers_of("prefill", seq, 0))
+                yield EXCHANGE, name, props.encode(), f"{name}/prefill/{seq}".encode()
+
+    await _publish_all(uri, messages())
+
+
+async def _prefill_queue(uri: str, queue: str, count: int, size: int) -> None:
+    """``count`` persistent messages of ``size`` bytes into ``queue`` (bench/shovel.py)."""
+    props = BasicProperties(delivery_mode=2).encode()
+    body = bytes(size)
+    await _publish_all(uri, (("", queue, props, body) for _ in range(count)))
 
 
 class Publisher(threading.Thread):

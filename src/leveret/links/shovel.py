@@ -115,7 +115,7 @@ class Shovel:
         self._remaining_unacked: int | None = None
         self._finished: asyncio.Future[None] | None = None
         self._connected = False
-        # Why the last run ended (the web UI shows it beside a shovel stuck "starting").
+        # Why the last run ended (logged; a shovel that never connected stays "starting").
         self.last_error = ""
 
     @property

@@ -12,6 +12,7 @@ from leveret.model.exchanges import (
     DelayedExchange,
     DirectExchange,
     FanoutExchange,
+    FederationUpstreamExchange,
     HeadersExchange,
     TopicExchange,
     freeze,
@@ -32,20 +33,24 @@ class Queue:
         return f"Queue({self.name})"
 
 
-def test_registry_has_the_five_types() -> None:
+def test_registry_has_the_six_types() -> None:
     assert {
         "direct": DirectExchange,
         "fanout": FanoutExchange,
         "topic": TopicExchange,
         "headers": HeadersExchange,
         "x-delayed-message": DelayedExchange,
+        "x-federation-upstream": FederationUpstreamExchange,
     } == TYPES
     for name, cls in TYPES.items():
         instance = make_exchange_type(name)
         assert isinstance(instance, cls)
         assert name == instance.TYPE_NAME
-        # The delayed type reads x-delay whatever it routes as.
-        assert instance.NEEDS_HEADERS is (name in ("headers", "x-delayed-message"))
+        # The delayed type reads x-delay whatever it routes as; federation's upstream type
+        # reads x-received-from.
+        assert instance.NEEDS_HEADERS is (
+            name in ("headers", "x-delayed-message", "x-federation-upstream")
+        )
         assert len(instance) == 0
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from leveret.server.lifecycle import Server
+from leveret.server.server import Server
 
 if TYPE_CHECKING:
     from leveret.config import Settings
-    from leveret.server.lifecycle import ManagementPlane
+    from leveret.server.server import ManagementPlane
 
 
 def _management(server: Server) -> ManagementPlane:

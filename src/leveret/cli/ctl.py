@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from leveret.config import ConfigError, default_data_dir, load
-from leveret.server.control import socket_path
+from leveret.server.ctl.unix_socket import socket_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

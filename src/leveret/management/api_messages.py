@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.management.api_base import ApiBase, json_reply, no_content, read_body
 from leveret.management.errors import HttpError, bad_request, not_found
-from leveret.server import message_tools as tools
+from leveret.server import message_ops as tools
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -24,7 +24,7 @@ from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
-from leveret.server.message_tools import PROPERTY_NAMES, message_json
+from leveret.server.message_ops import PROPERTY_NAMES, message_json
 from leveret.server.runtime import (
     binding_rows,
     cluster_name,

@@ -16,7 +16,7 @@ from leveret.management.api_base import (
     read_body,
 )
 from leveret.management.errors import not_found
-from leveret.server.admin_entities import import_document
+from leveret.server.ctl.entities import import_document
 from leveret.server.runtime import (
     export_all,
 )

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
     from leveret.management.authz import Principal
     from leveret.management.stats import Sampler
-    from leveret.server.admin import Admin, AdminHost
-    from leveret.server.flow import MemoryAlarm
+    from leveret.server.ctl.admin import Admin, AdminHost
+    from leveret.server.memory_alarm import MemoryAlarm
     from leveret.server.runtime import Runtime
 
 

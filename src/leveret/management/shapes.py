@@ -23,7 +23,7 @@ from leveret.management.stats import (
     message_stats,
 )
 from leveret.model.stream import StreamQueue
-from leveret.server.admin_entities import connection_name
+from leveret.server.ctl.entities import connection_name
 from leveret.server.runtime import json_value
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from leveret.auth.definitions import VHOST_LIMITS_COMPONENT, export_definitions
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError
 from leveret.model.policies import PolicyError, make_policy
-from leveret.store import runtime as runtime_file
+from leveret.store import parameters_file
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -212,7 +212,7 @@ class Runtime:
         if self.path is None:
             return
         try:
-            await asyncio.to_thread(runtime_file.save, self.path, self.snapshot())
+            await asyncio.to_thread(parameters_file.save, self.path, self.snapshot())
         except OSError as exc:
             raise AdminError(f"change made but not saved: {exc.strerror}") from None
 
@@ -231,9 +231,9 @@ def cluster_name(runtime: Runtime) -> str:
 
 def boot_runtime(runtime: Runtime, data_dir: Path) -> None:
     """Load ``runtime.json`` (policies apply to the recovered queues at once)."""
-    path = data_dir / runtime_file.RUNTIME_FILE
+    path = data_dir / parameters_file.RUNTIME_FILE
     runtime.path = path
-    doc = runtime_file.load(path)
+    doc = parameters_file.load(path)
     if doc is not None:
         runtime.load(doc)
 

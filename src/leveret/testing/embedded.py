@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from leveret.server.connection import ConnectionProtocol
-    from leveret.server.lifecycle import Server
+    from leveret.server.server import Server
 
 __all__ = ["DEFAULT_SETTINGS", "EmbeddedBroker", "EmbeddedBrokerError"]
 
@@ -122,7 +122,7 @@ class EmbeddedBroker:
             raise EmbeddedBrokerError("the broker is running already")
         from leveret.assembly import build_server
         from leveret.config import ConfigError, load
-        from leveret.server.lifecycle import StoreError
+        from leveret.server.server import StoreError
 
         started = time.perf_counter()
         if self.data_dir is None:

@@ -22,8 +22,8 @@ from leveret.server.runtime import binding_rows, export_all, import_entities, js
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.server.admin import Admin
     from leveret.server.connection import ConnectionProtocol
+    from leveret.server.ctl.admin import Admin
     from leveret.server.runtime import Runtime
 
 

@@ -33,17 +33,17 @@ from leveret.config import default_data_dir
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
-from leveret.server.admin import Admin, AuthBootError, boot_auth
-from leveret.server.admin_entities import entity_verbs
-from leveret.server.admin_messages import message_verbs
-from leveret.server.admin_streams import super_stream_verbs
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091.message import wire_message
 from leveret.server.connection import ConnectionProtocol
-from leveret.server.control import ControlChannel, ControlChannelError
+from leveret.server.ctl.admin import Admin, AuthBootError, boot_auth
+from leveret.server.ctl.entities import entity_verbs
+from leveret.server.ctl.messages import message_verbs
+from leveret.server.ctl.streams import super_stream_verbs
+from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
-from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
 from leveret.server.runtime import Runtime, boot_runtime
 from leveret.server.stored import stamp_stream, stored_message
@@ -51,9 +51,9 @@ from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
+from leveret.store.parameters_file import RuntimeFileError
 from leveret.store.records import StoreCorrupt
 from leveret.store.recovery import restore
-from leveret.store.runtime import RuntimeFileError
 from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 
@@ -298,7 +298,7 @@ class Server:
         import json
 
         from leveret.auth.users import AdminError
-        from leveret.server.admin_entities import import_document
+        from leveret.server.ctl.entities import import_document
 
         try:
             text = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth.users import AdminError
-from leveret.server import message_tools as tools
+from leveret.server import message_ops as tools
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from leveret.model.queue import Queue
     from leveret.model.vhost import VirtualHost
-    from leveret.server.admin import Admin
+    from leveret.server.ctl.admin import Admin
 
 
 class _Failed(AdminError):

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from leveret.model.vhost import VirtualHost
-    from leveret.server.admin import Admin
+    from leveret.server.ctl.admin import Admin
 
 
 class SuperStreamExists(AdminError):

@@ -20,12 +20,12 @@ import socket
 import struct
 from typing import TYPE_CHECKING
 
-from leveret.server.admin import Reply
+from leveret.server.ctl.admin import Reply
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from leveret.server.admin import Admin
+    from leveret.server.ctl.admin import Admin
 
 log = logging.getLogger("leveret.admin")
 

@@ -2,7 +2,7 @@
 
 The broker is found from the same settings as ``leveret serve`` (``--data-dir``,
 ``--config``, ``LEVERET_*``): its control socket is ``data_dir/ctl.sock``
-(``server/control.py``), usable by the broker's own user only, so no password is needed on
+(``server/ctl/unix_socket.py``), usable by the broker's own user only, so no password is needed on
 the broker's machine. Output is a table (tab-separated, a header line; rabbitmqctl's
 "Listing ..." banner unless ``-q``) or JSON (``--formatter json``). Exit codes are
 rabbitmqctl's: 0 done, 64 bad usage, 65 bad data or failed authentication, 67 no such

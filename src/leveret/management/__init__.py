@@ -16,7 +16,7 @@ Prometheus endpoint (port 15692), served on the broker's own event loop.
  static/        the web UI (plain HTML, CSS and JavaScript; no build step)
 ```
 
-It reads the running server through ``server.admin.AdminHost`` (plus the runtime
+It reads the running server through ``server.ctl.admin.AdminHost`` (plus the runtime
 parameters of ``server/runtime.py`` and the sampler) and changes it through the same calls
 as ``leveret ctl``. ``leveret/assembly.py`` plugs it into the server, which starts it;
 nothing in the broker imports it.

@@ -1,4 +1,4 @@
-"""Vhosts, users, permissions, topic permissions and limits, through ``server/admin.py``'s
+"""Vhosts, users, permissions, topic permissions and limits, through ``server/ctl/admin.py``'s
 verbs (written to auth.json before the answer)."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class AdminApi(ApiBase):
-    """Vhosts, users, permissions, topic permissions and limits, through ``server/admin.py``'s"""
+    """Vhosts, users, permissions, topic permissions and limits, through the admin verbs
+    (``server/ctl/admin.py``)."""
 
     # -- vhosts, users, permissions, limits (the admin verbs) ---------------------------------
 

@@ -1,6 +1,6 @@
 """Leveret's own endpoints (RabbitMQ has none of them): the pending messages of a delayed
 exchange (list, cancel, reschedule) and a queue's messages looked at, searched, moved,
-copied and replayed without consuming them. The operations are ``server/message_tools.py``'s
+copied and replayed without consuming them. The operations are ``server/message_ops.py``'s
 (``leveret ctl`` runs the same); this maps them onto HTTP.
 
 ::

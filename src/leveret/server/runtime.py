@@ -3,13 +3,13 @@
 - Policies and operator policies live in the model (``VirtualHost.policies``, applied live
   by ``VirtualHost.apply_policies``); other parameters (``federation-upstream``,
   ``shovel``, ... kept as given, for definitions round trips) and global parameters live
-  here. All of it is written to ``data_dir/runtime.json`` (``store/runtime.py``) before a
+  here. All of it is written to ``data_dir/runtime.json`` (``store/parameters_file.py``) before a
   change is answered and loaded at boot (``boot_runtime``).
 - ``export_all`` / ``import_all``: RabbitMQ's definitions with everything: the auth part
   (``auth/definitions.py``), parameters, policies, and durable exchanges, queues and
   bindings, which are declared through the model's calls (so the store records them).
 
-Used by ``server/admin.py`` (``leveret ctl``), ``management/`` and ``server/lifecycle.py``.
+Used by ``server/ctl/admin.py`` (``leveret ctl``), ``management/`` and ``server/server.py``.
 """
 
 from __future__ import annotations

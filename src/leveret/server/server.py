@@ -7,9 +7,9 @@ writes what is pending (acks included) before the process exits.
 On SIGINT/SIGTERM every connection gets connection.close 320 CONNECTION_FORCED, the broker
 waits briefly for the close handshakes, then exits. SIGHUP reloads the TLS certificates.
 
-Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/admin.py``
+Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/ctl/admin.py``
 ``boot_auth``, after the store's recovery); once the listeners are up, the control channel
-``leveret ctl`` speaks to opens in the data directory (``server/control.py``).
+``leveret ctl`` speaks to opens in the data directory (``server/ctl/unix_socket.py``).
 
 The management plane stands above the server: whoever builds a ``Server`` hands it a
 factory for the plane (``leveret/assembly.py`` does, for ``leveret serve`` and the embedded

@@ -1,6 +1,6 @@
 """A real Leveret broker inside the calling process, with a clock the caller moves.
 
-:class:`EmbeddedBroker` runs the same ``server.lifecycle.Server`` that ``leveret serve``
+:class:`EmbeddedBroker` runs the same ``server.server.Server`` that ``leveret serve``
 runs — listeners on 127.0.0.1 port 0, the store in a data directory of its own, every
 front end — on an event loop in a thread of its own. Clients of any kind (blocking pika in
 the test's thread, aio-pika on the test's loop, a Celery worker's threads) talk to it over

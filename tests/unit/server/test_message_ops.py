@@ -1,4 +1,4 @@
-"""``server/message_tools.py`` and the queue calls under it (``Queue.browse``, ``Queue.take``)
+"""``server/message_ops.py`` and the queue calls under it (``Queue.browse``, ``Queue.take``)
 without sockets: browsing leaves a queue as it was (paged tails and priorities included),
 moves take exactly what they put elsewhere, filters and selectors refuse bad JSON."""
 

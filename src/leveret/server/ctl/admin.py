@@ -4,7 +4,7 @@ the parts that need the server: virtual hosts created and deleted in the model (
 one closes its connections with 320 and removes its exchanges, queues, bindings and
 messages, from disk too), TLS reload, status. Also the registry's boot: ``boot_auth``.
 
-``server/control.py`` carries requests here; ``server/lifecycle.py`` builds the
+``server/ctl/unix_socket.py`` carries requests here; ``server/server.py`` builds the
 :class:`Admin` and calls ``boot_auth``. Requests run on the event loop one at a time; the
 file write runs in a thread so the loop keeps serving clients meanwhile.
 """
@@ -97,7 +97,7 @@ def remove_vhost_contents(broker: Broker, name: str) -> None:
 
 
 class AdminHost(Protocol):
-    """What the admin needs of the running server (``server.lifecycle.Server``)."""
+    """What the admin needs of the running server (``server.server.Server``)."""
 
     settings: Settings
     broker: Broker
@@ -146,7 +146,7 @@ def _vhost_of(conn: ConnectionProtocol) -> str | None:
 class Admin:
     """The verbs, by name: its own (users, vhosts, permissions, limits, definitions of the
     auth part, TLS) and the tables that the server registers from the modules above this
-    one (``admin_entities.entity_verbs``, ``admin_messages.message_verbs``)."""
+    one (``ctl/entities.py``, ``ctl/messages.py``, ``ctl/streams.py``)."""
 
     host: AdminHost
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -5,7 +5,7 @@
 operator-policy twins) and the whole definitions document (``export_definitions`` /
 ``import_definitions`` with queues, exchanges, bindings, policies and parameters).
 
-``server/lifecycle.py`` registers these with ``server/admin.py``'s ``Admin``
+``server/server.py`` registers these with ``server/ctl/admin.py``'s ``Admin``
 (``entity_verbs``); the management API uses ``import_document`` for ``POST
 /api/definitions`` and boot for ``load_definitions``.
 """

@@ -6,7 +6,7 @@
 create_super_stream makes, and the deleted partitions' stream-protocol clients are told.
 As with ``rabbitmq-streams`` on the broker's machine, no user permission is checked.
 
-``server/lifecycle.py`` registers these with ``server/admin.py``'s ``Admin``.
+``server/server.py`` registers these with ``server/ctl/admin.py``'s ``Admin``.
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Iterable, Mapping
 
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
-    from leveret.model.queue import MemoryGauge
     from leveret.model.stream import RecordCodec, StreamLog
 
 log = logging.getLogger("leveret.store")

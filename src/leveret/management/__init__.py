@@ -17,7 +17,7 @@ Prometheus endpoint (port 15692), served on the broker's own event loop.
 ```
 
 It reads the running server through ``server.ctl.admin.AdminHost`` (plus the runtime
-parameters of ``server/runtime.py`` and the sampler) and changes it through the same calls
+parameters of ``server/parameters.py`` and the sampler) and changes it through the same calls
 as ``leveret ctl``. ``leveret/assembly.py`` plugs it into the server, which starts it;
 nothing in the broker imports it.
 """

@@ -25,11 +25,8 @@ from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
 from leveret.server.message_ops import PROPERTY_NAMES, message_json
-from leveret.server.runtime import (
-    binding_rows,
-    cluster_name,
-    json_value,
-)
+from leveret.server.parameters import cluster_name
+from leveret.server.rows import binding_rows, json_value
 
 if TYPE_CHECKING:
     from leveret.management.authz import Principal
@@ -616,7 +613,7 @@ class ObjectsApi(ApiBase):
             vhost.bind_queue(dest, source, key, arguments, owner=queue.exclusive_owner)
         else:
             vhost.bind_exchange(dest, source, key, arguments)
-        from leveret.server.runtime import properties_key
+        from leveret.server.rows import properties_key
 
         # Relative, as RabbitMQ sends it.
         location = f"{dest}/{properties_key(key, json_value(arguments))}"

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from leveret.management.stats import Sampler
     from leveret.server.ctl.admin import Admin, AdminHost
     from leveret.server.memory_alarm import MemoryAlarm
-    from leveret.server.runtime import Runtime
+    from leveret.server.parameters import Runtime
 
 
 class ManagementHost(Protocol):

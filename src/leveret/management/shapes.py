@@ -24,7 +24,7 @@ from leveret.management.stats import (
 )
 from leveret.model.stream import StreamQueue
 from leveret.server.ctl.entities import connection_name
-from leveret.server.runtime import json_value
+from leveret.server.rows import json_value
 
 if TYPE_CHECKING:
     from leveret.model.exchange import Exchange

@@ -33,7 +33,7 @@ from leveret.model.delayed import DelayQueue, Selector
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.formats import amqp091_parts
-from leveret.server.runtime import json_value
+from leveret.server.rows import json_value
 
 if TYPE_CHECKING:
     from leveret.model.delayed import DelayHost, Scheduled

@@ -2,17 +2,16 @@
 auth registry (``auth.users``), written to ``data_dir/auth.json`` before the answer, and
 the parts that need the server: virtual hosts created and deleted in the model (deleting
 one closes its connections with 320 and removes its exchanges, queues, bindings and
-messages, from disk too), TLS reload, status. Also the registry's boot: ``boot_auth``.
+messages, from disk too), TLS reload, status.
 
 ``server/ctl/unix_socket.py`` carries requests here; ``server/server.py`` builds the
-:class:`Admin` and calls ``boot_auth``. Requests run on the event loop one at a time; the
+:class:`Admin`. Requests run on the event loop one at a time; the
 file write runs in a thread so the loop keeps serving clients meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from leveret import __version__, build_info
 from leveret.auth import persist
 from leveret.auth.definitions import export_definitions, import_definitions, load_store
 from leveret.auth.users import AdminError, InvalidArgument, UserStore
+from leveret.server.auth_boot import remove_vhost_contents
 from leveret.server.listeners import TlsError
 
 if TYPE_CHECKING:
@@ -30,70 +30,8 @@ if TYPE_CHECKING:
 
     from leveret.config import Settings
     from leveret.model.broker import Broker
-    from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.listeners import TlsContexts
-
-log = logging.getLogger("leveret.admin")
-
-
-class AuthBootError(Exception):
-    """The auth registry cannot be loaded; the broker does not start."""
-
-
-def boot_auth(users: UserStore, broker: Broker, data_dir: Path, settings: Settings) -> None:
-    """Load ``auth.json``, or on a new data directory make RabbitMQ's first-boot state
-    (the default user, an administrator with full permissions in every ``vhosts`` vhost
-    and in every vhost recovered from the store); then make the model's vhosts the
-    registry's: a vhost recovered from the store that the registry no longer has was
-    deleted before a crash finished removing its contents, which happens now."""
-    path = data_dir / persist.AUTH_FILE
-    try:
-        loaded = persist.load(path, users)
-    except persist.AuthFileError as exc:
-        raise AuthBootError(str(exc)) from None
-    if not loaded:
-        # The store may hold vhosts from before auth.json existed: keep them.
-        recovered = [name for name, vhost in broker.vhosts.items() if _has_contents(vhost)]
-        seeded = UserStore.with_default_user(
-            settings.default_user,
-            settings.default_pass,
-            tuple(dict.fromkeys((*settings.vhosts, *recovered))),
-            loopback_users=settings.loopback_users,
-        )
-        load_store(users, persist.snapshot(seeded))
-        try:
-            persist.save(path, persist.snapshot(users))
-        except OSError as exc:
-            raise AuthBootError(f"cannot write {path}: {exc.strerror}") from None
-        log.info(
-            "new data directory: created user '%s' and vhosts %s",
-            settings.default_user,
-            ", ".join(sorted(users.vhosts)),
-        )
-    for name in [v for v in broker.vhosts if v not in users.vhosts]:
-        log.warning("vhost '%s' was deleted; removing what was left of it", name)
-        remove_vhost_contents(broker, name)
-    for name in users.vhosts:
-        broker.add_vhost(name)
-
-
-def _has_contents(vhost: VirtualHost) -> bool:
-    return bool(vhost.queues) or any(n and not n.startswith("amq.") for n in vhost.exchanges)
-
-
-def remove_vhost_contents(broker: Broker, name: str) -> None:
-    """Delete every queue (with its messages) and exchange of vhost ``name``, through the
-    model's public calls so the store records it, then forget the vhost."""
-    vhost = broker.vhosts.get(name)
-    if vhost is None:
-        return
-    for queue in list(vhost.queues.values()):
-        vhost.remove_queue(queue)
-    for exchange in list(vhost.exchanges):
-        if exchange and not exchange.startswith("amq."):
-            vhost.delete_exchange(exchange)
-    del broker.vhosts[name]
 
 
 class AdminHost(Protocol):

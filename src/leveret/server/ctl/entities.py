@@ -17,21 +17,15 @@ from typing import TYPE_CHECKING, Any
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError
 from leveret.model.stream import StreamQueue
-from leveret.server.runtime import binding_rows, export_all, import_entities, json_value
+from leveret.server.definitions import export_all, import_document
+from leveret.server.parameters import runtime_of
+from leveret.server.rows import binding_rows, json_value
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.ctl.admin import Admin
-    from leveret.server.runtime import Runtime
-
-
-def _runtime(admin: Admin) -> Runtime:
-    runtime = getattr(admin.host, "runtime", None)
-    if runtime is None:
-        raise AdminError("this broker has no runtime parameters")
-    return runtime  # type: ignore[no-any-return]
 
 
 def _str(args: dict[str, Any], name: str, default: str | None = None) -> str:
@@ -39,31 +33,6 @@ def _str(args: dict[str, Any], name: str, default: str | None = None) -> str:
     if not isinstance(value, str):
         raise InvalidArgument(f"argument '{name}' must be a string")
     return value
-
-
-async def import_document(host: Any, doc: object, vhost: str | None = None) -> dict[str, int]:
-    """Import a definitions document (the caller holds ``host.admin.lock``): the auth part
-    first (users, vhosts, permissions, limits: all or nothing), then parameters and
-    policies, then exchanges, queues and bindings (an error there leaves what was
-    declared before it)."""
-    if not isinstance(doc, dict):
-        raise InvalidArgument("definitions must be a JSON object")
-    admin: Admin = host.admin
-    runtime = _runtime(admin)
-    if vhost is None:
-        keys = ("users", "vhosts", "permissions", "topic_permissions", "parameters")
-        await admin.import_definitions({"definitions": {k: doc[k] for k in keys if k in doc}})
-        runtime.load(doc)
-    else:
-        runtime.load(
-            {
-                "policies": [{**p, "vhost": vhost} for p in doc.get("policies") or []],
-                "parameters": [{**p, "vhost": vhost} for p in doc.get("parameters") or []],
-            }
-        )
-    counts = import_entities(runtime.broker, doc, vhost)
-    await runtime.save()
-    return {"queues": counts.queues, "exchanges": counts.exchanges, "bindings": counts.bindings}
 
 
 def connection_name(conn: ConnectionProtocol) -> str:
@@ -255,7 +224,7 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
 
     def policy_verbs(operator: bool) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         async def set_policy(args: dict[str, Any]) -> None:
-            runtime = _runtime(admin)
+            runtime = runtime_of(admin.host)
             runtime.set_policy(
                 _str(args, "vhost", "/"),
                 _str(args, "name"),
@@ -268,7 +237,7 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
             await runtime.save()
 
         async def clear_policy(args: dict[str, Any]) -> None:
-            runtime = _runtime(admin)
+            runtime = runtime_of(admin.host)
             runtime.clear_policy(_str(args, "vhost", "/"), _str(args, "name"), operator=operator)
             await runtime.save()
 
@@ -283,7 +252,7 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
                     "definition": p["definition"],
                     "priority": p["priority"],
                 }
-                for p in _runtime(admin).policies(vhost, operator=operator)
+                for p in runtime_of(admin.host).policies(vhost, operator=operator)
             ]
 
         prefix = "operator_policy" if operator else "policy"
@@ -295,7 +264,7 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
         }
 
     async def export_definitions(args: dict[str, Any]) -> dict[str, Any]:
-        return export_all(host.users, _runtime(admin))
+        return export_all(host.users, runtime_of(admin.host))
 
     async def import_definitions(args: dict[str, Any]) -> dict[str, Any]:
         doc = args.get("definitions")

@@ -23,9 +23,10 @@ from leveret.auth.definitions import export_definitions, import_definitions, loa
 from leveret.auth.users import AdminError, InvalidArgument, UserStore
 from leveret.server.auth_boot import remove_vhost_contents
 from leveret.server.listeners import TlsError
+from leveret.server.rows import permission_rows, topic_permission_rows, user_row, vhost_row
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from leveret.config import Settings
@@ -181,8 +182,8 @@ class Admin:
 
     async def list_users(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         return [
-            {"user": u.name, "tags": list(u.tags)}
-            for u in sorted(self.users.users.values(), key=lambda u: u.name)
+            {"user": row["name"], "tags": row["tags"]}
+            for row in (user_row(self.users.users[n]) for n in sorted(self.users.users))
         ]
 
     async def authenticate_user(self, args: dict[str, Any]) -> str:
@@ -217,14 +218,10 @@ class Admin:
         remove_vhost_contents(self.host.broker, name)
 
     async def list_vhosts(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        columns = ("name", "description", "tags", "default_queue_type")
         return [
-            {
-                "name": v.name,
-                "description": v.description,
-                "tags": list(v.tags),
-                "default_queue_type": v.default_queue_type or "undefined",
-            }
-            for v in sorted(self.users.vhosts.values(), key=lambda v: v.name)
+            {c: row[c] for c in columns}
+            for row in (vhost_row(self.users.vhosts[n]) for n in sorted(self.users.vhosts))
         ]
 
     # -- permissions ----------------------------------------------------------------------------
@@ -241,20 +238,14 @@ class Admin:
     async def list_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = _str_arg(args, "vhost", "/")
         self.users.vhost(vhost)
-        return [
-            {"user": u, "configure": p.configure, "write": p.write, "read": p.read}
-            for (u, v), p in sorted(self.users.permissions.items())
-            if v == vhost
-        ]
+        columns = ("user", "configure", "write", "read")
+        return [{c: row[c] for c in columns} for row in permission_rows(self.users, vhost=vhost)]
 
     async def list_user_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         user = _str_arg(args, "user")
         self.users.user(user)
-        return [
-            {"vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
-            for (u, v), p in sorted(self.users.permissions.items())
-            if u == user
-        ]
+        columns = ("vhost", "configure", "write", "read")
+        return [{c: row[c] for c in columns} for row in permission_rows(self.users, user=user)]
 
     async def set_topic_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
@@ -268,19 +259,12 @@ class Admin:
         exchange = _arg(args, "exchange", None)
         await self._change(lambda: self.users.clear_topic_permissions(user, vhost, exchange))
 
-    def _topic_rows(self, keep: Callable[[str, str], bool]) -> Iterable[dict[str, Any]]:
-        for (user, vhost), by_exchange in sorted(self.users.topic_permissions.items()):
-            if keep(user, vhost):
-                for exchange, t in sorted(by_exchange.items()):
-                    row = {"user": user, "vhost": vhost, "exchange": exchange}
-                    yield {**row, "write": t.write, "read": t.read}
-
     async def list_topic_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = _str_arg(args, "vhost", "/")
         self.users.vhost(vhost)
         return [
             {k: row[k] for k in ("user", "exchange", "write", "read")}
-            for row in self._topic_rows(lambda _u, v: v == vhost)
+            for row in topic_permission_rows(self.users, vhost=vhost)
         ]
 
     async def list_user_topic_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -288,7 +272,7 @@ class Admin:
         self.users.user(user)
         return [
             {k: row[k] for k in ("vhost", "exchange", "write", "read")}
-            for row in self._topic_rows(lambda u, _v: u == user)
+            for row in topic_permission_rows(self.users, user=user)
         ]
 
     # -- limits ---------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ argument order: ``set_parameter [-p vhost] component name value``, ``clear_param
 ``list_parameters``, ``shovel_status``, ``delete_shovel [-p vhost] name``,
 ``restart_shovel``, ``federation_status [--only-down]``, ``restart_federation_link id``.
 
-``cli/ctl.py`` merges these into its tables (parsers, banners, columns, request arguments).
+``cli/ctl.py`` merges these into its tables (verbs, banners, columns, request arguments).
 """
 
 from __future__ import annotations
@@ -13,64 +13,59 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
 
-__all__ = ["BANNERS", "DEFAULT_COLUMNS", "VERBS", "request_args", "specs"]
+__all__ = ["BANNERS", "DEFAULT_COLUMNS", "SPECS", "VERBS", "request_args"]
 
 
 class LinkArgumentError(ValueError):
     """A command line whose value is not JSON (ctl.py reports it with exit code 65)."""
 
 
-def _vhost(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+# One ``add_argument`` call: its names and its keywords (ctl.py's ``Arg``).
+_Arg = tuple[tuple[str, ...], dict[str, Any]]
+_VHOST: tuple[_Arg, ...] = (
+    (("-p", "--vhost"), {"default": "/", "help": "virtual host (default /)"}),
+)
+_SHOVEL = (*_VHOST, (("name",), {}))
 
-
-def specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]:
-    def set_parameter(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("component")
-        p.add_argument("name")
-        p.add_argument("value", help='JSON, e.g. \'{"src-uri": "amqp://", ...}\'')
-
-    def clear_parameter(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("component")
-        p.add_argument("name")
-
-    def shovel_name(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("name")
-
-    def federation_status(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--only-down",
-            action="store_true",
-            help="only links that failed or are not currently connected",
-        )
-
-    def link_id(p: argparse.ArgumentParser) -> None:
-        p.add_argument("link_id", help="ID of the link to restart (federation_status's id)")
-
-    def none(p: argparse.ArgumentParser) -> None:
-        pass
-
-    return {
-        "set_parameter": (
-            "set a runtime parameter (shovel, federation-upstream, ...)",
-            set_parameter,
+# verb -> (help, its arguments), merged into ctl.py's VERBS.
+SPECS: dict[str, tuple[str, tuple[_Arg, ...]]] = {
+    "set_parameter": (
+        "set a runtime parameter (shovel, federation-upstream, ...)",
+        (
+            *_VHOST,
+            (("component",), {}),
+            (("name",), {}),
+            (("value",), {"help": 'JSON, e.g. \'{"src-uri": "amqp://", ...}\''}),
         ),
-        "clear_parameter": ("clear a runtime parameter", clear_parameter),
-        "list_parameters": ("list the runtime parameters of a vhost", _vhost),
-        "shovel_status": ("show the status of every shovel", none),
-        "delete_shovel": ("delete a dynamic shovel", shovel_name),
-        "restart_shovel": ("restart a dynamic shovel", shovel_name),
-        "federation_status": ("show the status of every federation link", federation_status),
-        "restart_federation_link": ("restart a federation link", link_id),
-    }
+    ),
+    "clear_parameter": (
+        "clear a runtime parameter",
+        (*_VHOST, (("component",), {}), (("name",), {})),
+    ),
+    "list_parameters": ("list the runtime parameters of a vhost", _VHOST),
+    "shovel_status": ("show the status of every shovel", ()),
+    "delete_shovel": ("delete a dynamic shovel", _SHOVEL),
+    "restart_shovel": ("restart a dynamic shovel", _SHOVEL),
+    "federation_status": (
+        "show the status of every federation link",
+        (
+            (
+                ("--only-down",),
+                {
+                    "action": "store_true",
+                    "help": "only links that failed or are not currently connected",
+                },
+            ),
+        ),
+    ),
+    "restart_federation_link": (
+        "restart a federation link",
+        ((("link_id",), {"help": "ID of the link to restart (federation_status's id)"}),),
+    ),
+}
 
-
-VERBS = frozenset(specs())
+VERBS = frozenset(SPECS)
 
 BANNERS = {
     "set_parameter": 'Setting runtime parameter "{name}" for component "{component}" to '

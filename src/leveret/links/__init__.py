@@ -11,9 +11,12 @@ shows what it runs. ``leveret/assembly.py`` plugs it into the server. Map:
 - ``shovel_config.py``: the ``shovel`` parameter's keys, checked as RabbitMQ checks them.
 - ``shovel.py``, ``shovel_ends.py``: one running shovel (source, destination, ack modes,
   delete-after, reconnect delay) and its two ends per protocol.
-- ``federation_config.py``, ``federation_exchange.py``, ``federation_queue.py``: upstreams,
-  upstream sets, the policy keys, and the two kinds of federation link.
+- ``federation_config.py``, ``federation.py``, ``federation_link.py``,
+  ``federation_exchange.py``, ``federation_queue.py``: upstreams, upstream sets, the policy
+  keys, the links the policies ask for, and the two kinds of federation link.
 - ``supervisor.py``: the ``Links`` plug-in: what runs for the current parameters and
   policies, restarts, status rows (``/api/shovels``, ``/api/federation-links``, ctl),
-  counters (Prometheus).
+  counters (Prometheus); ``verbs.py`` its ctl verbs; ``status.py`` what they all share.
+- ``migration.py``: ``python -m leveret.links.migration``, the shovels of
+  ``docs/migration.md``.
 """

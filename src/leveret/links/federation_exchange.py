@@ -26,7 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from leveret.links.amqp091 import LinkError, open_connection
-from leveret.links.federation import FederationLink
+from leveret.links.federation_link import FederationLink
 from leveret.links.messages import prepend_table_header
 from leveret.model.exchanges.federation_upstream import (
     DOWNSTREAM_NAME,
@@ -300,8 +300,8 @@ class ExchangeLink(FederationLink):
             return
         self._syncing = True
         task = asyncio.get_running_loop().create_task(self._sync_task(up))
-        self.federation._stopping.add(task)
-        task.add_done_callback(self.federation._stopping.discard)
+        self.federation.tasks.add(task)
+        task.add_done_callback(self.federation.tasks.discard)
 
     async def _sync_task(self, up: Connection091) -> None:
         try:

@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.links.amqp091 import LinkError
-from leveret.links.federation import FederationLink
+from leveret.links.federation_link import FederationLink
 from leveret.links.messages import prepend_table_header
 from leveret.model.exchanges.federation_upstream import ROUTING_HEADER
 from leveret.protocol.amqp091._generated import methods as m

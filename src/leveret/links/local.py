@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
-    from leveret.server.lifecycle import Server
+    from leveret.server.server import Server
 
 __all__ = ["LocalConnector"]
 

@@ -27,22 +27,19 @@ from leveret.links import shovel_config
 from leveret.links.federation import Federation
 from leveret.links.local import LocalConnector
 from leveret.links.shovel import Shovel
-from leveret.links.status import NODE, format_timestamp
+from leveret.links.status import NODE, NoSuchLink, format_timestamp
 from leveret.links.validation import ValidationError
-from leveret.server.runtime import cluster_name
+from leveret.links.verbs import link_verbs
+from leveret.server.parameters import cluster_name
 
 if TYPE_CHECKING:
-    from leveret.server.lifecycle import Server
+    from leveret.server.server import Server
 
 __all__ = ["Links", "NoSuchLink", "format_timestamp"]
 
 log = logging.getLogger("leveret.links")
 
 SHOVEL = "shovel"
-
-
-class NoSuchLink(AdminError):
-    exit_code = 69  # rabbitmqctl's EX_UNAVAILABLE for an unknown shovel or link
 
 
 class Links:
@@ -64,8 +61,6 @@ class Links:
         runtime.validators[SHOVEL] = self._validate_shovel
         self.federation.register(runtime.validators)
         runtime.listeners.append(self._changed)
-        from leveret.links.verbs import link_verbs
-
         server.admin.register(link_verbs(self))
 
     # -- the plug-in's life -------------------------------------------------------------------

@@ -4,14 +4,15 @@ names and fields: ``shovel_status``, ``delete_shovel``, ``restart_shovel``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.auth.users import InvalidArgument
+from leveret.links.status import NoSuchLink
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.links.supervisor import Links
+    from leveret.links.federation import Federation
 
 __all__ = ["link_verbs"]
 
@@ -21,6 +22,21 @@ def _str(args: dict[str, Any], name: str, default: str | None = None) -> str:
     if not isinstance(value, str):
         raise InvalidArgument(f"argument '{name}' must be a string")
     return value
+
+
+class Links(Protocol):
+    """What the verbs need of the plug-in (``supervisor.Links``)."""
+
+    federation: Federation
+
+    @property
+    def node(self) -> str: ...
+
+    def shovel_status_rows(self) -> list[dict[str, Any]]: ...
+
+    async def delete_shovel(self, vhost: str, name: str) -> None: ...
+
+    async def restart_shovel(self, vhost: str, name: str) -> None: ...
 
 
 def link_verbs(links: Links) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
@@ -56,8 +72,6 @@ def link_verbs(links: Links) -> dict[str, Callable[[dict[str, Any]], Awaitable[A
         link_id = _str(args, "id")
         link = links.federation.find(link_id)
         if link is None:
-            from leveret.links.supervisor import NoSuchLink
-
             raise NoSuchLink("Link with the given ID was not found")
         await links.federation.restart(link)
 

@@ -3,7 +3,7 @@
 federation upstream is refused as RabbitMQ refuses it). The change is written to
 ``runtime.json`` before the answer, as the HTTP API's ``PUT /api/parameters`` does.
 
-Registered with the admin by ``server/lifecycle.py``.
+Registered with the admin by ``server/server.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from leveret.auth.users import InvalidArgument
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.server.admin import Admin
-    from leveret.server.runtime import Runtime
+    from leveret.server.ctl.admin import Admin
+    from leveret.server.parameters import Runtime
 
 __all__ = ["parameter_verbs"]
 

@@ -45,7 +45,7 @@ from leveret.links.uri import parse_amqp091
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from tests.integration.ctl_support import new_data_dir
-from tests.integration.links_support import q, wait_for
+from tests.integration.links_support import q
 from tests.integration.mgmt_support import start_mgmt_broker
 from tests.integration.rabbitmq_support import AUTH as RABBIT_AUTH
 from tests.integration.rabbitmq_support import remove, start_rabbitmq
@@ -265,6 +265,8 @@ def shovel_commands(definitions: Path, rabbit: RabbitMQ, *extra: str) -> list[li
             "leveret.links.migration",
             str(definitions),
             f"amqp://{USER}:{PASSWORD}@127.0.0.1:{rabbit.port}",
+            "--vhost",
+            VHOST,
             *extra,
         ],
         capture_output=True,
@@ -403,7 +405,10 @@ def run(plan: Plan, log: Any = print, rabbit: RabbitMQ | None = None) -> Report:
         ):
             result = ctl(data, command)
             assert result.returncode == 0, (command, result.stderr)
-        wait_for("every shovel to finish", lambda: shovels_left(data) == [], plan.timeout)
+        deadline = time.monotonic() + plan.timeout
+        while (left := shovels_left(data)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"shovels still there after {plan.timeout:.0f} s: {left}"
         report.migration_seconds = time.monotonic() - started
         log(f"shovels done after {report.migration_seconds:.1f} s")
         for name in queues:

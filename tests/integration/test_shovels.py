@@ -247,10 +247,11 @@ def test_validation_errors_are_rabbitmqs(mgmt: MgmtBroker, name: str) -> None:
     )
     assert r.status_code == 400
     assert r.json()["reason"] == (
+        # RabbitMQ escapes the text as HTML on this endpoint (rabbit_mgmt_wm_parameter).
         "Validation failed\n\n"
         "Must specify 'src-exchange' or 'src-queue'\n"
-        'ack-mode should be one of [<<"no-ack">>,<<"on-publish">>,<<"on-confirm">>],'
-        ' actually was <<"never">>\n'
+        'ack-mode should be one of [&lt;&lt;"no-ack"&gt;&gt;,&lt;&lt;"on-publish"&gt;&gt;,'
+        '&lt;&lt;"on-confirm"&gt;&gt;], actually was &lt;&lt;"never"&gt;&gt;\n'
     )
     assert shovel_row(mgmt, name) is None
 
@@ -277,7 +278,7 @@ def test_restart_and_delete_through_the_api(mgmt: MgmtBroker, name: str) -> None
     assert before["state"] == "running"
 
 
-def test_a_failing_end_is_terminated_then_retried(mgmt: MgmtBroker, name: str) -> None:
+def test_an_end_that_cannot_be_reached_is_retried(mgmt: MgmtBroker, name: str) -> None:
     set_shovel(
         mgmt,
         name,
@@ -285,18 +286,22 @@ def test_a_failing_end_is_terminated_then_retried(mgmt: MgmtBroker, name: str) -
             "src-uri": "amqp://guest:guest@127.0.0.1:1",  # nothing listens on port 1
             "src-queue": "a",
             "dest-uri": "amqp://",
-            "reconnect-delay": 1,
+            "reconnect-delay": 0.5,
         },
     )
-    row = wait_for(
-        "terminated", lambda: (r := shovel_row(mgmt, name)) and r["state"] == "terminated" and r
+    # RabbitMQ 3.10 leaves a shovel that never connected "starting"; the log says why.
+    first = wait_for("a row", lambda: shovel_row(mgmt, name))
+    assert first["state"] == "starting"
+    wait_for(
+        "the reason in the log",
+        lambda: any(name in line and "ECONNREFUSED" in line for line in mgmt.broker.log),
     )
-    assert "ECONNREFUSED" in row["reason"]
     wait_for(
         "another attempt",
-        lambda: (r := shovel_row(mgmt, name)) is not None and r["timestamp"] != row["timestamp"],
+        lambda: (r := shovel_row(mgmt, name)) is not None and r["timestamp"] != first["timestamp"],
         10,
     )
+    assert shovel_row(mgmt, name)["state"] == "starting"  # type: ignore[index]
     requests.delete(mgmt.api(f"parameters/shovel/%2F/{q(name)}"), auth=AUTH, timeout=10)
 
 

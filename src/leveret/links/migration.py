@@ -1,6 +1,7 @@
 """The shovels that move a RabbitMQ's messages into Leveret (``docs/migration.md``).
 
-``python -m leveret.links.migration DEFINITIONS SOURCE_URI [--user NAME] [--delete-after]``
+``python -m leveret.links.migration DEFINITIONS SOURCE_URI [--user NAME] [--vhost V]...
+[--delete-after]``
 reads a RabbitMQ definitions file (``GET /api/definitions`` or ``rabbitmqctl
 export_definitions``) and prints one ``leveret ctl set_parameter`` command per queue: a
 shovel named ``migrate-<queue>`` from that queue on RabbitMQ (``SOURCE_URI`` plus the
@@ -76,8 +77,11 @@ def shovel_commands(
     *,
     prefetch: int = 1000,
     delete_after: bool = False,
+    vhosts: Sequence[str] = (),
 ) -> list[list[str]]:
-    """``leveret ctl set_parameter`` argument lists, one per durable queue of the file."""
+    """``leveret ctl set_parameter`` argument lists, one per durable queue of the file (of
+    ``vhosts`` only, when given; a vhost's own export, whose entries name no vhost, needs
+    its name there)."""
     endpoint = parse_amqp091(source_uri)
     if endpoint.local:
         raise UriError("the source URI must name RabbitMQ's host")
@@ -86,7 +90,10 @@ def shovel_commands(
     for entry in definitions.get("queues") or []:
         if not isinstance(entry, dict) or entry.get("durable") is False:
             continue
-        name, vhost = str(entry["name"]), str(entry.get("vhost", "/"))
+        name = str(entry["name"])
+        vhost = str(entry.get("vhost", vhosts[0] if len(vhosts) == 1 else "/"))
+        if vhosts and vhost not in vhosts:
+            continue
         value = shovel_definition(
             name, vhost, source_uri, login, prefetch=prefetch, delete_after=delete_after
         )
@@ -116,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--user", help="who the local ends log in as (default: the URI's user)")
     parser.add_argument("--prefetch", type=int, default=1000, help="src-prefetch-count")
     parser.add_argument(
+        "--vhost",
+        action="append",
+        default=[],
+        help="only this vhost's queues (repeat for more; one vhost at a time is a way to move)",
+    )
+    parser.add_argument(
         "--delete-after",
         action="store_true",
         help="add src-delete-after queue-length (once no publisher uses RabbitMQ)",
@@ -130,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.user,
             prefetch=args.prefetch,
             delete_after=args.delete_after,
+            vhosts=args.vhost,
         )
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)

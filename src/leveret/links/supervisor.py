@@ -55,6 +55,7 @@ class Links:
         self.federation = Federation(self)
         self.started = False
         self._stopping: set[asyncio.Task[None]] = set()
+        self._adjusting: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._reconciler: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         runtime = self.runtime
@@ -111,12 +112,33 @@ class Links:
             self._kick.set()
 
     def _adjust_shovel(self, vhost: str, name: str) -> None:
-        old = self.shovels.pop((vhost, name), None)
-        if old is not None:
-            self._stop_later(old)
-        value = self.runtime.parameters.get((vhost, SHOVEL, name))
-        if value is not None:
-            self._start_shovel(vhost, name, value)
+        """The shovel's parameter changed: stop what runs, then start the new definition
+        (RabbitMQ's ``adjust``: the old worker is gone before the new one counts its
+        queue for ``delete-after``, and never do two of them consume at once)."""
+        key = (vhost, name)
+        old = self.shovels.pop(key, None)
+        previous = self._adjusting.get(key)
+
+        async def adjust() -> None:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            if old is not None:
+                await old.stop()
+            value = self.runtime.parameters.get((vhost, SHOVEL, name))
+            if value is not None and self.started and key not in self.shovels:
+                self._start_shovel(vhost, name, value)
+
+        task = asyncio.get_running_loop().create_task(adjust())
+        self._adjusting[key] = task
+        self._stopping.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._stopping.discard(t)
+            if self._adjusting.get(key) is t:
+                del self._adjusting[key]
+
+        task.add_done_callback(done)
 
     def _stop_later(self, shovel: Shovel) -> None:
         task = asyncio.get_running_loop().create_task(shovel.stop())

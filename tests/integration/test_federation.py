@@ -18,6 +18,7 @@ from tests.integration.mgmt_support import AUTH, start_mgmt_broker
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from tests.integration.mgmt_support import MgmtBroker
 
@@ -33,19 +34,21 @@ def upstream(m: MgmtBroker, name: str, to: MgmtBroker, **keys: Any) -> None:
     put(m.api, f"parameters/federation-upstream/%2F/{q(name)}", {"value": {"uri": uri(to), **keys}})
 
 
-def policy(m: MgmtBroker, pattern: str, **definition: Any) -> None:
-    body = {"pattern": pattern, "definition": definition or {"federation-upstream-set": "all"}}
-    put(m.api, "policies/%2F/federate", body)
+def policy(m: MgmtBroker, name: str, pattern: str, upstream: str) -> None:
+    body = {"pattern": pattern, "definition": {"federation-upstream": upstream}}
+    put(m.api, f"policies/%2F/{q(name)}", body)
 
 
-def links(m: MgmtBroker) -> list[dict[str, Any]]:
-    return list(get(m, "federation-links"))
+def links(m: MgmtBroker, upstream: str) -> list[dict[str, Any]]:
+    return [r for r in get(m, "federation-links") if r["upstream"] == upstream]
 
 
-def wait_links(m: MgmtBroker, n: int) -> list[dict[str, Any]]:
+def wait_links(m: MgmtBroker, upstream: str, n: int = 1) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = wait_for(
-        f"{n} running links",
-        lambda: len(r := links(m)) == n and all(x["status"] == "running" for x in r) and r,
+        f"{n} running links to {upstream}",
+        lambda: (
+            len(r := links(m, upstream)) == n and all(x["status"] == "running" for x in r) and r
+        ),
     )
     return rows
 
@@ -71,11 +74,19 @@ def upstream_bindings(m: MgmtBroker, exchange: str) -> list[dict[str, Any]]:
     return [b for b in get(m, "bindings/%2F") if b["source"] == exchange]
 
 
-def named(*names: str) -> Iterator[list[MgmtBroker]]:
+# The data directory of each broker of ``three`` (for leveret ctl).
+DATA: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module")
+def three() -> Iterator[list[MgmtBroker]]:
+    """Brokers a, b and c for the whole module: each test federates names of its own
+    (exchanges, queues, upstreams and policies), so they do not meet."""
     brokers: list[MgmtBroker] = []
     try:
-        for name in names:
-            m = start_mgmt_broker()
+        for name in ("a", "b", "c"):
+            DATA[name] = new_data_dir()
+            m = start_mgmt_broker("--data-dir", str(DATA[name]))
             brokers.append(m)
             put(m.api, "cluster-name", {"name": name})
         yield brokers
@@ -84,28 +95,18 @@ def named(*names: str) -> Iterator[list[MgmtBroker]]:
             m.broker.stop()
 
 
-@pytest.fixture
-def three() -> Iterator[list[MgmtBroker]]:
-    yield from named("a", "b", "c")
-
-
-@pytest.fixture
-def two() -> Iterator[list[MgmtBroker]]:
-    yield from named("a", "b")
-
-
 def test_bindings_and_messages_travel_as_far_as_max_hops(three: list[MgmtBroker]) -> None:
     """A <- B <- C: B federates A's exchange, C federates B's. A binding made on C reaches A
     only if max-hops lets a message come that far, and so does a message published on A."""
     a, b, c = three
     for down, up in ((b, a), (c, b)):
-        upstream(down, "up", up, **{"max-hops": 1})
-        policy(down, "^chain$")
+        upstream(down, "chain-up", up, **{"max-hops": 1})
+        policy(down, "chain", "^chain$", "chain-up")
     declare(a, "chain")
     declare(b, "chain", "at-b", key="kb")
     declare(c, "chain", "at-c", key="kc")
-    wait_links(b, 1)
-    wait_links(c, 1)
+    wait_links(b, "chain-up")
+    wait_links(c, "chain-up")
     # C's binding reached B with one hop left and stopped there; B's own reached A.
     wait_for(
         "kc bound on B",
@@ -128,7 +129,7 @@ def test_bindings_and_messages_travel_as_far_as_max_hops(three: list[MgmtBroker]
     ]
 
     for down, up in ((b, a), (c, b)):
-        upstream(down, "up", up, **{"max-hops": 2})  # the links restart with it
+        upstream(down, "chain-up", up, **{"max-hops": 2})  # the links restart with it
     wait_for(
         "kc bound on A",
         lambda: any(x["routing_key"] == "kc" for x in upstream_bindings(a, "chain")),
@@ -140,17 +141,17 @@ def test_bindings_and_messages_travel_as_far_as_max_hops(three: list[MgmtBroker]
     assert [h["cluster-name"] for h in hops] == ["b", "a"]  # the newest hop first
 
 
-def test_a_ring_does_not_loop(two: list[MgmtBroker]) -> None:
+def test_a_ring_does_not_loop(three: list[MgmtBroker]) -> None:
     """A and B federate each other's exchange, with hops to spare: every message reaches
     each broker once, and loops are cut by x-received-from."""
-    a, b = two
-    upstream(a, "other", b, **{"max-hops": 5})
-    upstream(b, "other", a, **{"max-hops": 5})
+    a, b, _c = three
+    upstream(a, "ring-other", b, **{"max-hops": 5})
+    upstream(b, "ring-other", a, **{"max-hops": 5})
     for m in (a, b):
-        policy(m, "^ring$")
+        policy(m, "ring", "^ring$", "ring-other")
         declare(m, "ring", "ring-q")
-    wait_links(a, 1)
-    wait_links(b, 1)
+    wait_links(a, "ring-other")
+    wait_links(b, "ring-other")
     wait_for(
         "bindings both ways", lambda: upstream_bindings(a, "ring") and upstream_bindings(b, "ring")
     )
@@ -165,72 +166,60 @@ def test_a_ring_does_not_loop(two: list[MgmtBroker]) -> None:
         assert sorted(body for body, _ in got) == expected, m.url
 
 
-def test_a_federated_queue_pulls_only_for_consumers_with_room() -> None:
-    up, down = start_mgmt_broker(), start_mgmt_broker("--data-dir", str(data := new_data_dir()))
-    try:
-        upstream(down, "up", up, **{"prefetch-count": 10})
-        policy(down, "^fq$")
-        with connect(up.broker.url) as conn:
-            ch = conn.channel()
-            ch.queue_declare("fq", durable=True)
-            for i in range(50):
-                ch.basic_publish("", "fq", f"q{i}".encode())
-        with connect(down.broker.url) as conn:
-            conn.channel().queue_declare("fq", durable=True)
-        [row] = wait_links(down, 1)
-        assert (row["type"], row["queue"], row["upstream_queue"]) == ("queue", "fq", "fq")
-        assert row["consumer_tag"] == "federation-link-up"
-        time.sleep(1)
-        with connect(up.broker.url) as conn:  # nobody consumes downstream: nothing moved
-            assert conn.channel().queue_declare("fq", passive=True).method.message_count == 50
-        seen: list[bytes] = []
-        with connect(down.broker.url) as conn:
-            ch = conn.channel()
-            ch.basic_qos(prefetch_count=3)
+def test_a_federated_queue_pulls_only_for_consumers_with_room(three: list[MgmtBroker]) -> None:
+    up, _b, down = three  # a upstream of c
+    upstream(down, "fq-up", up, **{"prefetch-count": 10})
+    policy(down, "fq", "^fq$", "fq-up")
+    with connect(up.broker.url) as conn:
+        ch = conn.channel()
+        ch.queue_declare("fq", durable=True)
+        for i in range(50):
+            ch.basic_publish("", "fq", f"q{i}".encode())
+    with connect(down.broker.url) as conn:
+        conn.channel().queue_declare("fq", durable=True)
+    [row] = wait_links(down, "fq-up")
+    assert (row["type"], row["queue"], row["upstream_queue"]) == ("queue", "fq", "fq")
+    assert row["consumer_tag"] == "federation-link-fq-up"
+    time.sleep(1)
+    with connect(up.broker.url) as conn:  # nobody consumes downstream: nothing moved
+        assert conn.channel().queue_declare("fq", passive=True).method.message_count == 50
+    seen: list[bytes] = []
+    with connect(down.broker.url) as conn:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=3)
 
-            def on(c: Any, m: Any, _p: Any, body: bytes) -> None:
-                seen.append(body)
-                c.basic_ack(m.delivery_tag)
+        def on(c: Any, m: Any, _p: Any, body: bytes) -> None:
+            seen.append(body)
+            c.basic_ack(m.delivery_tag)
 
-            ch.basic_consume("fq", on)
-            deadline = time.monotonic() + 30
-            while len(seen) < 50 and time.monotonic() < deadline:
-                conn.process_data_events(0.1)
-        assert seen == [f"q{i}".encode() for i in range(50)]
+        ch.basic_consume("fq", on)
+        deadline = time.monotonic() + 30
+        while len(seen) < 50 and time.monotonic() < deadline:
+            conn.process_data_events(0.1)
+    assert seen == [f"q{i}".encode() for i in range(50)]
 
-        status = ok(data, "federation_status", "-q", "--formatter", "json")
-        assert '"status": "running"' in status
-        link_id = row["id"]
-        ok(data, "restart_federation_link", link_id)
-        wait_links(down, 1)
-        assert "running" not in ok(data, "federation_status", "-q", "--only-down")
-    finally:
-        up.broker.stop()
-        down.broker.stop()
+    data = DATA["c"]
+    assert '"status": "running"' in ok(data, "federation_status", "-q", "--formatter", "json")
+    ok(data, "restart_federation_link", row["id"])
+    wait_links(down, "fq-up")
+    assert "running" not in ok(data, "federation_status", "-q", "--only-down")
 
 
-def test_a_link_cleans_up_when_its_policy_goes() -> None:
-    up, down = start_mgmt_broker(), start_mgmt_broker()
-    try:
-        put(down.api, "cluster-name", {"name": "down"})
-        upstream(down, "up", up)
-        policy(down, "^gone$")
-        declare(down, "gone", "gone-q")
-        wait_links(down, 1)
-        queue = "federation: gone -> down"
-        wait_for("the upstream queue", lambda: queue in {x["name"] for x in get(up, "queues/%2F")})
-        r = requests.delete(down.api("policies/%2F/federate"), auth=AUTH, timeout=10)
-        assert r.status_code == 204
-        wait_for("no link", lambda: links(down) == [])
-        wait_for(
-            "nothing left upstream",
-            lambda: (
-                not any(x["name"].startswith("federation: gone") for x in get(up, "queues/%2F"))
-                and not any(
-                    x["name"].startswith("federation: gone") for x in get(up, "exchanges/%2F")
-                )
-            ),
-        )
-    finally:
-        up.broker.stop()
-        down.broker.stop()
+def test_a_link_cleans_up_when_its_policy_goes(three: list[MgmtBroker]) -> None:
+    _a, up, down = three  # b upstream of c
+    upstream(down, "gone-up", up)
+    policy(down, "gone", "^gone$", "gone-up")
+    declare(down, "gone", "gone-q")
+    wait_links(down, "gone-up")
+    queue = "federation: gone -> c"
+    wait_for("the upstream queue", lambda: queue in {x["name"] for x in get(up, "queues/%2F")})
+    r = requests.delete(down.api("policies/%2F/gone"), auth=AUTH, timeout=10)
+    assert r.status_code == 204
+    wait_for("no link", lambda: links(down, "gone-up") == [])
+    wait_for(
+        "nothing left upstream",
+        lambda: (
+            not any(x["name"].startswith("federation: gone") for x in get(up, "queues/%2F"))
+            and not any(x["name"].startswith("federation: gone") for x in get(up, "exchanges/%2F"))
+        ),
+    )

@@ -36,9 +36,12 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.leveret_only, pytest.mark.pure_only]
 
 
+DATA = new_data_dir()  # the module broker's (for leveret ctl)
+
+
 @pytest.fixture(scope="module")
 def mgmt() -> Iterator[MgmtBroker]:
-    m = start_mgmt_broker()
+    m = start_mgmt_broker("--data-dir", str(DATA))
     try:
         yield m
     finally:
@@ -305,47 +308,34 @@ def test_an_end_that_cannot_be_reached_is_retried(mgmt: MgmtBroker, name: str) -
     requests.delete(mgmt.api(f"parameters/shovel/%2F/{q(name)}"), auth=AUTH, timeout=10)
 
 
-def test_ctl_verbs() -> None:
-    data = new_data_dir()
-    m = start_mgmt_broker("--data-dir", str(data))
-    try:
-        value = json.dumps(
-            {
-                "src-uri": "amqp://",
-                "src-queue": "ctl.a",
-                "dest-uri": "amqp://",
-                "dest-queue": "ctl.b",
-            }
-        )
-        out = ok(data, "set_parameter", "shovel", "s1", value)
-        assert 'Setting runtime parameter "s1" for component "shovel"' in out
-        wait_running(m, "s1")
-        out = ok(data, "shovel_status", "-q")
-        lines = out.splitlines()
-        assert lines[0].split("\t") == [
-            "name",
-            "vhost",
-            "type",
-            "state",
-            "source",
-            "destination",
-            "termination_reason",
-            "last_changed",
-        ]
-        assert lines[1].split("\t")[:6] == ["s1", "/", "dynamic", "running", "amqp://", "amqp://"]
-        assert "s1" in ok(data, "list_parameters", "-q")
-        ok(data, "restart_shovel", "s1")
-        wait_running(m, "s1")
-        refused = ctl(data, "set_parameter", "shovel", "s2", '{"src-uri": "amqp://"}')
-        assert refused.returncode == 65
-        assert "Validation failed" in refused.stderr
-        missing = ctl(data, "delete_shovel", "nope")
-        assert missing.returncode == 69
-        ok(data, "delete_shovel", "s1")
-        assert shovel_row(m, "s1") is None
-        assert ok(data, "list_parameters", "-q", "--formatter", "json").strip() == "[]"
-    finally:
-        m.broker.stop()
+def test_ctl_verbs(mgmt: MgmtBroker, name: str) -> None:
+    value = {"src-uri": "amqp://", "src-queue": f"{name}.a", "dest-uri": "amqp://"}
+    out = ok(DATA, "set_parameter", "shovel", name, json.dumps(value))
+    assert f'Setting runtime parameter "{name}" for component "shovel"' in out
+    wait_running(mgmt, name)
+    lines = ok(DATA, "shovel_status", "-q").splitlines()
+    assert lines[0].split("\t") == [
+        "name",
+        "vhost",
+        "type",
+        "state",
+        "source",
+        "destination",
+        "termination_reason",
+        "last_changed",
+    ]
+    [mine] = [line.split("\t") for line in lines[1:] if line.startswith(name + "\t")]
+    assert mine[:6] == [name, "/", "dynamic", "running", "amqp://", "amqp://"]
+    assert name in ok(DATA, "list_parameters", "-q")
+    ok(DATA, "restart_shovel", name)
+    wait_running(mgmt, name)
+    refused = ctl(DATA, "set_parameter", "shovel", f"{name}-bad", '{"src-uri": "amqp://"}')
+    assert refused.returncode == 65
+    assert "Validation failed" in refused.stderr
+    assert ctl(DATA, "delete_shovel", f"{name}-nope").returncode == 69
+    ok(DATA, "delete_shovel", name)
+    assert shovel_row(mgmt, name) is None
+    assert name not in ok(DATA, "list_parameters", "-q")
 
 
 def test_shovels_survive_kill_9_and_an_end_that_restarts(name: str) -> None:
@@ -369,17 +359,17 @@ def test_shovels_survive_kill_9_and_an_end_that_restarts(name: str) -> None:
             },
         )
         wait_running(a, name)
-        publish(a.broker.url, "move", bodies(500))
+        publish(a.broker.url, "move", bodies(300))
         a.broker.stop(signal.SIGKILL)
         publish(b.broker.url, "moved", [])  # b is up meanwhile
         a = start_mgmt_broker("--data-dir", str(data_a))
-        publish(a.broker.url, "move", bodies(500, "n"))
+        publish(a.broker.url, "move", bodies(300, "n"))
         wait_running(a, name)
         b.broker.stop()
         b = start_mgmt_broker("--data-dir", str(data_b), "--port", str(port_b))
-        publish(a.broker.url, "move", bodies(500, "o"))
-        got = [body for body, _ in drain(b.broker.url, "moved", 1500, timeout=60)]
-        expected = bodies(500) + bodies(500, "n") + bodies(500, "o")
+        publish(a.broker.url, "move", bodies(300, "o"))
+        got = [body for body, _ in drain(b.broker.url, "moved", 900, timeout=60)]
+        expected = bodies(300) + bodies(300, "n") + bodies(300, "o")
         # A message confirmed by b whose ack a had not written when it was killed comes
         # again: the only duplicates on-confirm allows. Nothing is lost or reordered.
         first_seen = list(dict.fromkeys(got))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
+import trustme
 
 from tests.integration.ctl_support import ctl, new_data_dir, ok
 from tests.integration.links_support import (
@@ -26,9 +27,11 @@ from tests.integration.links_support import (
     wait_running,
 )
 from tests.integration.mgmt_support import AUTH, start_mgmt_broker
+from tests.integration.test_tls import MUTUAL, _start_tls
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from tests.integration.mgmt_support import MgmtBroker
 
@@ -379,6 +382,43 @@ def test_shovels_survive_kill_9_and_an_end_that_restarts(name: str) -> None:
     finally:
         a.broker.stop()
         b.broker.stop()
+
+
+def test_an_amqps_destination_with_rabbitmqs_tls_keys_and_external(
+    mgmt: MgmtBroker, name: str, tmp_path: Path
+) -> None:
+    """``amqps://`` with RabbitMQ's query keys: the CA and client certificate files,
+    verify_peer, the server name, and SASL EXTERNAL with the certificate's user."""
+    ca = trustme.CA()
+    env = {**MUTUAL, "LEVERET_SSL_CERT_LOGIN_FROM": "common_name"}
+    tls, port, data = _start_tls(tmp_path, ca, env)
+    try:
+        ok(data, "add_user", "shovel-cert")  # no password: certificate login only
+        ok(data, "set_permissions", "shovel-cert", ".*", ".*", ".*")
+        client = ca.issue_cert("client", common_name="shovel-cert")
+        cert, key, cafile = tmp_path / "c.pem", tmp_path / "c.key", tmp_path / "ca.pem"
+        client.cert_chain_pems[0].write_to_path(str(cert))
+        client.private_key_pem.write_to_path(str(key))
+        src, dest = f"{name}.src", f"{name}.tls"
+        publish(mgmt.broker.url, src, bodies(20))
+        uri = (
+            f"amqps://127.0.0.1:{port}/%2F?cacertfile={cafile}&certfile={cert}&keyfile={key}"
+            "&verify=verify_peer&server_name_indication=127.0.0.1&auth_mechanism=external"
+            "&heartbeat=5"
+        )
+        set_shovel(
+            mgmt,
+            name,
+            {"src-uri": "amqp://", "src-queue": src, "dest-uri": uri, "dest-queue": dest},
+        )
+        row = wait_running(mgmt, name)
+        assert row["dest_uri"] == f"amqps://127.0.0.1:{port}/%2F"  # no query, as RabbitMQ
+        tls_url = f"amqp://guest:guest@{tls.host}:{tls.port}/%2F"
+        assert [body for body, _ in drain(tls_url, dest, 20)] == bodies(20)
+        assert "opened: user 'shovel-cert'" in tls.log_text()
+    finally:
+        requests.delete(mgmt.api(f"parameters/shovel/%2F/{q(name)}"), auth=AUTH, timeout=10)
+        tls.stop()
 
 
 def test_definitions_carry_shovels(mgmt: MgmtBroker, name: str) -> None:

@@ -197,6 +197,11 @@ def test_a_federated_queue_pulls_only_for_consumers_with_room(three: list[MgmtBr
         while len(seen) < 50 and time.monotonic() < deadline:
             conn.process_data_events(0.1)
     assert seen == [f"q{i}".encode() for i in range(50)]
+    metrics = requests.get(f"{down.prometheus}/metrics", timeout=10).text
+    assert (
+        'leveret_federation_messages_forwarded_total{name="fq",type="queue",'
+        'upstream="fq-up",vhost="/"} 50.0'
+    ) in metrics
 
     data = DATA["c"]
     assert '"status": "running"' in ok(data, "federation_status", "-q", "--formatter", "json")

@@ -119,12 +119,9 @@ def test_watch_reports_changes_in_order_and_compaction(
                 (True, under + b"a", last),
             ]
             await client.compact(last)
+            watch = client.watch(under, prefix_end(under), start_revision=start)
             with pytest.raises(Compacted) as caught:
-                async with asyncio.timeout(10):
-                    async for _batch in client.watch(
-                        under, prefix_end(under), start_revision=start
-                    ):
-                        pass
+                await asyncio.wait_for(anext(watch), 10)
             assert caught.value.compact_revision == last
         finally:
             await client.close()

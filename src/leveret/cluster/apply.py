@@ -112,6 +112,18 @@ class View:
         return counts
 
 
+_UNREADABLE = object()
+
+
+def _decoded(kv: KeyValue) -> Any:
+    """A key's JSON value; a value that is not JSON is no key of ours (left alone)."""
+    try:
+        return decode(kv.value)
+    except ValueError:
+        log.warning("ignoring %s in etcd: its value is not JSON", kv.key.decode(errors="replace"))
+        return _UNREADABLE
+
+
 class Missing(Exception):
     """A change needs something the copy does not have yet."""
 
@@ -156,9 +168,10 @@ class Applier:
     def load_snapshot(self, kvs: Iterable[KeyValue], revision: int) -> None:
         """Make the copy what etcd held at ``revision`` (a full read: at boot, after a
         compaction, after a partition): keys it no longer has are deleted."""
+        kvs = list(kvs)
         seen = {kv.key for kv in kvs}
         changes: list[tuple[bytes, int, int, Any]] = [
-            (kv.key, kv.create_revision, kv.mod_revision, decode(kv.value)) for kv in kvs
+            (kv.key, kv.create_revision, kv.mod_revision, _decoded(kv)) for kv in kvs
         ]
         changes += [(key, 0, revision, None) for key in self.entries if key not in seen]
         self.tombstones = {k: r for k, r in self.tombstones.items() if r > revision}
@@ -169,7 +182,7 @@ class Applier:
         """Changes a watch reported, in its order; ``revision``: applied up to it."""
         self._apply_all(
             [
-                (kv.key, kv.create_revision, kv.mod_revision, None if deleted else decode(kv.value))
+                (kv.key, kv.create_revision, kv.mod_revision, None if deleted else _decoded(kv))
                 for deleted, kv in events
             ]
         )
@@ -198,6 +211,8 @@ class Applier:
     ) -> None:
         touched: list[bytes] = []
         for key, create, mod, value in changes:
+            if value is _UNREADABLE:
+                continue
             if self._newer(key, mod, force=force):
                 old = self.entries.get(key)
                 if value is None:

@@ -13,7 +13,7 @@ from leveret.server.lifecycle import Server
 
 if TYPE_CHECKING:
     from leveret.config import Settings
-    from leveret.server.lifecycle import ManagementPlane
+    from leveret.server.lifecycle import ClusterPart, ManagementPlane
 
 
 def _management(server: Server) -> ManagementPlane:
@@ -23,9 +23,17 @@ def _management(server: Server) -> ManagementPlane:
     return ManagementServer(server)
 
 
+def _cluster(server: Server) -> ClusterPart:
+    # Imported only by a node given --etcd: a single node never loads the cluster package.
+    from leveret.cluster.node import ClusterNode
+
+    return ClusterNode(server)
+
+
 def build_server(settings: Settings) -> Server:
-    """A server, not started, with the management plane it starts when settings ask."""
-    return Server(settings, management=_management)
+    """A server, not started, with the management plane it starts when settings ask and
+    its part in a cluster when ``settings.etcd`` names one."""
+    return Server(settings, management=_management, cluster=_cluster)
 
 
 def serve(settings: Settings) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,17 @@ class Settings:
     collect_statistics_interval: int = 5000
     # RabbitMQ's load_definitions: a definitions file imported at every boot.
     load_definitions: str = ""
+    # A cluster (cluster/, docs/cluster.md): etcd's client URLs (http://HOST:PORT); empty =
+    # a single node, no etcd. Every key of the cluster is under etcd_prefix.
+    etcd: tuple[str, ...] = ()
+    etcd_prefix: str = "/leveret/"
+    # This node's name in the cluster ("" = leveret@ and the host name, as rabbit@host).
+    node_name: str = ""
+    # The inter-node link's port (RabbitMQ's distribution port is 25672).
+    cluster_port: int = 25672
+    # Seconds of the node's etcd lease: a node that stops answering is down for the others
+    # this long after its last keepalive (every third of it).
+    cluster_lease_ttl: int = 5
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -182,7 +194,23 @@ def _validate(settings: Settings) -> Settings:
             "ssl_cert_login_from must be distinguished_name or common_name, "
             f"got {settings.ssl_cert_login_from}"
         )
+    if settings.cluster_port > 65535:
+        raise ConfigError(f"cluster_port must be at most 65535, got {settings.cluster_port}")
+    if settings.cluster_lease_ttl < 2:
+        raise ConfigError(
+            f"cluster_lease_ttl must be at least 2 (seconds), got {settings.cluster_lease_ttl}"
+        )
+    for url in settings.etcd:
+        if not url.startswith(("http://", "https://")) or url.count(":") < 2:
+            raise ConfigError(f"etcd must be http://HOST:PORT URLs, got {url!r}")
+    if not (settings.etcd_prefix.startswith("/") and settings.etcd_prefix.endswith("/")):
+        raise ConfigError(f"etcd_prefix must start and end with '/', got {settings.etcd_prefix!r}")
     return settings
+
+
+def node_name(settings: Settings) -> str:
+    """This node's name: ``node_name``, else ``leveret@`` and the host name."""
+    return settings.node_name or f"leveret@{socket.gethostname()}"
 
 
 def load(

@@ -71,6 +71,9 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
         p.add_argument("username")
         p.add_argument("tags", nargs="*")
 
+    def node(p: argparse.ArgumentParser) -> None:
+        p.add_argument("node")
+
     def vhost_name(p: argparse.ArgumentParser) -> None:
         p.add_argument("vhost")
 
@@ -305,6 +308,14 @@ def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]
             super_stream,
         ),
         "status": ("show the broker's status", none),
+        "cluster_status": (
+            "show the cluster: its nodes, which run, their listeners, queue leaders per node",
+            none,
+        ),
+        "forget_cluster_node": (
+            "remove a stopped node from the cluster, with the queues it led",
+            node,
+        ),
         "await_startup": ("wait until the broker accepts commands", none),
         "reload_tls": ("reload the TLS certificate, key and CA files", none),
     }
@@ -443,6 +454,8 @@ _BANNERS: dict[str, str] = {
     "move_messages": "Moving messages of queue '{queue}' in vhost '{vhost}' ...",
     "replay_dead_letters": "Replaying dead letters of queue '{queue}' in vhost '{vhost}' ...",
     "status": "Status of the broker ...",
+    "cluster_status": "Cluster status of the broker ...",
+    "forget_cluster_node": "Removing node {node} from the cluster ...",
     "await_startup": "Waiting for the broker to start ...",
     "reload_tls": "Reloading TLS certificates ...",
 }
@@ -585,6 +598,8 @@ def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
         return _super_stream_args(a)
     if verb == "delete_super_stream":
         return {"vhost": a.vhost, "name": a.name}
+    if verb == "forget_cluster_node":
+        return {"node": a.node}
     return {}
 
 

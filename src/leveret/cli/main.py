@@ -83,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--prometheus-port", type=int, help="Prometheus port (default 15692)")
     serve.add_argument("--load-definitions", help="definitions file imported at boot (JSON)")
+    serve.add_argument(
+        "--etcd",
+        help="join a cluster through etcd: its client URLs, http://HOST:PORT[,...] "
+        "(docs/cluster.md); without it Leveret is a single node",
+    )
+    serve.add_argument("--node-name", help="this node's name in the cluster (default leveret@HOST)")
+    serve.add_argument("--cluster-port", type=int, help="inter-node link port (default 25672)")
     sub.add_parser(
         "ctl",
         help="manage the running broker (rabbitmqctl's verbs; 'leveret ctl --help')",
@@ -126,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "management_port": args.management_port,
             "prometheus_port": args.prometheus_port,
             "load_definitions": args.load_definitions,
+            "etcd": args.etcd,
+            "node_name": args.node_name,
+            "cluster_port": args.cluster_port,
         }
         try:
             settings = load(args.config, overrides=overrides)

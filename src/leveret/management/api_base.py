@@ -77,6 +77,12 @@ class ApiBase:
         self.runtime = server.host.runtime
         self.sampler = server.sampler
 
+    @property
+    def cluster(self) -> Any:
+        """This node's part in a cluster (``cluster/node.py``), None on a single node:
+        declarations and deletions then go through etcd's metadata store."""
+        return getattr(self.admin_host, "cluster", None)
+
     # -- helpers ---------------------------------------------------------------------------
 
     def who(self, request: web.Request) -> Principal:

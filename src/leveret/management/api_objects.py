@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -30,6 +31,9 @@ from leveret.server.runtime import (
     cluster_name,
     json_value,
 )
+
+# Seconds /api/nodes waits for another node's own answer about itself.
+NODE_TIMEOUT = 2.0
 
 if TYPE_CHECKING:
     from leveret.management.authz import Principal
@@ -72,14 +76,30 @@ class ObjectsApi(ApiBase):
                 for i, value in enumerate(values):
                     running[i] += value
         settings = self.admin_host.settings
+        listening = [(shapes.node_name(), url) for url in self.admin_host.listening]
+        cluster = self.cluster
+        if cluster is not None:
+            # Every running node's listeners, as RabbitMQ's overview lists them.
+            listening = [
+                (node, str(url))
+                for node, record in sorted(cluster.applier.view.nodes.items())
+                for url in record.get("listeners", [])
+            ] or listening
+            queues_elsewhere = sum(
+                1
+                for (vname, _name), record in cluster.applier.view.queues.items()
+                if record.leader != cluster.name and who.sees_vhost(vname)
+            )
+        else:
+            queues_elsewhere = 0
         listeners = [
             {
-                "node": shapes.node_name(),
+                "node": node,
                 "protocol": url.split("://")[0],
                 "ip_address": url.split("://")[1].rsplit(":", 1)[0].strip("[]"),
                 "port": int(url.rsplit(":", 1)[1]),
             }
-            for url in self.admin_host.listening
+            for node, url in listening
         ]
         return json_reply(
             {
@@ -111,7 +131,7 @@ class ObjectsApi(ApiBase):
                     "connections": len(conns),
                     "channels": channels,
                     "exchanges": sum(len(v.exchanges) for v in vhosts),
-                    "queues": len(queues),
+                    "queues": len(queues) + queues_elsewhere,
                     "consumers": sum(len(q.consumers) for q in queues),
                 },
                 "listeners": listeners,
@@ -137,13 +157,55 @@ class ObjectsApi(ApiBase):
 
     async def nodes(self, request: web.Request) -> web.Response:
         self.who(request).require_monitor()
-        return json_reply([self._node()])
+        cluster = self.cluster
+        if cluster is None:
+            return json_reply([self._node()])
+        names = sorted(set(cluster.applier.view.members) | set(cluster.applier.view.nodes))
+        rows = [await self._cluster_node(request, name) for name in names]
+        return json_reply(rows)
 
     async def node(self, request: web.Request) -> web.Response:
         self.who(request).require_monitor()
-        if request.match_info["node"] != shapes.node_name():
+        name = request.match_info["node"]
+        cluster = self.cluster
+        if cluster is not None and name != shapes.node_name():
+            view = cluster.applier.view
+            if name not in view.members and name not in view.nodes:
+                raise not_found()
+            return json_reply(await self._cluster_node(request, name))
+        if name != shapes.node_name():
             raise not_found()
         return json_reply(self._node())
+
+    async def _cluster_node(self, request: web.Request, name: str) -> dict[str, Any]:
+        """A node of the cluster as its own API shows it (asked with the caller's
+        credentials); a node that is down or does not answer, as RabbitMQ shows a stopped
+        one: its name, type and ``running: false``."""
+        if name == shapes.node_name():
+            return self._node()
+        record = self.cluster.applier.view.nodes.get(name)
+        down = {"name": name, "type": "disc", "running": False}
+        if record is None:
+            return down
+        import aiohttp
+
+        for url in record.get("management", []):
+            target = f"{url}/api/nodes/{quote(name, safe='')}"
+            headers = {"Authorization": request.headers.get("Authorization", "")}
+            try:
+                async with (
+                    aiohttp.ClientSession(
+                        timeout=aiohttp.ClientTimeout(total=NODE_TIMEOUT)
+                    ) as session,
+                    session.get(target, headers=headers) as response,
+                ):
+                    if response.status == 200:
+                        row = await response.json()
+                        if isinstance(row, dict):
+                            return row
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                continue
+        return {**down, "running": True, "os_pid": str(record.get("pid", ""))}
 
     async def extensions(self, request: web.Request) -> web.Response:
         self.who(request)
@@ -166,8 +228,7 @@ class ObjectsApi(ApiBase):
         name = body.get("name")
         if not isinstance(name, str) or not name:
             raise bad_request("name must be a non-empty string")
-        self.runtime.global_parameters["cluster_name"] = name
-        await self.runtime.save()
+        await self.runtime.change(lambda r: r.global_parameters.__setitem__("cluster_name", name))
         return no_content()
 
     async def aliveness(self, request: web.Request) -> web.Response:
@@ -359,15 +420,19 @@ class ObjectsApi(ApiBase):
         if not isinstance(kind, str):
             raise bad_request("type must be given")
         existed = name in vhost.exchanges
+        options: dict[str, Any] = {
+            "durable": as_bool(body.get("durable"), True),
+            "auto_delete": as_bool(body.get("auto_delete")),
+            "internal": as_bool(body.get("internal")),
+            "arguments": dict(body.get("arguments") or {}),
+        }
         try:
-            vhost.declare_exchange(
-                name,
-                kind,
-                durable=as_bool(body.get("durable"), True),
-                auto_delete=as_bool(body.get("auto_delete")),
-                internal=as_bool(body.get("internal")),
-                arguments=dict(body.get("arguments") or {}),
-            )
+            if self.cluster is not None:
+                existed = not await self.cluster.store.declare_exchange(
+                    vname, name, kind, **options
+                )
+            else:
+                vhost.declare_exchange(name, kind, **options)
         except KeyError as exc:
             raise bad_request(f"invalid exchange type {exc}") from None
         except ValueError as exc:
@@ -377,7 +442,11 @@ class ObjectsApi(ApiBase):
     async def delete_exchange(self, request: web.Request) -> web.Response:
         vhost, exchange = self._exchange_of(request)
         self.who(request).require_vhost(vhost.name)
-        vhost.delete_exchange(exchange.name, if_unused=as_bool(request.query.get("if-unused")))
+        if_unused = as_bool(request.query.get("if-unused"))
+        if self.cluster is not None:
+            await self.cluster.store.delete_exchange(vhost.name, exchange.name, if_unused=if_unused)
+        else:
+            vhost.delete_exchange(exchange.name, if_unused=if_unused)
         return no_content()
 
     async def exchange_bindings(self, request: web.Request) -> web.Response:
@@ -430,7 +499,23 @@ class ObjectsApi(ApiBase):
             for name, q in sorted(v.queues.items())
         ]
 
+        cluster = self.cluster
+        if cluster is not None:
+            # Queues led by other nodes, from their records (their counters stay on their
+            # leader until the inter-node link).
+            only = request.match_info.get("vhost")
+            stubs += [
+                {"name": name, "vhost": vname, "record": record}
+                for (vname, name), record in sorted(cluster.applier.view.queues.items())
+                if record.leader != cluster.name
+                and (only is None or only == vname)
+                and who.sees_vhost(vname)
+            ]
+            stubs.sort(key=lambda s: (s["vhost"], s["name"]))
+
         def render(stub: dict[str, Any]) -> dict[str, Any]:
+            if "record" in stub:
+                return remote_queue_json(stub["record"], cluster.applier.view.nodes)
             return shapes.queue_json(stub["queue"], self.sampler, rates)
 
         return json_reply(query.apply(stubs, request.query, render))
@@ -472,16 +557,39 @@ class ObjectsApi(ApiBase):
         queue_type = body.get("type")
         if isinstance(queue_type, str) and "x-queue-type" not in arguments:
             arguments = {**arguments, "x-queue-type": queue_type}
-        vhost.declare_queue(
-            name,
-            owner=None,
-            durable=as_bool(body.get("durable"), True),
-            auto_delete=as_bool(body.get("auto_delete")),
-            arguments=arguments,
-        )
+        durable = as_bool(body.get("durable"), True)
+        auto_delete = as_bool(body.get("auto_delete"))
+        if self.cluster is not None:
+            # One outcome for concurrent declarations on any nodes: etcd's.
+            _record, created = await self.cluster.store.declare_queue(
+                vname, name, durable=durable, auto_delete=auto_delete, arguments=arguments
+            )
+            existed = not created
+        else:
+            vhost.declare_queue(
+                name, owner=None, durable=durable, auto_delete=auto_delete, arguments=arguments
+            )
         return no_content() if existed else web.Response(status=201)
 
     async def delete_queue(self, request: web.Request) -> web.Response:
+        cluster = self.cluster
+        if cluster is not None:
+            who = self.who(request)
+            vname, name = request.match_info["vhost"], request.match_info["name"]
+            who.require_vhost(vname)
+            self.vhost(vname)
+            if (
+                name not in self.vhost(vname).queues
+                and (vname, name) not in cluster.applier.view.queues
+            ):
+                raise not_found()
+            await cluster.store.delete_queue(
+                vname,
+                name,
+                if_unused=as_bool(request.query.get("if-unused")),
+                if_empty=as_bool(request.query.get("if-empty")),
+            )
+            return no_content()
         vhost, queue = self._queue_of(request, change=True)
         vhost.delete_queue(
             queue.name,
@@ -587,11 +695,16 @@ class ObjectsApi(ApiBase):
         kind = "queue" if request.match_info["kind"] == "q" else "exchange"
         if source not in vhost.exchanges:
             raise not_found()
-        if kind == "queue" and dest not in vhost.queues:
+        if kind == "queue" and dest not in vhost.queues and not self._remote_queue(vname, dest):
             raise not_found()
         if kind == "exchange" and dest not in vhost.exchanges:
             raise not_found()
         return vhost, source, dest, kind
+
+    def _remote_queue(self, vhost: str, name: str) -> bool:
+        """A queue led by another node of the cluster (not in this node's model)."""
+        cluster = self.cluster
+        return cluster is not None and (vhost, name) in cluster.applier.view.queues
 
     def _between(
         self, vhost: VirtualHost, source: str, dest: str, kind: str
@@ -611,7 +724,9 @@ class ObjectsApi(ApiBase):
         body = await read_body(request)
         key = str(body.get("routing_key", ""))
         arguments = dict(body.get("arguments") or {})
-        if kind == "queue":
+        if self.cluster is not None:
+            await self.cluster.store.bind(vhost.name, source, kind, dest, key, arguments)
+        elif kind == "queue":
             queue = vhost.queues[dest]
             vhost.bind_queue(dest, source, key, arguments, owner=queue.exclusive_owner)
         else:
@@ -638,7 +753,11 @@ class ObjectsApi(ApiBase):
         vhost, row = self._binding(request)
         source, dest = row["source"], row["destination"]
         arguments = _raw_binding_args(vhost, row)
-        if row["destination_type"] == "queue":
+        if self.cluster is not None:
+            await self.cluster.store.unbind(
+                vhost.name, source, row["destination_type"], dest, row["routing_key"], arguments
+            )
+        elif row["destination_type"] == "queue":
             queue = vhost.queues[dest]
             vhost.unbind_queue(
                 dest, source, row["routing_key"], arguments, owner=queue.exclusive_owner
@@ -646,6 +765,25 @@ class ObjectsApi(ApiBase):
         else:
             vhost.unbind_exchange(dest, source, row["routing_key"], arguments)
         return no_content()
+
+
+def remote_queue_json(record: Any, running: dict[str, Any]) -> dict[str, Any]:
+    """A queue led by another node, from its record in etcd."""
+    return {
+        "name": record.name,
+        "vhost": record.vhost,
+        "durable": record.durable,
+        "auto_delete": record.auto_delete,
+        "exclusive": record.exclusive,
+        "arguments": json_value(dict(record.arguments)),
+        "node": record.leader,
+        "type": str(record.arguments.get("x-queue-type", "classic")),
+        "state": "running" if record.leader in running else "down",
+        "consumers": 0,
+        "messages": 0,
+        "messages_ready": 0,
+        "messages_unacknowledged": 0,
+    }
 
 
 def _raw_binding_args(vhost: VirtualHost, row: dict[str, Any]) -> dict[str, object]:

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from leveret.auth.users import AdminError, NoSuchUser, NoSuchVhost
 from leveret.errors import AMQPError, NotFound
-from leveret.management import api
+from leveret.management import api, shapes
 from leveret.management.authz import Authenticator, Forbidden, Unauthorized
 from leveret.management.errors import HttpError
 from leveret.management.query import BadQuery
@@ -91,6 +91,8 @@ class ManagementServer:
     def __init__(self, host: ManagementHost) -> None:
         self.host = host
         admin_host = host.admin_host
+        # The node's name in what the API shows (a cluster node's --node-name).
+        shapes.NODE = getattr(admin_host, "node_name", shapes.NODE)
         self.settings = admin_host.settings
         self.sampler = Sampler()
         self.auth = Authenticator(admin_host.users)

@@ -53,17 +53,42 @@ async def import_document(host: Any, doc: object, vhost: str | None = None) -> d
     if vhost is None:
         keys = ("users", "vhosts", "permissions", "topic_permissions", "parameters")
         await admin.import_definitions({"definitions": {k: doc[k] for k in keys if k in doc}})
-        runtime.load(doc)
+        await runtime.change(lambda r: r.load(doc))
     else:
-        runtime.load(
-            {
-                "policies": [{**p, "vhost": vhost} for p in doc.get("policies") or []],
-                "parameters": [{**p, "vhost": vhost} for p in doc.get("parameters") or []],
-            }
-        )
-    counts = import_entities(runtime.broker, doc, vhost)
-    await runtime.save()
+        part = {
+            "policies": [{**p, "vhost": vhost} for p in doc.get("policies") or []],
+            "parameters": [{**p, "vhost": vhost} for p in doc.get("parameters") or []],
+        }
+        await runtime.change(lambda r: r.load(part))
+    cluster = getattr(host, "cluster", None)
+    if cluster is not None:
+        counts = await cluster.import_entities(doc, vhost)
+    else:
+        counts = import_entities(runtime.broker, doc, vhost)
     return {"queues": counts.queues, "exchanges": counts.exchanges, "bindings": counts.bindings}
+
+
+def _remote_row(record: Any, running: bool) -> dict[str, Any]:
+    """``list_queues``' row of a queue led by another node (from its record in etcd; its
+    counters stay on its leader until the inter-node link)."""
+    return {
+        "name": record.name,
+        "messages": 0,
+        "messages_ready": 0,
+        "messages_unacknowledged": 0,
+        "consumers": 0,
+        "durable": record.durable,
+        "auto_delete": record.auto_delete,
+        "exclusive": record.exclusive,
+        "arguments": json_value(dict(record.arguments)),
+        "policy": "",
+        "operator_policy": "",
+        "effective_policy_definition": {},
+        "type": str(record.arguments.get("x-queue-type", "classic")),
+        "state": "running" if running else "down",
+        "vhost": record.vhost,
+        "node": record.leader,
+    }
 
 
 def connection_name(conn: ConnectionProtocol) -> str:
@@ -87,9 +112,12 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
             raise AdminError(f"Virtual host '{name}' does not exist")
         return vhost
 
+    node = str(getattr(host, "node_name", ""))
+
     async def list_queues(args: dict[str, Any]) -> list[dict[str, Any]]:
         rows = []
-        for queue in sorted(vhost_of(args).queues.values(), key=lambda q: q.name):
+        vhost = vhost_of(args)
+        for queue in sorted(vhost.queues.values(), key=lambda q: q.name):
             ready, unacked = queue.message_count, queue.unacked_count
             rows.append(
                 {
@@ -108,8 +136,17 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
                     "type": queue.config.queue_type,
                     "state": "running",
                     "vhost": queue.vhost_name,
+                    "node": node,
                 }
             )
+        cluster = getattr(host, "cluster", None)
+        if cluster is not None:
+            view = cluster.applier.view
+            for (vname, _name), record in sorted(view.queues.items()):
+                if vname != vhost.name or record.leader == cluster.name:
+                    continue
+                rows.append(_remote_row(record, record.leader in view.nodes))
+            rows.sort(key=lambda r: r["name"])
         return rows
 
     async def list_exchanges(args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -229,6 +266,21 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
     async def delete_queue(args: dict[str, Any]) -> int:
         vhost = vhost_of(args)
         name = _str(args, "queue")
+        cluster = getattr(host, "cluster", None)
+        if cluster is not None:
+            if name not in vhost.queues and (vhost.name, name) not in cluster.applier.view.queues:
+                raise AdminError(f"Queue '{name}' in vhost '{vhost.name}' does not exist")
+            try:
+                return int(
+                    await cluster.store.delete_queue(
+                        vhost.name,
+                        name,
+                        if_unused=bool(args.get("if_unused")),
+                        if_empty=bool(args.get("if_empty")),
+                    )
+                )
+            except AMQPError as exc:
+                raise AdminError(exc.reply_text) from None
         queue = vhost.queues.get(name)
         if queue is None:
             raise AdminError(f"Queue '{name}' in vhost '{vhost.name}' does not exist")
@@ -255,22 +307,22 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
 
     def policy_verbs(operator: bool) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         async def set_policy(args: dict[str, Any]) -> None:
-            runtime = _runtime(admin)
-            runtime.set_policy(
-                _str(args, "vhost", "/"),
-                _str(args, "name"),
-                args.get("pattern"),
-                args.get("definition"),
-                args.get("priority", 0),
-                args.get("apply_to", "all"),
-                operator=operator,
+            vhost, name = _str(args, "vhost", "/"), _str(args, "name")
+            await _runtime(admin).change(
+                lambda r: r.set_policy(
+                    vhost,
+                    name,
+                    args.get("pattern"),
+                    args.get("definition"),
+                    args.get("priority", 0),
+                    args.get("apply_to", "all"),
+                    operator=operator,
+                )
             )
-            await runtime.save()
 
         async def clear_policy(args: dict[str, Any]) -> None:
-            runtime = _runtime(admin)
-            runtime.clear_policy(_str(args, "vhost", "/"), _str(args, "name"), operator=operator)
-            await runtime.save()
+            vhost, name = _str(args, "vhost", "/"), _str(args, "name")
+            await _runtime(admin).change(lambda r: r.clear_policy(vhost, name, operator=operator))
 
         async def list_policies(args: dict[str, Any]) -> list[dict[str, Any]]:
             vhost = _str(args, "vhost", "/")
@@ -302,7 +354,29 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
         counts = await import_document(host, doc) if hasattr(host, "admin") else {}
         return {"imported": counts}
 
+    async def cluster_status(args: dict[str, Any]) -> dict[str, Any]:
+        cluster = getattr(host, "cluster", None)
+        if cluster is not None:
+            return dict(cluster.status())
+        queues = sum(len(v.queues) for v in host.broker.vhosts.values())
+        return {
+            "node": node,
+            "members": [node],
+            "running": [node],
+            "listeners": {node: list(host.listening)},
+            "queue_leaders": {node: queues},
+        }
+
+    async def forget_cluster_node(args: dict[str, Any]) -> dict[str, Any]:
+        cluster = getattr(host, "cluster", None)
+        if cluster is None:
+            raise AdminError("this node is not part of a cluster (it runs without --etcd)")
+        removed = await cluster.store.forget_node(_str(args, "node"))
+        return {"node": _str(args, "node"), "queues_removed": removed}
+
     verbs: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+        "cluster_status": cluster_status,
+        "forget_cluster_node": forget_cluster_node,
         "list_queues": list_queues,
         "list_exchanges": list_exchanges,
         "list_bindings": list_bindings,

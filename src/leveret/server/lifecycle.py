@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from leveret import build_info
 from leveret.auth.users import UserStore
-from leveret.config import default_data_dir
+from leveret.config import default_data_dir, node_name
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
@@ -88,6 +88,19 @@ class ManagementPlane(Protocol):
     async def close(self) -> None: ...
 
 
+class ClusterPart(Protocol):
+    """What the server needs of its part in a cluster (``cluster/node.py``'s
+    ``ClusterNode``): join once recovered, register once listening, leave."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def register(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Server:
     """A running broker: the model, its listeners and its connections."""
 
@@ -96,9 +109,14 @@ class Server:
         settings: Settings,
         *,
         management: Callable[[Server], ManagementPlane] | None = None,
+        cluster: Callable[[Server], ClusterPart] | None = None,
     ) -> None:
         self.settings = settings
         self._management_factory = management
+        self._cluster_factory = cluster
+        # This node's part in a cluster (settings.etcd); None on a single node.
+        self.cluster: ClusterPart | None = None
+        self.node_name = node_name(settings)
         timeout = settings.consumer_timeout
         self.broker = Broker(consumer_timeout=timeout / 1000 if timeout else None)
         # Filled from data_dir/auth.json (or first-boot defaults) by boot_auth in _recover.
@@ -258,6 +276,12 @@ class Server:
         loop = asyncio.get_running_loop()
         self.deadlines = DeadlineTimer(loop, self.broker.timers)
         self._recover(loop)
+        if self.settings.etcd:
+            # Joined before any listener opens: clients see the cluster's definitions.
+            if self._cluster_factory is None:
+                raise StartupError("this server was built without the cluster part")
+            self.cluster = self._cluster_factory(self)
+            await self.cluster.start()
         if self.settings.load_definitions:
             await self._load_definitions(self.settings.load_definitions)
         server = await loop.create_server(
@@ -287,6 +311,8 @@ class Server:
         if self.settings.management and self._management_factory is not None:
             self.management = self._management_factory(self)
             await self.management.start()
+        if self.cluster is not None:
+            await self.cluster.register()
         # What boot made (modules, recovered messages and pending scheduled messages, the
         # listeners) lives as long as the broker: keep it out of the cyclic collector's
         # full collections, which otherwise walk all of it and stall the loop (measured: a
@@ -405,6 +431,9 @@ class Server:
                 conn.transport.abort()
         for server in self.servers:
             await server.wait_closed()
+        if self.cluster is not None:
+            await self.cluster.stop()  # its lease revoked: down for the others at once
+            self.cluster = None
         if self.deadlines is not None:
             self.deadlines.close()
         if self.streams is not None:

@@ -20,7 +20,7 @@ import decimal
 import logging
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret import __version__
 from leveret.auth.definitions import VHOST_LIMITS_COMPONENT, export_definitions
@@ -30,7 +30,7 @@ from leveret.model.policies import PolicyError, make_policy
 from leveret.store import runtime as runtime_file
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Callable, Mapping
     from pathlib import Path
 
     from leveret.auth.users import UserStore
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from leveret.model.vhost import VirtualHost
 
 log = logging.getLogger("leveret.admin")
+
+T = TypeVar("T")
 
 OPERATOR_POLICY_COMPONENT = "operator_policy"
 # What a RabbitMQ export says about its producer; Leveret's export says the same version so
@@ -78,6 +80,17 @@ class Runtime:
     # (vhost, component, name) -> value
     parameters: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     global_parameters: dict[str, Any] = field(default_factory=dict)
+    # Where changes go instead of runtime.json on a cluster node (cluster/node.py).
+    changer: Callable[[Callable[[Runtime], Any]], Awaitable[Any]] | None = None
+
+    async def change(self, change: Callable[[Runtime], T]) -> T:
+        """Make ``change`` (set or clear policies and parameters) and save it; on a
+        cluster node it is made in etcd, which every node applies (this one first)."""
+        if self.changer is not None:
+            return await self.changer(change)  # type: ignore[no-any-return]
+        result = change(self)
+        await self.save()
+        return result
 
     # -- policies -------------------------------------------------------------------------
 

@@ -142,6 +142,8 @@ class Applier:
     revision: int = 0
     entries: dict[bytes, Entry] = field(default_factory=dict)
     tombstones: dict[bytes, int] = field(default_factory=dict)
+    # The revision of the last full read (changes at or before it are in it).
+    floor: int = 0
     pending: set[bytes] = field(default_factory=set)
     # Called with a vhost's name when it leaves the registry (the server closes its
     # connections first); by default its contents go through the model.
@@ -177,6 +179,8 @@ class Applier:
         self.tombstones = {k: r for k, r in self.tombstones.items() if r > revision}
         self._apply_all(changes, force=True)
         self.revision = max(self.revision, revision)
+        # The read holds every change up to ``revision``: one reported later is stale.
+        self.floor = max(self.floor, revision)
 
     def apply_events(self, events: Iterable[tuple[bool, KeyValue]], revision: int) -> None:
         """Changes a watch reported, in its order; ``revision``: applied up to it."""
@@ -228,12 +232,16 @@ class Applier:
         try:
             for key in touched:
                 self._apply_key(key)
+            # The registry first (a vhost that arrived lets its contents in), then what waits.
+            self._flush()
             self._retry_pending()
             self._flush()
         finally:
             self.applying = False
 
     def _newer(self, key: bytes, mod: int, *, force: bool) -> bool:
+        if mod <= self.floor and not force:
+            return False
         known = self.entries.get(key)
         if known is not None and known.mod_revision > mod:
             return False

@@ -4,6 +4,7 @@ killed with ``kill -9`` and restarted converges; etcd restarted under load conve
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import tempfile
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
 
 AUTH = ("guest", "guest")
+RABBIT_NODES = Path(__file__).parents[1] / "data/management/rabbitmq-3.10.8-cluster-nodes.json"
 LEASE_TTL = 2
 _REGISTERED = re.compile(r"registered as cluster node '([^']+)'")
 
@@ -167,6 +169,8 @@ def test_definitions_made_on_one_node_appear_on_the_others(two_nodes: tuple[Node
     assert '"b@test"' in status
     overview = a.get("overview")
     assert {listener["node"] for listener in overview["listeners"]} == {"a@test", "b@test"}
+    protocols = {listener["protocol"] for listener in overview["listeners"]}
+    assert {"amqp", "clustering"} <= protocols
     # A vhost deleted on one node goes on every node.
     assert requests.delete(b.api("vhosts/v1"), auth=AUTH, timeout=10).status_code == 204
     eventually(lambda: "v1" not in {v["name"] for v in a.get("vhosts")})
@@ -222,6 +226,10 @@ def test_a_node_killed_and_restarted_converges(
     b.broker.stop(signal.SIGKILL)
     # a sees b down once its lease expires, and changes the definitions meanwhile.
     eventually(lambda: not {n["name"]: n for n in a.get("nodes")}["b@test"]["running"], 15)
+    # As RabbitMQ 3.10.8 shows a stopped node (recorded from a two-node cluster).
+    recorded = json.loads(RABBIT_NODES.read_text())["down_node"]
+    shown = {n["name"]: n for n in a.get("nodes")}["b@test"]
+    assert shown == {**recorded, "name": "b@test"}
     assert [q["state"] for q in a.get("queues/%2F") if q["name"] == "kept"] == ["down"]
     assert requests.delete(a.api("queues/%2F/doomed"), auth=AUTH, timeout=10).status_code == 204
     assert a.put("exchanges/%2F/made-meanwhile", {"type": "fanout"}).status_code == 201

@@ -83,7 +83,11 @@ class ObjectsApi(ApiBase):
             listening = [
                 (node, str(url))
                 for node, record in sorted(cluster.applier.view.nodes.items())
-                for url in record.get("listeners", [])
+                for url in [
+                    *record.get("listeners", []),
+                    # RabbitMQ lists each node's inter-node port as "clustering".
+                    *([f"clustering://{record['cluster']}"] if record.get("cluster") else []),
+                ]
             ] or listening
             queues_elsewhere = sum(
                 1
@@ -184,7 +188,8 @@ class ObjectsApi(ApiBase):
         if name == shapes.node_name():
             return self._node()
         record = self.cluster.applier.view.nodes.get(name)
-        down = {"name": name, "type": "disc", "running": False}
+        # RabbitMQ 3.10.8's answer for a stopped node (tests/data/management/).
+        down = {"name": name, "type": "disc", "running": False, "cluster_links": []}
         if record is None:
             return down
         import aiohttp

@@ -221,8 +221,12 @@ def test_a_node_killed_and_restarted_converges(
         channel.basic_publish(
             "", "kept", b"m%d" % i, pika.BasicProperties(delivery_mode=2), mandatory=True
         )
+    # Declared by a client on b (written to etcd behind the model until the shell's
+    # deferral): in the cluster's definitions, and kept by b's restart.
+    channel.queue_declare("amqp-made", durable=True)
+    channel.basic_publish("", "amqp-made", b"x", pika.BasicProperties(delivery_mode=2))
     conn.close()
-    eventually(lambda: {"kept", "doomed"} <= queue_names(a))
+    eventually(lambda: {"kept", "doomed", "amqp-made"} <= queue_names(a))
     b.broker.stop(signal.SIGKILL)
     # a sees b down once its lease expires, and changes the definitions meanwhile.
     eventually(lambda: not {n["name"]: n for n in a.get("nodes")}["b@test"]["running"], 15)
@@ -244,6 +248,8 @@ def test_a_node_killed_and_restarted_converges(
         )
         declared = conn.channel().queue_declare("kept", passive=True)
         assert declared.method.message_count == 3  # confirmed, on b's disk
+        declared = conn.channel().queue_declare("amqp-made", passive=True)
+        assert declared.method.message_count == 1
         conn.close()
         eventually(lambda: {n["name"]: n for n in a.get("nodes")}["b@test"]["running"])
     finally:

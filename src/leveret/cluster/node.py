@@ -35,6 +35,7 @@ from leveret.auth.definitions import load_store
 from leveret.auth.users import AdminError
 from leveret.cluster.apply import Applier, QueueRecord
 from leveret.cluster.etcd import EtcdClient, EtcdError, Put, absent
+from leveret.cluster.journal import ClusterJournal
 from leveret.cluster.keys import Layout, decode, encode, encode_arguments
 from leveret.cluster.membership import Membership, NameInUse
 from leveret.cluster.metadata import MetadataStore, queue_value
@@ -124,6 +125,8 @@ class ClusterNode:
         elif mode.kind == "member":
             self._prune_local()
         self._write_cluster_file(mode.cluster_id)
+        # From now on what front ends declare durably here is written behind to etcd.
+        server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
         server.admin.changer = self.store.change_auth
         server.runtime.changer = self.store.change_runtime
         self.store.start_watch()

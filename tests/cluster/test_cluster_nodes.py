@@ -289,8 +289,8 @@ def test_etcd_restarted_under_load_converges(
     finally:
         stop.set()
         thread.join(30)
-    # What a got an answer for is on both nodes; a declaration that failed while etcd was
-    # down failed with an error, not a false success.
+    # What a got an answer for is on both nodes; a declaration made while etcd was down
+    # failed with 503, never a false success.
     for node in (a, b):
         eventually(lambda node=node: set(made) <= queue_names(node), 20)  # type: ignore[misc]
-    assert all(status >= 400 or status == 0 for status in failed)
+    assert set(failed) <= {503}  # "service_unavailable": the cluster's store did not answer

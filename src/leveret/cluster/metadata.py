@@ -31,10 +31,11 @@ API and ``leveret ctl`` call them now (``cluster/node.py`` wires them).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from leveret.auth.users import AdminError, UserStore
 from leveret.cluster import documents
@@ -64,7 +65,7 @@ from leveret.model.policies import effective_definition, select
 from leveret.model.vhost import STANDARD_EXCHANGES, VirtualHost, new_queue_name
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Coroutine, Mapping, Sequence
 
     from leveret.cluster.etcd import KeyValue
     from leveret.cluster.membership import Membership
@@ -73,6 +74,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.cluster")
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 # Tries of one change when concurrent writers keep winning.
 ATTEMPTS = 8
@@ -85,6 +88,31 @@ _PREDECLARED = frozenset(name for name, _type in STANDARD_EXCHANGES)
 
 class Conflict(AdminError):
     """A change lost to concurrent ones ``ATTEMPTS`` times in a row."""
+
+
+class ClusterUnavailable(AdminError):
+    """etcd did not answer: the change was not made (``leveret ctl`` exits 69, the HTTP
+    API answers 503)."""
+
+    exit_code = 69
+    http_status = 503
+
+
+def _available(
+    method: Callable[P, Coroutine[Any, Any, R]],
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    """etcd's unavailability as the admin error callers already handle."""
+
+    @functools.wraps(method)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except EtcdError as exc:
+            raise ClusterUnavailable(
+                f"the cluster's metadata store is unavailable: {exc}"
+            ) from None
+
+    return call
 
 
 @dataclass
@@ -186,6 +214,7 @@ class MetadataStore:
 
     # -- the auth registry and the runtime parameters ------------------------------------
 
+    @_available
     async def change_auth(self, change: Callable[[UserStore], T]) -> T:
         """Make ``change`` to the auth registry (users, vhosts, permissions, topic
         permissions, limits) as etcd holds it; its errors are the single node's. A vhost it
@@ -214,6 +243,7 @@ class MetadataStore:
             layout.under("entities", "bindings", vhost),
         ]
 
+    @_available
     async def change_runtime(self, change: Callable[[Runtime], T]) -> T:
         """Make ``change`` to the policies, operator policies and parameters."""
         for _attempt in range(ATTEMPTS):
@@ -242,6 +272,7 @@ class MetadataStore:
     def _vhost_key(self, vhost: str) -> bytes:
         return self.layout.key("auth", "vhosts", vhost)
 
+    @_available
     async def declare_exchange(
         self,
         vhost: str,
@@ -330,6 +361,7 @@ class MetadataStore:
         result = await self.client.get_prefix(marker)
         return result.revision, [(kv.key, decode(kv.value)) for kv in result.kvs]
 
+    @_available
     async def delete_exchange(self, vhost: str, name: str, *, if_unused: bool = False) -> None:
         """Delete an exchange and every binding from or to it (RabbitMQ: deleting one
         that does not exist succeeds); 403 for the default and ``amq.*`` exchanges, 406
@@ -402,6 +434,7 @@ class MetadataStore:
         operator = select(model.operator_policies.values(), name, "queue", kind)
         return effective_definition(policy, operator)
 
+    @_available
     async def declare_queue(
         self,
         vhost: str,
@@ -476,6 +509,7 @@ class MetadataStore:
         )
         return existing, False
 
+    @_available
     async def delete_queue(
         self,
         vhost: str,
@@ -577,6 +611,7 @@ class MetadataStore:
         digest = binding_digest(routing_key, dict(arguments))
         return self.layout.binding(vhost, kind, destination, source, digest)
 
+    @_available
     async def bind(
         self,
         vhost: str,
@@ -656,6 +691,7 @@ class MetadataStore:
         value = decode(kv.value)
         vhost.declare_exchange(name, str(value["type"]), arguments=_arguments(value))
 
+    @_available
     async def unbind(
         self,
         vhost: str,
@@ -687,6 +723,7 @@ class MetadataStore:
 
     # -- nodes ---------------------------------------------------------------------------
 
+    @_available
     async def forget_node(self, name: str) -> int:
         """Remove a stopped node from the cluster, with the queues it led (their records
         and bindings; its data directory keeps their messages until it is reset). The

@@ -77,7 +77,9 @@ async def _errors(
     except AMQPError as exc:
         return _error(400, "bad_request", exc.reply_text)
     except AdminError as exc:
-        return _error(400, "bad_request", str(exc))
+        # 503 when the cluster's metadata store (etcd) did not answer (cluster/metadata.py).
+        status = getattr(exc, "http_status", 400)
+        return _error(status, "bad_request" if status == 400 else "service_unavailable", str(exc))
     except BadQuery as exc:
         return _error(400, "bad_request", str(exc))
     except json.JSONDecodeError:

@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from tests.integration.conftest import _DATA_ROOT, Broker, start_broker
-from tests.integration.ctl_support import ok
+from tests.integration.ctl_support import ctl, ok
 from tests.integration.mgmt_support import _URL, _wait_for
 
 if TYPE_CHECKING:
@@ -171,6 +171,31 @@ def test_definitions_made_on_one_node_appear_on_the_others(two_nodes: tuple[Node
     assert {listener["node"] for listener in overview["listeners"]} == {"a@test", "b@test"}
     protocols = {listener["protocol"] for listener in overview["listeners"]}
     assert {"amqp", "clustering"} <= protocols
+    # A definitions import on one node; queues placed by the balanced locator spread.
+    doc: dict[str, Any] = {
+        "exchanges": [{"name": "imported-x", "vhost": "v1", "type": "fanout", "durable": True}],
+        "queues": [
+            {
+                "name": f"bal-{i}",
+                "vhost": "v1",
+                "durable": True,
+                "arguments": {"x-queue-leader-locator": "balanced"},
+            }
+            for i in range(4)
+        ],
+    }
+    posted = requests.post(a.api("definitions"), json=doc, auth=AUTH, timeout=10)
+    assert posted.status_code == 204, posted.text
+    eventually(lambda: "imported-x" in {e["name"] for e in b.get("exchanges/v1")})
+    balanced = eventually(
+        lambda: (
+            [q["node"] for q in b.get("queues/v1") if q["name"].startswith("bal-")]
+            if len([q for q in b.get("queues/v1") if q["name"].startswith("bal-")]) == 4
+            else None
+        )
+    )
+    # a led one queue (ttl-q), b none: b, then a (a tie goes to the declaring node), b, a.
+    assert sorted(balanced) == ["a@test", "a@test", "b@test", "b@test"]
     # A vhost deleted on one node goes on every node.
     assert requests.delete(b.api("vhosts/v1"), auth=AUTH, timeout=10).status_code == 204
     eventually(lambda: "v1" not in {v["name"] for v in a.get("vhosts")})
@@ -254,6 +279,14 @@ def test_a_node_killed_and_restarted_converges(
         eventually(lambda: {n["name"]: n for n in a.get("nodes")}["b@test"]["running"])
     finally:
         restarted.broker.stop()
+    # A running node cannot be forgotten; a stopped one can, with the queues it led.
+    refused = ctl(a.data_dir, "forget_cluster_node", "a@test")
+    assert refused.returncode != 0
+    assert "running" in refused.stderr + refused.stdout
+    eventually(lambda: not {n["name"]: n for n in a.get("nodes")}["b@test"]["running"], 15)
+    ok(a.data_dir, "forget_cluster_node", "b@test")
+    assert {n["name"] for n in a.get("nodes")} == {"a@test"}
+    assert not {"kept", "amqp-made"} & queue_names(a)
 
 
 def test_etcd_restarted_under_load_converges(

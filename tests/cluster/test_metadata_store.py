@@ -16,7 +16,7 @@ from leveret.cluster.keys import Layout
 from leveret.cluster.metadata import MetadataStore
 from leveret.errors import NotFound, PreconditionFailed
 from leveret.model.broker import Broker
-from leveret.server.runtime import Runtime
+from leveret.server.parameters import Runtime
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

@@ -22,7 +22,7 @@ from leveret.cluster.etcd import KeyValue
 from leveret.cluster.keys import Layout, binding_digest, encode, encode_arguments
 from leveret.model.broker import Broker
 from leveret.model.exchange import Exchange
-from leveret.server.runtime import Runtime
+from leveret.server.parameters import Runtime
 
 LAYOUT = Layout("/t/")
 VHOSTS = ("/", "v")

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Broker
     from leveret.model.queue import Queue
     from leveret.model.vhost import VirtualHost
-    from leveret.server.runtime import Runtime
+    from leveret.server.parameters import Runtime
 
 log = logging.getLogger("leveret.cluster")
 
@@ -524,7 +524,7 @@ class Applier:
             if self.on_vhost_deleted is not None:
                 self.on_vhost_deleted(name)
             else:
-                from leveret.server.admin import remove_vhost_contents
+                from leveret.server.auth_boot import remove_vhost_contents
 
                 remove_vhost_contents(self.broker, name)
             self.view.queues = {k: v for k, v in self.view.queues.items() if k[0] != name}

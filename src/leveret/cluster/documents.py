@@ -15,7 +15,7 @@ from leveret.auth.definitions import export_definitions, load_store
 from leveret.auth.users import UserStore
 from leveret.cluster.keys import AUTH_SECTIONS, RUNTIME_SECTIONS, encode
 from leveret.model.broker import Broker
-from leveret.server.runtime import Runtime
+from leveret.server.parameters import Runtime
 
 if TYPE_CHECKING:
     from leveret.cluster.apply import Applier

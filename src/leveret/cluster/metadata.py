@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
     from leveret.cluster.etcd import KeyValue
     from leveret.cluster.membership import Membership
-    from leveret.server.runtime import Runtime
+    from leveret.server.parameters import Runtime
 
 log = logging.getLogger("leveret.cluster")
 

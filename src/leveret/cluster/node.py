@@ -43,16 +43,16 @@ from leveret.config import node_name
 from leveret.errors import AMQPError
 from leveret.model.exchange import Exchange
 from leveret.model.queue import Queue
-from leveret.server.admin import remove_vhost_contents
-from leveret.server.lifecycle import StartupError
-from leveret.server.runtime import ImportCounts
+from leveret.server.auth_boot import remove_vhost_contents
+from leveret.server.definitions import ImportCounts
+from leveret.server.server import StartupError
 from leveret.store.files import replace_durably
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from leveret.model.vhost import VirtualHost
-    from leveret.server.lifecycle import Server
+    from leveret.server.server import Server
 
 log = logging.getLogger("leveret.cluster")
 
@@ -285,7 +285,7 @@ class ClusterNode:
 
     async def import_entities(self, doc: Mapping[str, Any], vhost: str | None) -> ImportCounts:
         """The exchanges, queues and bindings of a definitions document, declared through
-        etcd (``server/runtime.py``'s ``import_entities`` on a single node)."""
+        etcd (``server/definitions.py``'s ``import_entities`` on a single node)."""
         counts = ImportCounts()
 
         def where(entry: Mapping[str, Any]) -> str:

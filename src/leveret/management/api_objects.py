@@ -25,11 +25,14 @@ from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
-from leveret.server.message_tools import PROPERTY_NAMES, message_json
-from leveret.server.runtime import (
+from leveret.server.message_ops import PROPERTY_NAMES, message_json
+from leveret.server.parameters import cluster_name
+from leveret.server.rows import (
     binding_rows,
-    cluster_name,
+    channels,
     json_value,
+    properties_key,
+    queue_record_row,
 )
 
 # Seconds /api/nodes waits for another node's own answer about itself.
@@ -332,14 +335,7 @@ class ObjectsApi(ApiBase):
         return no_content()
 
     def _channels(self, who: Principal, conns: list[ConnectionProtocol] | None = None) -> list[Any]:
-        out = []
-        for conn in conns if conns is not None else self.connections(who):
-            client = conn.amqp.client if conn.amqp is not None else None
-            if client is None:
-                continue
-            for number, session in sorted(client.sessions.items()):
-                out.append((conn, number, session))
-        return out
+        return channels(conns if conns is not None else self.connections(who))
 
     async def list_channels(self, request: web.Request) -> web.Response:
         who = self.who(request)
@@ -736,8 +732,6 @@ class ObjectsApi(ApiBase):
             vhost.bind_queue(dest, source, key, arguments, owner=queue.exclusive_owner)
         else:
             vhost.bind_exchange(dest, source, key, arguments)
-        from leveret.server.runtime import properties_key
-
         # Relative, as RabbitMQ sends it.
         location = f"{dest}/{properties_key(key, json_value(arguments))}"
         return web.Response(status=201, headers={"Location": location})
@@ -774,21 +768,7 @@ class ObjectsApi(ApiBase):
 
 def remote_queue_json(record: Any, running: dict[str, Any]) -> dict[str, Any]:
     """A queue led by another node, from its record in etcd."""
-    return {
-        "name": record.name,
-        "vhost": record.vhost,
-        "durable": record.durable,
-        "auto_delete": record.auto_delete,
-        "exclusive": record.exclusive,
-        "arguments": json_value(dict(record.arguments)),
-        "node": record.leader,
-        "type": str(record.arguments.get("x-queue-type", "classic")),
-        "state": "running" if record.leader in running else "down",
-        "consumers": 0,
-        "messages": 0,
-        "messages_ready": 0,
-        "messages_unacknowledged": 0,
-    }
+    return queue_record_row(record, record.leader in running)
 
 
 def _raw_binding_args(vhost: VirtualHost, row: dict[str, Any]) -> dict[str, object]:

@@ -3,7 +3,8 @@
 aiohttp was chosen because its server is an ``asyncio.Protocol`` like the broker's own
 connections (it runs on the same loop, uvloop included, with no thread and no second
 loop), and it is the most used asyncio HTTP server with a long record; what it costs the
-AMQP hot path while polled is measured in ``docs/architecture.md`` ("management").
+AMQP hot path while polled is measured in ``docs/benchmarks.md`` ("The management plane's
+cost").
 
 Errors are RabbitMQ's: ``{"error": ..., "reason": ...}`` with 400 (``bad_request``), 401
 (``not_authorized``, with ``WWW-Authenticate``), 404 (``Object Not Found``) and 405; the
@@ -27,7 +28,7 @@ from aiohttp import web
 
 from leveret.auth.users import AdminError, NoSuchUser, NoSuchVhost
 from leveret.errors import AMQPError, NotFound
-from leveret.management import api, shapes
+from leveret.management import api
 from leveret.management.authz import Authenticator, Forbidden, Unauthorized
 from leveret.management.errors import HttpError
 from leveret.management.query import BadQuery
@@ -93,8 +94,6 @@ class ManagementServer:
     def __init__(self, host: ManagementHost) -> None:
         self.host = host
         admin_host = host.admin_host
-        # The node's name in what the API shows (a cluster node's --node-name).
-        shapes.NODE = getattr(admin_host, "node_name", shapes.NODE)
         self.settings = admin_host.settings
         self.sampler = Sampler()
         self.auth = Authenticator(admin_host.users)

@@ -45,12 +45,15 @@ LAYERS: dict[str, frozenset[str]] = {
     # management/, above the server; only assembly.py plugs it in.
     "cluster": frozenset({"errors", "leveret", "config", "model", "store", "auth", "server"}),
     "assembly": frozenset({"config", "server", "management", "cluster"}),
-    "cli": frozenset({"leveret", "config", "server", "assembly"}),
+    # The CLI; --workers' supervisor starts an etcd (cluster/etcd_process.py).
+    "cli": frozenset({"leveret", "config", "server", "store", "assembly", "cluster"}),
     "__main__": frozenset({"cli"}),
     # Beside them: the Spark connector speaks the protocols as a client.
     "spark": frozenset({"errors", "protocol"}),
     # Test helpers for users' suites: a broker in process, clients, a clock.
-    "testing": frozenset({"errors", "config", "protocol", "model", "auth", "server", "assembly"}),
+    "testing": frozenset(
+        {"errors", "config", "protocol", "model", "auth", "server", "assembly", "cluster"}
+    ),
 }
 FORBIDDEN_MODULES = ("asyncio", "socket", "time")
 SANS_IO = ("protocol", "model")

@@ -258,6 +258,8 @@ class ClusterNode:
         record: dict[str, Any] = {
             "listeners": list(server.listening),
             "management": list(server.management.urls) if server.management is not None else [],
+            # Where the other nodes ask this one's API (its own, though the port is shared).
+            "api": list(server.management.node_urls) if server.management is not None else [],
             "cluster": f"{settings.host}:{settings.cluster_port}",
             "data_dir": str(server.data_path),
         }

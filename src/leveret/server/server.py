@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from leveret import build_info
 from leveret.auth.users import UserStore
-from leveret.config import default_data_dir, node_name
+from leveret.config import WORKERS_FILE, default_data_dir, node_name
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
@@ -84,6 +84,8 @@ class ManagementPlane(Protocol):
     listens on (``management/app.py``'s ``ManagementServer``)."""
 
     urls: list[str]
+    # The URLs of the API that reach this node only (others may share its port).
+    node_urls: list[str]
 
     async def start(self) -> None: ...
 
@@ -144,6 +146,8 @@ class Server:
         )
         self.servers: list[asyncio.Server] = []
         self.stopping = asyncio.Event()
+        # Set once every listener is up (the supervisor of --workers waits for it).
+        self.ready = asyncio.Event()
         self.deadlines: DeadlineTimer | None = None
         self.store: DiskStore | None = None
         self.pages: PageFiles | None = None
@@ -276,6 +280,11 @@ class Server:
         return len(live)
 
     async def start(self) -> None:
+        if (self.data_path / WORKERS_FILE).exists():
+            raise StartupError(
+                f"{self.data_path} is the data directory of 'leveret serve --workers': run that "
+                f"again, or give one worker's directory ({self.data_path}/node-1, ...)"
+            )
         loop = asyncio.get_running_loop()
         self.deadlines = DeadlineTimer(loop, self.broker.timers)
         self._recover(loop)
@@ -294,6 +303,7 @@ class Server:
             host=self.settings.host,
             port=self.settings.port,
             reuse_address=True,
+            reuse_port=self.settings.reuse_port or None,
         )
         self.servers.append(server)
         for sock in server.sockets:
@@ -321,6 +331,7 @@ class Server:
         # full collections, which otherwise walk all of it and stall the loop (measured: a
         # 150 ms pause after recovering 10k scheduled messages, delaying their delivery).
         gc.freeze()
+        self.ready.set()
 
     async def _load_definitions(self, path: str) -> None:
         """RabbitMQ's load_definitions: import a definitions file at every boot."""
@@ -366,6 +377,7 @@ class Server:
                 host=host,
                 port=port,
                 reuse_address=True,
+                reuse_port=settings.reuse_port or None,
                 ssl=self.tls.listening if tls and self.tls is not None else None,
             )
         except OSError as exc:
@@ -400,6 +412,7 @@ class Server:
             host=self.settings.tls_host or self.settings.host,
             port=self.settings.tls_port,
             reuse_address=True,
+            reuse_port=self.settings.reuse_port or None,
             ssl=self.tls.listening,
         )
         self.servers.append(server)

@@ -6,6 +6,7 @@ clear error."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pika
 import pytest
+import requests
 
 from leveret.cli.supervisor import node_names
 from tests.integration.conftest import Broker, start_broker
@@ -133,11 +135,15 @@ def test_workers_share_the_ports_restart_a_crashed_one_and_recover_every_node() 
                 )
                 for node in first["nodes"]
             }
+            # The shared management port reaches any worker, which lists every worker's.
+            api = f"http://127.0.0.1:{first['ports']['management_port']}/api/connections"
+            listed = requests.get(api, auth=("guest", "guest"), timeout=10).json()
         finally:
             for conn in connections:
                 conn.close()
         assert sum(per_node.values()) == QUEUES
         assert all(per_node.values()), per_node
+        assert collections.Counter(c["node"] for c in listed) == per_node
         before = local_queues(data_dir)
         assert sorted(before) == sorted(f"q{i}" for i in range(QUEUES))
         assert {leader for leader, _ in before.values()} == set(names)

@@ -95,6 +95,8 @@ class ClusterNode:
             self.client, self.layout, self.name, settings.cluster_lease_ttl
         )
         self.store = MetadataStore(self.client, self.applier, self.membership)
+        # The cluster's id (etcd's ``cluster`` key), known once joined.
+        self.cluster_id = ""
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- start -----------------------------------------------------------------------------
@@ -114,6 +116,7 @@ class ClusterNode:
                 f"cannot reach etcd at {', '.join(server.settings.etcd)}: {exc}"
             ) from None
         log.info("cluster %s: this node is %s (%s)", mode.cluster_id, self.name, mode.kind)
+        self.cluster_id = mode.cluster_id
         if mode.kind == "join":
             await self._add_vhosts_with_contents()
         if mode.kind in ("seed", "join"):
@@ -255,11 +258,14 @@ class ClusterNode:
         queues), fenced by its new lease."""
         server = self.server
         settings = server.settings
+        plane = server.management
+        prometheus = list(plane.prometheus_urls) if plane is not None else []
         record: dict[str, Any] = {
             "listeners": list(server.listening),
-            "management": list(server.management.urls) if server.management is not None else [],
+            "management": [u for u in plane.urls if u not in prometheus] if plane else [],
+            "prometheus": prometheus,
             # Where the other nodes ask this one's API (its own, though the port is shared).
-            "api": list(server.management.node_urls) if server.management is not None else [],
+            "api": list(plane.node_urls) if plane is not None else [],
             "cluster": f"{settings.host}:{settings.cluster_port}",
             "data_dir": str(server.data_path),
         }

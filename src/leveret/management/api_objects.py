@@ -3,6 +3,7 @@ consumers, exchanges (with publish), queues (with get and purge), bindings."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,8 @@ from leveret.management.api_base import (
     rates_of,
     read_body,
 )
-from leveret.management.errors import bad_request, not_found
+from leveret.management.errors import HttpError, bad_request, not_found
+from leveret.management.peers import node_scope
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
@@ -34,9 +36,6 @@ from leveret.server.rows import (
     properties_key,
     queue_record_row,
 )
-
-# Seconds /api/nodes waits for another node's own answer about itself.
-NODE_TIMEOUT = 2.0
 
 if TYPE_CHECKING:
     from leveret.management.authz import Principal
@@ -78,36 +77,19 @@ class ObjectsApi(ApiBase):
             if who.sees_vhost(name):
                 for i, value in enumerate(values):
                     running[i] += value
-        settings = self.admin_host.settings
-        listening = [(shapes.node_name(), url) for url in self.admin_host.listening]
-        cluster = self.cluster
-        if cluster is not None:
-            # Every running node's listeners, as RabbitMQ's overview lists them.
-            listening = [
-                (node, str(url))
-                for node, record in sorted(cluster.applier.view.nodes.items())
-                for url in [
-                    *record.get("listeners", []),
-                    # RabbitMQ lists each node's inter-node port as "clustering".
-                    *([f"clustering://{record['cluster']}"] if record.get("cluster") else []),
-                ]
-            ] or listening
-            queues_elsewhere = sum(
-                1
-                for (vname, _name), record in cluster.applier.view.queues.items()
-                if record.leader != cluster.name and who.sees_vhost(vname)
-            )
-        else:
-            queues_elsewhere = 0
-        listeners = [
-            {
-                "node": node,
-                "protocol": url.split("://")[0],
-                "ip_address": url.split("://")[1].rsplit(":", 1)[0].strip("[]"),
-                "port": int(url.rsplit(":", 1)[1]),
-            }
-            for node, url in listening
-        ]
+        object_totals = {
+            "connections": len(conns),
+            "channels": channels,
+            "exchanges": sum(len(v.exchanges) for v in vhosts),
+            "queues": len(queues),
+            "consumers": sum(len(q.consumers) for q in queues),
+        }
+        stats = message_stats(
+            CHANNEL_COUNTERS, tuple(running), sampler.overview.samples, rates.age, rates.incr
+        )
+        if self.others(request):
+            await self._cluster_totals(request, who, object_totals, queue_totals, stats)
+        listeners, contexts = self._listeners(request)
         return json_reply(
             {
                 "management_version": __version__,
@@ -126,32 +108,86 @@ class ObjectsApi(ApiBase):
                 "disable_stats": False,
                 "enable_queue_totals": True,
                 "statistics_db_event_queue": 0,
-                "message_stats": message_stats(
-                    CHANNEL_COUNTERS,
-                    tuple(running),
-                    sampler.overview.samples,
-                    rates.age,
-                    rates.incr,
-                ),
+                "message_stats": stats,
                 "queue_totals": queue_totals,
-                "object_totals": {
-                    "connections": len(conns),
-                    "channels": channels,
-                    "exchanges": sum(len(v.exchanges) for v in vhosts),
-                    "queues": len(queues) + queues_elsewhere,
-                    "consumers": sum(len(q.consumers) for q in queues),
-                },
+                "object_totals": object_totals,
                 "listeners": listeners,
-                "contexts": [
-                    {
-                        "node": shapes.node_name(),
-                        "description": "RabbitMQ Management",
-                        "path": "/",
-                        "port": str(settings.management_port),
-                    }
-                ],
+                "contexts": contexts,
             }
         )
+
+    async def _cluster_totals(
+        self,
+        request: web.Request,
+        who: Principal,
+        object_totals: dict[str, Any],
+        queue_totals: dict[str, Any],
+        stats: dict[str, Any],
+    ) -> None:
+        """Add the other nodes' own totals to this node's (RabbitMQ's overview totals the
+        cluster): their connections, channels, consumers, the messages of the queues they
+        lead, their message rates; queues counted by their leaders, and from etcd's records
+        those of nodes that did not answer (down: RabbitMQ counts them too)."""
+        answers = await self.server.peers.ask(request, self.others(request))
+        answered = {self.cluster.name}
+        for name, (status, body) in answers.items():
+            if status != 200 or not isinstance(body, dict):
+                continue
+            answered.add(name)
+            theirs = body.get("object_totals") or {}
+            for key in ("connections", "channels", "consumers", "queues"):
+                object_totals[key] += int(theirs.get(key) or 0)
+            _add_numbers(queue_totals, body.get("queue_totals") or {})
+            _add_numbers(stats, body.get("message_stats") or {})
+        object_totals["queues"] += sum(
+            1
+            for (vname, _name), record in self.cluster.applier.view.queues.items()
+            if record.leader not in answered and who.sees_vhost(vname)
+        )
+
+    def _listeners(self, request: web.Request) -> tuple[list[Any], list[Any]]:
+        """Every running node's listeners and management contexts, as RabbitMQ's overview
+        lists them (by protocol, then node)."""
+        name = shapes.node_name()
+        nodes: dict[str, dict[str, Any]] = {
+            name: {
+                "listeners": list(self.admin_host.listening),
+                "management": [u for u in self.server.urls if u not in self.server.prometheus_urls],
+                "prometheus": list(self.server.prometheus_urls),
+            }
+        }
+        cluster = self.cluster
+        if cluster is not None and not node_scope(request):
+            nodes.update(cluster.applier.view.nodes)
+        listeners: list[dict[str, Any]] = []
+        contexts: list[dict[str, Any]] = []
+        for node, record in nodes.items():
+            urls = [
+                *record.get("listeners", []),
+                *record.get("management", []),
+                *[
+                    f"http/prometheus://{u.split('://', 1)[1]}"
+                    for u in record.get("prometheus", [])
+                ],
+            ]
+            if record.get("cluster"):
+                # RabbitMQ lists each node's inter-node port as "clustering".
+                urls.append(f"clustering://{record['cluster']}")
+            listeners += [_listener(node, str(url)) for url in urls]
+            for description, kind in (("Management", "management"), ("Prometheus", "prometheus")):
+                for url in record.get(kind, [])[:1]:
+                    context = {
+                        "node": node,
+                        "description": f"RabbitMQ {description}",
+                        "path": "/",
+                        "port": str(url).rsplit(":", 1)[1],
+                    }
+                    if kind == "prometheus":
+                        context["protocol"] = "'http/prometheus'"
+                    contexts.append(context)
+        listeners.sort(key=lambda item: (item["protocol"], item["node"]))
+        contexts.sort(key=lambda item: (item["description"], item["node"]))
+        return listeners, contexts
 
     def _node(self) -> dict[str, Any]:
         host = self.host
@@ -165,55 +201,50 @@ class ObjectsApi(ApiBase):
     async def nodes(self, request: web.Request) -> web.Response:
         self.who(request).require_monitor()
         cluster = self.cluster
-        if cluster is None:
+        if cluster is None or node_scope(request):
             return json_reply([self._node()])
-        names = sorted(set(cluster.applier.view.members) | set(cluster.applier.view.nodes))
-        rows = [await self._cluster_node(request, name) for name in names]
-        return json_reply(rows)
+        view = cluster.applier.view
+        others = self.others(request)
+        answers = await asyncio.gather(
+            *(
+                self.server.peers.ask(
+                    request, {name: record}, path=f"/api/nodes/{quote(name, safe='')}"
+                )
+                for name, record in sorted(others.items())
+            )
+        )
+        found = {
+            name: body
+            for answer in answers
+            for name, (status, body) in answer.items()
+            if status == 200 and isinstance(body, dict)
+        }
+        found[cluster.name] = self._node()
+        return json_reply(
+            [
+                found.get(name) or _node_not_answering(name, view.nodes.get(name))
+                for name in sorted(set(view.members) | set(view.nodes) | {cluster.name})
+            ]
+        )
 
     async def node(self, request: web.Request) -> web.Response:
         self.who(request).require_monitor()
         name = request.match_info["node"]
-        cluster = self.cluster
-        if cluster is not None and name != shapes.node_name():
-            view = cluster.applier.view
-            if name not in view.members and name not in view.nodes:
-                raise not_found()
-            return json_reply(await self._cluster_node(request, name))
-        if name != shapes.node_name():
-            raise not_found()
-        return json_reply(self._node())
-
-    async def _cluster_node(self, request: web.Request, name: str) -> dict[str, Any]:
-        """A node of the cluster as its own API shows it (asked with the caller's
-        credentials); a node that is down or does not answer, as RabbitMQ shows a stopped
-        one: its name, type and ``running: false``."""
         if name == shapes.node_name():
-            return self._node()
-        record = self.cluster.applier.view.nodes.get(name)
-        # RabbitMQ 3.10.8's answer for a stopped node (tests/data/management/).
-        down = {"name": name, "type": "disc", "running": False, "cluster_links": []}
-        if record is None:
-            return down
-        import aiohttp
-
-        for url in record.get("management", []):
-            target = f"{url}/api/nodes/{quote(name, safe='')}"
-            headers = {"Authorization": request.headers.get("Authorization", "")}
-            try:
-                async with (
-                    aiohttp.ClientSession(
-                        timeout=aiohttp.ClientTimeout(total=NODE_TIMEOUT)
-                    ) as session,
-                    session.get(target, headers=headers) as response,
-                ):
-                    if response.status == 200:
-                        row = await response.json()
-                        if isinstance(row, dict):
-                            return row
-            except (aiohttp.ClientError, TimeoutError, ValueError):
-                continue
-        return {**down, "running": True, "os_pid": str(record.get("pid", ""))}
+            return json_reply(self._node())
+        cluster = self.cluster
+        if cluster is None or node_scope(request):
+            raise not_found()
+        view = cluster.applier.view
+        if name not in view.members and name not in view.nodes:
+            raise not_found()
+        record = view.nodes.get(name)
+        if record is not None:
+            answer = await self.server.peers.ask(request, {name: record})
+            status, body = answer.get(name, (0, None))
+            if status == 200 and isinstance(body, dict):
+                return json_reply(body)
+        return json_reply(_node_not_answering(name, record))
 
     async def extensions(self, request: web.Request) -> web.Response:
         self.who(request)
@@ -317,16 +348,29 @@ class ObjectsApi(ApiBase):
         ]
         if only is not None:
             self.visible_vhosts(who, only)
-        return self.listing(request, rows)
+        return self.listing(request, await self.from_others(request, rows))
+
+    async def _elsewhere(self, request: web.Request) -> web.Response:
+        """A connection or channel this node does not have: the node that has it answers."""
+        answer = await self.on_others(request)
+        if answer is None:
+            raise not_found()
+        return answer
 
     async def get_connection(self, request: web.Request) -> web.Response:
         who = self.who(request)
-        conn = self._find_connection(who, request.match_info["name"])
+        try:
+            conn = self._find_connection(who, request.match_info["name"])
+        except HttpError:
+            return await self._elsewhere(request)
         return json_reply(shapes.connection_json(conn, self.sampler, rates_of(request)))
 
     async def delete_connection(self, request: web.Request) -> web.Response:
         who = self.who(request)
-        conn = self._find_connection(who, request.match_info["name"])
+        try:
+            conn = self._find_connection(who, request.match_info["name"])
+        except HttpError:
+            return await self._elsewhere(request)
         client = conn.amqp.client if conn.amqp is not None else None
         if not who.is_admin and client is not None and client.user != who.name:
             who.require_admin()
@@ -345,12 +389,17 @@ class ObjectsApi(ApiBase):
             self.visible_vhosts(who, only)
         conns = None
         if "name" in request.match_info:
-            conns = [self._find_connection(who, request.match_info["name"])]
+            try:
+                conns = [self._find_connection(who, request.match_info["name"])]
+            except HttpError:
+                return await self._elsewhere(request)
         rows = [
             shapes.channel_json(conn, number, session, self.sampler, rates)
             for conn, number, session in self._channels(who, conns)
             if only is None or conn.amqp.client.vhost.name == only
         ]
+        if conns is None:
+            rows = await self.from_others(request, rows)
         return self.listing(request, rows)
 
     async def get_channel(self, request: web.Request) -> web.Response:
@@ -364,7 +413,7 @@ class ObjectsApi(ApiBase):
                     for c in getattr(session, "consumers", {}).values()
                 ]
                 return json_reply(row)
-        raise not_found()
+        return await self._elsewhere(request)
 
     async def list_consumers(self, request: web.Request) -> web.Response:
         who = self.who(request)
@@ -377,7 +426,7 @@ class ObjectsApi(ApiBase):
             if only is None or conn.amqp.client.vhost.name == only
             for consumer in getattr(session, "consumers", {}).values()
         ]
-        return self.listing(request, rows)
+        return self.listing(request, await self.from_others(request, rows))
 
     # -- exchanges ----------------------------------------------------------------------------
 
@@ -501,25 +550,49 @@ class ObjectsApi(ApiBase):
         ]
 
         cluster = self.cluster
-        if cluster is not None:
-            # Queues led by other nodes, from their records (their counters stay on their
-            # leader until the inter-node link).
+        if cluster is not None and not node_scope(request):
+            # Queues led by other nodes: as their leaders show them (with their counters
+            # and rates), else from their records in etcd (a leader down or not answering).
             only = request.match_info.get("vhost")
+            theirs = await self.from_others(request, [])
+            stubs += [{"name": row["name"], "vhost": row["vhost"], "row": row} for row in theirs]
+            shown = {(row["vhost"], row["name"]) for row in theirs}
             stubs += [
                 {"name": name, "vhost": vname, "record": record}
                 for (vname, name), record in sorted(cluster.applier.view.queues.items())
                 if record.leader != cluster.name
+                and (vname, name) not in shown
                 and (only is None or only == vname)
                 and who.sees_vhost(vname)
             ]
             stubs.sort(key=lambda s: (s["vhost"], s["name"]))
 
         def render(stub: dict[str, Any]) -> dict[str, Any]:
+            if "row" in stub:
+                return dict(stub["row"])
             if "record" in stub:
                 return remote_queue_json(stub["record"], cluster.applier.view.nodes)
             return shapes.queue_json(stub["queue"], self.sampler, rates)
 
         return json_reply(query.apply(stubs, request.query, render))
+
+    async def _queue_elsewhere(self, request: web.Request) -> web.Response | None:
+        """The answer of the node that leads the queue the request names, when that is
+        another node (its record says which; a queue only its node knows, such as a
+        client's transient one, is asked of every node); None when it is this node's."""
+        cluster = self.cluster
+        if cluster is None or node_scope(request):
+            return None
+        vname, name = request.match_info["vhost"], request.match_info["name"]
+        vhost = self.broker.vhosts.get(vname)
+        if vhost is None or name in vhost.queues:
+            return None
+        record = cluster.applier.view.queues.get((vname, name))
+        if record is None:
+            return await self.on_others(request)
+        if record.leader == cluster.name:
+            return None
+        return await self._at_leader(request, str(record.leader))
 
     def _queue_of(self, request: web.Request, *, change: bool = False) -> tuple[VirtualHost, Queue]:
         who = self.who(request)
@@ -532,7 +605,24 @@ class ObjectsApi(ApiBase):
             raise not_found()
         return vhost, queue
 
+    async def _at_leader(self, request: web.Request, leader: str) -> web.Response:
+        """A queue led by another node: that node answers (with the caller's credentials).
+        A leader that is down: the queue as its record shows it (``state: down``) for a
+        read, 503 naming the node for anything else."""
+        if leader not in self.cluster.applier.view.nodes and request.method == "GET":
+            self.who(request)
+            record = self.cluster.applier.view.queues[
+                (request.match_info["vhost"], request.match_info["name"])
+            ]
+            if request.path.endswith("/bindings"):
+                raise not_found()
+            return json_reply(remote_queue_json(record, self.cluster.applier.view.nodes))
+        return await self.on_node(request, leader)
+
     async def get_queue(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         _vhost, queue = self._queue_of(request)
         row = shapes.queue_json(queue, self.sampler, rates_of(request), detail=True)
         owners = {
@@ -601,6 +691,9 @@ class ObjectsApi(ApiBase):
         return no_content()
 
     async def purge_queue(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         _vhost, queue = self._queue_of(request, change=True)
         if isinstance(queue, StreamQueue):
             raise bad_request("purge is not supported by stream queues")
@@ -608,6 +701,9 @@ class ObjectsApi(ApiBase):
         return no_content()
 
     async def queue_actions(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         self._queue_of(request, change=True)
         body = await read_body(request)
         if body.get("action") not in ("sync", "cancel_sync"):
@@ -615,6 +711,9 @@ class ObjectsApi(ApiBase):
         return no_content()  # one node: nothing to synchronise
 
     async def queue_bindings(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         vhost, queue = self._queue_of(request)
         rows = [
             b
@@ -624,6 +723,9 @@ class ObjectsApi(ApiBase):
         return self.listing(request, rows)
 
     async def get_messages(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         _vhost, queue = self._queue_of(request, change=True)
         if isinstance(queue, StreamQueue):
             raise bad_request("basic.get is not supported by stream queues")
@@ -764,6 +866,46 @@ class ObjectsApi(ApiBase):
         else:
             vhost.unbind_exchange(dest, source, row["routing_key"], arguments)
         return no_content()
+
+
+def _add_numbers(total: dict[str, Any], more: dict[str, Any]) -> None:
+    """Add another node's counts (and the ``rate`` of their ``*_details``) to ``total``."""
+    for key, value in more.items():
+        mine = total.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            total[key] = (mine if isinstance(mine, int | float) else 0) + value
+        elif isinstance(value, dict) and isinstance(value.get("rate"), int | float):
+            if not isinstance(mine, dict):
+                total[key] = mine = {"rate": 0.0}
+            mine["rate"] = float(mine.get("rate") or 0.0) + float(value["rate"])
+
+
+# RabbitMQ's listener protocol names for Leveret's URL schemes.
+_PROTOCOLS = {"amqps": "amqp/ssl", "rabbitmq-stream": "stream", "rabbitmq-stream+tls": "stream/ssl"}
+
+
+def _listener(node: str, url: str) -> dict[str, Any]:
+    scheme, address = url.split("://", 1)
+    host, port = address.rsplit(":", 1)
+    return {
+        "node": node,
+        "protocol": _PROTOCOLS.get(scheme, scheme),
+        "ip_address": host.strip("[]"),
+        "port": int(port),
+    }
+
+
+def _node_path(name: str) -> str:
+    return f"/api/nodes/{quote(name, safe='')}"
+
+
+def _node_not_answering(name: str, record: dict[str, Any] | None) -> dict[str, Any]:
+    """A node that is down, as RabbitMQ 3.10.8 shows a stopped one (tests/data/management/),
+    or one that runs and did not answer in time."""
+    down = {"name": name, "type": "disc", "running": False, "cluster_links": []}
+    if record is None:
+        return down
+    return {**down, "running": True, "os_pid": str(record.get("pid", ""))}
 
 
 def remote_queue_json(record: Any, running: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from leveret.errors import AMQPError, NotFound
 from leveret.management import api
 from leveret.management.authz import Authenticator, Forbidden, Unauthorized
 from leveret.management.errors import HttpError
+from leveret.management.peers import Peers
 from leveret.management.query import BadQuery
 from leveret.management.stats import Sampler
 
@@ -102,6 +103,9 @@ class ManagementServer:
         # The API's URLs that reach this node and no other (what other nodes of a cluster
         # ask): the management URLs, or with a shared port (--workers) a private listener.
         self.node_urls: list[str] = []
+        self.prometheus_urls: list[str] = []
+        # The other nodes of a cluster, asked for the cluster-wide views (peers.py).
+        self.peers = Peers()
         self._timer: asyncio.TimerHandle | None = None
         self.interval = self.settings.collect_statistics_interval / 1000
 
@@ -168,7 +172,7 @@ class ManagementServer:
         if settings.prometheus:
             from leveret.management.prometheus import make_app
 
-            await self._listen(
+            self.prometheus_urls = await self._listen(
                 make_app(self),
                 settings.prometheus_host or settings.management_host,
                 settings.prometheus_port,
@@ -249,3 +253,4 @@ class ManagementServer:
         for runner in self.runners:
             await runner.cleanup()
         self.runners.clear()
+        await self.peers.close()

@@ -84,8 +84,10 @@ class ManagementPlane(Protocol):
     listens on (``management/app.py``'s ``ManagementServer``)."""
 
     urls: list[str]
-    # The URLs of the API that reach this node only (others may share its port).
+    # The URLs of the API that reach this node only (others may share its port), and
+    # those of its Prometheus endpoint.
     node_urls: list[str]
+    prometheus_urls: list[str]
 
     async def start(self) -> None: ...
 

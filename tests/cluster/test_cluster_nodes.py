@@ -4,6 +4,7 @@ killed with ``kill -9`` and restarted converges; etcd restarted under load conve
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -15,6 +16,10 @@ import pika
 import pytest
 import requests
 
+from leveret.cluster.apply import QueueRecord
+from leveret.cluster.etcd import EtcdClient
+from leveret.cluster.keys import Layout
+from leveret.cluster.metadata import queue_value
 from tests.cluster.nodes import AUTH, Node, eventually, queue_names, start_node
 from tests.integration.ctl_support import ctl, ok
 
@@ -148,13 +153,15 @@ def test_a_node_killed_and_restarted_converges(
     a, b = two_nodes
     assert b.put("queues/%2F/kept", {"durable": True}).status_code == 201  # led by b
     assert b.put("queues/%2F/doomed", {"durable": True}).status_code == 201
+    assert b.put("queues/%2F/reborn", {"durable": True}).status_code == 201
     conn = pika.BlockingConnection(pika.ConnectionParameters(b.broker.host, b.broker.port))
     channel = conn.channel()
     channel.confirm_delivery()
     for i in range(3):
-        channel.basic_publish(
-            "", "kept", b"m%d" % i, pika.BasicProperties(delivery_mode=2), mandatory=True
-        )
+        for queue in ("kept", "reborn"):
+            channel.basic_publish(
+                "", queue, b"m%d" % i, pika.BasicProperties(delivery_mode=2), mandatory=True
+            )
     # Declared by a client on b (written to etcd behind the model until the shell's
     # deferral): in the cluster's definitions, and kept by b's restart.
     channel.queue_declare("amqp-made", durable=True)
@@ -170,6 +177,15 @@ def test_a_node_killed_and_restarted_converges(
     assert shown == {**recorded, "name": "b@test"}
     assert [q["state"] for q in a.get("queues/%2F") if q["name"] == "kept"] == ["down"]
     assert requests.delete(a.api("queues/%2F/doomed"), auth=AUTH, timeout=10).status_code == 204
+    # Deleted and declared again meanwhile, b leading the new one (as a placement that
+    # picked b while its lease had not yet expired would make it): b's stored messages
+    # are the old queue's and must not come back in the new one.
+    assert requests.delete(a.api("queues/%2F/reborn"), auth=AUTH, timeout=10).status_code == 204
+    asyncio.run(
+        _put_record(
+            etcd_server, etcd_prefix, QueueRecord("/", "reborn", True, False, False, {}, "b@test")
+        )
+    )
     assert a.put("exchanges/%2F/made-meanwhile", {"type": "fanout"}).status_code == 201
     restarted = start_node(etcd_server, etcd_prefix, "b@test", b.data_dir)
     try:
@@ -184,6 +200,8 @@ def test_a_node_killed_and_restarted_converges(
         assert declared.method.message_count == 3  # confirmed, on b's disk
         declared = conn.channel().queue_declare("amqp-made", passive=True)
         assert declared.method.message_count == 1
+        declared = conn.channel().queue_declare("reborn", passive=True)
+        assert declared.method.message_count == 0
         conn.close()
         eventually(lambda: {n["name"]: n for n in a.get("nodes")}["b@test"]["running"])
     finally:
@@ -196,6 +214,14 @@ def test_a_node_killed_and_restarted_converges(
     ok(a.data_dir, "forget_cluster_node", "b@test")
     assert {n["name"] for n in a.get("nodes")} == {"a@test"}
     assert not {"kept", "amqp-made"} & queue_names(a)
+
+
+async def _put_record(etcd: EtcdServer, prefix: str, record: QueueRecord) -> None:
+    client = EtcdClient([etcd.url])
+    try:
+        await client.put(Layout(prefix).queue(record.vhost, record.name), queue_value(record))
+    finally:
+        await client.close()
 
 
 def test_etcd_restarted_under_load_converges(

@@ -13,6 +13,7 @@ from leveret.auth.users import UserStore
 from leveret.cluster.apply import Applier
 from leveret.cluster.etcd import EtcdClient
 from leveret.cluster.keys import Layout
+from leveret.cluster.membership import Membership
 from leveret.cluster.metadata import MetadataStore
 from leveret.errors import NotFound, PreconditionFailed
 from leveret.model.broker import Broker
@@ -30,6 +31,8 @@ def make_node(url: str, prefix: str, name: str) -> MetadataStore:
     broker = Broker(consumer_timeout=None)
     applier = Applier(Layout(prefix), name, broker, UserStore(), Runtime(broker))
     applier.prepare = lambda vhost: setattr(vhost, "auto_delete_exchanges", False)
+    for vhost in broker.vhosts.values():  # as a node prepares what it recovered
+        applier.prepare(vhost)
     return MetadataStore(EtcdClient([url]), applier)
 
 
@@ -145,6 +148,47 @@ def test_exchanges_bindings_and_deletion_cascade(etcd_server: EtcdServer, etcd_p
             assert not any(
                 k.startswith(a.layout.under("entities", "bindings")) for k in a.applier.entries
             )
+
+    asyncio.run(scenario())
+
+
+def test_a_retiring_queue_takes_the_auto_delete_exchanges_it_leaves_bare_up_the_chain(
+    etcd_server: EtcdServer, etcd_prefix: str
+) -> None:
+    """x2 -> x1 -> q and x3 -> {x1, keep}, every exchange auto-delete: when q retires on
+    its leader, x1 has no binding left and goes, then x2 (its one binding was to x1);
+    x3 keeps its binding to keep and stays (RabbitMQ's cascade)."""
+
+    async def scenario() -> None:
+        async with cluster(etcd_server, etcd_prefix) as (a, b):
+            a.membership = Membership(a.client, a.layout, "a", ttl=2)
+            await a.membership.start()
+            try:
+                await seed(a)
+                for name in ("x1", "x2", "x3"):
+                    await a.declare_exchange("/", name, "fanout", auto_delete=True)
+                for name in ("q", "keep"):
+                    await a.declare_queue("/", name)
+                await a.bind("/", "x1", "queue", "q", "")
+                await a.bind("/", "x2", "exchange", "x1", "")
+                await a.bind("/", "x3", "exchange", "x1", "")
+                await a.bind("/", "x3", "queue", "keep", "")
+                exchanges = b.applier.broker.vhosts["/"].exchanges
+                await eventually(lambda: {"x1", "x2", "x3"} <= set(exchanges))
+                # What the leader's model tells it when q retires (x-expires, auto-delete,
+                # its exclusive connection gone).
+                assert await a.queue_removed("/", "q")
+                await eventually(lambda: not {"x1", "x2"} & set(exchanges))
+                assert "x3" in exchanges
+                left = [
+                    (v.value["source"], v.value["destination"])
+                    for k, v in b.applier.entries.items()
+                    if k.startswith(b.layout.under("entities", "bindings"))
+                ]
+                assert left == [("x3", "keep")]
+                assert ("/", "q") not in b.applier.view.queues
+            finally:
+                await a.membership.stop()
 
     asyncio.run(scenario())
 

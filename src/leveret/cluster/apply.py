@@ -156,8 +156,14 @@ class Applier:
     on_queue_record: Callable[[tuple[str, str], QueueRecord | None], None] | None = None
     # True while this applier changes the model: removals it makes are not news to etcd.
     applying: bool = False
-    # The create revision of the etcd record each local queue came from.
+    # The create revision of the etcd record each local queue came from: its incarnation
+    # (a queue deleted and declared again has a new one). The node keeps it in its data
+    # directory, so a restart knows which incarnation its stored messages belong to.
     incarnations: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Called once per batch of changes that changed ``incarnations``, before any message
+    # can reach a queue it made (the node saves them).
+    on_incarnations_changed: Callable[[], None] | None = None
+    _incarnations_dirty: bool = False
     # Bindings this copy's model holds, by key (what a delete must undo).
     _applied_bindings: dict[bytes, BindingRecord] = field(default_factory=dict)
     # What a cluster node sets on each vhost it adds (``cluster/node.py`` supplies it).
@@ -236,6 +242,9 @@ class Applier:
             self._flush()
             self._retry_pending()
             self._flush()
+            if self._incarnations_dirty and self.on_incarnations_changed is not None:
+                self._incarnations_dirty = False
+                self.on_incarnations_changed()
         finally:
             self.applying = False
 
@@ -335,7 +344,8 @@ class Applier:
         local = vhost.queues.get(name) if vhost is not None else None
         if entry is None:
             self.view.queues.pop(ident, None)
-            self.incarnations.pop(ident, None)
+            if self.incarnations.pop(ident, None) is not None:
+                self._incarnations_dirty = True
             if vhost is not None and local is not None:
                 vhost.remove_queue(local)
             self._drop_remote_bindings(vhost_name, name)
@@ -353,7 +363,13 @@ class Applier:
         vhost = self._vhost(vhost_name)
         known = self.incarnations.get(ident)
         if local is not None and known is not None and known != entry.create_revision:
-            # Deleted and declared again while this copy missed the delete.
+            # Deleted and declared again while this copy missed the delete (or this node
+            # was down): the messages it holds are the old queue's, and go with it.
+            log.info(
+                "queue '%s' in '%s' was deleted and declared again meanwhile: its old messages go",
+                name,
+                vhost_name,
+            )
             vhost.remove_queue(local)
             local = None
         if local is None:
@@ -369,7 +385,9 @@ class Applier:
                 auto_delete=record.auto_delete,
                 arguments=record.arguments,
             )
-        self.incarnations[ident] = entry.create_revision
+        if known != entry.create_revision:
+            self.incarnations[ident] = entry.create_revision
+            self._incarnations_dirty = True
         self.view.queues[ident] = record
         self._repend(vhost_name)
         if self.on_queue_record is not None:

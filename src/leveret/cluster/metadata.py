@@ -399,25 +399,33 @@ class MetadataStore:
     def _auto_deleted(
         self, vhost: str, bindings: list[tuple[bytes, dict[str, Any]]], removed: set[bytes]
     ) -> list[bytes]:
-        """Auto-delete exchanges left without bindings once ``removed`` go (and the
-        bindings to them): RabbitMQ deletes those with their last binding. One level."""
+        """Auto-delete exchanges left without bindings once ``removed`` go, and the
+        bindings to them; and so on up the chain (an auto-delete exchange whose only
+        binding was to one of those goes too), as RabbitMQ deletes an auto-delete
+        exchange with its last binding, whatever removed it."""
         out: list[bytes] = []
-        sources = {v.get("source") for k, v in bindings if k in removed}
-        for source in sorted(s for s in sources if isinstance(s, str)):
+        gone = set(removed)
+        sources = {v.get("source") for k, v in bindings if k in gone}
+        seen: set[str] = set()
+        while sources:
+            source = sources.pop()
+            if not isinstance(source, str) or source in seen:
+                continue
+            seen.add(source)
             entry = self.applier.entries.get(self.layout.exchange(vhost, source))
             if entry is None or not entry.value.get("auto_delete"):
                 continue
-            left = [k for k, v in bindings if v.get("source") == source and k not in removed]
-            if left:
+            if any(v.get("source") == source and k not in gone for k, v in bindings):
                 continue
             out.append(self.layout.exchange(vhost, source))
-            out += [
-                k
+            into = [
+                (k, v)
                 for k, v in bindings
-                if v.get("kind") == "exchange"
-                and v.get("destination") == source
-                and k not in removed
+                if v.get("kind") == "exchange" and v.get("destination") == source and k not in gone
             ]
+            out += [k for k, _v in into]
+            gone.update(k for k, _v in into)
+            sources.update(v.get("source") for _k, v in into)
         return out
 
     # -- queues --------------------------------------------------------------------------
@@ -577,16 +585,32 @@ class MetadataStore:
 
     async def queue_removed(self, vhost: str, name: str) -> bool:
         """This node removed a queue it leads (x-expires, auto-delete, its exclusive
-        connection gone): remove its record, fenced by the node's lease and the record's
+        connection gone): remove its record and bindings, and the auto-delete exchanges
+        that leaves without bindings, fenced by the node's lease and the record's
         revision. False when the write was refused (the record changed, or the node no
         longer holds its lease: then it is not this node's to remove)."""
         key = self.layout.queue(vhost, name)
         entry = self.applier.entries.get(key)
         if entry is None or entry.value.get("leader") != self.node:
             return False
-        compare = [mod_is(key, entry.mod_revision), *self._fence()]
-        deletes = [key, self.layout.bindings_to(vhost, "q", name)]
-        return await self._commit(compare, {}, deletes) is not None
+        prefix = self.layout.bindings_to(vhost, "q", name)
+        for _attempt in range(ATTEMPTS):
+            compare = [mod_is(key, entry.mod_revision), *self._fence()]
+            deletes = [key, prefix]
+            if self._has_auto_delete_source(vhost, name):
+                revision, bindings = await self._bindings(vhost)
+                mine = {k for k, _v in bindings if k.startswith(prefix)}
+                deletes += self._auto_deleted(vhost, bindings, mine)
+                compare.append(self._unchanged(vhost, revision))
+            if await self._commit(compare, {}, deletes) is not None:
+                return True
+            found = await self.client.get(key)
+            if not found.kvs or found.kvs[0].mod_revision != entry.mod_revision:
+                return False
+            if self.membership is None or not self.membership.held:
+                return False
+            # Only a binding of the vhost changed meanwhile: read them again.
+        return False
 
     def _fence(self) -> list[Compare]:
         membership = self.membership

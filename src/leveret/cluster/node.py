@@ -117,6 +117,10 @@ class ClusterNode:
             ) from None
         log.info("cluster %s: this node is %s (%s)", mode.cluster_id, self.name, mode.kind)
         self.cluster_id = mode.cluster_id
+        if mode.kind == "member":
+            # Which incarnation of each queue's record this directory's messages belong to
+            # (revisions of this cluster's etcd: meaningless for another).
+            self.applier.incarnations = self._incarnations()
         if mode.kind == "join":
             await self._add_vhosts_with_contents()
         if mode.kind in ("seed", "join"):
@@ -128,6 +132,9 @@ class ClusterNode:
         elif mode.kind == "member":
             self._prune_local()
         self._write_cluster_file(mode.cluster_id)
+        # No listener is open yet: what load() made is in that write; from now on each
+        # change of incarnation is written as it is applied.
+        self.applier.on_incarnations_changed = lambda: self._write_cluster_file(self.cluster_id)
         # From now on what front ends declare durably here is written behind to etcd.
         server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
         server.admin.changer = self.store.change_auth
@@ -144,8 +151,26 @@ class ClusterNode:
             raise ClusterError(f"cannot read {path}: {exc}") from None
         return data if isinstance(data, dict) else {}
 
+    def _incarnations(self) -> dict[tuple[str, str], int]:
+        found = self._cluster_file().get("queues")
+        out: dict[tuple[str, str], int] = {}
+        for item in found if isinstance(found, list) else []:
+            if isinstance(item, list) and len(item) == 3 and isinstance(item[2], int):
+                out[(str(item[0]), str(item[1]))] = item[2]
+        return out
+
     def _write_cluster_file(self, cluster_id: str) -> None:
-        doc = {"cluster": cluster_id, "node": self.name, "etcd_prefix": self.layout.prefix}
+        # Written whenever the queues this node leads change incarnation, synchronously,
+        # before a message can reach a queue made for a new one.
+        doc = {
+            "cluster": cluster_id,
+            "node": self.name,
+            "etcd_prefix": self.layout.prefix,
+            "queues": [
+                [vhost, name, revision]
+                for (vhost, name), revision in sorted(self.applier.incarnations.items())
+            ],
+        }
         replace_durably(
             self.server.data_path / CLUSTER_FILE, (json.dumps(doc, indent=1) + "\n").encode()
         )

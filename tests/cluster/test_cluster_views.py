@@ -42,6 +42,11 @@ def _value(metrics: str, name: str) -> float:
     return float(next(x for x in metrics.splitlines() if x.startswith(name + " ")).split()[1])
 
 
+def _queue(node: Node) -> str:
+    # Characters a path has to keep encoded on its way to the node that has the queue.
+    return f"views {node.name} ?#%/"
+
+
 def _one_client_per_node(nodes: tuple[Node, Node]) -> list[pika.BlockingConnection]:
     """RabbitMQ's recorded scenario: on each node a connection, a channel with prefetch 7,
     a queue led by that node with 3 messages, and a consumer holding them unacked."""
@@ -52,7 +57,7 @@ def _one_client_per_node(nodes: tuple[Node, Node]) -> list[pika.BlockingConnecti
         )
         channel = conn.channel()
         channel.basic_qos(prefetch_count=7)
-        queue = f"views-{node.name}"
+        queue = _queue(node)
         channel.queue_declare(queue, auto_delete=True)
         channel.confirm_delivery()
         for _ in range(MESSAGES):
@@ -103,7 +108,7 @@ def test_every_node_answers_for_the_whole_cluster(two_nodes: tuple[Node, Node]) 
             # Queues with their leader's counters, from either node.
             queues = {q["name"]: q for q in node.get("queues")}
             for other in (a, b):
-                row = queues[f"views-{other.name}"]
+                row = queues[_queue(other)]
                 assert (row["node"], row["messages_unacknowledged"]) == (other.name, MESSAGES)
 
         # Another node's objects, read and closed through this one (RabbitMQ: 200, 204).
@@ -120,7 +125,7 @@ def test_every_node_answers_for_the_whole_cluster(two_nodes: tuple[Node, Node]) 
         detail = a.get(f"channels/{quote(channel, safe='')}")
         assert detail["node"] == b.name
         assert [c["channel_details"]["node"] for c in detail["consumer_details"]] == [b.name]
-        queue = a.get(f"queues/%2F/{quote('views-' + b.name, safe='')}")
+        queue = a.get(f"queues/%2F/{quote(_queue(b), safe='')}")
         assert (queue["node"], queue["messages"]) == (b.name, MESSAGES)
 
         # Prometheus: each node its own figures, one cluster id.

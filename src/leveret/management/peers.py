@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import aiohttp
+from yarl import URL
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -75,11 +76,12 @@ class Peers:
         method: str = "GET",
         path: str | None = None,
     ) -> dict[str, tuple[int, Any]]:
-        """``method path`` (the request's own path by default) of each node in ``nodes``
+        """``method path`` (the request's own path by default; encoded) of each node in ``nodes``
         (name -> record) at once: node -> (status, JSON body or None). A node that does
         not answer is left out."""
         query = {k: v for k, v in request.query.items() if k not in LISTING_PARAMETERS}
-        target = (path or request.path) + (f"?{urlencode(query)}" if query else "")
+        # The path as it came, still encoded: a vhost "/" is %2F, a name may hold "?".
+        target = (path or request.rel_url.raw_path) + (f"?{urlencode(query)}" if query else "")
         headers = {SCOPE_HEADER: NODE_SCOPE}
         if "Authorization" in request.headers:
             headers["Authorization"] = request.headers["Authorization"]
@@ -112,7 +114,10 @@ class Peers:
                 headers[name] = request.headers[name]
         try:
             async with self._client().request(
-                request.method, base + request.path_qs, headers=headers, data=body or None
+                request.method,
+                URL(base + request.raw_path, encoded=True),
+                headers=headers,
+                data=body or None,
             ) as reply:
                 return reply.status, await reply.read(), reply.content_type
         except (aiohttp.ClientError, TimeoutError):
@@ -125,7 +130,8 @@ class Peers:
         if base is None:
             return None
         try:
-            async with self._client().request(method, base + target, headers=headers) as reply:
+            url = URL(base + target, encoded=True)
+            async with self._client().request(method, url, headers=headers) as reply:
                 body = await reply.json() if reply.content_type == "application/json" else None
                 return reply.status, body
         except (aiohttp.ClientError, TimeoutError, ValueError):

@@ -168,9 +168,8 @@ class Links:
         vhost, name = shovel.key
         async with self.server.admin.lock:
             if (vhost, SHOVEL, name) in self.runtime.parameters:
-                self.runtime.clear_parameter(vhost, SHOVEL, name)
                 try:
-                    await self.runtime.save()
+                    await self.runtime.change(lambda rt: rt.clear_parameter(vhost, SHOVEL, name))
                 except AdminError as exc:
                     log.error("Shovel '%s' in vhost '%s': %s", name, vhost, exc)
 
@@ -195,8 +194,7 @@ class Links:
     async def delete_shovel(self, vhost: str, name: str) -> None:
         """Clear the shovel's parameter (which stops it), as RabbitMQ's ``delete_shovel``."""
         self.shovel(vhost, name)
-        self.runtime.clear_parameter(vhost, SHOVEL, name)
-        await self.runtime.save()
+        await self.runtime.change(lambda rt: rt.clear_parameter(vhost, SHOVEL, name))
 
     # -- what is shown -------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """rabbitmqctl's runtime-parameter verbs for ``leveret ctl``: ``set_parameter``,
 ``clear_parameter``, ``list_parameters`` (a component's own checks run on set: a shovel or
-federation upstream is refused as RabbitMQ refuses it). The change is written to
-``runtime.json`` before the answer, as the HTTP API's ``PUT /api/parameters`` does.
+federation upstream is refused as RabbitMQ refuses it). The change is made through
+``Runtime.change`` (``runtime.json`` before the answer; etcd on a cluster node), as the HTTP
+API's ``PUT /api/parameters`` does.
 
 Registered with the admin by ``server/server.py``.
 """
@@ -36,16 +37,21 @@ def parameter_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaita
         return found
 
     async def set_parameter(args: dict[str, Any]) -> None:
-        rt = runtime()
-        rt.set_parameter(
-            _str(args, "vhost", "/"), _str(args, "component"), _str(args, "name"), args.get("value")
+        vhost, component, name = (
+            _str(args, "vhost", "/"),
+            _str(args, "component"),
+            _str(args, "name"),
         )
-        await rt.save()
+        value = args.get("value")
+        await runtime().change(lambda rt: rt.set_parameter(vhost, component, name, value))
 
     async def clear_parameter(args: dict[str, Any]) -> None:
-        rt = runtime()
-        rt.clear_parameter(_str(args, "vhost", "/"), _str(args, "component"), _str(args, "name"))
-        await rt.save()
+        vhost, component, name = (
+            _str(args, "vhost", "/"),
+            _str(args, "component"),
+            _str(args, "name"),
+        )
+        await runtime().change(lambda rt: rt.clear_parameter(vhost, component, name))
 
     async def list_parameters(args: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = _str(args, "vhost", "/")

@@ -92,14 +92,17 @@ def closed_port(host: str = "127.0.0.1") -> int:
 
 
 def start_leveret(
-    *extra_args: str, log_file: IO[str] | None = None, management: bool = True
+    *extra_args: str,
+    log_file: IO[str] | None = None,
+    management: bool = True,
+    env: dict[str, str] | None = None,
 ) -> Target:
     """Start ``python -m leveret serve`` on 127.0.0.1 port 0 with a fresh data directory.
 
     Every listener takes a free port (several Leverets run at once, next to RabbitMQ's
     5552/15672/15692); with ``management`` the HTTP API is up before this returns and is the
     target's ``http_url`` (amqpstorm's and rabbitpy's tests call it), otherwise that is a
-    closed port.
+    closed port. ``env``: more variables for the broker (``LEVERET_*`` settings).
     """
     data_dir = Path(tempfile.mkdtemp(prefix="leveret-conformance-"))
     cmd = [
@@ -127,7 +130,7 @@ def start_leveret(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "XDG_DATA_HOME": str(data_dir)},
+        env={**os.environ, **(env or {}), "XDG_DATA_HOME": str(data_dir)},
     )
     assert proc.stderr is not None
     log: list[str] = []

@@ -48,8 +48,9 @@ class Settings:
     # RabbitMQ's connection_max: connections the broker accepts at once; None = no limit.
     connection_max: int | None = None
     # The user a client logging in with SASL ANONYMOUS becomes (RabbitMQ 4's
-    # anonymous_login_user); "" = ANONYMOUS is not offered.
-    anonymous_login_user: str = ""
+    # anonymous_login_user, guest by default: clients without credentials log in from the
+    # broker's own machine, loopback_users still applying); "none" (or "") = not offered.
+    anonymous_login_user: str = "guest"
     # TLS (amqps): off unless tls_certfile is set; then a second listener on tls_port.
     tls_port: int = 5671
     tls_host: str = ""  # "" = the same address as host
@@ -116,6 +117,8 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 # List settings whose empty value means something (RabbitMQ: loopback_users = none).
 _MAY_BE_EMPTY = frozenset(("loopback_users",))
+# String settings that RabbitMQ turns off with the word "none" (stored as "").
+_NONE_MEANS_OFF = frozenset(("anonymous_login_user",))
 TLS_VERSIONS = ("1.2", "1.3")
 # In the data directory of ``leveret serve --workers`` (``cli/supervisor.py``): its nodes
 # and etcd; each worker's own data directory is beside it (node-1, ...).
@@ -160,6 +163,8 @@ def _coerce(name: str, value: object, source: str) -> object:
         return names
     if not isinstance(value, str):
         raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
+    if name in _NONE_MEANS_OFF and value.strip().lower() == "none":
+        return ""
     return value
 
 

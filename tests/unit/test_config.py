@@ -444,6 +444,17 @@ def test_auth_and_tls_settings() -> None:
     assert load(environ={"LEVERET_LOOPBACK_USERS": "a, b"}).loopback_users == ("a", "b")
 
 
+def test_anonymous_login_is_guest_by_default_and_none_turns_it_off(tmp_path: Path) -> None:
+    # RabbitMQ 4's anonymous_login_user: guest unless set; "none" in any source = off.
+    assert load(environ={}).anonymous_login_user == "guest"
+    assert load(environ={"LEVERET_ANONYMOUS_LOGIN_USER": "app"}).anonymous_login_user == "app"
+    assert load(environ={"LEVERET_ANONYMOUS_LOGIN_USER": "none"}).anonymous_login_user == ""
+    assert load(environ={"LEVERET_ANONYMOUS_LOGIN_USER": "None"}).anonymous_login_user == ""
+    path = tmp_path / "leveret.toml"
+    path.write_text('[leveret]\nanonymous_login_user = "none"\n')
+    assert load(path, environ={}).anonymous_login_user == ""
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

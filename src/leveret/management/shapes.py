@@ -40,6 +40,14 @@ EXCHANGE_TYPES = [
     {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification"},
     {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification"},
     {"name": "x-delayed-message", "description": "Delayed Message Exchange."},
+    {"name": "x-consistent-hash", "description": "Consistent Hashing Exchange"},
+    {"name": "x-modulus-hash", "description": "Modulus Hashing Exchange"},
+    {"name": "x-random", "description": "Randomly picks a binding (queue) to route via (to)."},
+    {
+        "name": "x-local-random",
+        "description": "Picks one random local binding (queue) to route via (to).",
+    },
+    {"name": "x-lvc", "description": "Last-value cache exchange."},
 ]
 
 

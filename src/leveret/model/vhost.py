@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.delayed import DelayQueue
@@ -18,7 +18,9 @@ from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.base import freeze
 from leveret.model.exchanges.delayed import DelayedExchange
+from leveret.model.exchanges.lvc import LastValueExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.lvc import LastValueStore
 from leveret.model.policies import (
     Policy,
     effective_definition,
@@ -188,6 +190,8 @@ class VirtualHost:
             self.exchanges[name] = exchange
             if isinstance(exchange.kind, DelayedExchange):
                 exchange.kind.attach(DelayQueue(self, exchange))
+            elif isinstance(exchange.kind, LastValueExchange):
+                LastValueStore(self, exchange, exchange.kind)
             if self.policies:
                 self._apply_exchange_policy(exchange)
             if durable:
@@ -234,6 +238,13 @@ class VirtualHost:
             return kind.store
         return None
 
+    def lvc_store(self, exchange: Exchange) -> LastValueStore | None:
+        """The kept values of an ``x-lvc`` exchange (None for another type)."""
+        kind = exchange.kind
+        if isinstance(kind, LastValueExchange) and isinstance(kind.store, LastValueStore):
+            return kind.store
+        return None
+
     def _remove_exchange(self, exchange: Exchange) -> None:
         if self.exchanges.get(exchange.name) is not exchange:
             return
@@ -241,6 +252,9 @@ class VirtualHost:
         store = self.delay_store(exchange)
         if store is not None:
             store.drop()  # before the exchange's record: never a store without its exchange
+        values = self.lvc_store(exchange)
+        if values is not None:
+            values.drop()  # the same: the hidden queue goes first
         if exchange.durable:
             self.journal.exchange_deleted(self.name, exchange.name)
         for destination, _key, _args in list(exchange.kind.bindings()):
@@ -267,13 +281,20 @@ class VirtualHost:
     ) -> None:
         dest = self._bindable_source(destination)
         src = self._bindable_source(source)
-        src.kind.validate_binding(routing_key, arguments)
-        src.kind.add_binding(dest, routing_key, arguments)
+        src.kind.validate_binding(routing_key, arguments, "exchange")
+        added = src.kind.add_binding(dest, routing_key, arguments)
         dest.sources.add(src)
         if src.durable and dest.durable:
             self.journal.binding_changed(
                 True, self.name, source, False, destination, routing_key, arguments
             )
+        if added and isinstance(src.kind, LastValueExchange):
+            value = src.kind.value(routing_key)
+            if value is not None:
+                # The plugin routes the last value through the newly bound exchange.
+                message = cast("Message", value)
+                for queue in self.router.route(dest, message.routing_key, message):
+                    queue.enqueue(message)
 
     def unbind_exchange(
         self, destination: str, source: str, routing_key: str, arguments: Mapping[str, object]
@@ -407,13 +428,17 @@ class VirtualHost:
     ) -> None:
         queue = self.queue(queue_name, owner)
         exchange = self._bindable_source(exchange_name)
-        exchange.kind.validate_binding(routing_key, arguments)
-        exchange.kind.add_binding(queue, routing_key, arguments)
+        exchange.kind.validate_binding(routing_key, arguments, queue.config.queue_type)
+        added = exchange.kind.add_binding(queue, routing_key, arguments)
         self._queue_sources[queue].add(exchange)
         if queue.store_id and exchange.durable:
             self.journal.binding_changed(
                 True, self.name, exchange_name, True, queue_name, routing_key, arguments
             )
+        if added and isinstance(exchange.kind, LastValueExchange):
+            value = exchange.kind.value(routing_key)
+            if value is not None:
+                queue.enqueue(cast("Message", value))  # the last value, as the plugin hands it
 
     def unbind_queue(
         self,

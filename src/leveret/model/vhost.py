@@ -35,7 +35,7 @@ from leveret.model.stream import MemoryStreamBackend, StreamBackend, StreamQueue
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from leveret.model.consumer import Source
     from leveret.model.message import Message
@@ -569,9 +569,21 @@ class VirtualHost:
     # -- QueueHost -----------------------------------------------------------------------
 
     def retire(self, queue: Source) -> None:
-        """A queue has no more reason to exist (x-expires, auto-delete): delete it."""
-        if isinstance(queue, Queue):
-            self.remove_queue(queue)
+        """A queue has no more reason to exist (x-expires, auto-delete): delete it; an
+        auto-delete queue with Qpid's ``qpid.auto_delete_timeout`` goes when that has passed,
+        if it is still unused then."""
+        if not isinstance(queue, Queue):
+            return
+        if queue.auto_delete and queue.config.auto_delete_timeout:
+            self.remove_later(queue, lambda: self.remove_queue(queue))
+            return
+        self.remove_queue(queue)
+
+    def remove_later(self, queue: Queue, remove: Callable[[], object]) -> None:
+        """Run ``remove`` after the queue's ``auto_delete_timeout`` unless it has a consumer
+        or an exclusive owner again by then (Qpid's delayed auto-delete)."""
+        delay = queue.config.auto_delete_timeout or 0.0
+        self.timers.schedule(self.timers.now + delay, _LateRemoval(queue, remove))
 
     def dead_letter(
         self, message: Message, reason: str, queue: str, dlx: str, dlrk: str | None
@@ -580,3 +592,19 @@ class VirtualHost:
 
     def owned_queues(self, owner: object) -> Iterator[Queue]:
         return (q for q in list(self.queues.values()) if q.exclusive_owner is owner)
+
+
+class _LateRemoval:
+    """A delayed auto-delete (``VirtualHost.remove_later``), woken by ``Timers``."""
+
+    __slots__ = ("queue", "remove")
+
+    def __init__(self, queue: Queue, remove: Callable[[], object]) -> None:
+        self.queue = queue
+        self.remove = remove
+
+    def on_deadline(self, now: float) -> None:
+        queue = self.queue
+        if queue.deleted or queue.consumers or queue.exclusive_owner is not None:
+            return  # used again meanwhile: it stays (its next last consumer starts over)
+        self.remove()

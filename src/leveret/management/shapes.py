@@ -22,6 +22,7 @@ from leveret.management.stats import (
     details,
     message_stats,
 )
+from leveret.model.keyed_queue import KeyedQueue
 from leveret.model.stream import StreamQueue
 from leveret.server.admin_entities import connection_name
 from leveret.server.runtime import json_value
@@ -132,7 +133,23 @@ def queue_json(
         out["consumer_details"] = [consumer_json(c, None) for c in consumers]
         out["incoming"] = []
         out["deliveries"] = []
+        if isinstance(queue, KeyedQueue):
+            _keyed_details(queue, out)
     return out
+
+
+def _keyed_details(queue: KeyedQueue, out: dict[str, Any]) -> None:
+    """A grouped queue's groups and owners, in the shape of Qpid's queue query
+    (``qpid.message_group_queue``); a last-value queue's key and how many keys it holds."""
+    groups = queue.groups
+    if groups is not None:
+        out["message_groups"] = {
+            "group_header_key": groups.key,
+            "group_state": queue.group_state(),
+        }
+    last_values = queue.last_values
+    if last_values is not None:
+        out["last_value_queue"] = {"key": last_values.key, "keys": len(last_values)}
 
 
 def _ready_bytes(queue: Queue) -> int:

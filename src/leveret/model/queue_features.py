@@ -416,16 +416,21 @@ class FeatureMixin(Source):
         ):
             entry.priority = config.priority_level(_priority(message))
         self.gauge.bytes += size + MESSAGE_OVERHEAD
+        self._place(entry, now)
+        return True
+
+    def _place(self, entry: QueuedMessage, now: float) -> None:
+        """A new entry: straight to a consumer if one can take it, else ready (then the
+        length limits apply)."""
         if not self.ready and self.consumers and self._deliver_special(entry):
-            return True
+            return
         if entry.expires is not None and entry.expires <= now:
             self._drop(entry, dl.EXPIRED)  # TTL 0: deliver now or never
-            return True
+            return
         self.ready.append(entry)
-        self.ready_bytes += size
+        self.ready_bytes += len(entry.message.body)
         self._trim()
         self._schedule_head()
-        return True
 
     def _trim(self) -> None:
         """Drop what the length limits no longer allow: the head (RabbitMQ's drop-head),

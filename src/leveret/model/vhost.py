@@ -20,6 +20,7 @@ from leveret.model.exchanges.base import freeze
 from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.exchanges.lvc import LastValueExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.keyed_queue import KeyedQueue
 from leveret.model.lvc import LastValueStore
 from leveret.model.policies import (
     Policy,
@@ -370,7 +371,9 @@ class VirtualHost:
                     timers=self.timers,
                 )
             else:
-                queue = Queue(
+                # Message groups and last-value keys: the queue that keeps their tables.
+                cls = KeyedQueue if config.group_key or config.lvq_key else Queue
+                queue = cls(
                     self.name,
                     name,
                     durable=durable,

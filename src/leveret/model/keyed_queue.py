@@ -94,12 +94,14 @@ class KeyedQueue(Queue):
         if groups is None:
             super()._place(entry, now)
             return
-        first = groups.ready(entry)
-        if first and self.consumers and (entry.expires is None or entry.expires > now):
-            consumer = self._taker(entry)
-            if consumer is not None:
-                self._hand_over(consumer, entry)
-                return
+        first = groups.ready(entry, waiting=False)
+        if first:
+            if self.consumers and (entry.expires is None or entry.expires > now):
+                consumer = self._taker(entry)
+                if consumer is not None:
+                    self._hand_over(consumer, entry)
+                    return
+            groups.waiting(entry)
         if entry.expires is not None and entry.expires <= now:
             self._drop(entry, dl.EXPIRED)  # TTL 0: deliver now or never
             return
@@ -156,14 +158,8 @@ class KeyedQueue(Queue):
     def _left(self, entry: QueuedMessage) -> None:
         """``entry`` leaves for good (ready or handed out)."""
         groups = self.groups
-        if groups is not None:
-            if groups.is_ready(entry):
-                groups.unready(entry)
-            else:
-                group = groups.group_for(entry)
-                groups.settled(entry)
-                if group is not None and group.held == 0 and group.pending:
-                    self._freed = True
+        if groups is not None and groups.gone(entry):
+            self._freed = True
         if self.last_values is not None:
             self.last_values.left(entry)
 
@@ -273,19 +269,16 @@ class KeyedQueue(Queue):
     # -- dispatch ------------------------------------------------------------------------
 
     def _taker(self, entry: QueuedMessage) -> Consumer | None:
-        """Who takes ``entry`` (the first ready message of its group) now, if anyone."""
+        """Who takes ``entry`` (the first ready message of its group) now, if anyone: its
+        group's owner, or for a free group whom the queue's rules pick (round-robin,
+        consumer priorities, the single active consumer)."""
         groups = self.groups
         assert groups is not None
         free, owner = groups.owner_of(entry)
-        message = entry.message
-        if not free:
-            if owner is not None and owner in self.consumers and owner.can_take(message):
-                return owner
-            return None
-        for consumer in self._in_turn():
-            if consumer.can_take(message):
-                self._rr = (self.consumers.index(consumer) + 1) % len(self.consumers)
-                return consumer
+        if free:
+            return self._pick(entry.message)
+        if owner is not None and owner.can_take(entry.message) and owner in self.consumers:
+            return owner
         return None
 
     def _in_turn(self) -> list[Consumer]:

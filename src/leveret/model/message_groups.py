@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["NO_GROUP", "Group", "MessageGroups", "group_of"]
 
 NO_GROUP: Final = "qpid.no-group"
+# Idle groups are forgotten once the table holds this many (or twice those in use).
+SWEEP_FLOOR: Final = 4096
 
 # A heap item: (place of the group's first ready entry, a tie-breaker, version, group).
 _Item = tuple[tuple[int, int], int, int, "Group"]
@@ -93,7 +95,16 @@ class Group:
 class MessageGroups:
     """The group table of one queue; see the module docstring."""
 
-    __slots__ = ("_free", "_groups", "_held_by", "_owned", "_pending_in", "_ticket", "key")
+    __slots__ = (
+        "_free",
+        "_groups",
+        "_held_by",
+        "_owned",
+        "_pending_in",
+        "_sweep_at",
+        "_ticket",
+        "key",
+    )
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -104,15 +115,17 @@ class MessageGroups:
         self._pending_in: dict[QueuedMessage, Group] = {}
         self._held_by: dict[QueuedMessage, Group] = {}
         self._ticket = 0
+        self._sweep_at = SWEEP_FLOOR
 
     # -- looking -------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._groups)
+        """Groups with ready or held messages."""
+        return sum(1 for _ in self.groups())
 
     def groups(self) -> Iterator[Group]:
         """Every group with ready or held messages."""
-        return iter(self._groups.values())
+        return (g for g in self._groups.values() if g.held or g.pending)
 
     def group_for(self, entry: QueuedMessage) -> Group | None:
         return self._pending_in.get(entry) or self._held_by.get(entry)
@@ -122,24 +135,35 @@ class MessageGroups:
 
     # -- entries becoming ready or leaving -----------------------------------------------
 
-    def ready(self, entry: QueuedMessage) -> bool:
+    def ready(self, entry: QueuedMessage, *, waiting: bool = True) -> bool:
         """``entry`` is ready (new, released, recovered); whether it is now the first of its
-        group (only then may a consumer take it at once)."""
+        group (only then may a consumer take it at once). ``waiting`` False: the caller
+        tries to hand it out at once and calls :meth:`waiting` if it could not."""
         name = group_of(entry.message, self.key)
         group = self._groups.get(name)
         if group is None:
             group = self._groups[name] = Group(name)
+            if len(self._groups) >= self._sweep_at:
+                self._sweep()
         pending = group.pending
-        place = _place(entry)
-        if not pending or _place(pending[-1]) < place:
+        if not pending:
             pending.append(entry)
         else:
-            insort(pending, entry, key=_place)
+            place = _place(entry)
+            if _place(pending[-1]) < place:
+                pending.append(entry)
+            else:
+                insort(pending, entry, key=_place)
         self._pending_in[entry] = group
         first = pending[0] is entry
-        if first:
+        if first and waiting:
             self._changed(group)
         return first
+
+    def waiting(self, entry: QueuedMessage) -> None:
+        """``entry``, the first of its group (``ready(waiting=False)``), was not handed out:
+        it waits for a consumer."""
+        self._changed(self._pending_in[entry])
 
     def unready(self, entry: QueuedMessage) -> None:
         """A ready entry left without being handed out (expired, dropped, purged, moved,
@@ -152,7 +176,6 @@ class MessageGroups:
         pending.remove(entry)
         if was_first:
             self._changed(group)
-        self._forget_if_idle(group)
 
     def taken(self, entry: QueuedMessage, consumer: Consumer | None, settled: bool) -> None:
         """``entry`` (ready) went to ``consumer`` (None: a get); ``settled``: at once (no
@@ -167,19 +190,33 @@ class MessageGroups:
             group.held += 1
             group.owner = consumer
             self._held_by[entry] = group
-        self._changed(group)
-        self._forget_if_idle(group)
+        if pending:
+            self._changed(group)
+        else:
+            group.version += 1
 
-    def settled(self, entry: QueuedMessage) -> None:
-        """A handed-out entry was settled (accepted, rejected, dropped): it leaves."""
+    def settled(self, entry: QueuedMessage) -> bool:
+        """A handed-out entry was settled (accepted, rejected, dropped): it leaves. Whether
+        that freed a group with ready messages (consumers may take them now)."""
         group = self._held_by.pop(entry, None)
         if group is None:
-            return
+            return False
         group.held -= 1
-        if group.held == 0:
-            group.owner = None
-            self._changed(group)
-        self._forget_if_idle(group)
+        if group.held:
+            return False
+        group.owner = None
+        if not group.pending:
+            group.version += 1
+            return False
+        self._changed(group)
+        return True
+
+    def gone(self, entry: QueuedMessage) -> bool:
+        """``entry`` leaves for good, ready or handed out; whether a group was freed."""
+        if entry in self._pending_in:
+            self.unready(entry)
+            return False
+        return self.settled(entry)
 
     def released(self, entry: QueuedMessage) -> None:
         """A handed-out entry goes back to the queue (``ready`` is called next)."""
@@ -192,7 +229,6 @@ class MessageGroups:
             del self._pending_in[entry]
         for group in list(self._groups.values()):
             self._changed(group)
-            self._forget_if_idle(group)
 
     def consumer_gone(self, consumer: Consumer) -> None:
         """``consumer`` left: its groups stay its own until what it holds comes back."""
@@ -254,9 +290,12 @@ class MessageGroups:
         heap[:] = [item for item in heap if item[2] == item[3].version and item[3].pending]
         heapq.heapify(heap)
 
-    def _forget_if_idle(self, group: Group) -> None:
-        if group.held == 0 and not group.pending:
-            self._groups.pop(group.name, None)
+    def _sweep(self) -> None:
+        """Forget the groups with nothing ready or held. Idle groups are kept until then, so
+        that a group seen again costs a lookup, not a new object; the table never holds more
+        than twice the groups in use (or ``SWEEP_FLOOR``)."""
+        self._groups = {n: g for n, g in self._groups.items() if g.held or g.pending}
+        self._sweep_at = max(SWEEP_FLOOR, 2 * len(self._groups))
 
 
 def _attached(consumer: Consumer) -> bool:

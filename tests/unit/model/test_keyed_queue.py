@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.model.consumer import Consumer, ConsumerOwner
 from leveret.model.keyed_queue import KeyedQueue
-from leveret.model.message_groups import NO_GROUP, group_of
+from leveret.model.message_groups import NO_GROUP, SWEEP_FLOOR, group_of
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.testing import make_message
@@ -263,3 +263,18 @@ def test_a_replaced_durable_value_leaves_the_store() -> None:
         put(queue, f"v{i}".encode(), headers={"k": "p"}, delivery_mode=2)  # type: ignore[arg-type]
     assert journal.writes == 3
     assert journal.removed_sids == [1, 2]
+
+
+def test_idle_groups_are_forgotten_so_the_table_stays_bounded() -> None:
+    vhost = VirtualHost("/")
+    queue = keyed(vhost, GROUPED)
+    owner = Owner()
+    worker = consumer(queue, owner, "c", 1)
+    for n in range(3 * SWEEP_FLOOR):
+        put(queue, b"m", f"order-{n}")  # every message a group of its own
+        queue.settle(owner.got["c"][-1])
+        worker.credit = 1
+    groups = queue.groups
+    assert groups is not None
+    assert len(groups) == 0  # none in use
+    assert len(groups._groups) <= SWEEP_FLOOR

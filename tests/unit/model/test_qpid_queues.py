@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from leveret.errors import PreconditionFailed
-from leveret.model.consumer import Consumer, ConsumerOwner
 from leveret.model.qpid_args import qpid_priority_level
 from leveret.model.queue_args import parse_queue_args
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.testing import make_message
+from leveret.server.amqp091.session import Session
+from leveret.testing import RecordingSink, make_message
 
 OWNER = object()
 
@@ -146,35 +146,22 @@ def test_rabbitmq_arguments_win_over_qpid_ones() -> None:
     assert (config.max_priority, config.priority_levels) == (3, None)
 
 
-class _Owner(ConsumerOwner):
-    def accepts(self, consumer: Consumer, size: int) -> bool:
-        return True
-
-    def deliver(self, consumer: Consumer, entry: Any) -> None:
-        pass
-
-    def consumer_removed(self, consumer: Consumer) -> None:
-        pass
-
-
 def test_an_auto_delete_queue_with_a_timeout_goes_only_if_left_unused() -> None:
     vhost = VirtualHost("/")
     vhost.declare_queue(
         "q", owner=OWNER, auto_delete=True, arguments={"qpid.auto_delete_timeout": 3}
     )
-    queue = vhost.queues["q"]
-    first = Consumer("c1", queue, _Owner(), auto_settle=True, exclusive=False)
-    queue.add_consumer(first)
+    session = Session(vhost, OWNER, RecordingSink())
+    session.consume("q", "c1", no_ack=True, exclusive=False, arguments={})
     vhost.timers.now = 10.0
-    queue.remove_consumer(first)
+    session.cancel("c1")
     assert "q" in vhost.queues  # not at once
     vhost.timers.expire(12.0)
-    second = Consumer("c2", queue, _Owner(), auto_settle=True, exclusive=False)
-    queue.add_consumer(second)
+    session.consume("q", "c2", no_ack=True, exclusive=False, arguments={})
     vhost.timers.expire(13.5)
     assert "q" in vhost.queues  # used again before the timeout: it stays
     vhost.timers.now = 20.0
-    queue.remove_consumer(second)
+    session.cancel("c2")
     vhost.timers.expire(22.9)
     assert "q" in vhost.queues
     vhost.timers.expire(23.0)

@@ -8,7 +8,8 @@
   RabbitMQ 3.10.8 (its plugin) and on Leveret.
 
 One publisher sends ``--count`` transient messages (a 16-byte stamp and padding to
-``--size``; the group header ``g<seq % groups>``) as fast as the broker takes them; the
+``--size``; the group header ``g<seq % groups>``) as fast as the broker confirms them
+(``--confirm`` in flight, so the queues stay shallow in every scenario); the
 consumers (``--prefetch``, one ack per message) count them and check that each group's
 messages arrive in publish order. A run's rate is messages over the time from the first to
 the last delivery; the broker's CPU seconds per message come from ``/proc`` (its process
@@ -192,22 +193,35 @@ async def _consumers(
         conns.append(conn)
     pipe.send("ready")
     try:
-        await asyncio.wait_for(done, timeout=600)
+        await asyncio.wait_for(done, timeout=280)
     except TimeoutError:
         pass
     await asyncio.gather(*(c.close() for c in conns))
     pipe.send(state)
 
 
-def _publish(port: int, exchange: str, groups: int, count: int, size: int, pipe: Pipe) -> None:
-    asyncio.run(_publisher(port, exchange, groups, count, size, pipe))
+def _publish(
+    port: int, exchange: str, groups: int, count: int, size: int, window: int, pipe: Pipe
+) -> None:
+    asyncio.run(_publisher(port, exchange, groups, count, size, window, pipe))
 
 
 async def _publisher(
-    port: int, exchange: str, groups: int, count: int, size: int, pipe: Pipe
+    port: int, exchange: str, groups: int, count: int, size: int, window: int, pipe: Pipe
 ) -> None:
     conn = await connect("127.0.0.1", port, "guest", "guest", "/")
     key = "" if exchange else pipe.recv()
+    confirmed = 0
+    wake = asyncio.Event()
+
+    def on_confirm(tag: int, multiple: bool, ack: bool) -> None:
+        nonlocal confirmed
+        confirmed = max(confirmed, tag) if multiple else confirmed + 1
+        wake.set()
+
+    if window:
+        conn.on_confirm = on_confirm
+        await conn.call(1, m.ConfirmSelect(), m.ConfirmSelectOk)
     templates = [
         PublishTemplate(
             1,
@@ -227,7 +241,12 @@ async def _publisher(
         if conn.blocked or not conn.writable.is_set():
             await asyncio.sleep(0.001)
             continue
-        n = min(batch, count - seq)
+        room = window - (seq - confirmed) if window else batch
+        if room <= 0:
+            wake.clear()
+            await wake.wait()
+            continue
+        n = min(batch, count - seq, room)
         parts: list[bytes] = []
         for s in range(seq, seq + n):
             t = templates[s % groups]
@@ -256,7 +275,7 @@ def run_once(broker: Target, scenario: str, args: argparse.Namespace) -> Result:
     )
     pub = ctx.Process(
         target=_publish,
-        args=(broker.port, exchange, args.groups, args.count, args.size, pub_child),
+        args=(broker.port, exchange, args.groups, args.count, args.size, args.confirm, pub_child),
     )
     cons.start()
     if not con_parent.poll(120):
@@ -267,7 +286,7 @@ def run_once(broker: Target, scenario: str, args: argparse.Namespace) -> Result:
     pub.start()
     if not exchange:
         pub_parent.send(queues[0])
-    state = con_parent.recv() if con_parent.poll(700) else {"n": 0, "first": 0, "last": 0}
+    state = con_parent.recv() if con_parent.poll(300) else {"n": 0, "first": 0, "last": 0}
     cpu1 = _children_cpu(broker.pid)
     pub_parent.send("stop")
     pub.join(60)
@@ -318,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--consumers", type=int, default=10)
     p.add_argument("--prefetch", type=int, default=50)
     p.add_argument("--size", type=int, default=64)
+    p.add_argument(
+        "--confirm",
+        type=int,
+        default=1000,
+        help="publishes in flight before the publisher waits for confirms (0: no confirms)",
+    )
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--brokers", default="leveret,rabbitmq")
     p.add_argument("--compiled", default="", help="PYTHONPATH of a compiled build for Leveret")

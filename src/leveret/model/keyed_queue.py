@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from leveret.model.consumer import Consumer
-    from leveret.model.entry import MemoryGauge, QueuedMessage
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.queue_args import QueueConfig
     from leveret.model.queue_features import QueueHost
     from leveret.model.timers import Timers

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Protocol, cast
 from leveret.model.entry import MESSAGE_OVERHEAD
 
 if TYPE_CHECKING:
-    from leveret.model.entry import MemoryGauge
     from leveret.model.exchange import Exchange
     from leveret.model.exchanges.base import RoutedMessage
     from leveret.model.exchanges.lvc import LastValueExchange
     from leveret.model.journal import Journal
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
 
 __all__ = ["STORE_PREFIX", "LastValueStore", "LvcHost"]

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, cast
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.delayed import DelayQueue
-from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.base import freeze
 from leveret.model.exchanges.delayed import DelayedExchange
@@ -22,6 +21,7 @@ from leveret.model.exchanges.lvc import LastValueExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.keyed_queue import KeyedQueue
 from leveret.model.lvc import LastValueStore
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.policies import (
     Policy,
     effective_definition,
@@ -118,6 +118,13 @@ class VirtualHost:
         # Policies and operator policies by name (model/policies.py), applied live.
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
+        # Whether an auto-delete exchange goes when its last binding does. A cluster node
+        # turns it off: there the bindings of an exchange are not all in one node's model,
+        # and the node that removes the last one in etcd deletes the exchange there.
+        self.auto_delete_exchanges = True
+        # Told of every queue removed (deleted, retired, its connection gone): a cluster
+        # node removes the queue's record from etcd when it led it.
+        self.on_queue_removed: Callable[[Queue], None] | None = None
         self.exchanges[""] = Exchange("", "direct", durable=True)
         for name_, type_name in STANDARD_EXCHANGES:
             self.exchanges[name_] = Exchange(name_, type_name, durable=True)
@@ -269,7 +276,7 @@ class VirtualHost:
         exchange.sources.clear()
 
     def _maybe_auto_delete(self, exchange: Exchange) -> None:
-        if exchange.auto_delete and not len(exchange.kind):
+        if exchange.auto_delete and self.auto_delete_exchanges and not len(exchange.kind):
             self._remove_exchange(exchange)
 
     def _bindable_source(self, name: str) -> Exchange:
@@ -504,6 +511,8 @@ class VirtualHost:
         queue.consumers.clear()
         for consumer in consumers:
             consumer.owner.consumer_removed(consumer)
+        if self.on_queue_removed is not None:
+            self.on_queue_removed(queue)
 
     # -- policies (model/policies.py) ---------------------------------------------------
 

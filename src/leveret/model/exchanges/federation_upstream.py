@@ -53,7 +53,7 @@ class FederationUpstreamExchange(FanoutExchange):
     """A fanout that applies :func:`should_forward` with its arguments."""
 
     TYPE_NAME = TYPE_NAME
-    NEEDS_HEADERS = True
+    NEEDS_MESSAGE = True
 
     __slots__ = ("downstream_name", "downstream_vhost", "max_hops")
 

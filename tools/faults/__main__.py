@@ -58,6 +58,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-seconds", type=float, default=3.0)
     p.add_argument("--lease-ttl", type=int, default=5, help="Leveret's cluster_lease_ttl")
     p.add_argument("--net-ticktime", type=int, default=15, help="RabbitMQ's net_ticktime")
+    p.add_argument(
+        "--partition-handling",
+        choices=("pause_minority", "autoheal", "ignore"),
+        default="pause_minority",
+        help="RabbitMQ's cluster_partition_handling",
+    )
     p.add_argument("--partition-mode", choices=("blackhole", "refuse"), default="blackhole")
     p.add_argument("--slow-iops", type=int, default=5)
     p.add_argument("--publishers", type=int, default=2, help="per queue")
@@ -97,6 +103,7 @@ def config_from(args: argparse.Namespace) -> RunConfig:
         warmup_seconds=args.warmup_seconds,
         lease_ttl=args.lease_ttl,
         net_ticktime=args.net_ticktime,
+        partition_handling=args.partition_handling,
         partition_mode=args.partition_mode,
         slow_iops=args.slow_iops,
         seed=args.seed,

@@ -11,7 +11,8 @@ little more (issue 25, "Safety, measured as Jepsen measures it"):
   were not redelivered arrive in the order they were published. Must hold.
 - **empty**: every queue holds no message once everything was drained. Must hold.
 - **failover**: for each fault that hit a queue's leader, the time from the fault to the
-  first confirm of a message to that queue published after it (the new leader's first).
+  first confirm of a message to that queue published after it (the new leader's first),
+  and the time until every publisher of the queue had one (the slowest client's).
 
 Pure: a history and the queues' depths in, a :class:`Verdict` out.
 """
@@ -52,6 +53,26 @@ class Failover:
     # Seconds from the fault to the first confirm of a message published after it; None
     # when no such confirm came before the run ended.
     first_confirm: float | None
+    # The same for each publisher of the queue that published after the fault: the
+    # slowest one (a client that lost its node, failed over, and waited for the queue).
+    every_publisher: float | None = None
+
+
+@dataclass(slots=True)
+class Window:
+    """What the publishers of the queues a fault hit (every queue, for a fault that hit
+    none) saw of the messages they sent while it lasted."""
+
+    kind: str
+    node: str | None
+    role: str
+    sent: int
+    confirmed: int
+    nacked: int
+    indeterminate: int
+    # Seconds from publish to confirm: the median and the slowest.
+    latency_median: float | None
+    latency_worst: float | None
 
 
 @dataclass
@@ -66,6 +87,7 @@ class Verdict:
     depths: dict[str, int | None]
     per_queue: dict[str, dict[str, int]]
     failovers: list[Failover] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -79,6 +101,7 @@ class Verdict:
         """Median and worst failover time of the faults of ``kinds`` on a leader."""
         chosen = [f for f in self.failovers if f.kind in kinds]
         times = sorted(f.first_confirm for f in chosen if f.first_confirm is not None)
+        every = sorted(f.every_publisher for f in chosen if f.every_publisher is not None)
         return {
             "faults": len(chosen),
             "measured": len(times),
@@ -86,6 +109,9 @@ class Verdict:
             "median": statistics.median(times) if times else None,
             "worst": times[-1] if times else None,
             "all": times,
+            # Until every publisher had a confirm again (those that lost their node too).
+            "every_publisher_median": statistics.median(every) if every else None,
+            "every_publisher_worst": every[-1] if every else None,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -102,6 +128,7 @@ class Verdict:
             "depths": self.depths,
             "per_queue": self.per_queue,
             "failovers": [asdict(f) for f in self.failovers],
+            "windows": [asdict(w) for w in self.windows],
             "failover_after_leader_kill": self.failover_summary(),
             "failover_by_kind": {
                 kind: self.failover_summary(frozenset({kind}))
@@ -160,6 +187,7 @@ def check(history: History, depths: Mapping[str, int | None]) -> Verdict:
         depths=dict(depths),
         per_queue=_per_queue(history, set(lost), delivered),
         failovers=failovers(history),
+        windows=windows(history),
     )
 
 
@@ -204,18 +232,65 @@ def failovers(history: History) -> list[Failover]:
     """For each fault that hit a queue's leader: seconds to the first confirm of a message
     to that queue published at or after the fault (so a confirm the old leader had sent
     before it died, still on its way, does not count)."""
-    firsts: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    confirms: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for publish in history.publishes.values():
         if publish.outcome is Outcome.CONFIRMED and publish.settled is not None:
-            firsts[publish.queue].append((publish.sent, publish.settled))
-    return [
-        Failover(fault.kind, fault.node, queue, fault.start, _first(fault, firsts[queue]))
-        for fault in history.faults
-        if fault.role == "leader"
-        for queue in fault.queues
-    ]
+            confirms[publish.queue][publish.publisher].append((publish.sent, publish.settled))
+    result = []
+    for fault in history.faults:
+        if fault.role != "leader":
+            continue
+        for queue in fault.queues:
+            each = [_first(fault, c) for c in confirms[queue].values()]
+            firsts = [f for f in each if f is not None]
+            result.append(
+                Failover(
+                    fault.kind,
+                    fault.node,
+                    queue,
+                    fault.start,
+                    min(firsts) if firsts else None,
+                    max(firsts) if firsts else None,
+                )
+            )
+    return result
 
 
 def _first(fault: Fault, confirms: list[tuple[float, float]]) -> float | None:
     after = [settled for sent, settled in confirms if sent >= fault.start]
     return min(after) - fault.start if after else None
+
+
+def windows(history: History) -> list[Window]:
+    """For each fault, the publishes sent between its start and its heal."""
+    result = []
+    for fault in history.faults:
+        end = fault.healed if fault.healed is not None else float("inf")
+        queues = set(fault.queues) or {p.queue for p in history.publishes.values()}
+        sent = [
+            p
+            for p in history.publishes.values()
+            if p.queue in queues and fault.start <= p.sent <= end
+        ]
+        latencies = sorted(
+            p.settled - p.sent
+            for p in sent
+            if p.outcome is Outcome.CONFIRMED and p.settled is not None
+        )
+        outcomes = Counter(p.outcome for p in sent)
+        result.append(
+            Window(
+                fault.kind,
+                fault.node,
+                fault.role,
+                len(sent),
+                outcomes[Outcome.CONFIRMED],
+                outcomes[Outcome.NACKED] + outcomes[Outcome.RETURNED],
+                outcomes[Outcome.INDETERMINATE],
+                statistics.median(latencies) if latencies else None,
+                latencies[-1] if latencies else None,
+            )
+        )
+    return result

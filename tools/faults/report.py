@@ -57,16 +57,19 @@ def summary(report: dict[str, Any]) -> str:
     lines += [
         "## Failover (fault on a queue's leader -> first confirm of a message published after it)",
         "",
-        "| fault | on leaders | measured | median | worst | never |",
-        "|---|---|---|---|---|---|",
+        "| fault | on leaders | measured | median | worst | never | every publisher: "
+        "median | worst |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for kind, row in verdict["failover_by_kind"].items():
         lines.append(
             f"| {kind} | {row['faults']} | {row['measured']} | {_seconds(row['median'])} | "
-            f"{_seconds(row['worst'])} | {row['never']} |"
+            f"{_seconds(row['worst'])} | {row['never']} | "
+            f"{_seconds(row['every_publisher_median'])} | "
+            f"{_seconds(row['every_publisher_worst'])} |"
         )
     if not verdict["failover_by_kind"]:
-        lines.append("| (no fault hit a leader) | | | | | |")
+        lines.append("| (no fault hit a leader) | | | | | | | |")
     lines += [
         "",
         f"Leader killed (kill -9) -> first confirm: median {_seconds(kill['median'])}, "
@@ -84,6 +87,27 @@ def summary(report: dict[str, Any]) -> str:
             f"{_seconds(fault['healed'])} | {_seconds(fault['recovered'])} | "
             f"{'; '.join(fault['notes'])} |"
         )
+    lines += [
+        "",
+        "## While each fault lasted (messages to the queues it hit)",
+        "",
+        "| # | fault | sent | confirmed | nacked, returned | indeterminate | confirm median "
+        "| worst |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n, w in enumerate(verdict["windows"], 1):
+        lines.append(
+            f"| {n} | {w['kind']} on {w['node'] or 'etcd'} ({w['role']}) | {w['sent']} | "
+            f"{w['confirmed']} | {w['nacked']} | {w['indeterminate']} | "
+            f"{_seconds(w['latency_median'])} | {_seconds(w['latency_worst'])} |"
+        )
+    paths = report.get("paths") or {}
+    if "partition" in config["faults"] and paths and not any(paths.values()):
+        lines += [
+            "",
+            "Note: no connection ever crossed the proxies between nodes: the nodes do not "
+            "talk to each other (yet), so the partitions between them cut nothing.",
+        ]
     if verdict["lost"]:
         lines += ["", f"Lost (first 50): {', '.join(verdict['lost'][:50])}"]
     if verdict["unexpected"]:

@@ -72,6 +72,10 @@ class RunConfig:
     drain_limit: float = 90.0
     lease_ttl: int = 5  # Leveret's cluster_lease_ttl
     net_ticktime: int = 15  # RabbitMQ's
+    # RabbitMQ's cluster_partition_handling. Its Jepsen suite keeps the default, ignore,
+    # which leaves the nodes partitioned for good once a pause or a partition outlasted
+    # net_ticktime, so no later cycle starts from a whole cluster: pause_minority here.
+    partition_handling: str = "pause_minority"
     partition_mode: str = "blackhole"  # or "refuse": reset connections, refuse new ones
     slow_iops: int = 5  # a slow disk's writes a second
     seed: int | None = None
@@ -118,6 +122,7 @@ def make_target(config: RunConfig, workdir: Path, tag: str) -> Target:
             size=config.nodes,
             tag=tag,
             net_ticktime=config.net_ticktime,
+            partition_handling=config.partition_handling,
             partition_mode=mode,
         )
     raise ValueError(f"unknown target {config.target!r}")
@@ -224,11 +229,13 @@ class Run:
         await asyncio.sleep(hold)
         fault.healed = self.clock.now()
         await self.heal(kind, victim)
-        if await target.wait_healthy(c.recover_limit):
+        if await self.wait_whole(c.recover_limit):
             fault.recovered = self.clock.now()
         else:
-            fault.notes.append(f"not healthy within {c.recover_limit:g} s of the heal")
+            fault.notes.append(f"not whole within {c.recover_limit:g} s of the heal")
         fault.notes.append(f"leader of {queue.name} after: {await target.leader(queue.name)}")
+        if self.workload is not None and self.any_node():
+            self.workload.go_home()  # the next fault finds the clients spread again
         await asyncio.sleep(c.settle_seconds)
 
     async def inject(self, kind: str, victim: str | None) -> None:
@@ -274,6 +281,18 @@ class Run:
             assert disk is not None
             disk.heal()
 
+    async def wait_whole(self, limit: float) -> bool:
+        """Wait for every node to run and see the others, and every replicated queue to
+        have all its members online again."""
+        deadline = time.monotonic() + limit
+        if not await self.target.wait_healthy(limit):
+            return False
+        while time.monotonic() < deadline:
+            if all([await self.target.whole(q.name) for q in self.queues]):
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
     async def heal_everything(self) -> None:
         """After an error mid-cycle: whatever fault is on, off (so the drain can run)."""
         target = self.target
@@ -301,7 +320,7 @@ class Run:
         assert workload is not None
         await workload.stop_publishers()
         self.phases["publishing_stopped"] = self.clock.now()
-        await self.target.wait_healthy(c.recover_limit)
+        await self.wait_whole(c.recover_limit)
         workload.start_consumers()
         stream = c.queue_type == "stream"
         deadline = time.monotonic() + c.drain_limit
@@ -333,6 +352,14 @@ async def run(config: RunConfig) -> RunResult:
         log.warning("slowdisk left out: %s", why)
     tag = uuid.uuid4().hex[:6]
     workdir = Path(tempfile.mkdtemp(prefix=f"leveret-faults-{tag}-"))
+    try:
+        return await _run(config, workdir, tag)
+    finally:
+        if not config.keep:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+
+async def _run(config: RunConfig, workdir: Path, tag: str) -> RunResult:
     target = make_target(config, workdir, tag)
     current = Run(config, target, tag, rng=random.Random(config.seed))
     started = time.time()
@@ -372,6 +399,9 @@ async def run(config: RunConfig) -> RunResult:
         "ok": verdict.ok and error is None,
         "verdict": verdict.to_json(),
         "faults": [asdict(f) for f in current.history.faults],
+        # Connections each inter-node proxy carried: 0 everywhere means the nodes never
+        # dialled each other through the harness, so a partition between them cut nothing.
+        "paths": {f"{a}->{b}": proxy.accepted for (a, b), proxy in target.paths.items()},
         "clients": {
             "publishers": {p.name: p.connects for p in current.workload.publishers}
             if current.workload
@@ -386,8 +416,7 @@ async def run(config: RunConfig) -> RunResult:
 
 
 def _save(config: RunConfig, report: dict[str, Any], history: History, workdir: Path) -> None:
-    """The report to ``config.out`` (with the nodes' logs when the run failed); the
-    nodes' data removed unless ``config.keep``."""
+    """The report to ``config.out``, with the nodes' logs when the run failed."""
     if config.out is not None:
         write_report(config.out, report, history if config.save_history else None)
         if not report["ok"]:
@@ -395,8 +424,6 @@ def _save(config: RunConfig, report: dict[str, Any], history: History, workdir: 
             logs.mkdir(parents=True, exist_ok=True)
             for path in workdir.glob("*.log"):
                 shutil.copy(path, logs / path.name)
-    if not config.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _config_json(config: RunConfig) -> dict[str, Any]:

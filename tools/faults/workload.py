@@ -109,31 +109,47 @@ class Client:
     clock: Clock
     settings: WorkloadSettings
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set to send a client that failed over back to its first node (:meth:`go_home`).
+    leave: asyncio.Event = field(default_factory=asyncio.Event)
     session: int = 0
     connects: int = 0
     failures: int = 0
+    at: int = 0  # the index in ``urls`` of the node it uses (or dials) now
 
     async def run(self) -> None:
-        attempt = 0
         while not self.stop.is_set():
-            url = self.urls[attempt % len(self.urls)]
+            url = self.urls[self.at]
             try:
                 connection = await connect(url, self.settings)
             except Exception:
-                attempt += 1
+                self.at = (self.at + 1) % len(self.urls)
                 await _wait(self.stop, 0.3)
                 continue
             self.session += 1
             self.connects += 1
+            failed = False
             try:
                 await self.serve(connection)
             except Exception:
                 self.failures += 1
+                failed = True
             finally:
                 await _close(connection)
-            if not self.stop.is_set():
-                attempt += 1  # that node failed this client: the next one
+            if self.leave.is_set() and not failed:
+                self.leave.clear()
+                self.at = 0
+            elif not self.stop.is_set():
+                self.at = (self.at + 1) % len(self.urls)  # that node failed it: the next
                 await _wait(self.stop, 0.1)
+
+    def go_home(self) -> None:
+        """Leave the node it failed over to for its first one (after a fault healed: the
+        clients stay spread over the nodes from one cycle to the next)."""
+        if self.at != 0:
+            self.leave.set()
+
+    def leaving(self) -> bool:
+        return self.stop.is_set() or self.leave.is_set()
 
     async def serve(self, connection: Connection) -> None:
         raise NotImplementedError
@@ -153,13 +169,13 @@ class Publisher(Client):
         next_at = loop.time()
         body = b"x" * self.settings.body_size
         try:
-            while not (self.stop.is_set() or broken.is_set() or connection.is_closed):
+            while not (self.leaving() or broken.is_set() or connection.is_closed):
                 delay = next_at - loop.time()
                 if delay > 0:
                     await _wait(self.stop, delay)
                 next_at = max(next_at + interval, loop.time() - 1.0)
                 await window.acquire()
-                if self.stop.is_set() or broken.is_set():
+                if self.leaving() or broken.is_set():
                     window.release()
                     break
                 self.seq += 1
@@ -253,14 +269,13 @@ class Consumer(Client):
 
         arguments = {"x-stream-offset": self.next_offset} if self.settings.stream else None
         await queue.consume(on_message, no_ack=False, arguments=arguments)
-        stop = asyncio.create_task(self.stop.wait())
-        lost = asyncio.create_task(closed.wait())
+        waits = [asyncio.create_task(e.wait()) for e in (self.stop, self.leave, closed)]
         try:
-            await asyncio.wait({stop, lost}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
-            lost.cancel()
-        if closed.is_set() and not self.stop.is_set():
+            for task in waits:
+                task.cancel()
+        if closed.is_set() and not self.leaving():
             raise ConnectionError("connection lost")
 
 
@@ -320,7 +335,8 @@ class Workload:
         s = self.settings
         for q in queues:
             for k in range(s.consumers_per_queue):
-                urls = await self.routes(q, k)
+                # Numbered after the publishers: they start on other nodes than those.
+                urls = await self.routes(q, s.publishers_per_queue + k)
                 c = Consumer(f"c{len(self.consumers) + 1}", q, urls, self.history, self.clock, s)
                 self.consumers.append(c)
             for k in range(s.publishers_per_queue):
@@ -355,6 +371,10 @@ class Workload:
 
     async def stop_consumers(self) -> None:
         await self._stop(self.consumers)
+
+    def go_home(self) -> None:
+        for client in [*self.publishers, *self.consumers]:
+            client.go_home()
 
     def last_delivery(self) -> float:
         return max((d.at for d in self.history.deliveries), default=0.0)

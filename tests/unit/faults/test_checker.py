@@ -163,6 +163,9 @@ def test_failover_is_the_first_confirm_of_a_message_sent_after_the_fault() -> No
     for seq, (sent, settled) in enumerate(((9.0, 12.5), (10.5, 13.0), (11.0, 12.9)), 1):
         history.sent(Publish(f"p1.{seq}", "p1", 1, seq, "q", sent))
         history.settle(f"p1.{seq}", Outcome.CONFIRMED, settled)
+    # A second publisher, which lost its node with the leader, is back later.
+    history.sent(Publish("p2.1", "p2", 2, 1, "q", 10.2))
+    history.settle("p2.1", Outcome.CONFIRMED, 16.0)
     history.faults.append(Fault("kill", "n1", "leader", ["q"], start=10.0))
     history.faults.append(Fault("kill", "n2", "follower", [], start=20.0))
     history.faults.append(Fault("pause", "n1", "leader", ["q"], start=30.0))
@@ -170,6 +173,7 @@ def test_failover_is_the_first_confirm_of_a_message_sent_after_the_fault() -> No
     kill = verdict.failover_summary()
     assert kill["faults"] == 1
     assert kill["median"] == pytest.approx(2.9)
+    assert kill["every_publisher_worst"] == pytest.approx(6.0)
     paused = verdict.to_json()["failover_by_kind"]["pause"]
     assert paused["never"] == 1
     assert paused["median"] is None
@@ -181,3 +185,21 @@ def test_a_history_survives_its_json() -> None:
     history.faults.append(Fault("kill", "n1", "leader", ["q"], start=0.02, notes=["x"]))
     again = History.from_json(history.to_json())
     assert check(again, broker.depths()).to_json() == check(history, broker.depths()).to_json()
+
+
+def test_a_fault_window_counts_what_was_sent_while_it_lasted() -> None:
+    history = History()
+    rows = (
+        (1.0, Outcome.CONFIRMED, 1.1),
+        (2.0, Outcome.CONFIRMED, 4.0),
+        (3.0, Outcome.NACKED, 3.5),
+    )
+    for seq, (sent, outcome, settled) in enumerate(rows, 1):
+        history.sent(Publish(f"p1.{seq}", "p1", 1, seq, "q", sent))
+        history.settle(f"p1.{seq}", outcome, settled)
+    history.sent(Publish("p1.4", "p1", 1, 4, "q", 3.2))
+    history.close(9.0)
+    history.faults.append(Fault("slowdisk", "n1", "leader", ["q"], start=1.5, healed=3.3))
+    (window,) = check(history, {"q": 0}).windows
+    assert (window.sent, window.confirmed, window.nacked, window.indeterminate) == (3, 1, 1, 1)
+    assert window.latency_worst == pytest.approx(2.0)

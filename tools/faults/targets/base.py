@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tools.faults.proxy import FaultProxy, Mode
+from tools.faults.targets.http import queue_replicas
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -174,6 +175,21 @@ class Target(abc.ABC):
     @abc.abstractmethod
     async def leader(self, queue: str) -> str | None:
         """The node leading ``queue`` now (None if no node answers for it)."""
+
+    @abc.abstractmethod
+    def api_urls(self) -> list[str]:
+        """The management API of each node that runs and is not paused."""
+
+    async def whole(self, queue: str) -> bool:
+        """Whether every member of ``queue`` is online (True for a queue that has no
+        members: one that is not replicated)."""
+        for api in self.api_urls():
+            try:
+                replicas = await queue_replicas(api, queue)
+            except Exception:  # noqa: S112 - the next node may answer
+                continue
+            return replicas is None or (bool(replicas[0]) and replicas[0] == replicas[1])
+        return False
 
     @abc.abstractmethod
     async def healthy(self) -> bool:

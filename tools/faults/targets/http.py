@@ -34,9 +34,21 @@ async def queue_leader(base: str, queue: str, vhost: str = "/") -> str | None:
     return str(leader) if leader else None
 
 
+async def queue_replicas(
+    base: str, queue: str, vhost: str = "/"
+) -> tuple[set[str], set[str]] | None:
+    """A replicated queue's ``members`` and the ``online`` ones, as RabbitMQ's API shows
+    them for a quorum queue; None for a queue without them (a classic queue, Leveret's
+    queues until replication lands)."""
+    data = await get_json(base, f"queues/{quote(vhost, safe='')}/{quote(queue, safe='')}")
+    if not isinstance(data, dict) or "members" not in data:
+        return None
+    return set(data.get("members") or ()), set(data.get("online") or ())
+
+
 async def running_nodes(base: str) -> set[str]:
     data = await get_json(base, "nodes")
     return {str(n["name"]) for n in data or () if n.get("running")}
 
 
-__all__ = ["get_json", "queue_leader", "running_nodes"]
+__all__ = ["get_json", "queue_leader", "queue_replicas", "running_nodes"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import sys
 import time
 import uuid
@@ -166,6 +165,9 @@ class LeveretTarget(Target):
     def _leverets(self) -> list[LeveretNode]:
         return [n for n in self.nodes if isinstance(n, LeveretNode)]
 
+    def api_urls(self) -> list[str]:
+        return [n.api for n in self._leverets() if n.running() and not n.paused]
+
     async def leader(self, queue: str) -> str | None:
         for node in self._leverets():
             if node.running() and not node.paused:
@@ -230,9 +232,6 @@ class LeveretTarget(Target):
             await proxy.close()
         if self.etcd is not None:
             await asyncio.to_thread(self.etcd.stop)
-
-    def remove_files(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 __all__ = ["LeveretNode", "LeveretTarget"]

@@ -11,8 +11,11 @@ both directions' proxies. The CLI tools get the same ``ERL_EPMD_PORT`` and the r
 Limits: a partition cuts the Erlang distribution only (clients keep reaching the node
 they are connected to, as in RabbitMQ's Jepsen tests); epmd itself is never cut (a node
 can always learn a port, then fails to connect through the blackholed proxy).
-``cluster_partition_handling`` is RabbitMQ's default (``ignore``, as in its Jepsen suite),
-``net_ticktime`` 15 s (Jepsen's default) unless told otherwise.
+``cluster_partition_handling`` is ``pause_minority`` unless told otherwise (RabbitMQ's
+default, ``ignore``, which its Jepsen suite keeps, leaves the nodes partitioned for good
+once a pause or a partition outlasted ``net_ticktime``: measured here, all three nodes
+saw only themselves after one 20 s pause, so no later cycle would start from a whole
+cluster); ``net_ticktime`` is 15 s (Jepsen's) unless told otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ class RabbitNode(Node):
     management_port: int = 0
     epmd_port: int = 0
     net_ticktime: int = 15
+    partition_handling: str = "pause_minority"
 
     @property
     def full_name(self) -> str:
@@ -74,7 +77,7 @@ class RabbitNode(Node):
             f"management.tcp.ip = 127.0.0.1\n"
             f"management.tcp.port = {self.management_port}\n"
             "collect_statistics_interval = 1000\n"
-            "cluster_partition_handling = ignore\n"
+            f"cluster_partition_handling = {self.partition_handling}\n"
             "log.file.level = info\n"
         )
         (d / "advanced.config").write_text(
@@ -148,6 +151,7 @@ class RabbitMQTarget(Target):
     size: int = 3
     tag: str = "f"
     net_ticktime: int = 15
+    partition_handling: str = "pause_minority"
     hub: EpmdHub | None = None
 
     kind: str = "rabbitmq"
@@ -174,6 +178,7 @@ class RabbitMQTarget(Target):
                 management_port=free_port(),
                 epmd_port=await self.hub.listen(short),
                 net_ticktime=self.net_ticktime,
+                partition_handling=self.partition_handling,
             )
             node.write_config()
             if slowdisk.available() is None:
@@ -199,11 +204,11 @@ class RabbitMQTarget(Target):
     def _rabbits(self) -> list[RabbitNode]:
         return [n for n in self.nodes if isinstance(n, RabbitNode)]
 
-    async def _any_api(self) -> list[str]:
+    def api_urls(self) -> list[str]:
         return [n.api for n in self._rabbits() if n.running() and not n.paused]
 
     async def leader(self, queue: str) -> str | None:
-        for api in await self._any_api():
+        for api in self.api_urls():
             try:
                 return await queue_leader(api, queue)
             except Exception:  # noqa: S112 - the next node may answer
@@ -215,6 +220,9 @@ class RabbitMQTarget(Target):
         for node in self._rabbits():
             if not node.running() or node.paused:
                 return False
+            # Running as every node's Mnesia sees it. (Its "partitions" lists are not
+            # asked: with pause_minority a majority node was seen to keep naming a
+            # partition long after the paused node had come back and rejoined.)
             if await running_nodes(node.api) != names:
                 return False
         return True
@@ -230,16 +238,13 @@ class RabbitMQTarget(Target):
             "version": version or "unknown",
             "nodes": [n.name for n in self.nodes],
             "net_ticktime": self.net_ticktime,
-            "cluster_partition_handling": "ignore",
+            "cluster_partition_handling": self.partition_handling,
             "partition_mode": self.partition_mode.value,
         }
 
     async def stop_extras(self) -> None:
         if self.hub is not None:
             await self.hub.close()
-
-    def remove_files(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 __all__ = ["RabbitMQTarget", "RabbitNode", "available"]

@@ -56,7 +56,9 @@ def test_a_slowed_disk_syncs_slowly_until_healed(tmp_path: Path) -> None:
     disk = slowdisk.SlowDisk(f"leveret-faults-test-{tmp_path.name}", tmp_path).create()
     try:
         disk.slow(5)
+        before = disk.writes()
         slowed = syncs_per_second(disk, tmp_path / "slow")
+        assert disk.writes() > before  # the kernel counted the child's writes
         disk.heal()
         healed = syncs_per_second(disk, tmp_path / "healed")
     finally:

@@ -137,11 +137,19 @@ class Verdict:
         }
 
 
-def check(history: History, depths: Mapping[str, int | None]) -> Verdict:
+def check(
+    history: History, depths: Mapping[str, int | None], *, every_consumer: bool = False
+) -> Verdict:
     """The verdict on ``history``; ``depths`` are the messages left in each queue after the
-    drain (None: the queue could not be read, which fails the run as a non-empty one)."""
+    drain (None: the queue could not be read, which fails the run as a non-empty one).
+
+    ``every_consumer`` is for a stream, which each consumer reads whole: a confirmed
+    message is lost unless *every* consumer of its queue got it, and a duplicate is a
+    message one consumer got twice (a consumer is its name without its connection's
+    number: ``c2`` of ``c2.3``)."""
     publishes = history.publishes
     times_delivered: Counter[str] = Counter()
+    per_consumer: Counter[tuple[str, str]] = Counter()
     unexpected: list[str] = []
     for n, delivery in enumerate(history.deliveries):
         if delivery.id is None:
@@ -152,17 +160,36 @@ def check(history: History, depths: Mapping[str, int | None]) -> Verdict:
             unexpected.append(delivery.id)
             continue
         times_delivered[delivery.id] += 1
+        per_consumer[(_consumer(delivery.consumer), delivery.id)] += 1
 
     outcomes: dict[Outcome, list[str]] = defaultdict(list)
     for publish in publishes.values():
         outcomes[publish.outcome].append(publish.id)
     delivered = set(times_delivered)
-    lost = [i for i in outcomes[Outcome.CONFIRMED] if i not in delivered]
+    if every_consumer:
+        readers: dict[str, set[str]] = defaultdict(set)
+        for name, queue in history.consumers.items():
+            readers[queue].add(name)
+        lost = [
+            i
+            for i in outcomes[Outcome.CONFIRMED]
+            if i not in delivered
+            or any((c, i) not in per_consumer for c in readers[publishes[i].queue])
+        ]
+        # A duplicate is a message one consumer got more than once.
+        duplicated: dict[str, int] = {}
+        for (_, i), n in per_consumer.items():
+            if n > 1:
+                duplicated[i] = max(n, duplicated.get(i, 0))
+        extra = sum(n - 1 for n in per_consumer.values())
+    else:
+        lost = [i for i in outcomes[Outcome.CONFIRMED] if i not in delivered]
+        duplicated = {i: n for i, n in times_delivered.items() if n > 1}
+        extra = sum(n - 1 for n in duplicated.values())
     recovered = [i for i in outcomes[Outcome.INDETERMINATE] if i in delivered]
     unconfirmed = [
         i for i in outcomes[Outcome.NACKED] + outcomes[Outcome.RETURNED] if i in delivered
     ]
-    duplicated = {i: n for i, n in times_delivered.items() if n > 1}
 
     counts = {
         "attempted": len(publishes),
@@ -172,7 +199,7 @@ def check(history: History, depths: Mapping[str, int | None]) -> Verdict:
         "lost": len(lost),
         "unexpected": len(unexpected),
         "duplicated": len(duplicated),
-        "duplicate_deliveries": sum(n - 1 for n in duplicated.values()),
+        "duplicate_deliveries": extra,
         "recovered": len(recovered),
         "unconfirmed_delivered": len(unconfirmed),
     }
@@ -189,6 +216,10 @@ def check(history: History, depths: Mapping[str, int | None]) -> Verdict:
         failovers=failovers(history),
         windows=windows(history),
     )
+
+
+def _consumer(name: str) -> str:
+    return name.rpartition(".")[0] or name
 
 
 def _id_order(message_id: str) -> tuple[str, ...]:

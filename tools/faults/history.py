@@ -76,6 +76,8 @@ class History:
     publishes: dict[str, Publish] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    # Every consumer (its name, without a connection's number) and the queue it reads.
+    consumers: dict[str, str] = field(default_factory=dict)
 
     def sent(self, publish: Publish) -> None:
         assert publish.id not in self.publishes, f"message id {publish.id} used twice"
@@ -102,6 +104,7 @@ class History:
             "publishes": [asdict(p) for p in self.publishes.values()],
             "deliveries": [asdict(d) for d in self.deliveries],
             "faults": [asdict(f) for f in self.faults],
+            "consumers": self.consumers,
         }
 
     @classmethod
@@ -111,4 +114,5 @@ class History:
             history.publishes[p["id"]] = Publish(**{**p, "outcome": Outcome(p["outcome"])})
         history.deliveries = [Delivery(**d) for d in doc["deliveries"]]
         history.faults = [Fault(**f) for f in doc["faults"]]
+        history.consumers = dict(doc.get("consumers", {}))
         return history

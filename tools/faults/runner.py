@@ -91,6 +91,25 @@ class RunConfig:
         return max(self.fault_seconds, 1.5 * self.lease_ttl + 1.0)
 
 
+def schedule(
+    cycles: int, kinds: list[str], queues: int, victims: str, nodes: int
+) -> list[tuple[str, int, bool]]:
+    """Each cycle's fault kind, queue (its index) and whether it hits that queue's leader:
+    the kinds in turn; each round of kinds on the next queue; with ``alternate`` victims,
+    once every queue had its round on its leader, the same on another node, and again."""
+    plan = []
+    for i in range(cycles):
+        round_ = i // len(kinds)
+        if nodes == 1 or victims == "leader":
+            on_leader = True
+        elif victims == "follower":
+            on_leader = False
+        else:
+            on_leader = (round_ // queues) % 2 == 0
+        plan.append((kinds[i % len(kinds)], round_ % queues, on_leader))
+    return plan
+
+
 @dataclass
 class RunResult:
     verdict: Verdict
@@ -194,17 +213,9 @@ class Run:
         if not kinds:
             await asyncio.sleep(c.fault_seconds)
             return
-        for i in range(c.cycles):
-            # Each kind in turn; each round of kinds on the next queue; once every queue
-            # had its round on its leader, the same on another node, and so on.
-            kind = kinds[i % len(kinds)]
-            round_ = i // len(kinds)
-            queue = self.queues[round_ % len(self.queues)]
-            on_leader = len(self.target.nodes) == 1 or {
-                "leader": True,
-                "follower": False,
-            }.get(c.victims, (round_ // len(self.queues)) % 2 == 0)
-            await self.cycle(i + 1, kind, queue, on_leader)
+        plan = schedule(c.cycles, kinds, len(self.queues), c.victims, len(self.target.nodes))
+        for n, (kind, queue, on_leader) in enumerate(plan, 1):
+            await self.cycle(n, kind, self.queues[queue], on_leader)
 
     async def cycle(self, n: int, kind: str, queue: QueueSpec, on_leader: bool) -> None:
         c, target = self.config, self.target
@@ -225,9 +236,13 @@ class Run:
         fault = Fault(kind, victim, role, led, start=self.clock.now())
         self.history.faults.append(fault)
         fault.notes.append(f"leader of {queue.name} before: {leader}")
+        disk = target.node(victim).disk if victim is not None and kind == "slowdisk" else None
+        writes = disk.writes() if disk is not None else 0
         await self.inject(kind, victim)
         await asyncio.sleep(hold)
         fault.healed = self.clock.now()
+        if disk is not None:
+            fault.notes.append(f"{disk.writes() - writes} disk writes while slowed")
         await self.heal(kind, victim)
         if await self.wait_whole(c.recover_limit):
             fault.recovered = self.clock.now()
@@ -387,7 +402,7 @@ async def _run(config: RunConfig, workdir: Path, tag: str) -> RunResult:
             await current.workload.stop_consumers()
         await target.stop()
     current.history.close(current.clock.now())
-    verdict = check(current.history, depths)
+    verdict = check(current.history, depths, every_consumer=config.queue_type == "stream")
     report = {
         "config": _config_json(config),
         "target": described,
@@ -433,4 +448,4 @@ def _config_json(config: RunConfig) -> dict[str, Any]:
     return doc
 
 
-__all__ = ["FAULTS", "QUEUE_TYPES", "RunConfig", "RunResult", "make_target", "run"]
+__all__ = ["FAULTS", "QUEUE_TYPES", "RunConfig", "RunResult", "make_target", "run", "schedule"]

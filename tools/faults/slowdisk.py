@@ -77,6 +77,16 @@ class SlowDisk:
             f"{disk_of(self.data_dir)} {iops}\n"
         )
 
+    def writes(self) -> int:
+        """Write requests the cgroup's processes have sent to any disk so far (the
+        kernel's count: a fault's notes show the node kept writing while slowed)."""
+        total = 0
+        for line in (self.path / "blkio.throttle.io_serviced").read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] == "Write":
+                total += int(parts[2])
+        return total
+
     def remove(self) -> None:
         if not self.path.exists():
             return

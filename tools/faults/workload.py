@@ -339,6 +339,7 @@ class Workload:
                 urls = await self.routes(q, s.publishers_per_queue + k)
                 c = Consumer(f"c{len(self.consumers) + 1}", q, urls, self.history, self.clock, s)
                 self.consumers.append(c)
+                self.history.consumers[c.name] = q.name
             for k in range(s.publishers_per_queue):
                 urls = await self.routes(q, k)
                 p = Publisher(f"p{len(self.publishers) + 1}", q, urls, self.history, self.clock, s)

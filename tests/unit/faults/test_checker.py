@@ -203,3 +203,18 @@ def test_a_fault_window_counts_what_was_sent_while_it_lasted() -> None:
     (window,) = check(history, {"q": 0}).windows
     assert (window.sent, window.confirmed, window.nacked, window.indeterminate) == (3, 1, 1, 1)
     assert window.latency_worst == pytest.approx(2.0)
+
+
+def test_a_stream_is_read_whole_by_every_consumer() -> None:
+    history = FakeBroker().run(4)
+    history.consumers = {"c1": "q", "c2": "q"}
+    # c2 reads everything once, and message 2 twice (a resumed read); c1 never got 4.
+    for seq in (1, 2, 3, 4, 2):
+        history.delivered(Delivery(f"p1.{seq}", "q", "c2.1", False, 1.0))
+    history.deliveries = [d for d in history.deliveries if d.id != "p1.4" or d.consumer != "c1.1"]
+    verdict = check(history, {}, every_consumer=True)
+    assert verdict.lost == ["p1.4"]
+    assert verdict.duplicated == {"p1.2": 2}
+    assert verdict.counts["duplicate_deliveries"] == 1
+    # Read as a queue, one delivery of each is enough and c1 plus c2 are duplicates.
+    assert check(history, {}).lost == []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.config import ConfigError, Settings, load
+from leveret.config import ConfigError, Settings, load, peer_addresses
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -492,6 +492,14 @@ def test_cluster_settings() -> None:
     assert load(environ={}).etcd == ()  # a single node unless told
 
 
+def test_peer_addresses_name_where_to_reach_each_peer() -> None:
+    settings = load(
+        environ={"LEVERET_CLUSTER_PEER_ADDRESSES": "b@x=127.0.0.1:4001, c@x=[::1]:4002"}
+    )
+    assert peer_addresses(settings) == {"b@x": ("127.0.0.1", 4001), "c@x": ("::1", 4002)}
+    assert peer_addresses(load(environ={})) == {}
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
@@ -499,6 +507,9 @@ def test_cluster_settings() -> None:
         ({"LEVERET_CLUSTER_PORT": "70000"}, "cluster_port"),
         ({"LEVERET_CLUSTER_LEASE_TTL": "1"}, "cluster_lease_ttl"),
         ({"LEVERET_ETCD_PREFIX": "leveret"}, "etcd_prefix"),
+        ({"LEVERET_CLUSTER_PEER_ADDRESSES": "b@x:4000"}, "NODE=HOST:PORT"),
+        ({"LEVERET_CLUSTER_PEER_ADDRESSES": "b@x=h:70000"}, "NODE=HOST:PORT"),
+        ({"LEVERET_CLUSTER_PEER_ADDRESSES": "=h:4000"}, "NODE=HOST:PORT"),
     ],
 )
 def test_bad_cluster_settings(environ: dict[str, str], message: str) -> None:

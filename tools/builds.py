@@ -106,12 +106,10 @@ def build(out: Path) -> Path:
     }
     for name, (artifact, env) in artifacts.items():
         venv = out / "venvs" / name
-        _run([sys.executable, "-m", "venv", str(venv)], log)
-        _run(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", *quiet, str(artifact)],
-            log,
-            **env,
-        )
+        # No pip of its own (ensurepip costs seconds per venv): this pip installs into it.
+        _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], log)
+        python = str(venv / "bin" / "python")
+        _run([*pip, "--python", python, "install", *quiet, str(artifact)], log, **env)
     (out / "build.log").write_text("\n".join(log) + "\n", encoding="utf-8")
     stamp.write_text(expected, encoding="utf-8")
     return out

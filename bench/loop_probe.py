@@ -3,6 +3,7 @@ instruments on its own pauses, which a busy machine does not blur (issue 26).
 
 - the cyclic garbage collector: every collection's generation and its duration, wall and
   the thread's CPU (``gc.callbacks``);
+- the management plane's statistics sample: the CPU of each;
 - the event loop: a 1 ms timer whose lateness is the loop's lag; each late tick is split
   into the CPU the broker's thread used meanwhile (its own work: a long turn) and the rest
   (the process was not running: the machine's other work).
@@ -56,6 +57,7 @@ class LoopProbe:
         self.lag: list[float] = []
         self.lag_cpu: list[float] = []
         self.lag_off_cpu: list[float] = []
+        self.samples: list[float] = []
         self._tick: asyncio.Handle | None = None
         self.started = time.monotonic()
 
@@ -93,6 +95,7 @@ class LoopProbe:
             "gc_cpu": {str(g): _percentiles(v) for g, v in self.gc_cpu.items()},
             "gc_threshold": gc.get_threshold(),
             "gc_frozen": gc.get_freeze_count(),
+            "stats_sample_cpu": _percentiles(self.samples),
             "loop_lag": _percentiles(self.lag),
             "late_ticks_own_cpu": _percentiles(self.lag_cpu),
             "late_ticks_off_cpu": _percentiles(self.lag_off_cpu),
@@ -102,6 +105,11 @@ class LoopProbe:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.loop_probe", description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--gc-threshold",
+        default="",
+        help="gen0,gen1,gen2: set once the broker started (default: the broker's own)",
+    )
     parser.add_argument("serve", nargs=argparse.REMAINDER, help="-- then leveret serve's flags")
     args = parser.parse_args(argv)
     serve_args = [a for a in args.serve if a != "--"]
@@ -114,9 +122,22 @@ def main(argv: list[str] | None = None) -> int:
 
     async def start(self: server.Server) -> None:
         await original_start(self)
+        if args.gc_threshold:
+            gc.set_threshold(*(int(x) for x in args.gc_threshold.split(",")))
         probe.start_loop(asyncio.get_running_loop())
 
     server.Server.start = start  # type: ignore[method-assign]
+    # The management plane's statistics sample: one turn every collect_statistics_interval.
+    from leveret.management import stats
+
+    original_sample = stats.Sampler.sample
+
+    def sample(self: stats.Sampler, *a: Any, **k: Any) -> None:
+        cpu = time.thread_time()
+        original_sample(self, *a, **k)
+        probe.samples.append(time.thread_time() - cpu)
+
+    stats.Sampler.sample = sample  # type: ignore[method-assign]
     try:
         return cli.main(["serve", *serve_args])
     finally:

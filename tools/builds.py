@@ -30,8 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = "BUILD-STAMP"
-# What the builds read: the package, the build configuration and the backend.
-INPUTS = ("src/leveret", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "tools/backend")
+# What the builds read: the package, the build configuration and the backend (README.md
+# too, as the long description, which no test reads: an edit of it rebuilds nothing).
+INPUTS = ("src/leveret", "pyproject.toml", "setup.py", "MANIFEST.in", "tools/backend")
 VENVS = ("pip-compiled", "pip-pure", "build-wheel", "build-sdist")
 
 

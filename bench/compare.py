@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -155,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     builds.build(args.builds)
     _raise_nofile()
+    # Stopped with SIGTERM, still stop the brokers this run started (the finally below).
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     out = Path(args.out or tempfile.mkdtemp(prefix="leveret-compare-"))
     out.mkdir(parents=True, exist_ok=True)
     raw = out / "runs.jsonl"

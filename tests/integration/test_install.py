@@ -112,7 +112,7 @@ def _serve(python: Path, data: Path) -> Iterator[tuple[int, str, list[str]]]:
         stream.close()
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # run alone, the fixture builds everything first
 @pytest.mark.parametrize("venv", sorted(EXPECTED))
 def test_each_build_installs_and_serves_a_round_trip(
     built: Path, venv: str, tmp_path: Path

@@ -18,7 +18,7 @@ scenarios (Leveret, RabbitMQ, Leveret, ...); the table gives medians, the best, 
 message and the load average when each ran. Brokers are started for the run on their own
 ports (``bench.run``), RabbitMQ with rabbitmq_consistent_hash_exchange enabled.
 
-    python -m bench.groups [--rounds 3] [--count 100000] [--compiled build/compiled]
+    python -m bench.groups [--rounds 3] [--count 100000] [--compiled build/builds/compiled]
 """
 
 from __future__ import annotations

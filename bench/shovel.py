@@ -14,8 +14,8 @@ node's Erlang VM and Leveret's process, from /proc) per message moved. Prints ev
 and the medians; the machine's load average is printed too (the figures are noise on a
 busy machine: docs/migration.md says how they were taken).
 
-``--compiled DIR`` runs Leveret from a compiled build (``python -m tools.compile --out
-DIR``).
+``--compiled DIR`` runs Leveret from a compiled build (``python -m tools.builds`` puts the
+one ``pip install .`` makes in ``build/builds/compiled``).
 """
 
 from __future__ import annotations

@@ -327,7 +327,13 @@ class Server:
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
             self.listening.append(f"amqp://{shown}:{port}")
-            log.info("listening on amqp://%s:%d (%s)", shown, port, build_info.describe())
+            log.info(
+                "listening on amqp://%s:%d (%s; %s)",
+                shown,
+                port,
+                build_info.describe(),
+                build_info.other_build(),
+            )
         await self._start_stream(loop, tls=False)
         if self.settings.tls_certfile:
             await self._start_tls(loop)

@@ -587,6 +587,7 @@ class Applier:
         runtime.global_parameters = {
             p["name"]: p.get("value") for p in self.section_values("runtime", "global_parameters")
         }
+        runtime.globals_changed()
         for section, operator in (("policies", False), ("operator_policies", True)):
             wanted: dict[str, dict[str, Any]] = {}
             for p in self.section_values("runtime", section):

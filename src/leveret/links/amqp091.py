@@ -235,6 +235,11 @@ class Connection091(asyncio.Protocol):
                     code=method.reply_code,
                 )
                 return
+            if isinstance(method, m.ConnectionCloseOk):
+                # The server leaves the socket to the client after close-ok (as RabbitMQ does):
+                # the close is complete here, not when the socket goes.
+                self._fail("closed")
+                return
             if isinstance(method, m.ChannelClose):
                 error = LinkError(
                     f"server closed channel {channel}: {method.reply_code} {method.reply_text}",

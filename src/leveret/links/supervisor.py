@@ -9,10 +9,12 @@ shovel per ``shovel`` parameter (they are in ``runtime.json``, so shovels surviv
 and the federation links the policies ask for; a parameter set again restarts its shovel
 with the new definition, a cleared one stops it (RabbitMQ's ``adjust``/``stop_child``).
 
-What runs is also looked at once a second (``RECONCILE_EVERY``): federation links follow the
-exchanges and queues that policies match as they are declared and deleted, and bindings of
-federated exchanges are propagated upstream (the model has no change hooks; a second is the
-delay a binding may take to reach the upstream; ``docs/architecture.md``, "links").
+While anything runs or a policy federates, what runs is also looked at once a second
+(``RECONCILE_EVERY``): federation links follow the exchanges and queues that policies match
+as they are declared and deleted, and bindings of federated exchanges are propagated
+upstream (the model has no change hooks; a second is the delay a binding may take to reach
+the upstream; ``docs/architecture.md``, "links"). A broker with none of it only wakes for
+a change of parameters or policies.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.links import shovel_config
 from leveret.links.federation import Federation
+from leveret.links.federation_config import federates
 from leveret.links.local import LocalConnector
 from leveret.links.shovel import Shovel
 from leveret.links.status import NODE, NoSuchLink, format_timestamp
@@ -68,7 +71,6 @@ class Links:
 
     async def start(self) -> None:
         self.started = True
-        self.server.broker.cluster_name = self.cluster_name()
         for (vhost, component, name), value in sorted(self.runtime.parameters.items()):
             if component == SHOVEL and vhost in self.server.broker.vhosts:
                 self._start_shovel(vhost, name, value)
@@ -159,6 +161,7 @@ class Links:
         )
         self.shovels[(vhost, name)] = shovel
         shovel.start()
+        self._kick.set()  # the reconciler watches its virtual host from now on
 
     async def _shovel_done(self, shovel: Shovel) -> None:
         """``delete-after`` reached: the shovel deletes its own parameter (RabbitMQ clears
@@ -256,8 +259,11 @@ class Links:
 
     async def _reconcile_loop(self) -> None:
         while True:
+            # Only what runs or may run is watched: an idle broker's loop sleeps until a
+            # parameter or policy changes (a clock advanced by a day takes no steps here).
+            every = self.RECONCILE_EVERY if self._watching() else None
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.RECONCILE_EVERY):
+                async with asyncio.timeout(every):
                     await self._kick.wait()
             self._kick.clear()
             try:
@@ -265,12 +271,19 @@ class Links:
             except Exception:  # a bug here must not end the loop: log it and go on
                 log.exception("links: reconciliation failed")
 
+    def _watching(self) -> bool:
+        """Whether anything runs, or a policy federates: then exchanges, queues, bindings
+        and virtual hosts come and go without a change of parameters, and are looked at."""
+        if self.shovels or self.federation.active:
+            return True
+        return any(
+            federates(p.definition)
+            for vhost in self.server.broker.vhosts.values()
+            for p in vhost.policies.values()
+        )
+
     def _reconcile(self) -> None:
-        broker = self.server.broker
-        # What clients are told (federation on other brokers cuts loops by it) follows the
-        # cluster_name parameter.
-        broker.cluster_name = self.cluster_name()
-        vhosts = broker.vhosts
+        vhosts = self.server.broker.vhosts
         for key, shovel in list(self.shovels.items()):
             if key[0] not in vhosts:
                 del self.shovels[key]

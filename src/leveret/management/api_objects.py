@@ -267,7 +267,7 @@ class ObjectsApi(ApiBase):
         name = body.get("name")
         if not isinstance(name, str) or not name:
             raise bad_request("name must be a non-empty string")
-        await self.runtime.change(lambda r: r.global_parameters.__setitem__("cluster_name", name))
+        await self.runtime.change(lambda r: r.set_global_parameter("cluster_name", name))
         return no_content()
 
     async def aliveness(self, request: web.Request) -> web.Response:

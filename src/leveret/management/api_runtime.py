@@ -168,7 +168,7 @@ class RuntimeApi(ApiBase):
         body = await read_body(request)
         existed = name in self.runtime.global_parameters
         value = body.get("value")
-        await self.runtime.change(lambda r: r.global_parameters.__setitem__(name, value))
+        await self.runtime.change(lambda r: r.set_global_parameter(name, value))
         return no_content() if existed else web.Response(status=201)
 
     async def delete_global_parameter(self, request: web.Request) -> web.Response:
@@ -176,7 +176,7 @@ class RuntimeApi(ApiBase):
         name = request.match_info["name"]
         if name not in self.runtime.global_parameters:
             raise not_found()
-        await self.runtime.change(lambda r: r.global_parameters.pop(name, None))
+        await self.runtime.change(lambda r: r.clear_global_parameter(name))
         return no_content()
 
     # -- definitions ----------------------------------------------------------------------------

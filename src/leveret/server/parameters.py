@@ -74,6 +74,22 @@ class Runtime:
         for listener in self.listeners:
             listener(vhost, component, name)
 
+    # -- global parameters ----------------------------------------------------------------
+
+    def set_global_parameter(self, name: str, value: Any) -> None:
+        self.global_parameters[name] = value
+        self.globals_changed()
+
+    def clear_global_parameter(self, name: str) -> None:
+        self.global_parameters.pop(name, None)
+        self.globals_changed()
+
+    def globals_changed(self) -> None:
+        """After any change of the global parameters: what clients are told (federation on
+        other brokers cuts loops by it) follows the cluster_name parameter at once."""
+        name = self.global_parameters.get("cluster_name")
+        self.broker.cluster_name = name if isinstance(name, str) else None
+
     # -- policies -------------------------------------------------------------------------
 
     def _vhost(self, name: str) -> VirtualHost:
@@ -170,6 +186,7 @@ class Runtime:
         for entry in doc_entries(doc, "global_parameters"):
             if isinstance(entry.get("name"), str):
                 self.global_parameters[entry["name"]] = entry.get("value")
+        self.globals_changed()
         for entry in doc_entries(doc, "parameters"):
             component = entry.get("component")
             vhost, name = entry.get("vhost"), entry.get("name")

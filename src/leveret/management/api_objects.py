@@ -21,7 +21,6 @@ from leveret.management.api_base import (
 )
 from leveret.management.errors import bad_request, not_found
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
-from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
 from leveret.server.message_tools import PROPERTY_NAMES, message_json
@@ -33,7 +32,7 @@ from leveret.server.runtime import (
 
 if TYPE_CHECKING:
     from leveret.management.authz import Principal
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
 
@@ -493,8 +492,8 @@ class ObjectsApi(ApiBase):
 
     async def purge_queue(self, request: web.Request) -> web.Response:
         _vhost, queue = self._queue_of(request, change=True)
-        if isinstance(queue, StreamQueue):
-            raise bad_request("purge is not supported by stream queues")
+        if not queue.type.purges:
+            raise bad_request(f"purge is not supported by {queue.type.name} queues")
         queue.purge()
         return no_content()
 
@@ -516,8 +515,8 @@ class ObjectsApi(ApiBase):
 
     async def get_messages(self, request: web.Request) -> web.Response:
         _vhost, queue = self._queue_of(request, change=True)
-        if isinstance(queue, StreamQueue):
-            raise bad_request("basic.get is not supported by stream queues")
+        if not queue.type.gets:
+            raise bad_request(f"basic.get is not supported by {queue.type.name} queues")
         body = await read_body(request)
         try:
             count = int(body.get("count", 1))

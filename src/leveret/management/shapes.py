@@ -22,13 +22,12 @@ from leveret.management.stats import (
     details,
     message_stats,
 )
-from leveret.model.stream import StreamQueue
 from leveret.server.admin_entities import connection_name
 from leveret.server.runtime import json_value
 
 if TYPE_CHECKING:
     from leveret.model.exchange import Exchange
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.server.connection import ConnectionProtocol
 
 __all__ = ["Rates", "connection_name", "node_name"]
@@ -63,7 +62,7 @@ def _ts(seconds: float) -> str:
 
 
 def queue_type(queue: Queue) -> str:
-    return queue.config.queue_type
+    return queue.type.name
 
 
 def queue_json(
@@ -95,8 +94,8 @@ def queue_json(
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
-        "messages_paged_out": 0 if isinstance(queue, StreamQueue) else queue.paged_count,
-        "message_bytes_ready": _ready_bytes(queue),
+        "messages_paged_out": queue.paged_count,
+        "message_bytes_ready": queue.message_bytes,
     }
     for i, name in enumerate(QUEUE_GAUGES):
         out[name + "_details"] = details(
@@ -125,14 +124,6 @@ def queue_json(
         out["incoming"] = []
         out["deliveries"] = []
     return out
-
-
-def _ready_bytes(queue: Queue) -> int:
-    if isinstance(queue, StreamQueue):
-        return 0
-    if queue.uses_features:
-        return int(queue.ready_bytes)
-    return sum(len(e.message.body) for e in list(queue.ready)[:100_000])
 
 
 def exchange_json(

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError
-from leveret.model.stream import StreamQueue
 from leveret.server.runtime import binding_rows, export_all, import_entities, json_value
 
 if TYPE_CHECKING:
@@ -222,8 +221,8 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
         queue = vhost.queues.get(name)
         if queue is None:
             raise AdminError(f"Queue '{name}' in vhost '{vhost.name}' does not exist")
-        if isinstance(queue, StreamQueue):
-            raise AdminError("purge is not supported by stream queues")
+        if not queue.type.purges:
+            raise AdminError(f"purge is not supported by {queue.type.name} queues")
         return int(queue.purge())
 
     async def delete_queue(args: dict[str, Any]) -> int:

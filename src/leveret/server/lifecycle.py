@@ -32,7 +32,6 @@ from leveret.auth.users import UserStore
 from leveret.config import default_data_dir
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
-from leveret.model.stream import StreamQueue
 from leveret.server.admin import Admin, AuthBootError, boot_auth
 from leveret.server.admin_entities import entity_verbs
 from leveret.server.admin_messages import message_verbs
@@ -245,12 +244,12 @@ class Server:
     def _open_streams(self, streams: StreamStore) -> int:
         """Open every stream's files now (torn tails are cut at boot, retention timers start)
         and delete the files of streams deleted before a crash."""
-        live = []
-        for vhost in self.broker.vhosts.values():
-            for queue in vhost.queues.values():
-                if isinstance(queue, StreamQueue) and queue.store_id:
-                    _ = queue.log
-                    live.append(queue.store_id)
+        live = [
+            queue.store_id
+            for vhost in self.broker.vhosts.values()
+            for queue in vhost.queues.values()
+            if queue.open_storage()
+        ]
         streams.remove_orphans(live)
         return len(live)
 

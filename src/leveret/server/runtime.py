@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
 
 log = logging.getLogger("leveret.admin")
@@ -345,7 +345,7 @@ def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
 def binding_rows(vhost: VirtualHost) -> list[dict[str, Any]]:
     """Every binding of a vhost, RabbitMQ's way: the default exchange's implicit ones first."""
     from leveret.model.exchange import Exchange
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
 
     rows: list[dict[str, Any]] = [
         {

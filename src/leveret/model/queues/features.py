@@ -1,14 +1,19 @@
-"""The feature paths of a queue: TTLs, length limits, priorities, single active consumer,
-consumer priorities, quorum delivery counts and queue expiry (``x-expires``).
+"""The feature paths of a classic or quorum queue: TTLs, length limits, single active
+consumer, consumer priorities, queue expiry (``x-expires``), and the hooks through which a
+priority queue (``priority.py``) and a quorum queue (``quorum.py``) change them.
 
-``Queue`` (model/queue.py) inherits ``FeatureMixin`` and switches to these methods once its
-``_special`` flag is set; the plain FIFO paths stay free of them.
+``ClassicQueue`` (``classic.py``) inherits ``FeatureMixin`` and switches to these methods once
+its ``_special`` flag is set; the plain FIFO paths stay free of them.
 
 Expiry follows RabbitMQ: only the head of a queue is checked (a queue-level TTL is FIFO, so
 the head is always the next to expire; a message with its own shorter ``expiration`` behind a
 longer-lived one waits until it reaches the head, as in RabbitMQ). A message that has expired
 is never delivered: it is checked again when it is about to be handed out. The queue asks
 ``Timers`` to wake it at its head's deadline, so nothing is ever scanned.
+
+Every entry that leaves for good goes through ``_gone`` (settled, taken) or ``_drop``
+(dead-lettered or dropped for a reason), every first delivery through ``_hand_over``, ``get``
+or ``acquire``, and each writes through the queue's ``QueueStore`` (``base.py``).
 """
 
 from __future__ import annotations
@@ -16,36 +21,23 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from leveret.errors import PreconditionFailed
 from leveret.model import dead_letter as dl
-from leveret.model.consumer import Source
 from leveret.model.entry import MESSAGE_OVERHEAD
-from leveret.model.message import HINT_EXPIRATION, HINT_PERSISTENT, HINT_PRIORITY
+from leveret.model.message import HINT_EXPIRATION
+from leveret.model.queues.base import Queue
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
 
     from leveret.model.consumer import Consumer
-    from leveret.model.entry import MemoryGauge, QueuedMessage
-    from leveret.model.journal import Journal
+    from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
     from leveret.model.paging import PagedTail
-    from leveret.model.queue_args import QueueConfig
-    from leveret.model.timers import Timers
-
-
-class QueueHost(Protocol):
-    """What a queue asks of whoever holds it (its virtual host): to be deleted once it has
-    no reason to exist (``x-expires``, auto-delete after its last consumer), and to
-    republish a dead letter to its dead-letter exchange."""
-
-    def retire(self, queue: Source) -> None: ...
-
-    def dead_letter(
-        self, message: Message, reason: str, queue: str, dlx: str, dlrk: str | None
-    ) -> None: ...
+    from leveret.model.queues.args import QueueConfig
+    from leveret.model.queues.priority import PriorityReady
 
 
 # RabbitMQ's largest per-message expiration: ten years in milliseconds (measured on 3.10.8).
@@ -87,90 +79,18 @@ def insert_by_seq(ready: deque[QueuedMessage], entry: QueuedMessage) -> None:
         ready.insert(bisect_left(ready, entry.seq, key=lambda e: e.seq), entry)
 
 
-class PriorityReady:
-    """Ready entries of a priority queue: one FIFO per priority, highest served first."""
+class FeatureMixin(Queue):
+    """Slow paths of ``ClassicQueue``; see the module docstring."""
 
-    __slots__ = ("_count", "levels")
-
-    def __init__(self, max_priority: int) -> None:
-        self.levels: list[deque[QueuedMessage]] = [deque() for _ in range(max_priority + 1)]
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __bool__(self) -> bool:
-        return self._count > 0
-
-    def __iter__(self) -> Iterator[QueuedMessage]:
-        for level in reversed(self.levels):
-            yield from level
-
-    def __getitem__(self, index: int) -> QueuedMessage:
-        if index != 0:
-            raise IndexError("only the head of a priority queue can be read")
-        for level in reversed(self.levels):
-            if level:
-                return level[0]
-        raise IndexError("empty queue")
-
-    def append(self, entry: QueuedMessage) -> None:
-        self.levels[entry.priority].append(entry)
-        self._count += 1
-
-    def popleft(self) -> QueuedMessage:
-        for level in reversed(self.levels):
-            if level:
-                self._count -= 1
-                return level.popleft()
-        raise IndexError("empty queue")
-
-    def remove(self, entry: QueuedMessage) -> bool:
-        """Take ``entry`` out wherever it is; False when it is not here."""
-        level = self.levels[entry.priority]
-        i = bisect_left(level, entry.seq, key=lambda e: e.seq)
-        if i >= len(level) or level[i] is not entry:
-            return False
-        del level[i]
-        self._count -= 1
-        return True
-
-    def put_back(self, entry: QueuedMessage) -> None:
-        insert_by_seq(self.levels[entry.priority], entry)
-        self._count += 1
-
-    def clear(self) -> None:
-        for level in self.levels:
-            level.clear()
-        self._count = 0
-
-
-class FeatureMixin(Source):
-    """Slow paths of ``Queue``; see the module docstring."""
-
-    # Provided by Queue.
-    config: QueueConfig
-    host: QueueHost | None
-    timers: Timers
-    gauge: MemoryGauge
+    # Provided by ClassicQueue.
     ready: deque[QueuedMessage] | PriorityReady
-    consumers: list[Consumer]
-    unacked_count: int
-    deleted: bool
-    name: str
     _special: bool
     _next_seq: int
-    _rr: int
     _entry_cls: Any
-    store_id: int
-    journal: Journal
     _tail: PagedTail | None
-    n_deliver: int
-    n_deliver_no_ack: int
-    n_redeliver: int
 
     def _unpage_all(self) -> None:
-        """Provided by Queue: brings a paged tail back into ``ready``."""
+        """Provided by ClassicQueue: brings a paged tail back into ``ready``."""
         raise NotImplementedError
 
     def _init_features(self) -> None:
@@ -197,7 +117,7 @@ class FeatureMixin(Source):
         """``entry`` left the queue for good: its bytes and its stored copy go."""
         self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
         if entry.sid:
-            self.journal.removed(self.store_id, entry.sid)
+            self.store.removed(self, entry)
 
     def _hand_over(self, consumer: Consumer, entry: QueuedMessage) -> None:
         """Deliver ``entry`` to ``consumer``: gone at once for one that settles
@@ -206,10 +126,34 @@ class FeatureMixin(Source):
             self._gone(entry)
         else:
             self.unacked_count += 1
-            if entry.sid and not entry.redelivered:
-                # The first delivery is recorded, so it comes back redelivered after a crash.
-                self.journal.delivered(self.store_id, entry.sid)
+            if entry.sid:
+                self.store.delivered(self, entry)
         consumer.owner.deliver(consumer, entry)
+
+    # -- hooks of the types built on a classic queue -------------------------------------
+
+    def _admit(self, message: Message) -> Message:
+        """The message a new entry holds (a quorum queue adds its delivery count)."""
+        return message
+
+    def _rank(self, entry: QueuedMessage) -> None:
+        """Place a new or recovered entry among the levels of a priority queue."""
+        return None
+
+    def _put_back(self, entry: QueuedMessage) -> None:
+        """Return an unsettled entry to its place among the ready ones."""
+        ready = self.ready
+        assert isinstance(ready, deque)
+        insert_by_seq(ready, entry)
+
+    def _returned(self, entry: QueuedMessage, redelivered: bool) -> bool:
+        """Mark an entry that is released (redelivered unless ``redelivered`` is False);
+        False when it must not come back (a quorum queue's delivery limit: it was dropped)."""
+        if redelivered:
+            entry.redelivered = True
+        return True
+
+    # -- policies ------------------------------------------------------------------------
 
     def reconfigure(self, config: QueueConfig) -> None:
         """Run with ``config`` from now on (a policy changed): messages already queued
@@ -284,7 +228,9 @@ class FeatureMixin(Source):
 
     def _drop(self, entry: QueuedMessage, reason: str) -> None:
         """``entry`` leaves the queue for ``reason``: dead-letter it (or drop it)."""
-        self._gone(entry)
+        self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        if entry.sid:
+            self.store.dead_lettered(self, entry, reason)
         self._dead_letter(entry.message, reason)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
@@ -323,21 +269,18 @@ class FeatureMixin(Source):
             return False
         self._enter_features()
         now = self.timers.now
-        if config.quorum:
-            # RabbitMQ's quorum queues deliver every message with x-delivery-count (0 first).
-            message = message.replace(headers={**(message.headers or {}), "x-delivery-count": 0})
+        message = self._admit(message)
         self._next_seq += 1
         entry = self._entry_cls(self._next_seq, message)
-        if self.store_id and message.hints & HINT_PERSISTENT:
-            entry.sid = self.journal.enqueued(self.store_id, message)
+        if self.store_id:
+            self.store.enqueued(self, entry)
         ttl = config.message_ttl
         own = message_ttl(message)
         if own is not None and (ttl is None or own < ttl):
             ttl = own
         if ttl is not None:
             entry.expires = now + ttl
-        if config.max_priority is not None and message.hints & HINT_PRIORITY:
-            entry.priority = min(message.properties.priority or 0, config.max_priority)
+        self._rank(entry)
         self.gauge.bytes += size + MESSAGE_OVERHEAD
         if not self.ready and self.consumers and self._deliver_special(entry):
             return True
@@ -406,8 +349,7 @@ class FeatureMixin(Source):
         if ttl is not None:
             age = 0.0 if enqueued_at is None else max(0.0, self.timers.wall - enqueued_at)
             entry.expires = self.timers.now + ttl - age
-        if self.config.max_priority is not None and message.hints & HINT_PRIORITY:
-            entry.priority = min(message.properties.priority or 0, self.config.max_priority)
+        self._rank(entry)
         self.ready.append(entry)
         self.ready_bytes += len(message.body)
         self._schedule_head()
@@ -438,24 +380,12 @@ class FeatureMixin(Source):
     # -- requeue -------------------------------------------------------------------------
 
     def _requeue_special(self, entries: Iterable[QueuedMessage], redelivered: bool) -> None:
-        config = self.config
-        ready = self.ready
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
             self.unacked_count -= 1
-            if redelivered:
-                entry.redelivered = True
-            if config.quorum and redelivered:
-                entry.deliveries += 1
-                limit = config.delivery_limit
-                if limit is not None and entry.deliveries > limit:
-                    self._drop(entry, dl.DELIVERY_LIMIT)
-                    continue
-                entry.message = entry.message.replace(
-                    headers={**(entry.message.headers or {}), "x-delivery-count": entry.deliveries}
-                )
-            if isinstance(ready, PriorityReady):
-                ready.put_back(entry)
-            else:
-                insert_by_seq(ready, entry)
+            if not self._returned(entry, redelivered):
+                continue
+            if entry.sid:
+                self.store.requeued(self, entry)
+            self._put_back(entry)
             self.ready_bytes += len(entry.message.body)
         self._dispatch_special()

@@ -15,10 +15,10 @@ import os
 from typing import TYPE_CHECKING, NamedTuple
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed
-from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.policies import (
     Policy,
     effective_definition,

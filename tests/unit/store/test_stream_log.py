@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.model.entry import MemoryGauge
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.queues.stream_log import MemoryStreamLog, StreamEntry
 from leveret.model.vhost import VirtualHost

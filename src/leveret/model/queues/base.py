@@ -32,9 +32,13 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from leveret.errors import AccessRefused, NotImplemented_, PreconditionFailed, ResourceLocked
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
-from leveret.model.entry import MemoryGauge, QueuedMessage
+
+# Imported at run time although only annotations name it: the compiled build builds the
+# Browsed NamedTuple from its field types when the module loads (see model/settle.py).
+from leveret.model.entry import QueuedMessage  # noqa: TC001
 from leveret.model.exchanges.base import freeze
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.message import HINT_PERSISTENT
 from leveret.model.queues.args import PLAIN, parse_values, queue_type_name, where
 from leveret.model.timers import Timers

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
 
     from leveret.model.consumer import Consumer
-    from leveret.model.entry import MemoryGauge
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
     from leveret.model.queues.args import QueueConfig
     from leveret.model.queues.base import QueueHost

@@ -18,7 +18,8 @@ from leveret.model.queues.features import insert_by_seq
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
-    from leveret.model.entry import MemoryGauge, QueuedMessage
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.queues.args import QueueConfig
     from leveret.model.queues.base import QueueHost, QueueType
     from leveret.model.timers import Timers

@@ -27,7 +27,8 @@ from leveret.model.queues.classic import CLASSIC_ONLY, ClassicQueue
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from leveret.model.entry import MemoryGauge, QueuedMessage
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
     from leveret.model.queues.args import QueueConfig
     from leveret.model.queues.base import QueueHost

@@ -15,7 +15,7 @@ exchanges: the operations the management API (``management/api_messages.py``) an
   answer comes once the store has synced the last batch, as a publisher confirm would.
 - Replay (``replay``): a dead-letter queue's messages, each back into the queue its newest
   ``x-death`` entry names, the same way.
-- Delayed exchanges (``pending``, ``cancel``, ``reschedule``): ``model/delayed.py``'s
+- Delayed exchanges (``pending``, ``cancel``, ``reschedule``): ``model/queues/delayed.py``'s
   store, with selectors from JSON.
 
 Errors are ``ToolError`` (an HTTP status and a ctl exit code).

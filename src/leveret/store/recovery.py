@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 
 from leveret.errors import AMQPError
 from leveret.model.entry import QueuedMessage
-from leveret.model.queues.classic import ClassicQueue
 from leveret.model.queues.delayed import STORE_PREFIX
+from leveret.model.queues.fifo import ClassicQueue
 from leveret.store.segment_index import SegmentIndex, StoredMessages
 
 if TYPE_CHECKING:

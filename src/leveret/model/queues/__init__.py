@@ -1,8 +1,9 @@
 """Queue types of the broker core: the interface (``base.py``) and one module per type.
 
-- ``classic.py``: ``x-queue-type: classic`` (the default): FIFO, paging, the features of
-  ``features.py`` (TTLs, limits, single active consumer, consumer priorities, ``x-expires``);
-- ``priority.py``: a classic queue declared with ``x-max-priority``;
+- ``classic.py``: ``x-queue-type: classic`` (the default); its queue, ``fifo.py``: FIFO,
+  paging, the features of ``features.py`` (TTLs, limits, single active consumer, consumer
+  priorities, ``x-expires``);
+- ``priority.py``: a classic queue declared with ``x-max-priority`` (its levels: ``ready.py``);
 - ``quorum.py``: ``x-queue-type: quorum``, delivery counts and limits; where replication goes;
 - ``stream.py`` (its log in ``stream_log.py``): ``x-queue-type: stream``, read by offset;
 - ``delayed.py``: the store of a delayed-message exchange (a queue no client declares).
@@ -23,8 +24,9 @@ from leveret.model.queues.base import (
     parse_queue_args,
     type_of,
 )
-from leveret.model.queues.classic import CLASSIC, ClassicQueue, selectable
+from leveret.model.queues.classic import CLASSIC, selectable
 from leveret.model.queues.delayed import DelayQueue
+from leveret.model.queues.fifo import ClassicQueue
 from leveret.model.queues.priority import PriorityQueue
 from leveret.model.queues.quorum import QUORUM, QuorumQueue
 from leveret.model.queues.stream import STREAM, StreamQueue

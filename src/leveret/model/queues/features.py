@@ -19,7 +19,6 @@ or ``acquire``, and each writes through the queue's ``QueueStore`` (``base.py``)
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from leveret.model import dead_letter as dl
 from leveret.model.entry import MESSAGE_OVERHEAD
 from leveret.model.message import HINT_EXPIRATION
 from leveret.model.queues.base import Queue
+from leveret.model.queues.ready import PriorityReady, insert_by_seq
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.paging import PagedTail
     from leveret.model.queues.args import QueueConfig
-    from leveret.model.queues.priority import PriorityReady
 
 
 # RabbitMQ's largest per-message expiration: ten years in milliseconds (measured on 3.10.8).
@@ -69,14 +68,6 @@ def message_ttl(message: Message) -> float | None:
         return None
     expiration = message.properties.expiration
     return None if expiration is None else parse_expiration(expiration)
-
-
-def insert_by_seq(ready: deque[QueuedMessage], entry: QueuedMessage) -> None:
-    """Put ``entry`` back at its original position (entries are in seq order)."""
-    if not ready or entry.seq < ready[0].seq:
-        ready.appendleft(entry)
-    else:
-        ready.insert(bisect_left(ready, entry.seq, key=lambda e: e.seq), entry)
 
 
 class FeatureMixin(Queue):

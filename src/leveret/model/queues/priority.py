@@ -1,22 +1,21 @@
 """Priority queues: a classic queue declared with ``x-max-priority`` (RabbitMQ's classic
 priority queue; not a type of its own, ``CLASSIC`` makes one). Its ready messages are one FIFO
-per priority level, the highest served first; a message without a priority is at level 0,
-one above the maximum at the maximum. It always runs the feature paths, so it never pages.
+per priority level (``ready.PriorityReady``), the highest served first; a message without a
+priority is at level 0, one above the maximum at the maximum. It always runs the feature
+paths, so it never pages.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.model.message import HINT_PRIORITY
 from leveret.model.queues.args import PLAIN
-from leveret.model.queues.classic import CLASSIC, ClassicQueue
-from leveret.model.queues.features import insert_by_seq
+from leveret.model.queues.fifo import ClassicQueue
+from leveret.model.queues.ready import PriorityReady
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
 
     from leveret.model.entry import QueuedMessage
     from leveret.model.memory_gauge import MemoryGauge
@@ -24,65 +23,7 @@ if TYPE_CHECKING:
     from leveret.model.queues.base import QueueHost, QueueType
     from leveret.model.timers import Timers
 
-__all__ = ["PriorityQueue", "PriorityReady"]
-
-
-class PriorityReady:
-    """Ready entries of a priority queue: one FIFO per priority, highest served first."""
-
-    __slots__ = ("_count", "levels")
-
-    def __init__(self, max_priority: int) -> None:
-        self.levels: list[deque[QueuedMessage]] = [deque() for _ in range(max_priority + 1)]
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __bool__(self) -> bool:
-        return self._count > 0
-
-    def __iter__(self) -> Iterator[QueuedMessage]:
-        for level in reversed(self.levels):
-            yield from level
-
-    def __getitem__(self, index: int) -> QueuedMessage:
-        if index != 0:
-            raise IndexError("only the head of a priority queue can be read")
-        for level in reversed(self.levels):
-            if level:
-                return level[0]
-        raise IndexError("empty queue")
-
-    def append(self, entry: QueuedMessage) -> None:
-        self.levels[entry.priority].append(entry)
-        self._count += 1
-
-    def popleft(self) -> QueuedMessage:
-        for level in reversed(self.levels):
-            if level:
-                self._count -= 1
-                return level.popleft()
-        raise IndexError("empty queue")
-
-    def remove(self, entry: QueuedMessage) -> bool:
-        """Take ``entry`` out wherever it is; False when it is not here."""
-        level = self.levels[entry.priority]
-        i = bisect_left(level, entry.seq, key=lambda e: e.seq)
-        if i >= len(level) or level[i] is not entry:
-            return False
-        del level[i]
-        self._count -= 1
-        return True
-
-    def put_back(self, entry: QueuedMessage) -> None:
-        insert_by_seq(self.levels[entry.priority], entry)
-        self._count += 1
-
-    def clear(self) -> None:
-        for level in self.levels:
-            level.clear()
-        self._count = 0
+__all__ = ["PriorityQueue"]
 
 
 class PriorityQueue(ClassicQueue):
@@ -101,7 +42,7 @@ class PriorityQueue(ClassicQueue):
         config: QueueConfig = PLAIN,
         host: QueueHost | None = None,
         timers: Timers | None = None,
-        queue_type: QueueType = CLASSIC,
+        queue_type: QueueType,
     ) -> None:
         super().__init__(
             vhost_name,

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from leveret.model import dead_letter as dl
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import Queue, QueueType, register
-from leveret.model.queues.classic import CLASSIC_ONLY, ClassicQueue
+from leveret.model.queues.classic import CLASSIC_ONLY
+from leveret.model.queues.fifo import ClassicQueue
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

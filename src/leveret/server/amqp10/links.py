@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
     from leveret.model.queues.base import Queue
-    from leveret.model.queues.classic import ClassicQueue
+    from leveret.model.queues.fifo import ClassicQueue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
     from leveret.server.amqp10.selector import Selector

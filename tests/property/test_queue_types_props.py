@@ -23,7 +23,6 @@ After every step it checks, for every type:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,12 +34,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from leveret.errors import NotImplemented_
 from leveret.model import settle
 from leveret.model.consumer import UNLIMITED, CallbackOwner, Consumer
-from leveret.model.message import HINT_PERSISTENT, HINT_PRIORITY, Message
 from leveret.model.settle import Delivery
 from leveret.model.vhost import VirtualHost
+from tests.queue_support import message
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
     from leveret.model.entry import QueuedMessage
     from leveret.model.queues import Queue
@@ -52,34 +51,6 @@ ARGUMENTS: dict[str, dict[str, object]] = {
     "quorum": {"x-queue-type": "quorum", "x-delivery-limit": DELIVERY_LIMIT},
     "stream": {"x-queue-type": "stream"},
 }
-
-
-@dataclass
-class Props:
-    """Message properties in a test format: JSON, no front end involved."""
-
-    headers: Mapping[str, object] | None = None
-    delivery_mode: int | None = None
-    priority: int | None = None
-    expiration: str | None = None
-    user_id: str | None = None
-    reply_to: str | None = None
-
-
-def _decode(raw: bytes) -> Props:
-    return Props(**json.loads(raw)) if raw else Props()
-
-
-def _encode(view: object, changes: Mapping[str, object]) -> bytes:
-    assert isinstance(view, Props)
-    values = {**vars(view), **changes}
-    return json.dumps({k: v for k, v in values.items() if v is not None}).encode()
-
-
-def message(ident: int, *, priority: int | None, persistent: bool) -> Message:
-    props = Props(priority=priority, delivery_mode=2 if persistent else None)
-    hints = (HINT_PRIORITY if priority is not None else 0) | (HINT_PERSISTENT if persistent else 0)
-    return Message("", "q", _encode(props, {}), str(ident).encode(), _decode, _encode, hints)
 
 
 def ident(entry: QueuedMessage) -> int:

@@ -511,7 +511,8 @@ class Queue(Source):
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        self._detach(consumer)
+        if self._detach(consumer) >= 0:
+            self._retire_if_unused()
 
     def _detach(self, consumer: Consumer) -> int:
         """Take ``consumer`` out (round-robin kept in place); its index, -1 if absent. An

@@ -2,7 +2,7 @@
 consumer, consumer priorities, queue expiry (``x-expires``), and the hooks through which a
 priority queue (``priority.py``) and a quorum queue (``quorum.py``) change them.
 
-``ClassicQueue`` (``classic.py``) inherits ``FeatureMixin`` and switches to these methods once
+``ClassicQueue`` (``fifo.py``) inherits ``FeatureMixin`` and switches to these methods once
 its ``_special`` flag is set; the plain FIFO paths stay free of them.
 
 Expiry follows RabbitMQ: only the head of a queue is checked (a queue-level TTL is FIFO, so
@@ -12,8 +12,9 @@ is never delivered: it is checked again when it is about to be handed out. The q
 ``Timers`` to wake it at its head's deadline, so nothing is ever scanned.
 
 Every entry that leaves for good goes through ``_gone`` (settled, taken) or ``_drop``
-(dead-lettered or dropped for a reason), every first delivery through ``_hand_over``, ``get``
-or ``acquire``, and each writes through the queue's ``QueueStore`` (``base.py``).
+(dead-lettered or dropped for a reason), every delivery through ``_hand_over``, ``get`` or
+``acquire``, every release through ``_requeue_special`` (or the plain ``requeue``), and each
+writes through the queue's ``QueueStore`` (``base.py``) for the entries it keeps.
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ credit (an ack, a qos change, flow on, a writable socket) calls ``dispatch``.
 Requeued entries keep their sequence number, so they go back to their original position
 (RabbitMQ's behaviour), marked redelivered.
 
-Features (TTLs, length limits, priorities, single active consumer, consumer priorities,
-quorum delivery counts) live in ``features.FeatureMixin``: a queue runs them only once
-``_special`` is set (from its arguments, or when a message with ``expiration`` or a consumer
-with ``x-priority`` arrives). A plain queue pays one attribute test per call.
+Features (TTLs, length limits, single active consumer, consumer priorities, and the hooks
+of priority and quorum queues) live in ``features.FeatureMixin``: a queue runs them only
+once ``_special`` is set (from its arguments, or when a message with ``expiration`` or a
+consumer with ``x-priority`` arrives). A plain queue pays one attribute test per call. The
+plain paths write to the queue's store only for persistent messages of a durable queue (the
+journal keeps no others); a type that keeps every message (quorum) runs the feature paths.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
-"""Which build of Leveret is running: pure Python, or the optional compiled build of the
-hot-path modules (mypyc, pyproject.toml ``[tool.leveret.compiled]``)."""
+"""Which build of Leveret is running: the compiled build of the hot-path modules (mypyc,
+what ``pip install .`` builds where a C compiler and the Python headers are present), or
+pure Python (``LEVERET_PURE=1 pip install .``, an install without a compiler, the source)."""
 
 from __future__ import annotations
 
 from importlib import import_module
 
-# The modules the compiled build compiles (kept equal to pyproject.toml by a unit test).
-HOT_PATH_MODULES = (
+# The modules the compiled build compiles: the one list (the build, tools/backend and the
+# tests read it). A module that subclasses a compiled class must be compiled too.
+HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.protocol.amqp091.framing",
     "leveret.protocol.amqp091.channel",
     "leveret.protocol.amqp091.connection",
@@ -14,22 +16,33 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp091.channel",
     "leveret.server.amqp091.session",
     "leveret.server.amqp091.message",
+    # A stream's 0-9-1 readers: chunks decoded in one pass, the stream headers stamped.
     "leveret.server.stream_reads",
+    # A stream's 0-9-1 appends whose properties differ per message: their 1.0 sections.
     "leveret.server.stream_sections",
     "leveret.server.amqp091.stream_headers",
+    # Subclasses ConsumerOwner and Browser (model/consumer.py), which are compiled.
     "leveret.server.amqp010.session",
+    # The AMQP 1.0 machine's per-transfer path, and the link that subclasses ConsumerOwner.
     "leveret.protocol.amqp10.transfer",
     "leveret.protocol.amqp10.framing",
     "leveret.protocol.amqp10.connection",
     "leveret.protocol.amqp10.session",
     "leveret.server.amqp10.links",
+    # What the links ask of their session and the session of its connection: the bases of
+    # Session and AMQP10Connection (an interpreted class cannot be a compiled one's base).
     "leveret.server.amqp10.session_core",
+    # The 1.0 front end's per-message glue: the connection's event dispatch, the session's
+    # dispositions, the message's sections (measured: bench.amqp10_path, docs/benchmarks.md).
     "leveret.server.amqp10.connection",
     "leveret.server.amqp10.session",
     "leveret.server.amqp10.message",
+    # The stream protocol's per-message decode loop (the rest of a publish is per frame).
     "leveret.protocol.rabbitstream._publish",
     "leveret.server.connection",
     "leveret.server.guard",
+    # Not on the per-message path of 0-9-1: compiled because they subclass the 0-9-1 front
+    # end's connection and channel (an interpreted class cannot subclass a compiled one).
     "leveret.server.legacy.connection_base",
     "leveret.server.legacy.connection",
     "leveret.server.legacy.channel",
@@ -38,15 +51,20 @@ HOT_PATH_MODULES = (
     "leveret.model.memory_gauge",
     "leveret.model.consumer",
     "leveret.model.paging",
+    # The queue-type interface and its types: each subclasses Queue (queues/base.py), and a
+    # compiled class's subclass must be compiled too.
     "leveret.model.queues.base",
-    "leveret.model.queues.ready",
+    "leveret.model.queues.priority",
     "leveret.model.queues.features",
     "leveret.model.queues.fifo",
+    "leveret.model.queues.keyed",
+    "leveret.model.message_groups",
+    "leveret.model.last_value",
     "leveret.model.queues.classic",
-    "leveret.model.queues.priority",
     "leveret.model.queues.quorum",
     "leveret.model.queues.stream_log",
     "leveret.model.queues.stream",
+    # A delayed exchange's store is handed messages as a queue is.
     "leveret.model.queues.delayed",
     "leveret.model.router",
     "leveret.model.publisher",
@@ -71,3 +89,14 @@ def describe() -> str:
     if not compiled:
         return "pure Python"
     return f"compiled (mypyc): {len(compiled)} of {len(HOT_PATH_MODULES)} hot-path modules"
+
+
+def other_build() -> str:
+    """How to get the build that is not running (the start-up line says it beside
+    ``describe()``)."""
+    if compiled_modules():
+        return "LEVERET_PURE=1 pip install . for the pure-Python build"
+    return (
+        "the compiled build, about twice as fast, is what pip install . builds where a C "
+        "compiler and the Python headers are present (e.g. apt install gcc python3-dev)"
+    )

@@ -39,15 +39,23 @@ LAYERS: dict[str, frozenset[str]] = {
     "server": frozenset(
         {"errors", "leveret", "config", "build_info", "protocol", "model", "store", "auth"}
     ),
-    # Above the server: its HTTP plane, the process that plugs the two, the CLI.
-    "management": frozenset({"errors", "leveret", "protocol", "model", "auth", "server"}),
-    "assembly": frozenset({"config", "server", "management"}),
-    "cli": frozenset({"leveret", "config", "server", "assembly"}),
+    # Above the server: the links it runs (shovels, federation: clients of this and other
+    # brokers), its HTTP plane (which shows them), the process that plugs them in, the CLI.
+    "links": frozenset({"errors", "leveret", "protocol", "model", "auth", "server"}),
+    "management": frozenset({"errors", "leveret", "protocol", "model", "auth", "server", "links"}),
+    # A node of a cluster (etcd's metadata applied to the server's model): beside
+    # management/, above the server; only assembly.py plugs it in.
+    "cluster": frozenset({"errors", "leveret", "config", "model", "store", "auth", "server"}),
+    "assembly": frozenset({"config", "server", "management", "cluster", "links"}),
+    # The CLI; --workers' supervisor starts an etcd (cluster/etcd_process.py).
+    "cli": frozenset({"leveret", "config", "server", "store", "assembly", "cluster"}),
     "__main__": frozenset({"cli"}),
     # Beside them: the Spark connector speaks the protocols as a client.
     "spark": frozenset({"errors", "protocol"}),
     # Test helpers for users' suites: a broker in process, clients, a clock.
-    "testing": frozenset({"errors", "config", "protocol", "model", "auth", "server", "assembly"}),
+    "testing": frozenset(
+        {"errors", "config", "protocol", "model", "auth", "server", "assembly", "cluster"}
+    ),
 }
 FORBIDDEN_MODULES = ("asyncio", "socket", "time")
 SANS_IO = ("protocol", "model")

@@ -23,8 +23,8 @@ from leveret.management.stats import (
     details,
     message_stats,
 )
+from leveret.server import rows
 from leveret.server.rows import (
-    NODE,
     channel_details,
     channel_row,
     connection_name,
@@ -47,6 +47,14 @@ EXCHANGE_TYPES = [
     {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification"},
     {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification"},
     {"name": "x-delayed-message", "description": "Delayed Message Exchange."},
+    {"name": "x-consistent-hash", "description": "Consistent Hashing Exchange"},
+    {"name": "x-modulus-hash", "description": "Modulus Hashing Exchange"},
+    {"name": "x-random", "description": "Randomly picks a binding (queue) to route via (to)."},
+    {
+        "name": "x-local-random",
+        "description": "Picks one random local binding (queue) to route via (to).",
+    },
+    {"name": "x-lvc", "description": "Last-value cache exchange."},
 ]
 
 
@@ -62,7 +70,7 @@ class Rates:
 
 
 def node_name() -> str:
-    return NODE
+    return rows.NODE
 
 
 def _ts(seconds: float) -> str:
@@ -103,6 +111,7 @@ def queue_json(
         out["consumer_details"] = [consumer_json(c, None) for c in consumers]
         out["incoming"] = []
         out["deliveries"] = []
+        out.update(queue.details())  # what its type adds (a keyed queue's groups)
     return out
 
 
@@ -159,7 +168,7 @@ consumer_json = consumer_row
 
 def node_json(host: Any, started_at: float, mem_used: int, mem_limit: int) -> dict[str, Any]:
     return {
-        "name": NODE,
+        "name": rows.NODE,
         "type": "disc",
         "running": True,
         "os_pid": str(os.getpid()),

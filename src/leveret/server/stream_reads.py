@@ -11,7 +11,7 @@ property bytes: no parse, and no copy of the entry or the record. Any other reco
 head, several data sections, a 1.0 or stream-protocol publish, a sub-batch) is handed to
 the codec, which parses it and gives the next head.
 
-Compiled with the 0-9-1 hot path (pyproject.toml ``[tool.leveret.compiled]``). Imported by
+Compiled with the 0-9-1 hot path (``build_info.HOT_PATH_MODULES``). Imported by
 ``server/stream_message.py`` only.
 """
 

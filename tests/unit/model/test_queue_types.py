@@ -17,7 +17,7 @@ from leveret.model.queues import (
     STREAM,
     TYPES,
     ClassicQueue,
-    PriorityQueue,
+    KeyedQueue,
     QuorumQueue,
     StreamQueue,
     type_of,
@@ -47,7 +47,8 @@ def test_every_declarable_type_is_registered_by_its_name() -> None:
     ("arguments", "kind"),
     [
         ({}, ClassicQueue),
-        ({"x-max-priority": 5}, PriorityQueue),
+        ({"x-max-priority": 5}, ClassicQueue),
+        ({"qpid.group_header_key": "g"}, KeyedQueue),
         ({"x-queue-type": "quorum"}, QuorumQueue),
         ({"x-queue-type": "stream"}, StreamQueue),
     ],

@@ -2,8 +2,8 @@
 
 - ``classic.py``: ``x-queue-type: classic`` (the default); its queue, ``fifo.py``: FIFO,
   paging, the features of ``features.py`` (TTLs, limits, single active consumer, consumer
-  priorities, ``x-expires``);
-- ``priority.py``: a classic queue declared with ``x-max-priority`` (its levels: ``ready.py``);
+  priorities, ``x-expires``); its priority levels, ``priority.py``; its keyed variant
+  (message groups, last values), ``keyed.py``;
 - ``quorum.py``: ``x-queue-type: quorum``, delivery counts and limits; where replication goes;
 - ``stream.py`` (its log in ``stream_log.py``): ``x-queue-type: stream``, read by offset;
 - ``delayed.py``: the store of a delayed-message exchange (a queue no client declares).
@@ -27,7 +27,7 @@ from leveret.model.queues.base import (
 from leveret.model.queues.classic import CLASSIC, selectable
 from leveret.model.queues.delayed import DelayQueue
 from leveret.model.queues.fifo import ClassicQueue
-from leveret.model.queues.priority import PriorityQueue
+from leveret.model.queues.keyed import KeyedQueue
 from leveret.model.queues.quorum import QUORUM, QuorumQueue
 from leveret.model.queues.stream import STREAM, StreamQueue
 
@@ -39,7 +39,7 @@ __all__ = [
     "Browsed",
     "ClassicQueue",
     "DelayQueue",
-    "PriorityQueue",
+    "KeyedQueue",
     "Queue",
     "QueueHost",
     "QueueStore",

@@ -448,6 +448,10 @@ class Queue(Source):
         """Body bytes of the ready messages (management's ``message_bytes_ready``)."""
         return 0
 
+    def details(self) -> dict[str, object]:
+        """What the type adds to management's detailed view of the queue (none by default)."""
+        return {}
+
     def lookup(self, arguments: Mapping[str, object] | None) -> int:
         """A passive declaration's message count (a type with ``offsets`` answers the
         offset a consumer attached with ``arguments`` would get first: a Leveret addition)."""

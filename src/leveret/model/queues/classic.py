@@ -1,7 +1,8 @@
 """The classic type (``x-queue-type: classic``, the default; RabbitMQ's
 ``rabbit_classic_queue``): what its declarations may say, and which queue it makes: a
-``ClassicQueue`` (``fifo.py``), or a ``PriorityQueue`` (``priority.py``) when the arguments
-ask for ``x-max-priority``.
+``ClassicQueue`` (``fifo.py``; with priority levels, ``priority.py``, when the arguments ask
+for them), or a ``KeyedQueue`` (``keyed.py``) when they name a message-group or last-value
+key (Qpid's ``qpid.group_header_key``, ``qpid.last_value_queue_key``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from leveret.model.queues.base import Queue, QueueType, register
 from leveret.model.queues.fifo import ClassicQueue
-from leveret.model.queues.priority import PriorityQueue
+from leveret.model.queues.keyed import KeyedQueue
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -32,7 +33,6 @@ class ClassicType(QueueType):
     refused: tuple[str, ...] = (
         "x-dead-letter-strategy",
         "x-delivery-limit",
-        "x-queue-leader-locator",
         "x-quorum-initial-group-size",
         "x-max-in-memory-length",
         "x-max-in-memory-bytes",
@@ -63,7 +63,7 @@ class ClassicType(QueueType):
         arguments: Mapping[str, object] | None,
         config: QueueConfig,
     ) -> Queue:
-        kind = ClassicQueue if config.max_priority is None else PriorityQueue
+        kind = KeyedQueue if config.group_key or config.lvq_key else ClassicQueue
         return kind(
             host.name,
             name,

@@ -1,6 +1,8 @@
-"""The feature paths of a classic or quorum queue: TTLs, length limits, single active
-consumer, consumer priorities, queue expiry (``x-expires``), and the hooks through which a
-priority queue (``priority.py``) and a quorum queue (``quorum.py``) change them.
+"""The feature paths of a classic or quorum queue: TTLs, length limits (RabbitMQ's overflow
+modes and Qpid's ring and self-destruct), priority levels (``priority.py``), Qpid's sequence
+numbers, single active consumer, consumer priorities, queue expiry (``x-expires``), and the
+hooks through which a keyed queue (``keyed.py``) and a quorum queue (``quorum.py``) change
+them.
 
 ``ClassicQueue`` (``fifo.py``) inherits ``FeatureMixin`` and switches to these methods once
 its ``_special`` flag is set; the plain FIFO paths stay free of them.
@@ -20,17 +22,17 @@ writes through the queue's ``QueueStore`` (``base.py``) for the entries it keeps
 from __future__ import annotations
 
 import re
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from leveret.errors import PreconditionFailed
 from leveret.model import dead_letter as dl
 from leveret.model.entry import MESSAGE_OVERHEAD
-from leveret.model.message import HINT_EXPIRATION
+from leveret.model.message import HINT_EXPIRATION, HINT_PRIORITY
 from leveret.model.queues.base import Queue
-from leveret.model.queues.ready import PriorityReady, insert_by_seq
+from leveret.model.queues.priority import PriorityReady, insert_by_seq
 
 if TYPE_CHECKING:
+    from collections import deque
     from collections.abc import Iterable
 
     from leveret.model.consumer import Consumer
@@ -71,6 +73,10 @@ def message_ttl(message: Message) -> float | None:
     return None if expiration is None else parse_expiration(expiration)
 
 
+# Overflow modes that drop messages to make room instead of refusing the new one.
+_DROPPING = ("drop-head", "ring", "self-destruct")
+
+
 class FeatureMixin(Queue):
     """Slow paths of ``ClassicQueue``; see the module docstring."""
 
@@ -87,6 +93,8 @@ class FeatureMixin(Queue):
 
     def _init_features(self) -> None:
         self.ready_bytes = 0
+        # The last number given by Qpid's qpid.queue_msg_sequence.
+        self.msg_sequence = 0
         # Single active consumer: the active consumer that was cancelled while it still had
         # unsettled deliveries; nobody takes over until they are settled (RabbitMQ 3.10).
         self._sac_draining: Consumer | None = None
@@ -129,14 +137,23 @@ class FeatureMixin(Queue):
         return message
 
     def _rank(self, entry: QueuedMessage) -> None:
-        """Place a new or recovered entry among the levels of a priority queue."""
-        return None
+        """Give a new or recovered entry its level in a priority queue (``priority.py``)."""
+        config = self.config
+        if config.max_priority is None:
+            return
+        message = entry.message
+        if message.hints & HINT_PRIORITY:
+            entry.priority = config.priority_level(message.properties.priority)
+        elif config.priority_levels is not None:
+            entry.priority = config.priority_level(None)  # Qpid's level for no priority
 
     def _put_back(self, entry: QueuedMessage) -> None:
         """Return an unsettled entry to its place among the ready ones."""
         ready = self.ready
-        assert isinstance(ready, deque)
-        insert_by_seq(ready, entry)
+        if isinstance(ready, PriorityReady):
+            ready.put_back(entry)
+        else:
+            insert_by_seq(ready, entry)
 
     def _returned(self, entry: QueuedMessage, redelivered: bool) -> bool:
         """Mark an entry that is released (redelivered unless ``redelivered`` is False);
@@ -161,10 +178,7 @@ class FeatureMixin(Queue):
         if self._expires_on:
             self.touch()
         if self._special:
-            while self._over_limit():
-                head = self.ready.popleft()
-                self.ready_bytes -= len(head.message.body)
-                self._drop(head, dl.MAXLEN)
+            self._trim()
             self._schedule_head()
             self._dispatch_special()
 
@@ -249,7 +263,7 @@ class FeatureMixin(Queue):
     def _enqueue_special(self, message: Message) -> bool:
         config = self.config
         size = len(message.body)
-        if config.overflow != "drop-head" and (
+        if config.overflow not in _DROPPING and (
             (config.max_length is not None and len(self.ready) >= config.max_length)
             or (
                 config.max_length_bytes is not None
@@ -262,6 +276,12 @@ class FeatureMixin(Queue):
         self._enter_features()
         now = self.timers.now
         message = self._admit(message)
+        if config.sequence_key is not None:
+            # Qpid's qpid.queue_msg_sequence: every arrival numbered, dropped ones included.
+            self.msg_sequence += 1
+            message = message.replace(
+                headers={**(message.headers or {}), config.sequence_key: self.msg_sequence}
+            )
         self._next_seq += 1
         entry = self._entry_cls(self._next_seq, message)
         if self.store_id:
@@ -274,19 +294,39 @@ class FeatureMixin(Queue):
             entry.expires = now + ttl
         self._rank(entry)
         self.gauge.bytes += size + MESSAGE_OVERHEAD
+        self._place(entry, now)
+        return True
+
+    def _place(self, entry: QueuedMessage, now: float) -> None:
+        """A new entry: straight to a consumer if one can take it, else ready (then the
+        length limits apply)."""
         if not self.ready and self.consumers and self._deliver_special(entry):
-            return True
+            return
         if entry.expires is not None and entry.expires <= now:
             self._drop(entry, dl.EXPIRED)  # TTL 0: deliver now or never
-            return True
+            return
         self.ready.append(entry)
-        self.ready_bytes += size
-        while self._over_limit():
-            head = self.ready.popleft()
-            self.ready_bytes -= len(head.message.body)
-            self._drop(head, dl.MAXLEN)
+        self.ready_bytes += len(entry.message.body)
+        self._trim()
         self._schedule_head()
-        return True
+
+    def _trim(self) -> None:
+        """Drop what the length limits no longer allow: the head (RabbitMQ's drop-head),
+        or the oldest of the lowest priority (Qpid's ring); a Qpid self-destruct queue
+        goes instead."""
+        ready = self.ready
+        ring = self.config.overflow == "ring"
+        while self._over_limit():
+            if self.config.overflow == "self-destruct":
+                if self.host is not None and not self.deleted:
+                    self.host.retire(self)
+                return
+            if ring and isinstance(ready, PriorityReady):
+                victim = ready.pop_lowest()
+            else:
+                victim = ready.popleft()
+            self.ready_bytes -= len(victim.message.body)
+            self._drop(victim, dl.MAXLEN)
 
     # -- delivery ------------------------------------------------------------------------
 

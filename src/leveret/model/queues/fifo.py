@@ -1,6 +1,6 @@
 """The queue of the classic type (``classic.py``): FIFO with round-robin delivery, paging of
-deep queues, and the features of ``features.py``. A priority queue (``priority.py``) and a
-quorum queue (``quorum.py``) build on it.
+deep queues, priority levels (``priority.py``) and the features of ``features.py``. A keyed
+queue (``keyed.py``) and a quorum queue (``quorum.py``) build on it.
 
 Theory of operation: a queue holds ``ready`` entries in sequence order and a list of
 consumers. The invariant after every public call is "if ``ready`` is not empty, no consumer
@@ -32,6 +32,7 @@ from leveret.model.paging import Page, PagedTail, PageSource
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import Browsed
 from leveret.model.queues.features import FeatureMixin
+from leveret.model.queues.priority import PriorityReady, make_ready
 
 if TYPE_CHECKING:
     from array import array
@@ -91,7 +92,7 @@ class ClassicQueue(FeatureMixin):
             host=host,
             timers=timers,
         )
-        self.ready = deque()
+        self.ready = make_ready(config)
         self._next_seq = 0
         self._special = config.special
         # The paged tail of a deep queue (its pager: ``Queue.pager``).
@@ -216,7 +217,11 @@ class ClassicQueue(FeatureMixin):
         (``entry`` itself, or the resident entry when ``entry`` was a copy read from a
         page: its page is brought in first), None when it is not ready any more."""
         ready = self.ready
-        assert isinstance(ready, deque)  # PriorityQueue has its own
+        if isinstance(ready, PriorityReady):
+            if not ready.remove(entry):
+                return None
+            self._acquired(entry)
+            return entry
         seq = entry.seq
         tail = self._tail
         while tail is not None and tail.count and (not ready or ready[-1].seq < seq):
@@ -255,7 +260,8 @@ class ClassicQueue(FeatureMixin):
     def _remove_ready(self, entry: QueuedMessage) -> bool:
         """Take ``entry`` out of ``ready`` wherever it is; False when it is not there."""
         ready = self.ready
-        assert isinstance(ready, deque)  # PriorityQueue has its own
+        if isinstance(ready, PriorityReady):
+            return ready.remove(entry)
         i = bisect_left(ready, entry.seq, key=lambda e: e.seq)
         if i >= len(ready) or ready[i] is not entry:
             return False
@@ -302,7 +308,8 @@ class ClassicQueue(FeatureMixin):
         delivered (AMQP 0-10's not-acquiring subscriptions); entries of the paged tail are
         copies read from their pages, which stay where they are (``acquire`` takes one)."""
         ready = self.ready
-        assert isinstance(ready, deque)  # PriorityQueue has its own
+        if isinstance(ready, PriorityReady):
+            return sorted((e for e in ready if e.seq > seq), key=lambda e: e.seq)[:limit]
         start = bisect_right(ready, seq, key=lambda e: e.seq)
         found = [ready[i] for i in range(start, min(len(ready), start + limit))]
         tail = self._tail

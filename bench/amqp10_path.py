@@ -5,9 +5,11 @@ the same connection consumes them, in turns of ``--batch`` transfers, as ``bench
 scenario j (pre-settled, 16 B) or k (``--scenario c``: 1 KiB durable-marked bodies,
 unsettled and accepted, no store). The same in 0-9-1 (``--protocol 091``: the 0-9-1 front
 end and ``leveret.testing.CodecClient``'s encoder; one multiple ack per batch in c) for the
-comparison. Prints µs per message of the
-broker's side; ``--profile`` prints cProfile's top functions instead (pure Python only:
-compiled modules show as one call).
+comparison, where ``--scenario b`` is 16 B bodies, manual ack, prefetch 100 (each multiple
+ack lets the next deliveries out). ``--queue-type`` runs it on a quorum or priority queue;
+``bench.instructions`` counts the instructions of any of these under callgrind. Prints µs
+per message of the broker's side; ``--profile`` prints cProfile's top functions instead
+(pure Python only: compiled modules show as one call).
 
 It measures what the broker does per message (process CPU time) whatever the machine's load,
 which the socket benchmark cannot on a shared machine.
@@ -19,6 +21,7 @@ import argparse
 import cProfile
 import pstats
 import time
+from typing import TYPE_CHECKING
 
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
@@ -36,6 +39,9 @@ from leveret.protocol.amqp10 import (
 )
 from leveret.protocol.amqp10.message import encode_message
 from leveret.server.amqp10.connection import AMQP10Connection
+
+if TYPE_CHECKING:
+    from leveret.protocol.amqp091.fieldtable import FieldValue
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -144,18 +150,26 @@ def _amqp091(args: argparse.Namespace) -> tuple[float, int]:
     client = CodecClient.connect(Broker())
     client.handshake()
     client.open_channel(1)
-    client.send(1, m.QueueDeclare(queue="q"))
+    arguments: dict[str, FieldValue] = {}
+    if args.queue_type == "quorum":
+        arguments["x-queue-type"] = "quorum"
+    elif args.queue_type == "priority":
+        arguments["x-max-priority"] = 9
+    client.send(
+        1, m.QueueDeclare(queue="q", durable=args.queue_type == "quorum", arguments=arguments)
+    )
     client.expect(1, m.QueueDeclareOk)
     a = args.scenario == "a"
     if not a:
-        client.send(1, m.BasicQos(prefetch_count=0))
+        client.send(1, m.BasicQos(prefetch_count=100 if args.scenario == "b" else 0))
         client.expect(1, m.BasicQosOk)
     client.send(1, m.BasicConsume(queue="q", consumer_tag="c", no_ack=a))
     client.expect(1, m.BasicConsumeOk)
     client.frames()
-    body = b"x" * (16 if a else 1024)
+    c = args.scenario == "c"
+    body = b"x" * (1024 if c else 16)
     one = client.encode_publish(
-        1, "", "q", body, BasicProperties() if a else BasicProperties(delivery_mode=2)
+        1, "", "q", body, BasicProperties(delivery_mode=2) if c else BasicProperties()
     )
     server = client.conn
     elapsed = 0.0
@@ -177,25 +191,38 @@ def _amqp091(args: argparse.Namespace) -> tuple[float, int]:
         n = min(args.batch, args.count - sent)
         out = feed(one * n)
         sent += n
-        delivered = sum(
-            isinstance(e, ContentReceived) for e in client.machine.receive_data(out, 0.0)
-        )
-        delivered_all += delivered
-        if not a and delivered:
+        while True:
+            delivered = sum(
+                isinstance(e, ContentReceived) for e in client.machine.receive_data(out, 0.0)
+            )
+            delivered_all += delivered
+            if a or not delivered:
+                break
+            # One multiple ack for what arrived; with a prefetch it lets the next ones out.
             tag += delivered
-            feed(client.encode(1, m.BasicAck(delivery_tag=tag, multiple=True)))
+            out = feed(client.encode(1, m.BasicAck(delivery_tag=tag, multiple=True)))
     return elapsed, delivered_all
 
 
 def run(args: argparse.Namespace) -> tuple[float, int]:
     """(the broker's CPU seconds, messages delivered) for ``args``' protocol and scenario."""
-    return _amqp10(args) if args.protocol == "10" else _amqp091(args)
+    if args.protocol == "10":
+        if args.scenario == "b" or args.queue_type != "classic":
+            raise SystemExit("scenario b and --queue-type are for --protocol 091")
+        return _amqp10(args)
+    return _amqp091(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--protocol", choices=("10", "091"), default="10")
-    p.add_argument("--scenario", choices=("a", "c"), default="a")
+    p.add_argument("--scenario", choices=("a", "b", "c"), default="a")
+    p.add_argument(
+        "--queue-type",
+        choices=("classic", "quorum", "priority"),
+        default="classic",
+        help="the queue's type (0-9-1 only; priority: x-max-priority 9)",
+    )
     p.add_argument("--count", type=int, default=50_000)
     p.add_argument("--batch", type=int, default=300)
     p.add_argument("--profile", action="store_true")

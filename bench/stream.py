@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.amqp import Connection, PublishTemplate, connect
 from bench.stream_protocol import cpu_seconds
-from leveret.model.stream import PRODUCER_HEADER, SEQUENCE_HEADER
+from leveret.model.queues.stream import PRODUCER_HEADER, SEQUENCE_HEADER
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties

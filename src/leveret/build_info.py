@@ -51,14 +51,21 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.model.memory_gauge",
     "leveret.model.consumer",
     "leveret.model.paging",
-    "leveret.model.queue",
-    "leveret.model.queue_features",
-    "leveret.model.keyed_queue",
+    # The queue-type interface and its types: each subclasses Queue (queues/base.py), and a
+    # compiled class's subclass must be compiled too.
+    "leveret.model.queues.base",
+    "leveret.model.queues.priority",
+    "leveret.model.queues.features",
+    "leveret.model.queues.fifo",
+    "leveret.model.queues.keyed",
     "leveret.model.message_groups",
     "leveret.model.last_value",
-    "leveret.model.stream",
-    # Subclasses Queue (a delayed exchange's store is handed messages as a queue is).
-    "leveret.model.delayed",
+    "leveret.model.queues.classic",
+    "leveret.model.queues.quorum",
+    "leveret.model.queues.stream_log",
+    "leveret.model.queues.stream",
+    # A delayed exchange's store is handed messages as a queue is.
+    "leveret.model.queues.delayed",
     "leveret.model.router",
     "leveret.model.publisher",
     "leveret.model.confirms",

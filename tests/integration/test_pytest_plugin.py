@@ -73,8 +73,8 @@ def test_the_fixtures_come_from_the_installed_entry_point(pytester: pytest.Pytes
         import pika
 
         def test_the_broker_is_not_rewritten_by_pytest(leveret_broker):
-            import leveret.model.queue
-            assert "@py_builtins" not in vars(leveret.model.queue)
+            import leveret.model.queues.classic
+            assert "@py_builtins" not in vars(leveret.model.queues.classic)
 
         def test_roundtrip(leveret_broker, amqp_url):
             assert amqp_url.startswith(f"amqp://guest:guest@127.0.0.1:{leveret_broker.port}/")

@@ -9,11 +9,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.model.delayed import Selector
+from leveret.model.queues.delayed import Selector
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
+from tests.queue_support import classic
 
 WALL = 1_700_000_000.0
 
@@ -36,7 +37,7 @@ def test_store_against_a_reference(program: list[tuple[str, int, int]]) -> None:
     timers.wall_offset = WALL
     vhost = VirtualHost("/", timers=timers)
     vhost.declare_exchange("d", "x-delayed-message", arguments={"x-delayed-type": "fanout"})
-    queue = vhost.declare_queue("q", owner=None)
+    queue = classic(vhost.declare_queue("q", owner=None))
     vhost.bind_queue("q", "d", "", {}, owner=None)
     store = vhost.delay_store(vhost.exchanges["d"])
     assert store is not None

@@ -26,6 +26,7 @@ from leveret.errors import PreconditionFailed
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.session import Session
 from leveret.testing import MemoryPager, RecordingSink, SinkEvent, make_message
+from tests.queue_support import classic
 
 SESSIONS = 2
 
@@ -72,7 +73,7 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         self.vhost = VirtualHost("/")
         self.owner = object()
-        self.queue = self.vhost.declare_queue("q", owner=self.owner)
+        self.queue = classic(self.vhost.declare_queue("q", owner=self.owner))
         # Every session's events, in the order they happened across sessions.
         self.log: list[tuple[int, SinkEvent]] = []
         self.sinks = [self._sink(i) for i in range(SESSIONS)]

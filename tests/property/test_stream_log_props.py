@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from leveret.model.stream import MemoryStreamLog, StreamLog
+from leveret.model.queues.stream_log import MemoryStreamLog, StreamLog
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import simple_entry
 from leveret.server.amqp091.message import wire_message

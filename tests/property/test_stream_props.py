@@ -20,7 +20,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from leveret.model.stream import StreamConsumer, StreamQueue
+from leveret.model.queues.stream import StreamConsumer, StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message

@@ -51,7 +51,9 @@ def test_no_module_marked_pure_only_imports_a_compiled_module() -> None:
 
 def test_the_check_sees_a_compiled_import() -> None:
     tree = ast.parse(
-        "import pytest\nfrom leveret.model import queue\npytestmark = pytest.mark.pure_only\n"
+        "import pytest\n"
+        "from leveret.model.queues import classic\n"
+        "pytestmark = pytest.mark.pure_only\n"
     )
     assert _marked_pure_only(tree)
-    assert "leveret.model.queue" in _imported(tree)
+    assert "leveret.model.queues.classic" in _imported(tree)

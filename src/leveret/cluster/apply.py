@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.cluster.etcd import KeyValue
     from leveret.model.broker import Broker
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.parameters import Runtime
 

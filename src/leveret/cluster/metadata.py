@@ -568,7 +568,7 @@ class MetadataStore:
         where = f"queue '{record.name}' in vhost '{record.vhost}'"
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"{where} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.has_ready():
             raise PreconditionFailed(f"{where} is not empty")
         return int(queue.message_count)
 

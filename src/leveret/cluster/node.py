@@ -42,7 +42,7 @@ from leveret.cluster.metadata import MetadataStore, queue_value
 from leveret.config import node_name
 from leveret.errors import AMQPError
 from leveret.model.exchange import Exchange
-from leveret.model.queue import Queue
+from leveret.model.queues.base import Queue
 from leveret.server.auth_boot import remove_vhost_contents
 from leveret.server.definitions import ImportCounts
 from leveret.server.server import StartupError

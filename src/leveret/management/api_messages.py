@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
     from aiohttp import web
 
-    from leveret.model.delayed import DelayQueue
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
+    from leveret.model.queues.delayed import DelayQueue
     from leveret.model.vhost import VirtualHost
 
 

@@ -24,7 +24,6 @@ from leveret.management.api_base import (
 from leveret.management.errors import HttpError, bad_request, not_found
 from leveret.management.peers import node_scope
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
-from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
 from leveret.server.message_ops import PROPERTY_NAMES, message_json
@@ -39,7 +38,7 @@ from leveret.server.rows import (
 
 if TYPE_CHECKING:
     from leveret.management.authz import Principal
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
 
@@ -695,8 +694,8 @@ class ObjectsApi(ApiBase):
         if elsewhere is not None:
             return elsewhere
         _vhost, queue = self._queue_of(request, change=True)
-        if isinstance(queue, StreamQueue):
-            raise bad_request("purge is not supported by stream queues")
+        if not queue.type.purges:
+            raise bad_request(f"purge is not supported by {queue.type.name} queues")
         queue.purge()
         return no_content()
 
@@ -727,8 +726,8 @@ class ObjectsApi(ApiBase):
         if elsewhere is not None:
             return elsewhere
         _vhost, queue = self._queue_of(request, change=True)
-        if isinstance(queue, StreamQueue):
-            raise bad_request("basic.get is not supported by stream queues")
+        if not queue.type.gets:
+            raise bad_request(f"basic.get is not supported by {queue.type.name} queues")
         body = await read_body(request)
         try:
             count = int(body.get("count", 1))

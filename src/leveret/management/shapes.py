@@ -23,8 +23,6 @@ from leveret.management.stats import (
     details,
     message_stats,
 )
-from leveret.model.keyed_queue import KeyedQueue
-from leveret.model.stream import StreamQueue
 from leveret.server import rows
 from leveret.server.rows import (
     channel_details,
@@ -38,7 +36,7 @@ from leveret.server.rows import (
 
 if TYPE_CHECKING:
     from leveret.model.exchange import Exchange
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.server.connection import ConnectionProtocol
 
 __all__ = ["Rates", "channel_details", "connection_name", "node_name"]
@@ -85,7 +83,7 @@ def queue_json(
     series = sampler.queue_series(queue.vhost_name, queue, queue.name)
     samples = series.samples if series is not None else None
     out = queue_row(queue)
-    out["message_bytes_ready"] = _ready_bytes(queue)
+    out["message_bytes_ready"] = queue.message_bytes
     for i, name in enumerate(QUEUE_GAUGES):
         out[name + "_details"] = details(
             samples, len(QUEUE_COUNTERS) + i, rates.lengths_age, rates.lengths_incr
@@ -113,31 +111,8 @@ def queue_json(
         out["consumer_details"] = [consumer_json(c, None) for c in consumers]
         out["incoming"] = []
         out["deliveries"] = []
-        if isinstance(queue, KeyedQueue):
-            _keyed_details(queue, out)
+        out.update(queue.details())  # what its type adds (a keyed queue's groups)
     return out
-
-
-def _keyed_details(queue: KeyedQueue, out: dict[str, Any]) -> None:
-    """A grouped queue's groups and owners, in the shape of Qpid's queue query
-    (``qpid.message_group_queue``); a last-value queue's key and how many keys it holds."""
-    groups = queue.groups
-    if groups is not None:
-        out["message_groups"] = {
-            "group_header_key": groups.key,
-            "group_state": queue.group_state(),
-        }
-    last_values = queue.last_values
-    if last_values is not None:
-        out["last_value_queue"] = {"key": last_values.key, "keys": len(last_values)}
-
-
-def _ready_bytes(queue: Queue) -> int:
-    if isinstance(queue, StreamQueue):
-        return 0
-    if queue.uses_features:
-        return int(queue.ready_bytes)
-    return sum(len(e.message.body) for e in list(queue.ready)[:100_000])
 
 
 def exchange_json(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from leveret.model.dtx import Coordinator
 from leveret.model.journal import NULL_JOURNAL, Journal
 from leveret.model.memory_gauge import MemoryGauge
-from leveret.model.stream import MemoryStreamBackend, StreamBackend
+from leveret.model.queues.stream_log import MemoryStreamBackend, StreamBackend
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 

@@ -7,7 +7,9 @@ a queue and whatever consumes from it, so that the queue never knows a protocol.
   (``consumer_removed``) and when a consumer's settlement deadline came
   (``consumer_deadline``).
 - ``Source`` is the queue as a consumer's owner sees it: settle an entry for good, discard it
-  (dead-lettered where the queue says so), put entries back, dispatch again, drop a consumer.
+  (dead-lettered where the queue says so), put entries back, change one before it goes back
+  (``amend``), dispatch again, drop a consumer. ``model/queues/base.py``'s ``Queue`` is the
+  whole interface of a queue; this is the part a consumer's owner holds.
 
 Credit is the consumer's own count of deliveries it may still take (``UNLIMITED`` for a
 consumer nobody limits); the owner spends and restores it as its protocol says (0-9-1: a
@@ -24,12 +26,13 @@ from typing import TYPE_CHECKING
 from leveret.model.dead_letter import REJECTED
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
+    from leveret.errors import NotImplemented_
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
 
-__all__ = ["UNLIMITED", "Browser", "Consumer", "ConsumerOwner", "Source"]
+__all__ = ["UNLIMITED", "Browser", "CallbackOwner", "Consumer", "ConsumerOwner", "Source"]
 
 # Credit of a consumer that nobody limits (large, and still a small int when spent from).
 UNLIMITED = 1 << 60
@@ -65,13 +68,23 @@ class Source:
         """Cancel ``consumer``; an auto-delete queue left without consumers goes."""
         raise NotImplementedError
 
-    def counts_returns(self) -> bool:
-        """Whether ``requeue`` counts a failed delivery itself (quorum queues do)."""
-        return False
+    def amend(
+        self, entry: QueuedMessage, headers: Mapping[str, object] | None, failed: bool
+    ) -> None:
+        """An unsettled entry is about to be released or rejected changed (AMQP 1.0's
+        ``modified``): ``headers`` merged into its message (this queue's copy only), a
+        failed delivery counted when ``failed``; the queue decides what it keeps (a stream's
+        log is never changed; a quorum queue counts failed deliveries itself)."""
+        raise NotImplementedError
 
-    def modifiable(self) -> bool:
-        """Whether a settlement may change its entries' messages (not a stream's log)."""
+    def rejects(self) -> bool:
+        """Whether its deliveries can be rejected or released, not only accepted (a
+        stream's deliveries only give credit back)."""
         return True
+
+    def unsupported(self, operation: str) -> NotImplemented_:
+        """The error for ``operation``, which this queue does not support."""
+        raise NotImplementedError
 
 
 class ConsumerOwner:
@@ -94,6 +107,38 @@ class ConsumerOwner:
     def consumer_deadline(self, consumer: Consumer, now: float) -> None:
         """The deadline ``consumer`` asked ``Timers`` for (``armed``) came."""
         raise NotImplementedError
+
+
+class CallbackOwner(ConsumerOwner):
+    """A consumer's owner made of functions, for code that is not compiled (in the compiled
+    build an interpreted class cannot subclass ``ConsumerOwner``): deliveries go to
+    ``deliver``, a deleted queue is reported to ``removed``, a settlement deadline to
+    ``deadline``; ``writable`` False holds deliveries back."""
+
+    def __init__(
+        self,
+        deliver: Callable[[Consumer, QueuedMessage], None],
+        removed: Callable[[Consumer], None] | None = None,
+        deadline: Callable[[Consumer, float], None] | None = None,
+    ) -> None:
+        self.on_deliver = deliver
+        self.on_removed = removed
+        self.on_deadline = deadline
+        self.writable = True
+
+    def accepts(self, consumer: Consumer, size: int) -> bool:
+        return self.writable
+
+    def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        self.on_deliver(consumer, entry)
+
+    def consumer_removed(self, consumer: Consumer) -> None:
+        if self.on_removed is not None:
+            self.on_removed(consumer)
+
+    def consumer_deadline(self, consumer: Consumer, now: float) -> None:
+        if self.on_deadline is not None:
+            self.on_deadline(consumer, now)
 
 
 class Browser:

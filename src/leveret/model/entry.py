@@ -1,6 +1,6 @@
 """A message's place in one queue.
 
-The leaf of the queue modules: ``queue``, ``queue_features``, ``paging``, ``consumer`` and the
+The leaf of the queue modules: ``queues/``, ``paging``, ``consumer`` and the
 store import it; it imports only the message.
 """
 

@@ -8,7 +8,7 @@ Ids: the store gives every durable queue an id (``queue_declared``) and every pe
 message stored in a durable queue an id (``enqueued``); the model keeps them in
 ``Queue.store_id`` and ``QueuedMessage.sid`` and hands them back on delivery and removal.
 ``enqueued``'s ``at_ms`` (wall clock, milliseconds) is the time stored with the message
-instead of the enqueue time: a delayed exchange's store (``model/delayed.py``) keeps each
+instead of the enqueue time: a delayed exchange's store (``model/queues/delayed.py``) keeps each
 pending message's due time there, and recovery hands it back as the enqueue time.
 ``writes`` counts message records a publisher confirm must wait for; a session compares it
 before and after routing and, when it moved, sends its confirm from ``after_commit``.

@@ -7,7 +7,7 @@ message is replaced: one handed out and not settled yet stays with its consumer,
 is released while a newer one with its key is ready, it is the stale one and goes. A message
 without the header is queued as usual.
 
-The index maps a key to its ready entry and back; ``model/keyed_queue.py`` tells it when an
+The index maps a key to its ready entry and back; ``model/queues/keyed.py`` tells it when an
 entry becomes ready and when one leaves.
 """
 

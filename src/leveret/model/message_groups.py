@@ -27,7 +27,7 @@ when a group changes: each group has a ``version`` bumped on every change, and a
 version is not the group's current one is dropped when it reaches the top.
 
 The table knows queue entries (``QueuedMessage``) and consumers only as things to compare;
-``model/keyed_queue.py`` is the queue that calls it.
+``model/queues/keyed.py`` is the queue that calls it.
 """
 
 from __future__ import annotations

@@ -43,33 +43,6 @@ OPERATOR_KEYS = frozenset(
         "delivery-limit",
     )
 )
-# The policy keys each queue type takes, as the x- argument they become.
-_CLASSIC = (
-    "expires",
-    "message-ttl",
-    "max-length",
-    "max-length-bytes",
-    "overflow",
-    "dead-letter-exchange",
-    "dead-letter-routing-key",
-    "queue-mode",
-    "queue-version",
-)
-_QUEUE_KEYS: dict[str, tuple[str, ...]] = {
-    "classic": _CLASSIC,
-    "quorum": (
-        "expires",
-        "message-ttl",
-        "max-length",
-        "max-length-bytes",
-        "overflow",
-        "dead-letter-exchange",
-        "dead-letter-routing-key",
-        "delivery-limit",
-        "dead-letter-strategy",
-    ),
-    "stream": ("max-length-bytes", "max-age", "stream-max-segment-size-bytes"),
-}
 EXCHANGE_KEYS = frozenset(("alternate-exchange",))
 
 _NON_NEGATIVE = frozenset(
@@ -266,12 +239,15 @@ def _as_int(value: object) -> int | None:
 
 
 def effective_queue_arguments(
-    arguments: Mapping[str, object] | None, definition: Mapping[str, object], queue_type: str
+    arguments: Mapping[str, object] | None,
+    definition: Mapping[str, object],
+    keys: Iterable[str],
 ) -> dict[str, object]:
     """The queue's arguments with the effective policy definition merged in by RabbitMQ's
-    precedence (see the module docstring); keys its type does not take are left out."""
+    precedence (see the module docstring); of the definition, only ``keys`` (what the
+    queue's type takes: ``QueueType.policy_keys``) count."""
     merged: dict[str, object] = dict(arguments or {})
-    for key in _QUEUE_KEYS.get(queue_type, _CLASSIC):
+    for key in keys:
         if key not in definition:
             continue
         value = definition[key]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed
 from leveret.model.confirms import Confirms, ConfirmSink
 from leveret.model.message import HINT_EXPIRATION, HINT_REPLY_TO
-from leveret.model.queue_features import parse_expiration
+from leveret.model.queues.features import parse_expiration
 from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX
 from leveret.model.transaction import Transaction
 

@@ -1,7 +1,7 @@
 """Qpid's queue arguments, read as the Qpid C++ broker (1.36) reads them, whichever protocol
-declares the queue: ``parse_queue_args`` calls :func:`qpid_settings` when a ``qpid.`` or
-``x-qpid-`` argument is there, and the result goes into the same ``QueueConfig`` fields
-RabbitMQ's arguments fill where the two mean the same thing.
+declares the queue: ``queues/args.py``'s ``parse_values`` calls :func:`qpid_settings` when
+a ``qpid.`` or ``x-qpid-`` argument is there, and the result goes into the same
+``QueueConfig`` fields RabbitMQ's arguments fill where the two mean the same thing.
 
 =================================  ===========================================================
 argument                           meaning in Leveret

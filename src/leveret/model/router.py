@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from leveret.model import dead_letter as dl
 from leveret.model.exchange import Exchange
 from leveret.model.message import HINT_HEADERS
-from leveret.model.queue import Queue
+from leveret.model.queues.base import Queue
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -63,7 +63,7 @@ class Router:
         if (
             len(destinations) == 1
             and exchange.alternate is None
-            and type(first := next(iter(destinations))) is Queue
+            and isinstance(first := next(iter(destinations)), Queue)
         ):
             return [first]
         return self._route_graph(exchange, routing_key, message, destinations)

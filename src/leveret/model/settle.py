@@ -76,21 +76,14 @@ def modify(
     failed: bool = False,
     undeliverable: bool = False,
 ) -> None:
-    """Give the deliveries back changed: ``headers`` merged into each message (this queue's
-    copy only), ``failed`` counting a failed delivery (a queue that counts every return
-    itself, a quorum queue, is left to do so), then ``reject`` when ``undeliverable``, else
-    ``release``. A stream's entries are never changed (its log is immutable)."""
+    """Give the deliveries back changed: each queue amends its entry (``Source.amend``:
+    ``headers`` merged into its copy, a failed delivery counted; a stream's log is never
+    changed), then ``reject`` when ``undeliverable``, else ``release``."""
     held = list(deliveries)
     for delivery in held:
         queue = delivery.queue
-        if queue.deleted or not queue.modifiable():
-            continue
-        entry = delivery.entry
-        if headers:
-            message = entry.message
-            entry.message = message.replace(headers={**(message.headers or {}), **headers})
-        if failed and not queue.counts_returns():
-            entry.deliveries += 1
+        if not queue.deleted:
+            queue.amend(delivery.entry, headers, failed)
     if undeliverable:
         reject(held)
     else:

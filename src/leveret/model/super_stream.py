@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model.exchange import Exchange
-from leveret.model.stream import StreamQueue
+from leveret.model.queues.stream import StreamQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

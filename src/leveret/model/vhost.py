@@ -1,25 +1,24 @@
 """Virtual hosts: they own exchanges, queues and bindings; their ``Router`` routes.
 
-Every check a declaration needs (reserved names, equivalence, exclusivity) lives here, with
-RabbitMQ's reply codes and reply texts, so that each protocol front end gets the same
-behaviour. A vhost is its queues' ``QueueHost``: it deletes a queue that retires
-(``x-expires``, auto-delete) and republishes dead letters through its router.
+Every check a declaration needs (reserved names, exclusivity) lives here, with RabbitMQ's
+reply codes and reply texts, so that each protocol front end gets the same behaviour; what
+depends on a queue's type (its arguments, equivalence, policy keys, making the queue) is the
+type's (``model/queues/``), found by the ``x-queue-type`` argument. A vhost is its queues'
+``QueueHost``: it deletes a queue that retires (``x-expires``, auto-delete) and republishes
+dead letters through its router.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
-from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
-from leveret.model.delayed import DelayQueue
+from leveret.errors import AccessRefused, NotFound, PreconditionFailed
 from leveret.model.exchange import Exchange
-from leveret.model.exchanges.base import freeze
 from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.exchanges.lvc import LastValueExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
-from leveret.model.keyed_queue import KeyedQueue
 from leveret.model.lvc import LastValueStore
 from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.policies import (
@@ -29,10 +28,11 @@ from leveret.model.policies import (
     exchange_alternate,
     select,
 )
-from leveret.model.queue import Queue
-from leveret.model.queue_args import QueueConfig, parse_queue_args
+from leveret.model.queues import Queue, QueueType, type_of
+from leveret.model.queues.base import require_equivalent
+from leveret.model.queues.delayed import DelayQueue
+from leveret.model.queues.stream_log import MemoryStreamBackend, StreamBackend
 from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX, Router
-from leveret.model.stream import MemoryStreamBackend, StreamBackend, StreamQueue
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
@@ -41,8 +41,16 @@ if TYPE_CHECKING:
     from leveret.model.consumer import Source
     from leveret.model.message import Message
     from leveret.model.paging import Pager
+    from leveret.model.queues.args import QueueConfig
 
-__all__ = ["REPLY_TO", "REPLY_TO_PREFIX", "Exchange", "VirtualHost", "new_queue_name"]
+__all__ = [
+    "REPLY_TO",
+    "REPLY_TO_PREFIX",
+    "Declared",
+    "Exchange",
+    "VirtualHost",
+    "new_queue_name",
+]
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -52,47 +60,19 @@ STANDARD_EXCHANGES = (
     ("amq.match", "headers"),
 )
 
-# The queue arguments RabbitMQ compares on redeclaration; others may differ freely.
-EQUIVALENT_QUEUE_ARGS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-type",
-    "x-single-active-consumer",
-    "x-delivery-limit",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-)
-
 
 def new_queue_name() -> str:
     """A name for a server-named queue (RabbitMQ's ``amq.gen-`` and 128 random bits)."""
     return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
-def _fmt(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return "none" if value is None else str(value)
+class Declared(NamedTuple):
+    """What a declaration answers: the queue's name and counts (a passive one may name the
+    pseudo-queue of direct reply-to, which is no queue)."""
 
-
-def _require_equivalent(what: str, pairs: list[tuple[str, object, object]]) -> None:
-    """406 naming the first (name, received, current) pair that differs. Values compare
-    with their types, as RabbitMQ's do (x-message-ttl 1000 is not 1000.0; integers of
-    any width are one type)."""
-    for field, got, have in pairs:
-        if got != have or freeze(got) != freeze(have):
-            raise PreconditionFailed(
-                f"inequivalent arg '{field}' {what}: "
-                f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
-            )
+    queue: str
+    message_count: int
+    consumer_count: int
 
 
 class VirtualHost:
@@ -154,11 +134,7 @@ class VirtualHost:
 
     def _check_exclusive(self, queue: Queue, owner: object | None) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
-            raise ResourceLocked(
-                f"cannot obtain exclusive access to locked queue '{queue.name}' {self._where()}. "
-                "It could be originally declared on another connection or the exclusive "
-                "property value does not match that of the original declaration."
-            )
+            raise queue.locked()
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -209,7 +185,7 @@ class VirtualHost:
             return exchange
         new_args = arguments or {}
         # Of the arguments, RabbitMQ 3.10.8 compares only alternate-exchange.
-        _require_equivalent(
+        require_equivalent(
             f"for exchange '{name}' {self._where()}",
             [
                 ("type", type_name, existing.type_name),
@@ -328,104 +304,97 @@ class VirtualHost:
         name: str,
         *,
         owner: object,
-        passive: bool = False,
         durable: bool = False,
         exclusive: bool = False,
         auto_delete: bool = False,
         arguments: Mapping[str, object] | None = None,
         generated_name: str = "",
     ) -> Queue:
-        """``generated_name``: the name a server-named queue (``name`` "") gets, made by
+        """Declare (or redeclare, equivalently) queue ``name`` of the type its arguments ask
+        for. ``generated_name``: the name a server-named queue (``name`` "") gets, made by
         the caller with :func:`new_queue_name` so that it can be checked first (access
         control); by default one is made here."""
-        if passive:
-            if name == REPLY_TO or (
-                name.startswith(REPLY_TO_PREFIX)
-                and name[len(REPLY_TO_PREFIX) :] in self.router.reply_to
-            ):
-                return Queue(self.name, name)  # a pseudo-queue: exists while its requester does
-            queue = self.queue(name, owner)
-            if queue.config.expires is not None:
-                queue.touch()  # RabbitMQ: a passive declare counts as a use too
-            return queue
         if name == "":
             name = generated_name or new_queue_name()
         elif name.startswith("amq."):
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         existing = self.queues.get(name)
-        if existing is None:
-            config = parse_queue_args(
-                arguments,
-                queue=name,
-                vhost=self.name,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-            )
-            policy = operator = None
-            if self.policies or self.operator_policies:
-                policy, operator, config = self._policy_config(
-                    name, arguments, config, durable, exclusive, auto_delete
-                )
-            if config.stream:
-                queue = StreamQueue(
-                    self.name,
-                    name,
-                    backend=self.stream_backend,
-                    arguments=arguments,
-                    config=config,
-                    host=self,
-                    timers=self.timers,
-                )
-            else:
-                # Message groups and last-value keys: the queue that keeps their tables.
-                cls = KeyedQueue if config.group_key or config.lvq_key else Queue
-                queue = cls(
-                    self.name,
-                    name,
-                    durable=durable,
-                    exclusive_owner=owner if exclusive else None,
-                    auto_delete=auto_delete,
-                    arguments=arguments,
-                    gauge=self.gauge,
-                    config=config,
-                    host=self,
-                    timers=self.timers,
-                )
-            if policy is not None or operator is not None:
-                queue.policy = policy.name if policy is not None else None
-                queue.operator_policy = operator.name if operator is not None else None
-                queue.policy_definition = effective_definition(policy, operator)
-            self.queues[name] = queue
-            self._queue_sources[queue] = set()
-            queue.journal = self.journal
-            queue.pager = self.pager
-            if durable and not exclusive:
-                # Exclusive queues go with their connection, so never survive a restart.
-                queue.store_id = self.journal.queue_declared(
-                    self.name, name, auto_delete, queue.arguments
-                )
-            return queue
-        self._check_exclusive(existing, owner)
-        if exclusive != existing.exclusive:
-            # RabbitMQ: a different exclusive flag is a lock conflict (405), not an inequivalence.
-            self._check_exclusive(existing, object())
-            self._check_exclusive(Queue(self.name, name, exclusive_owner=owner), None)
-        new_args = arguments or {}
-        _require_equivalent(
-            f"for queue '{name}' {self._where()}",
-            [
-                ("durable", durable, existing.durable),
-                ("auto_delete", auto_delete, existing.auto_delete),
-            ]
-            + [
-                (key, new_args.get(key), existing.arguments.get(key))
-                for key in EQUIVALENT_QUEUE_ARGS
-            ],
+        if existing is not None:
+            self._redeclare(existing, owner, durable, exclusive, auto_delete, arguments)
+            return existing
+        queue_type = type_of(arguments, queue=name, vhost=self.name)
+        config = queue_type.parse(
+            arguments,
+            queue=name,
+            vhost=self.name,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
         )
-        if existing.config.expires is not None:
-            existing.touch()
-        return existing
+        policy = operator = None
+        if self.policies or self.operator_policies:
+            policy, operator, config = self._policy_config(
+                queue_type, name, arguments, config, durable, exclusive, auto_delete
+            )
+        queue = queue_type.create(
+            self,
+            name,
+            durable=durable,
+            exclusive_owner=owner if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            config=config,
+        )
+        if policy is not None or operator is not None:
+            queue.policy = policy.name if policy is not None else None
+            queue.operator_policy = operator.name if operator is not None else None
+            queue.policy_definition = effective_definition(policy, operator)
+        self.queues[name] = queue
+        self._queue_sources[queue] = set()
+        queue.journal = self.journal
+        queue.pager = self.pager
+        if durable and not exclusive:
+            # Exclusive queues go with their connection, so never survive a restart.
+            queue.store_id = self.journal.queue_declared(
+                self.name, name, auto_delete, queue.arguments
+            )
+        return queue
+
+    def _redeclare(
+        self,
+        queue: Queue,
+        owner: object,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, object] | None,
+    ) -> None:
+        self._check_exclusive(queue, owner)
+        if exclusive != queue.exclusive and (queue.exclusive or owner is not None):
+            # RabbitMQ: a different exclusive flag is a lock conflict (405), not an inequivalence.
+            raise queue.locked()
+        queue.type.check_equivalent(
+            queue, durable=durable, auto_delete=auto_delete, arguments=arguments
+        )
+        if queue.config.expires is not None:
+            queue.touch()
+
+    def passive_declare(
+        self, name: str, *, owner: object, arguments: Mapping[str, object] | None = None
+    ) -> Declared:
+        """A passive declaration: the counts of queue ``name`` (404 when there is none, 405
+        when another connection holds it exclusively). Its type answers the message count
+        (``Queue.lookup``: a stream, the offset ``arguments`` point at); the pseudo-queue of
+        direct reply-to exists while its requester does, counted as its one consumer."""
+        if name == REPLY_TO or (
+            name.startswith(REPLY_TO_PREFIX)
+            and name[len(REPLY_TO_PREFIX) :] in self.router.reply_to
+        ):
+            return Declared(name, 0, 1)
+        queue = self.queue(name, owner)
+        if queue.config.expires is not None:
+            queue.touch()  # RabbitMQ: a passive declare counts as a use too
+        return Declared(queue.name, queue.lookup(arguments), queue.consumer_count)
 
     def bind_queue(
         self,
@@ -438,7 +407,7 @@ class VirtualHost:
     ) -> None:
         queue = self.queue(queue_name, owner)
         exchange = self._bindable_source(exchange_name)
-        exchange.kind.validate_binding(routing_key, arguments, queue.config.queue_type)
+        exchange.kind.validate_binding(routing_key, arguments, queue.type.name)
         added = exchange.kind.add_binding(queue, routing_key, arguments)
         self._queue_sources[queue].add(exchange)
         if queue.store_id and exchange.durable:
@@ -487,7 +456,7 @@ class VirtualHost:
         self._check_exclusive(queue, owner)
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"queue '{name}' {self._where()} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.has_ready():
             raise PreconditionFailed(f"queue '{name}' {self._where()} is not empty")
         count = queue.message_count
         self.remove_queue(queue)
@@ -502,11 +471,9 @@ class VirtualHost:
         for exchange in self._queue_sources.pop(queue, set()):
             exchange.kind.remove_destination(queue)
             self._maybe_auto_delete(exchange)
-        queue.purge()
+        queue.on_delete()
         if queue.store_id:
             self.journal.queue_deleted(self.name, queue.name, queue.store_id)
-        if isinstance(queue, StreamQueue):
-            queue.destroy()
         consumers = list(queue.consumers)
         queue.consumers.clear()
         for consumer in consumers:
@@ -518,6 +485,7 @@ class VirtualHost:
 
     def _policy_config(
         self,
+        queue_type: QueueType,
         name: str,
         arguments: Mapping[str, object] | None,
         config: QueueConfig,
@@ -527,14 +495,13 @@ class VirtualHost:
     ) -> tuple[Policy | None, Policy | None, QueueConfig]:
         """The policy and operator policy of queue ``name`` and the config they give with
         its arguments (``config``: the arguments alone)."""
-        queue_type = config.queue_type
-        policy = select(self.policies.values(), name, "queue", queue_type)
-        operator = select(self.operator_policies.values(), name, "queue", queue_type)
+        policy = select(self.policies.values(), name, "queue", queue_type.name)
+        operator = select(self.operator_policies.values(), name, "queue", queue_type.name)
         if policy is None and operator is None:
             return None, None, config
         definition = effective_definition(policy, operator)
-        merged = effective_queue_arguments(arguments, definition, queue_type)
-        effective = parse_queue_args(
+        merged = effective_queue_arguments(arguments, definition, queue_type.policy_keys)
+        effective = queue_type.parse(
             merged,
             queue=name,
             vhost=self.name,
@@ -556,7 +523,7 @@ class VirtualHost:
             if exchange.name and not exchange.name.startswith("amq."):
                 self._apply_exchange_policy(exchange)
         for queue in list(self.queues.values()):
-            base = parse_queue_args(
+            base = queue.type.parse(
                 queue.arguments,
                 queue=queue.name,
                 vhost=self.name,
@@ -565,6 +532,7 @@ class VirtualHost:
                 auto_delete=queue.auto_delete,
             )
             policy, operator, config = self._policy_config(
+                queue.type,
                 queue.name,
                 queue.arguments,
                 base,

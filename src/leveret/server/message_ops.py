@@ -15,7 +15,7 @@ exchanges: the operations the management API (``management/api_messages.py``) an
   answer comes once the store has synced the last batch, as a publisher confirm would.
 - Replay (``replay``): a dead-letter queue's messages, each back into the queue its newest
   ``x-death`` entry names, the same way.
-- Delayed exchanges (``pending``, ``cancel``, ``reschedule``): ``model/delayed.py``'s
+- Delayed exchanges (``pending``, ``cancel``, ``reschedule``): ``model/queues/delayed.py``'s
   store, with selectors from JSON.
 
 Errors are ``ToolError`` (an HTTP status and a ctl exit code).
@@ -26,19 +26,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.delayed import DelayQueue, Selector
-from leveret.model.stream import StreamQueue
+from leveret.model.queues.delayed import DelayQueue, Selector
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.formats import amqp091_parts
 from leveret.server.rows import json_value
 
 if TYPE_CHECKING:
-    from leveret.model.delayed import DelayHost, Scheduled
     from leveret.model.message import Message
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
+    from leveret.model.queues.delayed import DelayHost, Scheduled
     from leveret.model.vhost import VirtualHost
 
 __all__ = [
@@ -243,56 +241,23 @@ async def browse(queue: Queue, body: dict[str, Any]) -> list[dict[str, Any]]:
         raise ToolError("encoding must be auto or base64")
     truncate = _int(body, "truncate", None)
     flt = MessageFilter(body.get("filter"))
-    if isinstance(queue, StreamQueue):
-        return await _browse_stream(queue, start, count, scan, flt, encoding, truncate)
+    offsets = queue.type.offsets
     rows: list[dict[str, Any]] = []
-    looked = 0
-    position = -1
-    for position, entry in enumerate(queue.browse()):
-        if len(rows) >= count or (scan is not None and looked >= scan):
+    for looked, item in enumerate(queue.browse(start), 1):
+        if len(rows) >= count or (scan is not None and looked > scan):
             break
-        if position < start:
-            continue
-        looked += 1
+        entry = item.entry
         if flt.matches(entry.message, entry.redelivered):
             row = message_json(entry.message, encoding=encoding, truncate=truncate)
-            row["position"] = position
-            row["redelivered"] = entry.redelivered
+            if offsets:
+                row["offset"] = item.position
+                row["timestamp"] = item.timestamp
+            else:
+                row["position"] = item.position
+                row["redelivered"] = entry.redelivered
             rows.append(row)
         if looked % SCAN_SLICE == 0:
-            await asyncio.sleep(0)  # (Queue.browse stops if the queue moved its pages)
-    return rows
-
-
-async def _browse_stream(
-    queue: StreamQueue,
-    start: int,
-    count: int,
-    scan: int | None,
-    flt: MessageFilter,
-    encoding: str,
-    truncate: int | None,
-) -> list[dict[str, Any]]:
-    log = queue.log
-    offset = max(start, log.first_offset)
-    end = log.committed_offset
-    rows: list[dict[str, Any]] = []
-    looked = 0
-    while offset < end and len(rows) < count and (scan is None or looked < scan):
-        entries = log.read(offset, SCAN_SLICE)
-        if not entries:
-            break
-        for entry in entries:
-            if entry.offset >= end or len(rows) >= count or (scan is not None and looked >= scan):
-                break
-            looked += 1
-            if flt.matches(entry.message):
-                row = message_json(entry.message, encoding=encoding, truncate=truncate)
-                row["offset"] = entry.offset
-                row["timestamp"] = entry.timestamp
-                rows.append(row)
-        offset = entries[-1].offset + 1
-        await asyncio.sleep(0)
+            await asyncio.sleep(0)  # (browse stops if the queue moved its pages meanwhile)
     return rows
 
 
@@ -392,12 +357,8 @@ async def move(vhost: VirtualHost, queue: Queue, body: dict[str, Any]) -> dict[s
     flt = MessageFilter(body.get("filter"))
     limit = _int(body, "limit", None)
     copy = bool(body.get("copy", False))
-    if isinstance(queue, StreamQueue) and not copy:
-        raise ToolError("messages cannot be taken out of a stream: copy them")
-    if isinstance(queue, StreamQueue):
-        start = _int(body, "offset", 0) or 0
-        end = _int(body, "end_offset", None)
-        return await _copy_stream(vhost, queue, target, flt, limit, start, end)
+    if not copy and not queue.type.removes:
+        raise ToolError(f"messages cannot be taken out of a {queue.type.name} queue: copy them")
     moves = _Moves()
 
     def route(message: Message) -> tuple[list[Queue], Message] | None:
@@ -411,14 +372,26 @@ async def move(vhost: VirtualHost, queue: Queue, body: dict[str, Any]) -> dict[s
         return MOVE_SLICE if limit is None else min(MOVE_SLICE, limit - moves.moved)
 
     if copy:
+        # A type with offsets copies a range of them (its log is read as it goes: what
+        # the copy appends is past the range); another copies a snapshot of what is ready.
+        start, end = 0, None
+        if queue.type.offsets:
+            start = _int(body, "offset", 0) or 0
+            end = _int(body, "end_offset", None)
         _now(vhost)
-        entries = [e for e in queue.browse() if flt.matches(e.message, e.redelivered)]
-        for i, entry in enumerate(entries):
-            if limit is not None and moves.moved >= limit:
+        items = queue.browse(start)
+        if not queue.type.offsets:
+            items = iter(list(items))
+        for i, item in enumerate(items):
+            if (end is not None and item.position >= end) or (
+                limit is not None and moves.moved >= limit
+            ):
                 break
-            routed = route(entry.message)
-            if routed is not None:
-                moves.put(None, *routed)
+            entry = item.entry
+            if flt.matches(entry.message, entry.redelivered):
+                routed = route(entry.message)
+                if routed is not None:
+                    moves.put(None, *routed)
             if i % MOVE_SLICE == MOVE_SLICE - 1:
                 await asyncio.sleep(0)
                 _now(vhost)
@@ -428,7 +401,7 @@ async def move(vhost: VirtualHost, queue: Queue, body: dict[str, Any]) -> dict[s
         stays: set[int] = set()  # the messages (by identity) that stay where they are
         while left() > 0:
             _now(vhost)
-            window = islice(queue.ready, len(stays) + left())
+            window = queue.head(len(stays) + left())
             batch = [e for e in window if id(e.message) not in stays][: left()]
             if not batch:
                 break
@@ -441,7 +414,7 @@ async def move(vhost: VirtualHost, queue: Queue, body: dict[str, Any]) -> dict[s
             await asyncio.sleep(0)
     else:
         queue.unpage()  # any entry may match: all of them must be takeable
-        snapshot = list(queue.ready)
+        snapshot = [item.entry for item in queue.browse()]
         for i in range(0, len(snapshot), MOVE_SLICE):
             _now(vhost)
             for entry in snapshot[i : i + MOVE_SLICE]:
@@ -453,40 +426,6 @@ async def move(vhost: VirtualHost, queue: Queue, body: dict[str, Any]) -> dict[s
                 if routed is not None and queue.take(entry):
                     moves.put(queue, *routed)
             await asyncio.sleep(0)
-    await _durable(vhost)
-    return moves.result()
-
-
-async def _copy_stream(
-    vhost: VirtualHost,
-    queue: StreamQueue,
-    target: _Target,
-    flt: MessageFilter,
-    limit: int | None,
-    start: int,
-    end: int | None,
-) -> dict[str, int]:
-    log = queue.log
-    offset = max(start, log.first_offset)
-    stop = log.committed_offset if end is None else min(end, log.committed_offset)
-    moves = _Moves()
-    while offset < stop and (limit is None or moves.moved < limit):
-        _now(vhost)
-        entries = log.read(offset, MOVE_SLICE)
-        if not entries:
-            break
-        for entry in entries:
-            if entry.offset >= stop or (limit is not None and moves.moved >= limit):
-                break
-            if not flt.matches(entry.message):
-                continue
-            queues, message = target.route(entry.message)
-            if queues:
-                moves.put(None, queues, message)
-            else:
-                moves.unroutable += 1
-        offset = entries[-1].offset + 1
-        await asyncio.sleep(0)
     await _durable(vhost)
     return moves.result()
 
@@ -508,12 +447,12 @@ async def replay(vhost: VirtualHost, queue: Queue, body: dict[str, Any]) -> dict
     """Move each ready message of a dead-letter queue (that matches ``filter``, at most
     ``limit``) back into the queue its ``x-death`` names. Messages without ``x-death``, or
     whose queue is gone, stay (``skipped``)."""
-    if isinstance(queue, StreamQueue):
-        raise ToolError("messages cannot be taken out of a stream")
+    if not queue.type.removes:
+        raise ToolError(f"messages cannot be taken out of a {queue.type.name} queue")
     flt = MessageFilter(body.get("filter"))
     limit = _int(body, "limit", None)
     queue.unpage()
-    snapshot = list(queue.ready)
+    snapshot = [item.entry for item in queue.browse()]
     moves = _Moves()
     skipped = 0
     by_queue: dict[str, int] = {}

@@ -15,14 +15,13 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth import passwords
-from leveret.model.stream import StreamQueue
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from leveret.auth.users import User, UserStore, VhostInfo
     from leveret.model.exchange import Exchange
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
 
@@ -70,7 +69,7 @@ def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
 def binding_rows(vhost: VirtualHost) -> list[dict[str, Any]]:
     """Every binding of a vhost, RabbitMQ's way: the default exchange's implicit ones first."""
     from leveret.model.exchange import Exchange
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
 
     rows: list[dict[str, Any]] = [
         {
@@ -125,7 +124,7 @@ def queue_row(queue: Queue) -> dict[str, Any]:
         "exclusive": queue.exclusive,
         "arguments": json_value(dict(queue.arguments)),
         "node": NODE,
-        "type": queue.config.queue_type,
+        "type": queue.type.name,
         "state": "running",
         "policy": queue.policy,
         "operator_policy": queue.operator_policy,
@@ -138,7 +137,7 @@ def queue_row(queue: Queue) -> dict[str, Any]:
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
-        "messages_paged_out": 0 if isinstance(queue, StreamQueue) else queue.paged_count,
+        "messages_paged_out": queue.paged_count,
     }
 
 

@@ -32,7 +32,6 @@ from leveret.auth.users import UserStore
 from leveret.config import WORKERS_FILE, default_data_dir, node_name
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
-from leveret.model.stream import StreamQueue
 from leveret.server import rows
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091.message import wire_message
@@ -286,12 +285,12 @@ class Server:
     def _open_streams(self, streams: StreamStore) -> int:
         """Open every stream's files now (torn tails are cut at boot, retention timers start)
         and delete the files of streams deleted before a crash."""
-        live = []
-        for vhost in self.broker.vhosts.values():
-            for queue in vhost.queues.values():
-                if isinstance(queue, StreamQueue) and queue.store_id:
-                    _ = queue.log
-                    live.append(queue.store_id)
+        live = [
+            queue.store_id
+            for vhost in self.broker.vhosts.values()
+            for queue in vhost.queues.values()
+            if queue.open_storage()
+        ]
         streams.remove_orphans(live)
         return len(live)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leveret.model.message import HINT_HEADERS
-from leveret.model.stream import OFFSET_HEADER, TIMESTAMP_HEADER
+from leveret.model.queues.stream_log import OFFSET_HEADER, TIMESTAMP_HEADER
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.stream_headers import stamp_stream as stamp_amqp091
 from leveret.server.amqp10 import message as amqp10

@@ -471,7 +471,8 @@ def _unreadable(record: bytes, stream: str) -> Message:
 
 
 class StreamRecords:
-    """``model.stream.RecordCodec``: entries are osiris entries holding 1.0 messages."""
+    """A ``RecordCodec`` (``model/queues/stream_log.py``): entries are osiris entries holding
+    1.0 messages."""
 
     def __init__(self) -> None:
         self._reads = ChunkReads(self._record, self.messages)

@@ -12,9 +12,10 @@ import logging
 from typing import TYPE_CHECKING, TypeAlias, cast
 
 from leveret.errors import AMQPError
-from leveret.model.delayed import STORE_PREFIX
+from leveret.model.entry import QueuedMessage
 from leveret.model.lvc import STORE_PREFIX as LVC_PREFIX
-from leveret.model.queue import QueuedMessage
+from leveret.model.queues.delayed import STORE_PREFIX
+from leveret.model.queues.fifo import ClassicQueue
 from leveret.store.segment_index import SegmentIndex, StoredMessages
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from leveret.model.broker import Broker
     from leveret.model.message import Message
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.store.disk import Recovered, RecoveredQueue
 
@@ -66,12 +67,15 @@ def _restore_messages(
     make_message: MessageFactory,
     sources: dict[int, StoredPages],
 ) -> None:
-    """The head as objects; a deep queue's rest as pages that point into the segments."""
+    """The head as objects; a deep queue's rest as pages that point into the segments (a
+    classic queue's paging, on its plain path)."""
     stored = messages if isinstance(messages, StoredMessages) else None
-    pages = stored is not None and queue.pager is not None and not queue.config.special
+    paged = queue if isinstance(queue, ClassicQueue) else None
+    if stored is None or paged is None or queue.pager is None or queue.config.special:
+        paged = None
     restored = 0
     for mid, exchange, routing_key, props, body, delivered, at, fmt in messages:
-        if pages and restored == queue.resident_max:
+        if paged is not None and restored == paged.resident_max:
             break
         message = make_message(exchange, routing_key, props, body, fmt)
         message.store_id = mid
@@ -80,11 +84,12 @@ def _restore_messages(
     else:
         return
     assert stored is not None
+    assert paged is not None
     source = sources.get(id(stored.index))
     if source is None:
         source = sources[id(stored.index)] = StoredPages(stored.index, make_message)
-    for mids, seen in stored.runs(restored, queue.page_messages):
-        if queue.uses_features:
+    for mids, seen in stored.runs(restored, paged.page_messages):
+        if paged.uses_features:
             # A message of the head made the queue take the feature paths (a TTL, a
             # priority): those keep every message as an object.
             records = stored.index.load(mids)
@@ -96,7 +101,7 @@ def _restore_messages(
                 queue.restore(message, mid, bool(flag), enqueued_at=at)
             continue
         source.pages += 1
-        queue.restore_page(source, (mids, seen), len(mids), mids)
+        paged.restore_page(source, (mids, seen), len(mids), mids)
     stored.release()
 
 

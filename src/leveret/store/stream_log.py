@@ -51,7 +51,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.stream import MemoryStreamLog, StoredChunk, StreamEntry
+from leveret.model.queues.stream_log import MemoryStreamLog, StoredChunk, StreamEntry
 from leveret.protocol.rabbitstream.chunk import (
     CHUNK_TRACKING_DELTA,
     CHUNK_TRACKING_SNAPSHOT,
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 
     from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
-    from leveret.model.stream import RecordCodec, StreamLog
+    from leveret.model.queues.stream_log import RecordCodec, StreamLog
 
 log = logging.getLogger("leveret.store")
 

@@ -17,3 +17,15 @@ def test_every_message_is_delivered(protocol: str, scenario: str) -> None:
     elapsed, delivered = amqp10_path.run(args)
     assert delivered == 700
     assert elapsed > 0
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum", "priority"])
+def test_prefetch_scenario_acks_its_way_through(queue_type: str) -> None:
+    """Scenario b (prefetch 100): each multiple ack lets the next deliveries out, on every
+    queue type the bench can declare."""
+    args = amqp10_path.build_parser().parse_args(
+        ["--protocol", "091", "--scenario", "b", "--queue-type", queue_type, "--count", "700"]
+    )
+    elapsed, delivered = amqp10_path.run(args)
+    assert delivered == 700
+    assert elapsed > 0

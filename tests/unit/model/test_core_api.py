@@ -19,6 +19,7 @@ from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
+from tests.queue_support import classic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -106,7 +107,7 @@ def test_direct_reply_to_is_rewritten_to_the_requesters_key() -> None:
 
 def test_feeds_backlog_only_for_a_queue_whose_consumers_fall_behind() -> None:
     vhost = VirtualHost("/")
-    queue = vhost.declare_queue("q", owner=OWNER)
+    queue = classic(vhost.declare_queue("q", owner=OWNER))
     queue.backlog_pace = 2
     publisher = Publisher(vhost, Sink())
     for _ in range(5):

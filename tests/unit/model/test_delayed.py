@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from leveret.errors import CommandInvalid, PreconditionFailed
-from leveret.model.delayed import CANCELLED_HEADER, RELEASE_BATCH, STORE_PREFIX, DelayQueue
-from leveret.model.delayed import Selector as Sel
 from leveret.model.exchanges.delayed import MAX_DELAY, delay_of
 from leveret.model.journal import NullJournal
+from leveret.model.queues.delayed import CANCELLED_HEADER, RELEASE_BATCH, STORE_PREFIX, DelayQueue
+from leveret.model.queues.delayed import Selector as Sel
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
@@ -90,10 +90,10 @@ class World:
         )
 
     def bodies(self, name: str) -> list[bytes]:
-        return [e.message.body for e in self.vhost.queues[name].ready]
+        return [e.message.body for e in self.vhost.queues[name].ready_entries()]
 
     def headers(self, name: str) -> list[Mapping[str, object] | None]:
-        return [e.message.headers for e in self.vhost.queues[name].ready]
+        return [e.message.headers for e in self.vhost.queues[name].ready_entries()]
 
     def advance(self, seconds: float) -> None:
         self.timers.expire(self.timers.now + seconds)
@@ -207,9 +207,9 @@ def test_timers_hold_one_deadline_however_many_messages_wait() -> None:
         w.publish(b"later", headers={"x-delay": 20_000 + i})
     assert len(w.timers) == before
     w.advance(10.0)
-    assert len(w.vhost.queues["q"].ready) == 500
+    assert len(w.vhost.queues["q"].ready_entries()) == 500
     w.advance(20.0)
-    assert len(w.vhost.queues["q"].ready) == 1000
+    assert len(w.vhost.queues["q"].ready_entries()) == 1000
     assert len(w.timers) == 0
 
 
@@ -219,10 +219,10 @@ def test_a_crowd_due_at_once_goes_out_over_several_turns() -> None:
     for _ in range(RELEASE_BATCH * 2 + 5):
         w.publish(b"x", headers={"x-delay": 50})
     w.advance(0.05)
-    assert len(w.vhost.queues["q"].ready) == RELEASE_BATCH
+    assert len(w.vhost.queues["q"].ready_entries()) == RELEASE_BATCH
     w.advance(0.001)
     w.advance(0.001)
-    assert len(w.vhost.queues["q"].ready) == RELEASE_BATCH * 2 + 5
+    assert len(w.vhost.queues["q"].ready_entries()) == RELEASE_BATCH * 2 + 5
 
 
 def test_listing_cancel_and_reschedule() -> None:
@@ -292,7 +292,7 @@ def test_the_amqp_cancel_request() -> None:
     )
     w.publish(b"", headers={"x-delayed-cancel": "order-1"}, reply_to="replies")
     assert w.sink.take("returned") == []  # a cancel request is never returned
-    replies = w.vhost.queues["replies"].ready
+    replies = w.vhost.queues["replies"].ready_entries()
     assert [e.message.headers for e in replies] == [
         {CANCELLED_HEADER: 1},
         {CANCELLED_HEADER: 0},
@@ -387,7 +387,7 @@ def test_exchange_to_exchange_bindings_hold_only_at_the_delayed_exchange() -> No
     assert w.bodies("after-q") == []
     w.advance(0.1)
     assert w.bodies("after-q") == [b"m"]
-    assert w.vhost.queues["after-q"].ready[0].message.exchange == "src"
+    assert w.vhost.queues["after-q"].ready_entries()[0].message.exchange == "src"
 
 
 def test_cc_routing_keys_hold_the_message_once_and_route_it_by_all_keys() -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.keyed_queue import KeyedQueue
 from leveret.model.message import Message
 from leveret.model.message_groups import NO_GROUP, SWEEP_FLOOR, group_of
+from leveret.model.queues.keyed import KeyedQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.session import Session

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from leveret.model.entry import MESSAGE_OVERHEAD, QueuedMessage
 from leveret.model.message import Message
 from leveret.model.paging import decode_page, encode_page
-from leveret.model.queue import MESSAGE_OVERHEAD, QueuedMessage
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.session import Session
 from leveret.testing import MemoryPager, RecordingSink, make_message
-
-if TYPE_CHECKING:
-    from leveret.model.queue import Queue
+from tests.queue_support import classic
 
 
 class World:
@@ -22,7 +18,7 @@ class World:
         self.pager = MemoryPager()
         self.vhost.pager = self.pager
         self.owner = object()
-        self.queue: Queue = self.vhost.declare_queue("q", owner=self.owner)
+        self.queue = classic(self.vhost.declare_queue("q", owner=self.owner))
         q = self.queue
         q.resident_max, q.resident_low, q.page_messages, q.page_bytes = 8, 4, 5, 1 << 20
         self.session, self.sink = self.new_session()
@@ -178,7 +174,7 @@ def test_a_message_that_needs_the_feature_paths_brings_the_pages_back_first() ->
 
 def test_a_queue_without_a_pager_keeps_everything_resident() -> None:
     vhost = VirtualHost("/")
-    queue = vhost.declare_queue("q", owner=None)
+    queue = classic(vhost.declare_queue("q", owner=None))
     queue.resident_max = 2
     session = Session(vhost, None, RecordingSink())
     for body in bodies(10):

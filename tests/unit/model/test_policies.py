@@ -13,6 +13,7 @@ from leveret.model.policies import (
     make_policy,
     select,
 )
+from leveret.model.queues import CLASSIC, STREAM
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
@@ -43,7 +44,7 @@ class World:
             self.session.publish("", key, _msg(b"m%d" % i, key))  # type: ignore[arg-type]
 
     def bodies(self, name: str) -> list[bytes]:
-        return [e.message.body for e in self.vhost.queues[name].ready]
+        return [e.message.body for e in self.vhost.queues[name].ready_entries()]
 
 
 def test_pattern_apply_to_and_priority_choose_one_policy() -> None:
@@ -93,12 +94,12 @@ def test_operator_policy_min_wins_and_arguments_precede_policies() -> None:
     args = effective_queue_arguments(
         {"x-max-length": 7, "x-dead-letter-exchange": "arg", "x-message-ttl": 100},
         merged,
-        "classic",
+        CLASSIC.policy_keys,
     )
     # The smaller of argument and policy for limits; the argument for the others.
     assert args == {"x-max-length": 3, "x-dead-letter-exchange": "arg", "x-message-ttl": 100}
     # A stream takes none of these keys.
-    assert effective_queue_arguments({}, merged, "stream") == {}
+    assert effective_queue_arguments({}, merged, STREAM.policy_keys) == {}
 
 
 def test_policy_applies_live_to_an_existing_queue_and_is_removed_live() -> None:

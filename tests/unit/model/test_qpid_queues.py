@@ -10,11 +10,12 @@ import pytest
 
 from leveret.errors import PreconditionFailed
 from leveret.model.qpid_args import qpid_priority_level
-from leveret.model.queue_args import parse_queue_args
+from leveret.model.queues import parse_queue_args
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
+from tests.queue_support import classic
 
 OWNER = object()
 
@@ -106,7 +107,7 @@ def test_a_limit_without_a_policy_rejects_as_qpid_does() -> None:
 def test_flow_to_disk_sets_no_limit_and_self_destruct_deletes_the_queue() -> None:
     vhost = VirtualHost("/")
     declare(vhost, "f", **{"qpid.max_count": 1, "qpid.policy_type": "flow_to_disk"})
-    assert not vhost.queues["f"].uses_features
+    assert not classic(vhost.queues["f"]).uses_features
     for body in (b"1", b"2", b"3"):
         assert put(vhost, "f", body)
     declare(vhost, "s", **{"qpid.max_count": 1, "qpid.policy_type": "self-destruct"})

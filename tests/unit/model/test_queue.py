@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, make_message
+from tests.queue_support import classic
 
 if TYPE_CHECKING:
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
 
 
 class World:
@@ -18,7 +19,9 @@ class World:
     def __init__(self, *, auto_delete: bool = False) -> None:
         self.vhost = VirtualHost("/")
         self.owner = object()
-        self.queue: Queue = self.vhost.declare_queue("q", owner=self.owner, auto_delete=auto_delete)
+        self.queue = classic(
+            self.vhost.declare_queue("q", owner=self.owner, auto_delete=auto_delete)
+        )
 
     def session(self) -> tuple[Session, RecordingSink]:
         sink = RecordingSink()
@@ -30,7 +33,7 @@ class World:
 
 
 def ready_bodies(queue: Queue) -> list[bytes]:
-    return [entry.message.body for entry in queue.ready]
+    return [entry.message.body for entry in queue.ready_entries()]
 
 
 def test_publish_without_consumers_keeps_fifo_order() -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from leveret.errors import PreconditionFailed
 from leveret.model.dead_letter import is_cycle
-from leveret.model.queue_args import PLAIN, parse_queue_args
+from leveret.model.queues import parse_queue_args
+from leveret.model.queues.args import PLAIN
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
@@ -40,7 +41,7 @@ class World:
         self.session.publish("", key, msg(body, key, **props))
 
     def bodies(self, name: str) -> list[bytes]:
-        return [e.message.body for e in self.vhost.queues[name].ready]
+        return [e.message.body for e in self.vhost.queues[name].ready_entries()]
 
     def advance(self, seconds: float) -> None:
         self.timers.expire(self.timers.now + seconds)
@@ -68,7 +69,7 @@ def test_invalid_arguments(args: dict[str, object], text: str) -> None:
 
 
 def test_stream_is_accepted_durable_only() -> None:
-    assert parse_queue_args({"x-queue-type": "stream"}, durable=True).stream
+    assert parse_queue_args({"x-queue-type": "stream"}, durable=True).queue_type == "stream"
     with pytest.raises(PreconditionFailed, match="non-durable"):
         parse_queue_args({"x-queue-type": "stream"}, durable=False)
 
@@ -93,7 +94,7 @@ def test_ttl_expires_head_only_when_due_and_dead_letters() -> None:
     w.advance(0.6)
     assert w.bodies("q2") == [b"b"]
     assert w.bodies("dead") == [b"a"]
-    headers = w.vhost.queues["dead"].ready[0].message.headers
+    headers = w.vhost.queues["dead"].ready_entries()[0].message.headers
     assert headers is not None
     assert headers["x-first-death-reason"] == "expired"
     w.advance(1.0)

@@ -7,13 +7,9 @@ import datetime
 import pytest
 
 from leveret.errors import NotImplemented_, PreconditionFailed
-from leveret.model.queue_args import parse_queue_args
-from leveret.model.stream import (
-    MemoryStreamLog,
-    OffsetSpec,
-    StreamQueue,
-    parse_offset_spec,
-)
+from leveret.model.queues import parse_queue_args
+from leveret.model.queues.stream import OffsetSpec, StreamQueue, parse_offset_spec
+from leveret.model.queues.stream_log import MemoryStreamLog
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.session import Session
@@ -261,7 +257,7 @@ def test_declare_rules_and_argument_checks() -> None:
     config = parse_queue_args(
         {**STREAM, "x-max-age": "7D", "x-stream-max-segment-size-bytes": 1000}, queue="a"
     )
-    assert (config.max_age, config.segment_bytes, config.stream) == (7 * 86400, 1000, True)
+    assert (config.max_age, config.segment_bytes, config.queue_type) == (7 * 86400, 1000, "stream")
 
 
 def test_retention_by_bytes_drops_whole_segments_and_consumers_jump() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from leveret.errors import NotFound, PreconditionFailed, ResourceError
 from leveret.model import super_stream as ss
-from leveret.model.stream import StreamQueue
+from leveret.model.queues.stream import StreamQueue
 from leveret.model.vhost import VirtualHost
 
 OWNER = object()

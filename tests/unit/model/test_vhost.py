@@ -15,7 +15,7 @@ from leveret.testing import RecordingSink, make_message
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
 
 OWNER = object()
 
@@ -65,9 +65,9 @@ def test_passive_declares() -> None:
     with pytest.raises(NotFound):
         vhost.declare_exchange("x", "direct", passive=True)
     with pytest.raises(NotFound):
-        vhost.declare_queue("q", owner=OWNER, passive=True)
+        vhost.passive_declare("q", owner=OWNER)
     queues(vhost, "q")
-    assert vhost.declare_queue("q", owner=object(), passive=True).name == "q"
+    assert vhost.passive_declare("q", owner=object()) == ("q", 0, 0)
 
 
 def test_server_named_queues() -> None:
@@ -98,7 +98,7 @@ def test_exclusive_queue_is_locked_to_its_owner_405() -> None:
     vhost.declare_exchange("x", "fanout")
     attempts: dict[str, Callable[[], object]] = {
         "declare": lambda: vhost.declare_queue("q", owner=stranger, exclusive=True),
-        "passive": lambda: vhost.declare_queue("q", owner=stranger, passive=True),
+        "passive": lambda: vhost.passive_declare("q", owner=stranger),
         "bind": lambda: vhost.bind_queue("q", "x", "", {}, owner=stranger),
         "unbind": lambda: vhost.unbind_queue("q", "x", "", {}, owner=stranger),
         "purge": lambda: vhost.purge_queue("q", owner=stranger),

@@ -11,6 +11,7 @@ from leveret.protocol.amqp010._generated import commands as c
 from leveret.protocol.amqp010._generated.structs import Acquired, DeliveryProperties
 from leveret.protocol.amqp010.sequence import SequenceSet
 from leveret.testing import MemoryPager
+from tests.queue_support import classic
 from tests.unit.server.amqp010_support import Client010
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ def _deep(count: int) -> tuple[Client010, Broker]:
     broker.attach_pager(MemoryPager())
     client = Client010(broker).open()
     client.send(c.QueueDeclare(queue="deep"))
-    queue = broker.vhosts["/"].queues["deep"]
+    queue = classic(broker.vhosts["/"].queues["deep"])
     queue.resident_max, queue.resident_low, queue.page_messages = 8, 4, 5
     for i in range(count):
         client.transfer("", "deep", b"m%d" % i)
@@ -186,7 +187,7 @@ def test_a_browser_sees_the_paged_tail_in_order() -> None:
     assert [t.body for t in client.transfers()] == [b"m%d" % i for i in range(15)]
     client.send(c.MessageFlow(destination="d", unit=MESSAGES, value=ALL))
     assert [t.body for t in client.transfers()] == [b"m%d" % i for i in range(40)]
-    queue = broker.vhosts["/"].queues["deep"]
+    queue = classic(broker.vhosts["/"].queues["deep"])
     assert queue.message_count == 40  # browsing took nothing
     # Messages arriving later are seen too.
     client.transfer("", "deep", b"late")
@@ -203,7 +204,7 @@ def test_acquire_a_browsed_message_from_the_paged_tail() -> None:
     assert isinstance(result, Acquired)
     assert result.transfers == _ids(*wanted)
     client.send(c.MessageAccept(transfers=_ids(*wanted)))
-    queue = broker.vhosts["/"].queues["deep"]
+    queue = classic(broker.vhosts["/"].queues["deep"])
     assert queue.message_count == 28
     consumer = Client010(broker, client.users).open()
     _subscribe(consumer, "deep")

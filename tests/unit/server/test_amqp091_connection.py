@@ -26,6 +26,7 @@ from leveret.testing import (
     ProtocolHeader,
     amqplain_response,
 )
+from tests.queue_support import classic
 
 
 def connected(
@@ -758,7 +759,7 @@ def test_a_publisher_feeding_a_queue_its_consumers_fall_behind_gets_short_turns(
     consumer.expect(1, m.BasicQosOk)
     consumer.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
     consumer.expect(1, m.BasicConsumeOk)
-    queue = broker.vhosts["/"].queues["q"]
+    queue = classic(broker.vhosts["/"].queues["q"])
     queue.backlog_pace = 5
     publisher = connected(broker=broker)
     burst = b"".join(publisher.encode_publish(1, "", "q", b"m") for _ in range(TURN_FRAMES))

@@ -102,7 +102,7 @@ def test_the_oldest_unacked_delivery_decides() -> None:
     w.sessions[0].ack(2)  # out of order: the older one is still unacked
     w.advance(4.5)
     assert [e.consumer_tag for e in w.sinks[0].take("consumer_cancelled")] == ["c"]
-    assert [e.message.body for e in w.vhost.queues["q"].ready if e.message] == [b"a"]
+    assert [e.message.body for e in w.vhost.queues["q"].ready_entries() if e.message] == [b"a"]
 
 
 def test_a_renewed_head_moves_the_deadline() -> None:

@@ -8,6 +8,7 @@ from leveret.errors import AccessRefused, NotAllowed, NotFound, PreconditionFail
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink, SinkEvent, make_message
+from tests.queue_support import classic
 
 
 class World:
@@ -16,7 +17,7 @@ class World:
     def __init__(self) -> None:
         self.vhost = VirtualHost("/")
         self.owner = object()
-        self.queue = self.vhost.declare_queue("q", owner=self.owner)
+        self.queue = classic(self.vhost.declare_queue("q", owner=self.owner))
 
     def session(self) -> tuple[Session, RecordingSink]:
         sink = RecordingSink()

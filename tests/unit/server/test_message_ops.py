@@ -9,16 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from leveret.model.delayed import DelayQueue
+from leveret.model.queues.delayed import DelayQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server import message_ops as tools
 from leveret.server.amqp091.message import wire_message
 from leveret.testing.pager import MemoryPager
+from tests.queue_support import classic
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
 
 
 def msg(body: bytes, key: str = "q", **props: Any) -> Message:
@@ -39,7 +40,7 @@ def run(coro: Any) -> Any:
 def test_browse_reads_a_paged_tail_and_changes_nothing() -> None:
     vhost = VirtualHost("/")
     vhost.pager = MemoryPager()
-    queue = vhost.declare_queue("deep", owner=None)
+    queue = classic(vhost.declare_queue("deep", owner=None))
     queue.pager = vhost.pager
     queue.resident_max, queue.resident_low, queue.page_messages = 8, 4, 4
     for i in range(30):
@@ -53,21 +54,21 @@ def test_browse_reads_a_paged_tail_and_changes_nothing() -> None:
     rows = run(tools.browse(queue, {"offset": 20, "count": 3}))
     assert [r["payload"] for r in rows] == ["m20", "m21", "m22"]
     # A move from the head brings the pages back as it goes.
-    target = vhost.declare_queue("target", owner=None)
+    target = classic(vhost.declare_queue("target", owner=None))
     assert run(tools.move(vhost, queue, {"to_queue": "target", "limit": 25}))["moved"] == 25
     assert [e.message.body for e in target.ready] == [b"m%d" % i for i in range(25)]
-    assert [e.message.body for e in queue.browse()] == [b"m%d" % i for i in range(25, 30)]
+    assert [b.entry.message.body for b in queue.browse()] == [b"m%d" % i for i in range(25, 30)]
 
 
 def test_browse_and_take_in_a_priority_queue() -> None:
     vhost = VirtualHost("/")
     queue = filled(vhost, "prio", 6, **{"x-max-priority": 2})
-    order = [e.message.body for e in queue.browse()]
+    order = [b.entry.message.body for b in queue.browse()]
     assert order == [b"m2", b"m5", b"m1", b"m4", b"m0", b"m3"]  # priority order, then FIFO
-    entry = next(e for e in queue.browse() if e.message.body == b"m1")
+    entry = next(b.entry for b in queue.browse() if b.entry.message.body == b"m1")
     assert queue.take(entry)
     assert not queue.take(entry)
-    assert [e.message.body for e in queue.browse()] == [b"m2", b"m5", b"m4", b"m0", b"m3"]
+    assert [b.entry.message.body for b in queue.browse()] == [b"m2", b"m5", b"m4", b"m0", b"m3"]
     assert queue.message_count == 5
 
 
@@ -109,8 +110,8 @@ def test_move_refused_by_the_target_goes_back_to_the_source() -> None:
     )
     result = run(tools.move(vhost, source, {"to_queue": "full"}))
     assert result == {"moved": 1, "unroutable": 0, "refused": 2}
-    assert [e.message.body for e in vhost.queues["full"].ready] == [b"m0"]
-    assert [e.message.body for e in source.ready] == [b"m1", b"m2"]
+    assert [e.message.body for e in vhost.queues["full"].ready_entries()] == [b"m0"]
+    assert [e.message.body for e in source.ready_entries()] == [b"m1", b"m2"]
 
 
 def test_move_errors() -> None:
@@ -131,7 +132,7 @@ def test_replay_reads_the_newest_death() -> None:
     vhost = VirtualHost("/")
     vhost.declare_queue("a", owner=None)
     vhost.declare_queue("b", owner=None)
-    dlq = vhost.declare_queue("dlq", owner=None)
+    dlq = classic(vhost.declare_queue("dlq", owner=None))
     deaths = [{"queue": "b", "reason": "expired"}, {"queue": "a", "reason": "rejected"}]
     dlq.enqueue(msg(b"went b", headers={"x-death": deaths}))
     dlq.enqueue(msg(b"first only", headers={"x-first-death-queue": "a"}))
@@ -139,8 +140,8 @@ def test_replay_reads_the_newest_death() -> None:
     result = run(tools.replay(vhost, dlq, {}))
     assert result == {"moved": 2, "unroutable": 0, "refused": 0, "skipped": 1,
                       "queues": {"b": 1, "a": 1}}  # fmt: skip
-    assert [e.message.body for e in vhost.queues["a"].ready] == [b"first only"]
-    assert [e.message.body for e in vhost.queues["b"].ready] == [b"went b"]
+    assert [e.message.body for e in vhost.queues["a"].ready_entries()] == [b"first only"]
+    assert [e.message.body for e in vhost.queues["b"].ready_entries()] == [b"went b"]
     assert [e.message.body for e in dlq.ready] == [b"gone"]
 
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
-from leveret.model.stream import MemoryStreamBackend, StreamQueue
+from leveret.model.queues.stream import StreamQueue
+from leveret.model.queues.stream_log import MemoryStreamBackend
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.chunk import entries_of

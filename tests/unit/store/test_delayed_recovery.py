@@ -8,7 +8,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from leveret.model.broker import Broker
-from leveret.model.delayed import Selector
+from leveret.model.queues.delayed import Selector
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
 from leveret.server.stored import stored_message
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from leveret.model.delayed import DelayQueue
+    from leveret.model.queues.delayed import DelayQueue
     from leveret.model.vhost import VirtualHost
 
 WALL = 1_700_000_000.0
@@ -92,10 +92,10 @@ def test_pending_messages_come_back_with_their_due_times(tmp_path: Path) -> None
         (b"transient", due + 5000, "a"),
         (b"later", due + 9000, None),
     ]
-    assert [e.message.body for e in vhost.queues["q"].ready] == [b"soon"]
-    assert vhost.queues["q"].ready[0].message.headers == {"x-delay": -1000}
+    assert [e.message.body for e in vhost.queues["q"].ready_entries()] == [b"soon"]
+    assert vhost.queues["q"].ready_entries()[0].message.headers == {"x-delay": -1000}
     broker.timers.expire(5.0)
-    assert [e.message.body for e in vhost.queues["q"].ready] == [b"soon", b"transient"]
+    assert [e.message.body for e in vhost.queues["q"].ready_entries()] == [b"soon", b"transient"]
 
     def more() -> None:
         _publish(vhost, b"new", 100)  # after a restart the store's id is the recovered one

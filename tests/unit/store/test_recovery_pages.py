@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from leveret.model.broker import Broker
-from leveret.model.queue import Queue
+from leveret.model.queues import ClassicQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
@@ -17,6 +17,7 @@ from leveret.server.stored import stored_message
 from leveret.store.disk import DiskStore
 from leveret.store.recovery import restore
 from leveret.testing import MemoryPager, RecordingSink
+from tests.queue_support import classic
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,9 +28,9 @@ EXPIRING = BasicProperties(delivery_mode=2, expiration="600000").encode()
 
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Queue, "resident_max", 8)
-    monkeypatch.setattr(Queue, "resident_low", 4)
-    monkeypatch.setattr(Queue, "page_messages", 10)
+    monkeypatch.setattr(ClassicQueue, "resident_max", 8)
+    monkeypatch.setattr(ClassicQueue, "resident_low", 4)
+    monkeypatch.setattr(ClassicQueue, "page_messages", 10)
 
 
 def _fill(path: Path, props: list[bytes], delivered: set[int]) -> None:
@@ -50,13 +51,13 @@ def _fill(path: Path, props: list[bytes], delivered: set[int]) -> None:
     asyncio.run(main())
 
 
-def _recover(path: Path) -> tuple[Broker, DiskStore, Queue]:
+def _recover(path: Path) -> tuple[Broker, DiskStore, ClassicQueue]:
     store = DiskStore(path)
     recovered = store.open()
     broker = Broker()
     broker.attach_pager(MemoryPager())
     restore(broker, recovered, stored_message)
-    return broker, store, broker.vhosts["/"].queues["q"]
+    return broker, store, classic(broker.vhosts["/"].queues["q"])
 
 
 def test_a_deep_queue_comes_back_as_a_head_and_stored_pages(tmp_path: Path) -> None:

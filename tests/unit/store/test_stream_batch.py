@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.model.stream import MemoryStreamLog, StreamQueue
+from leveret.model.queues.stream import StreamQueue
+from leveret.model.queues.stream_log import MemoryStreamLog
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import entries_of, parse_header, simple_entry
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from leveret.model.stream import StoredChunk, StreamLog
+    from leveret.model.queues.stream_log import StoredChunk, StreamLog
 
 STREAM = {"x-queue-type": "stream"}
 

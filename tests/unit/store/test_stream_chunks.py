@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from leveret.model.stream import StoredChunk
+    from leveret.model.queues.stream_log import StoredChunk
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from leveret.model.memory_gauge import MemoryGauge
-from leveret.model.stream import MemoryStreamLog, StreamEntry, StreamQueue
+from leveret.model.queues.stream import StreamQueue
+from leveret.model.queues.stream_log import MemoryStreamLog, StreamEntry
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.stream_headers import stamp_stream

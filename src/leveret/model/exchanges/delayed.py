@@ -4,7 +4,7 @@ rabbitmq-delayed-message-exchange plugin defines it, plus cancelling over AMQP.
 Declared with the argument ``x-delayed-type`` naming the exchange type whose routing it
 takes (direct, topic, fanout, headers); the bindings are that type's. A message whose
 ``x-delay`` header is a delay in milliseconds, ``0 < delay <= 2**32 - 1``, goes to the
-exchange's store (``model/delayed.py``) instead of the bound queues, and is routed from the
+exchange's store (``model/queues/delayed.py``) instead of the bound queues, and is routed from the
 exchange when it is due; any other message (no header, zero, negative, too large, not a
 number) is routed at once, as the plugin does. The delay is read as the plugin reads it
 (``rabbit_delayed_message_utils:get_delay/1``): integers of any width as they are, decimal
@@ -15,7 +15,7 @@ meets further on, and a consumer can tell it was delayed (the plugin's
 
 Leveret's own addition: a message published to a delayed exchange with the header
 ``x-delayed-cancel`` is not routed; it cancels the pending messages of that exchange that
-match it (``model/delayed.py``, ``Selector.from_header``).
+match it (``model/queues/delayed.py``, ``Selector.from_header``).
 
 This module imports nothing from leveret but :mod:`leveret.errors` and its siblings.
 """

@@ -23,7 +23,6 @@ from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.dtx import XA_OK
 from leveret.model.exchanges import TYPES
 from leveret.model.exchanges.base import freeze
-from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp010._generated import commands as c
 from leveret.protocol.amqp010._generated.constants import ExecutionErrorCode
 from leveret.protocol.amqp010._generated.structs import (
@@ -598,7 +597,7 @@ def queue_purge(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "queue.purge: no queue name")
     _guard(conn).queue_purge(name)
     queue = ssn.vhost.queue(name, ssn)
-    if isinstance(queue, StreamQueue):
+    if not queue.type.purges:
         raise queue.unsupported("queue.purge")
     queue.purge()
     return True

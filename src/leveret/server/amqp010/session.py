@@ -45,7 +45,6 @@ from leveret.model import settle
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
-from leveret.model.stream import StreamQueue
 from leveret.model.transaction import ACCEPT
 from leveret.protocol.amqp010._generated.commands import MessageTransfer
 from leveret.server.amqp010.mapping import delivery_parts
@@ -56,7 +55,7 @@ if TYPE_CHECKING:
     from leveret.model.dtx import Branch, Coordinator
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.transaction import Transaction
     from leveret.model.vhost import VirtualHost
     from leveret.protocol.amqp010.sequence import SequenceSet
@@ -388,7 +387,8 @@ class Session(ConsumerOwner):
         if not queue_name:
             raise NotFound("message.subscribe: no queue given")
         queue = self.vhost.queue(queue_name, self)
-        if isinstance(queue, StreamQueue):
+        if queue.type.offsets:
+            # Its consumers choose an offset, which 0-10's subscribe cannot say.
             raise NotAllowed(f"stream queue '{queue_name}' cannot be subscribed to over 0-10")
         if destination in self.subscriptions:
             raise NotAllowed(f"subscription '{destination}' already exists on the session")

@@ -13,10 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leveret.errors import InternalError, NotAllowed
-from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX
-from leveret.model.stream import StreamQueue
+from leveret.model.router import REPLY_TO
+from leveret.model.vhost import Declared
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.server.amqp091.session import stream_refusal
 from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
@@ -82,27 +81,32 @@ def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
     name = channel.guard.queue_declare(
         method.queue, passive=method.passive, arguments=method.arguments
     )
-    queue = session.vhost.declare_queue(
-        method.queue,
-        owner=session.owner,
-        passive=method.passive,
-        durable=method.durable,
-        exclusive=method.exclusive,
-        auto_delete=method.auto_delete,
-        arguments=method.arguments,
-        generated_name=name,
-    )
-    session.last_queue = queue.name
-    count = queue.message_count
-    consumers = queue.consumer_count
-    if method.passive and isinstance(queue, StreamQueue):
-        count = queue.lookup(method.arguments)  # a Leveret addition: offset lookups
-    elif queue.name == REPLY_TO or queue.name.startswith(REPLY_TO_PREFIX):
-        consumers = 1  # direct reply-to's pseudo-queue: RabbitMQ counts its requester
+    vhost = session.vhost
+    if method.passive:
+        # (A stream answers the offset x-stream-offset points at: a Leveret addition.)
+        declared = vhost.passive_declare(
+            method.queue, owner=session.owner, arguments=method.arguments
+        )
+    else:
+        queue = vhost.declare_queue(
+            method.queue,
+            owner=session.owner,
+            durable=method.durable,
+            exclusive=method.exclusive,
+            auto_delete=method.auto_delete,
+            arguments=method.arguments,
+            generated_name=name,
+        )
+        declared = Declared(queue.name, queue.message_count, queue.consumer_count)
+    session.last_queue = declared.queue
     if not method.no_wait:
         channel.conn.send_method(
             channel.id,
-            m.QueueDeclareOk(queue=queue.name, message_count=count, consumer_count=consumers),
+            m.QueueDeclareOk(
+                queue=declared.queue,
+                message_count=declared.message_count,
+                consumer_count=declared.consumer_count,
+            ),
         )
 
 
@@ -147,8 +151,8 @@ def queue_purge(channel: Channel, method: m.QueuePurge) -> None:
     name = session.queue_name(method.queue)
     channel.guard.queue_purge(name)
     queue = session.vhost.queue(name, session.owner)
-    if isinstance(queue, StreamQueue):
-        raise stream_refusal(queue, "queue.purge")
+    if not queue.type.purges:
+        raise queue.unsupported("queue.purge")
     count = queue.purge()
     if not method.no_wait:
         channel.conn.send_method(channel.id, m.QueuePurgeOk(message_count=count))

@@ -27,14 +27,13 @@ import logging
 import os
 from typing import TYPE_CHECKING, Final, Protocol
 
-from leveret.errors import NotAllowed, NotFound, NotImplemented_, PreconditionFailed
+from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.consumer import UNLIMITED, Consumer, ConsumerOwner
 from leveret.model.publisher import NO_ROUTE, Publisher
-from leveret.model.queue_args import consumer_priority, consumer_timeout
+from leveret.model.queues.args import consumer_priority, consumer_timeout
 from leveret.model.router import REPLY_TO
 from leveret.model.settle import Delivery
-from leveret.model.stream import OffsetSpec, StreamConsumer, StreamQueue
 from leveret.model.transaction import ACCEPT, REJECT, RELEASE
 
 if TYPE_CHECKING:
@@ -73,11 +72,6 @@ def _consumer_tag() -> str:
     return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
-def stream_refusal(queue: StreamQueue, operation: str) -> NotImplemented_:
-    """RabbitMQ closes the connection (540) on these operations on a stream."""
-    return queue.unsupported(operation)
-
-
 class Session(ConsumerOwner):
     """The state of one channel of one client connection."""
 
@@ -112,8 +106,9 @@ class Session(ConsumerOwner):
         # Direct reply-to: our consumer of amq.rabbitmq.reply-to (its key is the
         # publisher's reply_key).
         self.reply_consumer = ""
-        # Whether this channel ever consumed from a stream (reject/nack must check).
-        self._streams = False
+        # Whether this channel ever consumed from a queue whose deliveries cannot be
+        # rejected (a stream: reject and nack must check).
+        self._unrejectable = False
         # Management counters: plain increments, sampled on a timer (management/).
         self.n_deliver = 0
         self.n_deliver_no_ack = 0
@@ -304,47 +299,27 @@ class Session(ConsumerOwner):
         if timeout is None:
             timeout = self.consumer_timeout
         queue.check_exclusive_use(exclusive)
-        credit = self.prefetch_count or UNLIMITED
-        consumer: Consumer
-        if isinstance(queue, StreamQueue):
-            spec = self._check_stream_consumer(queue, no_ack, arguments)
-            self._streams = True
-            consumer = StreamConsumer(
-                consumer_tag,
-                queue,
-                self,
-                spec=spec,
-                exclusive=exclusive,
-                credit=credit,
-                arguments=arguments,
-                priority=priority,
-                timeout=timeout,
-            )
-        else:
-            consumer = Consumer(
-                consumer_tag,
-                queue,
-                self,
-                auto_settle=no_ack,
-                exclusive=exclusive,
-                credit=UNLIMITED if no_ack else credit,
-                arguments=arguments,
-                priority=priority,
-                timeout=None if no_ack else timeout,
-            )
+        kind = queue.type
+        # RabbitMQ's checks for a stream, in its order (406, then 540: the connection goes).
+        if kind.needs_credit and not self.prefetch_count:
+            raise PreconditionFailed(f"consumer prefetch count is not set for '{queue.resource}'")
+        if no_ack and not kind.auto_settle:
+            raise queue.unsupported("automatic acknowledgement")
+        consumer = queue.consumer(
+            consumer_tag,
+            self,
+            auto_settle=no_ack,
+            exclusive=exclusive,
+            credit=UNLIMITED if no_ack else self.prefetch_count or UNLIMITED,
+            arguments=arguments,
+            priority=priority,
+            timeout=None if no_ack else timeout,
+        )
         queue.add_consumer(consumer)
+        if not kind.rejects:
+            self._unrejectable = True
         self.consumers[consumer_tag] = consumer
         return consumer_tag
-
-    def _check_stream_consumer(
-        self, queue: StreamQueue, no_ack: bool, arguments: Mapping[str, object]
-    ) -> OffsetSpec:
-        """RabbitMQ's checks of basic.consume on a stream; returns where to start."""
-        if not self.prefetch_count:
-            raise PreconditionFailed(f"consumer prefetch count is not set for '{queue._where()}'")
-        if no_ack:
-            raise stream_refusal(queue, "automatic acknowledgement")
-        return queue.offset_spec(arguments)
 
     def _consume_replies(self, consumer_tag: str, *, no_ack: bool) -> str:
         """basic.consume on amq.rabbitmq.reply-to (RabbitMQ's direct reply-to rules)."""
@@ -424,8 +399,8 @@ class Session(ConsumerOwner):
     def get(self, queue_name: str, *, no_ack: bool) -> tuple[int, QueuedMessage, int] | None:
         """(delivery_tag, entry, messages left) or None when the queue is empty."""
         queue = self.vhost.queue(self.queue_name(queue_name), self.owner)
-        if isinstance(queue, StreamQueue):
-            raise stream_refusal(queue, "basic.get")
+        if not queue.type.gets:
+            raise queue.unsupported("basic.get")
         entry = queue.get(auto_settle=no_ack)
         if entry is None:
             self.n_get_empty += 1
@@ -497,8 +472,8 @@ class Session(ConsumerOwner):
         self._settle(items)
 
     def reject(self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
-        if self._streams:
-            self._refuse_stream_reject(delivery_tag, multiple)
+        if self._unrejectable:
+            self._refuse_reject(delivery_tag, multiple)
         items = self._take(delivery_tag, multiple)
         tx = self.publisher.tx
         if tx is not None:
@@ -507,8 +482,9 @@ class Session(ConsumerOwner):
             return
         self._reject(items, requeue)
 
-    def _refuse_stream_reject(self, delivery_tag: int, multiple: bool) -> None:
-        """RabbitMQ closes the connection (540) on a reject/nack of a stream delivery."""
+    def _refuse_reject(self, delivery_tag: int, multiple: bool) -> None:
+        """RabbitMQ closes the connection (540) on a reject/nack of a delivery its queue
+        cannot take back (a stream's)."""
         if multiple:
             items = [
                 item
@@ -520,8 +496,8 @@ class Session(ConsumerOwner):
             items = [] if item is None else [item]
         for item in items:
             queue = item.queue
-            if isinstance(queue, StreamQueue):
-                raise stream_refusal(queue, "basic.nack and basic.reject")
+            if not queue.rejects():
+                raise queue.unsupported("basic.nack and basic.reject")
 
     def _settle(self, items: list[tuple[int, Delivery]]) -> None:
         self._release(items)

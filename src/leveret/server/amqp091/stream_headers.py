@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 
 from leveret.model.message import HINT_HEADERS, Message
-from leveret.model.stream import OFFSET_HEADER, TIMESTAMP_HEADER
+from leveret.model.queues.stream_log import OFFSET_HEADER, TIMESTAMP_HEADER
 from leveret.server.amqp091.message import decode_properties, encode_properties
 
 _LONG = struct.Struct(">q")

@@ -55,9 +55,12 @@ from leveret.server.amqp10.message import (
 from leveret.server.amqp10.selector import message_lookup
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
+    from leveret.model.queues.fifo import ClassicQueue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
     from leveret.server.amqp10.selector import Selector
@@ -84,6 +87,7 @@ class OutgoingLink(ConsumerOwner):
         *,
         settled: bool,
         temporary: bool = False,
+        arguments: Mapping[str, object] | None = None,
     ) -> None:
         self.session = session
         self.handle = handle
@@ -94,8 +98,10 @@ class OutgoingLink(ConsumerOwner):
         # with it.
         self.temporary = temporary
         self.closed = False
-        # A stream's link replaces it with a StreamConsumer before start().
-        self.consumer = Consumer(name, queue, self, auto_settle=settled, exclusive=False, credit=0)
+        # ``arguments``: what the queue's type reads (a stream: where the link starts).
+        self.consumer = queue.consumer(
+            name, self, auto_settle=settled, credit=0, arguments=arguments
+        )
 
     def start(self) -> None:
         self.queue.add_consumer(self.consumer)
@@ -174,7 +180,7 @@ class SelectorLink(Browser):
         session: SessionCore,
         handle: int,
         name: str,
-        queue: Queue,
+        queue: ClassicQueue,
         *,
         settled: bool,
         selector: Selector,
@@ -208,7 +214,7 @@ class SelectorLink(Browser):
         session = self.session
         ready = queue.ready
         if not isinstance(ready, deque):
-            return  # priority levels: the session does not make selector links for them
+            return  # priority levels: the session makes selector links only where selectable()
         unmatched = self.unmatched
         if len(unmatched) > 2 * len(ready) + 64:
             self.unmatched = unmatched = {e.seq for e in ready if e.seq in unmatched}

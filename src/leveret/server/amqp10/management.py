@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from leveret.errors import AMQPError
-from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp10 import (
     Accepted,
     AMQP10Error,
@@ -41,7 +40,7 @@ from leveret.protocol.amqp10.types import decode_value
 from leveret.server.amqp10.message import field_value, value_of_field
 
 if TYPE_CHECKING:
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
     from leveret.server.amqp10.session_core import SessionCore
@@ -148,7 +147,7 @@ class ManagementNode:
         ):
             name = unquote(segments[1])
             queue = self._queue(name)
-            if isinstance(queue, StreamQueue):
+            if not queue.type.purges:
                 raise HttpError("400", f"purge not supported by queue '{name}'")
             self.session.guard.queue_purge(name)
             count = self.session.vhost.purge_queue(name, owner=self.session.client)
@@ -185,22 +184,16 @@ class ManagementNode:
         arguments: dict[Value, Value] = {
             str(k): value_of_field(v) for k, v in queue.arguments.items()
         }
-        kind = (
-            "stream"
-            if isinstance(queue, StreamQueue)
-            else str(queue.arguments.get("x-queue-type", "classic"))
-        )
         return {
-            "message_count": ULong(
-                queue.message_count if not isinstance(queue, StreamQueue) else 0
-            ),
+            # RabbitMQ 4 counts no messages in a stream (its positions are offsets).
+            "message_count": ULong(0 if queue.type.offsets else queue.message_count),
             "consumer_count": UInt(queue.consumer_count),
             "name": queue.name,
             "vhost": vhost.name,
             "durable": queue.durable,
             "auto_delete": queue.auto_delete,
             "exclusive": queue.exclusive,
-            "type": kind,
+            "type": queue.type.name,
             "arguments": arguments,
             "leader": "leveret",
             "replicas": ["leveret"],

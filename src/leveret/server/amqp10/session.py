@@ -19,12 +19,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
-from leveret.model.stream import StreamConsumer, StreamQueue
+from leveret.model.queues.classic import selectable
+from leveret.model.queues.stream_log import OFFSET_HEADER
 from leveret.protocol.amqp10 import (
     AMQP10Error,
     Coordinator,
@@ -138,11 +138,12 @@ class Session(SessionCore):
                     self._declare_v1(where.queue, source.durable)
                 guard.consume(where.queue)
                 queue = vhost.queue(where.queue, owner)
-        stream = isinstance(queue, StreamQueue)
-        spec = None
-        if isinstance(queue, StreamQueue):
-            spec = queue.offset_spec({"x-stream-offset": _offset_spec(source.filter)})
-            settled = False  # a stream's deliveries are settled (they only return credit)
+        arguments: dict[str, object] | None = None
+        if queue.type.offsets:
+            # Where the link starts: RabbitMQ's stream filter, as the queue's type reads it.
+            arguments = {OFFSET_HEADER: _offset_spec(source.filter)}
+        if not queue.type.auto_settle:
+            settled = False  # a stream's deliveries are unsettled (they only return credit)
         found = _selector(source.filter)
         # Spec 3.5.1: the answer's source lists the filters applied; a selector applies
         # where a browser can take from the middle of the queue (not a stream, nor
@@ -150,7 +151,7 @@ class Session(SessionCore):
         applied = dict(source.filter or {})
         if found is not None:
             filter_key, text = found
-            if stream or not isinstance(queue.ready, deque) or temporary:
+            if temporary or not selectable(queue):
                 del applied[filter_key]
             else:
                 try:
@@ -173,11 +174,14 @@ class Session(SessionCore):
                 return
             source = dataclasses.replace(source, filter=applied or None)
         link = OutgoingLink(
-            self, event.handle, event.name, queue, settled=settled, temporary=temporary
+            self,
+            event.handle,
+            event.name,
+            queue,
+            settled=settled,
+            temporary=temporary,
+            arguments=arguments,
         )
-        if stream:
-            assert spec is not None
-            link.consumer = StreamConsumer(event.name, queue, link, spec=spec, credit=0)
         machine.accept_link(
             self.channel,
             event.handle,

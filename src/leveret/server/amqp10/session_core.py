@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Client
     from leveret.model.message import Message
     from leveret.model.publisher import Publisher
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.settle import Delivery
     from leveret.model.timers import Timers
     from leveret.model.vhost import VirtualHost

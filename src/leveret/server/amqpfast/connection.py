@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Broker, Client
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.protocol.amqp091.connection import Limits
 
 __all__ = ["FastConnection"]

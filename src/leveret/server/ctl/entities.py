@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError
-from leveret.model.stream import StreamQueue
 from leveret.server.definitions import export_all, import_document
 from leveret.server.parameters import runtime_of
 from leveret.server.rows import (
@@ -184,8 +183,8 @@ async def purge_queue(admin: Admin, args: dict[str, Any]) -> int:
     queue = vhost.queues.get(name)
     if queue is None:
         raise AdminError(f"Queue '{name}' in vhost '{vhost.name}' does not exist")
-    if isinstance(queue, StreamQueue):
-        raise AdminError("purge is not supported by stream queues")
+    if not queue.type.purges:
+        raise AdminError(f"purge is not supported by {queue.type.name} queues")
     return int(queue.purge())
 
 

@@ -16,7 +16,7 @@ from leveret.server import message_ops as tools
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.model.queue import Queue
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.ctl.admin import Admin
 

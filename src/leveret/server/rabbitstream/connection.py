@@ -42,12 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from leveret.auth import authn
 from leveret.auth.access import Access
 from leveret.errors import AccessRefused, AMQPError, NotAllowed, PreconditionFailed
-from leveret.model.stream import (
-    ChunkConsumer,
-    ChunkOwner,
-    OffsetSpec,
-    StreamQueue,
-)
+from leveret.model.queues.stream import ChunkConsumer, ChunkOwner, OffsetSpec, StreamQueue
 from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
@@ -59,7 +54,7 @@ if TYPE_CHECKING:
 
     from leveret.model.broker import Client
     from leveret.model.consumer import Consumer
-    from leveret.model.stream import StoredChunk
+    from leveret.model.queues.stream_log import StoredChunk
     from leveret.model.vhost import VirtualHost
     from leveret.server.rabbitstream.state import StreamServer
 

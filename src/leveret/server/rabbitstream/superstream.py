@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from leveret.auth.access import Access
-    from leveret.model.stream import StreamQueue
+    from leveret.model.queues.stream import StreamQueue
     from leveret.model.vhost import VirtualHost
 
 SUPER_STREAM_PROPERTY = "super-stream"

@@ -1,11 +1,12 @@
 """A classic queue whose messages are keyed: message groups (``model/message_groups.py``)
 and/or last-value replacement (``model/last_value.py``).
 
-The vhost makes a ``KeyedQueue`` instead of a ``Queue`` when the arguments name a group key
-(``qpid.group_header_key``) or a last-value key (``qpid.last_value_queue_key``), whatever
-protocol declares it. Everything else is the classic queue's: it only takes the feature
-paths (which keep every ready message in memory, in ``ready``), and it tells its two tables
-what happens to entries at the few places where entries move:
+The classic type (``classic.py``) makes a ``KeyedQueue`` instead of a ``ClassicQueue`` when
+the arguments name a group key (``qpid.group_header_key``) or a last-value key
+(``qpid.last_value_queue_key``), whatever protocol declares it. Everything else is the
+classic queue's: it only takes the feature paths (which keep every ready message in memory,
+in ``ready``), and it tells its two tables what happens to entries at the few places where
+entries move:
 
 - an entry becomes ready (``_place`` of a new one, ``_requeue_special``, recovery);
 - a ready entry is handed out (``_hand_over``, ``get``, ``acquire``);
@@ -21,15 +22,12 @@ replaces nothing of ``Queue`` for them.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.model import dead_letter as dl
 from leveret.model.last_value import LastValueIndex
 from leveret.model.message_groups import MessageGroups
-from leveret.model.queue import Queue
-from leveret.model.queue_features import PriorityReady
+from leveret.model.queues.fifo import ClassicQueue
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -37,14 +35,14 @@ if TYPE_CHECKING:
     from leveret.model.consumer import Consumer
     from leveret.model.entry import QueuedMessage
     from leveret.model.memory_gauge import MemoryGauge
-    from leveret.model.queue_args import QueueConfig
-    from leveret.model.queue_features import QueueHost
+    from leveret.model.queues.args import QueueConfig
+    from leveret.model.queues.base import QueueHost, QueueType
     from leveret.model.timers import Timers
 
 __all__ = ["KeyedQueue"]
 
 
-class KeyedQueue(Queue):
+class KeyedQueue(ClassicQueue):
     """A classic queue with message groups and/or last-value keys; see the module docstring."""
 
     def __init__(
@@ -60,6 +58,7 @@ class KeyedQueue(Queue):
         gauge: MemoryGauge | None = None,
         host: QueueHost | None = None,
         timers: Timers | None = None,
+        queue_type: QueueType,
     ) -> None:
         super().__init__(
             vhost_name,
@@ -72,6 +71,7 @@ class KeyedQueue(Queue):
             config=config,
             host=host,
             timers=timers,
+            queue_type=queue_type,
         )
         self.groups: MessageGroups | None = (
             MessageGroups(config.group_key) if config.group_key is not None else None
@@ -89,7 +89,7 @@ class KeyedQueue(Queue):
         last_values = self.last_values
         if last_values is not None:
             old = last_values.replaces(entry)
-            if old is not None and self._unready(old):
+            if old is not None and self._remove_ready(old):
                 self._replaced(old)
         groups = self.groups
         if groups is None:
@@ -116,13 +116,12 @@ class KeyedQueue(Queue):
         last_values = self.last_values
         if last_values is not None:
             old = last_values.replaces(entry)
-            if old is not None and self._unready(old):
+            if old is not None and self._remove_ready(old):
                 self._replaced(old)
         if self.groups is not None:
             self.groups.ready(entry)
 
     def _requeue_special(self, entries: Iterable[QueuedMessage], redelivered: bool) -> None:
-        ready = self.ready
         groups = self.groups
         last_values = self.last_values
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
@@ -132,12 +131,11 @@ class KeyedQueue(Queue):
             if last_values is not None and not last_values.back(entry):
                 self._gone(entry)  # a newer value of its key is ready: this one is stale
                 continue
-            if redelivered:
-                entry.redelivered = True
-            if isinstance(ready, PriorityReady):
-                ready.put_back(entry)
-            else:
-                _insert(ready, entry)
+            if not self._returned(entry, redelivered):
+                continue
+            if entry.sid:
+                self.store.requeued(self, entry)
+            self._put_back(entry)
             self.ready_bytes += len(entry.message.body)
             if groups is not None:
                 groups.ready(entry)
@@ -171,17 +169,6 @@ class KeyedQueue(Queue):
             self.groups.unready(old)
         self._gone(old)
 
-    def _unready(self, entry: QueuedMessage) -> bool:
-        """Take ``entry`` out of ``ready`` wherever it is; False if it is not there."""
-        ready = self.ready
-        if isinstance(ready, PriorityReady):
-            return ready.remove(entry)
-        i = bisect_left(ready, entry.seq, key=lambda e: e.seq)
-        if i >= len(ready) or ready[i] is not entry:
-            return False
-        del ready[i]
-        return True
-
     def settle(self, entry: QueuedMessage) -> None:
         self._left(entry)
         super().settle(entry)
@@ -210,7 +197,7 @@ class KeyedQueue(Queue):
             if entry is None:
                 self.n_get_empty += 1
                 return None
-            self._unready(entry)
+            self._remove_ready(entry)
             self.ready_bytes -= len(entry.message.body)
             if entry.expires is not None and entry.expires <= now:
                 self._drop(entry, dl.EXPIRED)
@@ -227,8 +214,8 @@ class KeyedQueue(Queue):
         else:
             self.n_get += 1
             self.unacked_count += 1
-            if entry.sid and not entry.redelivered:
-                self.journal.delivered(self.store_id, entry.sid)
+            if entry.sid:
+                self.store.delivered(self, entry)
         self._schedule_head()
         return entry
 
@@ -317,12 +304,12 @@ class KeyedQueue(Queue):
                     if entry is None:
                         break
                     if entry.expires is not None and entry.expires <= now:
-                        self._unready(entry)
+                        self._remove_ready(entry)
                         self.ready_bytes -= len(entry.message.body)
                         self._drop(entry, dl.EXPIRED)
                         continue
                     if consumer.can_take(entry.message):
-                        self._unready(entry)
+                        self._remove_ready(entry)
                         self.ready_bytes -= len(entry.message.body)
                         self._hand_over(consumer, entry)
                         progress = True
@@ -332,6 +319,21 @@ class KeyedQueue(Queue):
         self._schedule_head()
 
     # -- looking (management) ------------------------------------------------------------
+
+    def details(self) -> dict[str, object]:
+        """A grouped queue's groups and owners, in the shape of Qpid's queue query
+        (``qpid.message_group_queue``); a last-value queue's key and how many keys it holds."""
+        out: dict[str, object] = {}
+        groups = self.groups
+        if groups is not None:
+            out["message_groups"] = {
+                "group_header_key": groups.key,
+                "group_state": self.group_state(),
+            }
+        last_values = self.last_values
+        if last_values is not None:
+            out["last_value_queue"] = {"key": last_values.key, "keys": len(last_values)}
+        return out
 
     def group_state(self) -> list[dict[str, object]]:
         """Each group with messages: its id, how many messages (ready and held) and the
@@ -347,12 +349,3 @@ class KeyedQueue(Queue):
             }
             for group in groups.groups()
         ]
-
-
-def _insert(ready: object, entry: QueuedMessage) -> None:
-    """Put ``entry`` back at its place by sequence number in a deque of ready entries."""
-    assert isinstance(ready, deque)
-    if not ready or entry.seq < ready[0].seq:
-        ready.appendleft(entry)
-    else:
-        ready.insert(bisect_left(ready, entry.seq, key=lambda e: e.seq), entry)

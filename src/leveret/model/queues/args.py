@@ -1,7 +1,9 @@
-"""Queue arguments: validated as RabbitMQ 3.10 does on queue.declare, parsed once.
+"""Queue arguments: their values validated as RabbitMQ 3.10 does on queue.declare, parsed
+once into a ``QueueConfig``.
 
-``parse_queue_args`` raises ``PreconditionFailed`` (406) with RabbitMQ's reply texts for a
-wrong type or value, and returns a ``QueueConfig`` the queue reads on its slow paths.
+Which arguments a type takes and refuses, and the flags it requires, are the type's own
+(``QueueType.parse`` in ``base.py``); this module validates the values every type shares.
+It raises ``PreconditionFailed`` (406) with RabbitMQ's reply texts for a wrong type or value.
 A queue whose config has no feature set (``QueueConfig.special`` is false) runs the plain
 FIFO code and pays nothing for the features.
 
@@ -19,38 +21,10 @@ from leveret.errors import PreconditionFailed
 from leveret.model.qpid_args import has_qpid_arguments, qpid_priority_level, qpid_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
 
 OVERFLOWS = ("drop-head", "reject-publish", "reject-publish-dlx")
-QUEUE_TYPES = ("classic", "quorum", "stream")
-# Arguments that only a queue type accepts (RabbitMQ: "... of queue type rabbit_X_queue").
-_CLASSIC_ONLY = ("x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator")
-# x-queue-leader-locator is RabbitMQ 3.12's for classic queues too (3.10 took it for quorum
-# queues only): a cluster places the leader of any queue by it (cluster/placement.py).
-_QUORUM_ONLY = (
-    "x-dead-letter-strategy",
-    "x-delivery-limit",
-    "x-quorum-initial-group-size",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
-)
-_STREAM_ONLY = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size")
-# What RabbitMQ 3.10 refuses on a stream ("... of queue type rabbit_stream_queue").
-_NOT_STREAM = (
-    "x-max-length",
-    "x-message-ttl",
-    "x-expires",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-single-active-consumer",
-    "x-overflow",
-    "x-delivery-limit",
-    "x-dead-letter-strategy",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
-    "x-quorum-initial-group-size",
-    *_CLASSIC_ONLY,
-)
+QUEUE_TYPE_ARG = "x-queue-type"
 # x-max-age units (RabbitMQ: Y M D h m s).
 _AGE_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
 
@@ -107,14 +81,6 @@ class QueueConfig:
         if levels is not None:
             return qpid_priority_level(priority, levels)
         return min(priority or 0, self.max_priority or 0)
-
-    @property
-    def quorum(self) -> bool:
-        return self.queue_type == "quorum"
-
-    @property
-    def stream(self) -> bool:
-        return self.queue_type == "stream"
 
 
 PLAIN = QueueConfig()
@@ -185,46 +151,35 @@ def parse_age(text: str) -> float | None:
     return int(text[:-1]) * _AGE_UNITS[text[-1]]
 
 
-def parse_queue_args(
-    arguments: Mapping[str, object] | None,
-    *,
-    queue: str = "",
-    vhost: str = "/",
-    durable: bool = True,
-    exclusive: bool = False,
-    auto_delete: bool = False,
+def where(queue: str, vhost: str) -> str:
+    """How RabbitMQ's argument errors name a queue."""
+    return f"for queue '{queue}' in vhost '{vhost}'"
+
+
+def queue_type_name(arguments: Mapping[str, object] | None, known: Collection[str], at: str) -> str:
+    """The ``x-queue-type`` of ``arguments`` ("classic" without one); 406 when it is not a
+    string or not one of ``known``. ``at``: the queue, as :func:`where` names it."""
+    if not arguments or QUEUE_TYPE_ARG not in arguments:
+        return "classic"
+    try:
+        name = _string(arguments[QUEUE_TYPE_ARG])
+        if name not in known:
+            raise _Invalid(f"\"unsupported queue type '{name}'\"")
+    except _Invalid as exc:
+        raise PreconditionFailed(f"invalid arg '{QUEUE_TYPE_ARG}' {at}: {exc}") from None
+    return name
+
+
+def parse_values(
+    arguments: Mapping[str, object] | None, queue_type: str, *, queue: str, vhost: str
 ) -> QueueConfig:
-    """Validate ``arguments`` of queue.declare; 406 with RabbitMQ's text when invalid."""
+    """The config of ``arguments``, whose type is ``queue_type`` and whose refused
+    arguments were checked by it; 406 with RabbitMQ's text for an invalid value."""
     if not arguments:
-        return PLAIN
-    where = f"for queue '{queue}' in vhost '{vhost}'"
+        return PLAIN if queue_type == "classic" else QueueConfig(queue_type=queue_type)
     args = dict(arguments)
     key = ""
     try:
-        key = "x-queue-type"
-        queue_type = "classic"
-        if key in args:
-            queue_type = _string(args[key])
-            if queue_type not in QUEUE_TYPES:
-                raise _Invalid(f"\"unsupported queue type '{queue_type}'\"")
-        if queue_type != "classic":
-            for flag, bad in (
-                ("non-durable", not durable),
-                ("exclusive-owner", exclusive),
-                ("auto-delete", auto_delete),
-            ):
-                if bad:
-                    raise PreconditionFailed(f"invalid property '{flag}' {where}")
-        foreign: tuple[str, ...] = _QUORUM_ONLY + _STREAM_ONLY
-        if queue_type == "quorum":
-            foreign = _CLASSIC_ONLY + _STREAM_ONLY
-        elif queue_type == "stream":
-            foreign = _NOT_STREAM
-        for name in foreign:
-            if name in args:
-                raise PreconditionFailed(
-                    f"invalid arg '{name}' {where} of queue type rabbit_{queue_type}_queue"
-                )
         values: dict[str, object] = {"queue_type": queue_type}
         key = "x-message-ttl"
         if key in args:
@@ -307,7 +262,7 @@ def parse_queue_args(
         if key in args:
             values["segment_bytes"] = _non_negative(args[key])
     except _Invalid as exc:
-        raise PreconditionFailed(f"invalid arg '{key}' {where}: {exc}") from None
+        raise PreconditionFailed(f"invalid arg '{key}' {where(queue, vhost)}: {exc}") from None
     if queue_type == "classic" and has_qpid_arguments(args):
         qpid = qpid_settings(args)
         # RabbitMQ's own arguments win where both say the same thing.

@@ -1,18 +1,15 @@
-"""Stream queues (``x-queue-type: stream``): an append-only log read by offset.
+"""Stream queues (``x-queue-type: stream``, RabbitMQ's ``rabbit_stream_queue``): an
+append-only log read by offset.
 
 Theory of operation: a ``StreamQueue`` appends every message it is given to a ``StreamLog``
-(offsets 0, 1, 2, ...) and never removes one on delivery. Each consumer (``StreamConsumer``)
-keeps its own next offset; ``dispatch`` reads from the log at that offset for every consumer
-with credit, and settling a delivery only gives credit back (the owner does; nothing is
-removed). A consumer that has read everything waits: the next append is handed to it by the same
-``dispatch``. Retention drops whole segments from the head (``StreamLog.retain``), checked
-when a segment fills and, for ``x-max-age``, on a timer; a consumer behind the new head
-jumps to it.
-
-The log is behind a Protocol: the file-backed one lives in ``store/stream_log.py``, the
-in-memory one here (unit tests, and a broker without a data directory). A
-``StreamBackend`` opens logs and adds the ``x-stream-offset`` / ``x-stream-timestamp``
-headers to a message (a wire-format concern, so the front end supplies it).
+(``stream_log.py``; offsets 0, 1, 2, ...) and never removes one on delivery. Each consumer
+(``StreamConsumer``) keeps its own next offset; ``dispatch`` reads from the log at that offset
+for every consumer with credit, and settling a delivery only gives credit back (the owner
+does; nothing is removed). A consumer that has read everything waits: the next append is
+handed to it by the same ``dispatch``. Retention drops whole segments from the head
+(``StreamLog.retain``), checked when a segment fills and, for ``x-max-age``, on a timer; a
+consumer behind the new head jumps to it. Its type says so to front ends: no get, purge,
+reject or automatic settlement; consumers need credit and choose an offset.
 
 De-duplication: a message with ``x-stream-producer`` (string of 1 to 256 characters) and
 ``x-stream-sequence`` (integer >= 0) headers is dropped when the log already holds a
@@ -20,37 +17,47 @@ sequence at least as high for that producer; the log keeps that state durably
 (``StreamLog.producers``). The stream protocol's publisher reference and publishing id are
 the same pair (``StreamQueue.append_entries``).
 
-Chunks: a log keeps its messages as osiris chunks (one per group-commit batch), the unit the
-stream protocol delivers. A ``ChunkConsumer`` (a stream-protocol subscription) takes whole
-chunks once they are committed (on disk), its credit counting chunks; its owner is a
-``ChunkOwner`` whose callbacks the front end supplies. The chunk and record format is the
-front end's business: the log reaches it through a ``RecordCodec``. Consumer offsets stored
-by reference (``StreamLog.store_offset``) are kept by the log as durably as its messages.
+A ``ChunkConsumer`` (a stream-protocol subscription) takes whole chunks once they are
+committed (on disk), its credit counting chunks; its owner is a ``ChunkOwner`` whose callbacks
+the front end supplies.
 """
 
 from __future__ import annotations
 
-import bisect
 import datetime
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
-from leveret.errors import NotImplemented_, PreconditionFailed
+from leveret.errors import PreconditionFailed
 from leveret.model.consumer import UNLIMITED, Consumer, ConsumerOwner, Source
 from leveret.model.entry import QueuedMessage
 from leveret.model.message import HINT_HEADERS
-from leveret.model.queue import Queue
-from leveret.model.queue_args import parse_age, type_name
+from leveret.model.queues.args import parse_age, type_name
+from leveret.model.queues.base import Browsed, Queue, QueueType, register
+from leveret.model.queues.classic import CLASSIC_ONLY
+from leveret.model.queues.stream_log import OFFSET_HEADER, StoredChunk, StreamEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from leveret.model.message import Message
-    from leveret.model.queue_args import QueueConfig
-    from leveret.model.queue_features import QueueHost
+    from leveret.model.queues.args import QueueConfig
+    from leveret.model.queues.base import QueueHost
+    from leveret.model.queues.stream_log import StreamBackend, StreamLog
     from leveret.model.timers import Timers
 
-OFFSET_HEADER = "x-stream-offset"
-TIMESTAMP_HEADER = "x-stream-timestamp"
+__all__ = [
+    "NEXT",
+    "OFFSET_HEADER",
+    "STREAM",
+    "ChunkConsumer",
+    "ChunkOwner",
+    "OffsetSpec",
+    "StreamConsumer",
+    "StreamQueue",
+    "StreamType",
+    "parse_offset_spec",
+]
+
 PRODUCER_HEADER = "x-stream-producer"
 SEQUENCE_HEADER = "x-stream-sequence"
 # Largest number of entries read from the log at once for one consumer.
@@ -61,328 +68,59 @@ MAX_PRODUCER_LENGTH = 256
 AGE_CHECK_EVERY = 60.0
 
 
-class StreamEntry(NamedTuple):
-    offset: int
-    timestamp: int  # append time, ms since the epoch
-    message: Message
+class StreamType(QueueType):
+    """RabbitMQ's ``rabbit_stream_queue``: durable only, read by offset."""
 
+    name = "stream"
+    durable_only = True
+    # What RabbitMQ 3.10 refuses on a stream ("... of queue type rabbit_stream_queue").
+    refused: tuple[str, ...] = (
+        "x-max-length",
+        "x-message-ttl",
+        "x-expires",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-single-active-consumer",
+        "x-overflow",
+        "x-delivery-limit",
+        "x-dead-letter-strategy",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-quorum-initial-group-size",
+        *CLASSIC_ONLY,
+    )
+    policy_keys: tuple[str, ...] = ("max-length-bytes", "max-age", "stream-max-segment-size-bytes")
+    gets = False
+    purges = False
+    rejects = False
+    removes = False
+    auto_settle = False
+    needs_credit = True
+    offsets = True
 
-class StoredChunk(NamedTuple):
-    """A committed chunk as a stream-protocol reader gets it: ``data`` is the chunk's header
-    and entries as stored (sent without re-encoding); offsets ``first .. first+records-1``."""
-
-    first: int
-    records: int
-    timestamp: int
-    data: bytes
-
-
-class RecordCodec(Protocol):
-    """The stored form of messages, supplied by the server (the model knows no format)."""
-
-    def entry(self, message: Message) -> list[bytes]:
-        """``message`` as one stored entry (pieces to be joined into a chunk)."""
-        ...
-
-    def messages(self, entry: bytes, stream: str, entries: int = 1) -> list[Message | None]:
-        """The messages of the records of ``entries`` entries joined in ``entry``, in order
-        (None: a record unreadable here)."""
-        ...
-
-    def chunk_messages(
-        self, data: bytes, at: int, end: int, entries: int, stream: str
-    ) -> list[Message | None]:
-        """The messages of the ``entries`` entries in ``data[at:end]``, a chunk's data (the
-        same as ``messages`` of each entry, in one pass)."""
-        ...
-
-    def chunk(
-        self, entries: list[bytes], records: int, first: int, timestamp: int, count: int = 0
-    ) -> bytes:
-        """A chunk of ``entries`` holding offsets ``first ..`` (its stored bytes); ``count``
-        entries in all when an item holds several, joined (0: one per item)."""
-        ...
-
-
-class StreamLog(Protocol):
-    """An append-only log of messages by offset, whole segments dropped from the head."""
-
-    # Called when ``committed_offset`` moved (set by the queue).
-    on_committed: Callable[[], None] | None
-
-    @property
-    def first_offset(self) -> int:
-        """The first retained offset (== next_offset when empty)."""
-        ...
-
-    @property
-    def next_offset(self) -> int:
-        """The offset the next append gets."""
-        ...
-
-    @property
-    def producers(self) -> Mapping[str, int]:
-        """Per producer id, the highest sequence stored (survives restarts and retention)."""
-        ...
-
-    def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
-        """Store ``message`` at ``next_offset``; True when this closed a segment.
-
-        ``producer`` is "" for a message without de-duplication headers."""
-        ...
-
-    def append_entries(
+    def create(
         self,
-        data: bytes,
-        entries: int,
-        records: int,
-        timestamp: int,
-        producer: str,
-        sequence: int,
-        ids: list[int] | None = None,
-    ) -> bool:
-        """Store ``entries`` entries published over the stream protocol, joined in ``data``
-        as they are stored (``records`` records in all), from ``next_offset``, with one
-        timestamp; ``sequence`` is the producer's highest among them, ``ids`` (with a
-        producer) each entry's, so that a log storing the batch in several chunks keeps
-        each chunk's own. True when this closed a segment."""
-        ...
-
-    def read(self, offset: int, count: int) -> list[StreamEntry]:
-        """Up to ``count`` entries from ``offset`` (from the first retained one if older)."""
-        ...
-
-    @property
-    def committed_offset(self) -> int:
-        """Offsets below this are in committed chunks (``read_chunks`` gives them)."""
-        ...
-
-    @property
-    def last_chunk_offset(self) -> int:
-        """The first offset of the last committed chunk (== next_offset when none)."""
-        ...
-
-    def read_chunks(self, offset: int, count: int) -> list[StoredChunk]:
-        """Up to ``count`` committed chunks, from the one holding ``offset`` (or the first
-        retained one if ``offset`` is older)."""
-        ...
-
-    @property
-    def offsets(self) -> Mapping[str, int]:
-        """Consumer offsets stored by reference (survive restarts and retention)."""
-        ...
-
-    def store_offset(self, reference: str, offset: int) -> None:
-        """Keep ``offset`` for ``reference`` (written with the next batch)."""
-        ...
-
-    def offset_at(self, timestamp: int) -> int:
-        """The first offset appended at or after ``timestamp`` (ms), else next_offset."""
-        ...
-
-    def retain(self, max_bytes: int | None, oldest: int | None) -> int:
-        """Drop whole closed segments from the head while the log is larger than
-        ``max_bytes`` or the segment's newest entry is older than ``oldest`` (ms);
-        returns how many were dropped."""
-        ...
-
-    def wait_durable(self) -> None:
-        """The next publisher confirm must wait until what was appended is durable (a
-        dropped duplicate is confirmed only once its original is)."""
-        ...
-
-    def destroy(self) -> None:
-        """The stream was deleted: remove what it stored."""
-        ...
+        host: QueueHost,
+        name: str,
+        *,
+        durable: bool,
+        exclusive_owner: object | None,
+        auto_delete: bool,
+        arguments: Mapping[str, object] | None,
+        config: QueueConfig,
+    ) -> Queue:
+        return StreamQueue(
+            host.name,
+            name,
+            backend=host.stream_backend,
+            arguments=arguments,
+            config=config,
+            host=host,
+            timers=host.timers,
+        )
 
 
-class StreamBackend(Protocol):
-    def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
-        """The log of a stream (``store_id`` 0: not stored, in memory)."""
-        ...
-
-    def stamp(self, message: Message, offset: int, timestamp: int) -> Message:
-        """``message`` with the ``x-stream-offset`` and ``x-stream-timestamp`` headers."""
-        ...
-
-
-# -- the in-memory log --------------------------------------------------------------------
-
-MEMORY_SEGMENT_BYTES = 64 << 20
-
-
-class _Segment:
-    __slots__ = ("entries", "first", "size")
-
-    def __init__(self, first: int) -> None:
-        self.first = first
-        self.entries: list[StreamEntry] = []
-        self.size = 0
-
-
-class MemoryStreamLog:
-    """A ``StreamLog`` held in memory, with the same segment and retention rules; with a
-    ``codec`` it also keeps one committed chunk per append (the stream protocol's view)."""
-
-    def __init__(
-        self, segment_bytes: int | None = None, codec: RecordCodec | None = None, name: str = ""
-    ) -> None:
-        self.segment_bytes = MEMORY_SEGMENT_BYTES if segment_bytes is None else segment_bytes
-        self.codec = codec
-        self.name = name
-        self._segments = [_Segment(0)]
-        self._next = 0
-        self._producers: dict[str, int] = {}
-        self._offsets: dict[str, int] = {}
-        self._chunks: list[StoredChunk] = []
-        self._chunk_firsts: list[int] = []
-        self.on_committed: Callable[[], None] | None = None
-
-    @property
-    def first_offset(self) -> int:
-        return self._segments[0].first
-
-    @property
-    def next_offset(self) -> int:
-        return self._next
-
-    @property
-    def producers(self) -> Mapping[str, int]:
-        return self._producers
-
-    def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
-        if self.codec is not None:
-            self._add_chunk([b"".join(self.codec.entry(message))], 1, timestamp, 1)
-        return self._add([message], timestamp, producer, sequence)
-
-    def append_entries(
-        self,
-        data: bytes,
-        entries: int,
-        records: int,
-        timestamp: int,
-        producer: str,
-        sequence: int,
-        ids: list[int] | None = None,
-    ) -> bool:
-        codec = self.codec
-        if codec is None:
-            raise RuntimeError("a stream log without a record codec stores no entries")
-        self._add_chunk([data], records, timestamp, entries)
-        return self._add(codec.messages(data, self.name, entries), timestamp, producer, sequence)
-
-    def _add_chunk(self, entries: list[bytes], records: int, timestamp: int, count: int) -> None:
-        assert self.codec is not None
-        data = self.codec.chunk(entries, records, self._next, timestamp, count)
-        self._chunks.append(StoredChunk(self._next, records, timestamp, data))
-        self._chunk_firsts.append(self._next)
-
-    def _add(
-        self, messages: list[Message | None], timestamp: int, producer: str, sequence: int
-    ) -> bool:
-        segment = self._segments[-1]
-        for message in messages:
-            if message is not None:
-                segment.entries.append(StreamEntry(self._next, timestamp, message))
-                segment.size += len(message.body) + len(message.raw_properties)
-            self._next += 1
-        if producer:
-            self._producers[producer] = sequence
-        if self.on_committed is not None and self._chunks:
-            self.on_committed()
-        if segment.size >= self.segment_bytes:
-            self._segments.append(_Segment(self._next))
-            return True
-        return False
-
-    @property
-    def committed_offset(self) -> int:
-        return self._next
-
-    @property
-    def last_chunk_offset(self) -> int:
-        return self._chunks[-1].first if self._chunks else self._next
-
-    def read_chunks(self, offset: int, count: int) -> list[StoredChunk]:
-        start = max(bisect.bisect_right(self._chunk_firsts, offset) - 1, 0)
-        return self._chunks[start : start + count]
-
-    @property
-    def offsets(self) -> Mapping[str, int]:
-        return self._offsets
-
-    def store_offset(self, reference: str, offset: int) -> None:
-        self._offsets[reference] = offset
-
-    def read(self, offset: int, count: int) -> list[StreamEntry]:
-        segments = self._segments
-        offset = max(offset, segments[0].first)
-        out: list[StreamEntry] = []
-        index = len(segments) - 1
-        while index > 0 and segments[index].first > offset:
-            index -= 1
-        while index < len(segments) and len(out) < count:
-            entries = segments[index].entries
-            # Entries are in offset order; unreadable records leave gaps.
-            start = bisect.bisect_left(entries, offset, key=lambda e: e.offset)
-            out.extend(entries[start : start + count - len(out)])
-            index += 1
-            offset = segments[index].first if index < len(segments) else offset
-        return out
-
-    def offset_at(self, timestamp: int) -> int:
-        for segment in self._segments:
-            for entry in segment.entries:
-                if entry.timestamp >= timestamp:
-                    return entry.offset
-        return self._next
-
-    def retain(self, max_bytes: int | None, oldest: int | None) -> int:
-        segments = self._segments
-        total = sum(s.size for s in segments)
-        dropped = 0
-        while len(segments) > 1:
-            head = segments[0]
-            too_big = max_bytes is not None and total > max_bytes
-            too_old = (
-                oldest is not None and bool(head.entries) and head.entries[-1].timestamp < oldest
-            )
-            if not (too_big or too_old):
-                break
-            total -= head.size
-            del segments[0]
-            dropped += 1
-        if dropped:
-            first = segments[0].first
-            cut = bisect.bisect_right(self._chunk_firsts, first) - 1
-            if cut > 0:
-                del self._chunks[:cut]
-                del self._chunk_firsts[:cut]
-        return dropped
-
-    def wait_durable(self) -> None:
-        return None
-
-    def destroy(self) -> None:
-        self._segments = [_Segment(self._next)]
-        self._chunks = []
-        self._chunk_firsts = []
-
-
-class MemoryStreamBackend:
-    """Streams in memory; ``stamp`` re-encodes the headers through the message's encoder."""
-
-    def __init__(self, codec: RecordCodec | None = None) -> None:
-        self.codec = codec
-
-    def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
-        return MemoryStreamLog(segment_bytes, self.codec, name)
-
-    def stamp(self, message: Message, offset: int, timestamp: int) -> Message:
-        headers = dict(message.headers or {})
-        headers[OFFSET_HEADER] = offset
-        headers[TIMESTAMP_HEADER] = timestamp
-        return message.replace(headers=headers)
+STREAM = register(StreamType())
 
 
 # -- where a consumer starts ---------------------------------------------------------------
@@ -549,10 +287,11 @@ class StreamQueue(Queue):
         host: QueueHost | None = None,
         timers: Timers | None = None,
     ) -> None:
-        # RabbitMQ's rule (checked in queue_args): durable, not exclusive, not auto-delete.
+        # RabbitMQ's rule (checked by its type): durable, not exclusive, not auto-delete.
         super().__init__(
             vhost_name,
             name,
+            STREAM,
             durable=True,
             arguments=arguments,
             config=config,
@@ -563,12 +302,6 @@ class StreamQueue(Queue):
         self._log: StreamLog | None = None
         self._last_timestamp = 0
         self._age_check_pending = False
-
-    def __repr__(self) -> str:
-        return f"StreamQueue({self.name!r})"
-
-    def _where(self) -> str:
-        return f"queue '{self.name}' in vhost '{self.vhost_name}'"
 
     @property
     def log(self) -> StreamLog:
@@ -705,19 +438,11 @@ class StreamQueue(Queue):
                 if consumer.credit <= 0 or not owner.writable:
                     return
 
-    def unsupported(self, operation: str) -> NotImplemented_:
-        """The error for ``operation``, which streams do not support (RabbitMQ's text; a
-        front end names the operation in its own protocol's words)."""
-        return NotImplemented_(f"{operation} not supported by stream queues {self._where()}")
-
-    def get(self, *, auto_settle: bool) -> QueuedMessage | None:
-        raise self.unsupported("get")
-
     def offset_spec(self, arguments: Mapping[str, object] | None) -> OffsetSpec:
         """Where a consumer attached with ``arguments`` starts (``x-stream-offset``)."""
         return parse_offset_spec(
             arguments,
-            where=f"for queue '{self.name}' in vhost '{self.vhost_name}'",
+            where=f"for {self.resource}",
             wall_ms=int(self.timers.wall * 1000),
         )
 
@@ -746,6 +471,32 @@ class StreamQueue(Queue):
             return self.log.next_offset
         return self.start_offset(self.offset_spec(arguments))
 
+    def consumer(
+        self,
+        tag: str,
+        owner: ConsumerOwner,
+        *,
+        auto_settle: bool,
+        exclusive: bool = False,
+        credit: int = UNLIMITED,
+        arguments: Mapping[str, object] | None = None,
+        priority: int = 0,
+        timeout: float | None = None,
+    ) -> Consumer:
+        """A ``StreamConsumer`` starting where ``arguments``' ``x-stream-offset`` says (406
+        when it is unusable); its deliveries are never settled as they go."""
+        return StreamConsumer(
+            tag,
+            self,
+            owner,
+            spec=self.offset_spec(arguments),
+            credit=credit,
+            exclusive=exclusive,
+            arguments=arguments,
+            priority=priority,
+            timeout=timeout,
+        )
+
     def add_consumer(self, consumer: Consumer) -> None:
         assert isinstance(consumer, StreamConsumer)
         consumer.offset = self.start_offset(
@@ -761,23 +512,46 @@ class StreamQueue(Queue):
     def discard(self, entry: QueuedMessage, reason: str = "") -> None:
         self.unacked_count -= 1
 
-    def modifiable(self) -> bool:
-        return False
+    def amend(
+        self, entry: QueuedMessage, headers: Mapping[str, object] | None, failed: bool
+    ) -> None:
+        return None  # the log is never changed
 
     def requeue(self, entries: Iterable[QueuedMessage], redelivered: bool = True) -> None:
         # A channel closed or a consumer timed out: nothing goes back, the log keeps it.
         self.unacked_count -= sum(1 for _ in entries)
         self.dispatch()
 
-    def purge(self) -> int:
-        if self.deleted:
-            return 0  # VirtualHost.remove_queue purges what it deletes: nothing to do here
-        raise self.unsupported("purge")
-
-    def destroy(self) -> None:
+    def on_delete(self) -> None:
         """The stream was deleted: its log goes too."""
         if self._log is not None or self.store_id:
             self.log.destroy()
+
+    def open_storage(self) -> bool:
+        if not self.store_id:
+            return False
+        _ = self.log  # opening it cuts a torn tail and starts retention
+        return True
+
+    # -- what tools read -----------------------------------------------------------------
+
+    def browse(self, start: int = 0) -> Iterator[Browsed]:
+        """The committed messages from offset ``start`` (the first retained one if older)
+        up to the last committed when the iteration starts, read a slice at a time."""
+        log = self.log
+        offset = max(start, log.first_offset)
+        end = log.committed_offset
+        while offset < end:
+            entries = log.read(offset, READ_BATCH)
+            if not entries:
+                return
+            for entry in entries:
+                if entry.offset >= end:
+                    return
+                yield Browsed(
+                    entry.offset, QueuedMessage(entry.offset, entry.message), entry.timestamp
+                )
+            offset = entries[-1].offset + 1
 
     # -- retention -----------------------------------------------------------------------
 

@@ -1,52 +1,45 @@
-"""The feature paths of a queue: TTLs, length limits, priorities, single active consumer,
-consumer priorities, quorum delivery counts and queue expiry (``x-expires``).
+"""The feature paths of a classic or quorum queue: TTLs, length limits (RabbitMQ's overflow
+modes and Qpid's ring and self-destruct), priority levels (``priority.py``), Qpid's sequence
+numbers, single active consumer, consumer priorities, queue expiry (``x-expires``), and the
+hooks through which a keyed queue (``keyed.py``) and a quorum queue (``quorum.py``) change
+them.
 
-``Queue`` (model/queue.py) inherits ``FeatureMixin`` and switches to these methods once its
-``_special`` flag is set; the plain FIFO paths stay free of them.
+``ClassicQueue`` (``fifo.py``) inherits ``FeatureMixin`` and switches to these methods once
+its ``_special`` flag is set; the plain FIFO paths stay free of them.
 
 Expiry follows RabbitMQ: only the head of a queue is checked (a queue-level TTL is FIFO, so
 the head is always the next to expire; a message with its own shorter ``expiration`` behind a
 longer-lived one waits until it reaches the head, as in RabbitMQ). A message that has expired
 is never delivered: it is checked again when it is about to be handed out. The queue asks
 ``Timers`` to wake it at its head's deadline, so nothing is ever scanned.
+
+Every entry that leaves for good goes through ``_gone`` (settled, taken) or ``_drop``
+(dead-lettered or dropped for a reason), every delivery through ``_hand_over``, ``get`` or
+``acquire``, every release through ``_requeue_special`` (or the plain ``requeue``), and each
+writes through the queue's ``QueueStore`` (``base.py``) for the entries it keeps.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
-from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from leveret.errors import PreconditionFailed
 from leveret.model import dead_letter as dl
-from leveret.model.consumer import Source
 from leveret.model.entry import MESSAGE_OVERHEAD
-from leveret.model.message import HINT_EXPIRATION, HINT_PERSISTENT, HINT_PRIORITY
+from leveret.model.message import HINT_EXPIRATION, HINT_PRIORITY
+from leveret.model.queues.base import Queue
+from leveret.model.queues.priority import PriorityReady, insert_by_seq
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections import deque
+    from collections.abc import Iterable
 
     from leveret.model.consumer import Consumer
     from leveret.model.entry import QueuedMessage
-    from leveret.model.journal import Journal
-    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
     from leveret.model.paging import PagedTail
-    from leveret.model.queue_args import QueueConfig
-    from leveret.model.timers import Timers
-
-
-class QueueHost(Protocol):
-    """What a queue asks of whoever holds it (its virtual host): to be deleted once it has
-    no reason to exist (``x-expires``, auto-delete after its last consumer), and to
-    republish a dead letter to its dead-letter exchange."""
-
-    def retire(self, queue: Source) -> None: ...
-
-    def dead_letter(
-        self, message: Message, reason: str, queue: str, dlx: str, dlrk: str | None
-    ) -> None: ...
+    from leveret.model.queues.args import QueueConfig
 
 
 # RabbitMQ's largest per-message expiration: ten years in milliseconds (measured on 3.10.8).
@@ -80,168 +73,22 @@ def message_ttl(message: Message) -> float | None:
     return None if expiration is None else parse_expiration(expiration)
 
 
-def insert_by_seq(ready: deque[QueuedMessage], entry: QueuedMessage) -> None:
-    """Put ``entry`` back at its original position (entries are in seq order)."""
-    if not ready or entry.seq < ready[0].seq:
-        ready.appendleft(entry)
-    else:
-        ready.insert(bisect_left(ready, entry.seq, key=lambda e: e.seq), entry)
-
-
-class PriorityReady:
-    """Ready entries of a priority queue: one FIFO per priority, highest served first."""
-
-    __slots__ = ("_count", "levels")
-
-    def __init__(self, max_priority: int) -> None:
-        self.levels: list[deque[QueuedMessage]] = [deque() for _ in range(max_priority + 1)]
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __bool__(self) -> bool:
-        return self._count > 0
-
-    def __iter__(self) -> Iterator[QueuedMessage]:
-        for level in reversed(self.levels):
-            yield from level
-
-    def __getitem__(self, index: int) -> QueuedMessage:
-        if index != 0:
-            raise IndexError("only the head of a priority queue can be read")
-        for level in reversed(self.levels):
-            if level:
-                return level[0]
-        raise IndexError("empty queue")
-
-    def append(self, entry: QueuedMessage) -> None:
-        self.levels[entry.priority].append(entry)
-        self._count += 1
-
-    def popleft(self) -> QueuedMessage:
-        for level in reversed(self.levels):
-            if level:
-                self._count -= 1
-                return level.popleft()
-        raise IndexError("empty queue")
-
-    def remove(self, entry: QueuedMessage) -> bool:
-        """Take ``entry`` out wherever it is; False when it is not here."""
-        level = self.levels[entry.priority]
-        i = bisect_left(level, entry.seq, key=lambda e: e.seq)
-        if i >= len(level) or level[i] is not entry:
-            return False
-        del level[i]
-        self._count -= 1
-        return True
-
-    def put_back(self, entry: QueuedMessage) -> None:
-        insert_by_seq(self.levels[entry.priority], entry)
-        self._count += 1
-
-    def pop_lowest(self) -> QueuedMessage:
-        """The oldest entry of the lowest priority (what a Qpid ring drops first)."""
-        for level in self.levels:
-            if level:
-                self._count -= 1
-                return level.popleft()
-        raise IndexError("empty queue")
-
-    def clear(self) -> None:
-        for level in self.levels:
-            level.clear()
-        self._count = 0
-
-
-class FairshareReady(PriorityReady):
-    """A priority queue with Qpid's fair shares: a level hands out at most its limit
-    (0: no limit) before the next lower level with messages gets a turn; when every level
-    with messages has had its share, a new round starts from the top."""
-
-    __slots__ = ("_given", "limits")
-
-    def __init__(self, max_priority: int, limits: tuple[int, ...]) -> None:
-        super().__init__(max_priority)
-        self.limits = limits
-        self._given = [0] * len(self.levels)
-
-    def _turn(self) -> int:
-        """The level whose head goes next."""
-        levels, limits, given = self.levels, self.limits, self._given
-        top = -1
-        for i in range(len(levels) - 1, -1, -1):
-            if levels[i]:
-                if top < 0:
-                    top = i
-                if not limits[i] or given[i] < limits[i]:
-                    return i
-        if top < 0:
-            raise IndexError("empty queue")
-        for i in range(len(given)):
-            given[i] = 0  # every level had its share: a new round
-        return top
-
-    def __iter__(self) -> Iterator[QueuedMessage]:
-        # Browsing order: by level as a plain priority queue (the shares are a delivery
-        # matter; a browser sees every message all the same).
-        return super().__iter__()
-
-    def __getitem__(self, index: int) -> QueuedMessage:
-        if index != 0:
-            raise IndexError("only the head of a priority queue can be read")
-        return self.levels[self._turn()][0]
-
-    def popleft(self) -> QueuedMessage:
-        level = self._turn()
-        self._given[level] += 1
-        self._count -= 1
-        return self.levels[level].popleft()
-
-
-def make_ready(config: QueueConfig) -> deque[QueuedMessage] | PriorityReady:
-    """The container of a queue's ready entries for ``config``."""
-    if config.max_priority is None:
-        return deque()
-    if config.fairshare is not None:
-        return FairshareReady(config.max_priority, config.fairshare)
-    return PriorityReady(config.max_priority)
-
-
-def _priority(message: Message) -> int | None:
-    return message.properties.priority if message.hints & HINT_PRIORITY else None
-
-
 # Overflow modes that drop messages to make room instead of refusing the new one.
 _DROPPING = ("drop-head", "ring", "self-destruct")
 
 
-class FeatureMixin(Source):
-    """Slow paths of ``Queue``; see the module docstring."""
+class FeatureMixin(Queue):
+    """Slow paths of ``ClassicQueue``; see the module docstring."""
 
-    # Provided by Queue.
-    config: QueueConfig
-    host: QueueHost | None
-    timers: Timers
-    gauge: MemoryGauge
+    # Provided by ClassicQueue.
     ready: deque[QueuedMessage] | PriorityReady
-    consumers: list[Consumer]
-    unacked_count: int
-    deleted: bool
-    name: str
     _special: bool
     _next_seq: int
-    _rr: int
     _entry_cls: Any
-    store_id: int
-    journal: Journal
     _tail: PagedTail | None
-    n_deliver: int
-    n_deliver_no_ack: int
-    n_redeliver: int
 
     def _unpage_all(self) -> None:
-        """Provided by Queue: brings a paged tail back into ``ready``."""
+        """Provided by ClassicQueue: brings a paged tail back into ``ready``."""
         raise NotImplementedError
 
     def _init_features(self) -> None:
@@ -270,7 +117,7 @@ class FeatureMixin(Source):
         """``entry`` left the queue for good: its bytes and its stored copy go."""
         self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
         if entry.sid:
-            self.journal.removed(self.store_id, entry.sid)
+            self.store.removed(self, entry)
 
     def _hand_over(self, consumer: Consumer, entry: QueuedMessage) -> None:
         """Deliver ``entry`` to ``consumer``: gone at once for one that settles
@@ -279,10 +126,43 @@ class FeatureMixin(Source):
             self._gone(entry)
         else:
             self.unacked_count += 1
-            if entry.sid and not entry.redelivered:
-                # The first delivery is recorded, so it comes back redelivered after a crash.
-                self.journal.delivered(self.store_id, entry.sid)
+            if entry.sid:
+                self.store.delivered(self, entry)
         consumer.owner.deliver(consumer, entry)
+
+    # -- hooks of the types built on a classic queue -------------------------------------
+
+    def _admit(self, message: Message) -> Message:
+        """The message a new entry holds (a quorum queue adds its delivery count)."""
+        return message
+
+    def _rank(self, entry: QueuedMessage) -> None:
+        """Give a new or recovered entry its level in a priority queue (``priority.py``)."""
+        config = self.config
+        if config.max_priority is None:
+            return
+        message = entry.message
+        if message.hints & HINT_PRIORITY:
+            entry.priority = config.priority_level(message.properties.priority)
+        elif config.priority_levels is not None:
+            entry.priority = config.priority_level(None)  # Qpid's level for no priority
+
+    def _put_back(self, entry: QueuedMessage) -> None:
+        """Return an unsettled entry to its place among the ready ones."""
+        ready = self.ready
+        if isinstance(ready, PriorityReady):
+            ready.put_back(entry)
+        else:
+            insert_by_seq(ready, entry)
+
+    def _returned(self, entry: QueuedMessage, redelivered: bool) -> bool:
+        """Mark an entry that is released (redelivered unless ``redelivered`` is False);
+        False when it must not come back (a quorum queue's delivery limit: it was dropped)."""
+        if redelivered:
+            entry.redelivered = True
+        return True
+
+    # -- policies ------------------------------------------------------------------------
 
     def reconfigure(self, config: QueueConfig) -> None:
         """Run with ``config`` from now on (a policy changed): messages already queued
@@ -354,7 +234,9 @@ class FeatureMixin(Source):
 
     def _drop(self, entry: QueuedMessage, reason: str) -> None:
         """``entry`` leaves the queue for ``reason``: dead-letter it (or drop it)."""
-        self._gone(entry)
+        self.gauge.bytes -= len(entry.message.body) + MESSAGE_OVERHEAD
+        if entry.sid:
+            self.store.dead_lettered(self, entry, reason)
         self._dead_letter(entry.message, reason)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
@@ -393,9 +275,7 @@ class FeatureMixin(Source):
             return False
         self._enter_features()
         now = self.timers.now
-        if config.quorum:
-            # RabbitMQ's quorum queues deliver every message with x-delivery-count (0 first).
-            message = message.replace(headers={**(message.headers or {}), "x-delivery-count": 0})
+        message = self._admit(message)
         if config.sequence_key is not None:
             # Qpid's qpid.queue_msg_sequence: every arrival numbered, dropped ones included.
             self.msg_sequence += 1
@@ -404,18 +284,15 @@ class FeatureMixin(Source):
             )
         self._next_seq += 1
         entry = self._entry_cls(self._next_seq, message)
-        if self.store_id and message.hints & HINT_PERSISTENT:
-            entry.sid = self.journal.enqueued(self.store_id, message)
+        if self.store_id:
+            self.store.enqueued(self, entry)
         ttl = config.message_ttl
         own = message_ttl(message)
         if own is not None and (ttl is None or own < ttl):
             ttl = own
         if ttl is not None:
             entry.expires = now + ttl
-        if config.max_priority is not None and (
-            message.hints & HINT_PRIORITY or config.priority_levels is not None
-        ):
-            entry.priority = config.priority_level(_priority(message))
+        self._rank(entry)
         self.gauge.bytes += size + MESSAGE_OVERHEAD
         self._place(entry, now)
         return True
@@ -504,11 +381,7 @@ class FeatureMixin(Source):
         if ttl is not None:
             age = 0.0 if enqueued_at is None else max(0.0, self.timers.wall - enqueued_at)
             entry.expires = self.timers.now + ttl - age
-        config = self.config
-        if config.max_priority is not None and (
-            message.hints & HINT_PRIORITY or config.priority_levels is not None
-        ):
-            entry.priority = config.priority_level(_priority(message))
+        self._rank(entry)
         self.ready.append(entry)
         self.ready_bytes += len(message.body)
         self._schedule_head()
@@ -539,24 +412,12 @@ class FeatureMixin(Source):
     # -- requeue -------------------------------------------------------------------------
 
     def _requeue_special(self, entries: Iterable[QueuedMessage], redelivered: bool) -> None:
-        config = self.config
-        ready = self.ready
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
             self.unacked_count -= 1
-            if redelivered:
-                entry.redelivered = True
-            if config.quorum and redelivered:
-                entry.deliveries += 1
-                limit = config.delivery_limit
-                if limit is not None and entry.deliveries > limit:
-                    self._drop(entry, dl.DELIVERY_LIMIT)
-                    continue
-                entry.message = entry.message.replace(
-                    headers={**(entry.message.headers or {}), "x-delivery-count": entry.deliveries}
-                )
-            if isinstance(ready, PriorityReady):
-                ready.put_back(entry)
-            else:
-                insert_by_seq(ready, entry)
+            if not self._returned(entry, redelivered):
+                continue
+            if entry.sid:
+                self.store.requeued(self, entry)
+            self._put_back(entry)
             self.ready_bytes += len(entry.message.body)
         self._dispatch_special()

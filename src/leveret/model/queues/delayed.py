@@ -25,9 +25,10 @@ or delivered. ``store/recovery.py`` gives the records back to ``restore``. The q
 declared lazily (first held message) and deleted, before the exchange, when the exchange
 goes; a non-durable exchange keeps its pending messages in memory only.
 
-This class subclasses ``Queue`` only so that the router, publishers and dead-lettering hand
-it messages as they hand them to queues (``enqueue``); it is never in ``vhost.queues``,
-has no consumers and none of a queue's other paths run.
+This class is a ``Queue`` (``base.py``) so that the router, publishers and dead-lettering hand
+it messages as they hand them to queues (``enqueue``); its type (``DELAY_STORE``) is not one
+a client can declare and has no capability: it is never in ``vhost.queues``, has no consumers
+and none of a queue's other paths run.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from leveret.model.exchanges.delayed import (
     DelayedExchange,
     delay_of,
 )
-from leveret.model.queue import Queue
+from leveret.model.queues.base import Queue, QueueType
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANCELLED_HEADER",
+    "DELAY_STORE",
     "STORE_PREFIX",
     "DelayHost",
     "DelayQueue",
@@ -227,6 +229,21 @@ class DelayHost(Protocol):
     def exchanges(self) -> dict[str, Exchange]: ...
 
 
+class DelayStoreType(QueueType):
+    """The type of a delayed exchange's store: not declarable, and nothing a front end may
+    ask of a queue (it is never one of the vhost's queues)."""
+
+    name = "delayed"
+    gets = False
+    purges = False
+    rejects = False
+    removes = False
+    auto_settle = False
+
+
+DELAY_STORE = DelayStoreType()
+
+
 class DelayQueue(Queue):
     """The pending messages of one delayed exchange; see the module docstring."""
 
@@ -234,6 +251,7 @@ class DelayQueue(Queue):
         super().__init__(
             vhost.name,
             STORE_PREFIX + exchange.name,
+            DELAY_STORE,
             durable=exchange.durable,
             gauge=vhost.gauge,
             timers=vhost.timers,
@@ -256,6 +274,10 @@ class DelayQueue(Queue):
 
     def __repr__(self) -> str:
         return f"DelayQueue({self.exchange.name!r}, pending={self.pending})"
+
+    @property
+    def message_count(self) -> int:
+        return self.pending
 
     # -- holding -------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""Classic FIFO queues; owned by a virtual host (``QueueHost``), consumed through the
-interfaces of ``model/consumer.py`` by whatever front end owns a consumer.
+"""The queue of the classic type (``classic.py``): FIFO with round-robin delivery, paging of
+deep queues, priority levels (``priority.py``) and the features of ``features.py``. A keyed
+queue (``keyed.py``) and a quorum queue (``quorum.py``) build on it.
 
 Theory of operation: a queue holds ``ready`` entries in sequence order and a list of
 consumers. The invariant after every public call is "if ``ready`` is not empty, no consumer
@@ -10,40 +11,45 @@ credit (an ack, a qos change, flow on, a writable socket) calls ``dispatch``.
 Requeued entries keep their sequence number, so they go back to their original position
 (RabbitMQ's behaviour), marked redelivered.
 
-Features (TTLs, length limits, priorities, single active consumer, consumer priorities,
-quorum delivery counts) live in ``queue_features.FeatureMixin``: a queue runs them only
+Features (TTLs, length limits, single active consumer, consumer priorities, and the hooks
+of priority and quorum queues) live in ``features.FeatureMixin``: a queue runs them only
 once ``_special`` is set (from its arguments, or when a message with ``expiration`` or a
-consumer with ``x-priority`` arrives). A plain queue pays one attribute test per call.
+consumer with ``x-priority`` arrives). A plain queue pays one attribute test per call. The
+plain paths write to the queue's store only for persistent messages of a durable queue (the
+journal keeps no others); a type that keeps every message (quorum) runs the feature paths.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING
 
-from leveret.errors import AccessRefused
-from leveret.model.consumer import Browser, Consumer
 from leveret.model.entry import MESSAGE_OVERHEAD, QueuedMessage
-from leveret.model.journal import NULL_JOURNAL, Journal
-from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
-from leveret.model.paging import Page, PagedTail, Pager, PageSource
-from leveret.model.queue_args import PLAIN, QueueConfig
-from leveret.model.queue_features import FeatureMixin, PriorityReady, QueueHost, make_ready
-from leveret.model.timers import Timers
+from leveret.model.paging import Page, PagedTail, PageSource
+from leveret.model.queues.args import PLAIN
+from leveret.model.queues.base import Browsed
+from leveret.model.queues.features import FeatureMixin
+from leveret.model.queues.priority import PriorityReady, make_ready
 
 if TYPE_CHECKING:
     from array import array
     from collections.abc import Iterable, Iterator, Mapping
 
+    from leveret.model.consumer import Consumer
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
+    from leveret.model.queues.args import QueueConfig
+    from leveret.model.queues.base import QueueHost, QueueType
+    from leveret.model.timers import Timers
 
 
-__all__ = ["MESSAGE_OVERHEAD", "Consumer", "Queue", "QueuedMessage"]
+__all__ = ["ClassicQueue"]
 
 
-class Queue(FeatureMixin):
+class ClassicQueue(FeatureMixin):
     """A classic queue: FIFO with round-robin delivery to consumers."""
 
     _entry_cls = QueuedMessage
@@ -71,62 +77,35 @@ class Queue(FeatureMixin):
         config: QueueConfig = PLAIN,
         host: QueueHost | None = None,
         timers: Timers | None = None,
+        queue_type: QueueType,
     ) -> None:
-        self.gauge = gauge if gauge is not None else MemoryGauge()
-        self.config = config
-        self.host = host
-        self.timers = timers if timers is not None else Timers()
-        self.vhost_name = vhost_name
-        self.name = name
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments: Mapping[str, object] = dict(arguments or {})
-        self.ready: deque[QueuedMessage] | PriorityReady = (
-            deque() if config.max_priority is None else make_ready(config)
+        super().__init__(
+            vhost_name,
+            name,
+            queue_type,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            gauge=gauge,
+            config=config,
+            host=host,
+            timers=timers,
         )
-        self.unacked_count = 0
-        self.consumers: list[Consumer] = []
-        self.deleted = False
+        self.ready = make_ready(config)
         self._next_seq = 0
-        self._rr = 0
         self._special = config.special
-        # Durable queues get an id from the store (0: nothing of this queue is stored).
-        self.store_id = 0
-        self.journal: Journal = NULL_JOURNAL
-        # Where a deep queue pages its tail (None: it never pages), and the paged tail.
-        self.pager: Pager | None = None
-        self._tail: PagedTail | None = None
-        # Consumers that look at ready messages without taking them (AMQP 0-10's
-        # not-acquired subscriptions): woken when messages become ready.
-        self.browsers: list[Browser] = []
-        # The policy and operator policy that apply (model/policies.py) and what they say
-        # together; the vhost sets them.
-        self.policy: str | None = None
-        self.operator_policy: str | None = None
-        self.policy_definition: dict[str, object] = {}
-        # Management counters: plain increments here, sampled on a timer (management/).
-        self.n_publish = 0
-        self.n_deliver = 0
-        self.n_deliver_no_ack = 0
-        self.n_get = 0
-        self.n_get_no_ack = 0
-        self.n_ack = 0
-        self.n_redeliver = 0
-        self.n_get_empty = 0
+        # The paged tail of a deep queue (its pager: ``Queue.pager``).
+        self._tail = None
         self._init_features()
-
-    def __repr__(self) -> str:
-        return f"Queue({self.name!r})"
-
-    @property
-    def exclusive(self) -> bool:
-        return self.exclusive_owner is not None
 
     @property
     def message_count(self) -> int:
         tail = self._tail
         return len(self.ready) if tail is None else len(self.ready) + tail.count
+
+    def has_ready(self) -> bool:
+        return bool(self.ready)
 
     @property
     def uses_features(self) -> bool:
@@ -135,24 +114,15 @@ class Queue(FeatureMixin):
 
     @property
     def paged_count(self) -> int:
-        """Ready messages that are in pages on disk (not in memory)."""
         tail = self._tail
         return 0 if tail is None else tail.count - len(tail.open)
 
     @property
-    def consumer_count(self) -> int:
-        return len(self.consumers)
-
-    def has_exclusive_consumer(self) -> bool:
-        return any(c.exclusive for c in self.consumers)
-
-    def check_exclusive_use(self, exclusive: bool) -> None:
-        """403 if an exclusive consumer holds the queue, or if a consumer asks to be
-        exclusive while others consume (RabbitMQ's rule and text)."""
-        if self.has_exclusive_consumer() or (exclusive and self.consumers):
-            raise AccessRefused(
-                f"queue '{self.name}' in vhost '{self.vhost_name}' in exclusive use"
-            )
+    def message_bytes(self) -> int:
+        if self._special:
+            return int(self.ready_bytes)
+        # The plain path does not count them: a sample of the head (management reads it).
+        return sum(len(e.message.body) for e in list(self.ready)[:100_000])
 
     # -- publishing and delivery ---------------------------------------------------------
 
@@ -167,7 +137,7 @@ class Queue(FeatureMixin):
         self._next_seq += 1
         entry = QueuedMessage(self._next_seq, message)
         if self.store_id and message.hints & HINT_PERSISTENT:
-            entry.sid = self.journal.enqueued(self.store_id, message)
+            self.store.enqueued(self, entry)
         if self.ready or not self.consumers or not self._deliver(entry):
             if self._tail is not None or len(self.ready) >= self.resident_max:
                 self._to_tail(entry)
@@ -183,11 +153,6 @@ class Queue(FeatureMixin):
             self.browsers = browsers
         self.wake_browsers()
         return accepted
-
-    def wake_browsers(self) -> None:
-        """Ready messages may have arrived: let each browser look."""
-        for browser in list(self.browsers):
-            browser.browse()
 
     def falling_behind(self) -> bool:
         """Consumers are attached but the ready backlog is past ``backlog_pace``."""
@@ -240,8 +205,8 @@ class Queue(FeatureMixin):
         else:
             self.n_get += 1
             self.unacked_count += 1
-            if entry.sid and not entry.redelivered:
-                self.journal.delivered(self.store_id, entry.sid)
+            if entry.sid:
+                self.store.delivered(self, entry)
         if self._special:
             self.ready_bytes -= len(entry.message.body)
         return entry
@@ -252,52 +217,67 @@ class Queue(FeatureMixin):
         (``entry`` itself, or the resident entry when ``entry`` was a copy read from a
         page: its page is brought in first), None when it is not ready any more."""
         ready = self.ready
-        if not isinstance(ready, deque):
+        if isinstance(ready, PriorityReady):
             if not ready.remove(entry):
                 return None
-        else:
-            seq = entry.seq
-            tail = self._tail
-            while tail is not None and tail.count and (not ready or ready[-1].seq < seq):
-                self._page_in(len(ready) + 1)  # a browsed copy from the paged tail
-            i = bisect_left(ready, seq, key=lambda e: e.seq)
-            if i >= len(ready) or ready[i].seq != seq:
-                return None
-            entry = ready[i]
-            del ready[i]
+            self._acquired(entry)
+            return entry
+        seq = entry.seq
+        tail = self._tail
+        while tail is not None and tail.count and (not ready or ready[-1].seq < seq):
+            self._page_in(len(ready) + 1)  # a browsed copy from the paged tail
+        i = bisect_left(ready, seq, key=lambda e: e.seq)
+        if i >= len(ready) or ready[i].seq != seq:
+            return None
+        entry = ready[i]
+        del ready[i]
+        self._acquired(entry)
+        return entry
+
+    def _acquired(self, entry: QueuedMessage) -> None:
+        """``entry`` was taken out of ``ready`` unsettled (``acquire``)."""
         self.unacked_count += 1
         if self._special:
             self.ready_bytes -= len(entry.message.body)
-        if entry.sid and not entry.redelivered:
-            self.journal.delivered(self.store_id, entry.sid)
-        if self._tail is not None and len(ready) < self.resident_low:
+        if entry.sid:
+            self.store.delivered(self, entry)
+        if self._tail is not None and len(self.ready) < self.resident_low:
             self._page_in()
-        return entry
 
     def take(self, entry: QueuedMessage) -> bool:
         """Remove ``entry``, a ready message, for good (a move to another queue: the caller
         enqueues it there first, in the same loop turn, so the store commits both in one
         batch); False if it is not ready (not resident) any more."""
-        ready = self.ready
-        if isinstance(ready, PriorityReady):
-            if not ready.remove(entry):
-                return False
-        else:
-            i = bisect_left(ready, entry.seq, key=lambda e: e.seq)
-            if i >= len(ready) or ready[i] is not entry:
-                return False
-            del ready[i]
+        if not self._remove_ready(entry):
+            return False
         if self._special:
             self.ready_bytes -= len(entry.message.body)
         self._gone(entry)
-        if self._tail is not None and len(ready) < self.resident_low:
+        if self._tail is not None and len(self.ready) < self.resident_low:
             self._page_in()
         return True
 
-    def browse(self) -> Iterator[QueuedMessage]:
-        """Every ready entry in delivery order, without taking or marking any: the resident
-        ones as they are (a snapshot), then the paged tail a page at a time (copies). If the
-        queue reads a page back or drops it while the iteration is paused, it stops there."""
+    def _remove_ready(self, entry: QueuedMessage) -> bool:
+        """Take ``entry`` out of ``ready`` wherever it is; False when it is not there."""
+        ready = self.ready
+        if isinstance(ready, PriorityReady):
+            return ready.remove(entry)
+        i = bisect_left(ready, entry.seq, key=lambda e: e.seq)
+        if i >= len(ready) or ready[i] is not entry:
+            return False
+        del ready[i]
+        return True
+
+    def browse(self, start: int = 0) -> Iterator[Browsed]:
+        """Every ready entry from position ``start`` in delivery order, without taking or
+        marking any: the resident ones as they are (a snapshot), then the paged tail a page
+        at a time (copies). If the queue reads a page back or drops it while the iteration
+        is paused, it stops there."""
+        for position, entry in enumerate(self._snapshot()):
+            if position >= start:
+                yield Browsed(position, entry)
+
+    def _snapshot(self) -> Iterator[QueuedMessage]:
         yield from list(self.ready)
         tail = self._tail
         if tail is not None:
@@ -306,6 +286,9 @@ class Queue(FeatureMixin):
                     return  # read back or purged meanwhile: the snapshot is stale
                 yield from page.load(tail.pager, self._entry_cls)
             yield from list(tail.open)
+
+    def head(self, count: int) -> list[QueuedMessage]:
+        return list(islice(self.ready, count))
 
     def unpage(self) -> None:
         """Bring a paged tail back into memory (so that any ready entry can be taken)."""
@@ -325,7 +308,7 @@ class Queue(FeatureMixin):
         delivered (AMQP 0-10's not-acquiring subscriptions); entries of the paged tail are
         copies read from their pages, which stay where they are (``acquire`` takes one)."""
         ready = self.ready
-        if not isinstance(ready, deque):
+        if isinstance(ready, PriorityReady):
             return sorted((e for e in ready if e.seq > seq), key=lambda e: e.seq)[:limit]
         start = bisect_right(ready, seq, key=lambda e: e.seq)
         found = [ready[i] for i in range(start, min(len(ready), start + limit))]
@@ -376,6 +359,8 @@ class Queue(FeatureMixin):
             count += 1
             if redelivered:
                 entry.redelivered = True
+            if entry.sid:
+                self.store.requeued(self, entry)
             if not ready or entry.seq < ready[0].seq:
                 ready.appendleft(entry)
             else:
@@ -384,9 +369,6 @@ class Queue(FeatureMixin):
         self.dispatch()
         if self.browsers:
             self.wake_browsers()
-
-    def counts_returns(self) -> bool:
-        return self.config.quorum
 
     def purge(self) -> int:
         count = len(self.ready)
@@ -399,14 +381,12 @@ class Queue(FeatureMixin):
             MESSAGE_OVERHEAD
         )
         if self.store_id:
-            journal, queue_id = self.journal, self.store_id
-            for entry in resident:
-                if entry.sid:
-                    journal.removed(queue_id, entry.sid)
+            sids = [entry.sid for entry in resident if entry.sid]
             if tail is not None:
                 for page in tail.pages:
-                    for sid in page.sids:
-                        journal.removed(queue_id, sid)
+                    sids.extend(page.sids)
+            if sids:
+                self.store.purged(self, sids)
         if tail is not None:
             tail.discard_all()
             self._tail = None
@@ -414,10 +394,13 @@ class Queue(FeatureMixin):
         self.ready_bytes = 0
         return count
 
+    def on_delete(self) -> None:
+        self.purge()
+
     def restore(
         self, message: Message, sid: int, redelivered: bool, enqueued_at: float | None = None
     ) -> None:
-        """Put a message recovered from the store at the tail, as it was (no journal write,
+        """Put a message recovered from the store at the tail, as it was (no store write,
         no delivery: recovery runs before any client connects). ``enqueued_at`` (wall
         clock) is when it first entered the queue: its TTL counts from then."""
         self._next_seq += 1
@@ -520,20 +503,13 @@ class Queue(FeatureMixin):
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        try:
-            index = self.consumers.index(consumer)
-        except ValueError:
+        index = self._detach(consumer)
+        if index < 0:
             return
-        del self.consumers[index]
-        if index < self._rr:
-            self._rr -= 1
-        if self._rr >= len(self.consumers):
-            self._rr = 0
         if self._expires_on and not self.consumers:
             self.touch()
         if self._special and index == 0 and self.config.single_active_consumer:
             if consumer.unsettled > 0:
                 self._sac_draining = consumer  # hand over once its deliveries are settled
             self.dispatch()  # fail over to the next consumer
-        if self.auto_delete and not self.consumers and self.host is not None:
-            self.host.retire(self)  # an auto-delete queue goes with its last consumer
+        self._retire_if_unused()

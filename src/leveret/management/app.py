@@ -33,7 +33,7 @@ from leveret.management.authz import Authenticator, Forbidden, Unauthorized
 from leveret.management.errors import HttpError
 from leveret.management.peers import Peers
 from leveret.management.query import BadQuery
-from leveret.management.stats import Sampler
+from leveret.management.stats import SLICE, SamplePass, Sampler
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -107,6 +107,9 @@ class ManagementServer:
         # The other nodes of a cluster, asked for the cluster-wide views (peers.py).
         self.peers = Peers()
         self._timer: asyncio.TimerHandle | None = None
+        # The statistics pass being taken, a slice per loop turn, and its next slice.
+        self._pass: SamplePass | None = None
+        self._slice: asyncio.Handle | None = None
         self.interval = self.settings.collect_statistics_interval / 1000
 
     # -- the request's user ------------------------------------------------------------
@@ -236,20 +239,38 @@ class ManagementServer:
         self._timer = loop.call_later(self.interval, self._tick, loop)
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.sample()
+        # The next pass is due an interval after this one began, however long it takes.
         self._schedule(loop)
-
-    def sample(self) -> None:
+        if self._pass is not None:  # the previous pass is still being taken: let it end
+            return
         host = self.host.admin_host
+        self._pass = self.sampler.begin(host.broker, list(host.connections))
+        self._step(loop)
+
+    def _step(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One slice of the pass; the next one in the loop's next turn, after the clients'
+        work that turn brought."""
+        current = self._pass
+        if current is None:
+            return
         try:
-            self.sampler.sample(host.broker, list(host.connections))
+            finished = current.step(SLICE)
         except Exception:  # a bad sample must never stop the broker or the timer
             log.exception("statistics sample failed")
+            finished = True
+        if finished:
+            self._pass = None
+        else:
+            self._slice = loop.call_soon(self._step, loop)
 
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._slice is not None:
+            self._slice.cancel()
+            self._slice = None
+        self._pass = None
         for runner in self.runners:
             await runner.cleanup()
         self.runners.clear()

@@ -3,7 +3,9 @@ bench.loop_probe's percentiles and GC instruments."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import time
 from typing import Any
 
 from bench import compare, loop_probe
@@ -55,15 +57,39 @@ def test_percentiles() -> None:
     assert loop_probe._percentiles([]) == {"count": 0}
 
 
-def test_the_probe_times_each_collection() -> None:
-    probe = loop_probe.LoopProbe()
+def test_the_probe_times_each_collection_and_tells_boot_from_serving() -> None:
+    probe = loop_probe.LoopProbe(census=True)
     probe.install()
     try:
         gc.collect(0)
+        probe.serving()
         gc.collect(2)
     finally:
-        gc.callbacks.remove(probe._on_gc)
-    assert len(probe.gc_wall[0]) >= 1
-    assert len(probe.gc_wall[2]) >= 1
+        probe.uninstall()
     report = probe.report()
-    assert report["gc_cpu"]["2"]["count"] >= 1
+    assert report["gc_boot"]["0"]["cpu"]["count"] >= 1
+    assert report["gc_serving"]["2"]["cpu"]["count"] == 1
+    assert report["gc_serving"]["2"]["at_s"][0] >= 0
+    # The census counts what the full collection walked.
+    assert report["gc_full_census"][0]["objects"] > 0
+
+
+def test_the_probe_says_what_ran_in_a_long_turn() -> None:
+    probe = loop_probe.LoopProbe()
+
+    async def run() -> None:
+        probe.start_loop(asyncio.get_running_loop())
+        await asyncio.sleep(0.005)
+        probe.timed_slice(0.004, finished=True)
+        busy = time.thread_time() + 0.02
+        while time.thread_time() < busy:  # a long turn of the loop's own work
+            pass
+        await asyncio.sleep(0.005)
+
+    asyncio.run(run())
+    report = probe.report()
+    assert report["stats_pass_cpu"]["count"] == 1
+    worst = report["worst_ticks"][0]
+    assert worst["ran"] == "sample"
+    assert worst["late_ms"] >= 15
+    assert worst["own_cpu_ms"] >= 10

@@ -4,14 +4,26 @@ channels, and RabbitMQ's paging, sorting, filtering and columns."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from leveret.config import Settings
 from leveret.management import query
-from leveret.management.stats import CHANNEL_COUNTERS, Sampler, details, message_stats
+from leveret.management.app import ManagementServer
+from leveret.management.stats import (
+    CHANNEL_COUNTERS,
+    MAX_SAMPLES,
+    SLICE,
+    Sampler,
+    Series,
+    details,
+    message_stats,
+)
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
@@ -93,6 +105,116 @@ def test_sampler_reads_the_core_counters_and_keeps_vhost_totals() -> None:
     fresh = sampler.queue_series("/", vhost.queues["s-q"], "s-q")
     assert fresh is not None
     assert len(fresh.samples) == 1
+
+
+def test_a_series_keeps_the_newest_samples_in_a_ring() -> None:
+    assert Series(None).last is None
+    series = Series(None)
+    assert not series
+    total = MAX_SAMPLES + 7
+    for i in range(total):
+        series.append(1000 * i, (i, 2 * i))
+    assert len(series) == MAX_SAMPLES
+    oldest = total - MAX_SAMPLES
+    assert series[0] == (1000 * oldest, (oldest, 2 * oldest))
+    assert series[-1] == (1000 * (total - 1), (total - 1, 2 * (total - 1)))
+    assert series.last == (total - 1, 2 * (total - 1))
+    assert [ts for ts, _v in series] == [1000 * i for i in range(oldest, total)]
+    assert [ts for ts, _v in reversed(series)] == [1000 * i for i in reversed(range(oldest, total))]
+    assert series[-3:] == list(series)[-3:]
+    with pytest.raises(IndexError):
+        series[MAX_SAMPLES]
+    with pytest.raises(ValueError, match="3 values in a series of 2"):
+        series.append(0, (1, 2, 3))
+    # The readers take it as they took the deque: the rate from the two newest samples.
+    assert details(series, 0) == {"rate": 1.0}
+
+
+def _broker_with(queues: int, channels: int) -> tuple[Broker, list[Any]]:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    for i in range(queues):
+        vhost.declare_queue(f"q{i}", owner=None)
+    conns = []
+    for i in range(channels):
+        client = broker.connect(vhost, "guest", f"c{i}")
+        client.attach(1, Session(vhost, client, RecordingSink()))
+        conns.append(_conn(client, recv=i, send=2 * i))
+    return broker, conns
+
+
+def test_a_pass_is_taken_a_slice_at_a_time_and_ends_as_a_whole_one() -> None:
+    broker, conns = _broker_with(queues=150, channels=120)
+    whole, sliced = Sampler(), Sampler()
+    whole.sample(broker, conns, now_ms=0)
+    sliced.sample(broker, conns, now_ms=0)
+    for conn in conns:
+        conn.recv_oct += 500
+    whole.sample(broker, conns, now_ms=5000)
+    # 150 queues, 7 exchanges (the default ones), 120 connections, 120 channels.
+    objects = 150 + len(broker.vhosts["/"].exchanges) + 120 + 120
+    step = sliced.begin(broker, conns, now_ms=5000)
+    slices = 1
+    while not step.step(100):
+        # Between two slices the lists are whole: the previous pass's or this one's.
+        assert len(sliced.connections) == 120
+        assert sliced.samples_taken == 1
+        slices += 1
+    assert slices == -(-objects // 100)
+    assert step.step(100)  # an ended pass stays ended
+    assert sliced.samples_taken == whole.samples_taken == 2
+    assert sliced.vhost_octets == whole.vhost_octets == {"/": [sum(range(120)) + 60_000, 14280]}
+    assert sliced.vhost_totals == whole.vhost_totals
+    assert list(sliced.vhost_series["/"]) == list(whole.vhost_series["/"])
+    assert list(sliced.overview) == list(whole.overview)
+    assert [list(s) for s in sliced.queues.values()] == [list(s) for s in whole.queues.values()]
+
+
+def test_a_pass_leaves_no_new_objects_for_the_collector() -> None:
+    broker, conns = _broker_with(queues=50, channels=300)
+    sampler = Sampler()
+    sampler.sample(broker, conns, now_ms=0)  # the series are made once, here
+    gc.collect()
+    gc.disable()
+    try:
+        # The collector runs when allocations less deallocations of the objects it tracks
+        # pass a threshold: that count, not the objects alive, is what a pass feeds it
+        # (after one pass: the count stops at 0 when a collection just emptied it).
+        sampler.sample(broker, conns, now_ms=5000)
+        before = gc.get_count()[0]
+        for i in range(2, 5):
+            sampler.sample(broker, conns, now_ms=5000 * i)
+        grown = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    # 650 samples a pass, three passes: stored as numbers, not as (ts, values) tuples
+    # (which were 2 tracked objects a sample, 3,900 here); what remains is each pass's
+    # dictionaries of live objects, which replace the previous ones.
+    assert grown < 20, grown
+
+
+def test_the_timer_takes_a_slice_per_loop_turn() -> None:
+    broker, conns = _broker_with(queues=2 * SLICE, channels=SLICE)
+    settings = Settings(collect_statistics_interval=60_000)
+    admin_host = SimpleNamespace(settings=settings, users=None, broker=broker, connections=conns)
+    server = ManagementServer(SimpleNamespace(admin_host=admin_host))
+    turns: list[int] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        server._tick(loop)
+        # A client's work queued meanwhile runs between two slices, not after the pass.
+        while server._pass is not None:
+            turns.append(server.sampler.samples_taken)
+            await asyncio.sleep(0)
+        await server.close()
+
+    asyncio.run(run())
+    objects = 2 * SLICE + len(broker.vhosts["/"].exchanges) + 2 * SLICE
+    assert len(turns) == -(-objects // SLICE) - 1
+    assert set(turns) == {0}
+    assert server.sampler.samples_taken == 1
+    assert len(server.sampler.channels) == SLICE
 
 
 ITEMS: list[dict[str, Any]] = [

@@ -655,7 +655,8 @@ class ServerConnection:
                 # The client closes the socket; we do only after a time-out (tick).
                 wait = CLOSING_TIMEOUT
                 if self.heartbeat and self.heartbeat < wait:
-                    wait = self.heartbeat
+                    # float(): mypyc keeps a float variable unboxed and refuses an int.
+                    wait = float(self.heartbeat)
                 self.close_deadline = self.last_received + wait
             elif state is State.START and isinstance(method, m.ConnectionStartOk):
                 self._start_ok(method)

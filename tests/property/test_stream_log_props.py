@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_records import RECORDS, to_amqp10
+from leveret.convert.stream_stamp import stamp_stream
 from leveret.model.stream import MemoryStreamLog, StreamLog
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import simple_entry
-from leveret.server.amqp091.message import wire_message
-from leveret.server.amqp091.stream_headers import stamp_stream
-from leveret.server.stream_message import RECORDS, to_amqp10
 from leveret.store.stream_log import StreamStore
 
 SEGMENT_BYTES = 600

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_records import from_amqp10, record_of, to_amqp10
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import AmqpValue, Data, Properties, encode_message
 from leveret.protocol.rabbitstream.chunk import (
@@ -18,8 +20,6 @@ from leveret.protocol.rabbitstream.chunk import (
     encode_chunk,
     simple_entry,
 )
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_message import from_amqp10, record_of, to_amqp10
 from leveret.spark._arrow import PROPERTY_FIELDS, READ_SCHEMA, build_batch
 from leveret.spark._client import Deliveries
 from leveret.spark._records import ChunkError, RecordColumns

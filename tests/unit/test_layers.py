@@ -1,5 +1,6 @@
 """The layering rules of DESIGN.md: protocol/ and model/ import nothing else from leveret
-(but leveret.errors), and neither imports asyncio or reads the clock."""
+(but leveret.errors); convert/ (message conversion) imports only them; none of the three
+imports asyncio or reads the clock."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "leveret"
 ALLOWED = {
     "protocol": ("leveret.protocol", "leveret.errors"),
     "model": ("leveret.model", "leveret.errors"),
+    "convert": ("leveret.convert", "leveret.protocol", "leveret.model", "leveret.errors"),
 }
 FORBIDDEN_MODULES = ("asyncio", "socket", "time")
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from leveret import __version__
+from leveret.convert.amqp091 import wire_message
 from leveret.management import query, shapes
 from leveret.management.api_base import (
     ApiBase,
@@ -23,7 +24,6 @@ from leveret.management.errors import bad_request, not_found
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.message_tools import PROPERTY_NAMES, message_json
 from leveret.server.runtime import (
     binding_rows,

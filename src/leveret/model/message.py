@@ -13,7 +13,7 @@ call ``Message.replace``, which re-encodes through the encoder the front end sup
 
 ``format`` says which wire format ``raw_properties`` and ``body`` are in (as RabbitMQ's
 ``mc`` keeps the protocol a message came in): 0, the default, is AMQP 0-9-1's encoded basic
-properties and the body; front ends number the others (``server/formats.py``). The model
+properties and the body; ``convert/formats.py`` numbers the others. The model
 never looks inside either; it carries the number through copies, pages and the store, so a
 message is converted only when a consumer of another protocol takes it.
 """

@@ -30,6 +30,10 @@ from typing import TYPE_CHECKING, Protocol
 from leveret import build_info
 from leveret.auth.users import UserStore
 from leveret.config import default_data_dir
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.formats import stored_message
+from leveret.convert.stream_records import RECORDS, legacy_entry
+from leveret.convert.stream_stamp import stamp_stream
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
@@ -38,7 +42,6 @@ from leveret.server.admin_entities import entity_verbs
 from leveret.server.admin_messages import message_verbs
 from leveret.server.admin_streams import super_stream_verbs
 from leveret.server.amqp091 import Limits
-from leveret.server.amqp091.message import wire_message
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.control import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
@@ -46,8 +49,6 @@ from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
 from leveret.server.runtime import Runtime, boot_runtime
-from leveret.server.stored import stamp_stream, stored_message
-from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles

@@ -29,10 +29,10 @@ import time
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.formats import amqp091_parts
 from leveret.model.delayed import DelayQueue, Selector
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.formats import amqp091_parts
 from leveret.server.runtime import json_value
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ How a prefix becomes columns:
 - Leveret's stored form of a 0-9-1 publish (message annotations ``x-exchange``,
   ``x-routing-key``, ``x-amqp091-properties`` first): the 0-9-1 property bytes are decoded by
   ``_arrow``'s property walker, so a row is exactly what the 0-9-1 reader gives.
-- Any other message: RabbitMQ's mapping (``server/stream_message.py`` documents it):
+- Any other message: RabbitMQ's mapping (``convert/stream_records.py`` documents it):
   header durable/priority/ttl → ``delivery_mode`` (2 or 1) / ``priority`` / ``expiration``;
   the properties section → ``message_id``, ``correlation_id``, ``reply_to``, ``user_id``,
   ``content_type``, ``content_encoding``; ``x-basic-type`` / ``x-basic-app-id`` annotations →

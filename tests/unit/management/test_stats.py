@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
 from leveret.management import query
 from leveret.management.stats import CHANNEL_COUNTERS, Sampler, details, message_stats
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.stream_records import from_amqp10, to_amqp10
 from leveret.model.stream import MemoryStreamLog, StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import entries_of, parse_header, simple_entry
-from leveret.server.stream_message import from_amqp10, to_amqp10
 from leveret.store.stream_log import CHUNK_DATA_MAX, FileStreamLog
 from tests.unit.store.test_stream_log import Harness
 

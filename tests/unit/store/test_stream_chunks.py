@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_records import from_amqp10, to_amqp10
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import (
     HEADER_SIZE,
@@ -17,8 +19,6 @@ from leveret.protocol.rabbitstream.chunk import (
     parse_header,
     simple_entry,
 )
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_message import from_amqp10, to_amqp10
 from leveret.store.records import COMMIT, frame
 from leveret.store.stream_log import CHUNK_DATA_MAX
 from leveret.store.stream_segments import SUFFIX

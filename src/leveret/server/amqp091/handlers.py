@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.formats import amqp091_parts
 from leveret.errors import InternalError, NotAllowed
 from leveret.model.router import REPLY_TO, REPLY_TO_PREFIX
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.server.amqp091.session import stream_refusal
-from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""A chunk's entries decoded in one pass (server/stream_reads.py, through
+"""A chunk's entries decoded in one pass (convert/stream_reads.py, through
 ``StreamRecords.chunk_messages``): the same messages as decoding each entry on its own,
 whatever mix of records, and a reused record head only where it must hold."""
 
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_records import StreamRecords, record_of, to_amqp10
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, simple_entry
 from leveret.protocol.rabbitstream.errors import UnknownFrame
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_message import StreamRecords, record_of, to_amqp10
 
 if TYPE_CHECKING:
     from leveret.model.message import Message

@@ -41,7 +41,7 @@ over the stream protocol (or 1.0) pays the mapping when a 0-9-1 reader takes it.
 sections of a property set are made once per distinct property bytes (a small cache), so a
 publisher that repeats its properties pays the mapping once; one whose properties differ
 per message (the Spark sink's producer, sequence and message-id) has them written straight
-from the message's decoded properties by ``server/stream_sections.py``, the same bytes
+from the message's decoded properties by ``stream_sections.py``, the same bytes
 without the 1.0 composites, for the values it takes.
 
 The AMQP 1.0 encoding is ``leveret.protocol.amqp10``'s.
@@ -54,6 +54,10 @@ import decimal
 import struct
 from typing import TYPE_CHECKING
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.formats import AMQP10
+from leveret.convert.stream_reads import ChunkReads
+from leveret.convert.stream_sections import sections
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import types as t
 from leveret.protocol.amqp10._generated.composites import (
@@ -73,10 +77,6 @@ from leveret.protocol.amqp10.message import (
     parse_message,
 )
 from leveret.protocol.rabbitstream.chunk import encode_chunk, entry_records, split_entries
-from leveret.server.amqp091.message import wire_message
-from leveret.server.formats import AMQP10
-from leveret.server.stream_reads import ChunkReads
-from leveret.server.stream_sections import sections
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -479,7 +479,7 @@ class StreamRecords:
     def entry(self, message: Message) -> list[bytes]:
         if message.format == AMQP10:
             # A 1.0 message is stored as it came: its sections before the body, then the
-            # body sections (server/formats.py).
+            # body sections (formats.py).
             head, body = message.raw_properties, message.body
         else:
             head, body = record_parts(message)

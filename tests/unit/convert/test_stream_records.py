@@ -1,4 +1,4 @@
-"""0-9-1 messages as AMQP 1.0 and back (server/stream_message.py): RabbitMQ's mapping, and
+"""0-9-1 messages as AMQP 1.0 and back (convert/stream_records.py): RabbitMQ's mapping, and
 agreement with rstream's own AMQP 1.0 codec in both directions."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from rstream._pyamqp.message import Header, Properties  # type: ignore[attr-defined]
 from rstream.amqp import AMQPMessage, amqp_decoder
 
+from leveret.convert.stream_records import MessageFormatError, from_amqp10, to_amqp10
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.stream_message import MessageFormatError, from_amqp10, to_amqp10
 
 FULL = BasicProperties(
     content_type="application/json",

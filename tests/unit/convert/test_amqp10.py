@@ -10,6 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert.amqp10 import FORMAT, amqp10_message, payload_for_amqp10
+from leveret.convert.amqp10_amqp091 import amqp091_parts, from_amqp10, to_amqp10
+from leveret.convert.formats import stored_message
 from leveret.model.message import (
     HINT_EXPIRATION,
     HINT_HEADERS,
@@ -30,10 +33,6 @@ from leveret.protocol.amqp10 import (
 )
 from leveret.protocol.amqp10.errors import DecodeError
 from leveret.protocol.amqp10.message import encode_message, parse_message
-from leveret.server.amqp10.from_amqp091 import to_amqp10
-from leveret.server.amqp10.message import FORMAT, amqp10_message, payload_for_amqp10
-from leveret.server.amqp10.to_amqp091 import amqp091_parts, from_amqp10
-from leveret.server.stored import stored_message
 from tests.unit.protocol.amqp10.values import BLOB, SCALARS, TEXT
 
 if TYPE_CHECKING:

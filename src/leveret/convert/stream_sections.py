@@ -1,6 +1,6 @@
 """The AMQP 1.0 sections of decoded 0-9-1 basic properties, encoded directly.
 
-``server/stream_message.py`` stores a 0-9-1 publish in a stream as a 1.0 message; its
+``stream_records.py`` stores a 0-9-1 publish in a stream as a 1.0 message; its
 general mapping (``_sections``) builds the 1.0 composites and encodes them through the
 generic encoder, some 13 µs a property set. A stream writer that gives every message its
 own properties (the Spark sink: its own ``x-stream-producer`` / ``x-stream-sequence`` and
@@ -9,10 +9,10 @@ hits. :func:`sections` writes the same bytes straight from the decoded propertie
 values a 0-9-1 publisher sends (strings, integers, booleans, floats, binaries, void in the
 headers; the basic properties but a non-ASCII content type or encoding, or a non-numeric
 expiration), and returns None for anything else, which the general mapping takes. The
-bytes must be the general mapping's exactly (``tests/unit/test_stream_sections.py``
+bytes must be the general mapping's exactly (``tests/unit/convert/test_stream_sections.py``
 compares them over generated properties).
 
-Only ``server/stream_message.py`` imports this module.
+Only ``stream_records.py`` imports this module.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ annotations (what the headers exchange matches and dead-lettering extends), ``us
 quorum delivery counts, stream offsets) put new ``x-`` headers into the message annotations
 and leave the bare message alone unless an application property itself changes.
 
-The 1.0 front end, the 0-9-1 mapping (``to_amqp091.py``) and recovery import this module.
+The 1.0 front end, the 0-9-1 table (``amqp10_amqp091.py``) and recovery import this module.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_stamp import stamp_stream, stream_headers
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import decode_table
-from leveret.server.amqp091.message import wire_message
-from leveret.server.amqp091.stream_headers import stamp_stream, stream_headers
 
 CASES = [
     BasicProperties(),

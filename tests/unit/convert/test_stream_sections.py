@@ -1,5 +1,5 @@
-"""The direct encoder of a 0-9-1 property set's 1.0 sections (server/stream_sections.py)
-against the general mapping (server/stream_message.py ``_sections``): the same bytes for
+"""The direct encoder of a 0-9-1 property set's 1.0 sections (convert/stream_sections.py)
+against the general mapping (convert/stream_records.py ``_sections``): the same bytes for
 every property set it takes, over property bytes with headers of every field type."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert import stream_records as stream_message
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_sections import Sections, sections
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import types as t
-from leveret.server import stream_message
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_sections import Sections, sections
 from leveret.spark.sink import _fast_properties
 
 # One header value as it goes on the wire: type letter + value bytes (every letter

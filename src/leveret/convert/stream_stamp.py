@@ -1,5 +1,9 @@
-"""Stream deliveries' headers in 0-9-1 form: ``x-stream-offset`` and ``x-stream-timestamp``
-spliced into the encoded properties as ``l`` (int64) fields, without decoding the rest.
+"""What a stream's readers get added to each message: ``x-stream-offset`` and
+``x-stream-timestamp`` (``StreamBackend.stamp``), for a message of either form.
+
+A message in 1.0 form gets them as message annotations (as RabbitMQ 4 does). One in 0-9-1
+form gets them spliced into the encoded properties as ``l`` (int64) header fields, without
+decoding the rest.
 
 The splice appends two entries to the headers table (adding the table when there is none);
 only when the publisher already set one of these names are the properties decoded and
@@ -12,9 +16,12 @@ from __future__ import annotations
 
 import struct
 
+from leveret.convert.amqp091 import decode_properties, encode_properties
+from leveret.convert.amqp10 import FORMAT as AMQP10
 from leveret.model.message import HINT_HEADERS, Message
 from leveret.model.stream import OFFSET_HEADER, TIMESTAMP_HEADER
-from leveret.server.amqp091.message import decode_properties, encode_properties
+
+__all__ = ["stamp_amqp091", "stamp_stream", "stream_headers"]
 
 _LONG = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -73,7 +80,17 @@ _STAMP_BYTES_MAX = 1024
 
 
 def stamp_stream(message: Message, offset: int, timestamp: int) -> Message:
-    """The ``StreamBackend.stamp`` of the 0-9-1 front end."""
+    """``message`` with the two stream headers (the ``StreamBackend.stamp`` of the server)."""
+    if message.format == AMQP10:
+        headers = dict(message.headers or {})
+        headers[OFFSET_HEADER] = offset
+        headers[TIMESTAMP_HEADER] = timestamp
+        return message.replace(headers=headers, hints=message.hints | HINT_HEADERS)
+    return stamp_amqp091(message, offset, timestamp)
+
+
+def stamp_amqp091(message: Message, offset: int, timestamp: int) -> Message:
+    """A 0-9-1 ``message`` with the two stream headers spliced into its properties."""
     raw = message.raw_properties
     stamp = _stamps.get(raw)
     if stamp is not None:

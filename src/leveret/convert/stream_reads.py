@@ -3,7 +3,7 @@
 A stream keeps a 0-9-1 publish as a 1.0 record whose first bytes (header section, the
 ``x-exchange`` / ``x-routing-key`` / ``x-amqp091-properties`` annotations, any properties
 sections, the data section's descriptor) depend only on the exchange, routing key and
-property bytes (``server/stream_message.py``, ``record_parts``). A publisher that repeats
+property bytes (``stream_records.py``, ``record_parts``). A publisher that repeats
 those gives records that differ only in the body, so ``ChunkReads`` keeps the head of the
 last record it parsed and, for each record that starts with the same bytes and holds one
 data section after them, slices the body out and reuses the exchange, routing key and
@@ -12,7 +12,7 @@ head, several data sections, a 1.0 or stream-protocol publish, a sub-batch) is h
 the codec, which parses it and gives the next head.
 
 Compiled with the 0-9-1 hot path (pyproject.toml ``[tool.leveret.compiled]``). Imported by
-``server/stream_message.py`` only.
+``stream_records.py`` only.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from leveret.convert.amqp091 import decode_properties, encode_properties
 from leveret.model.message import Message
 from leveret.protocol.rabbitstream.errors import UnknownFrame
-from leveret.server.amqp091.message import decode_properties, encode_properties
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 
-from leveret.convert.stream_records import to_amqp10
+from leveret.convert.amqp10_amqp091 import to_amqp10
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.chunk import parse_header

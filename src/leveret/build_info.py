@@ -16,7 +16,7 @@ HOT_PATH_MODULES = (
     "leveret.convert.amqp091",
     "leveret.convert.amqp10",
     "leveret.convert.stream_reads",
-    "leveret.convert.stream_sections",
+    "leveret.convert.amqp10_sections",
     "leveret.convert.stream_stamp",
     "leveret.server.amqp010.session",
     "leveret.protocol.amqp10.transfer",

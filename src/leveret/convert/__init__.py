@@ -15,15 +15,16 @@ one 0-9-1 <-> 1.0 table joins the two forms. One module per protocol:
 ``amqp10.py``         the 1.0 form: the sections kept byte for byte, what the model reads of
                       them, what a 1.0 consumer is sent (``mc_amqp``)
 ``amqp10_amqp091.py`` the one 0-9-1 <-> 1.0 table, both ways (RabbitMQ 4's)
+``amqp10_sections.py`` its 0-9-1 -> 1.0 direction written directly for the common values
+                      (compiled; checked byte for byte against the general one)
 ``amqp010.py``        AMQP 0-10 header structs <-> 0-9-1 properties
 ``legacy.py``         the 0-8/0-9 ``file``, ``stream`` and ``message`` classes <-> 0-9-1
 ``amqpfast.py``       AMQP/Fast message headers <-> 0-9-1
 ``stream_records.py`` the record a stream stores (1.0, the stream protocol's form) and the
                       message a stream reader gets back
-``stream_sections.py`` the 1.0 sections of a 0-9-1 append written directly (the table's
-                      bytes for the common value types, compiled)
 ``stream_reads.py``   a stored chunk decoded for readers in one pass (compiled)
 ``stream_stamp.py``   ``x-stream-offset`` / ``x-stream-timestamp`` added for stream readers
+                      (compiled)
 ====================  ======================================================================
 
 The layer sits above ``protocol/`` and ``model/`` and below ``server/``: it imports codecs

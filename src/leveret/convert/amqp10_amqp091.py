@@ -1,12 +1,14 @@
 """The one AMQP 0-9-1 <-> AMQP 1.0 table, both ways: RabbitMQ 4's (``mc_amqpl``'s
-``convert_from(mc_amqp, ...)`` and ``convert_to(mc_amqp, ...)``). What a 0-9-1 consumer gets
-of a message published over 1.0, what a 1.0 consumer gets of one published over 0-9-1 (or
-any protocol of the 0-x family, which keep 0-9-1's form), and what a stream stores for a
-0-9-1 publish (``stream_records.py``). Converted only when a consumer of the other protocol
-takes the message; the message itself stays in the form it came in.
+``convert_from(mc_amqp, ...)`` and ``convert_to(mc_amqp, ...)``). It says what a 0-9-1
+consumer gets of a message published over 1.0 (and through 0-9-1's form a 0-10, 0-8/0-9 or
+AMQP/Fast consumer), what a 1.0 consumer gets of one published over 0-9-1 (or 0-10, 0-8/0-9,
+AMQP/Fast), and what a stream stores for a 0-9-1 publish (``stream_records.py``), so a
+stream-protocol reader sees what a 1.0 consumer sees. Converted only when a consumer of the
+other protocol takes the message; the message itself stays in the form it came in.
 
 AMQP 1.0 -> 0-9-1
------------------
+=================
+
 ==============================  ===========================================================
 AMQP 1.0                        0-9-1 basic property
 ==============================  ===========================================================
@@ -32,29 +34,51 @@ body: amqp-value/-sequence      the body is the encoded body sections and footer
                                 is ``amqp-1.0``
 ==============================  ===========================================================
 
+Beyond RabbitMQ 4, where it has no answer: without a header, ``x-basic-delivery-mode``,
+``-priority`` and ``-expiration`` annotations are read (as RabbitMQ 4 does), and so are
+``x-basic-app-id``, ``-cluster-id``, ``-content-type`` and ``-content-encoding`` where the
+properties have none (RabbitMQ 4 drops them; Leveret's streams before this table and the
+Spark connector's stream sink wrote them). A value a field table cannot hold keeps its
+value (``amqp10.field_value``); a priority or delivery mode outside an octet is left out.
+
 AMQP 0-9-1 -> 1.0
------------------
+=================
+
 ==============================  ===========================================================
 0-9-1 basic property            AMQP 1.0
 ==============================  ===========================================================
-delivery-mode, priority,        header: durable (delivery-mode 2), priority, ttl (ms);
-expiration                      first-acquirer (not redelivered), delivery-count
+delivery-mode, priority,        header: durable (delivery-mode 2), priority, ttl (ms; a
+expiration                      non-numeric expiration is left out, one past 2^32 - 1 ms
+                                is cut to it); a consumer's delivery adds first-acquirer
+                                and, redelivered, delivery-count
 message-id, correlation-id      properties: message-id, correlation-id (``urn:uuid:…`` as a
                                 UUID, otherwise a string)
 user-id                         properties: user-id (binary)
 reply-to                        properties: reply-to
-content-type, content-encoding  properties: content-type, content-encoding (symbols)
+content-type, content-encoding  properties: content-type, content-encoding (symbols; one
+                                that is not ASCII: annotation ``x-basic-content-type`` /
+                                ``-encoding``)
 timestamp (s)                   properties: creation-time (ms)
 app-id                          properties: group-id
 type                            message annotation ``x-basic-type`` (``amqp-1.0``: the body
                                 already is encoded 1.0 sections and is sent as it is)
-headers ``x-…``                 message annotations (symbols)
+cluster-id                      left out (as RabbitMQ 4)
+headers ``x-…``                 message annotations (symbols), but ``x-exchange``,
+                                ``x-routing-key`` (the broker's) and names that are not
+                                ASCII (application properties)
 header ``CC`` (an array)        message annotation ``x-cc``
 other headers                   application-properties (nested tables and arrays are left
                                 out: 1.0 forbids them there)
 exchange, routing key           message annotations ``x-exchange``, ``x-routing-key``
 body                            one data section
 ==============================  ===========================================================
+
+Lossless both ways for a 0-9-1 message whose delivery-mode is 1 or 2, whose expiration is
+numeric, whose headers hold no nested table or array outside ``x-`` names and whose
+cluster-id is unset (``tests/unit/convert/test_amqp10_amqp091.py`` checks it); the other
+way for a 1.0 message of data sections whose ids are strings or UUIDs and whose
+annotations are ``x-`` ones. ``amqp10_sections.py`` writes this direction's bytes directly
+for the common values.
 """
 
 from __future__ import annotations
@@ -63,22 +87,29 @@ import uuid
 from typing import TYPE_CHECKING
 
 from leveret.convert.amqp10 import Amqp10View, field_value, split_payload, value_of_field
+from leveret.convert.amqp10_sections import (
+    AMQP10_TYPE,
+    NULL,
+    RESERVED,
+    Sections,
+    annotations_section,
+    data_head,
+    header_section,
+    sections,
+    string,
+)
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import (
     Data,
-    Header,
     Properties,
     Symbol,
     Timestamp,
     UByte,
     UInt,
 )
-from leveret.protocol.amqp10._generated.composites import (
-    ApplicationProperties,
-    MessageAnnotations,
-)
+from leveret.protocol.amqp10._generated.composites import ApplicationProperties
 from leveret.protocol.amqp10.message import DATA, FOOTER
-from leveret.protocol.amqp10.types import decode_value
+from leveret.protocol.amqp10.types import decode_value, encode_value
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -89,21 +120,30 @@ __all__ = [
     "AMQP10_TYPE",
     "amqp091_parts",
     "from_amqp10",
+    "general_sections",
     "payload_from_amqp091",
     "properties_of",
     "sections_of",
     "to_amqp10",
 ]
 
-AMQP10_TYPE = "amqp-1.0"
-"""0-9-1 ``type`` of a message whose body is encoded 1.0 body sections (not data)."""
-
 # -- AMQP 1.0 -> 0-9-1 ------------------------------------------------------------------------
+
+# Message annotations that never become headers: the broker's own (RabbitMQ 4's
+# ``is_internal_header``, and the ``x-basic-*`` ones the table reads itself).
+_NOT_HEADERS = frozenset((*RESERVED, "x-opt-rabbitmq-received-time"))
+_LONG_MAX = (1 << 63) - 1
 
 
 def _shortstr(value: object) -> str | None:
     if isinstance(value, str) and len(value.encode()) <= 255:
         return str(value)
+    return None
+
+
+def _octet(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255:
+        return int(value)
     return None
 
 
@@ -125,10 +165,6 @@ def _message_id(value: Value, header: str, headers: dict[str, FieldValue]) -> st
     return None
 
 
-def _annotation(annotations: dict[Value, Value], key: str) -> Value:
-    return annotations.get(key)
-
-
 def properties_of(view: Amqp10View, *, amqp_body: bool) -> BasicProperties:
     """The 0-9-1 properties of a 1.0 message (``amqp_body``: its body is not data)."""
     header = view.header
@@ -143,32 +179,25 @@ def properties_of(view: Amqp10View, *, amqp_body: bool) -> BasicProperties:
             continue
         if key == "x-cc":
             headers["CC"] = field_value(value)  # type: ignore[assignment]
-        elif key in ("x-exchange", "x-routing-key", "x-opt-rabbitmq-received-time") or (
-            key.startswith("x-basic-")
-        ):
-            continue
-        else:
+        elif key not in _NOT_HEADERS and not key.startswith("x-basic-"):
             headers[str(key)] = field_value(value)  # type: ignore[assignment]
     message_id = _message_id(props.message_id, "x-message-id", headers)
     correlation_id = _message_id(props.correlation_id, "x-correlation-id", headers)
     if header is not None and header.durable is not None:
         delivery_mode = 2 if header.durable else 1
     else:
-        mode = _annotation(annotations, "x-basic-delivery-mode")
-        delivery_mode = int(mode) if isinstance(mode, int) else 2
-    priority: int | None = None
+        mode = _octet(annotations.get("x-basic-delivery-mode"))
+        delivery_mode = 2 if mode is None else mode
     if header is not None and header.priority is not None:
-        priority = header.priority
+        priority: int | None = header.priority
     else:
-        p = _annotation(annotations, "x-basic-priority")
-        priority = int(p) if isinstance(p, int) and not isinstance(p, bool) else None
+        priority = _octet(annotations.get("x-basic-priority"))
     expiration: str | None = None
     if header is not None and header.ttl is not None:
         expiration = str(header.ttl)
     else:
-        e = _annotation(annotations, "x-basic-expiration")
-        expiration = _shortstr(e)
-    kind = AMQP10_TYPE if amqp_body else _shortstr(_annotation(annotations, "x-basic-type"))
+        expiration = _shortstr(annotations.get("x-basic-expiration"))
+    kind = AMQP10_TYPE if amqp_body else _shortstr(annotations.get("x-basic-type"))
     user_id: str | None = None
     if props.user_id is not None:
         try:
@@ -176,9 +205,20 @@ def properties_of(view: Amqp10View, *, amqp_body: bool) -> BasicProperties:
         except UnicodeDecodeError:
             user_id = None
     creation = props.creation_time
+    content_type = _shortstr(props.content_type)
+    content_encoding = _shortstr(props.content_encoding)
+    app_id = _shortstr(props.group_id)
+    # Read back what RabbitMQ 4 leaves out but earlier Leveret streams and the Spark sink
+    # wrote as annotations (and what the table writes for a non-ASCII content type).
+    if content_type is None:
+        content_type = _shortstr(annotations.get("x-basic-content-type"))
+    if content_encoding is None:
+        content_encoding = _shortstr(annotations.get("x-basic-content-encoding"))
+    if app_id is None:
+        app_id = _shortstr(annotations.get("x-basic-app-id"))
     return BasicProperties(
-        content_type=_shortstr(props.content_type),
-        content_encoding=_shortstr(props.content_encoding),
+        content_type=content_type,
+        content_encoding=content_encoding,
         headers=headers or None,
         delivery_mode=delivery_mode,
         priority=priority,
@@ -186,10 +226,11 @@ def properties_of(view: Amqp10View, *, amqp_body: bool) -> BasicProperties:
         reply_to=_shortstr(props.reply_to),
         expiration=expiration,
         message_id=message_id,
-        timestamp=None if creation is None else int(creation) // 1000,
+        timestamp=None if creation is None or creation < 0 else int(creation) // 1000,
         type=kind,
         user_id=user_id,
-        app_id=_shortstr(props.group_id),
+        app_id=app_id,
+        cluster_id=_shortstr(annotations.get("x-basic-cluster-id")),
     )
 
 
@@ -211,32 +252,46 @@ def _body(body: bytes) -> tuple[bytes, bool]:
     return body, True
 
 
+# Converted properties by (sections before the body, body kind): a publisher that repeats
+# its properties pays the table once. Starts over when full.
+_converted: dict[tuple[bytes, bool], bytes] = {}
+_CONVERTED_MAX = 256
+
+
 def amqp091_parts(message: Message) -> tuple[bytes, bytes]:
     """(encoded basic properties, body) of a 1.0 ``message`` for a 0-9-1 consumer."""
     body, amqp_body = _body(message.body)
-    view = message.properties
-    assert isinstance(view, Amqp10View)
-    return properties_of(view, amqp_body=amqp_body).encode(), body
+    key = (message.raw_properties, amqp_body)
+    raw = _converted.get(key)
+    if raw is None:
+        view = message.properties
+        assert isinstance(view, Amqp10View)
+        raw = properties_of(view, amqp_body=amqp_body).encode()
+        if len(_converted) >= _CONVERTED_MAX:
+            _converted.clear()
+        _converted[key] = raw
+    return raw, body
 
 
 def from_amqp10(payload: bytes) -> tuple[BasicProperties, bytes]:
     """A whole 1.0 message (sections as on the wire or in a stream) as 0-9-1 properties and
-    body (the stream protocol's readers and writers)."""
+    body."""
     raw, body = split_payload(payload)
     converted, amqp_body = _body(body)
     return properties_of(Amqp10View(raw), amqp_body=amqp_body), converted
 
 
 # -- AMQP 0-9-1 -> 1.0 ------------------------------------------------------------------------
+#
+# ``general_sections`` is the table as the 1.0 composites; ``amqp10_sections.sections`` writes
+# the same bytes directly for the common values (and is tried first).
 
-_DATA_PREFIX_SMALL = b"\x00\x53\x75\xa0"
-_DATA_PREFIX_LARGE = b"\x00\x53\x75\xb0"
+_EMPTY_PROPERTIES = Properties()
+_UINT_MAX = 0xFFFFFFFF
 
 
 def _id(value: str | None) -> Value:
-    if value is None:
-        return None
-    if value.startswith("urn:uuid:"):
+    if value is not None and value.startswith("urn:uuid:"):
         try:
             return uuid.UUID(value[9:])
         except ValueError:
@@ -244,11 +299,73 @@ def _id(value: str | None) -> Value:
     return value
 
 
-def _data_section(body: bytes) -> bytes:
-    n = len(body)
-    if n < 256:
-        return _DATA_PREFIX_SMALL + bytes((n,)) + body
-    return _DATA_PREFIX_LARGE + n.to_bytes(4, "big") + body
+def _symbol(text: str | None, name: str, annotations: dict[Value, Value]) -> Symbol | None:
+    """A content type or encoding as a symbol; one a symbol cannot hold (not ASCII) goes to
+    the annotation ``name`` instead (read back by ``properties_of``)."""
+    if text is None:
+        return None
+    if text.isascii():
+        return Symbol(text)
+    annotations[Symbol(name)] = text
+    return None
+
+
+def general_sections(props: BasicProperties) -> Sections:
+    """The 1.0 parts of 0-9-1 ``props``: the table's general implementation."""
+    expiration = props.expiration
+    ttl = NULL
+    if expiration is not None and expiration.isascii() and expiration.isdigit():
+        ttl = encode_value(UInt(min(int(expiration), _UINT_MAX)))
+    annotations: dict[Value, Value] = {}
+    app: dict[Value, Value] = {}
+    for key, value in (props.headers or {}).items():
+        if key.startswith("x-") and key.isascii():  # a symbol holds ASCII only
+            if key not in RESERVED:
+                annotations[Symbol(key)] = value_of_field(value)
+        elif key == "CC" and isinstance(value, list):
+            annotations[Symbol("x-cc")] = value_of_field(value)
+        elif not isinstance(value, (list, dict)):
+            app[key] = value_of_field(value)
+    if props.type is not None and props.type != AMQP10_TYPE:
+        annotations[Symbol("x-basic-type")] = props.type
+    content_type = _symbol(props.content_type, "x-basic-content-type", annotations)
+    content_encoding = _symbol(props.content_encoding, "x-basic-content-encoding", annotations)
+    creation = None
+    if props.timestamp is not None and props.timestamp * 1000 <= _LONG_MAX:
+        creation = Timestamp(props.timestamp * 1000)
+    properties = Properties(
+        message_id=_id(props.message_id),
+        user_id=None if props.user_id is None else props.user_id.encode(),
+        reply_to=props.reply_to,
+        correlation_id=_id(props.correlation_id),
+        content_type=content_type,
+        content_encoding=content_encoding,
+        creation_time=creation,
+        group_id=props.app_id,
+    )
+    rest = b"" if properties == _EMPTY_PROPERTIES else properties.encode()
+    if app:
+        rest += ApplicationProperties(app).encode()
+    return Sections(
+        props.delivery_mode == 2,
+        NULL if props.priority is None else encode_value(UByte(props.priority)),
+        ttl,
+        b"".join(encode_value(k) + encode_value(v) for k, v in annotations.items()),
+        2 * len(annotations),
+        rest,
+    )
+
+
+def sections_for(props: BasicProperties) -> Sections:
+    """The 1.0 parts of ``props``, directly where the fast path takes them."""
+    direct = sections(props)
+    return direct if direct is not None else general_sections(props)
+
+
+_TRUE = b"\x41"
+_FALSE = b"\x42"
+_EXCHANGE_KEY = encode_value(Symbol("x-exchange"))
+_ROUTING_KEY_KEY = encode_value(Symbol("x-routing-key"))
 
 
 def sections_of(
@@ -261,64 +378,28 @@ def sections_of(
     delivery_count: int = 0,
     first_acquirer: bool | None = None,
 ) -> bytes:
-    """The 1.0 message for 0-9-1 ``props`` and ``body``."""
-    headers = props.headers or {}
-    expiration = props.expiration
-    ttl: int | None = None
-    if expiration is not None:
-        try:
-            ttl = int(expiration)
-        except ValueError:
-            ttl = None
-    header = Header(
-        durable=props.delivery_mode == 2,
-        priority=None if props.priority is None else UByte(props.priority),
-        ttl=None if ttl is None else UInt(ttl),
-        first_acquirer=first_acquirer,
-        delivery_count=UInt(delivery_count) if redelivered and delivery_count else None,
-    )
-    annotations: dict[Value, Value] = {}
-    app: dict[Value, Value] = {}
-    for key, value in headers.items():
-        if key.startswith("x-"):
-            annotations[Symbol(key)] = value_of_field(value)
-        elif key == "CC" and isinstance(value, list):
-            annotations[Symbol("x-cc")] = value_of_field(value)
-        elif not isinstance(value, (list, dict)):
-            app[key] = value_of_field(value)
-    if props.type is not None and props.type != AMQP10_TYPE:
-        annotations[Symbol("x-basic-type")] = props.type
+    """The 1.0 message for 0-9-1 ``props`` and ``body``; ``exchange`` and ``routing_key``
+    become the ``x-exchange`` / ``x-routing-key`` annotations, the rest is the delivery's
+    header (``first-acquirer``; ``delivery-count`` on a redelivery)."""
+    s = sections_for(props)
+    items, count = s.annotations, s.count
     if exchange is not None:
-        annotations[Symbol("x-exchange")] = exchange
+        items += _EXCHANGE_KEY + string(exchange)
+        count += 2
     if routing_key is not None:
-        annotations[Symbol("x-routing-key")] = routing_key
-    properties = Properties(
-        message_id=_id(props.message_id),
-        user_id=None if props.user_id is None else props.user_id.encode(),
-        reply_to=props.reply_to,
-        correlation_id=_id(props.correlation_id),
-        content_type=None if props.content_type is None else Symbol(props.content_type),
-        content_encoding=(
-            None if props.content_encoding is None else Symbol(props.content_encoding)
-        ),
-        creation_time=None if props.timestamp is None else Timestamp(props.timestamp * 1000),
-        group_id=props.app_id,
-    )
-    pieces = [header.encode()]
-    if annotations:
-        pieces.append(MessageAnnotations(annotations).encode())
-    if properties != _EMPTY_PROPERTIES:
-        pieces.append(properties.encode())
-    if app:
-        pieces.append(ApplicationProperties(app).encode())
+        items += _ROUTING_KEY_KEY + string(routing_key)
+        count += 2
+    acquirer = NULL if first_acquirer is None else _TRUE if first_acquirer else _FALSE
+    pieces = [header_section(s, acquirer, delivery_count if redelivered else 0)]
+    if count:
+        pieces.append(annotations_section(items, count))
+    pieces.append(s.rest)
     if props.type == AMQP10_TYPE:
         pieces.append(body)
     else:
-        pieces.append(_data_section(body))
+        pieces.append(data_head(body))
+        pieces.append(body)
     return b"".join(pieces)
-
-
-_EMPTY_PROPERTIES = Properties()
 
 
 def payload_from_amqp091(message: Message, redelivered: bool, delivery_count: int) -> bytes:
@@ -337,5 +418,5 @@ def payload_from_amqp091(message: Message, redelivered: bool, delivery_count: in
 
 
 def to_amqp10(props: BasicProperties, body: bytes) -> bytes:
-    """A 0-9-1 message as a whole 1.0 message (what a stream keeps for its 1.0 readers)."""
+    """A 0-9-1 message as a whole 1.0 message, without routing annotations."""
     return sections_of(props, body)

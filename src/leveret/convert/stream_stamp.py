@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import struct
 
+from leveret.convert import amqp10
 from leveret.convert.amqp091 import decode_properties, encode_properties
 from leveret.convert.amqp10 import FORMAT as AMQP10
 from leveret.model.message import HINT_HEADERS, Message
 from leveret.model.stream import OFFSET_HEADER, TIMESTAMP_HEADER
 
-__all__ = ["stamp_amqp091", "stamp_stream", "stream_headers"]
+__all__ = ["stamp_amqp091", "stamp_amqp10", "stamp_stream", "stream_headers"]
 
 _LONG = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -82,11 +83,101 @@ _STAMP_BYTES_MAX = 1024
 def stamp_stream(message: Message, offset: int, timestamp: int) -> Message:
     """``message`` with the two stream headers (the ``StreamBackend.stamp`` of the server)."""
     if message.format == AMQP10:
+        return stamp_amqp10(message, offset, timestamp)
+    return stamp_amqp091(message, offset, timestamp)
+
+
+# -- 1.0 form: two message annotations -------------------------------------------------------
+
+_MA = b"\x00\x53\x72"
+_HEADER_SECTION = 0x70
+_MA_SECTION = 0x72
+_MAP8 = 0xC1
+_MAP32 = 0xD1
+_II = struct.Struct(">II")
+# A symbol key, then a long (0x81) value.
+_OFFSET_ENTRY = bytes([0xA3, len(OFFSET_HEADER)]) + OFFSET_HEADER.encode() + b"\x81"
+_TIMESTAMP_ENTRY = bytes([0xA3, len(TIMESTAMP_HEADER)]) + TIMESTAMP_HEADER.encode() + b"\x81"
+_ENTRIES_SIZE_10 = len(_OFFSET_ENTRY) + 8 + len(_TIMESTAMP_ENTRY) + 8
+
+
+class _Stamp10:
+    """The two annotations spliced into one 1.0 message's sections before the body, as one
+    ``struct`` pack: its message-annotations map rewritten as a map32 with four more items,
+    or a new map after the header. ValueError when the annotations are not a map (the
+    general path then says what is wrong)."""
+
+    __slots__ = ("after", "before", "pack")
+
+    def __init__(self, raw: bytes) -> None:
+        sections = amqp10.first_sections(raw)
+        where = sections.get(_MA_SECTION)
+        if where is None:
+            header = sections.get(_HEADER_SECTION)
+            cut = 0 if header is None else header[1]
+            head = raw[:cut] + _MA + bytes((_MAP8, _ENTRIES_SIZE_10 + 1, 4))
+            self.after = raw[cut:]
+        else:
+            start, end = where
+            code = raw[start + 3]
+            if code == _MAP8:
+                count = raw[start + 5]
+                content = raw[start + 6 : end]
+            elif code == _MAP32:
+                count = int.from_bytes(raw[start + 8 : start + 12], "big")
+                content = raw[start + 12 : end]
+            else:
+                raise ValueError("message annotations are not a map")
+            size = len(content) + _ENTRIES_SIZE_10 + 4
+            head = raw[:start] + _MA + bytes((_MAP32,)) + _II.pack(size, count + 4) + content
+            self.after = raw[end:]
+        self.before = head + _OFFSET_ENTRY
+        self.pack = struct.Struct(
+            f">{len(self.before)}sq{len(_TIMESTAMP_ENTRY)}sq{len(self.after)}s"
+        ).pack
+
+
+_stamps10: dict[bytes, _Stamp10] = {}
+
+
+def _stamp10(raw: bytes) -> _Stamp10 | None:
+    stamp = _stamps10.get(raw)
+    if stamp is None:
+        if OFFSET_HEADER.encode() in raw or TIMESTAMP_HEADER.encode() in raw:
+            return None  # set by the publisher: the general path replaces them
+        try:
+            stamp = _Stamp10(raw)
+        except (ValueError, IndexError):
+            return None
+        if len(raw) <= _STAMP_BYTES_MAX:
+            if len(_stamps10) >= _STAMPS_MAX:
+                _stamps10.clear()
+            _stamps10[raw] = stamp
+    return stamp
+
+
+def stamp_amqp10(message: Message, offset: int, timestamp: int) -> Message:
+    """A 1.0 ``message`` with the two stream headers as message annotations (long values),
+    as RabbitMQ 4 gives them."""
+    stamp = _stamp10(message.raw_properties)
+    if stamp is None:
         headers = dict(message.headers or {})
         headers[OFFSET_HEADER] = offset
         headers[TIMESTAMP_HEADER] = timestamp
         return message.replace(headers=headers, hints=message.hints | HINT_HEADERS)
-    return stamp_amqp091(message, offset, timestamp)
+    return Message(
+        message.exchange,
+        message.routing_key,
+        stamp.pack(stamp.before, offset, _TIMESTAMP_ENTRY, timestamp, stamp.after),
+        message.body,
+        amqp10.decode_properties,
+        amqp10.encode_properties,
+        message.hints | HINT_HEADERS,
+        AMQP10,
+    )
+
+
+# -- 0-9-1 form: two header fields -----------------------------------------------------------
 
 
 def stamp_amqp091(message: Message, offset: int, timestamp: int) -> Message:

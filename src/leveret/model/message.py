@@ -152,8 +152,8 @@ class Message:
 
     @property
     def headers(self) -> Mapping[str, object] | None:
-        # Without properties there cannot be headers: skip the decode.
-        if self.raw_properties[:2] == b"\x00\x00":
+        # The front end saw no headers in the encoded form: skip the decode.
+        if not self.hints & HINT_HEADERS:
             return None
         return self.properties.headers
 

@@ -1,150 +1,141 @@
-"""0-9-1 messages as AMQP 1.0 and back (convert/stream_records.py): RabbitMQ's mapping, and
-agreement with rstream's own AMQP 1.0 codec in both directions."""
+"""What a stream stores and what its readers get back (convert/stream_records.py): a 0-9-1
+publish as the one table's sections plus its own property bytes (read back byte for byte),
+a 1.0 or stream-protocol publish as it came (read back in 1.0 form, converted only for a
+0-9-1 reader), records of the earlier format, and bytes that are no message."""
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-# rstream's vendored AMQP 1.0 codec has no type hints mypy reads.
-from rstream._pyamqp.message import Header, Properties  # type: ignore[attr-defined]
+from rstream._pyamqp.message import Properties as RProperties  # type: ignore[attr-defined]
 from rstream.amqp import AMQPMessage, amqp_decoder
 
-from leveret.convert.stream_records import MessageFormatError, from_amqp10, to_amqp10
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp10 import payload_for_amqp10
+from leveret.convert.amqp10_amqp091 import to_amqp10
+from leveret.convert.formats import AMQP091, AMQP10, amqp091_parts
+from leveret.convert.stream_records import (
+    RECORDS,
+    MessageFormatError,
+    message_of,
+    record_of,
+)
 from leveret.protocol.amqp091._generated.properties import BasicProperties
+from leveret.protocol.amqp10 import Data, Header, Symbol, parse_message
+from leveret.protocol.amqp10.message import encode_message
 
-FULL = BasicProperties(
-    content_type="application/json",
-    content_encoding="gzip",
-    headers={"a": "x", "n": 7, "big": 2**40, "f": 1.5, "t": True, "b": b"\x00\x01"},
+PROPS = BasicProperties(
+    content_type="text/plain",
+    headers={"k": "v", "x-stream-producer": "p", "nested": {"a": [1]}},
     delivery_mode=2,
-    priority=5,
-    correlation_id="c-1",
-    reply_to="replies",
-    expiration="60000",
     message_id="m-1",
-    timestamp=1_700_000_000,
-    type="order",
-    user_id="guest",
     app_id="app",
     cluster_id="cl",
 )
 
 
-def test_every_basic_property_survives_the_round_trip() -> None:
-    props, body = from_amqp10(to_amqp10(FULL, b"payload"))
-    assert body == b"payload"
-    assert props == FULL
-
-
-def test_a_plain_persistent_message_is_a_header_and_a_data_section() -> None:
-    data = to_amqp10(BasicProperties(delivery_mode=2), b"hi")
-    # header [durable=true] + data "hi"
-    assert data == bytes.fromhex("005370c0020141") + bytes.fromhex("005375a0026869")
-    assert from_amqp10(data) == (BasicProperties(delivery_mode=2), b"hi")
-
-
-def test_nested_tables_and_arrays_are_left_out_as_rabbitmq_3_10_does() -> None:
-    props = BasicProperties(headers={"keep": 1, "table": {"x": 1}, "array": [1, 2]})
-    back, _body = from_amqp10(to_amqp10(props, b""))
-    assert back.headers == {"keep": 1}
-
-
-def test_timestamps_and_decimals_in_headers() -> None:
-    when = datetime.datetime(2024, 1, 2, tzinfo=datetime.UTC)
-    back, _body = from_amqp10(to_amqp10(BasicProperties(headers={"when": when}), b""))
-    assert back.headers == {"when": int(when.timestamp() * 1000)}
-
-
-def test_rstream_reads_what_we_write() -> None:
-    message = amqp_decoder(to_amqp10(FULL, b"payload"))
-    assert message.body == b"payload"
-    assert message.header is not None
-    assert message.header.durable
-    assert message.properties is not None
-    assert message.properties.message_id == b"m-1"  # rstream reads strings as bytes
-    assert message.properties.content_type == b"application/json"
-    assert message.application_properties is not None
-    assert message.application_properties[b"a"] == b"x"
-
-
-def test_we_read_what_rstream_writes() -> None:
-    message = AMQPMessage(
-        body=b"from rstream",
-        header=Header(durable=True, priority=3),
-        properties=Properties(message_id="id-9", correlation_id="corr", reply_to="r"),
-        application_properties={"k": "v", "n": 12},
+def test_a_0_9_1_publish_is_stored_with_the_tables_sections_and_its_own_bytes() -> None:
+    raw = PROPS.encode()
+    record = record_of(wire_message("amq.direct", "key", raw, b"body"))
+    parsed = parse_message(record)
+    annotations = parsed.message_annotations()
+    # The stored form's three annotations first, then the table's.
+    assert list(annotations)[:3] == ["x-exchange", "x-routing-key", "x-amqp091-properties"]
+    assert annotations["x-amqp091-properties"] == raw
+    assert annotations["x-stream-producer"] == "p"  # an x- header: an annotation
+    assert parsed.application_properties() == {"k": "v"}
+    assert parsed.data() == b"body"
+    # What a stream-protocol reader (rstream) sees is what a 1.0 consumer gets.
+    seen = amqp_decoder(record)
+    assert seen.properties.group_id == b"app"
+    assert seen.properties.message_id == b"m-1"
+    # A 0-9-1 reader gets the publish back byte for byte, nested table and cluster-id kept.
+    message = message_of(record, "s")
+    assert message.format == AMQP091
+    assert (message.exchange, message.routing_key, message.raw_properties) == (
+        "amq.direct",
+        "key",
+        raw,
     )
-    props, body = from_amqp10(bytes(message))
-    assert body == b"from rstream"
-    assert props.delivery_mode == 2
-    assert props.priority == 3
-    assert props.message_id == "id-9"
-    assert props.correlation_id == "corr"
-    assert props.headers == {"k": "v", "n": 12}
+    assert message.body == b"body"
 
 
-def test_an_amqp_value_body_is_given_as_its_encoded_section() -> None:
-    value = bytes.fromhex("005377a103616263")  # amqp-value "abc"
-    assert from_amqp10(value) == (BasicProperties(), value)
+def test_a_1_0_publish_is_stored_and_read_back_as_it_came() -> None:
+    payload = encode_message(
+        Data(b"from 1.0"),
+        header=Header(durable=True),
+        message_annotations={Symbol("x-opt-k"): "a", Symbol("plain"): 1},
+    )
+    record = RECORDS.entry(message_of(payload, "s"))
+    assert b"".join(record[1:]) == payload
+    message = message_of(payload, "s")
+    assert message.format == AMQP10
+    assert (message.exchange, message.routing_key) == ("", "s")  # routed by the stream
+    # A 1.0 reader gets every section as stored (only the routing annotations added) ...
+    sent = parse_message(payload_for_amqp10(message, False, 0))
+    assert sent.message_annotations() == {
+        "x-opt-k": "a",
+        "plain": 1,
+        "x-exchange": "",
+        "x-routing-key": "s",
+    }
+    # ... and a 0-9-1 reader the one table's conversion.
+    raw, body = amqp091_parts(message)
+    assert body == b"from 1.0"
+    assert BasicProperties.decode(raw).headers == {"x-opt-k": "a"}
+
+
+def test_routing_annotations_of_a_record_are_its_exchange_and_routing_key() -> None:
+    record = to_amqp10(BasicProperties(), b"x")
+    annotated = encode_message(
+        Data(b"x"),
+        message_annotations={Symbol("x-exchange"): "ex", Symbol("x-routing-key"): "rk"},
+    )
+    assert (message_of(record, "s").exchange, message_of(record, "s").routing_key) == ("", "s")
+    message = message_of(annotated, "s")
+    assert (message.exchange, message.routing_key) == ("ex", "rk")
+
+
+def test_a_stream_protocol_client_s_message_reads_as_rstream_wrote_it() -> None:
+    sent = AMQPMessage(body=b"rs", properties=RProperties(message_id="id", group_id="g"))
+    message = message_of(bytes(sent), "s")
+    raw, body = amqp091_parts(message)
+    props = BasicProperties.decode(raw)
+    assert (props.message_id, props.app_id, body) == ("id", "g", b"rs")
+
+
+def test_a_record_of_the_earlier_table_reads_back() -> None:
+    # Before the one table a 0-9-1 publish was stored with a header only when needed and
+    # RabbitMQ 3.10's x-basic-* annotations after the property bytes: read byte for byte.
+    raw = PROPS.encode()
+    items = b"".join(
+        _sym(name) + value
+        for name, value in (
+            ("x-exchange", b"\xa1\x02ex"),
+            ("x-routing-key", b"\xa1\x02rk"),
+            ("x-amqp091-properties", b"\xa0" + bytes((len(raw),)) + raw),
+            ("x-basic-app-id", b"\xa1\x03app"),
+        )
+    )
+    size_count = (len(items) + 4).to_bytes(4, "big") + (8).to_bytes(4, "big")
+    record = bytes.fromhex("005372d1") + size_count + items + bytes.fromhex("005375a0026869")
+    message = message_of(record, "s")
+    assert message.format == AMQP091
+    assert (message.exchange, message.routing_key) == ("ex", "rk")
+    assert (message.raw_properties, message.body) == (raw, b"hi")
+
+
+def _sym(name: str) -> bytes:
+    return b"\xa3" + bytes((len(name),)) + name.encode()
 
 
 @pytest.mark.parametrize(
     "data",
     [b"\x00\x53", b"\xa1\x05ab", b"\x00\x53\x75\xa0\x09short", b"\x00\x53\x75\xe0\x00"],
 )
-def test_bad_bytes_are_a_message_format_error(data: bytes) -> None:
+def test_bytes_that_are_no_message(data: bytes) -> None:
     with pytest.raises(MessageFormatError):
-        from_amqp10(data)
-
-
-simple = st.one_of(
-    st.text(max_size=10),
-    st.integers(-(2**63), 2**63 - 1),
-    st.booleans(),
-    st.binary(max_size=10),
-    st.floats(allow_nan=False),
-)
-short = st.none() | st.text(min_size=1, max_size=20)
-
-
-@settings(max_examples=200)
-@given(
-    st.builds(
-        lambda ct, mid, cid, headers, mode, prio, ts, typ: BasicProperties(
-            content_type=ct,
-            message_id=mid,
-            correlation_id=cid,
-            headers=headers or None,
-            delivery_mode=mode,
-            priority=prio,
-            timestamp=ts,
-            type=typ,
-        ),
-        short,
-        short,
-        short,
-        st.dictionaries(st.text(min_size=1, max_size=8), simple, max_size=4),
-        st.sampled_from([None, 2]),
-        st.none() | st.integers(0, 9),
-        st.none() | st.integers(0, 2**40),
-        short,
-    ),
-    st.binary(max_size=300),
-)
-def test_round_trip_property(props: BasicProperties, body: bytes) -> None:
-    back, got = from_amqp10(to_amqp10(props, body))
-    assert got == body
-    assert back == _as_read_back(props)
-
-
-def _as_read_back(props: BasicProperties) -> BasicProperties:
-    # A header section is written when durable or a priority is set; reading it back
-    # gives delivery_mode 1 for a non-durable message that had a priority.
-    if props.priority is not None and props.delivery_mode is None:
-        return dataclasses.replace(props, delivery_mode=1)
-    return props
+        message_of(data, "s")
+    # A reader gets them as the body of a message without properties.
+    (message,) = RECORDS.messages(len(data).to_bytes(4, "big") + data, "s")
+    assert message is not None
+    assert (message.format, message.raw_properties, message.body) == (AMQP091, b"\x00\x00", data)

@@ -1,15 +1,20 @@
-"""The 0-9-1 stream headers: spliced into the encoded properties as int64 (``l``) fields."""
+"""The stream headers: spliced into 0-9-1's encoded properties as int64 (``l``) fields, and
+into a 1.0 message's annotations as longs (the same as the general re-encoding)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp10 import FORMAT, amqp10_message
 from leveret.convert.stream_stamp import stamp_stream, stream_headers
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import decode_table
+from leveret.protocol.amqp10 import Data, Header, Properties, Symbol, UByte, parse_message
+from leveret.protocol.amqp10.message import encode_message
 
 CASES = [
     BasicProperties(),
@@ -82,3 +87,59 @@ def test_a_stamp_with_the_names_elsewhere_is_not_taken_for_a_publisher_set_one()
         assert message.raw_properties == stream_headers(raw, offset, 3)
         assert message.headers == {"a": 1, "x-stream-offset": offset, "x-stream-timestamp": 3}
         assert BasicProperties.decode(message.raw_properties).correlation_id == props.correlation_id
+
+
+# -- 1.0 form ---------------------------------------------------------------------------------
+
+_SECTIONS = {
+    "nothing": {},
+    "a header": {"header": Header(durable=True, priority=UByte(2))},
+    "annotations": {"message_annotations": {Symbol("x-a"): "b", Symbol("n"): 1}},
+    "big annotations (map32)": {"message_annotations": {Symbol("x-big"): "v" * 300}},
+    "everything": {
+        "header": Header(durable=False),
+        "message_annotations": {Symbol("x-a"): "b"},
+        "properties": Properties(message_id="m", group_id="g"),
+        "application_properties": {"k": "v"},
+    },
+    "publisher-set stream headers": {
+        "message_annotations": {Symbol("x-stream-offset"): 99, Symbol("x-a"): "b"},
+        "application_properties": {"x-stream-timestamp": 5},
+    },
+}
+
+
+@pytest.mark.parametrize("sections", list(_SECTIONS.values()), ids=list(_SECTIONS))
+@pytest.mark.parametrize("offset", [0, 1, 2**40])
+def test_a_1_0_message_gets_both_as_annotations(sections: dict[str, Any], offset: int) -> None:
+    payload = encode_message(Data(b"body"), **sections)
+    message = amqp10_message("ex", "rk", payload)
+    stamped = stamp_stream(message, offset, 1_700_000_000_123)
+    assert stamped.format == FORMAT
+    assert stamped.body == message.body
+    assert (stamped.exchange, stamped.routing_key) == ("ex", "rk")
+    headers = dict(message.headers or {})
+    headers.pop("x-stream-timestamp", None)
+    assert stamped.headers == {
+        **headers,
+        "x-stream-offset": offset,
+        "x-stream-timestamp": 1_700_000_000_123,
+    }
+    parsed = parse_message(stamped.raw_properties + stamped.body)
+    assert parsed.message_annotations()["x-stream-offset"] == offset
+    assert parsed.properties() == parse_message(payload).properties()
+    assert parsed.header() == parse_message(payload).header()
+    kept = dict(parse_message(payload).application_properties())
+    kept.pop("x-stream-timestamp", None)  # moved to the annotations, with the new value
+    assert parsed.application_properties() == kept
+
+
+def test_the_1_0_splice_is_the_general_re_encoding() -> None:
+    payload = encode_message(Data(b"x"), message_annotations={Symbol("x-a"): "b"})
+    message = amqp10_message("", "q", payload)
+    spliced = stamp_stream(message, 7, 8)
+    general = message.replace(
+        headers={**(message.headers or {}), "x-stream-offset": 7, "x-stream-timestamp": 8}
+    )
+    assert spliced.headers == general.headers
+    assert spliced.hints == general.hints

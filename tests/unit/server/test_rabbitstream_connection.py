@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from leveret.auth.users import UserStore
 from leveret.convert.amqp091 import wire_message
-from leveret.convert.stream_records import RECORDS, from_amqp10, to_amqp10
+from leveret.convert.amqp10_amqp091 import from_amqp10, to_amqp10
+from leveret.convert.stream_records import RECORDS
 from leveret.model.broker import Broker
 from leveret.model.stream import MemoryStreamBackend, StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties

@@ -108,6 +108,7 @@ def _code_at(data: bytes, off: int) -> int:
 
 _SIZE8 = frozenset((0xA0, 0xA1, 0xA3, 0xC0, 0xC1))  # vbin8, str8, sym8, list8, map8
 _BINARY = frozenset((0xA0, 0xB0))  # vbin8, vbin32
+_LIST = frozenset((0x45, 0xC0, 0xD0))  # list0, list8, list32
 _SIZE32 = frozenset((0xB0, 0xB1, 0xB3, 0xD0, 0xD1))  # their 32-bit forms
 
 
@@ -178,11 +179,12 @@ def split_payload(payload: bytes) -> tuple[bytes, bytes]:
 
 
 def _parsed(payload: bytes) -> MessageSections:
-    """``payload`` parsed by the careful parser, its data sections' values checked too (a
-    data section holds a binary; the parser reads them only when asked)."""
+    """``payload`` parsed by the careful parser, its body sections' values checked too (a
+    data section holds a binary, an amqp-sequence a list; the parser reads them only when
+    asked)."""
     parsed = parse_message(payload)
-    if parsed.body_code == DATA:
-        parsed.data()
+    if parsed.body_code in (DATA, AMQP_SEQUENCE):
+        parsed.body()  # decodes each section as its kind's value
     return parsed
 
 
@@ -209,6 +211,8 @@ def _well_formed_body(body: bytes) -> bool:
             return False
         if code == DATA and body[off + 3] not in _BINARY:
             return False  # a data section holds a binary (the parser says what it holds)
+        if code == AMQP_SEQUENCE and body[off + 3] not in _LIST:
+            return False  # an amqp-sequence section holds a list
         kind = code
         off = _skip_section(body, off)
     return True

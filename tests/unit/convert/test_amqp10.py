@@ -156,6 +156,22 @@ def test_a_malformed_message_is_a_decode_error() -> None:
         amqp10_message("", "q", encode_message(Data(b"x")) + b"\x00\x53\x73\x45")
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "005375a10161",  # a data section holding a string
+        "00537540",  # ... or null
+        "005375e00100",  # ... or an array
+        "0053765401",  # an amqp-sequence holding an integer
+        "005375a00161005376c0010154",  # data, then a sequence
+    ],
+)
+def test_a_body_section_holding_the_wrong_type_is_refused_at_the_transfer(body: str) -> None:
+    # Taken, it would fail only when a 0-9-1 consumer's conversion read it.
+    with pytest.raises(DecodeError):
+        amqp10_message("", "q", bytes.fromhex(body))
+
+
 _MESSAGE_IDS = st.one_of(st.none(), TEXT, BLOB, st.integers(0, 2**64 - 1).map(ULong), st.uuids())
 
 

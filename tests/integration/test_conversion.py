@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pika
 import pytest
-from proton import Message, symbol
+from proton import Message, symbol, timestamp, ulong
 from proton.reactor import Filter
 from proton.utils import BlockingConnection
 from rstream import (
@@ -619,3 +619,42 @@ def test_an_amqp_1_0_typed_0_9_1_body_reaches_1_0_as_its_value(target: Target) -
     sections = AmqpValue({"k": [1, 2]}).encode()
     _publish_091(target, queue, sections, {"type": "amqp-1.0"})
     assert _consume_10(target, queue, False)["body"] == {"k": [1, 2]}
+
+
+# -- values at the edges of either side ---------------------------------------------------------
+
+
+def test_values_one_side_cannot_hold_cross_without_an_error(target: Target) -> None:
+    """What 1.0 or 0-9-1 has no place for is kept where the other side can hold it (these
+    ended deliveries with an internal error before)."""
+    queue = _declare(target, stream=False)
+    with _pika(target) as conn:
+        conn.channel().basic_publish(
+            "",
+            queue,
+            b"a",
+            pika.BasicProperties(
+                content_type="tëxt/plain",  # a 1.0 symbol holds ASCII only
+                expiration="315360000000",  # ten years in ms: past a 1.0 uint
+                headers={"x-ünï": "v"},  # not a symbol: an application property
+            ),
+        )
+    m = _receive_10(target, queue, False)
+    assert m.ttl == (2**32 - 1) / 1000
+    assert m.annotations[symbol("x-basic-content-type")] == "tëxt/plain"
+    assert m.properties == {"x-ünï": "v"}
+    c = BlockingConnection(_proton_url(target), timeout=TIMEOUT)
+    try:
+        c.create_sender(f"/queues/{queue}").send(
+            Message(
+                body=b"b",
+                inferred=True,
+                properties={"huge": ulong(2**64 - 1), "far": timestamp(2**62)},
+                creation_time=-5.0,
+            )
+        )
+    finally:
+        c.close()
+    seen = _consume_091(target, queue, False)
+    assert seen["headers"] == {"huge": str(2**64 - 1), "far": 2**62}
+    assert seen["timestamp"] is None

@@ -1,5 +1,5 @@
 """The whole broker as ``leveret serve`` and the embedded broker run it: the server
-(``server/lifecycle.py``) with its management plane (``management/``) plugged in.
+(``server/server.py``) with its management plane (``management/``) plugged in.
 
 This is the one place that knows both: the server stands below the management plane and
 only holds a factory for it. Imported by ``cli/main.py`` and ``testing/embedded.py``."""
@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from leveret.server.lifecycle import Server
+from leveret.server.server import Server
 
 if TYPE_CHECKING:
     from leveret.config import Settings
-    from leveret.server.lifecycle import ManagementPlane
+    from leveret.server.server import ManagementPlane
 
 
 def _management(server: Server) -> ManagementPlane:

@@ -35,6 +35,7 @@ HOT_PATH_MODULES = (
     "leveret.server.legacy.channel",
     "leveret.model.message",
     "leveret.model.entry",
+    "leveret.model.memory_gauge",
     "leveret.model.consumer",
     "leveret.model.paging",
     "leveret.model.queue",

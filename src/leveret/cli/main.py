@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream=sys.stderr,
         )
         from leveret.assembly import serve
-        from leveret.server.lifecycle import StoreError
+        from leveret.server.server import StoreError
 
         try:
             serve(settings)

@@ -24,12 +24,9 @@ from leveret.management.errors import bad_request, not_found
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.message_tools import PROPERTY_NAMES, message_json
-from leveret.server.runtime import (
-    binding_rows,
-    cluster_name,
-    json_value,
-)
+from leveret.server.message_ops import PROPERTY_NAMES, message_json
+from leveret.server.parameters import cluster_name
+from leveret.server.rows import binding_rows, channels, json_value, properties_key
 
 if TYPE_CHECKING:
     from leveret.management.authz import Principal
@@ -266,14 +263,7 @@ class ObjectsApi(ApiBase):
         return no_content()
 
     def _channels(self, who: Principal, conns: list[ConnectionProtocol] | None = None) -> list[Any]:
-        out = []
-        for conn in conns if conns is not None else self.connections(who):
-            client = conn.amqp.client if conn.amqp is not None else None
-            if client is None:
-                continue
-            for number, session in sorted(client.sessions.items()):
-                out.append((conn, number, session))
-        return out
+        return channels(conns if conns is not None else self.connections(who))
 
     async def list_channels(self, request: web.Request) -> web.Response:
         who = self.who(request)
@@ -616,8 +606,6 @@ class ObjectsApi(ApiBase):
             vhost.bind_queue(dest, source, key, arguments, owner=queue.exclusive_owner)
         else:
             vhost.bind_exchange(dest, source, key, arguments)
-        from leveret.server.runtime import properties_key
-
         # Relative, as RabbitMQ sends it.
         location = f"{dest}/{properties_key(key, json_value(arguments))}"
         return web.Response(status=201, headers={"Location": location})

@@ -1,5 +1,5 @@
-"""Policies, operator policies, parameters, global parameters (``server/runtime.py``,
-runtime.json) and the definitions document."""
+"""Policies, operator policies, parameters, global parameters (``server/parameters.py``,
+runtime.json) and the definitions document (``server/definitions.py``)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,11 @@ from leveret.management.api_base import (
     read_body,
 )
 from leveret.management.errors import not_found
-from leveret.server.admin_entities import import_document
-from leveret.server.runtime import (
-    export_all,
-)
+from leveret.server.definitions import export_all, import_document
 
 
 class RuntimeApi(ApiBase):
-    """Policies, operator policies, parameters, global parameters (``server/runtime.py``,"""
+    """Policies, operator policies, parameters, global parameters and definitions."""
 
     # -- policies and parameters -------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 aiohttp was chosen because its server is an ``asyncio.Protocol`` like the broker's own
 connections (it runs on the same loop, uvloop included, with no thread and no second
 loop), and it is the most used asyncio HTTP server with a long record; what it costs the
-AMQP hot path while polled is measured in ``docs/architecture.md`` ("management").
+AMQP hot path while polled is measured in ``docs/benchmarks.md`` ("The management plane's
+cost").
 
 Errors are RabbitMQ's: ``{"error": ..., "reason": ...}`` with 400 (``bad_request``), 401
 (``not_authorized``, with ``WWW-Authenticate``), 404 (``Object Not Found``) and 405; the

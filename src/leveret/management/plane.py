@@ -1,7 +1,7 @@
 """What the management plane's parts are handed, as Protocols: ``ManagementHost`` (what it
 needs of the running server) and ``Plane`` (what the endpoints of ``api_*.py`` and the
 Prometheus collector need of the management server they serve in). ``app.py``'s
-``ManagementServer`` is the one ``Plane``; ``server/lifecycle.py`` is the one host.
+``ManagementServer`` is the one ``Plane``; ``server/server.py`` is the one host.
 
 Imported by ``app.py``, the endpoint modules and ``prometheus.py``, so that they depend on
 these few names rather than on each other; imports nothing of Leveret at run time."""
@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
     from leveret.management.authz import Principal
     from leveret.management.stats import Sampler
-    from leveret.server.admin import Admin, AdminHost
-    from leveret.server.flow import MemoryAlarm
-    from leveret.server.runtime import Runtime
+    from leveret.server.ctl.admin import Admin, AdminHost
+    from leveret.server.memory_alarm import MemoryAlarm
+    from leveret.server.parameters import Runtime
 
 
 class ManagementHost(Protocol):

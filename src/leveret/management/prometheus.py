@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from leveret import __version__
 from leveret.management.shapes import connection_name, node_name
 from leveret.management.stats import CHANNEL_COUNTERS, channel_values
-from leveret.server.runtime import cluster_name
+from leveret.server.parameters import cluster_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

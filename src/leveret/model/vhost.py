@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.delayed import DelayQueue
-from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.base import freeze
 from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.policies import (
     Policy,
     effective_definition,

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
     from leveret.protocol.amqp091.connection import Limits
-    from leveret.server.flow import MemoryAlarm
+    from leveret.server.memory_alarm import MemoryAlarm
 
 log = logging.getLogger("leveret.connection")
 

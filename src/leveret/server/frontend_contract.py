@@ -6,7 +6,7 @@
 Below every front end and ``frontend.py``, so that a front end which runs another one (the
 0-8/0-9 ``tunnel`` class) names the contract without importing the table that lists it;
 the chooser itself is handed to it when it is built. Imported by ``frontend.py``,
-``connection.py``, ``lifecycle.py`` and the front ends.
+``connection.py`` and the front ends.
 """
 
 from __future__ import annotations

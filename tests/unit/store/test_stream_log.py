@@ -12,7 +12,7 @@ import pytest
 from leveret.convert.amqp091 import wire_message
 from leveret.convert.stream_records import RECORDS, legacy_entry
 from leveret.convert.stream_stamp import stamp_stream
-from leveret.model.queue import MemoryGauge
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.stream import MemoryStreamLog, StreamEntry, StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.store.records import StoreCorrupt

@@ -1,7 +1,7 @@
 """The stream-protocol front end: RabbitMQ's stream protocol (port 5552) on Leveret's stream
 queues. ``connection.py`` is the sans-IO connection machine, ``state.py`` what the
 connections of one broker share, ``superstream.py`` the super stream commands; the listener
-is started by ``server/lifecycle.py``."""
+is started by ``server/server.py``."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ writes what is pending (acks included) before the process exits.
 On SIGINT/SIGTERM every connection gets connection.close 320 CONNECTION_FORCED, the broker
 waits briefly for the close handshakes, then exits. SIGHUP reloads the TLS certificates.
 
-Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/admin.py``
+Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/auth_boot.py``
 ``boot_auth``, after the store's recovery); once the listeners are up, the control channel
-``leveret ctl`` speaks to opens in the data directory (``server/control.py``).
+``leveret ctl`` speaks to opens in the data directory (``server/ctl/unix_socket.py``).
 
 The management plane stands above the server: whoever builds a ``Server`` hands it a
 factory for the plane (``leveret/assembly.py`` does, for ``leveret serve`` and the embedded
@@ -37,24 +37,25 @@ from leveret.convert.stream_stamp import stamp_stream
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
-from leveret.server.admin import Admin, AuthBootError, boot_auth
-from leveret.server.admin_entities import entity_verbs
-from leveret.server.admin_messages import message_verbs
-from leveret.server.admin_streams import super_stream_verbs
 from leveret.server.amqp091 import Limits
+from leveret.server.auth_boot import AuthBootError, boot_auth
 from leveret.server.connection import ConnectionProtocol
-from leveret.server.control import ControlChannel, ControlChannelError
+from leveret.server.ctl.admin import Admin
+from leveret.server.ctl.entities import entity_verbs
+from leveret.server.ctl.messages import message_verbs
+from leveret.server.ctl.streams import super_stream_verbs
+from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
-from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
+from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
-from leveret.server.runtime import Runtime, boot_runtime
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
+from leveret.store.parameters_file import RuntimeFileError
 from leveret.store.records import StoreCorrupt
 from leveret.store.recovery import restore
-from leveret.store.runtime import RuntimeFileError
 from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 
@@ -299,7 +300,7 @@ class Server:
         import json
 
         from leveret.auth.users import AdminError
-        from leveret.server.admin_entities import import_document
+        from leveret.server.definitions import import_document
 
         try:
             text = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""``server/message_tools.py`` and the queue calls under it (``Queue.browse``, ``Queue.take``)
+"""``server/message_ops.py`` and the queue calls under it (``Queue.browse``, ``Queue.take``)
 without sockets: browsing leaves a queue as it was (paged tails and priorities included),
 moves take exactly what they put elsewhere, filters and selectors refuse bad JSON."""
 
@@ -13,7 +13,7 @@ from leveret.convert.amqp091 import wire_message
 from leveret.model.delayed import DelayQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server import message_tools as tools
+from leveret.server import message_ops as tools
 from leveret.testing.pager import MemoryPager
 
 if TYPE_CHECKING:

@@ -1,0 +1,346 @@
+"""The rows every listing shows, computed once: queues, exchanges, bindings, connections,
+channels, consumers, vhosts, users and permissions, with RabbitMQ's field names.
+
+The management API (``management/shapes.py``) returns these rows with its statistics added;
+``leveret ctl`` (``server/ctl/``) shows a projection of them, rabbitmqctl's columns
+(``ctl/entities.py``, ``ctl/admin.py``); the definitions export (``definitions.py``) reuses
+the binding rows. Here because both stand on it: ``management/`` is above ``server/``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import socket
+from typing import TYPE_CHECKING, Any
+
+from leveret.auth import passwords
+from leveret.model.stream import StreamQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from leveret.auth.users import User, UserStore, VhostInfo
+    from leveret.model.exchange import Exchange
+    from leveret.model.queue import Queue
+    from leveret.model.vhost import VirtualHost
+    from leveret.server.connection import ConnectionProtocol
+
+# This node's name, as RabbitMQ's ``rabbit@host``.
+NODE = f"leveret@{socket.gethostname()}"
+
+
+def json_value(value: object) -> Any:
+    """A field-table value as JSON (longstr bytes as text, decimals and timestamps as
+    numbers), as RabbitMQ shows arguments and headers."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    return value
+
+
+def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
+    """RabbitMQ's binding id in URLs: the routing key, or it plus a hash of the arguments
+    (``~`` + a base64 of its digest); ``~`` alone for an empty key."""
+    import base64
+    import hashlib
+
+    if not arguments:
+        return routing_key.replace("%", "%25") if routing_key else "~"
+    digest = hashlib.md5(  # noqa: S324 - an id, not security
+        repr(sorted((k, repr(v)) for k, v in arguments.items())).encode()
+    ).digest()
+    return f"{routing_key}~{base64.urlsafe_b64encode(digest).decode().rstrip('=')}"
+
+
+def binding_rows(vhost: VirtualHost) -> list[dict[str, Any]]:
+    """Every binding of a vhost, RabbitMQ's way: the default exchange's implicit ones first."""
+    from leveret.model.exchange import Exchange
+    from leveret.model.queue import Queue
+
+    rows: list[dict[str, Any]] = [
+        {
+            "source": "",
+            "vhost": vhost.name,
+            "destination": name,
+            "destination_type": "queue",
+            "routing_key": name,
+            "arguments": {},
+            "properties_key": name,
+        }
+        for name in sorted(vhost.queues)
+    ]
+    for name, exchange in sorted(vhost.exchanges.items()):
+        if not name:
+            continue
+        for destination, key, arguments in exchange.kind.bindings():
+            if isinstance(destination, Queue):
+                dest_type, dest_name = "queue", destination.name
+            elif isinstance(destination, Exchange):
+                dest_type, dest_name = "exchange", destination.name
+            else:
+                continue
+            args = dict(arguments or {})
+            rows.append(
+                {
+                    "source": name,
+                    "vhost": vhost.name,
+                    "destination": dest_name,
+                    "destination_type": dest_type,
+                    "routing_key": key,
+                    "arguments": json_value(args),
+                    "properties_key": properties_key(key, args),
+                }
+            )
+    return rows
+
+
+# -- queues and exchanges --------------------------------------------------------------------
+
+
+def queue_row(queue: Queue) -> dict[str, Any]:
+    """A queue: its declaration, policies, type, consumers and message counts."""
+    ready = queue.message_count
+    unacked = queue.unacked_count
+    consumers = queue.consumers
+    return {
+        "name": queue.name,
+        "vhost": queue.vhost_name,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.exclusive,
+        "arguments": json_value(dict(queue.arguments)),
+        "node": NODE,
+        "type": queue.config.queue_type,
+        "state": "running",
+        "policy": queue.policy,
+        "operator_policy": queue.operator_policy,
+        "effective_policy_definition": json_value(queue.policy_definition),
+        "consumers": len(consumers),
+        "exclusive_consumer_tag": next((c.tag for c in consumers if c.exclusive), None),
+        "single_active_consumer_tag": (
+            consumers[0].tag if consumers and queue.config.single_active_consumer else None
+        ),
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "messages_paged_out": 0 if isinstance(queue, StreamQueue) else queue.paged_count,
+    }
+
+
+def exchange_row(exchange: Exchange, vhost: str) -> dict[str, Any]:
+    """An exchange: its declaration and policy (a key only when it has one)."""
+    out: dict[str, Any] = {
+        "name": exchange.name,
+        "vhost": vhost,
+        "type": exchange.type_name,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": json_value(dict(exchange.arguments)),
+        "user_who_performed_action": "rmq-internal" if not exchange.name else "",
+    }
+    if exchange.policy is not None:
+        out["policy"] = exchange.policy
+    return out
+
+
+# -- connections, channels, consumers ------------------------------------------------------
+
+
+def connection_name(conn: ConnectionProtocol) -> str:
+    """RabbitMQ's connection name: ``peer -> local address``."""
+    transport = conn.transport
+    local = transport.get_extra_info("sockname") if transport is not None else None
+    if not local:
+        return conn.peer
+    host, port = local[0], local[1]
+    shown = f"[{host}]" if ":" in host else host
+    return f"{conn.peer} -> {shown}:{port}"
+
+
+def peer(conn: ConnectionProtocol) -> tuple[str, int]:
+    host, _, port = conn.peer.rpartition(":")
+    return host.strip("[]"), int(port) if port.isdigit() else 0
+
+
+def connection_row(conn: ConnectionProtocol) -> dict[str, Any]:
+    """A client connection: addresses, TLS, the front end's negotiated values, the login
+    and the vhost once open, byte and frame counts."""
+    front = conn.amqp
+    client = getattr(front, "client", None) if front is not None else None
+    peer_host, peer_port = peer(conn)
+    transport = conn.transport
+    local = transport.get_extra_info("sockname") if transport is not None else None
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    user = getattr(front, "user", None)
+    props = getattr(front, "client_properties", {}) or {}
+    out: dict[str, Any] = {
+        "name": connection_name(conn),
+        "node": NODE,
+        "type": "network",
+        "protocol": getattr(front, "PROTOCOL_NAME", "AMQP 0-9-1"),
+        "user": client.user if client is not None else getattr(user, "name", ""),
+        "vhost": client.vhost.name if client is not None else "",
+        "host": local[0] if local else "",
+        "port": local[1] if local else 0,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "ssl": ssl_object is not None,
+        "state": "blocked" if getattr(front, "blocked", False) else "running",
+        "channels": len(client.sessions) if client is not None else 0,
+        "channel_max": getattr(front, "channel_max", 0),
+        "frame_max": getattr(front, "frame_max", 0),
+        "timeout": getattr(front, "heartbeat", 0),
+        "auth_mechanism": getattr(front, "mechanism", "PLAIN") or "PLAIN",
+        "client_properties": json_value(dict(props)),
+        "connected_at": int(conn.connected_at * 1000),
+        "recv_oct": conn.recv_oct,
+        "recv_cnt": conn.recv_cnt,
+        "send_oct": conn.send_oct,
+        "send_cnt": conn.send_cnt,
+        "send_pend": 0,
+    }
+    provided = props.get("connection_name")
+    if isinstance(provided, str | bytes):
+        out["user_provided_name"] = json_value(provided)
+    if ssl_object is not None:
+        out["ssl_protocol"] = ssl_object.version()
+        cipher = ssl_object.cipher()
+        out["ssl_cipher"] = cipher[0] if cipher else None
+    return out
+
+
+def channels(conns: list[ConnectionProtocol]) -> list[tuple[ConnectionProtocol, int, Any]]:
+    """Every open connection's sessions (0-9-1 channels and their kin), by number."""
+    out = []
+    for conn in conns:
+        client = conn.amqp.client if conn.amqp is not None else None
+        if client is None:
+            continue
+        for number, session in sorted(client.sessions.items()):
+            out.append((conn, number, session))
+    return out
+
+
+def channel_row(conn: ConnectionProtocol, number: int, session: Any) -> dict[str, Any]:
+    """A channel: its connection, consumers, unacknowledged deliveries, prefetch, and
+    whether it is in confirm or transaction mode."""
+    front = conn.amqp
+    client = getattr(front, "client", None)
+    cname = connection_name(conn)
+    peer_host, peer_port = peer(conn)
+    consumers = getattr(session, "consumers", {}) or {}
+    unacked = getattr(session, "unacked", {}) or {}
+    publisher = getattr(session, "publisher", None)
+    tx = getattr(publisher, "tx", None)
+    confirms = getattr(publisher, "confirms", None)
+    return {
+        "name": f"{cname} ({number})",
+        "number": number,
+        "node": NODE,
+        "user": client.user if client is not None else "",
+        "vhost": client.vhost.name if client is not None else "",
+        "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
+        "consumer_count": len(consumers),
+        "messages_unacknowledged": len(unacked),
+        "messages_uncommitted": len(tx.publishes) if tx is not None else 0,
+        "acks_uncommitted": 0,
+        "prefetch_count": getattr(session, "prefetch_count", 0),
+        "global_prefetch_count": getattr(session, "global_prefetch_count", 0),
+        "confirm": confirms is not None,
+        "transactional": tx is not None,
+        "state": "running",
+    }
+
+
+def channel_details(conn: ConnectionProtocol, number: int) -> dict[str, Any]:
+    """A channel as a consumer row names it."""
+    front = conn.amqp
+    client = getattr(front, "client", None)
+    cname = connection_name(conn)
+    peer_host, peer_port = peer(conn)
+    return {
+        "name": f"{cname} ({number})",
+        "number": number,
+        "connection_name": cname,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "node": NODE,
+        "user": client.user if client is not None else "",
+    }
+
+
+def consumer_row(consumer: Any, channel: dict[str, Any] | None) -> dict[str, Any]:
+    """A consumer: its tag, queue, settlement, credit and arguments, and its channel's
+    ``channel_details`` when it has one."""
+    queue = consumer.queue
+    out: dict[str, Any] = {
+        "consumer_tag": consumer.tag,
+        "queue": {"name": queue.name, "vhost": queue.vhost_name},
+        "ack_required": not consumer.auto_settle,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": 0 if consumer.credit >= 1 << 59 else consumer.credit + consumer.unsettled,
+        "arguments": json_value(dict(consumer.arguments)),
+        "active": True,
+        "activity_status": "up",
+    }
+    if channel is not None:
+        out["channel_details"] = channel
+    return out
+
+
+# -- vhosts, users, permissions ------------------------------------------------------------
+
+
+def vhost_row(info: VhostInfo) -> dict[str, Any]:
+    """A virtual host as the auth registry has it."""
+    return {
+        "name": info.name,
+        "description": info.description,
+        "tags": list(info.tags),
+        "default_queue_type": info.default_queue_type or "undefined",
+        "metadata": {"description": info.description, "tags": list(info.tags)},
+        "tracing": False,
+        "cluster_state": {NODE: "running"},
+    }
+
+
+def user_row(user: User) -> dict[str, Any]:
+    return {
+        "name": user.name,
+        "password_hash": passwords.encode_hash(user.password_hash),
+        "hashing_algorithm": user.hashing_algorithm,
+        "tags": list(user.tags),
+        "limits": dict(user.limits),
+    }
+
+
+def permission_rows(
+    users: UserStore, user: str | None = None, vhost: str | None = None
+) -> list[dict[str, Any]]:
+    """Permissions, by user then vhost (those of ``user`` or in ``vhost`` when given)."""
+    return [
+        {"user": u, "vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
+        for (u, v), p in sorted(users.permissions.items())
+        if (user is None or u == user) and (vhost is None or v == vhost)
+    ]
+
+
+def topic_permission_rows(
+    users: UserStore, user: str | None = None, vhost: str | None = None
+) -> list[dict[str, Any]]:
+    """Topic permissions, by user, vhost then exchange."""
+    return [
+        {"user": u, "vhost": v, "exchange": x, "write": t.write, "read": t.read}
+        for (u, v), by_exchange in sorted(users.topic_permissions.items())
+        for x, t in sorted(by_exchange.items())
+        if (user is None or u == user) and (vhost is None or v == vhost)
+    ]

@@ -52,6 +52,8 @@ from leveret.protocol.rabbitstream.chunk import simple_entry
 from leveret.testing import CodecClient
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from leveret.model.message import Message
     from leveret.model.stream import StreamQueue
     from leveret.protocol.amqp091.fieldtable import FieldValue
@@ -121,7 +123,10 @@ class _Counter:
     def timed(self, t: float) -> None:
         self.elapsed += time.process_time() - t
 
-    def output(self, out: bytes) -> None:
+    def output(self, out: bytes, *, amqp10: bool) -> None:
+        """Count the deliveries in a front end's ``out`` (``amqp10``: the 1.0 one's)."""
+        if amqp10 != self.amqp10:
+            return  # the other front end's output: a publisher's answers
         data = self._rest + out
         at = 0
         n = len(data)
@@ -160,7 +165,7 @@ def _091_feed(client: CodecClient, data: bytes, counter: _Counter) -> None:
         server.run_turn()
     out = b"".join(server.take_output(0.0))
     counter.timed(t)
-    counter.output(out)
+    counter.output(out, amqp10=False)
 
 
 def _091_consumer(client: CodecClient, *, stream: bool) -> None:
@@ -215,7 +220,9 @@ def _10_pair(
     return pair, channel, sender_handle
 
 
-def _10_feed(pair: _Pair, data: bytes, counter: _Counter) -> None:
+def _10_feed(pair: _Pair, data: bytes, counter: _Counter, *, to_client: bool = False) -> None:
+    """``data`` into the broker's 1.0 front end; its output counted, and handed to the client
+    machine when that sends (to learn its link credit; not timed)."""
     server = pair.server
     t = time.process_time()
     if data:
@@ -224,18 +231,27 @@ def _10_feed(pair: _Pair, data: bytes, counter: _Counter) -> None:
         server.run_turn(0.0)
     out = b"".join(server.take_output(0.0))
     counter.timed(t)
-    counter.output(out)
+    counter.output(out, amqp10=True)
+    if to_client and out:
+        pair.client.receive_data(out, 0.0)
 
 
-def _10_transfers(pair: _Pair, channel: int, handle: int, payloads: list[bytes]) -> list[bytes]:
-    """The client's transfer frames for ``payloads``, in batches, made before the run."""
+def _10_send(
+    pair: _Pair, channel: int, handle: int, payloads: list[bytes], counter: _Counter
+) -> Iterator[None]:
+    """Send ``payloads`` in batches of at most 100, within the link's credit; yields after
+    each batch (the transfers are made by the client machine, not timed)."""
     client = pair.client
-    batches = []
-    for at in range(0, len(payloads), 100):
-        for payload in payloads[at : at + 100]:
+    sent = 0
+    while sent < len(payloads):
+        k = min(100, len(payloads) - sent, client.credit(channel, handle))
+        if k <= 0:
+            raise RuntimeError("the broker gave the sender no credit")
+        for payload in payloads[sent : sent + k]:
             client.send_transfer(channel, handle, payload, settled=True)
-        batches.append(client.data_to_send(0.0))
-    return batches
+        sent += k
+        _10_feed(pair, client.data_to_send(0.0), counter, to_client=True)
+        yield
 
 
 def run(args: argparse.Namespace) -> tuple[float, int]:
@@ -275,8 +291,8 @@ def run(args: argparse.Namespace) -> tuple[float, int]:
                 _10_feed(pair, b"", counter)
     elif source == "10":
         assert pair is not None
-        for batch in _10_transfers(pair, channel, handle, [_payload_10(args, i) for i in range(n)]):
-            _10_feed(pair, batch, counter)
+        payloads = [_payload_10(args, i) for i in range(n)]
+        for _ in _10_send(pair, channel, handle, payloads, counter):
             if consumer_091 is not None:
                 _drain_091(consumer_091, counter, stream)
     while counter.delivered < n:
@@ -297,7 +313,7 @@ def _drain_091(client: CodecClient, counter: _Counter, stream: bool) -> None:
         server.run_turn()
     out = b"".join(server.take_output(0.0))
     counter.timed(t)
-    counter.output(out)
+    counter.output(out, amqp10=False)
     if stream and counter.delivered:
         # One multiple ack for what came; the deliveries it lets out are counted too.
         ack = client.encode(1, m.BasicAck(delivery_tag=counter.delivered, multiple=True))

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from leveret.model.message import Message
-    from leveret.model.stream import StreamQueue
+    from leveret.model.stream import StreamLog, StreamQueue
     from leveret.protocol.amqp091.fieldtable import FieldValue
     from leveret.protocol.amqp10.types import Value
 
@@ -68,8 +68,15 @@ _DELIVER = b"\x00\x3c\x00\x3c"
 _TRANSFER = b"\x00\x53\x14"
 
 
-class _Backend(MemoryStreamBackend):
-    """Streams in memory, stamped as the server stamps them (``StreamStore``)."""
+class _Backend:
+    """Streams in memory, stamped as the server stamps them (``StreamStore``). A wrapper, not
+    a subclass: an interpreted class cannot subclass a compiled one."""
+
+    def __init__(self) -> None:
+        self._memory = MemoryStreamBackend(RECORDS)
+
+    def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
+        return self._memory.open(vhost, name, store_id, segment_bytes)
 
     def stamp(self, message: Message, offset: int, timestamp: int) -> Message:
         return stamp_stream(message, offset, timestamp)
@@ -78,7 +85,7 @@ class _Backend(MemoryStreamBackend):
 def _broker(stream: bool) -> Broker:
     broker = Broker()
     if stream:
-        broker.attach_streams(_Backend(RECORDS))
+        broker.attach_streams(_Backend())
         broker.vhosts["/"].declare_queue(
             "q", owner=None, durable=True, arguments={"x-queue-type": "stream"}
         )

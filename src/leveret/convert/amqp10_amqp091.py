@@ -73,12 +73,15 @@ exchange, routing key           message annotations ``x-exchange``, ``x-routing-
 body                            one data section
 ==============================  ===========================================================
 
-Lossless both ways for a 0-9-1 message whose delivery-mode is 1 or 2, whose expiration is
-numeric, whose headers hold no nested table or array outside ``x-`` names and whose
-cluster-id is unset (``tests/unit/convert/test_amqp10_amqp091.py`` checks it); the other
-way for a 1.0 message of data sections whose ids are strings or UUIDs and whose
-annotations are ``x-`` ones. ``amqp10_sections.py`` writes this direction's bytes directly
-for the common values.
+Lossless there and back (``tests/unit/convert/test_amqp10_amqp091.py`` checks both) for a
+0-9-1 message whose delivery-mode is 1 or 2, expiration a number of ms below 2^32, type
+not ``amqp-1.0`` and cluster-id unset, and whose headers hold nested tables or arrays only
+under ASCII ``x-`` names (``CC`` aside) and use none of the table's own names (``x-cc``,
+``x-basic-*``, the routing annotations); and for a 1.0 message with a header, one data
+section, string or UUID ids, a whole-second creation time, ``x-`` annotations and
+application properties of simple values under other names. Integers keep their value, not
+always their width. ``amqp10_sections.py`` writes this direction's bytes directly for the
+common values.
 """
 
 from __future__ import annotations

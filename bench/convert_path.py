@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from bench.amqp10_path import _Pair
 from leveret.auth.users import UserStore
 from leveret.convert.stream_records import RECORDS
 from leveret.convert.stream_stamp import stamp_stream
 from leveret.model.broker import Broker
-from leveret.model.stream import MemoryStreamBackend
+from leveret.model.stream import MemoryStreamBackend, StreamEntry
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import (
@@ -68,18 +68,36 @@ _DELIVER = b"\x00\x3c\x00\x3c"
 _TRANSFER = b"\x00\x53\x14"
 
 
+class _Log:
+    """A stream log in memory that keeps messages as published and stamps them when they
+    are read, as the server's ``FileStreamLog`` does (``MemoryStreamLog`` is compiled, so
+    this wraps one instead of subclassing it)."""
+
+    def __init__(self, log: StreamLog) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    def read(self, offset: int, count: int) -> list[StreamEntry]:
+        return [
+            StreamEntry(e.offset, e.timestamp, stamp_stream(e.message, e.offset, e.timestamp))
+            for e in self._log.read(offset, count)
+        ]
+
+
 class _Backend:
-    """Streams in memory, stamped as the server stamps them (``StreamStore``). A wrapper, not
-    a subclass: an interpreted class cannot subclass a compiled one."""
+    """Streams in memory stored and stamped as the server's ``StreamStore`` stores and
+    stamps them (the stamp when read, not when appended)."""
 
     def __init__(self) -> None:
         self._memory = MemoryStreamBackend(RECORDS)
 
     def open(self, vhost: str, name: str, store_id: int, segment_bytes: int | None) -> StreamLog:
-        return self._memory.open(vhost, name, store_id, segment_bytes)
+        return cast("StreamLog", _Log(self._memory.open(vhost, name, store_id, segment_bytes)))
 
     def stamp(self, message: Message, offset: int, timestamp: int) -> Message:
-        return stamp_stream(message, offset, timestamp)
+        return message
 
 
 def _broker(stream: bool) -> Broker:

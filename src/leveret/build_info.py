@@ -18,6 +18,7 @@ HOT_PATH_MODULES = (
     "leveret.convert.stream_reads",
     "leveret.convert.amqp10_sections",
     "leveret.convert.stream_stamp",
+    "leveret.convert.amqp10_amqp091",
     "leveret.server.amqp010.session",
     "leveret.protocol.amqp10.transfer",
     "leveret.protocol.amqp10.framing",

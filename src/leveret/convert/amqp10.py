@@ -483,7 +483,9 @@ def encode_properties(view: PropertiesView, changes: Mapping[str, object]) -> by
         new_app: dict[Value, Value] = {}
         for key, value in new.items():
             if key.startswith("x-"):
-                if key not in old or old[key] != value:
+                # An x- application property leaves the application properties (below):
+                # kept as an annotation even when its value did not change.
+                if key not in old or old[key] != value or key in app:
                     annotations[Symbol(key)] = value_of_field(value)
             else:
                 kept = app.get(key)

@@ -89,7 +89,13 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from leveret.convert.amqp10 import Amqp10View, field_value, split_payload, value_of_field
+from leveret.convert.amqp10 import (
+    Amqp10View,
+    field_value,
+    first_sections,
+    split_payload,
+    value_of_field,
+)
 from leveret.convert.amqp10_sections import (
     AMQP10_TYPE,
     NULL,
@@ -101,6 +107,7 @@ from leveret.convert.amqp10_sections import (
     sections,
     string,
 )
+from leveret.convert.stream_stamp import Restamp, stamp_values
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import (
     Data,
@@ -111,8 +118,8 @@ from leveret.protocol.amqp10 import (
     UInt,
 )
 from leveret.protocol.amqp10._generated.composites import ApplicationProperties
-from leveret.protocol.amqp10.message import DATA, FOOTER
-from leveret.protocol.amqp10.types import decode_value, encode_value
+from leveret.protocol.amqp10.message import DATA, FOOTER, MESSAGE_ANNOTATIONS
+from leveret.protocol.amqp10.types import decode_value, encode_value, skip_value
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -259,21 +266,77 @@ def _body(body: bytes) -> tuple[bytes, bool]:
 # its properties pays the table once. Starts over when full.
 _converted: dict[tuple[bytes, bool], bytes] = {}
 _CONVERTED_MAX = 256
+# The same for messages a stream's reader gets, which differ from the message before only
+# in their two stamp values: by the sections with those zeroed, a ``Restamp`` once the same
+# sections come a second time (``_ONCE`` after the first; None: not a stamp there).
+_restamps: dict[tuple[bytes, bool], Restamp | object | None] = {}
+_ONCE = object()
 
 
 def amqp091_parts(message: Message) -> tuple[bytes, bytes]:
     """(encoded basic properties, body) of a 1.0 ``message`` for a 0-9-1 consumer."""
     body, amqp_body = _body(message.body)
-    key = (message.raw_properties, amqp_body)
-    raw = _converted.get(key)
-    if raw is None:
+    raw = message.raw_properties
+    stamp = stamp_values(raw)
+    if stamp is not None:
+        zeroed, offset, timestamp, at = stamp
+        key = (zeroed, amqp_body)
+        restamp = _restamps.get(key, _UNSEEN)
+        if restamp is _ONCE:
+            restamp = _restamps[key] = _restamp(zeroed, at, amqp_body)
+        elif restamp is _UNSEEN:
+            if len(_restamps) >= _CONVERTED_MAX:
+                _restamps.clear()
+            _restamps[key] = _ONCE
+        if isinstance(restamp, Restamp):
+            return restamp.fill(offset, timestamp), body
+        # A stamped message is the only one of its bytes: converted, not kept.
         view = message.properties
         assert isinstance(view, Amqp10View)
-        raw = properties_of(view, amqp_body=amqp_body).encode()
+        return properties_of(view, amqp_body=amqp_body).encode(), body
+    key = (raw, amqp_body)
+    converted = _converted.get(key)
+    if converted is None:
+        view = message.properties
+        assert isinstance(view, Amqp10View)
+        converted = properties_of(view, amqp_body=amqp_body).encode()
         if len(_converted) >= _CONVERTED_MAX:
             _converted.clear()
-        _converted[key] = raw
-    return raw, body
+        _converted[key] = converted
+    return converted, body
+
+
+_UNSEEN = object()
+
+
+def _restamp(zeroed: bytes, at: int, amqp_body: bool) -> Restamp | None:
+    """The 0-9-1 form of ``zeroed`` as a ``Restamp``, when the entries at ``at`` are the last
+    two keys and values of its message annotations (as ``stamp_amqp10`` writes them, not
+    bytes inside another value); None otherwise."""
+    where = first_sections(zeroed).get(MESSAGE_ANNOTATIONS)
+    if where is None or not _last_two_keys_at(zeroed, where[0], at):
+        return None
+    try:
+        return Restamp(properties_of(Amqp10View(zeroed), amqp_body=amqp_body).encode())
+    except ValueError:
+        return None
+
+
+def _last_two_keys_at(raw: bytes, section: int, at: int) -> bool:
+    """Whether the map of the annotations section at ``section`` ends with two entries whose
+    first key starts at ``at``."""
+    code = raw[section + 3]
+    if code == 0xC1:
+        count, p = raw[section + 5], section + 6
+    elif code == 0xD1:
+        count, p = int.from_bytes(raw[section + 8 : section + 12], "big"), section + 12
+    else:
+        return False
+    if count < 4 or count % 2:
+        return False
+    for _ in range(count - 4):
+        p = skip_value(raw, p)
+    return p == at
 
 
 def from_amqp10(payload: bytes) -> tuple[BasicProperties, bytes]:

@@ -246,6 +246,8 @@ def stored_parts(record: bytes) -> tuple[bytes, bytes, bytes, bytes, int] | None
 def _routing(raw: bytes, stream: str) -> tuple[str, str]:
     """(exchange, routing key) of a 1.0 message's sections before the body: its
     ``x-exchange`` / ``x-routing-key`` annotations, else "" and the stream's name."""
+    if _EXCHANGE_NAME not in raw and _ROUTING_KEY_NAME not in raw:
+        return "", stream  # what stream clients send: no routing annotations to decode
     where = amqp10.first_sections(raw).get(MESSAGE_ANNOTATIONS)
     if where is None:
         return "", stream
@@ -262,6 +264,8 @@ def _routing(raw: bytes, stream: str) -> tuple[str, str]:
 
 
 _DATA_SECTION = b"\x00\x53\x75"
+_EXCHANGE_NAME = EXCHANGE_ANNOTATION.encode()
+_ROUTING_KEY_NAME = ROUTING_KEY_ANNOTATION.encode()
 
 
 def _read(record: bytes, stream: str) -> tuple[Message, int]:

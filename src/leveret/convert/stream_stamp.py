@@ -22,7 +22,14 @@ from leveret.convert.amqp10 import FORMAT as AMQP10
 from leveret.model.message import HINT_HEADERS, Message
 from leveret.model.stream import OFFSET_HEADER, TIMESTAMP_HEADER
 
-__all__ = ["stamp_amqp091", "stamp_amqp10", "stamp_stream", "stream_headers"]
+__all__ = [
+    "Restamp",
+    "stamp_amqp091",
+    "stamp_amqp10",
+    "stamp_stream",
+    "stamp_values",
+    "stream_headers",
+]
 
 _LONG = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -102,12 +109,12 @@ _ENTRIES_SIZE_10 = len(_OFFSET_ENTRY) + 8 + len(_TIMESTAMP_ENTRY) + 8
 
 
 class _Stamp10:
-    """The two annotations spliced into one 1.0 message's sections before the body, as one
-    ``struct`` pack: its message-annotations map rewritten as a map32 with four more items,
-    or a new map after the header. ValueError when the annotations are not a map (the
-    general path then says what is wrong)."""
+    """Where the two annotations go in one 1.0 message's sections before the body: its
+    message-annotations map rewritten as a map32 with four more items, or a new map after
+    the header. ValueError when the annotations are not a map (the general path then says
+    what is wrong)."""
 
-    __slots__ = ("after", "before", "pack")
+    __slots__ = ("after", "before")
 
     def __init__(self, raw: bytes) -> None:
         sections = amqp10.first_sections(raw)
@@ -132,9 +139,13 @@ class _Stamp10:
             head = raw[:start] + _MA + bytes((_MAP32,)) + _II.pack(size, count + 4) + content
             self.after = raw[end:]
         self.before = head + _OFFSET_ENTRY
-        self.pack = struct.Struct(
-            f">{len(self.before)}sq{len(_TIMESTAMP_ENTRY)}sq{len(self.after)}s"
-        ).pack
+
+    def stamped(self, offset: int, timestamp: int) -> bytes:
+        # A join, not a struct compiled per head: most heads of a stream whose messages
+        # each have their own id are seen once.
+        return b"".join(
+            (self.before, _LONG.pack(offset), _TIMESTAMP_ENTRY, _LONG.pack(timestamp), self.after)
+        )
 
 
 _stamps10: dict[bytes, _Stamp10] = {}
@@ -156,6 +167,65 @@ def _stamp10(raw: bytes) -> _Stamp10 | None:
     return stamp
 
 
+_ZERO8 = bytes(8)
+
+
+def stamp_values(raw: bytes) -> tuple[bytes, int, int, int] | None:
+    """(``raw`` with the two stamp values zeroed, the offset, the timestamp, where the
+    offset's entry starts) when ``raw`` holds the two annotations as ``stamp_amqp10``
+    writes them, side by side; None otherwise. Whether they are keys of the message
+    annotations (not bytes inside a value) is the caller's to check, once per zeroed form:
+    those differ only in the values' 16 octets."""
+    at = raw.find(_OFFSET_ENTRY)
+    if at < 0:
+        return None
+    value = at + len(_OFFSET_ENTRY)
+    second = value + 8
+    end = second + len(_TIMESTAMP_ENTRY) + 8
+    if end > len(raw) or not raw.startswith(_TIMESTAMP_ENTRY, second):
+        return None
+    offset: int = _LONG.unpack_from(raw, value)[0]
+    timestamp: int = _LONG.unpack_from(raw, end - 8)[0]
+    zeroed = b"".join((raw[:value], _ZERO8, _TIMESTAMP_ENTRY, _ZERO8, raw[end:]))
+    return zeroed, offset, timestamp, at
+
+
+class Restamp:
+    """Encoded 0-9-1 properties whose ``x-stream-offset`` and ``x-stream-timestamp`` headers
+    (``l``, zero) are filled in by one ``struct`` pack: the 0-9-1 form of a stamped 1.0
+    message, made once per zeroed form (``stamp_values``)."""
+
+    __slots__ = ("after", "before", "middle", "pack", "swapped")
+
+    def __init__(self, encoded: bytes) -> None:
+        a = encoded.find(_OFFSET_KEY)
+        b = encoded.find(_TIMESTAMP_KEY)
+        if (
+            a < 0
+            or b < 0
+            or encoded.find(_OFFSET_KEY, a + 1) >= 0
+            or encoded.find(_TIMESTAMP_KEY, b + 1) >= 0
+        ):
+            raise ValueError("not the two stream headers once each")
+        a += len(_OFFSET_KEY)
+        b += len(_TIMESTAMP_KEY)
+        self.swapped = b < a
+        first, second = (b, a) if self.swapped else (a, b)
+        if second < first + 8 or encoded[first : first + 8] != _ZERO8:
+            raise ValueError("the stream headers' values are not where they were written")
+        self.before = encoded[:first]
+        self.middle = encoded[first + 8 : second]
+        self.after = encoded[second + 8 :]
+        self.pack = struct.Struct(
+            f">{len(self.before)}sq{len(self.middle)}sq{len(self.after)}s"
+        ).pack
+
+    def fill(self, offset: int, timestamp: int) -> bytes:
+        if self.swapped:
+            return self.pack(self.before, timestamp, self.middle, offset, self.after)
+        return self.pack(self.before, offset, self.middle, timestamp, self.after)
+
+
 def stamp_amqp10(message: Message, offset: int, timestamp: int) -> Message:
     """A 1.0 ``message`` with the two stream headers as message annotations (long values),
     as RabbitMQ 4 gives them."""
@@ -168,7 +238,7 @@ def stamp_amqp10(message: Message, offset: int, timestamp: int) -> Message:
     return Message(
         message.exchange,
         message.routing_key,
-        stamp.pack(stamp.before, offset, _TIMESTAMP_ENTRY, timestamp, stamp.after),
+        stamp.stamped(offset, timestamp),
         message.body,
         amqp10.decode_properties,
         amqp10.encode_properties,

@@ -232,3 +232,11 @@ def test_a_cut_or_changed_message_is_taken_or_a_decode_error(
             continue
         # What was taken is whole: its sections parse.
         parse_message(message.raw_properties + message.body)
+
+
+def test_an_x_application_property_kept_unchanged_through_a_change_is_not_lost() -> None:
+    message = amqp10_message(
+        "", "q", encode_message(Data(b"b"), application_properties={"x-k": 5, "p": 1})
+    )
+    changed = message.replace(headers={**(message.headers or {}), "x-new": 1})
+    assert changed.headers == {"x-k": 5, "p": 1, "x-new": 1}

@@ -4,17 +4,29 @@ into a 1.0 message's annotations as longs (the same as the general re-encoding).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from leveret.convert.amqp091 import wire_message
-from leveret.convert.amqp10 import FORMAT, amqp10_message
+from leveret.convert.amqp10 import FORMAT, Amqp10View, amqp10_message
+from leveret.convert.amqp10_amqp091 import amqp091_parts, properties_of
 from leveret.convert.stream_stamp import stamp_stream, stream_headers
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import decode_table
-from leveret.protocol.amqp10 import Data, Header, Properties, Symbol, UByte, parse_message
+from leveret.protocol.amqp10 import (
+    AmqpValue,
+    Data,
+    Header,
+    Properties,
+    Symbol,
+    UByte,
+    parse_message,
+)
 from leveret.protocol.amqp10.message import encode_message
+
+if TYPE_CHECKING:
+    from leveret.protocol.amqp10.types import Value
 
 CASES = [
     BasicProperties(),
@@ -143,3 +155,39 @@ def test_the_1_0_splice_is_the_general_re_encoding() -> None:
     )
     assert spliced.headers == general.headers
     assert spliced.hints == general.hints
+
+
+@pytest.mark.parametrize("sections", list(_SECTIONS.values()), ids=list(_SECTIONS))
+@pytest.mark.parametrize("body", [Data(b"body"), AmqpValue("v")], ids=["data", "value"])
+def test_a_stamped_1_0_message_reaches_0_9_1_as_its_own_conversion(
+    sections: dict[str, Any], body: Any
+) -> None:
+    """A stream reader's 0-9-1 form of a stamped 1.0 message is made once per head and
+    filled in per message: the same bytes as converting each message on its own."""
+    message = amqp10_message("ex", "rk", encode_message(body, **sections))
+    for offset, timestamp in ((0, 0), (7, 1_700_000_000_123), (2**40, 5)):
+        stamped = stamp_stream(message, offset, timestamp)
+        raw, got_body = amqp091_parts(stamped)
+        view = Amqp10View(stamped.raw_properties)
+        expected = properties_of(view, amqp_body=not isinstance(body, Data)).encode()
+        assert raw == expected
+        headers = BasicProperties.decode(raw).headers or {}
+        assert (headers["x-stream-offset"], headers["x-stream-timestamp"]) == (offset, timestamp)
+        assert got_body == (b"body" if isinstance(body, Data) else message.body)
+
+
+def test_the_stamp_s_bytes_inside_a_value_are_not_taken_for_the_stamp() -> None:
+    # A publisher's binary holding what the stamp writes: converted as it is, not refilled.
+    fake = b"\xa3\x0fx-stream-offset\x81" + bytes(8) + b"\xa3\x12x-stream-timestamp\x81"
+    fake += bytes(8)
+    cases: list[dict[Value, Value]] = [
+        {Symbol("x-fake"): fake},
+        {Symbol("x-fake"): fake, Symbol("x-b"): 1},
+    ]
+    for ma in cases:
+        message = amqp10_message("", "q", encode_message(Data(b"x"), message_annotations=ma))
+        for offset in (3, 4):
+            stamped = stamp_stream(message, offset, 9)
+            raw, _ = amqp091_parts(stamped)
+            expected = properties_of(Amqp10View(stamped.raw_properties), amqp_body=False).encode()
+            assert raw == expected

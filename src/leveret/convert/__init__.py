@@ -14,7 +14,7 @@ one 0-9-1 <-> 1.0 table joins the two forms. One module per protocol:
                       the hints read from the flag bytes (``mc_amqpl``'s container side)
 ``amqp10.py``         the 1.0 form: the sections kept byte for byte, what the model reads of
                       them, what a 1.0 consumer is sent (``mc_amqp``)
-``amqp10_amqp091.py`` the one 0-9-1 <-> 1.0 table, both ways (RabbitMQ 4's)
+``amqp10_amqp091.py`` the one 0-9-1 <-> 1.0 table, both ways (RabbitMQ 4's; compiled)
 ``amqp10_sections.py`` its 0-9-1 -> 1.0 direction written directly for the common values
                       (compiled; checked byte for byte against the general one)
 ``amqp010.py``        AMQP 0-10 header structs <-> 0-9-1 properties

@@ -82,6 +82,10 @@ section, string or UUID ids, a whole-second creation time, ``x-`` annotations an
 application properties of simple values under other names. Integers keep their value, not
 always their width. ``amqp10_sections.py`` writes this direction's bytes directly for the
 common values.
+
+A 0-9-1 consumer's conversion is kept per distinct sections (a publisher that repeats its
+properties pays it once); a stream reader's messages, which differ only in their two stamp
+values, are converted once per head and filled in per message (``stream_stamp.Restamp``).
 """
 
 from __future__ import annotations

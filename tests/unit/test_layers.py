@@ -46,14 +46,19 @@ LAYERS: dict[str, frozenset[str]] = {
     "management": frozenset(
         {"errors", "leveret", "protocol", "model", "convert", "auth", "server"}
     ),
-    "assembly": frozenset({"config", "server", "management"}),
-    "cli": frozenset({"leveret", "config", "server", "assembly"}),
+    # A node of a cluster (etcd's metadata applied to the server's model): beside
+    # management/, above the server; only assembly.py plugs it in.
+    "cluster": frozenset({"errors", "leveret", "config", "model", "store", "auth", "server"}),
+    "assembly": frozenset({"config", "server", "management", "cluster"}),
+    # The CLI; --workers' supervisor starts an etcd (cluster/etcd_process.py).
+    "cli": frozenset({"leveret", "config", "server", "store", "assembly", "cluster"}),
     "__main__": frozenset({"cli"}),
     # Beside them: the Spark connector speaks the protocols as a client.
     "spark": frozenset({"errors", "protocol"}),
     # Test helpers for users' suites: a broker in process, clients, a clock.
     "testing": frozenset(
         {"errors", "config", "protocol", "model", "convert", "auth", "server", "assembly"}
+        | {"cluster"}
     ),
 }
 FORBIDDEN_MODULES = ("asyncio", "socket", "time")

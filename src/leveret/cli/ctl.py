@@ -2,11 +2,13 @@
 
 The broker is found from the same settings as ``leveret serve`` (``--data-dir``,
 ``--config``, ``LEVERET_*``): its control socket is ``data_dir/ctl.sock``
-(``server/ctl/unix_socket.py``), usable by the broker's own user only, so no password is needed on
-the broker's machine. Output is a table (tab-separated, a header line; rabbitmqctl's
-"Listing ..." banner unless ``-q``) or JSON (``--formatter json``). Exit codes are
-rabbitmqctl's: 0 done, 64 bad usage, 65 bad data or failed authentication, 67 no such
-user, 69 broker or vhost unavailable, 70 user exists; never a traceback.
+(``server/ctl/unix_socket.py``), usable by the broker's own user only, so no password is
+needed on the broker's machine. For ``leveret serve --workers`` it is the first worker's
+that answers (``data_dir/node-1/ctl.sock``, else node-2's, ...). Output is a table
+(tab-separated, a header line; rabbitmqctl's "Listing ..." banner unless ``-q``) or JSON
+(``--formatter json``). Exit codes are rabbitmqctl's: 0 done, 64 bad usage, 65 bad data or
+failed authentication, 67 no such user, 69 broker or vhost unavailable, 70 user exists;
+never a traceback.
 """
 
 from __future__ import annotations
@@ -294,6 +296,14 @@ VERBS: dict[str, tuple[str, tuple[Arg | OneOf, ...]]] = {
         (*VHOST, _a("name")),
     ),
     "status": ("show the broker's status", NONE),
+    "cluster_status": (
+        "show the cluster: its nodes, which run, their listeners, queue leaders per node",
+        NONE,
+    ),
+    "forget_cluster_node": (
+        "remove a stopped node from the cluster, with the queues it led",
+        (_a("node"),),
+    ),
     "await_startup": ("wait until the broker accepts commands", NONE),
     "reload_tls": ("reload the TLS certificate, key and CA files", NONE),
 }
@@ -434,6 +444,8 @@ _BANNERS: dict[str, str] = {
     "move_messages": "Moving messages of queue '{queue}' in vhost '{vhost}' ...",
     "replay_dead_letters": "Replaying dead letters of queue '{queue}' in vhost '{vhost}' ...",
     "status": "Status of the broker ...",
+    "cluster_status": "Cluster status of the broker ...",
+    "forget_cluster_node": "Removing node {node} from the cluster ...",
     "await_startup": "Waiting for the broker to start ...",
     "reload_tls": "Reloading TLS certificates ...",
 }
@@ -576,6 +588,8 @@ def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
         return _super_stream_args(a)
     if verb == "delete_super_stream":
         return {"vhost": a.vhost, "name": a.name}
+    if verb == "forget_cluster_node":
+        return {"node": a.node}
     return {}
 
 
@@ -692,11 +706,31 @@ def _show(verb: str, a: argparse.Namespace, result: Any) -> None:
         print(result)
 
 
-def _await_startup(path: Path, timeout: float) -> None:
+def control_socket(data_dir: Path) -> Path:
+    """The control socket of the broker using ``data_dir``: its own, or for ``leveret
+    serve --workers`` the first worker's that takes a connection (a worker may be down
+    or restarting)."""
+    own = socket_path(data_dir)
+    if own.exists():
+        return own
+    from leveret.cli.supervisor import worker_dirs
+
+    workers = [socket_path(d) for d in worker_dirs(data_dir)]
+    for path in workers:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+            except OSError:
+                continue
+            return path
+    return workers[0] if workers else own
+
+
+def _await_startup(data_dir: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            request(path, "status", {}, min(5.0, timeout))
+            request(control_socket(data_dir), "status", {}, min(5.0, timeout))
             return
         except CtlError as exc:
             if time.monotonic() >= deadline:
@@ -715,7 +749,7 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return EX_USAGE
-    path = socket_path(Path(settings.data_dir or default_data_dir()))
+    data_dir = Path(settings.data_dir or default_data_dir())
     if not args.quiet and args.formatter == "table":
         values = {**vars(args), "tag_list": ", ".join(getattr(args, "tags", None) or [])}
         try:
@@ -724,8 +758,9 @@ def main(argv: Sequence[str]) -> int:
             pass  # a banner field this verb does not have: no banner
     try:
         if verb == "await_startup":
-            _await_startup(path, args.timeout or AWAIT_TIMEOUT)
+            _await_startup(data_dir, args.timeout or AWAIT_TIMEOUT)
             return 0
+        path = control_socket(data_dir)
         result = request(path, verb, _request_args(verb, args), args.timeout or DEFAULT_TIMEOUT)
         _show(verb, args, result)
     except CtlError as exc:

@@ -122,7 +122,8 @@ class AdminApi(ApiBase):
         if name not in self.users.vhosts:
             raise not_found()
         await self._verb("delete_vhost", {"vhost": name})
-        await self.runtime.save()
+        if self.runtime.changer is None:
+            await self.runtime.save()  # its policies and parameters went with it
         return no_content()
 
     def _user_row(self, name: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from leveret.management.authz import Principal
+    from leveret.management.peers import Peers
     from leveret.management.stats import Sampler
     from leveret.server.ctl.admin import Admin, AdminHost
     from leveret.server.memory_alarm import MemoryAlarm
@@ -39,10 +40,14 @@ class ManagementHost(Protocol):
 
 class Plane(Protocol):
     """The management server as its endpoints see it: the host, the statistics sampler, the
-    URLs it listens on, and the user a request is made as."""
+    URLs it listens on, the other nodes of a cluster, and the user a request is made as."""
 
     host: ManagementHost
     sampler: Sampler
     urls: list[str]
+    # Its URLs that reach this node alone, and those of its Prometheus endpoint.
+    node_urls: list[str]
+    prometheus_urls: list[str]
+    peers: Peers
 
     def principal(self, request: web.Request) -> Principal: ...

@@ -24,8 +24,8 @@ from leveret.management.stats import (
     message_stats,
 )
 from leveret.model.stream import StreamQueue
+from leveret.server import rows
 from leveret.server.rows import (
-    NODE,
     channel_details,
     channel_row,
     connection_name,
@@ -63,7 +63,7 @@ class Rates:
 
 
 def node_name() -> str:
-    return NODE
+    return rows.NODE
 
 
 def _ts(seconds: float) -> str:
@@ -168,7 +168,7 @@ consumer_json = consumer_row
 
 def node_json(host: Any, started_at: float, mem_used: int, mem_limit: int) -> dict[str, Any]:
     return {
-        "name": NODE,
+        "name": rows.NODE,
         "type": "disc",
         "running": True,
         "os_pid": str(os.getpid()),

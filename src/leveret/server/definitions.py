@@ -193,14 +193,17 @@ async def import_document(host: Any, doc: object, vhost: str | None = None) -> d
     if vhost is None:
         keys = ("users", "vhosts", "permissions", "topic_permissions", "parameters")
         await admin.import_definitions({"definitions": {k: doc[k] for k in keys if k in doc}})
-        runtime.load(doc)
+        await runtime.change(lambda r: r.load(doc))
     else:
-        runtime.load(
-            {
-                "policies": [{**p, "vhost": vhost} for p in doc.get("policies") or []],
-                "parameters": [{**p, "vhost": vhost} for p in doc.get("parameters") or []],
-            }
-        )
-    counts = import_entities(runtime.broker, doc, vhost)
-    await runtime.save()
+        part = {
+            "policies": [{**p, "vhost": vhost} for p in doc.get("policies") or []],
+            "parameters": [{**p, "vhost": vhost} for p in doc.get("parameters") or []],
+        }
+        await runtime.change(lambda r: r.load(part))
+    # A cluster node declares them through etcd (cluster/node.py), which every node applies.
+    cluster = getattr(host, "cluster", None)
+    if cluster is not None:
+        counts = await cluster.import_entities(doc, vhost)
+    else:
+        counts = import_entities(runtime.broker, doc, vhost)
     return {"queues": counts.queues, "exchanges": counts.exchanges, "bindings": counts.bindings}

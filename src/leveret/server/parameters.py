@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.auth.definitions import VHOST_LIMITS_COMPONENT
 from leveret.auth.users import AdminError, InvalidArgument
@@ -25,11 +25,13 @@ from leveret.model.policies import PolicyError, make_policy
 from leveret.store import parameters_file
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Callable, Mapping
     from pathlib import Path
 
     from leveret.model.broker import Broker
     from leveret.model.vhost import VirtualHost
+
+T = TypeVar("T")
 
 OPERATOR_POLICY_COMPONENT = "operator_policy"
 
@@ -50,6 +52,17 @@ class Runtime:
     # (vhost, component, name) -> value
     parameters: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     global_parameters: dict[str, Any] = field(default_factory=dict)
+    # Where changes go instead of runtime.json on a cluster node (cluster/node.py).
+    changer: Callable[[Callable[[Runtime], Any]], Awaitable[Any]] | None = None
+
+    async def change(self, change: Callable[[Runtime], T]) -> T:
+        """Make ``change`` (set or clear policies and parameters) and save it; on a
+        cluster node it is made in etcd, which every node applies (this one first)."""
+        if self.changer is not None:
+            return await self.changer(change)  # type: ignore[no-any-return]
+        result = change(self)
+        await self.save()
+        return result
 
     # -- policies -------------------------------------------------------------------------
 

@@ -26,8 +26,15 @@ if TYPE_CHECKING:
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
 
-# This node's name, as RabbitMQ's ``rabbit@host``.
+# This node's name, as RabbitMQ's ``rabbit@host``; a cluster node's ``--node-name``, which
+# ``server/server.py`` sets when it is built (one node per process).
 NODE = f"leveret@{socket.gethostname()}"
+
+
+def set_node_name(name: str) -> None:
+    """Name the rows' ``node`` (and the management API's node) after this node."""
+    global NODE
+    NODE = name
 
 
 def json_value(value: object) -> Any:
@@ -132,6 +139,33 @@ def queue_row(queue: Queue) -> dict[str, Any]:
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
         "messages_paged_out": 0 if isinstance(queue, StreamQueue) else queue.paged_count,
+    }
+
+
+def queue_record_row(record: Any, running: bool) -> dict[str, Any]:
+    """A queue led by another node of a cluster, from its record in etcd
+    (``cluster/keys.py``'s ``QueueRecord``): its declaration and leader; its counters stay
+    on its leader (``running``: whether that node is)."""
+    return {
+        "name": record.name,
+        "vhost": record.vhost,
+        "durable": record.durable,
+        "auto_delete": record.auto_delete,
+        "exclusive": record.exclusive,
+        "arguments": json_value(dict(record.arguments)),
+        "node": record.leader,
+        "type": str(record.arguments.get("x-queue-type", "classic")),
+        "state": "running" if running else "down",
+        "policy": None,
+        "operator_policy": None,
+        "effective_policy_definition": {},
+        "consumers": 0,
+        "exclusive_consumer_tag": None,
+        "single_active_consumer_tag": None,
+        "messages": 0,
+        "messages_ready": 0,
+        "messages_unacknowledged": 0,
+        "messages_paged_out": 0,
     }
 
 

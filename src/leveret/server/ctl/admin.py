@@ -89,6 +89,8 @@ class Admin:
 
     host: AdminHost
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Where registry changes go instead of auth.json on a cluster node (cluster/node.py).
+    changer: Callable[[Callable[[UserStore], object]], Awaitable[object]] | None = None
     verbs: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,10 +147,15 @@ class Admin:
     def users(self) -> UserStore:
         return self.host.users
 
-    async def _change(self, change: Callable[[], object]) -> None:
-        """Make ``change`` and write it to disk; if the write fails, undo it."""
+    async def _change(self, change: Callable[[UserStore], object]) -> None:
+        """Make ``change`` to the registry and write it to disk; if the write fails, undo
+        it. On a cluster node, ``changer`` makes it in etcd instead (every node applies
+        it, this one before the answer: ``cluster/metadata.py``)."""
+        if self.changer is not None:
+            await self.changer(change)
+            return
         before = persist.snapshot(self.users)
-        change()
+        change(self.users)
         after = persist.snapshot(self.users)
         try:
             await asyncio.to_thread(persist.save, self.host.data_path / persist.AUTH_FILE, after)
@@ -160,25 +167,25 @@ class Admin:
 
     async def add_user(self, args: dict[str, Any]) -> None:
         name, password = _str_arg(args, "user"), _str_arg(args, "password", "")
-        await self._change(lambda: self.users.add_user(name, password or None))
+        await self._change(lambda users: users.add_user(name, password or None))
 
     async def delete_user(self, args: dict[str, Any]) -> None:
         name = _str_arg(args, "user")
-        await self._change(lambda: self.users.delete_user(name))
+        await self._change(lambda users: users.delete_user(name))
 
     async def change_password(self, args: dict[str, Any]) -> None:
         name, password = _str_arg(args, "user"), _str_arg(args, "password")
-        await self._change(lambda: self.users.change_password(name, password))
+        await self._change(lambda users: users.change_password(name, password))
 
     async def clear_password(self, args: dict[str, Any]) -> None:
         name = _str_arg(args, "user")
-        await self._change(lambda: self.users.clear_password(name))
+        await self._change(lambda users: users.clear_password(name))
 
     async def set_user_tags(self, args: dict[str, Any]) -> None:
         name, tags = _str_arg(args, "user"), _arg(args, "tags", [])
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise InvalidArgument("tags must be a list of strings")
-        await self._change(lambda: self.users.set_user_tags(name, tags))
+        await self._change(lambda users: users.set_user_tags(name, tags))
 
     async def list_users(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         return [
@@ -200,7 +207,7 @@ class Admin:
         if queue_type is not None and not isinstance(queue_type, str):
             raise InvalidArgument("default_queue_type must be a string")
         await self._change(
-            lambda: self.users.add_vhost(
+            lambda users: users.add_vhost(
                 name, description=description, tags=tags, default_queue_type=queue_type
             )
         )
@@ -210,7 +217,7 @@ class Admin:
         name = _str_arg(args, "vhost")
         # The registry's change is on disk first: if the broker dies while the contents go,
         # the next boot finishes the job (boot_auth).
-        await self._change(lambda: self.users.delete_vhost(name))
+        await self._change(lambda users: users.delete_vhost(name))
         text = f"vhost '{name}' is deleted"
         for conn in list(self.host.connections):
             if _vhost_of(conn) == name:
@@ -229,11 +236,11 @@ class Admin:
     async def set_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
         conf, write, read = (_str_arg(args, k) for k in ("configure", "write", "read"))
-        await self._change(lambda: self.users.set_permissions(user, vhost, conf, write, read))
+        await self._change(lambda users: users.set_permissions(user, vhost, conf, write, read))
 
     async def clear_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
-        await self._change(lambda: self.users.clear_permissions(user, vhost))
+        await self._change(lambda users: users.clear_permissions(user, vhost))
 
     async def list_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = _str_arg(args, "vhost", "/")
@@ -251,13 +258,13 @@ class Admin:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
         exchange, write, read = (_str_arg(args, k) for k in ("exchange", "write", "read"))
         await self._change(
-            lambda: self.users.set_topic_permissions(user, vhost, exchange, write, read)
+            lambda users: users.set_topic_permissions(user, vhost, exchange, write, read)
         )
 
     async def clear_topic_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
         exchange = _arg(args, "exchange", None)
-        await self._change(lambda: self.users.clear_topic_permissions(user, vhost, exchange))
+        await self._change(lambda users: users.clear_topic_permissions(user, vhost, exchange))
 
     async def list_topic_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = _str_arg(args, "vhost", "/")
@@ -279,11 +286,11 @@ class Admin:
 
     async def set_vhost_limits(self, args: dict[str, Any]) -> None:
         vhost, limits = _str_arg(args, "vhost", "/"), _str_arg(args, "limits")
-        await self._change(lambda: self.users.set_vhost_limits(vhost, limits))
+        await self._change(lambda users: users.set_vhost_limits(vhost, limits))
 
     async def clear_vhost_limits(self, args: dict[str, Any]) -> None:
         vhost = _str_arg(args, "vhost", "/")
-        await self._change(lambda: self.users.clear_vhost_limits(vhost))
+        await self._change(lambda users: users.clear_vhost_limits(vhost))
 
     async def list_vhost_limits(self, args: dict[str, Any]) -> Any:
         if _arg(args, "global", False):
@@ -296,11 +303,11 @@ class Admin:
 
     async def set_user_limits(self, args: dict[str, Any]) -> None:
         user, limits = _str_arg(args, "user"), _str_arg(args, "limits")
-        await self._change(lambda: self.users.set_user_limits(user, limits))
+        await self._change(lambda users: users.set_user_limits(user, limits))
 
     async def clear_user_limits(self, args: dict[str, Any]) -> None:
         user, name = _str_arg(args, "user"), _str_arg(args, "limit", "all")
-        await self._change(lambda: self.users.clear_user_limits(user, name))
+        await self._change(lambda users: users.clear_user_limits(user, name))
 
     async def list_user_limits(self, args: dict[str, Any]) -> Any:
         user = _arg(args, "user", None)
@@ -318,9 +325,9 @@ class Admin:
         doc = _arg(args, "definitions")
         summary = None
 
-        def change() -> None:
+        def change(users: UserStore) -> None:
             nonlocal summary
-            summary = import_definitions(self.users, doc)
+            summary = import_definitions(users, doc)
 
         await self._change(change)
         for name in self.users.vhosts:

@@ -2,9 +2,12 @@
 ``list_queues``, ``list_exchanges``, ``list_bindings``, ``list_connections``,
 ``list_channels``, ``list_consumers``, ``purge_queue``, ``delete_queue``,
 ``close_connection``, ``set_policy``/``clear_policy``/``list_policies`` and their
-operator-policy twins) and the whole definitions document (``export_definitions`` /
+operator-policy twins), the whole definitions document (``export_definitions`` /
 ``import_definitions`` with queues, exchanges, bindings, policies and parameters:
-``server/definitions.py``).
+``server/definitions.py``) and the cluster's (``cluster_status``,
+``forget_cluster_node``). On a cluster node (``host.cluster``, ``cluster/node.py``)
+deletions and policies go through etcd and ``list_queues`` lists the queues other nodes
+lead too.
 
 Each verb is a function of the ``Admin`` and the request's arguments. The listings are
 rabbitmqctl's columns of the rows management shows too (``server/rows.py``), in the order
@@ -30,6 +33,7 @@ from leveret.server.rows import (
     connection_row,
     consumer_row,
     exchange_row,
+    queue_record_row,
     queue_row,
 )
 
@@ -59,6 +63,9 @@ QUEUE_COLUMNS = (
     "type",
     "state",
     "vhost",
+    # The queue's leader (rabbitmqctl shows it on request as ``leader``; a cluster lists
+    # queues of every node).
+    "node",
 )
 EXCHANGE_COLUMNS = (
     "name",
@@ -108,6 +115,11 @@ def _str(args: dict[str, Any], name: str, default: str | None = None) -> str:
     return value
 
 
+def _cluster(admin: Admin) -> Any:
+    """This node's part in a cluster (``cluster/node.py``), None on a single node."""
+    return getattr(admin.host, "cluster", None)
+
+
 def _vhost(admin: Admin, args: dict[str, Any]) -> VirtualHost:
     name = _str(args, "vhost", "/")
     vhost = admin.host.broker.vhosts.get(name)
@@ -120,9 +132,20 @@ def _vhost(admin: Admin, args: dict[str, Any]) -> VirtualHost:
 
 
 async def list_queues(admin: Admin, args: dict[str, Any]) -> list[dict[str, Any]]:
+    vhost = _vhost(admin, args)
+    found = [queue_row(queue) for queue in vhost.queues.values()]
+    cluster = _cluster(admin)
+    if cluster is not None:
+        # Queues led by other nodes, from their records (their counters stay on their
+        # leader until the inter-node link).
+        view = cluster.applier.view
+        found += [
+            queue_record_row(record, record.leader in view.nodes)
+            for (vname, _name), record in view.queues.items()
+            if vname == vhost.name and record.leader != cluster.name
+        ]
     rows = []
-    for queue in sorted(_vhost(admin, args).queues.values(), key=lambda q: q.name):
-        row = queue_row(queue)
+    for row in sorted(found, key=lambda r: str(r["name"])):
         # rabbitmqctl shows no policy as an empty cell.
         row["policy"] = row["policy"] or ""
         row["operator_policy"] = row["operator_policy"] or ""
@@ -169,6 +192,21 @@ async def purge_queue(admin: Admin, args: dict[str, Any]) -> int:
 async def delete_queue(admin: Admin, args: dict[str, Any]) -> int:
     vhost = _vhost(admin, args)
     name = _str(args, "queue")
+    cluster = _cluster(admin)
+    if cluster is not None:
+        if name not in vhost.queues and (vhost.name, name) not in cluster.applier.view.queues:
+            raise AdminError(f"Queue '{name}' in vhost '{vhost.name}' does not exist")
+        try:
+            return int(
+                await cluster.store.delete_queue(
+                    vhost.name,
+                    name,
+                    if_unused=bool(args.get("if_unused")),
+                    if_empty=bool(args.get("if_empty")),
+                )
+            )
+        except AMQPError as exc:
+            raise AdminError(exc.reply_text) from None
     queue = vhost.queues.get(name)
     if queue is None:
         raise AdminError(f"Queue '{name}' in vhost '{vhost.name}' does not exist")
@@ -260,23 +298,23 @@ async def close_connection(admin: Admin, args: dict[str, Any]) -> None:
 
 
 async def set_policy(admin: Admin, args: dict[str, Any], *, operator: bool = False) -> None:
-    runtime = runtime_of(admin.host)
-    runtime.set_policy(
-        _str(args, "vhost", "/"),
-        _str(args, "name"),
-        args.get("pattern"),
-        args.get("definition"),
-        args.get("priority", 0),
-        args.get("apply_to", "all"),
-        operator=operator,
+    vhost, name = _str(args, "vhost", "/"), _str(args, "name")
+    await runtime_of(admin.host).change(
+        lambda r: r.set_policy(
+            vhost,
+            name,
+            args.get("pattern"),
+            args.get("definition"),
+            args.get("priority", 0),
+            args.get("apply_to", "all"),
+            operator=operator,
+        )
     )
-    await runtime.save()
 
 
 async def clear_policy(admin: Admin, args: dict[str, Any], *, operator: bool = False) -> None:
-    runtime = runtime_of(admin.host)
-    runtime.clear_policy(_str(args, "vhost", "/"), _str(args, "name"), operator=operator)
-    await runtime.save()
+    vhost, name = _str(args, "vhost", "/"), _str(args, "name")
+    await runtime_of(admin.host).change(lambda r: r.clear_policy(vhost, name, operator=operator))
 
 
 async def list_policies(
@@ -303,6 +341,32 @@ async def import_definitions(admin: Admin, args: dict[str, Any]) -> dict[str, An
     return {"imported": counts}
 
 
+# -- the cluster ---------------------------------------------------------------------------------
+
+
+async def cluster_status(admin: Admin, args: dict[str, Any]) -> dict[str, Any]:
+    cluster = _cluster(admin)
+    if cluster is not None:
+        return dict(cluster.status())
+    host = admin.host
+    node = str(getattr(host, "node_name", ""))
+    return {
+        "node": node,
+        "members": [node],
+        "running": [node],
+        "listeners": {node: list(getattr(host, "listening", []))},
+        "queue_leaders": {node: sum(len(v.queues) for v in host.broker.vhosts.values())},
+    }
+
+
+async def forget_cluster_node(admin: Admin, args: dict[str, Any]) -> dict[str, Any]:
+    cluster = _cluster(admin)
+    if cluster is None:
+        raise AdminError("this node is not part of a cluster (it runs without --etcd)")
+    name = _str(args, "node")
+    return {"node": name, "queues_removed": await cluster.store.forget_node(name)}
+
+
 def entity_verbs(admin: Admin) -> dict[str, Verb]:
     """The verbs above by name, bound to ``admin``; the definitions verbs only when its
     host is a server with runtime parameters whose admin it is."""
@@ -316,6 +380,8 @@ def entity_verbs(admin: Admin) -> dict[str, Verb]:
         "purge_queue": partial(purge_queue, admin),
         "delete_queue": partial(delete_queue, admin),
         "close_connection": partial(close_connection, admin),
+        "cluster_status": partial(cluster_status, admin),
+        "forget_cluster_node": partial(forget_cluster_node, admin),
     }
     for operator, prefix, plural in (
         (False, "policy", "policies"),

@@ -58,7 +58,7 @@ def admin() -> Admin:
     return host.admin
 
 
-def test_list_queues_has_rabbitmqctls_columns_in_order(admin: Admin) -> None:
+def test_list_queues_has_rabbitmqctls_columns_in_order_then_the_node(admin: Admin) -> None:
     vhost = admin.host.broker.vhosts["/"]
     vhost.declare_queue("q", owner=None, durable=True, arguments={"x-max-length": 10})
     rows = run(entities.list_queues(admin, {}))
@@ -80,6 +80,7 @@ def test_list_queues_has_rabbitmqctls_columns_in_order(admin: Admin) -> None:
             "type",
             "state",
             "vhost",
+            "node",  # the leader: a cluster's list_queues shows every node's queues
         ]
     ]
     row = rows[0]

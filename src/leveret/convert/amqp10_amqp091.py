@@ -253,9 +253,14 @@ def _body(body: bytes) -> tuple[bytes, bool]:
     if not body:
         return b"", False
     if body[0] == 0 and body[1] == 0x53 and body[2] == DATA:
+        n = len(body)
+        # One data section, the usual body: its value is the rest (sizes checked on arrival).
+        if body[3] == 0xA0 and 5 + body[4] == n:
+            return body[5:], False
+        if body[3] == 0xB0 and n >= 8 and 8 + int.from_bytes(body[4:8], "big") == n:
+            return body[8:], False
         parts: list[bytes] = []
         off = 0
-        n = len(body)
         while off < n:
             if body[off + 2] == FOOTER:
                 break

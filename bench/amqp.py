@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from leveret.protocol.amqp091.client_events import Event
+    from leveret.protocol.amqp091.fieldtable import FieldValue
 
 __all__ = ["CHANNEL", "AmqpError", "Connection", "PublishTemplate", "ack_frame", "connect"]
 
@@ -65,12 +66,13 @@ class PublishTemplate:
         *,
         persistent: bool,
         frame_max: int,
+        headers: dict[str, FieldValue] | None = None,
     ) -> None:
         if size < STAMP_SIZE:
             raise ValueError(f"body size {size} is smaller than the {STAMP_SIZE}-byte stamp")
         if 0 < frame_max < STAMP_SIZE + framing.FRAME_OVERHEAD:
             raise ValueError(f"frame_max {frame_max} is too small for the stamp")
-        props = BasicProperties(delivery_mode=2 if persistent else 1).encode()
+        props = BasicProperties(delivery_mode=2 if persistent else 1, headers=headers).encode()
         marker = b"\xa5" * STAMP_SIZE
         whole = encode_publish(
             channel, exchange, routing_key, marker + bytes(size - STAMP_SIZE), props, frame_max

@@ -279,12 +279,14 @@ def ensure_rabbitmq() -> str:
     return RABBIT_BIN
 
 
-def start_rabbitmq(workdir: Path, *, amqp10: bool = False) -> Broker:
+def start_rabbitmq(workdir: Path, *, amqp10: bool = False, plugins: tuple[str, ...] = ()) -> Broker:
+    """A RabbitMQ node of its own (node name, ports, directories under ``workdir``), with
+    ``plugins`` enabled (and the AMQP 1.0 plugin if ``amqp10``)."""
     script = ensure_rabbitmq()
     port, dist = free_port(), free_port()
     node = f"bench{os.getpid()}@localhost"
-    plugins = "[rabbitmq_amqp1_0]" if amqp10 else "[]"
-    (workdir / "enabled_plugins").write_text(f"{plugins}.\n")
+    enabled = [*plugins, "rabbitmq_amqp1_0"] if amqp10 else list(plugins)
+    (workdir / "enabled_plugins").write_text(f"[{','.join(enabled)}].\n")
     conf = workdir / "rabbitmq.conf"
     conf.write_text(
         "loopback_users = none\n"

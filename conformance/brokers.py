@@ -5,7 +5,9 @@ Owned by the conformance harness; the scenario tests start Leveret through
 already (by default the one on 127.0.0.1:5672 with its management API on 15672; any other
 node can be named with ``--rabbitmq-url`` / ``--rabbitmq-http``). Leveret is started from
 this checkout (``python -m leveret serve``, the interpreter running the harness) on a free
-port with a fresh data directory, and stopped afterwards.
+port with a fresh data directory, and stopped afterwards; or, for tests that can only reach
+``localhost:5672`` (Proton's examples), in a network namespace of its own (``unshare``, root)
+where it listens on that port, the tests entering the namespace with ``nsenter``.
 """
 
 from __future__ import annotations
@@ -46,10 +48,19 @@ class Target:
     data_dir: Path | None = None
     log: list[str] = field(default_factory=list)
     _drain: threading.Thread | None = None
+    netns: bool = False
+    """The broker runs in a network namespace of its own (its process's)."""
 
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    def enter(self) -> list[str]:
+        """The command prefix that runs a client where the broker can be reached: in its
+        network namespace (``nsenter``, root) if it has one."""
+        if not self.netns or self.process is None:
+            return []
+        return ["nsenter", f"--net=/proc/{self.process.pid}/ns/net", "--"]
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop a broker this module started (SIGTERM, then SIGKILL) and remove its data."""
@@ -92,25 +103,41 @@ def closed_port(host: str = "127.0.0.1") -> int:
 
 
 def start_leveret(
-    *extra_args: str, log_file: IO[str] | None = None, management: bool = True
+    *extra_args: str,
+    log_file: IO[str] | None = None,
+    management: bool = True,
+    env: dict[str, str] | None = None,
+    netns: bool = False,
 ) -> Target:
     """Start ``python -m leveret serve`` on 127.0.0.1 port 0 with a fresh data directory.
 
     Every listener takes a free port (several Leverets run at once, next to RabbitMQ's
     5552/15672/15692); with ``management`` the HTTP API is up before this returns and is the
     target's ``http_url`` (amqpstorm's and rabbitpy's tests call it), otherwise that is a
-    closed port.
+    closed port. ``env``: more variables for the broker (``LEVERET_*`` settings).
+
+    ``netns``: in a new network namespace (root), on ``localhost:5672`` as a fresh
+    ``leveret serve`` listens; clients get there through :meth:`Target.enter`.
     """
+    if netns and os.geteuid() != 0:
+        raise RuntimeError("a broker in a network namespace of its own needs root (unshare)")
     data_dir = Path(tempfile.mkdtemp(prefix="leveret-conformance-"))
     cmd = [
+        *(
+            # The namespace's loopback starts down; the shell brings it up, then becomes
+            # the broker (exec), so the process is the broker and its pid names the namespace.
+            ("unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" "$@"')
+            if netns
+            else ()
+        ),
         sys.executable,
         "-m",
         "leveret",
         "serve",
         "--host",
-        "127.0.0.1",
+        "localhost" if netns else "127.0.0.1",
         "--port",
-        "0",
+        "5672" if netns else "0",
         "--data-dir",
         str(data_dir),
         "--stream-port",
@@ -127,7 +154,7 @@ def start_leveret(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "XDG_DATA_HOME": str(data_dir)},
+        env={**os.environ, **(env or {}), "XDG_DATA_HOME": str(data_dir)},
     )
     assert proc.stderr is not None
     log: list[str] = []
@@ -174,6 +201,7 @@ def start_leveret(
         data_dir=data_dir,
         log=log,
         _drain=thread,
+        netns=netns,
     )
 
 

@@ -3,7 +3,8 @@
 Owned by the conformance harness (``python -m conformance install|run``). Everything it makes
 lives under the work directory (``.conformance/`` at the checkout's root, git-ignored):
 ``venv/`` (the suites' interpreter, never the project's ``.venv``), ``sdists/`` and ``src/``
-(the source distributions from PyPI, unpacked), ``results/`` (one JSON per suite and broker,
+(the source distributions from PyPI, and Debian packages fetched with ``apt-get download``,
+unpacked, never installed), ``results/`` (one JSON per suite and broker,
 written by ``plugins/conformance_report.py``) and ``logs/``.
 """
 
@@ -64,6 +65,9 @@ class Workdir:
         return self.root / "logs"
 
     def suite_dir(self, suite: Suite) -> Path:
+        if suite.deb:
+            name, version = suite.deb.split("==")
+            return self.src / f"{name}-{version}"
         # sdists name their top folder with the project name normalised or not (aio_pika-…).
         name, version = suite.sdist.split("==")
         for candidate in (name, name.replace("-", "_"), name.lower()):
@@ -103,6 +107,9 @@ def install(work: Workdir, suites: list[Suite]) -> None:
         dest = work.suite_dir(suite)
         if dest.exists():
             continue
+        if suite.deb:
+            _fetch_deb(work, suite.deb, dest)
+            continue
         print(f"fetching the sdist of {suite.sdist}", flush=True)
         # --no-build-isolation: the build back ends are in the venv already (no extra
         # downloads per sdist); pip still prepares each sdist's metadata with them.
@@ -124,6 +131,27 @@ def install(work: Workdir, suites: list[Suite]) -> None:
         dest = work.suite_dir(suite)
         if not dest.exists():
             raise RuntimeError(f"{archive} did not unpack into {dest}")
+
+
+def _fetch_deb(work: Workdir, spec: str, dest: Path) -> None:
+    """Download the Debian package ``name==version`` and unpack it into ``dest``.
+
+    ``apt-get download`` needs no root, only the package lists; a fresh machine has none
+    until ``apt-get update``, which is run once here when the download fails and we are root.
+    """
+    name, version = spec.split("==")
+    print(f"fetching the Debian package {name} {version}", flush=True)
+    cmd = ["apt-get", "download", "-q", f"{name}={version}"]
+    if subprocess.run(cmd, cwd=work.sdists, check=False).returncode != 0:
+        if os.geteuid() != 0:
+            raise RuntimeError(f"cannot download {name}={version}: run `apt-get update` as root")
+        subprocess.run(["apt-get", "update", "-q"], check=True)
+        subprocess.run(cmd, cwd=work.sdists, check=True)
+    # The file name spells an epoch's colon as %3a; the architecture ends it.
+    archives = list(work.sdists.glob(f"{name}_{version.replace(':', '%3a')}_*.deb"))
+    if not archives:
+        raise RuntimeError(f"apt-get download left no {name} {version} in {work.sdists}")
+    subprocess.run(["dpkg-deb", "-x", str(archives[0]), str(dest)], check=True)
 
 
 def _find_sdist(folder: Path, suite: Suite) -> Path:
@@ -189,6 +217,8 @@ def run_suite(work: Workdir, suite: Suite, target: Target) -> RunResult:
     for plugin in ("conformance_report", *suite.plugins):
         plugin_args += ["-p", plugin]
     cmd = [
+        # In the broker's network namespace if it has one (``Target.enter``).
+        *target.enter(),
         "nice",
         "-n",
         "10",

@@ -467,6 +467,17 @@ def unsolicited_connection_close_ok(env: Env) -> Json:
 
 
 @scenario("protocol errors")
+def client_close_then_socket(env: Env) -> Json:
+    """The client's connection.close: close-ok, then who closes the socket. The spec leaves
+    it to the recipient of close-ok; RabbitMQ waits for the client (aio-pika's robust
+    reconnect races with a broker that closes first)."""
+    wire = env.conn()
+    wire.send(0, m.ConnectionClose(reply_code=200))
+    first = summary(wire.next())
+    return {"first": first, "then": summary(wire.next(QUIET))}
+
+
+@scenario("protocol errors")
 def channel_close_ok_on_unopened_channel(env: Env) -> Json:
     wire = env.conn()
     wire.send(7, m.ChannelCloseOk())

@@ -1,10 +1,12 @@
 """The client libraries whose own integration suites the harness runs, pinned, and their wiring.
 
 Owned by the conformance harness (``python -m conformance``); nothing in ``leveret`` imports it.
-Each :class:`Suite` names the source distribution on PyPI that carries the tests (the
-libraries and test tools themselves are pinned in ``conformance/requirements.txt``), which
-test paths to run, and how to point the suite at a broker without
-editing its files (environment variables, or a pytest plugin from ``conformance/plugins``).
+Each :class:`Suite` names the source distribution on PyPI that carries the tests, or the
+Debian package where no PyPI release does (the libraries and test tools themselves are
+pinned in ``conformance/requirements.txt``), which test paths to run, and how to point the
+suite at a broker without editing its files (environment variables, a pytest plugin from
+``conformance/plugins``, or, for tests that know only ``localhost:5672``, a network
+namespace of their own where Leveret listens there).
 """
 
 from __future__ import annotations
@@ -28,10 +30,15 @@ class Suite:
 
     name: str
     sdist: str
-    """``name==version`` of the source distribution that holds the tests."""
+    """``name==version`` of the source distribution that holds the tests ("" with ``deb``)."""
     tests: tuple[str, ...]
-    """Paths, relative to the unpacked sdist, given to pytest."""
+    """Paths, relative to the unpacked sdist (or Debian package), given to pytest."""
     env: Callable[[Target], dict[str, str]]
+    deb: str = ""
+    """``name==version`` of a Debian package holding the tests, unpacked (not installed)."""
+    localhost_5672: bool = False
+    """The tests connect to ``localhost:5672`` and nothing else: on Leveret they run in a
+    network namespace where it listens there; on RabbitMQ only if its node is on 5672."""
     plugins: tuple[str, ...] = ()
     pytest_args: tuple[str, ...] = ()
     test_timeout: int = 60
@@ -67,6 +74,10 @@ def _amqpstorm_env(target: Target) -> dict[str, str]:
         "AMQP_HTTP_URL": target.http_url,
         "CONFORMANCE_AMQP_PORT": str(target.port),
     }
+
+
+def _no_env(target: Target) -> dict[str, str]:
+    return {}
 
 
 def _celery_env(target: Target) -> dict[str, str]:
@@ -136,6 +147,21 @@ SUITES: dict[str, Suite] = {
             pytest_args=("-p", "celery.contrib.pytest"),
             test_timeout=120,
             suite_timeout=2700,
+        ),
+        Suite(
+            name="proton-examples",
+            sdist="",
+            # Qpid Proton's Python examples and their test (test_examples.py): not in the
+            # PyPI sdist of python-qpid-proton; Debian ships them. The library is the
+            # harness venv's python-qpid-proton (the examples run with its python3).
+            deb="libqpid-proton11-dev-examples==0.37.0-2",
+            tests=("usr/share/proton/examples/python/test_examples.py",),
+            env=_no_env,
+            # The eleven that need a broker; the "direct" ones are their own server.
+            pytest_args=("-k", "not direct"),
+            localhost_5672=True,
+            suite_timeout=900,
+            notes="anonymous logins (no user name in the URL), the address 'examples'",
         ),
     )
 }

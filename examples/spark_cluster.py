@@ -110,7 +110,8 @@ def build_wheel(out: Path) -> Path:
     subprocess.run(  # noqa: S603
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
         check=True,
-        env={**os.environ, "LEVERET_COMPILE": "0"},
+        # Pure Python: a zip on --py-files cannot carry extensions for the workers' Python.
+        env={**os.environ, "LEVERET_PURE": "1"},
     )
     (wheel,) = out.glob("leveret-*.whl")
     return wheel.rename(wheel.with_suffix(".zip"))

@@ -14,7 +14,7 @@ from leveret.server.server import Server
 
 if TYPE_CHECKING:
     from leveret.config import Settings
-    from leveret.server.server import ClusterPart, ManagementPlane
+    from leveret.server.server import ClusterPart, ManagementPlane, Plugin
 
 
 def _management(server: Server) -> ManagementPlane:
@@ -31,10 +31,17 @@ def _cluster(server: Server) -> ClusterPart:
     return ClusterNode(server)
 
 
+def _links(server: Server) -> Plugin:
+    from leveret.links.supervisor import Links
+
+    return Links(server)
+
+
 def build_server(settings: Settings) -> Server:
     """A server, not started, with the management plane it starts when settings ask and
-    its part in a cluster when ``settings.etcd`` names one."""
-    return Server(settings, management=_management, cluster=_cluster)
+    its part in a cluster when ``settings.etcd`` names one, and the links (shovels,
+    federation) it runs."""
+    return Server(settings, management=_management, cluster=_cluster, plugins=(_links,))
 
 
 def serve(settings: Settings) -> None:

@@ -1,36 +1,53 @@
-"""Which build of Leveret is running: pure Python, or the optional compiled build of the
-hot-path modules (mypyc, pyproject.toml ``[tool.leveret.compiled]``)."""
+"""Which build of Leveret is running: the compiled build of the hot-path modules (mypyc,
+what ``pip install .`` builds where a C compiler and the Python headers are present), or
+pure Python (``LEVERET_PURE=1 pip install .``, an install without a compiler, the source)."""
 
 from __future__ import annotations
 
 from importlib import import_module
 
-# The modules the compiled build compiles (kept equal to pyproject.toml by a unit test).
-HOT_PATH_MODULES = (
+# The modules the compiled build compiles: the one list (the build, tools/backend and the
+# tests read it). A module that subclasses a compiled class must be compiled too.
+HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.protocol.amqp091.framing",
     "leveret.protocol.amqp091.channel",
     "leveret.protocol.amqp091.connection",
     "leveret.server.amqp091.connection",
     "leveret.server.amqp091.channel",
     "leveret.server.amqp091.session",
+    # Message conversion (leveret/convert/): the 0-9-1 and 1.0 forms every publish and
+    # delivery reads; the 0-9-1 <-> 1.0 table (every crossing delivery: a 0-9-1 reader of a
+    # stream-protocol publish converts each message) and its direct encoder (1.0 consumers
+    # of 0-9-1 messages, 0-9-1 appends to streams); a stream's readers (chunks decoded in
+    # one pass, the stream headers stamped). Measured: bench/convert_path.py,
+    # docs/benchmarks.md "Message conversion".
     "leveret.convert.amqp091",
     "leveret.convert.amqp10",
     "leveret.convert.stream_reads",
     "leveret.convert.amqp10_sections",
     "leveret.convert.stream_stamp",
     "leveret.convert.amqp10_amqp091",
+    # Subclasses ConsumerOwner and Browser (model/consumer.py), which are compiled.
     "leveret.server.amqp010.session",
+    # The AMQP 1.0 machine's per-transfer path, and the link that subclasses ConsumerOwner.
     "leveret.protocol.amqp10.transfer",
     "leveret.protocol.amqp10.framing",
     "leveret.protocol.amqp10.connection",
     "leveret.protocol.amqp10.session",
     "leveret.server.amqp10.links",
+    # What the links ask of their session and the session of its connection: the bases of
+    # Session and AMQP10Connection (an interpreted class cannot be a compiled one's base).
     "leveret.server.amqp10.session_core",
+    # The 1.0 front end's per-message glue: the connection's event dispatch, the session's
+    # dispositions (measured: bench.amqp10_path, docs/benchmarks.md).
     "leveret.server.amqp10.connection",
     "leveret.server.amqp10.session",
+    # The stream protocol's per-message decode loop (the rest of a publish is per frame).
     "leveret.protocol.rabbitstream._publish",
     "leveret.server.connection",
     "leveret.server.guard",
+    # Not on the per-message path of 0-9-1: compiled because they subclass the 0-9-1 front
+    # end's connection and channel (an interpreted class cannot subclass a compiled one).
     "leveret.server.legacy.connection_base",
     "leveret.server.legacy.connection",
     "leveret.server.legacy.channel",
@@ -41,7 +58,11 @@ HOT_PATH_MODULES = (
     "leveret.model.paging",
     "leveret.model.queue",
     "leveret.model.queue_features",
+    "leveret.model.keyed_queue",
+    "leveret.model.message_groups",
+    "leveret.model.last_value",
     "leveret.model.stream",
+    # Subclasses Queue (a delayed exchange's store is handed messages as a queue is).
     "leveret.model.delayed",
     "leveret.model.router",
     "leveret.model.publisher",
@@ -66,3 +87,14 @@ def describe() -> str:
     if not compiled:
         return "pure Python"
     return f"compiled (mypyc): {len(compiled)} of {len(HOT_PATH_MODULES)} hot-path modules"
+
+
+def other_build() -> str:
+    """How to get the build that is not running (the start-up line says it beside
+    ``describe()``)."""
+    if compiled_modules():
+        return "LEVERET_PURE=1 pip install . for the pure-Python build"
+    return (
+        "the compiled build, about twice as fast, is what pip install . builds where a C "
+        "compiler and the Python headers are present (e.g. apt install gcc python3-dev)"
+    )

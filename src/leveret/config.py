@@ -48,8 +48,9 @@ class Settings:
     # RabbitMQ's connection_max: connections the broker accepts at once; None = no limit.
     connection_max: int | None = None
     # The user a client logging in with SASL ANONYMOUS becomes (RabbitMQ 4's
-    # anonymous_login_user); "" = ANONYMOUS is not offered.
-    anonymous_login_user: str = ""
+    # anonymous_login_user, guest by default: clients without credentials log in from the
+    # broker's own machine, loopback_users still applying); "none" (or "") = not offered.
+    anonymous_login_user: str = "guest"
     # TLS (amqps): off unless tls_certfile is set; then a second listener on tls_port.
     tls_port: int = 5671
     tls_host: str = ""  # "" = the same address as host
@@ -96,6 +97,10 @@ class Settings:
     # Seconds of the node's etcd lease: a node that stops answering is down for the others
     # this long after its last keepalive (every third of it).
     cluster_lease_ttl: int = 5
+    # Where to reach a peer's inter-node port instead of the address in its record, as
+    # NODE=HOST:PORT entries: a node behind NAT, or the fault harness putting a proxy on
+    # each path between nodes (tools/faults, docs/faults.md). Read by cluster_address().
+    cluster_peer_addresses: tuple[str, ...] = ()
     # Nodes of one broker on this machine (``leveret serve --workers N``): a supervisor runs
     # N processes sharing the ports, each a cluster node with its own data_dir/node-K, on an
     # etcd of its own unless etcd is given (cli/workers.py, docs/cluster.md). 1 = one process.
@@ -116,6 +121,8 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 # List settings whose empty value means something (RabbitMQ: loopback_users = none).
 _MAY_BE_EMPTY = frozenset(("loopback_users",))
+# String settings that RabbitMQ turns off with the word "none" (stored as "").
+_NONE_MEANS_OFF = frozenset(("anonymous_login_user",))
 TLS_VERSIONS = ("1.2", "1.3")
 # In the data directory of ``leveret serve --workers`` (``cli/supervisor.py``): its nodes
 # and etcd; each worker's own data directory is beside it (node-1, ...).
@@ -160,6 +167,8 @@ def _coerce(name: str, value: object, source: str) -> object:
         return names
     if not isinstance(value, str):
         raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
+    if name in _NONE_MEANS_OFF and value.strip().lower() == "none":
+        return ""
     return value
 
 
@@ -214,12 +223,27 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError(
             f"cluster_lease_ttl must be at least 2 (seconds), got {settings.cluster_lease_ttl}"
         )
+    peer_addresses(settings)  # each entry NODE=HOST:PORT
     for url in settings.etcd:
         if not url.startswith(("http://", "https://")) or url.count(":") < 2:
             raise ConfigError(f"etcd must be http://HOST:PORT URLs, got {url!r}")
     if not (settings.etcd_prefix.startswith("/") and settings.etcd_prefix.endswith("/")):
         raise ConfigError(f"etcd_prefix must start and end with '/', got {settings.etcd_prefix!r}")
     return settings
+
+
+def peer_addresses(settings: Settings) -> dict[str, tuple[str, int]]:
+    """``cluster_peer_addresses`` as node name -> (host, port)."""
+    found: dict[str, tuple[str, int]] = {}
+    for entry in settings.cluster_peer_addresses:
+        node, _, address = entry.partition("=")
+        host, _, port = address.rpartition(":")
+        if not (node and host and port.isdigit() and 0 < int(port) <= 65535):
+            raise ConfigError(
+                f"cluster_peer_addresses must be NODE=HOST:PORT entries, got {entry!r}"
+            )
+        found[node] = (host.strip("[]"), int(port))
+    return found
 
 
 def node_name(settings: Settings) -> str:

@@ -26,6 +26,7 @@ import pytest
 from tools.qpid import Py2, ensure
 
 from tests.integration.pika_support import Opened, connect
+from tests.integration.rabbitmq_support import links_rabbitmq  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pika
 import pytest
-from proton import Message, symbol
+from proton import Message, Terminus, symbol
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection
 
 from tests.integration.conftest import start_broker
@@ -71,6 +71,27 @@ def test_proton_blocking_send_receive_settle(broker: Broker, name: str) -> None:
         c.close()
     with _pika(broker) as conn:
         assert conn.channel().queue_declare(name, passive=True).method.message_count == 0
+
+
+def test_release_and_detach_in_one_write_keep_the_connection(broker: Broker, name: str) -> None:
+    # The broker reads the release and the detach in one turn: the requeued message must not
+    # go back to the link the peer has detached (it once did, and the connection died with
+    # an internal error).
+    with _pika(broker) as conn:
+        conn.channel().queue_declare(name)
+    c = BlockingConnection(_url(broker), timeout=10)
+    try:
+        c.create_sender(f"/queues/{name}").send(Message(body="m"))
+        receiver = c.create_receiver(f"/queues/{name}", credit=2)
+        assert _get(receiver, 5).body == "m"
+        receiver.release()  # settled at once; written with the detach below
+        receiver.close()  # type: ignore[no-untyped-call]
+        again = c.create_receiver(f"/queues/{name}", credit=1)
+        back = _get(again, 5)
+        assert (back.body, back.delivery_count) == ("m", 1)
+        again.accept()
+    finally:
+        c.close()
 
 
 def test_unknown_queue_is_refused_with_not_found(broker: Broker) -> None:
@@ -389,3 +410,42 @@ def test_open_names_leveret_beside_the_rabbitmq_dialect(broker: Broker) -> None:
     assert props[symbol("version")] == "4.0.0"
     assert props[symbol("leveret-version")] == __version__
     assert "Leveret" in props[symbol("platform")]
+
+
+def test_v1_queue_addresses_declare_their_queue(broker: Broker, name: str) -> None:
+    # RabbitMQ 3's plugin and RabbitMQ 4 declare the queue of a bare name or /queue/NAME at
+    # attach: a classic queue, durable when the terminus is (Proton's examples use "examples").
+    c = BlockingConnection(_url(broker), timeout=10)
+    try:
+        c.create_receiver(f"{name}.bare")
+        c.create_sender(f"/queue/{name}.durable", options=_DurableTarget())
+    finally:
+        c.close()
+    with _pika(broker) as conn:
+        channel = conn.channel()
+        channel.queue_declare(f"{name}.durable", durable=True)  # equivalent: no 406
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="durable"):
+            channel.queue_declare(f"{name}.bare", durable=True)
+
+
+class _DurableTarget(LinkOption):
+    def apply(self, link: Any) -> None:
+        link.target.durability = Terminus.DELIVERIES
+
+
+def test_sender_may_attach_to_another_connections_exclusive_queue(broker: Broker) -> None:
+    # Exclusive queues refuse other connections' consumers, not their messages: Proton's
+    # server_tx example attaches a sender to each client's dynamic reply queue.
+    client = BlockingConnection(_url(broker), timeout=10)
+    server = BlockingConnection(_url(broker), timeout=10)
+    try:
+        replies = client.create_receiver(None, dynamic=True, credit=1)
+        reply_to = replies.remote_source.address
+        assert reply_to.startswith("/queues/amq.gen-")
+        server.create_sender(reply_to).send(Message(body="answer"))
+        got: Any = replies.receive(timeout=5)
+        replies.accept()
+        assert got.body == "answer"
+    finally:
+        server.close()
+        client.close()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.config import ConfigError, Settings, load
+from leveret.config import ConfigError, Settings, load, peer_addresses
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -444,6 +444,17 @@ def test_auth_and_tls_settings() -> None:
     assert load(environ={"LEVERET_LOOPBACK_USERS": "a, b"}).loopback_users == ("a", "b")
 
 
+def test_anonymous_login_is_guest_by_default_and_none_turns_it_off(tmp_path: Path) -> None:
+    # RabbitMQ 4's anonymous_login_user: guest unless set; "none" in any source = off.
+    assert load(environ={}).anonymous_login_user == "guest"
+    assert load(environ={"LEVERET_ANONYMOUS_LOGIN_USER": "app"}).anonymous_login_user == "app"
+    assert load(environ={"LEVERET_ANONYMOUS_LOGIN_USER": "none"}).anonymous_login_user == ""
+    assert load(environ={"LEVERET_ANONYMOUS_LOGIN_USER": "None"}).anonymous_login_user == ""
+    path = tmp_path / "leveret.toml"
+    path.write_text('[leveret]\nanonymous_login_user = "none"\n')
+    assert load(path, environ={}).anonymous_login_user == ""
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
@@ -481,6 +492,14 @@ def test_cluster_settings() -> None:
     assert load(environ={}).etcd == ()  # a single node unless told
 
 
+def test_peer_addresses_name_where_to_reach_each_peer() -> None:
+    settings = load(
+        environ={"LEVERET_CLUSTER_PEER_ADDRESSES": "b@x=127.0.0.1:4001, c@x=[::1]:4002"}
+    )
+    assert peer_addresses(settings) == {"b@x": ("127.0.0.1", 4001), "c@x": ("::1", 4002)}
+    assert peer_addresses(load(environ={})) == {}
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
@@ -488,6 +507,9 @@ def test_cluster_settings() -> None:
         ({"LEVERET_CLUSTER_PORT": "70000"}, "cluster_port"),
         ({"LEVERET_CLUSTER_LEASE_TTL": "1"}, "cluster_lease_ttl"),
         ({"LEVERET_ETCD_PREFIX": "leveret"}, "etcd_prefix"),
+        ({"LEVERET_CLUSTER_PEER_ADDRESSES": "b@x:4000"}, "NODE=HOST:PORT"),
+        ({"LEVERET_CLUSTER_PEER_ADDRESSES": "b@x=h:70000"}, "NODE=HOST:PORT"),
+        ({"LEVERET_CLUSTER_PEER_ADDRESSES": "=h:4000"}, "NODE=HOST:PORT"),
     ],
 )
 def test_bad_cluster_settings(environ: dict[str, str], message: str) -> None:

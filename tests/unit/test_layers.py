@@ -42,14 +42,16 @@ LAYERS: dict[str, frozenset[str]] = {
         {"errors", "leveret", "config", "build_info", "protocol", "model", "convert", "store"}
         | {"auth"}
     ),
-    # Above the server: its HTTP plane, the process that plugs the two, the CLI.
+    # Above the server: the links it runs (shovels, federation: clients of this and other
+    # brokers), its HTTP plane (which shows them), the process that plugs them in, the CLI.
+    "links": frozenset({"errors", "leveret", "protocol", "model", "convert", "auth", "server"}),
     "management": frozenset(
-        {"errors", "leveret", "protocol", "model", "convert", "auth", "server"}
+        {"errors", "leveret", "protocol", "model", "convert", "auth", "server", "links"}
     ),
     # A node of a cluster (etcd's metadata applied to the server's model): beside
     # management/, above the server; only assembly.py plugs it in.
     "cluster": frozenset({"errors", "leveret", "config", "model", "store", "auth", "server"}),
-    "assembly": frozenset({"config", "server", "management", "cluster"}),
+    "assembly": frozenset({"config", "server", "management", "cluster", "links"}),
     # The CLI; --workers' supervisor starts an etcd (cluster/etcd_process.py).
     "cli": frozenset({"leveret", "config", "server", "store", "assembly", "cluster"}),
     "__main__": frozenset({"cli"}),

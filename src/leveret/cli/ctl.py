@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from leveret.cli import ctl_links
 from leveret.config import ConfigError, default_data_dir, load
 from leveret.server.ctl.unix_socket import socket_path
 
@@ -307,6 +308,8 @@ VERBS: dict[str, tuple[str, tuple[Arg | OneOf, ...]]] = {
     "await_startup": ("wait until the broker accepts commands", NONE),
     "reload_tls": ("reload the TLS certificate, key and CA files", NONE),
 }
+# The runtime-parameter, shovel and federation verbs (cli/ctl_links.py).
+VERBS.update(ctl_links.SPECS)
 
 
 def _add(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, arg: Arg) -> None:
@@ -478,6 +481,8 @@ _DEFAULT_COLUMNS = {
     "list_delayed": ["id", "due_at", "due_in", "routing_key", "payload"],
     "browse_queue": ["position", "routing_key", "redelivered", "payload"],
 }
+_BANNERS.update(ctl_links.BANNERS)
+_DEFAULT_COLUMNS.update(ctl_links.DEFAULT_COLUMNS)
 _EMPTY_COLUMNS = {
     "list_users": ["user", "tags"],
     "list_permissions": ["user", "configure", "write", "read"],
@@ -499,6 +504,11 @@ def _password(args: argparse.Namespace) -> str:
 
 def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
     """The control request's arguments for the parsed command line."""
+    if verb in ctl_links.VERBS:
+        try:
+            return ctl_links.request_args(verb, a)
+        except ctl_links.LinkArgumentError as exc:
+            raise CtlError(str(exc), 65) from None
     if verb in ("add_user", "change_password", "authenticate_user"):
         return {"user": a.username, "password": _password(a)}
     if verb in ("delete_user", "clear_password", "list_user_permissions"):

@@ -25,7 +25,7 @@ from leveret.errors import AMQPError
 from leveret.model.policies import PolicyError, make_policy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
     from leveret.auth.users import UserStore
     from leveret.cluster.etcd import KeyValue
@@ -103,6 +103,21 @@ class View:
     # Bindings whose destination is a queue led by another node (the inter-node link
     # will route to them), by their key.
     remote_bindings: dict[bytes, BindingRecord] = field(default_factory=dict)
+
+    def cluster_address(
+        self, node: str, overrides: Mapping[str, tuple[str, int]]
+    ) -> tuple[str, int] | None:
+        """Where to reach ``node``'s inter-node port: the setting's override for it (a
+        proxy of the fault harness, a NAT), else the address in its record; None while
+        it is not running."""
+        if node in overrides:
+            return overrides[node]
+        record = self.nodes.get(node)
+        address = record.get("cluster") if record is not None else None
+        if not isinstance(address, str):
+            return None
+        host, _, port = address.rpartition(":")
+        return (host.strip("[]"), int(port)) if port.isdigit() else None
 
     def leaders(self) -> dict[str, int]:
         """Queues led by each member node (0 for a member leading none)."""

@@ -459,6 +459,42 @@ class Amqp10View:
             return str(props.reply_to)
         return None
 
+    @property
+    def group_id(self) -> str | None:
+        """The message's ``group-id`` (what a grouped queue groups it by, without the header)."""
+        props = self.props
+        if props is not None and isinstance(props.group_id, str):
+            return str(props.group_id)
+        return None
+
+    @property
+    def message_id(self) -> str | None:
+        """The ``message-id`` as text (what a consistent-hash exchange may hash on)."""
+        props = self.props
+        return None if props is None or props.message_id is None else _id_text(props.message_id)
+
+    @property
+    def correlation_id(self) -> str | None:
+        props = self.props
+        if props is None or props.correlation_id is None:
+            return None
+        return _id_text(props.correlation_id)
+
+    @property
+    def timestamp(self) -> int | None:
+        """The ``creation-time`` in seconds, as a 0-9-1 timestamp."""
+        props = self.props
+        created = None if props is None else props.creation_time
+        if isinstance(created, int):
+            return int(created) // 1000
+        return None
+
+
+def _id_text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
 
 def decode_properties(raw: bytes) -> Amqp10View:
     return Amqp10View(raw)

@@ -13,7 +13,7 @@ timestamp past 2^63 ms) and returns None for anything else, which the general
 implementation takes. The two must agree byte for byte
 (``tests/unit/convert/test_amqp10_sections.py`` compares them over generated properties).
 
-Compiled (pyproject.toml ``[tool.leveret.compiled]``). Imported by ``amqp10_amqp091.py``.
+Compiled (``build_info.HOT_PATH_MODULES``). Imported by ``amqp10_amqp091.py``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ no parse, and no copy of the entry or the record. Any other record (a new head, 
 data sections, another body kind, a sub-batch) is handed to the codec, which parses it and
 gives the next head.
 
-Compiled with the hot path (pyproject.toml ``[tool.leveret.compiled]``). Imported by
+Compiled with the hot path (``build_info.HOT_PATH_MODULES``). Imported by
 ``stream_records.py`` only.
 """
 

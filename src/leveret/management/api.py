@@ -1,8 +1,9 @@
 """The ``/api`` endpoints, RabbitMQ 3.10's paths, fields, status codes and error bodies:
 the routes. The handlers are in ``api_objects.py`` (what is in the vhosts),
 ``api_admin.py`` (vhosts, users, permissions, limits), ``api_runtime.py`` (policies,
-parameters, definitions) and ``api_messages.py`` (Leveret's own: delayed messages, browse,
-move, replay); ``api_base.py`` holds what they share.
+parameters, definitions), ``api_links.py`` (shovels, federation links) and
+``api_messages.py`` (Leveret's own: delayed messages, browse, move, replay); ``api_base.py``
+holds what they share.
 
 Reads go straight to the model (synchronous, on the loop); changes go through the same
 calls as ``leveret ctl`` (``server/ctl/admin.py``'s verbs for users, vhosts, permissions and
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leveret.management.api_admin import AdminApi
+from leveret.management.api_links import LinksApi, add_link_routes
 from leveret.management.api_messages import MessagesApi, add_message_routes
 from leveret.management.api_objects import ObjectsApi
 from leveret.management.api_runtime import RuntimeApi
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from leveret.management.plane import Plane
 
 
-class Api(ObjectsApi, AdminApi, RuntimeApi, MessagesApi):
+class Api(ObjectsApi, AdminApi, RuntimeApi, MessagesApi, LinksApi):
     """Every endpoint, bound to one ``Plane``."""
 
 
@@ -62,6 +64,7 @@ def add_routes(app: web.Application, server: Plane) -> None:
     delete("/api/exchanges/{vhost}/{name}", api.delete_exchange)
     get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}", api.exchange_bindings)
     add_message_routes(app, api)  # Leveret's own: delayed messages, browse, move, replay
+    add_link_routes(app, api)  # the shovel and federation plugins' endpoints
     post("/api/exchanges/{vhost}/{name}/publish", api.publish)
     get("/api/queues", api.list_queues)
     get("/api/queues/{vhost}", api.list_queues)

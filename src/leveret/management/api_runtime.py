@@ -3,11 +3,13 @@ runtime.json) and the definitions document (``server/definitions.py``)."""
 
 from __future__ import annotations
 
+import html
 import json
 import time
 
 from aiohttp import web
 
+from leveret.auth.users import InvalidArgument
 from leveret.management.api_base import (
     ApiBase,
     as_bool,
@@ -15,7 +17,7 @@ from leveret.management.api_base import (
     no_content,
     read_body,
 )
-from leveret.management.errors import not_found
+from leveret.management.errors import bad_request, not_found
 from leveret.server.definitions import export_all, import_document
 
 
@@ -128,9 +130,13 @@ class RuntimeApi(ApiBase):
         body = await read_body(request)
         existed = (m["vhost"], m["component"], m["name"]) in self.runtime.parameters
         value = body.get("value")
-        await self.runtime.change(
-            lambda r: r.set_parameter(m["vhost"], m["component"], m["name"], value)
-        )
+        try:
+            await self.runtime.change(
+                lambda r: r.set_parameter(m["vhost"], m["component"], m["name"], value)
+            )
+        except InvalidArgument as exc:
+            # RabbitMQ escapes the validation text as HTML here (rabbit_mgmt_wm_parameter).
+            raise bad_request(html.escape(str(exc), quote=False)) from None
         return no_content() if existed else web.Response(status=201)
 
     async def delete_parameter(self, request: web.Request) -> web.Response:

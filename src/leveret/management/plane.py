@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from aiohttp import web
 
     from leveret.management.authz import Principal
@@ -36,6 +38,11 @@ class ManagementHost(Protocol):
 
     @property
     def alarm(self) -> MemoryAlarm: ...
+
+    @property
+    def plugins(self) -> Sequence[object]:
+        """What runs inside the server above it (``leveret.links.supervisor.Links``)."""
+        ...
 
 
 class Plane(Protocol):

@@ -117,6 +117,7 @@ class _Collector:
             "is 1 if VM memory watermark alarm is in effect",
             int(server.host.alarm.active),
         )
+        yield from _link_metrics(server)
         if self.per_object:
             yield from self._per_object(queues, sessions, conns)
             return
@@ -221,6 +222,55 @@ class _Collector:
             sent.add_metric(label, conn.send_oct)
         yield received
         yield sent
+
+
+def _link_metrics(server: Plane) -> Iterator[Metric]:
+    """Shovels and federation links (``leveret.links``): RabbitMQ 3.10's plugin has no
+    metrics for them, so these are Leveret's own names."""
+    from leveret.links.supervisor import Links
+
+    links = next((p for p in getattr(server.host, "plugins", ()) if isinstance(p, Links)), None)
+    if links is None:
+        return
+    states = GaugeMetricFamily("leveret_shovels", "Shovels by state", labels=["state"])
+    forwarded = CounterMetricFamily(
+        "leveret_shovel_messages_forwarded",
+        "Messages a shovel published to its destination",
+        labels=["vhost", "shovel"],
+    )
+    acked = CounterMetricFamily(
+        "leveret_shovel_messages_acknowledged",
+        "Messages a shovel acknowledged at its source",
+        labels=["vhost", "shovel"],
+    )
+    count: dict[str, int] = {"starting": 0, "running": 0, "terminated": 0}
+    for (vhost, name), shovel in sorted(links.shovels.items()):
+        count[shovel.status.state] = count.get(shovel.status.state, 0) + 1
+        forwarded.add_metric([vhost, name], shovel.counters.forwarded)
+        acked.add_metric([vhost, name], shovel.counters.acknowledged)
+    for state, n in count.items():
+        states.add_metric([state], n)
+    yield states
+    yield forwarded
+    yield acked
+    link_states = GaugeMetricFamily(
+        "leveret_federation_links", "Federation links by status", labels=["status"]
+    )
+    link_forwarded = CounterMetricFamily(
+        "leveret_federation_messages_forwarded",
+        "Messages a federation link republished downstream",
+        labels=["vhost", "type", "name", "upstream"],
+    )
+    by_status: dict[str, int] = {"starting": 0, "running": 0, "error": 0}
+    for link in links.federation.active.values():
+        by_status[link.status] = by_status.get(link.status, 0) + 1
+        link_forwarded.add_metric(
+            [link.vhost, link.kind, link.resource, link.upstream.name], link.forwarded
+        )
+    for status, n in by_status.items():
+        link_states.add_metric([status], n)
+    yield link_states
+    yield link_forwarded
 
 
 def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:

@@ -23,6 +23,7 @@ from leveret.management.stats import (
     details,
     message_stats,
 )
+from leveret.model.keyed_queue import KeyedQueue
 from leveret.model.stream import StreamQueue
 from leveret.server import rows
 from leveret.server.rows import (
@@ -48,6 +49,14 @@ EXCHANGE_TYPES = [
     {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification"},
     {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification"},
     {"name": "x-delayed-message", "description": "Delayed Message Exchange."},
+    {"name": "x-consistent-hash", "description": "Consistent Hashing Exchange"},
+    {"name": "x-modulus-hash", "description": "Modulus Hashing Exchange"},
+    {"name": "x-random", "description": "Randomly picks a binding (queue) to route via (to)."},
+    {
+        "name": "x-local-random",
+        "description": "Picks one random local binding (queue) to route via (to).",
+    },
+    {"name": "x-lvc", "description": "Last-value cache exchange."},
 ]
 
 
@@ -104,7 +113,23 @@ def queue_json(
         out["consumer_details"] = [consumer_json(c, None) for c in consumers]
         out["incoming"] = []
         out["deliveries"] = []
+        if isinstance(queue, KeyedQueue):
+            _keyed_details(queue, out)
     return out
+
+
+def _keyed_details(queue: KeyedQueue, out: dict[str, Any]) -> None:
+    """A grouped queue's groups and owners, in the shape of Qpid's queue query
+    (``qpid.message_group_queue``); a last-value queue's key and how many keys it holds."""
+    groups = queue.groups
+    if groups is not None:
+        out["message_groups"] = {
+            "group_header_key": groups.key,
+            "group_state": queue.group_state(),
+        }
+    last_values = queue.last_values
+    if last_values is not None:
+        out["last_value_queue"] = {"key": last_values.key, "keys": len(last_values)}
 
 
 def _ready_bytes(queue: Queue) -> int:

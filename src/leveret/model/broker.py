@@ -40,6 +40,10 @@ class Broker:
         self.stream_backend: StreamBackend = MemoryStreamBackend()
         # Distributed (XA) transaction branches of every front end that speaks XA.
         self.dtx = Coordinator(self.timers)
+        # The cluster name clients are told (0-9-1 server properties), which federation
+        # links on other brokers use to cut loops; the server keeps it equal to its
+        # cluster_name parameter. None: the front end's default (leveret@<host>).
+        self.cluster_name: str | None = None
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 class Exchange:
     """An exchange of a vhost; ``kind`` is its routing algorithm."""
 
+    # What RabbitMQ's resource record calls it (the order of bindings in its route table,
+    # which x-modulus-hash follows, puts exchanges before queues).
+    resource_kind = "exchange"
+
     def __init__(
         self,
         name: str,

@@ -3,7 +3,7 @@ each queue as messages come and go and read by the server's memory alarm
 (``server/memory_alarm.py``), which compares it to its watermark.
 
 A leaf: the broker, its vhosts and queues share one gauge; it imports nothing. Compiled
-with the queue modules (``[tool.leveret.compiled]``), since they update it per message.
+with the queue modules (``build_info.HOT_PATH_MODULES``), since they update it per message.
 """
 
 from __future__ import annotations

@@ -96,8 +96,11 @@ _STRINGS = frozenset(
         "queue-leader-locator",
         "federation-upstream",
         "federation-upstream-set",
+        "federation-upstream-pattern",
     )
 )
+# Federation's policy keys: at most one of them in a definition (RabbitMQ's rule).
+_FEDERATION = ("federation-upstream", "federation-upstream-set", "federation-upstream-pattern")
 _CHOICES: dict[str, tuple[object, ...]] = {
     "overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
     "queue-mode": ("default", "lazy"),
@@ -196,6 +199,19 @@ def make_policy(
         if operator and key not in OPERATOR_KEYS:
             raise PolicyError(f"{key} is not an operator policy key")
         _check_value(key, value)
+    if sum(key in definition for key in _FEDERATION) > 1:
+        raise PolicyError(
+            "cannot specify federation-upstream, federation-upstream-set "
+            "or federation-upstream-pattern together"
+        )
+    pattern_value = definition.get("federation-upstream-pattern")
+    if isinstance(pattern_value, str):
+        try:
+            re.compile(pattern_value)
+        except re.error as exc:
+            raise PolicyError(
+                f"could not compile pattern {pattern_value} to a regular expression. Error: {exc}"
+            ) from None
     if "dead-letter-routing-key" in definition and "dead-letter-exchange" not in definition:
         raise PolicyError("dead-letter-routing-key requires dead-letter-exchange")
     return Policy(

@@ -30,7 +30,7 @@ from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
 from leveret.model.paging import Page, PagedTail, Pager, PageSource
 from leveret.model.queue_args import PLAIN, QueueConfig
-from leveret.model.queue_features import FeatureMixin, PriorityReady, QueueHost
+from leveret.model.queue_features import FeatureMixin, PriorityReady, QueueHost, make_ready
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class Queue(FeatureMixin):
         self.auto_delete = auto_delete
         self.arguments: Mapping[str, object] = dict(arguments or {})
         self.ready: deque[QueuedMessage] | PriorityReady = (
-            deque() if config.max_priority is None else PriorityReady(config.max_priority)
+            deque() if config.max_priority is None else make_ready(config)
         )
         self.unacked_count = 0
         self.consumers: list[Consumer] = []

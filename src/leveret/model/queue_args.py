@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from leveret.errors import PreconditionFailed
+from leveret.model.qpid_args import has_qpid_arguments, qpid_priority_level, qpid_settings
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -73,6 +74,15 @@ class QueueConfig:
     # Streams: retention by age (seconds) and the size at which a segment is closed.
     max_age: float | None = None
     segment_bytes: int | None = None
+    # Qpid's queue features (model/qpid_args.py): priority levels with Qpid's mapping (then
+    # max_priority is levels - 1), fair shares per level, a sequence-number header, the
+    # delay before an unused auto-delete queue goes, the last-value key, the group key.
+    priority_levels: int | None = None
+    fairshare: tuple[int, ...] | None = None
+    sequence_key: str | None = None
+    auto_delete_timeout: float | None = None
+    lvq_key: str | None = None
+    group_key: str | None = None
 
     @property
     def special(self) -> bool:
@@ -84,7 +94,19 @@ class QueueConfig:
             or self.max_priority is not None
             or self.single_active_consumer
             or self.queue_type == "quorum"
+            or self.sequence_key is not None
+            or self.lvq_key is not None
+            or self.group_key is not None
         )
+
+    def priority_level(self, priority: int | None) -> int:
+        """The level of a priority queue a message of ``priority`` (None: it has none)
+        goes to: RabbitMQ's (capped at ``max_priority``) or, for a queue declared with
+        Qpid's arguments, Qpid's mapping onto ``priority_levels``."""
+        levels = self.priority_levels
+        if levels is not None:
+            return qpid_priority_level(priority, levels)
+        return min(priority or 0, self.max_priority or 0)
 
     @property
     def quorum(self) -> bool:
@@ -286,6 +308,14 @@ def parse_queue_args(
             values["segment_bytes"] = _non_negative(args[key])
     except _Invalid as exc:
         raise PreconditionFailed(f"invalid arg '{key}' {where}: {exc}") from None
+    if queue_type == "classic" and has_qpid_arguments(args):
+        qpid = qpid_settings(args)
+        # RabbitMQ's own arguments win where both say the same thing.
+        for field_name, value in qpid.items():
+            values.setdefault(field_name, value)
+        if "priority_levels" in qpid and values["max_priority"] != qpid["max_priority"]:
+            del values["priority_levels"]  # x-max-priority given too: RabbitMQ's mapping
+            values.pop("fairshare", None)
     return QueueConfig(**values)  # type: ignore[arg-type]
 
 

@@ -140,10 +140,80 @@ class PriorityReady:
         insert_by_seq(self.levels[entry.priority], entry)
         self._count += 1
 
+    def pop_lowest(self) -> QueuedMessage:
+        """The oldest entry of the lowest priority (what a Qpid ring drops first)."""
+        for level in self.levels:
+            if level:
+                self._count -= 1
+                return level.popleft()
+        raise IndexError("empty queue")
+
     def clear(self) -> None:
         for level in self.levels:
             level.clear()
         self._count = 0
+
+
+class FairshareReady(PriorityReady):
+    """A priority queue with Qpid's fair shares: a level hands out at most its limit
+    (0: no limit) before the next lower level with messages gets a turn; when every level
+    with messages has had its share, a new round starts from the top."""
+
+    __slots__ = ("_given", "limits")
+
+    def __init__(self, max_priority: int, limits: tuple[int, ...]) -> None:
+        super().__init__(max_priority)
+        self.limits = limits
+        self._given = [0] * len(self.levels)
+
+    def _turn(self) -> int:
+        """The level whose head goes next."""
+        levels, limits, given = self.levels, self.limits, self._given
+        top = -1
+        for i in range(len(levels) - 1, -1, -1):
+            if levels[i]:
+                if top < 0:
+                    top = i
+                if not limits[i] or given[i] < limits[i]:
+                    return i
+        if top < 0:
+            raise IndexError("empty queue")
+        for i in range(len(given)):
+            given[i] = 0  # every level had its share: a new round
+        return top
+
+    def __iter__(self) -> Iterator[QueuedMessage]:
+        # Browsing order: by level as a plain priority queue (the shares are a delivery
+        # matter; a browser sees every message all the same).
+        return super().__iter__()
+
+    def __getitem__(self, index: int) -> QueuedMessage:
+        if index != 0:
+            raise IndexError("only the head of a priority queue can be read")
+        return self.levels[self._turn()][0]
+
+    def popleft(self) -> QueuedMessage:
+        level = self._turn()
+        self._given[level] += 1
+        self._count -= 1
+        return self.levels[level].popleft()
+
+
+def make_ready(config: QueueConfig) -> deque[QueuedMessage] | PriorityReady:
+    """The container of a queue's ready entries for ``config``."""
+    if config.max_priority is None:
+        return deque()
+    if config.fairshare is not None:
+        return FairshareReady(config.max_priority, config.fairshare)
+    return PriorityReady(config.max_priority)
+
+
+def _priority(message: Message) -> int | None:
+    return message.properties.priority if message.hints & HINT_PRIORITY else None
+
+
+# Overflow modes that drop messages to make room instead of refusing the new one.
+_DROPPING = ("drop-head", "ring", "self-destruct")
 
 
 class FeatureMixin(Source):
@@ -176,6 +246,8 @@ class FeatureMixin(Source):
 
     def _init_features(self) -> None:
         self.ready_bytes = 0
+        # The last number given by Qpid's qpid.queue_msg_sequence.
+        self.msg_sequence = 0
         # Single active consumer: the active consumer that was cancelled while it still had
         # unsettled deliveries; nobody takes over until they are settled (RabbitMQ 3.10).
         self._sac_draining: Consumer | None = None
@@ -226,10 +298,7 @@ class FeatureMixin(Source):
         if self._expires_on:
             self.touch()
         if self._special:
-            while self._over_limit():
-                head = self.ready.popleft()
-                self.ready_bytes -= len(head.message.body)
-                self._drop(head, dl.MAXLEN)
+            self._trim()
             self._schedule_head()
             self._dispatch_special()
 
@@ -312,7 +381,7 @@ class FeatureMixin(Source):
     def _enqueue_special(self, message: Message) -> bool:
         config = self.config
         size = len(message.body)
-        if config.overflow != "drop-head" and (
+        if config.overflow not in _DROPPING and (
             (config.max_length is not None and len(self.ready) >= config.max_length)
             or (
                 config.max_length_bytes is not None
@@ -327,6 +396,12 @@ class FeatureMixin(Source):
         if config.quorum:
             # RabbitMQ's quorum queues deliver every message with x-delivery-count (0 first).
             message = message.replace(headers={**(message.headers or {}), "x-delivery-count": 0})
+        if config.sequence_key is not None:
+            # Qpid's qpid.queue_msg_sequence: every arrival numbered, dropped ones included.
+            self.msg_sequence += 1
+            message = message.replace(
+                headers={**(message.headers or {}), config.sequence_key: self.msg_sequence}
+            )
         self._next_seq += 1
         entry = self._entry_cls(self._next_seq, message)
         if self.store_id and message.hints & HINT_PERSISTENT:
@@ -337,22 +412,44 @@ class FeatureMixin(Source):
             ttl = own
         if ttl is not None:
             entry.expires = now + ttl
-        if config.max_priority is not None and message.hints & HINT_PRIORITY:
-            entry.priority = min(message.properties.priority or 0, config.max_priority)
+        if config.max_priority is not None and (
+            message.hints & HINT_PRIORITY or config.priority_levels is not None
+        ):
+            entry.priority = config.priority_level(_priority(message))
         self.gauge.bytes += size + MESSAGE_OVERHEAD
+        self._place(entry, now)
+        return True
+
+    def _place(self, entry: QueuedMessage, now: float) -> None:
+        """A new entry: straight to a consumer if one can take it, else ready (then the
+        length limits apply)."""
         if not self.ready and self.consumers and self._deliver_special(entry):
-            return True
+            return
         if entry.expires is not None and entry.expires <= now:
             self._drop(entry, dl.EXPIRED)  # TTL 0: deliver now or never
-            return True
+            return
         self.ready.append(entry)
-        self.ready_bytes += size
-        while self._over_limit():
-            head = self.ready.popleft()
-            self.ready_bytes -= len(head.message.body)
-            self._drop(head, dl.MAXLEN)
+        self.ready_bytes += len(entry.message.body)
+        self._trim()
         self._schedule_head()
-        return True
+
+    def _trim(self) -> None:
+        """Drop what the length limits no longer allow: the head (RabbitMQ's drop-head),
+        or the oldest of the lowest priority (Qpid's ring); a Qpid self-destruct queue
+        goes instead."""
+        ready = self.ready
+        ring = self.config.overflow == "ring"
+        while self._over_limit():
+            if self.config.overflow == "self-destruct":
+                if self.host is not None and not self.deleted:
+                    self.host.retire(self)
+                return
+            if ring and isinstance(ready, PriorityReady):
+                victim = ready.pop_lowest()
+            else:
+                victim = ready.popleft()
+            self.ready_bytes -= len(victim.message.body)
+            self._drop(victim, dl.MAXLEN)
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -407,8 +504,11 @@ class FeatureMixin(Source):
         if ttl is not None:
             age = 0.0 if enqueued_at is None else max(0.0, self.timers.wall - enqueued_at)
             entry.expires = self.timers.now + ttl - age
-        if self.config.max_priority is not None and message.hints & HINT_PRIORITY:
-            entry.priority = min(message.properties.priority or 0, self.config.max_priority)
+        config = self.config
+        if config.max_priority is not None and (
+            message.hints & HINT_PRIORITY or config.priority_levels is not None
+        ):
+            entry.priority = config.priority_level(_priority(message))
         self.ready.append(entry)
         self.ready_bytes += len(message.body)
         self._schedule_head()

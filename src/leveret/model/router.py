@@ -20,6 +20,8 @@ from leveret.model.message import HINT_HEADERS
 from leveret.model.queue import Queue
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from leveret.model.message import Message
     from leveret.model.timers import Timers
 
@@ -54,17 +56,27 @@ class Router:
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None else _NO_QUEUES
         kind = exchange.kind
-        headers = message.headers if kind.NEEDS_HEADERS else None
-        destinations = kind.route(routing_key, headers)
+        if kind.NEEDS_MESSAGE:
+            destinations = kind.route_message(routing_key, message)
+        else:
+            destinations = kind.route(routing_key, None)
         if (
             len(destinations) == 1
             and exchange.alternate is None
             and type(first := next(iter(destinations))) is Queue
         ):
             return [first]
-        return self._route_graph(exchange, routing_key, message)
+        return self._route_graph(exchange, routing_key, message, destinations)
 
-    def _route_graph(self, start: Exchange, routing_key: str, message: Message) -> list[Queue]:
+    def _route_graph(
+        self,
+        start: Exchange,
+        routing_key: str,
+        message: Message,
+        first: Collection[object] | None = None,
+    ) -> list[Queue]:
+        """Every queue reachable from ``start``; ``first``: what ``start`` routed to,
+        already asked (an exchange type is asked once per message: some keep it)."""
         queues: dict[Queue, None] = {}
         seen: set[Exchange] = set()
         pending = [start]
@@ -74,8 +86,12 @@ class Router:
                 continue
             seen.add(exchange)
             kind = exchange.kind
-            headers = message.headers if kind.NEEDS_HEADERS else None
-            destinations = kind.route(routing_key, headers)
+            if first is not None and exchange is start:
+                destinations = first
+            elif kind.NEEDS_MESSAGE:
+                destinations = kind.route_message(routing_key, message)
+            else:
+                destinations = kind.route(routing_key, None)
             if not destinations and exchange.alternate is not None:
                 alternate = self.exchanges.get(exchange.alternate)
                 if alternate is not None:

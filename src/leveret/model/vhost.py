@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.delayed import DelayQueue
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.base import freeze
 from leveret.model.exchanges.delayed import DelayedExchange
+from leveret.model.exchanges.lvc import LastValueExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.keyed_queue import KeyedQueue
+from leveret.model.lvc import LastValueStore
 from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.policies import (
     Policy,
@@ -195,6 +198,8 @@ class VirtualHost:
             self.exchanges[name] = exchange
             if isinstance(exchange.kind, DelayedExchange):
                 exchange.kind.attach(DelayQueue(self, exchange))
+            elif isinstance(exchange.kind, LastValueExchange):
+                LastValueStore(self, exchange, exchange.kind)
             if self.policies:
                 self._apply_exchange_policy(exchange)
             if durable:
@@ -241,6 +246,13 @@ class VirtualHost:
             return kind.store
         return None
 
+    def lvc_store(self, exchange: Exchange) -> LastValueStore | None:
+        """The kept values of an ``x-lvc`` exchange (None for another type)."""
+        kind = exchange.kind
+        if isinstance(kind, LastValueExchange) and isinstance(kind.store, LastValueStore):
+            return kind.store
+        return None
+
     def _remove_exchange(self, exchange: Exchange) -> None:
         if self.exchanges.get(exchange.name) is not exchange:
             return
@@ -248,6 +260,9 @@ class VirtualHost:
         store = self.delay_store(exchange)
         if store is not None:
             store.drop()  # before the exchange's record: never a store without its exchange
+        values = self.lvc_store(exchange)
+        if values is not None:
+            values.drop()  # the same: the hidden queue goes first
         if exchange.durable:
             self.journal.exchange_deleted(self.name, exchange.name)
         for destination, _key, _args in list(exchange.kind.bindings()):
@@ -274,13 +289,20 @@ class VirtualHost:
     ) -> None:
         dest = self._bindable_source(destination)
         src = self._bindable_source(source)
-        src.kind.validate_binding(routing_key, arguments)
-        src.kind.add_binding(dest, routing_key, arguments)
+        src.kind.validate_binding(routing_key, arguments, "exchange")
+        added = src.kind.add_binding(dest, routing_key, arguments)
         dest.sources.add(src)
         if src.durable and dest.durable:
             self.journal.binding_changed(
                 True, self.name, source, False, destination, routing_key, arguments
             )
+        if added and isinstance(src.kind, LastValueExchange):
+            value = src.kind.value(routing_key)
+            if value is not None:
+                # The plugin routes the last value through the newly bound exchange.
+                message = cast("Message", value)
+                for queue in self.router.route(dest, message.routing_key, message):
+                    queue.enqueue(message)
 
     def unbind_exchange(
         self, destination: str, source: str, routing_key: str, arguments: Mapping[str, object]
@@ -356,7 +378,9 @@ class VirtualHost:
                     timers=self.timers,
                 )
             else:
-                queue = Queue(
+                # Message groups and last-value keys: the queue that keeps their tables.
+                cls = KeyedQueue if config.group_key or config.lvq_key else Queue
+                queue = cls(
                     self.name,
                     name,
                     durable=durable,
@@ -414,13 +438,17 @@ class VirtualHost:
     ) -> None:
         queue = self.queue(queue_name, owner)
         exchange = self._bindable_source(exchange_name)
-        exchange.kind.validate_binding(routing_key, arguments)
-        exchange.kind.add_binding(queue, routing_key, arguments)
+        exchange.kind.validate_binding(routing_key, arguments, queue.config.queue_type)
+        added = exchange.kind.add_binding(queue, routing_key, arguments)
         self._queue_sources[queue].add(exchange)
         if queue.store_id and exchange.durable:
             self.journal.binding_changed(
                 True, self.name, exchange_name, True, queue_name, routing_key, arguments
             )
+        if added and isinstance(exchange.kind, LastValueExchange):
+            value = exchange.kind.value(routing_key)
+            if value is not None:
+                queue.enqueue(cast("Message", value))  # the last value, as the plugin hands it
 
     def unbind_queue(
         self,
@@ -553,9 +581,21 @@ class VirtualHost:
     # -- QueueHost -----------------------------------------------------------------------
 
     def retire(self, queue: Source) -> None:
-        """A queue has no more reason to exist (x-expires, auto-delete): delete it."""
-        if isinstance(queue, Queue):
-            self.remove_queue(queue)
+        """A queue has no more reason to exist (x-expires, auto-delete): delete it; an
+        auto-delete queue with Qpid's ``qpid.auto_delete_timeout`` goes when that has passed,
+        if it is still unused then."""
+        if not isinstance(queue, Queue):
+            return
+        if queue.auto_delete and queue.config.auto_delete_timeout:
+            self.remove_later(queue, lambda: self.remove_queue(queue))
+            return
+        self.remove_queue(queue)
+
+    def remove_later(self, queue: Queue, remove: Callable[[], object]) -> None:
+        """Run ``remove`` after the queue's ``auto_delete_timeout`` unless it has a consumer
+        or an exclusive owner again by then (Qpid's delayed auto-delete)."""
+        delay = queue.config.auto_delete_timeout or 0.0
+        self.timers.schedule(self.timers.now + delay, _LateRemoval(queue, remove))
 
     def dead_letter(
         self, message: Message, reason: str, queue: str, dlx: str, dlrk: str | None
@@ -564,3 +604,19 @@ class VirtualHost:
 
     def owned_queues(self, owner: object) -> Iterator[Queue]:
         return (q for q in list(self.queues.values()) if q.exclusive_owner is owner)
+
+
+class _LateRemoval:
+    """A delayed auto-delete (``VirtualHost.remove_later``), woken by ``Timers``."""
+
+    __slots__ = ("queue", "remove")
+
+    def __init__(self, queue: Queue, remove: Callable[[], object]) -> None:
+        self.queue = queue
+        self.remove = remove
+
+    def on_deadline(self, now: float) -> None:
+        queue = self.queue
+        if queue.deleted or queue.consumers or queue.exclusive_owner is not None:
+            return  # used again meanwhile: it stays (its next last consumer starts over)
+        self.remove()

@@ -60,6 +60,8 @@ class ConnectionProtocol(asyncio.Protocol):
         *,
         cert_login_from: str = "distinguished_name",
         front_end: FrontEndFactory | None = None,
+        local_identity: str | None = None,
+        local_peer: str = "local",
     ) -> None:
         # A listener of one protocol (the stream port) names its front end; otherwise the
         # first bytes choose it.
@@ -68,6 +70,10 @@ class ConnectionProtocol(asyncio.Protocol):
         # ssl_cert_login_from: which part of a client certificate names its user.
         self.cert_login_from = cert_login_from
         self._identity: str | None = None
+        # An in-process peer on one end of a socket pair (a shovel's or federation link's
+        # side on this broker, leveret.links): it logs in with EXTERNAL as this user.
+        self.local_identity = local_identity
+        self.local_peer = local_peer
         self.broker = broker
         self.users = users
         self.limits = limits
@@ -101,14 +107,19 @@ class ConnectionProtocol(asyncio.Protocol):
         # uvloop's transports implement the interface without subclassing it.
         transport = cast("asyncio.Transport", transport)
         self.transport = transport
-        peername = transport.get_extra_info("peername")
-        host, port = (peername[0], peername[1]) if peername else ("?", 0)
-        self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self._loopback = _is_loopback(host)
-        # Python fills peercert only for a certificate it verified (amqps with verify_peer).
-        self._identity = certificate_identity(
-            transport.get_extra_info("peercert"), self.cert_login_from
-        )
+        if self.local_identity is not None:
+            self.peer = self.local_peer
+            self._loopback = True
+            self._identity = self.local_identity
+        else:
+            peername = transport.get_extra_info("peername")
+            host, port = (peername[0], peername[1]) if peername else ("?", 0)
+            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self._loopback = _is_loopback(host)
+            # Python fills peercert only for a certificate it verified (amqps, verify_peer).
+            self._identity = certificate_identity(
+                transport.get_extra_info("peercert"), self.cert_login_from
+            )
         self._accepted = self.loop.time()
         self.connected_at = time.time()
         self.registry.add(self)

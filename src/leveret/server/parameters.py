@@ -52,6 +52,12 @@ class Runtime:
     # (vhost, component, name) -> value
     parameters: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     global_parameters: dict[str, Any] = field(default_factory=dict)
+    # Components owned by modules above the server (leveret.links: shovel,
+    # federation-upstream, ...): a check per component, run before a value is kept (it
+    # raises InvalidArgument with RabbitMQ's text), and listeners told of every change of a
+    # parameter, (vhost, component, name), or of a policy, (vhost, "policy", name).
+    validators: dict[str, Callable[[str, str, object], None]] = field(default_factory=dict)
+    listeners: list[Callable[[str, str, str], None]] = field(default_factory=list)
     # Where changes go instead of runtime.json on a cluster node (cluster/node.py).
     changer: Callable[[Callable[[Runtime], Any]], Awaitable[Any]] | None = None
 
@@ -63,6 +69,10 @@ class Runtime:
         result = change(self)
         await self.save()
         return result
+
+    def _changed(self, vhost: str, component: str, name: str) -> None:
+        for listener in self.listeners:
+            listener(vhost, component, name)
 
     # -- policies -------------------------------------------------------------------------
 
@@ -93,6 +103,7 @@ class Runtime:
         table = target.operator_policies if operator else target.policies
         table[name] = policy
         target.apply_policies()
+        self._changed(vhost, "policy", name)
 
     def clear_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
         target = self._vhost(vhost)
@@ -101,6 +112,7 @@ class Runtime:
             raise NoSuchPolicy(vhost, name)
         del table[name]
         target.apply_policies()
+        self._changed(vhost, "policy", name)
 
     def policies(self, vhost: str | None = None, *, operator: bool = False) -> list[dict[str, Any]]:
         out = []
@@ -117,11 +129,16 @@ class Runtime:
         self._vhost(vhost)
         if component == VHOST_LIMITS_COMPONENT:
             raise InvalidArgument("vhost limits are set through /api/vhost-limits")
+        check = self.validators.get(component)
+        if check is not None:
+            check(vhost, name, value)
         self.parameters[(vhost, component, name)] = value
+        self._changed(vhost, component, name)
 
     def clear_parameter(self, vhost: str, component: str, name: str) -> None:
         if self.parameters.pop((vhost, component, name), None) is None:
             raise AdminError(f"Parameter does not exist: {component} '{name}' in '{vhost}'")
+        self._changed(vhost, component, name)
 
     def parameter_rows(self) -> list[dict[str, Any]]:
         return [
@@ -175,7 +192,7 @@ class Runtime:
                 continue
             if isinstance(component, str):
                 self.broker.add_vhost(vhost)
-                self.parameters[(vhost, component, name)] = entry.get("value")
+                self.set_parameter(vhost, component, name, entry.get("value"))
         for key, operator in (("policies", False), ("operator_policies", True)):
             for entry in doc_entries(doc, key):
                 vhost, name = entry.get("vhost"), entry.get("name")
@@ -230,4 +247,7 @@ def boot_runtime(runtime: Runtime, data_dir: Path) -> None:
     runtime.path = path
     doc = parameters_file.load(path)
     if doc is not None:
-        runtime.load(doc)
+        try:
+            runtime.load(doc)
+        except AdminError as exc:  # a parameter the validators now refuse
+            raise parameters_file.RuntimeFileError(f"{path}: {exc}") from None

@@ -44,6 +44,7 @@ from leveret.server.connection import ConnectionProtocol
 from leveret.server.ctl.admin import Admin
 from leveret.server.ctl.entities import entity_verbs
 from leveret.server.ctl.messages import message_verbs
+from leveret.server.ctl.parameters import parameter_verbs
 from leveret.server.ctl.streams import super_stream_verbs
 from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
@@ -61,7 +62,7 @@ from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from leveret.config import Settings
     from leveret.server.frontend import FrontEnd, FrontEndContext
@@ -95,6 +96,16 @@ class ManagementPlane(Protocol):
     async def close(self) -> None: ...
 
 
+class Plugin(Protocol):
+    """Something above the server that runs inside it (``leveret.links``: shovels and
+    federation). Made with the server, before recovery, so it can register its parameter
+    checks and verbs; started once the broker serves; closed first at shutdown."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class ClusterPart(Protocol):
     """What the server needs of its part in a cluster (``cluster/node.py``'s
     ``ClusterNode``): join once recovered, register once listening, leave."""
@@ -117,6 +128,7 @@ class Server:
         *,
         management: Callable[[Server], ManagementPlane] | None = None,
         cluster: Callable[[Server], ClusterPart] | None = None,
+        plugins: Sequence[Callable[[Server], Plugin]] = (),
     ) -> None:
         self.settings = settings
         self._management_factory = management
@@ -170,7 +182,9 @@ class Server:
         self.admin.register(entity_verbs(self.admin))
         self.admin.register(message_verbs(self.admin))
         self.admin.register(super_stream_verbs(self.admin))  # rabbitmq-streams' verbs
+        self.admin.register(parameter_verbs(self.admin))
         self.management: ManagementPlane | None = None
+        self.plugins: list[Plugin] = [make(self) for make in plugins]
 
     @property
     def admin_host(self) -> Server:
@@ -314,7 +328,13 @@ class Server:
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
             self.listening.append(f"amqp://{shown}:{port}")
-            log.info("listening on amqp://%s:%d (%s)", shown, port, build_info.describe())
+            log.info(
+                "listening on amqp://%s:%d (%s; %s)",
+                shown,
+                port,
+                build_info.describe(),
+                build_info.other_build(),
+            )
         await self._start_stream(loop, tls=False)
         if self.settings.tls_certfile:
             await self._start_tls(loop)
@@ -324,6 +344,8 @@ class Server:
         except ControlChannelError as exc:
             self.control = None
             log.warning("leveret ctl will not reach this broker: %s", exc)
+        for plugin in self.plugins:
+            await plugin.start()
         if self.settings.management and self._management_factory is not None:
             self.management = self._management_factory(self)
             await self.management.start()
@@ -428,6 +450,8 @@ class Server:
         await self._start_stream(loop, tls=True)
 
     async def stop(self) -> None:
+        for plugin in reversed(self.plugins):
+            await plugin.close()
         if self.management is not None:
             await self.management.close()
             self.management = None

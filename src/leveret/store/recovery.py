@@ -2,7 +2,8 @@
 
 Runs with the broker's journal still the null one, so nothing is written again; the server
 attaches the store afterwards. Order: exchanges, queues with their messages (in their
-original order), then bindings (queue and exchange-to-exchange).
+original order), bindings (queue and exchange-to-exchange), then the values of ``x-lvc``
+exchanges (so that restoring a binding hands none of them out again).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 
 from leveret.errors import AMQPError
 from leveret.model.delayed import STORE_PREFIX
+from leveret.model.lvc import STORE_PREFIX as LVC_PREFIX
 from leveret.model.queue import QueuedMessage
 from leveret.store.segment_index import SegmentIndex, StoredMessages
 
@@ -123,6 +125,26 @@ def _restore_delayed(vhost: VirtualHost, q: RecoveredQueue, make_message: Messag
         log.info("store: %d pending messages of delayed exchange '%s'", count, exchange.name)
 
 
+def _restore_values(vhost: VirtualHost, q: RecoveredQueue, make_message: MessageFactory) -> None:
+    """The last values of a durable ``x-lvc`` exchange (its hidden store queue; each
+    record's routing key is the key it is kept under). After the bindings: a restored
+    binding hands nothing out again."""
+    exchange = vhost.exchanges.get(q.name[len(LVC_PREFIX) :])
+    store = vhost.lvc_store(exchange) if exchange is not None else None
+    if store is None or exchange is None or not exchange.durable:
+        log.warning("store: last values of a missing x-lvc exchange ignored: %s", q.name)
+        if isinstance(q.messages, StoredMessages):
+            q.messages.release()
+        return
+    store.store_id = q.qid
+    for mid, exchange_name, routing_key, props, body, _delivered, _at, fmt in q.messages:
+        message = make_message(exchange_name, routing_key, props, body, fmt)
+        message.store_id = mid
+        store.restore(message, mid)
+    if isinstance(q.messages, StoredMessages):
+        q.messages.release()
+
+
 def restore(
     broker: Broker,
     recovered: Recovered,
@@ -143,12 +165,16 @@ def restore(
             log.error("store: cannot restore exchange '%s': %s", rec["n"], exc.reply_text)
     sources: dict[int, StoredPages] = {}
     indexes: dict[int, SegmentIndex] = {}
+    values: list[RecoveredQueue] = []
     for q in recovered.queues:
         if isinstance(q.messages, StoredMessages):
             indexes[id(q.messages.index)] = q.messages.index
         vhost = broker.add_vhost(q.vhost)
         if q.name.startswith(STORE_PREFIX):
             _restore_delayed(vhost, q, make_message)
+            continue
+        if q.name.startswith(LVC_PREFIX):
+            values.append(q)
             continue
         try:
             queue = vhost.declare_queue(
@@ -173,6 +199,8 @@ def restore(
                 rec["s"],
                 exc.reply_text,
             )
+    for q in values:
+        _restore_values(broker.add_vhost(q.vhost), q, make_message)
     for key, index in indexes.items():
         source = sources.get(key)
         if source is None or not source.pages:

@@ -118,6 +118,17 @@ def test_anonymous_when_enabled() -> None:
     assert login.username == "app"
 
 
+def test_anonymous_is_subject_to_loopback_users() -> None:
+    # RabbitMQ 4: ANONYMOUS logs in as anonymous_login_user, a login like any other as
+    # that user, so guest (loopback-only) is refused from elsewhere.
+    store = _store()
+    store.anonymous_user = "guest"
+    assert authn.login(store, "ANONYMOUS", b"", loopback=True, peer="p").username == "guest"
+    remote = authn.login(store, "ANONYMOUS", b"", loopback=False, peer="p")
+    assert remote.refusal is Refusal.LOOPBACK_ONLY
+    assert remote.close_text == authn.refusal_text("ANONYMOUS")
+
+
 def test_mechanisms_offered() -> None:
     store = _store()
     assert authn.mechanisms(store) == ["PLAIN", "AMQPLAIN"]

@@ -9,10 +9,16 @@ import pytest
 from leveret.errors import CommandInvalid
 from leveret.model.exchanges import (
     TYPES,
+    ConsistentHashExchange,
     DelayedExchange,
     DirectExchange,
     FanoutExchange,
+    FederationUpstreamExchange,
     HeadersExchange,
+    LastValueExchange,
+    LocalRandomExchange,
+    ModulusHashExchange,
+    RandomExchange,
     TopicExchange,
     freeze,
     make_exchange_type,
@@ -32,20 +38,33 @@ class Queue:
         return f"Queue({self.name})"
 
 
-def test_registry_has_the_five_types() -> None:
+def test_registry_has_every_type() -> None:
     assert {
         "direct": DirectExchange,
         "fanout": FanoutExchange,
         "topic": TopicExchange,
         "headers": HeadersExchange,
         "x-delayed-message": DelayedExchange,
+        "x-federation-upstream": FederationUpstreamExchange,
+        "x-consistent-hash": ConsistentHashExchange,
+        "x-modulus-hash": ModulusHashExchange,
+        "x-random": RandomExchange,
+        "x-local-random": LocalRandomExchange,
+        "x-lvc": LastValueExchange,
     } == TYPES
+    # The types that read the message itself (headers, properties, or to keep it).
+    readers = (
+        "headers",
+        "x-delayed-message",
+        "x-consistent-hash",
+        "x-lvc",
+        "x-federation-upstream",
+    )
     for name, cls in TYPES.items():
         instance = make_exchange_type(name)
         assert isinstance(instance, cls)
         assert name == instance.TYPE_NAME
-        # The delayed type reads x-delay whatever it routes as.
-        assert instance.NEEDS_HEADERS is (name in ("headers", "x-delayed-message"))
+        assert instance.NEEDS_MESSAGE is (name in readers)
         assert len(instance) == 0
 
 

@@ -25,7 +25,7 @@ def matches(arguments: dict[str, object], headers: dict[str, object] | None) -> 
 
 
 def test_needs_headers() -> None:
-    assert HeadersExchange.NEEDS_HEADERS
+    assert HeadersExchange.NEEDS_MESSAGE
 
 
 @pytest.mark.parametrize("mode", ["all", "any", "all-with-x", "any-with-x", b"any"])

@@ -53,11 +53,14 @@ class Pair:
         *,
         limits: Limits | None = None,
         broker: Broker | None = None,
+        certificate_identity: str | None = None,
     ) -> None:
         self.clock = FakeClock()
         self.client = client if client is not None else ClientConnection()
         self.server: AMQP091Connection = CodecClient.connect(
-            broker=broker, limits=limits if limits is not None else Limits(heartbeat=0)
+            broker=broker,
+            limits=limits if limits is not None else Limits(heartbeat=0),
+            certificate_identity=certificate_identity,
         ).conn
 
     def pump(self) -> list[Event]:
@@ -153,6 +156,20 @@ def test_amqplain_login() -> None:
     pair = Pair(ClientConnection(mechanism="AMQPLAIN"))
     pair.pump()
     assert pair.client.is_open
+
+
+def test_external_login_takes_the_transports_identity() -> None:
+    pair = Pair(ClientConnection(username="", mechanism="EXTERNAL"), certificate_identity="guest")
+    pair.pump()
+    assert pair.client.is_open
+
+
+def test_external_login_without_an_identity_is_not_offered() -> None:
+    # No certificate: the server does not offer EXTERNAL, and the machine says so.
+    pair = Pair(ClientConnection(mechanism="EXTERNAL"))
+    with pytest.raises(AMQPError, match="not EXTERNAL"):
+        pair.pump()
+    assert pair.client.closed
 
 
 def test_a_refused_login_is_answered_and_closes() -> None:
@@ -583,4 +600,4 @@ def test_misuse_is_a_runtime_error_and_sends_nothing() -> None:
     with pytest.raises(ValueError, match="frame_max"):
         ClientConnection(frame_max=1024)
     with pytest.raises(ValueError, match="mechanism"):
-        ClientConnection(mechanism="EXTERNAL")
+        ClientConnection(mechanism="GSSAPI")

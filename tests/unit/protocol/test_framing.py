@@ -152,6 +152,24 @@ def test_decoder_every_split(kind: type) -> None:
         assert decoder.buffered == 0
 
 
+def test_only_the_straddling_frame_is_buffered() -> None:
+    # A large body straddles reads: the read that completes it lends the decoder only the
+    # bytes the frame lacks, the frames after it are parsed from the read itself, and what
+    # stays buffered is the incomplete tail alone.
+    body = Frame(FRAME_BODY, 1, bytes(range(256)) * 256)
+    small = [Frame(FRAME_METHOD, 1, b"\x00\x3c\x00\x28"), Frame(FRAME_HEARTBEAT, 0, b"")]
+    data = encode_frame(*body) + b"".join(encode_frame(*f) for f in small) + encode_frame(*body)
+    decoder = FrameDecoder()
+    first = decoder.feed(data[:1000])
+    assert first == []
+    assert decoder.buffered == 1000
+    cut = len(data) - 5000
+    assert decoder.feed(data[1000:cut]) == [body, *small]
+    assert decoder.buffered == len(encode_frame(*body)) - 5000
+    assert decoder.feed(data[cut:]) == [body]
+    assert decoder.buffered == 0
+
+
 def test_decoder_byte_at_a_time() -> None:
     data, frames = _stream()
     decoder = FrameDecoder()

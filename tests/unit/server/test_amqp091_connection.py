@@ -537,6 +537,23 @@ def test_client_initiated_connection_close() -> None:
     assert "q" not in broker.vhosts["/"].queues
 
 
+@pytest.mark.parametrize(("heartbeat", "wait"), [(0, 30.0), (60, 30.0), (10, 10.0)])
+def test_after_close_ok_the_client_closes_the_socket(heartbeat: int, wait: float) -> None:
+    # The spec leaves the socket to close-ok's recipient; RabbitMQ waits for the client,
+    # at most its heartbeat interval or 30 s (aio-pika's robust reconnect races with a
+    # broker that closes first). Nothing the client sends meanwhile is read.
+    client = connected(heartbeat=heartbeat)
+    client.send(0, m.ConnectionClose(reply_code=200, reply_text="bye"))
+    client.expect(0, m.ConnectionCloseOk)
+    assert not client.conn.should_close_transport
+    client.send(1, m.ChannelOpen())
+    client.expect_nothing()
+    client.tick(wait - 0.5)
+    assert not client.conn.should_close_transport
+    client.tick(0.5)
+    assert client.conn.should_close_transport
+
+
 def test_after_a_hard_error_only_close_ok_matters() -> None:
     client = connected()
     client.send(5, m.QueueDeclare(queue="q"))

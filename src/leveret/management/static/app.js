@@ -472,6 +472,9 @@ const views = {
   },
 };
 
+// Pages kept in files of their own (links.js: shovels and federation).
+Object.assign(views, globalThis.extraViews || {});
+
 function render(html) { $("#view").innerHTML = html; }
 
 function flash(text) {

@@ -2,9 +2,12 @@
 
 An exchange type owns the bindings of one exchange and answers ``route``: which
 destinations (queues or exchanges of the vhost, compared by hash/identity) a message with
-a routing key and headers goes to. A binding is identified, as in RabbitMQ, by
-``(destination, routing_key, arguments)``: the same key with different arguments makes
-two bindings. Arguments are turned into a hashable canonical form by :func:`freeze`.
+a routing key goes to. A type that must look at the message itself (its headers, its
+properties, or to keep it) sets ``NEEDS_MESSAGE`` and the router calls ``route_message``
+instead, so the types that route on the key alone cost nothing more. A binding is
+identified, as in RabbitMQ, by ``(destination, routing_key, arguments)``: the same key with
+different arguments makes two bindings. Arguments are turned into a hashable canonical form
+by :func:`freeze`.
 
 This module imports nothing from leveret but :mod:`leveret.errors`.
 """
@@ -27,6 +30,7 @@ __all__ = [
     "ExchangeType",
     "FieldTable",
     "Frozen",
+    "RoutedMessage",
     "freeze",
     "make_exchange_type",
 ]
@@ -85,14 +89,35 @@ def _freeze_args(arguments: FieldTable) -> Frozen:
     return freeze(arguments) if arguments else EMPTY_ARGS
 
 
+class RoutedMessage(Protocol):
+    """What an exchange type may read of the message it routes (``model.message.Message``
+    is the one): the routing key it was published with, its headers and its properties
+    (read with ``getattr``: each wire format has its own)."""
+
+    @property
+    def routing_key(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, object] | None: ...
+
+    @property
+    def properties(self) -> object: ...
+
+
 class ExchangeType(Protocol):
     """What the vhost and router need from an exchange type (one instance per exchange)."""
 
     TYPE_NAME: ClassVar[str]
-    NEEDS_HEADERS: ClassVar[bool]
+    # True: the router calls route_message (the type reads the message), else route.
+    NEEDS_MESSAGE: ClassVar[bool]
 
-    def validate_binding(self, routing_key: str, arguments: FieldTable) -> None:
-        """Raise :class:`leveret.errors.PreconditionFailed` (406) on bad binding args."""
+    def validate_binding(
+        self, routing_key: str, arguments: FieldTable, target: str = "classic"
+    ) -> None:
+        """Raise :class:`leveret.errors.PreconditionFailed` (406) on a bad binding.
+
+        ``target`` is what the binding leads to: ``"exchange"``, or the queue's type
+        (``"classic"``, ``"quorum"``, ``"stream"``)."""
 
     def add_binding(
         self, destination: Destination, routing_key: str, arguments: FieldTable
@@ -118,6 +143,9 @@ class ExchangeType(Protocol):
     def route(self, routing_key: str, headers: FieldTable | None) -> Collection[Destination]:
         """The destinations a message goes to, each at most once. Do not mutate."""
 
+    def route_message(self, routing_key: str, message: RoutedMessage) -> Collection[Destination]:
+        """``route`` for a type with ``NEEDS_MESSAGE``: the message itself is at hand."""
+
     def bindings(self) -> Iterator[tuple[Destination, str, FieldTable]]:
         """Every binding as ``(destination, routing_key, arguments)``."""
 
@@ -133,7 +161,7 @@ class BaseExchangeType(ABC):
     """
 
     TYPE_NAME: ClassVar[str]
-    NEEDS_HEADERS: ClassVar[bool] = False
+    NEEDS_MESSAGE: ClassVar[bool] = False
 
     __slots__ = ("_bindings", "_by_dest")
 
@@ -143,7 +171,9 @@ class BaseExchangeType(ABC):
         # destination -> {(routing_key, frozen arguments): None}, insertion ordered
         self._by_dest: dict[Destination, dict[tuple[str, Frozen], None]] = {}
 
-    def validate_binding(self, routing_key: str, arguments: FieldTable) -> None:
+    def validate_binding(
+        self, routing_key: str, arguments: FieldTable, target: str = "classic"
+    ) -> None:
         """Every binding is valid unless a subclass says otherwise."""
         return
 
@@ -207,6 +237,10 @@ class BaseExchangeType(ABC):
     @abstractmethod
     def route(self, routing_key: str, headers: FieldTable | None) -> Collection[Destination]:
         """The destinations a message goes to, each at most once. Do not mutate."""
+
+    def route_message(self, routing_key: str, message: RoutedMessage) -> Collection[Destination]:
+        """By default a type that reads the message reads its headers."""
+        return self.route(routing_key, message.headers)
 
     @abstractmethod
     def _added(

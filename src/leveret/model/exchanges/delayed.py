@@ -38,7 +38,7 @@ from leveret.model.exchanges.base import (
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
 
-    from leveret.model.exchanges.base import ExchangeType
+    from leveret.model.exchanges.base import ExchangeType, RoutedMessage
 
 __all__ = [
     "CANCEL_HEADER",
@@ -94,7 +94,7 @@ class DelayedExchange:
 
     TYPE_NAME: ClassVar[str] = DELAYED_TYPE
     # The store decision needs the headers, whatever the inner type.
-    NEEDS_HEADERS: ClassVar[bool] = True
+    NEEDS_MESSAGE: ClassVar[bool] = True
 
     __slots__ = ("_to_store", "inner", "inner_type", "releasing", "store")
 
@@ -125,8 +125,24 @@ class DelayedExchange:
             return self._to_store
         return self.inner.route(routing_key, headers)
 
-    def validate_binding(self, routing_key: str, arguments: FieldTable) -> None:
-        self.inner.validate_binding(routing_key, arguments)
+    def route_message(self, routing_key: str, message: RoutedMessage) -> Collection[Destination]:
+        headers = message.headers
+        if (
+            headers
+            and not self.releasing
+            and self.store is not None
+            and (CANCEL_HEADER in headers or delay_of(headers))
+        ):
+            return self._to_store
+        inner = self.inner
+        if inner.NEEDS_MESSAGE:
+            return inner.route_message(routing_key, message)
+        return inner.route(routing_key, None)
+
+    def validate_binding(
+        self, routing_key: str, arguments: FieldTable, target: str = "classic"
+    ) -> None:
+        self.inner.validate_binding(routing_key, arguments, target)
 
     def add_binding(
         self, destination: Destination, routing_key: str, arguments: FieldTable

@@ -29,7 +29,7 @@ class DirectExchange(BaseExchangeType):
     """Exact routing-key match (AMQP 0-9-1 section 3.1.3.1)."""
 
     TYPE_NAME = "direct"
-    NEEDS_HEADERS = False
+    NEEDS_MESSAGE = False
 
     __slots__ = ("_index", "_routes")
 

@@ -28,7 +28,7 @@ class FanoutExchange(BaseExchangeType):
     """Unconditional delivery to all bindings (AMQP 0-9-1 section 3.1.3.2)."""
 
     TYPE_NAME = "fanout"
-    NEEDS_HEADERS = False
+    NEEDS_MESSAGE = False
 
     __slots__ = ("_refs",)
 

@@ -250,7 +250,7 @@ class HeadersExchange(BaseExchangeType):
     """Match on message headers (AMQP 0-9-1 section 3.1.3.4), RabbitMQ-exact."""
 
     TYPE_NAME = "headers"
-    NEEDS_HEADERS = True
+    NEEDS_MESSAGE = True
 
     __slots__ = ("_groups",)
 
@@ -258,7 +258,9 @@ class HeadersExchange(BaseExchangeType):
         super().__init__()
         self._groups: dict[Frozen, _Group] = {}
 
-    def validate_binding(self, routing_key: str, arguments: FieldTable) -> None:
+    def validate_binding(
+        self, routing_key: str, arguments: FieldTable, target: str = "classic"
+    ) -> None:
         if "x-match" not in arguments:
             return
         mode = arguments["x-match"]

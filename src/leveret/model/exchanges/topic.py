@@ -85,7 +85,7 @@ class TopicExchange(BaseExchangeType):
     """Pattern match on dotted words (AMQP 0-9-1 section 3.1.3.3), RabbitMQ-exact."""
 
     TYPE_NAME = "topic"
-    NEEDS_HEADERS = False
+    NEEDS_MESSAGE = False
 
     __slots__ = ("_cache", "_root")
 

@@ -40,9 +40,9 @@ __all__ = [
     "parse_content_header",
 ]
 
-PROTOCOL_HEADER = b"AMQP\x01\x01\x08\x00"
+PROTOCOL_HEADER: bytes = b"AMQP\x01\x01\x08\x00"
 """What 0-8 clients send: the 0-8 document numbers the version 8-0."""
-PROTOCOL_HEADERS = frozenset({PROTOCOL_HEADER, b"AMQP\x01\x01\x09\x01"})
+PROTOCOL_HEADERS: frozenset[bytes] = frozenset({PROTOCOL_HEADER, b"AMQP\x01\x01\x09\x01"})
 """Both 0-8 headers: ``AMQP 1 1 9 1`` is the one printed in the 0-8 document itself, which
 some libraries (py-amqplib) send when asked for 0-8; RabbitMQ treats it as 0-8."""
 

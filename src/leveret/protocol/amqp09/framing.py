@@ -42,9 +42,9 @@ __all__ = [
     "parse_content_header",
 ]
 
-PROTOCOL_HEADER = b"AMQP\x01\x01\x00\x09"
+PROTOCOL_HEADER: bytes = b"AMQP\x01\x01\x00\x09"
 """What 0-9 clients (Qpid's) send: class 1, instance 1, version 0-9."""
-DRAFT_PROTOCOL_HEADER = b"AMQP\x01\x01\x63\x00"
+DRAFT_PROTOCOL_HEADER: bytes = b"AMQP\x01\x01\x63\x00"
 """The working draft's: its XML numbers the version major 99, minor 0."""
 
 FRAME_TYPES = frozenset(

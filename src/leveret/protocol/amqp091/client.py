@@ -12,7 +12,7 @@ Theory of operation (the h11 contract; spec sections in brackets):
   wants written: the protocol header, handshake replies, what the ``send_*`` / ``publish`` /
   ``ack`` calls queued, close-oks, heartbeats. No sockets, no clock: ``now`` is monotonic
   seconds, passed in.
-- Handshake [2.2.4, 1.4.2]: header, start → start-ok (PLAIN or AMQPLAIN), tune → tune-ok
+- Handshake [2.2.4, 1.4.2]: header, start → start-ok (PLAIN, AMQPLAIN or EXTERNAL), tune → tune-ok
   (frame_max and channel_max the lower non-zero of both offers; heartbeat ours, capped by the
   server's when it offers one, 0 when we ask for none) → open → open-ok. Done by the machine
   itself unless it is ``manual``.
@@ -230,7 +230,8 @@ class ClientConnection:
 
     Args:
         username, password, vhost: what the handshake logs in with and opens.
-        mechanism: ``PLAIN`` or ``AMQPLAIN``.
+        mechanism: ``PLAIN``, ``AMQPLAIN`` or ``EXTERNAL`` (the identity is the transport's:
+            a TLS client certificate; the response is empty).
         client_properties: sent in start-ok (default: product ``leveret`` and
             :data:`CLIENT_CAPABILITIES`).
         frame_max, channel_max, heartbeat: what we ask for in tune-ok (0: no limit / none);
@@ -255,7 +256,7 @@ class ClientConnection:
         deliveries: Deliveries | None = None,
         manual: bool = False,
     ) -> None:
-        if mechanism not in ("PLAIN", "AMQPLAIN"):
+        if mechanism not in ("PLAIN", "AMQPLAIN", "EXTERNAL"):
             raise ValueError(f"unsupported SASL mechanism {mechanism!r}")
         if 0 < frame_max < FRAME_MIN_SIZE and not manual:
             raise ValueError(f"frame_max {frame_max} is below the minimum {FRAME_MIN_SIZE}")
@@ -707,6 +708,8 @@ class ClientConnection:
             )
         if self.mechanism == "AMQPLAIN":
             response = amqplain_response(self.username, self.password)
+        elif self.mechanism == "EXTERNAL":
+            response = b""
         else:
             response = plain_response(self.username, self.password)
         self.send_method(

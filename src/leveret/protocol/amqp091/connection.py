@@ -139,6 +139,10 @@ OUTPUT_HIGH_WATER: Final = 256 * 1024
 
 # RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
 HANDSHAKE_TIMEOUT = 10.0
+# After our close-ok the client closes the socket (the spec: close-ok "tells the recipient
+# that it is safe to ... close the socket"); RabbitMQ waits for it that long at most
+# (rabbit_reader's ?CLOSING_TIMEOUT), or one heartbeat interval when that is shorter.
+CLOSING_TIMEOUT = 30.0
 _HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN))
 # Seconds past a deadline that ``tick`` tests with ``>`` (the handshake timeout, two missed
 # heartbeat intervals): a tick at exactly the deadline would find nothing to do.
@@ -569,8 +573,8 @@ class ServerConnection:
         if self.refusal_deadline is not None:
             return self.refusal_deadline
         state = self.state
-        if state is State.CLOSING:
-            return self.close_deadline
+        if state is State.CLOSING or state is State.CLOSED:
+            return None if self.should_close_transport else self.close_deadline
         if state in _HANDSHAKE_STATES:
             return self.created + HANDSHAKE_TIMEOUT + _PAST
         heartbeat = self.heartbeat
@@ -585,7 +589,7 @@ class ServerConnection:
             if now >= self.refusal_deadline:
                 self._answer_refusal(now)
             return
-        if self.state is State.CLOSING:
+        if self.state is State.CLOSING or self.state is State.CLOSED:
             if self.close_deadline is not None and now >= self.close_deadline:
                 self.state = State.CLOSED
                 self.should_close_transport = True
@@ -647,8 +651,12 @@ class ServerConnection:
             if isinstance(method, m.ConnectionClose):
                 self.send_method(0, m.ConnectionCloseOk())
                 self.state = State.CLOSED
-                self.should_close_transport = True
                 self._release()
+                # The client closes the socket; we do only after a time-out (tick).
+                wait = CLOSING_TIMEOUT
+                if self.heartbeat and self.heartbeat < wait:
+                    wait = self.heartbeat
+                self.close_deadline = self.last_received + wait
             elif state is State.START and isinstance(method, m.ConnectionStartOk):
                 self._start_ok(method)
             elif state is State.TUNE and isinstance(method, m.ConnectionTuneOk):

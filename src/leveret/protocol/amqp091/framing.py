@@ -117,22 +117,51 @@ class FrameDecoder:
         """Add ``data``; return every frame now complete, in order (possibly ``[]``)."""
         if self._error is not None:
             raise self._error
-        buf = self._buf
-        src: bytes | bytearray
-        if buf:
-            buf += data
-            src = buf
-        elif type(data) is bytes:
-            src = data  # the common case: parse the bytes from data_received directly
-        else:
-            buf += data
-            src = buf
-        n = len(src)
+        src = data if type(data) is bytes else bytes(data)
         frames: list[Frame] = []
-        if n < FRAME_OVERHEAD:
-            if src is not buf:
-                buf += src
-            return frames
+        off = 0
+        if self._buf:
+            # Only the frame held back from the last read goes through the buffer: it takes
+            # the bytes it lacks, and the rest of this read is parsed where it lies (a large
+            # body straddles nearly every read; copying whole reads into the buffer cost
+            # two more copies of every frame after it).
+            off = self._complete(src, frames)
+            if off < 0:
+                return frames
+        n = len(src)
+        if n - off >= FRAME_OVERHEAD:
+            off = self._scan(src, off, frames)
+        if off < n:
+            self._buf += memoryview(src)[off:]
+        return frames
+
+    def _complete(self, src: bytes, frames: list[Frame]) -> int:
+        """Finish the buffered frame from ``src``: the offset in ``src`` after it, or -1
+        when ``src`` did not finish it (then all of ``src`` is buffered)."""
+        buf = self._buf
+        taken = 0
+        if len(buf) < FRAME_HEADER_SIZE:
+            taken = min(FRAME_HEADER_SIZE - len(buf), len(src))
+            buf += src[:taken]
+            if len(buf) < FRAME_HEADER_SIZE:
+                return -1
+        _ftype, _channel, size = _HEADER.unpack_from(buf, 0)
+        limit = self.frame_max if self.frame_max > 0 else _MAX_SIZE
+        if size > limit:
+            self._fail(self._too_large(size), frames)
+        need: int = FRAME_OVERHEAD + size - len(buf)
+        if len(src) - taken < need:
+            buf += memoryview(src)[taken:]
+            return -1
+        buf += memoryview(src)[taken : taken + need]
+        self._scan(buf, 0, frames)
+        # The scan took the one whole frame the buffer held (it raised otherwise).
+        self._buf = bytearray()
+        return taken + need
+
+    def _scan(self, src: bytes | bytearray, off: int, frames: list[Frame]) -> int:
+        """Append every complete frame of ``src`` from ``off``; the offset after them."""
+        n = len(src)
         append = frames.append
         unpack = _HEADER.unpack_from
         frame_max = self.frame_max
@@ -141,9 +170,7 @@ class FrameDecoder:
         # spec's frame size, and clients that count frame_max as the payload (rabbitpy)
         # rely on it. What we send still fits frame_max whole (encode_message_frames).
         limit = frame_max if frame_max > 0 else _MAX_SIZE
-        is_bytes = src is not buf
-        mv = None if is_bytes else memoryview(src)
-        off = 0
+        mv = None if type(src) is bytes else memoryview(src)
         try:
             while n - off >= FRAME_OVERHEAD:
                 ftype, channel, size = unpack(src, off)
@@ -177,12 +204,7 @@ class FrameDecoder:
         finally:
             if mv is not None:
                 mv.release()
-        if is_bytes:
-            if off < n:
-                buf += memoryview(src)[off:]
-        elif off:
-            del buf[:off]
-        return frames
+        return off
 
     def _too_large(self, size: int) -> FrameError:
         return FrameError(

@@ -1,6 +1,6 @@
 """The per-message loop of a publish frame's decode (``commands.Publish.decode``), in a
-module of its own so the compiled build can compile it (pyproject.toml
-``[tool.leveret.compiled]``) while ``commands.py``'s frozen dataclasses stay interpreted.
+module of its own so the compiled build can compile it
+(``build_info.HOT_PATH_MODULES``) while ``commands.py``'s frozen dataclasses stay interpreted.
 Private to the codec."""
 
 from __future__ import annotations

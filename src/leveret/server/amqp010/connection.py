@@ -366,7 +366,10 @@ class AMQP010Connection:
 
     def _attached(self, event: SessionAttached) -> None:
         ssn = self.conn.session(event.channel)
-        assert ssn is not None
+        if ssn is None or ssn.name != event.name:
+            # Detached again in the same input (a client that attaches and closes a session
+            # at once): nothing to set up; its SessionDetached follows and finds nothing.
+            return
         assert self.user is not None
         context = ssn.context
         if isinstance(context, Session):

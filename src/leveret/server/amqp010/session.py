@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from leveret.convert.amqp010 import delivery_parts
@@ -646,6 +647,13 @@ class Session(ConsumerOwner):
             settle.release(deliveries)
         vhost = self.vhost
         for queue in list(vhost.owned_queues(self)):
+            if queue.config.auto_delete_timeout and queue.name in self.auto_delete_exclusive:
+                # Qpid's qpid.auto_delete_timeout: the queue outlives its session that long.
+                queue.exclusive_owner = None
+                vhost.remove_later(
+                    queue, partial(delete_rerouting, vhost, queue, _remover(vhost, queue))
+                )
+                continue
             delete_rerouting(vhost, queue, _remover(vhost, queue))
         live = _SESSIONS.get(vhost)
         if live is not None:

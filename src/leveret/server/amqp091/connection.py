@@ -112,7 +112,7 @@ class AMQP091Connection(ServerConnection):
             "platform": f"Python {platform.python_version()}",
             "copyright": "Copyright the Leveret authors",
             "information": "Licensed under the Apache License 2.0",
-            "cluster_name": f"leveret@{socket.gethostname()}",
+            "cluster_name": self.broker.cluster_name or f"leveret@{socket.gethostname()}",
             "capabilities": capabilities,
         }
 

@@ -12,11 +12,13 @@ RabbitMQ 4's addresses (v2), percent-encoded segments:
 ``/management``                        the HTTP-over-AMQP management node
 =====================================  ================================================
 
-And the older ones of RabbitMQ 3's plugin (v1), still accepted: ``/queue/:queue`` and
-``/amq/queue/:queue`` (a queue), ``/queue`` as a target (the routing key is the message's
-``subject``), ``/exchange/:exchange/:key`` and ``/exchange/:exchange`` (target: key from
-``subject``; source: a temporary queue bound with the key), ``/topic/:key`` (``amq.topic``)
-and a bare name (a queue). The 1.0 front end imports it.
+And the older ones of RabbitMQ 3's plugin (v1), still accepted: ``/queue/:queue`` and a
+bare name (a queue, declared at attach if missing: a classic queue, durable when the
+terminus is, as RabbitMQ 3's plugin and RabbitMQ 4 do), ``/amq/queue/:queue`` (a queue that
+must exist), ``/queue`` as a target (the routing key is the message's ``subject``),
+``/exchange/:exchange/:key`` and ``/exchange/:exchange`` (target: key from ``subject``;
+source: a temporary queue bound with the key), ``/topic/:key`` (``amq.topic``). The 1.0
+front end imports it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class Address:
     ``exchange`` and ``routing_key``: a target exchange; ``routing_key`` None means the
     message's ``subject`` gives it. ``bind``: a source that is a temporary queue bound to
     ``exchange`` with ``routing_key`` (v1's ``/exchange/...`` and ``/topic/...`` sources).
-    ``management``: the management node.
+    ``management``: the management node. ``declare``: ``queue`` is declared at attach if
+    it does not exist (v1's ``/queue/:queue`` and bare names).
     """
 
     queue: str | None = None
@@ -49,6 +52,7 @@ class Address:
     routing_key: str | None = None
     bind: bool = False
     management: bool = False
+    declare: bool = False
 
 
 def _segment(text: str) -> str:
@@ -81,7 +85,7 @@ def _v1(address: str, *, target: bool) -> Address:
     if address.startswith("/amq/queue/"):
         return Address(queue=address[len("/amq/queue/") :] or _empty(address))
     if address.startswith("/queue/"):
-        return Address(queue=address[len("/queue/") :] or _empty(address))
+        return Address(queue=address[len("/queue/") :] or _empty(address), declare=True)
     if address == "/queue":
         if not target:
             raise AddressError("'/queue' is not a source")
@@ -100,7 +104,7 @@ def _v1(address: str, *, target: bool) -> Address:
         return Address(exchange="amq.topic", routing_key=key, bind=True)
     if address.startswith("/"):
         raise AddressError(f"unknown address '{address}'")
-    return Address(queue=address)
+    return Address(queue=address, declare=True)
 
 
 def _empty(address: str) -> str:

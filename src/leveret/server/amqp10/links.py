@@ -103,7 +103,7 @@ class OutgoingLink(ConsumerOwner):
     # -- ConsumerOwner -----------------------------------------------------------------
 
     def accepts(self, consumer: Consumer, size: int) -> bool:
-        return self.session.writable and not self.closed
+        return self.session.writable and not self.closed and self.session.can_send(self.handle)
 
     def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         session = self.session
@@ -214,6 +214,8 @@ class SelectorLink(Browser):
             self.unmatched = unmatched = {e.seq for e in ready if e.seq in unmatched}
         matches = self.selector.matches
         i = 0
+        if not session.can_send(self.handle):
+            return
         while self.credit > 0 and session.writable and not self.closed and i < len(ready):
             entry = ready[i]
             seq = entry.seq

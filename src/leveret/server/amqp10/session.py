@@ -3,10 +3,11 @@ resolves to in the broker), its unsettled outgoing deliveries (delivery-id → t
 ``Delivery``; the machine only moves the ranges) and the peer's dispositions applied to
 them. The model side of a session: ``Client.attach`` holds it (``close``, ``set_writable``).
 
-Attaches are resolved with RabbitMQ's addresses (``address.py``): a source names a queue to
-consume (a stream reads from ``rabbitmq:stream-offset-spec``), a dynamic source is a new
-exclusive queue (request/reply), a v1 exchange or topic source a temporary queue bound to
-it; a target names an exchange and key, a queue, or nothing (each message's ``to``);
+Attaches are resolved with RabbitMQ's addresses (``address.py``; v1's queue addresses
+declare their queue first): a source names a queue to consume (a stream reads from
+``rabbitmq:stream-offset-spec``), a dynamic source is a new exclusive queue
+(request/reply), a v1 exchange or topic source a temporary queue bound to it; a target
+names an exchange and key, a queue, or nothing (each message's ``to``);
 ``/management`` is the management node (``management.py``). What cannot be resolved is
 refused with the spec's condition (``amqp:not-found``, ``amqp:unauthorized-access``,
 ``amqp:invalid-field``). A coordinator target is the session's transaction coordinator
@@ -34,6 +35,7 @@ from leveret.protocol.amqp10 import (
     Source,
     Symbol,
     Target,
+    TerminusDurability,
     Timestamp,
     TransactionalState,
 )
@@ -132,6 +134,8 @@ class Session(SessionCore):
                 temporary = True
             else:
                 assert where.queue is not None
+                if where.declare:
+                    self._declare_v1(where.queue, source.durable)
                 guard.consume(where.queue)
                 queue = vhost.queue(where.queue, owner)
         stream = isinstance(queue, StreamQueue)
@@ -216,8 +220,16 @@ class Session(SessionCore):
                 self.links[event.handle] = node
                 return
             if where.queue is not None:
+                if where.declare:
+                    self._declare_v1(
+                        where.queue,
+                        target.durable if target is not None else TerminusDurability.NONE,
+                    )
                 self.guard.access.write_exchange("")
-                self.vhost.queue(where.queue, self.client)
+                # Existence only: publishing to another connection's exclusive queue is
+                # allowed (a request/reply server answers into the client's reply queue).
+                if where.queue not in self.vhost.queues:
+                    raise NotFound(f"no queue '{where.queue}' in vhost '{self.vhost.name}'")
                 exchange, routing_key = "", where.queue
             else:
                 assert where.exchange is not None
@@ -234,6 +246,18 @@ class Session(SessionCore):
             link.publisher.check(exchange)
         machine.accept_link(self.channel, event.handle, credit=INCOMING_CREDIT, auto_credit=True)
         self.links[event.handle] = link
+
+    def _declare_v1(self, name: str, durability: int) -> None:
+        """A v1 queue address (``/queue/:queue``, a bare name): RabbitMQ declares the queue
+        at attach (configure permission), a classic queue, durable unless the terminus's
+        durability is ``none``; an existing queue is taken as it is."""
+        access, vhost = self.guard.access, self.vhost
+        access.configure_queue(name)
+        if name not in vhost.queues:
+            access.check_queue_limit(name, len(vhost.queues))
+            vhost.declare_queue(
+                name, owner=self.client, durable=durability != TerminusDurability.NONE
+            )
 
     def detached(self, handle: int) -> None:
         link = self.links.pop(handle, None)

@@ -1,0 +1,222 @@
+"""``python -m bench.compare``: both Leveret builds and RabbitMQ in one run, with both load
+generators, one markdown table (issue 26).
+
+Starts three brokers on free loopback ports: Leveret's compiled build (what ``pip install .``
+makes: ``python -m tools.builds``' output, built first if missing or stale), Leveret's pure
+build (the same source, ``src/``) and RabbitMQ 3.10.8 (``bench.run``'s start-up: own node
+name, ports and directories). Then, round after round, every scenario with every tool on
+every broker in turn (compiled, pure, RabbitMQ, compiled, ...), so the machine's noise falls
+on all three alike: the Go load generator (``--go-loadgen``, built by the shared bench's
+``build-loadgen.sh``; skipped when absent) and the project's own (``bench.loadgen``).
+
+The table gives medians over rounds: consumed msg/s and the ratio to RabbitMQ for a-f, p50,
+p99 and p99.9 latency and the p99 ratio for g and h, the broker's CPU per message, and the
+load average the runs saw (the lead re-runs it on a quiet machine: the figures of a shared
+machine are noise). Raw JSON lines go to ``OUT/runs.jsonl``, the table to ``OUT/table.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.run import (
+    SCENARIOS,
+    Broker,
+    _raise_nofile,
+    go_flags,
+    run_loadgen,
+    scenario_args,
+    start_leveret,
+    start_rabbitmq,
+    wait_quiet,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["build_parser", "main", "render"]
+
+ROOT = Path(__file__).resolve().parent.parent
+BROKERS = ("compiled", "pure", "rabbitmq")
+# bench.loadgen's scenario h runs its 1000 publishers in 2 processes; the Go tool in one.
+GO_SCENARIOS = "abcdefgh"
+
+
+def _lat(run: dict[str, Any], key: str) -> float | None:
+    latency = run.get("latency_us") or {}
+    value = latency.get(key)
+    if value is None and key == "p99.9":
+        value = latency.get("p99_9")
+    return None if value is None else float(value) / 1000
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _cpu_us(run: dict[str, Any]) -> float | None:
+    cpu = run.get("cpu") or {}
+    consumed = (run.get("rates") or {}).get("consumed", 0) * run.get("window_s", 0)
+    seconds = cpu.get("broker_cpu_s")
+    if seconds is None and "broker_pct" in cpu:
+        seconds = cpu["broker_pct"] / 100 * run.get("window_s", 0)
+    return None if seconds is None or not consumed else seconds / consumed * 1e6
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    """The table of medians: one row per scenario and tool, the three brokers side by side."""
+    lines = [
+        "| scenario | tool | compiled | pure | RabbitMQ | compiled / RabbitMQ | pure / RabbitMQ "
+        "| CPU µs/msg (compiled, pure, RabbitMQ) | verified | load avg |",
+        "|" + "---|" * 10,
+    ]
+    keys = sorted({(r["scenario"], r["tool"]) for r in runs})
+    for key, tool in keys:
+        cell = {
+            b: [r for r in runs if (r["scenario"], r["tool"], r["broker"]) == (key, tool, b)]
+            for b in BROKERS
+        }
+        latency = SCENARIOS[key].latency_target
+        shown: dict[str, str] = {}
+        figure: dict[str, float | None] = {}
+        for b in BROKERS:
+            good = [r for r in cell[b] if "rates" in r]
+            if latency:
+                p50, p99, p999 = (
+                    _median([_lat(r, k) for r in good]) for k in ("p50", "p99", "p99.9")
+                )
+                figure[b] = p99
+                shown[b] = f"{_fmt(p50, '.2f')} / {_fmt(p99, '.2f')} / {_fmt(p999, '.2f')} ms"
+            else:
+                rate = _median([r["rates"]["consumed"] for r in good])
+                figure[b] = rate
+                shown[b] = f"{_fmt(rate, ',.0f')} msg/s"
+        rabbit = figure["rabbitmq"]
+
+        def ratio(mine: float | None, rabbit: float | None, latency: bool) -> str:
+            if not mine or not rabbit:
+                return "—"
+            return f"p99 {mine / rabbit:.2f}x" if latency else f"{mine / rabbit:.2f}x"
+
+        cpu = ", ".join(_fmt(_median([_cpu_us(r) for r in cell[b]]), ".1f") for b in BROKERS)
+        verified = ", ".join(
+            f"{sum(bool(r.get('ok')) for r in cell[b])}/{len(cell[b])}" for b in BROKERS
+        )
+        loads = [r["loadavg"] for b in BROKERS for r in cell[b] if "loadavg" in r]
+        load = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "—"
+        versus = [ratio(figure[b], rabbit, latency) for b in ("compiled", "pure")]
+        lines.append(
+            f"| {key}: {SCENARIOS[key].title} | {tool} | {shown['compiled']} | {shown['pure']} "
+            f"| {shown['rabbitmq']} | {versus[0]} | {versus[1]} | {cpu} "
+            f"| {verified} | {load} |"
+        )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    p.add_argument("--scenarios", default="abcdefgh")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--drain-max", type=float, default=60.0)
+    p.add_argument("--deep-count", type=int, default=200_000)
+    p.add_argument("--settle", type=float, default=2.0)
+    p.add_argument("--quiet-max", type=float, default=30.0)
+    p.add_argument("--tools", default="go,py", help="go (the Go load generator), py, or both")
+    # build-loadgen.sh's default output.
+    p.add_argument("--go-loadgen", default="/tmp/loadgen/loadgen")  # noqa: S108
+    p.add_argument("--builds", type=Path, default=ROOT / "build" / "builds")
+    p.add_argument("--out", default="")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    keys = [k for k in args.scenarios if k in SCENARIOS and not SCENARIOS[k].amqp10]
+    tools = [t for t in args.tools.split(",") if t]
+    if "go" in tools and not os.access(args.go_loadgen, os.X_OK):
+        print(f"no Go load generator at {args.go_loadgen}: py only", file=sys.stderr)
+        tools.remove("go")
+    from tools import builds
+
+    builds.build(args.builds)
+    _raise_nofile()
+    # Stopped with SIGTERM, still stop the brokers this run started (the finally below).
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+    out = Path(args.out or tempfile.mkdtemp(prefix="leveret-compare-"))
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / "runs.jsonl"
+    env = dict(os.environ)
+    # The Python load generator runs on the checkout's pure source whichever broker it drives.
+    env["PYTHONPATH"] = os.pathsep.join((str(ROOT), str(ROOT / "src")))
+    brokers: dict[str, Broker] = {}
+    runs: list[dict[str, Any]] = []
+    try:
+        for name, path in (("compiled", args.builds / "compiled"), ("pure", ROOT / "src")):
+            workdir = out / name
+            workdir.mkdir(exist_ok=True)
+            brokers[name] = start_leveret(str(path), workdir)
+        (out / "rabbitmq").mkdir(exist_ok=True)
+        brokers["rabbitmq"] = start_rabbitmq(out / "rabbitmq")
+        for name, broker in brokers.items():
+            print(f"{name}: pid {broker.pid} port {broker.port} {broker.notes}", file=sys.stderr)
+        for rnd in range(1, args.rounds + 1):
+            for key in keys:
+                scenario = SCENARIOS[key]
+                for tool in tools:
+                    if tool == "go" and key not in GO_SCENARIOS:
+                        continue
+                    for name in BROKERS:
+                        broker = brokers[name]
+                        flags = scenario_args(scenario, args)
+                        label = f"{key}-{tool}-{name}-r{rnd}"
+                        if tool == "go":
+                            cmd = [args.go_loadgen, *go_flags(flags)]
+                            cmd += ["-port", str(broker.port), "-broker-pid", str(broker.pid)]
+                            cmd += ["-label", label]
+                        else:
+                            cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
+                            cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
+                            cmd += ["--label", label]
+                        load = os.getloadavg()[0]
+                        budget = args.warmup + args.duration + 2 * args.drain_max + 600
+                        run = run_loadgen(cmd, broker, budget, env)
+                        run.update(scenario=key, tool=tool, broker=name, round=rnd, loadavg=load)
+                        runs.append(run)
+                        with open(raw, "a", encoding="utf-8") as f:
+                            f.write(json.dumps(run) + "\n")
+                        print(
+                            f"round {rnd} {key} {tool} {name}: "
+                            f"{(run.get('rates') or {}).get('consumed')} msg/s "
+                            f"p99 {_lat(run, 'p99')} ms ok {run.get('ok')} load {load:.1f}",
+                            file=sys.stderr,
+                        )
+                        time.sleep(args.settle)
+                        wait_quiet(args.quiet_max)
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+    table = render(runs)
+    (out / "table.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    print(f"\nraw results: {raw}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

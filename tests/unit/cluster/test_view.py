@@ -1,0 +1,20 @@
+"""What a node knows of the others (``cluster/apply.py``'s ``View``): where to reach a
+peer's inter-node port, from its record or from ``cluster_peer_addresses``."""
+
+from __future__ import annotations
+
+from leveret.cluster.apply import View
+
+
+def test_a_peer_is_reached_at_its_record_unless_the_settings_say_otherwise() -> None:
+    view = View(nodes={"b@x": {"cluster": "10.0.0.2:25672"}, "c@x": {"cluster": "[::1]:25673"}})
+    assert view.cluster_address("b@x", {}) == ("10.0.0.2", 25672)
+    assert view.cluster_address("c@x", {}) == ("::1", 25673)
+    # The fault harness's proxy on the path to b (or a NAT) wins over b's own address.
+    assert view.cluster_address("b@x", {"b@x": ("127.0.0.1", 4001)}) == ("127.0.0.1", 4001)
+
+
+def test_a_peer_that_is_not_running_has_no_address() -> None:
+    view = View(nodes={"b@x": {"cluster": "no port"}})
+    assert view.cluster_address("b@x", {}) is None
+    assert view.cluster_address("d@x", {}) is None

@@ -1,0 +1,393 @@
+"""The workload: publishers with confirms and consumers with manual acks (aio-pika), each
+client given the nodes it may use in order; every publish and delivery goes into the
+run's :class:`~tools.faults.history.History`.
+
+- A **publisher** sends to its queue through the default exchange, ``mandatory`` set,
+  at ``rate`` messages a second with up to ``window`` unconfirmed. Each message has a
+  unique id (``publisher.seq``), the publisher's sequence number and its connection's
+  number in its headers. A basic.ack is *confirmed*, basic.nack *nacked*, basic.return
+  *returned*; no answer within ``confirm_timeout``, or the connection lost first, is
+  *indeterminate*, and then the publisher drops the connection and dials the next node
+  in its list (as a client with a list of hosts does).
+- A **consumer** records each delivery (id, redelivered flag) before it acks it, and on a
+  lost connection (heartbeats: ``heartbeat`` seconds) dials the next node. A stream
+  queue's consumer resumes after the last offset it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractIncomingMessage, DeliveryMode
+
+from tools.faults.history import Delivery, History, Outcome, Publish
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from aio_pika.abc import AbstractRobustConnection
+
+    Connection = aio_pika.abc.AbstractConnection | AbstractRobustConnection
+
+# aiormq warns of every confirm that came after the publisher gave up on it, and logs
+# every refused connection: expected here, and counted by the clients instead.
+logging.getLogger("aiormq").setLevel(logging.CRITICAL)
+logging.getLogger("aio_pika").setLevel(logging.CRITICAL)
+
+
+class Clock:
+    """Seconds since the run started (monotonic)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def at(self, monotonic: float) -> float:
+        return monotonic - self.t0
+
+
+@dataclass
+class WorkloadSettings:
+    publishers_per_queue: int = 2
+    consumers_per_queue: int = 2
+    rate: float = 50.0  # messages a second, per publisher
+    window: int = 4  # unconfirmed messages a publisher may have
+    confirm_timeout: float = 5.0
+    connect_timeout: float = 3.0
+    heartbeat: int = 4
+    body_size: int = 64
+    prefetch: int = 20
+    stream: bool = False
+    # When consumers start: "start" (with the publishers) or "drain" (once publishing
+    # stopped, so every queue holds a backlog through the faults).
+    consumers_from: str = "start"
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    name: str
+    persistent: bool = True  # delivery mode 2 (a transient message dies with its node)
+
+
+def with_heartbeat(url: str, seconds: int) -> str:
+    return f"{url}{'&' if '?' in url else '?'}heartbeat={seconds}"
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` or until ``event`` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+
+
+async def _close(connection: Connection) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(connection.close(), 2)
+
+
+async def connect(url: str, settings: WorkloadSettings) -> Connection:
+    return await asyncio.wait_for(
+        aio_pika.connect(with_heartbeat(url, settings.heartbeat), timeout=settings.connect_timeout),
+        settings.connect_timeout + 1,
+    )
+
+
+@dataclass(eq=False)
+class Client:
+    name: str
+    queue: QueueSpec
+    urls: Sequence[str]
+    history: History
+    clock: Clock
+    settings: WorkloadSettings
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set to send a client that failed over back to its first node (:meth:`go_home`).
+    leave: asyncio.Event = field(default_factory=asyncio.Event)
+    session: int = 0
+    connects: int = 0
+    failures: int = 0
+    at: int = 0  # the index in ``urls`` of the node it uses (or dials) now
+
+    async def run(self) -> None:
+        while not self.stop.is_set():
+            url = self.urls[self.at]
+            try:
+                connection = await connect(url, self.settings)
+            except Exception:
+                self.at = (self.at + 1) % len(self.urls)
+                await _wait(self.stop, 0.3)
+                continue
+            self.session += 1
+            self.connects += 1
+            failed = False
+            try:
+                await self.serve(connection)
+            except Exception:
+                self.failures += 1
+                failed = True
+            finally:
+                await _close(connection)
+            if self.leave.is_set() and not failed:
+                self.leave.clear()
+                self.at = 0
+            elif not self.stop.is_set():
+                self.at = (self.at + 1) % len(self.urls)  # that node failed it: the next
+                await _wait(self.stop, 0.1)
+
+    def go_home(self) -> None:
+        """Leave the node it failed over to for its first one (after a fault healed: the
+        clients stay spread over the nodes from one cycle to the next)."""
+        if self.at != 0:
+            self.leave.set()
+
+    def leaving(self) -> bool:
+        return self.stop.is_set() or self.leave.is_set()
+
+    async def serve(self, connection: Connection) -> None:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class Publisher(Client):
+    seq: int = 0
+
+    async def serve(self, connection: Connection) -> None:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        broken = asyncio.Event()
+        window = asyncio.Semaphore(self.settings.window)
+        pending: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        interval = 1.0 / self.settings.rate
+        next_at = loop.time()
+        body = b"x" * self.settings.body_size
+        try:
+            while not (self.leaving() or broken.is_set() or connection.is_closed):
+                delay = next_at - loop.time()
+                if delay > 0:
+                    await _wait(self.stop, delay)
+                next_at = max(next_at + interval, loop.time() - 1.0)
+                await window.acquire()
+                if self.leaving() or broken.is_set():
+                    window.release()
+                    break
+                self.seq += 1
+                task = asyncio.create_task(
+                    self._publish(channel, self.session, self.seq, body, broken, window)
+                )
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            # Each publish ends within the confirm timeout; what is left then is settled
+            # as indeterminate by the history's close.
+            if pending:
+                await asyncio.wait(pending, timeout=self.settings.confirm_timeout + 1)
+        if broken.is_set():
+            raise ConnectionError("a publish failed")
+
+    async def _publish(
+        self,
+        channel: aio_pika.abc.AbstractChannel,
+        session: int,
+        seq: int,
+        body: bytes,
+        broken: asyncio.Event,
+        window: asyncio.Semaphore,
+    ) -> None:
+        message_id = f"{self.name}.{seq}"
+        message = aio_pika.Message(
+            body,
+            message_id=message_id,
+            headers={"p": self.name, "ps": session, "s": seq},
+            delivery_mode=(
+                DeliveryMode.PERSISTENT if self.queue.persistent else DeliveryMode.NOT_PERSISTENT
+            ),
+        )
+        self.history.sent(
+            Publish(message_id, self.name, session, seq, self.queue.name, self.clock.now())
+        )
+        outcome = Outcome.INDETERMINATE
+        try:
+            await channel.default_exchange.publish(
+                message,
+                routing_key=self.queue.name,
+                mandatory=True,
+                timeout=self.settings.confirm_timeout,
+            )
+            outcome = Outcome.CONFIRMED
+        except aiormq.exceptions.PublishError:
+            outcome = Outcome.RETURNED
+        except aiormq.exceptions.DeliveryError:
+            outcome = Outcome.NACKED
+        except Exception:
+            broken.set()
+        finally:
+            self.history.settle(message_id, outcome, self.clock.now())
+            window.release()
+
+
+@dataclass(eq=False)
+class Consumer(Client):
+    next_offset: Any = "first"  # a stream consumer's resume point
+    delivered: int = 0
+
+    async def serve(self, connection: Connection) -> None:
+        name = f"{self.name}.{self.session}"
+        closed = asyncio.Event()
+        connection.close_callbacks.add(lambda *_: closed.set())
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=self.settings.prefetch)
+        queue = await channel.get_queue(self.queue.name, ensure=False)
+
+        async def on_message(message: AbstractIncomingMessage) -> None:
+            headers = message.headers or {}
+            self.history.delivered(
+                Delivery(
+                    id=message.message_id,
+                    queue=self.queue.name,
+                    consumer=name,
+                    redelivered=bool(message.redelivered),
+                    at=self.clock.now(),
+                    publisher=_str(headers.get("p")),
+                    session=_int(headers.get("ps")),
+                    seq=_int(headers.get("s")),
+                )
+            )
+            self.delivered += 1
+            offset = _int(headers.get("x-stream-offset"))
+            if offset is not None:
+                self.next_offset = offset + 1
+            with contextlib.suppress(Exception):
+                await message.ack()
+
+        arguments = {"x-stream-offset": self.next_offset} if self.settings.stream else None
+        await queue.consume(on_message, no_ack=False, arguments=arguments)
+        waits = [asyncio.create_task(e.wait()) for e in (self.stop, self.leave, closed)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+        if closed.is_set() and not self.leaving():
+            raise ConnectionError("connection lost")
+
+
+def _str(value: object) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+async def declare(url: str, queue: str, arguments: dict[str, Any], *, durable: bool) -> None:
+    connection = await aio_pika.connect(url, timeout=10)
+    try:
+        channel = await connection.channel()
+        await channel.declare_queue(queue, durable=durable, arguments=arguments)
+    finally:
+        await _close(connection)
+
+
+async def depth(urls: Sequence[str], queue: str) -> int | None:
+    """Messages ready in ``queue`` (a passive declare through the first node that answers);
+    None when no node answers for it."""
+    for url in urls:
+        try:
+            connection = await aio_pika.connect(url, timeout=5)
+        except Exception:  # noqa: S112 - the next node may answer
+            continue
+        try:
+            channel = await connection.channel()
+            declared = await channel.declare_queue(queue, passive=True)
+            count = declared.declaration_result.message_count
+            return int(count) if count is not None else None
+        except Exception:  # noqa: S112 - the next node may answer
+            continue
+        finally:
+            await _close(connection)
+    return None
+
+
+@dataclass
+class Workload:
+    """Every client of a run. ``routes(queue, k)`` gives client ``k`` of ``queue`` its
+    nodes' URLs, in the order it dials them."""
+
+    history: History
+    clock: Clock
+    settings: WorkloadSettings
+    routes: Callable[[QueueSpec, int], Awaitable[list[str]]]
+    publishers: list[Publisher] = field(default_factory=list)
+    consumers: list[Consumer] = field(default_factory=list)
+    _tasks: dict[Client, asyncio.Task[None]] = field(default_factory=dict)
+
+    async def start(self, queues: Sequence[QueueSpec]) -> None:
+        s = self.settings
+        for q in queues:
+            for k in range(s.consumers_per_queue):
+                # Numbered after the publishers: they start on other nodes than those.
+                urls = await self.routes(q, s.publishers_per_queue + k)
+                c = Consumer(f"c{len(self.consumers) + 1}", q, urls, self.history, self.clock, s)
+                self.consumers.append(c)
+                self.history.consumers[c.name] = q.name
+            for k in range(s.publishers_per_queue):
+                urls = await self.routes(q, k)
+                p = Publisher(f"p{len(self.publishers) + 1}", q, urls, self.history, self.clock, s)
+                self.publishers.append(p)
+        early = self.consumers if s.consumers_from == "start" else []
+        for client in [*early, *self.publishers]:
+            self._start(client)
+
+    def _start(self, client: Client) -> None:
+        self._tasks[client] = asyncio.create_task(client.run(), name=client.name)
+
+    def start_consumers(self) -> None:
+        """Start the consumers not started yet (``consumers_from="drain"``)."""
+        for consumer in self.consumers:
+            if consumer not in self._tasks:
+                self._start(consumer)
+
+    async def _stop(self, clients: Sequence[Client]) -> None:
+        for client in clients:
+            client.stop.set()
+        tasks = [self._tasks[c] for c in clients if c in self._tasks]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.settings.confirm_timeout + 5)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def stop_publishers(self) -> None:
+        await self._stop(self.publishers)
+
+    async def stop_consumers(self) -> None:
+        await self._stop(self.consumers)
+
+    def go_home(self) -> None:
+        for client in [*self.publishers, *self.consumers]:
+            client.go_home()
+
+    def last_delivery(self) -> float:
+        return max((d.at for d in self.history.deliveries), default=0.0)
+
+
+__all__ = [
+    "Clock",
+    "Consumer",
+    "Publisher",
+    "QueueSpec",
+    "Workload",
+    "WorkloadSettings",
+    "declare",
+    "depth",
+]

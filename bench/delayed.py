@@ -55,7 +55,7 @@ def _store(count: int, body: int) -> tuple[Any, Any, Any, list[bytes], bytes]:
 
 
 def _hold_all(vhost: Any, exchange: Any, raws: list[bytes], payload: bytes) -> None:
-    from leveret.server.amqp091.message import wire_message
+    from leveret.convert.amqp091 import wire_message
 
     for raw in raws:
         message = wire_message("d", "k", raw, payload)

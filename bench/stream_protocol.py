@@ -20,12 +20,12 @@ import os
 import time
 import uuid
 
+from leveret.convert.amqp10_amqp091 import to_amqp10
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.chunk import parse_header
 from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import OffsetType
-from leveret.server.stream_message import to_amqp10
 
 
 def cpu_seconds(pid: int | None) -> float:

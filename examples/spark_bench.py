@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from examples.spark_pipeline import connect, make_spark, start_leveret
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_records import record_of
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import encode_chunk, simple_entry
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_message import record_of
 from leveret.spark._arrow import build_batch, stream_offsets
 from leveret.spark._client import ConnectionParams, Deliveries, scan_frames
 from leveret.spark._records import RecordColumns

@@ -15,12 +15,18 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.server.amqp091.connection",
     "leveret.server.amqp091.channel",
     "leveret.server.amqp091.session",
-    "leveret.server.amqp091.message",
-    # A stream's 0-9-1 readers: chunks decoded in one pass, the stream headers stamped.
-    "leveret.server.stream_reads",
-    # A stream's 0-9-1 appends whose properties differ per message: their 1.0 sections.
-    "leveret.server.stream_sections",
-    "leveret.server.amqp091.stream_headers",
+    # Message conversion (leveret/convert/): the 0-9-1 and 1.0 forms every publish and
+    # delivery reads; the 0-9-1 <-> 1.0 table (every crossing delivery: a 0-9-1 reader of a
+    # stream-protocol publish converts each message) and its direct encoder (1.0 consumers
+    # of 0-9-1 messages, 0-9-1 appends to streams); a stream's readers (chunks decoded in
+    # one pass, the stream headers stamped). Measured: bench/convert_path.py,
+    # docs/benchmarks.md "Message conversion".
+    "leveret.convert.amqp091",
+    "leveret.convert.amqp10",
+    "leveret.convert.stream_reads",
+    "leveret.convert.amqp10_sections",
+    "leveret.convert.stream_stamp",
+    "leveret.convert.amqp10_amqp091",
     # Subclasses ConsumerOwner and Browser (model/consumer.py), which are compiled.
     "leveret.server.amqp010.session",
     # The AMQP 1.0 machine's per-transfer path, and the link that subclasses ConsumerOwner.
@@ -33,10 +39,9 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     # Session and AMQP10Connection (an interpreted class cannot be a compiled one's base).
     "leveret.server.amqp10.session_core",
     # The 1.0 front end's per-message glue: the connection's event dispatch, the session's
-    # dispositions, the message's sections (measured: bench.amqp10_path, docs/benchmarks.md).
+    # dispositions (measured: bench.amqp10_path, docs/benchmarks.md).
     "leveret.server.amqp10.connection",
     "leveret.server.amqp10.session",
-    "leveret.server.amqp10.message",
     # The stream protocol's per-message decode loop (the rest of a publish is per frame).
     "leveret.protocol.rabbitstream._publish",
     "leveret.server.connection",

@@ -9,11 +9,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert.amqp091 import wire_message
 from leveret.model.queues.delayed import Selector
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from tests.queue_support import classic
 
 WALL = 1_700_000_000.0

@@ -11,6 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp10_amqp091 import from_amqp10, to_amqp10
+from leveret.convert.stream_records import record_of
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import AmqpValue, Data, Properties, encode_message
 from leveret.protocol.rabbitstream.chunk import (
@@ -18,8 +21,6 @@ from leveret.protocol.rabbitstream.chunk import (
     encode_chunk,
     simple_entry,
 )
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_message import from_amqp10, record_of, to_amqp10
 from leveret.spark._arrow import PROPERTY_FIELDS, READ_SCHEMA, build_batch
 from leveret.spark._client import Deliveries
 from leveret.spark._records import ChunkError, RecordColumns
@@ -244,8 +245,7 @@ def test_what_the_stream_sink_writes_reads_back(
     p = props or {}
     mode = p.get("delivery_mode")
     durable = mode == 2 if mode is not None else persistent
-    header_written = durable or "priority" in p or str(p.get("expiration", "x")).isdigit()
-    assert got["delivery_mode"] == ((2 if durable else 1) if header_written else None)
+    assert got["delivery_mode"] == (2 if durable else 1)
     for name in PROPERTY_FIELDS:
         if name != "delivery_mode":
             assert got[name] == p.get(name), name

@@ -1,6 +1,6 @@
 """The import graph of ``leveret`` (docs/architecture.md, "Layers"): each part imports only
-the parts below it in ``LAYERS``, the graph has no cycle, and ``protocol/`` and ``model/``
-neither import asyncio or socket nor read the clock.
+the parts below it in ``LAYERS``, the graph has no cycle, and ``protocol/``, ``model/`` and
+``convert/`` neither import asyncio or socket nor read the clock.
 
 Every import counts: at module level, inside functions and under ``TYPE_CHECKING``, since
 each is a dependency a reader has to follow. ``from package import name`` depends on the
@@ -31,18 +31,23 @@ LAYERS: dict[str, frozenset[str]] = {
     # Sans-IO codecs and the broker core: nothing of leveret but its errors.
     "protocol": frozenset({"errors"}),
     "model": frozenset({"errors"}),
+    # Message conversion: the codecs' forms of a message and the core's container, sans-IO.
+    "convert": frozenset({"errors", "protocol", "model"}),
     # Durability sees the model's types and the stream protocol's chunk format.
     "store": frozenset({"errors", "model", "protocol"}),
     # Users and permissions: the SASL codec, and the store's durable files for auth.json.
     "auth": frozenset({"errors", "protocol", "store"}),
     # The asyncio adapters, the control socket and the composition root: all of the above.
     "server": frozenset(
-        {"errors", "leveret", "config", "build_info", "protocol", "model", "store", "auth"}
+        {"errors", "leveret", "config", "build_info", "protocol", "model", "convert", "store"}
+        | {"auth"}
     ),
     # Above the server: the links it runs (shovels, federation: clients of this and other
     # brokers), its HTTP plane (which shows them), the process that plugs them in, the CLI.
-    "links": frozenset({"errors", "leveret", "protocol", "model", "auth", "server"}),
-    "management": frozenset({"errors", "leveret", "protocol", "model", "auth", "server", "links"}),
+    "links": frozenset({"errors", "leveret", "protocol", "model", "convert", "auth", "server"}),
+    "management": frozenset(
+        {"errors", "leveret", "protocol", "model", "convert", "auth", "server", "links"}
+    ),
     # A node of a cluster (etcd's metadata applied to the server's model): beside
     # management/, above the server; only assembly.py plugs it in.
     "cluster": frozenset({"errors", "leveret", "config", "model", "store", "auth", "server"}),
@@ -54,11 +59,12 @@ LAYERS: dict[str, frozenset[str]] = {
     "spark": frozenset({"errors", "protocol"}),
     # Test helpers for users' suites: a broker in process, clients, a clock.
     "testing": frozenset(
-        {"errors", "config", "protocol", "model", "auth", "server", "assembly", "cluster"}
+        {"errors", "config", "protocol", "model", "convert", "auth", "server", "assembly"}
+        | {"cluster"}
     ),
 }
 FORBIDDEN_MODULES = ("asyncio", "socket", "time")
-SANS_IO = ("protocol", "model")
+SANS_IO = ("protocol", "model", "convert")
 
 
 def _module_name(path: Path) -> str:

@@ -1,6 +1,6 @@
 """What links do to a message on its way: the headers a shovel or a federation link adds,
 the properties a shovel sets, and the conversions between 0-9-1 and 1.0 (the broker's own
-mappings, ``server/amqp10/from_amqp091.py`` and ``to_amqp091.py``).
+table, ``convert/amqp10_amqp091.py``).
 
 A 0-9-1 message stays as the raw property bytes it came with unless something must change,
 so a shovel between two 0-9-1 ends never decodes properties on its default path.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from leveret.convert.amqp10_amqp091 import from_amqp10, to_amqp10
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp091.fieldtable import Long
 from leveret.protocol.amqp10 import (
@@ -22,8 +23,6 @@ from leveret.protocol.amqp10 import (
     UInt,
     parse_message,
 )
-from leveret.server.amqp10.from_amqp091 import to_amqp10
-from leveret.server.amqp10.to_amqp091 import from_amqp10
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.fieldtable import FieldTable, FieldValue

@@ -12,6 +12,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from leveret import __version__
+from leveret.convert.amqp091 import wire_message
 from leveret.management import query, shapes
 from leveret.management.api_base import (
     ApiBase,
@@ -25,7 +26,6 @@ from leveret.management.errors import HttpError, bad_request, not_found
 from leveret.management.peers import node_scope
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.message_ops import PROPERTY_NAMES, message_json
 from leveret.server.parameters import cluster_name
 from leveret.server.rows import (

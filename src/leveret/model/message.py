@@ -13,7 +13,7 @@ call ``Message.replace``, which re-encodes through the encoder the front end sup
 
 ``format`` says which wire format ``raw_properties`` and ``body`` are in (as RabbitMQ's
 ``mc`` keeps the protocol a message came in): 0, the default, is AMQP 0-9-1's encoded basic
-properties and the body; front ends number the others (``server/formats.py``). The model
+properties and the body; ``convert/formats.py`` numbers the others. The model
 never looks inside either; it carries the number through copies, pages and the store, so a
 message is converted only when a consumer of another protocol takes it.
 """
@@ -152,8 +152,8 @@ class Message:
 
     @property
     def headers(self) -> Mapping[str, object] | None:
-        # Without properties there cannot be headers: skip the decode.
-        if self.raw_properties[:2] == b"\x00\x00":
+        # The front end saw no headers in the encoded form: skip the decode.
+        if not self.hints & HINT_HEADERS:
             return None
         return self.properties.headers
 

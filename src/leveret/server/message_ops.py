@@ -28,9 +28,9 @@ import base64
 import time
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.formats import amqp091_parts
 from leveret.model.queues.delayed import DelayQueue, Selector
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.formats import amqp091_parts
 from leveret.server.rows import json_value
 
 if TYPE_CHECKING:

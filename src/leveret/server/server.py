@@ -30,11 +30,14 @@ from typing import TYPE_CHECKING, Protocol
 from leveret import build_info
 from leveret.auth.users import UserStore
 from leveret.config import WORKERS_FILE, default_data_dir, node_name
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.formats import stored_message
+from leveret.convert.stream_records import RECORDS, legacy_entry
+from leveret.convert.stream_stamp import stamp_stream
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.server import rows
 from leveret.server.amqp091 import Limits
-from leveret.server.amqp091.message import wire_message
 from leveret.server.auth_boot import AuthBootError, boot_auth
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.ctl.admin import Admin
@@ -48,8 +51,6 @@ from leveret.server.listeners import TlsContexts, TlsError
 from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
 from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
-from leveret.server.stored import stamp_stream, stored_message
-from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles

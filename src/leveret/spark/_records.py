@@ -13,13 +13,16 @@ How a prefix becomes columns:
 - Leveret's stored form of a 0-9-1 publish (message annotations ``x-exchange``,
   ``x-routing-key``, ``x-amqp091-properties`` first): the 0-9-1 property bytes are decoded by
   ``_arrow``'s property walker, so a row is exactly what the 0-9-1 reader gives.
-- Any other message: RabbitMQ's mapping (``server/stream_message.py`` documents it):
-  header durable/priority/ttl → ``delivery_mode`` (2 or 1) / ``priority`` / ``expiration``;
-  the properties section → ``message_id``, ``correlation_id``, ``reply_to``, ``user_id``,
-  ``content_type``, ``content_encoding``; ``x-basic-type`` / ``x-basic-app-id`` annotations →
-  ``type`` / ``app_id``; ``x-exchange`` / ``x-routing-key`` → ``exchange`` /
-  ``routing_key`` (else ``""`` and the stream's name, as Leveret's 0-9-1 reader gives them);
-  application properties and the other message annotations → ``headers`` (values as text).
+- Any other message: the broker's one 1.0 → 0-9-1 table (RabbitMQ 4's;
+  ``convert/amqp10_amqp091.py`` documents it): header durable/priority/ttl →
+  ``delivery_mode`` (2 or 1) / ``priority`` / ``expiration``; the properties section →
+  ``message_id``, ``correlation_id`` (a UUID as ``urn:uuid:…``), ``reply_to``, ``user_id``,
+  ``content_type``, ``content_encoding``, ``app_id`` (group-id); the ``x-basic-type``
+  annotation → ``type`` (and ``x-basic-app-id`` / ``-expiration`` / ``-content-type`` /
+  ``-content-encoding``, which earlier writers used, where the properties have none);
+  ``x-exchange`` / ``x-routing-key`` → ``exchange`` / ``routing_key`` (else ``""`` and the
+  stream's name, as Leveret's 0-9-1 reader gives them); application properties and the
+  other ``x-`` message annotations (``x-cc`` as ``CC``) → ``headers`` (values as text).
 - Body: the ``data`` sections' bytes; an ``amqp-value`` holding a string or binary: its bytes;
   any other ``amqp-value`` / ``amqp-sequence``: the encoded sections.
 
@@ -85,7 +88,7 @@ _BASIC = {
     "x-basic-content-type": 0,
     "x-basic-content-encoding": 1,
 }
-_LEFT_OUT = frozenset((EXCHANGE_ANNOTATION, ROUTING_KEY_ANNOTATION, "x-basic-cluster-id"))
+_LEFT_OUT = frozenset((EXCHANGE_ANNOTATION, ROUTING_KEY_ANNOTATION, "x-opt-rabbitmq-received-time"))
 
 
 class ChunkError(ValueError):
@@ -124,6 +127,13 @@ def _as_str(value: Value) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
+
+
+def _as_id(value: Value) -> str | None:
+    """A message or correlation id as the 0-9-1 reader gives it."""
+    if isinstance(value, uuid.UUID):
+        return f"urn:uuid:{value}"
+    return _as_str(value)
 
 
 def _skip_section(buf: bytes, p: int) -> int:
@@ -231,16 +241,20 @@ def _stored_091(prefix: bytes) -> tuple[str, str, bytes] | None:
     return values[0].decode("utf-8", "replace"), values[1].decode("utf-8", "replace"), values[2]
 
 
-def _decode_amqp10(prefix: bytes, stream: str, cols: _Columns) -> _Shape:
-    """Append one row of property and header columns for a 1.0 ``prefix`` to ``cols``."""
+def _decode_amqp10(prefix: bytes, stream: str, cols: _Columns, *, readable: bool = True) -> _Shape:
+    """Append one row of property and header columns for a 1.0 ``prefix`` to ``cols``
+    (``readable`` false: the record is not a 1.0 message, and has no properties)."""
     message = parse_message(prefix)
     header = message.header()
     annotations = message.message_annotations()
     properties = message.properties()
     application = message.application_properties()
     values: list[object] = [None] * len(cols.props)
+    # Durable unless the header says otherwise (RabbitMQ 4 takes a message without one as
+    # durable).
+    if readable:
+        values[2] = 1 if header is not None and header.durable is False else 2
     if header is not None:
-        values[2] = 2 if header.durable else 1
         values[3] = header.priority
         if header.ttl is not None:
             values[6] = str(header.ttl)
@@ -253,25 +267,28 @@ def _decode_amqp10(prefix: bytes, stream: str, cols: _Columns) -> _Shape:
         name = str(key)
         index = _BASIC.get(name)
         if index is not None:
-            values[index] = _as_str(item)
+            if values[index] is None:
+                values[index] = _as_str(item)
         elif name == EXCHANGE_ANNOTATION:
             exchange = _as_str(item)
         elif name == ROUTING_KEY_ANNOTATION:
             routing_key = _as_str(item)
-        elif name not in _LEFT_OUT:
+        elif name.startswith("x-") and name not in _LEFT_OUT and not name.startswith("x-basic-"):
             had_headers = True
             if cols.include_headers:
-                keys.append(name)
+                keys.append("CC" if name == "x-cc" else name)
                 texts.append(_text(item))
     if properties is not None:
-        values[7] = _as_str(properties.message_id)
+        values[7] = _as_id(properties.message_id)
         values[9] = _as_str(properties.user_id)
         values[5] = _as_str(properties.reply_to)
-        values[4] = _as_str(properties.correlation_id)
+        values[4] = _as_id(properties.correlation_id)
         if properties.content_type is not None:
             values[0] = str(properties.content_type)
         if properties.content_encoding is not None:
             values[1] = str(properties.content_encoding)
+        if properties.group_id is not None:
+            values[10] = str(properties.group_id)
     for key, item in application.items():
         had_headers = True
         if cols.include_headers:
@@ -440,7 +457,7 @@ class RecordColumns:
         shapes: list[_Shape] = []
         for prefix in self._prefixes:
             if prefix is None:
-                shapes.append(_decode_amqp10(b"", self.queue, cols))
+                shapes.append(_decode_amqp10(b"", self.queue, cols, readable=False))
                 continue
             try:
                 stored = _stored_091(prefix)

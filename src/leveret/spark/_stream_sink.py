@@ -8,12 +8,15 @@ not above it, so a replayed batch or a retried task publishes nothing twice. Bef
 publishing, the task asks for that highest id (``query_publisher_sequence``) and does not
 even send the rows below it.
 
-Rows become AMQP 1.0 messages by RabbitMQ's 0-9-1 → 1.0 mapping (``_records`` reads them
-back the same way): ``persistent`` / ``delivery_mode`` → header durable, ``priority`` and a
-numeric ``expiration`` → header priority / ttl, the ids, ``reply_to`` and content type and
-encoding → the properties section, ``type`` / ``app_id`` → ``x-basic-type`` /
-``x-basic-app-id`` annotations, ``headers`` → application properties, the value → one data
-section. Messages go out in publish frames of up to ``_FRAME_BYTES``, with at most
+Rows become AMQP 1.0 messages by RabbitMQ 4's 0-9-1 → 1.0 mapping, the broker's one table
+(``convert/amqp10_amqp091.py``; ``_records`` reads them back the same way):
+``persistent`` / ``delivery_mode`` → header durable, ``priority`` and a numeric
+``expiration`` → header priority / ttl, the ids, ``reply_to``, content type and encoding
+and ``app_id`` (group-id) → the properties section, ``type`` → the ``x-basic-type``
+annotation, ``headers`` → application properties, the value → one data section (a
+non-numeric ``expiration``, which the table leaves out, goes in ``x-basic-expiration``).
+The header is always written: without one, RabbitMQ 4 and Leveret take a message as
+durable. Messages go out in publish frames of up to ``_FRAME_BYTES``, with at most
 ``max_in_flight`` unconfirmed. No pyspark import here.
 """
 
@@ -63,13 +66,10 @@ def encode_prefix(
     priority = p.get("priority")
     expiration = p.get("expiration")
     ttl = int(expiration) if isinstance(expiration, str) and expiration.isdigit() else None
-    parts: list[bytes] = []
-    if durable or priority is not None or ttl is not None:
-        parts.append(Header(durable=durable or None, priority=priority, ttl=ttl).encode())
+    parts = [Header(durable=durable, priority=priority, ttl=ttl).encode()]
     annotations: dict[t.Value, t.Value] = {}
-    for name, key in (("type", "x-basic-type"), ("app_id", "x-basic-app-id")):
-        if p.get(name) is not None:
-            annotations[t.Symbol(key)] = str(p[name])
+    if p.get("type") is not None:
+        annotations[t.Symbol("x-basic-type")] = str(p["type"])
     if expiration is not None and ttl is None:
         annotations[t.Symbol("x-basic-expiration")] = str(expiration)
     if annotations:
@@ -84,6 +84,7 @@ def encode_prefix(
         correlation_id=p.get("correlation_id"),
         content_type=t.Symbol(content_type) if content_type is not None else None,
         content_encoding=t.Symbol(content_encoding) if content_encoding is not None else None,
+        group_id=None if p.get("app_id") is None else str(p["app_id"]),
     )
     if section != Properties():
         parts.append(section.encode())

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from leveret.auth.users import UserStore
+from leveret.convert.amqp091 import wire_message
 from leveret.errors import AMQPError
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
@@ -47,7 +48,6 @@ from leveret.protocol.amqp091.client_events import (
     ProtocolHeaderReceived,
 )
 from leveret.server.amqp091 import AMQP091Connection, Limits
-from leveret.server.amqp091.message import wire_message
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

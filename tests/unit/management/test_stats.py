@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from leveret.config import Settings
+from leveret.convert.amqp091 import wire_message
 from leveret.management import query
 from leveret.management.app import ManagementServer
 from leveret.management.stats import (
@@ -26,7 +27,6 @@ from leveret.management.stats import (
 )
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 

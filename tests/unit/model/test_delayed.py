@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
 from leveret.errors import CommandInvalid, PreconditionFailed
 from leveret.model.exchanges.delayed import MAX_DELAY, delay_of
 from leveret.model.journal import NullJournal
@@ -18,7 +19,6 @@ from leveret.model.queues.delayed import Selector as Sel
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 

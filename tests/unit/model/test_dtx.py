@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
 from leveret.errors import CommandInvalid, NotAllowed, NotFound
 from leveret.model.broker import Broker
 from leveret.model.dtx import (
@@ -20,7 +21,6 @@ from leveret.model.dtx import (
 )
 from leveret.model.settle import Delivery
 from leveret.model.transaction import ACCEPT
-from leveret.server.amqp091.message import wire_message
 from tests.unit.store.test_journal_hooks import FakeJournal
 
 if TYPE_CHECKING:

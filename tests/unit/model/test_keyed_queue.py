@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.message import Message
+from leveret.model.message import HINT_HEADERS, Message
 from leveret.model.message_groups import NO_GROUP, SWEEP_FLOOR, group_of
 from leveret.model.queues.keyed import KeyedQueue
 from leveret.model.vhost import VirtualHost
@@ -187,7 +187,9 @@ def test_the_group_of_a_message() -> None:
 
     def of(headers: dict[str, object] | None, group_id: str | None = None) -> str:
         view = View(headers, group_id)
-        message = Message("", "q", b"\x01\x00", b"", lambda _raw: view)  # type: ignore[arg-type, return-value]
+        # A front end sets the headers hint when its encoded form has headers.
+        hints = HINT_HEADERS if headers is not None else 0
+        message = Message("", "q", b"\x01\x00", b"", lambda _raw: view, hints=hints)  # type: ignore[arg-type, return-value]
         return group_of(message, "g")
 
     assert of({"g": "A"}) == "A"

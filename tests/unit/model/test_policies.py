@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
 from leveret.model.policies import (
     PolicyError,
     effective_definition,
@@ -17,7 +18,6 @@ from leveret.model.queues import CLASSIC, STREAM
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 

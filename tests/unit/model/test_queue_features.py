@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
 from leveret.errors import PreconditionFailed
 from leveret.model.dead_letter import is_cycle
 from leveret.model.queues import parse_queue_args
@@ -13,7 +14,6 @@ from leveret.model.queues.args import PLAIN
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 

@@ -8,6 +8,7 @@ import pytest
 
 from leveret.auth.authn import FAILURE_DELAY
 from leveret.auth.users import UserStore
+from leveret.convert.amqp091 import wire_message
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
@@ -16,7 +17,6 @@ from leveret.protocol.amqp091.channel import LARGE_BODY
 from leveret.protocol.amqp091.connection import PACED_TURN_FRAMES, TURN_FRAMES, Limits
 from leveret.server.amqp091 import handlers
 from leveret.server.amqp091.channel import Channel
-from leveret.server.amqp091.message import wire_message
 from leveret.testing import (
     DEFAULT_CAPABILITIES,
     CodecClient,

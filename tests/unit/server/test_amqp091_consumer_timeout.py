@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
 from leveret.errors import PreconditionFailed
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from leveret.auth.users import UserStore
+from leveret.convert.legacy import FILENAME_HEADER
 from leveret.model.broker import Broker
 from leveret.model.dtx import XA_OK
 from leveret.protocol.amqp08._generated import methods as m08
@@ -25,7 +26,6 @@ from leveret.server.legacy.channel import LegacyChannel
 from leveret.server.legacy.dialects import AMQP08, AMQP09, DIALECTS, Dialect
 from leveret.server.legacy.dtx import xid_of
 from leveret.server.legacy.filexfer import WINDOW, message_identifier
-from leveret.server.legacy.mapping import FILENAME_HEADER
 from leveret.server.legacy.ratestream import Pacer
 from leveret.testing import CodecClient, FastClient, LegacyClient
 from leveret.testing.amqpfast_client import Connected, Delivered, Replied

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
 from leveret.model.queues.delayed import DelayQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server import message_ops as tools
-from leveret.server.amqp091.message import wire_message
 from leveret.testing.pager import MemoryPager
 from tests.queue_support import classic
 

@@ -10,6 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leveret.auth.users import UserStore
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp10_amqp091 import from_amqp10, to_amqp10
+from leveret.convert.stream_records import RECORDS
 from leveret.model.broker import Broker
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.queues.stream_log import MemoryStreamBackend
@@ -18,10 +21,8 @@ from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.chunk import entries_of
 from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
-from leveret.server.amqp091.message import wire_message
 from leveret.server.rabbitstream import StreamConnection, StreamServer
 from leveret.server.rabbitstream.connection import State
-from leveret.server.stream_message import RECORDS, from_amqp10, to_amqp10
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

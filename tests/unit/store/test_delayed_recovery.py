@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.formats import stored_message
 from leveret.model.broker import Broker
 from leveret.model.queues.delayed import Selector
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stored import stored_message
 from leveret.store.disk import DiskStore
 from leveret.store.recovery import restore
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.formats import stored_message
 from leveret.model.broker import Broker
 from leveret.model.queues import ClassicQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
 from leveret.server.amqp091.session import Session
-from leveret.server.stored import stored_message
 from leveret.store.disk import DiskStore
 from leveret.store.recovery import restore
 from leveret.testing import MemoryPager, RecordingSink

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp10_amqp091 import from_amqp10, to_amqp10
+from leveret.convert.formats import AMQP091, AMQP10, amqp091_parts
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import (
     HEADER_SIZE,
@@ -17,8 +20,6 @@ from leveret.protocol.rabbitstream.chunk import (
     parse_header,
     simple_entry,
 )
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_message import from_amqp10, to_amqp10
 from leveret.store.records import COMMIT, frame
 from leveret.store.stream_log import CHUNK_DATA_MAX
 from leveret.store.stream_segments import SUFFIX
@@ -149,10 +150,12 @@ def test_stream_protocol_entries_are_read_by_0_9_1_readers(h: Harness) -> None:
         entries = stream_log.read(0, 10)
         assert [e.offset for e in entries] == [0, 1, 2, 3, 4]
         first = entries[0].message
-        assert first.body == b"hello"
+        assert first.format == AMQP10  # kept as the stream client sent it
+        assert amqp091_parts(first)[1] == b"hello"
         assert first.routing_key == "s"  # the stream's name
         assert first.headers == {"k": "v", "x-stream-offset": 0, "x-stream-timestamp": 10}
-        assert [e.message.body for e in entries[1:]] == [b"s0", b"s1", b"s2", b"091"]
+        assert [amqp091_parts(e.message)[1] for e in entries[1:]] == [b"s0", b"s1", b"s2", b"091"]
+        assert entries[4].message.format == AMQP091
         assert entries[4].message.exchange == "ex"
 
     check()

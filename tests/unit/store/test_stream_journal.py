@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.stream_records import RECORDS
+from leveret.convert.stream_stamp import stamp_stream
 from leveret.model.journal import NullJournal
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.session import Session
-from leveret.server.amqp091.stream_headers import stamp_stream
-from leveret.server.stream_message import RECORDS
 from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 from leveret.testing import RecordingSink, make_message

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.stream_records import RECORDS, legacy_entry
+from leveret.convert.stream_stamp import stamp_stream
 from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.queues.stream_log import MemoryStreamLog, StreamEntry
 from leveret.model.vhost import VirtualHost
-from leveret.server.amqp091.message import wire_message
-from leveret.server.amqp091.stream_headers import stamp_stream
-from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.records import StoreCorrupt
 from leveret.store.stream_log import FileStreamLog, StreamStore
 

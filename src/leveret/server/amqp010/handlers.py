@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from leveret.convert.amqp010 import routing_key_of, transfer_message, user_id_of
 from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.dtx import XA_OK
 from leveret.model.exchanges import TYPES
@@ -39,7 +40,6 @@ from leveret.protocol.amqp010._generated.structs import (
 from leveret.protocol.amqp010.errors import ExecutionError
 from leveret.protocol.amqp010.ops import decode_header
 from leveret.protocol.amqp010.sequence import SequenceSet
-from leveret.server.amqp010.mapping import routing_key_of, transfer_message, user_id_of
 from leveret.server.amqp010.session import DLX, delete_rerouting
 
 if TYPE_CHECKING:

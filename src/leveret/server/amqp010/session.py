@@ -40,6 +40,7 @@ from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from leveret.convert.amqp010 import delivery_parts
 from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
@@ -47,7 +48,6 @@ from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
 from leveret.model.transaction import ACCEPT
 from leveret.protocol.amqp010._generated.commands import MessageTransfer
-from leveret.server.amqp010.mapping import delivery_parts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from leveret.convert.formats import amqp091_parts
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.channel import LARGE_BODY, ChannelState
 
 # A module global: looked up once per delivery on the hot path, not through the module.
 from leveret.protocol.amqp091.framing import FRAME_END_BYTES
 from leveret.server.amqp091.session import Session
-from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from leveret.model.broker import Client
@@ -50,7 +50,7 @@ class Channel(ChannelState):
         body = message.body
         raw = message.raw_properties
         if message.format:
-            # Published in another protocol: converted for this consumer (server/formats.py).
+            # Published in another protocol: converted for this consumer (convert/formats.py).
             raw, body = amqp091_parts(message)
         size = len(body)
         conn = self.conn

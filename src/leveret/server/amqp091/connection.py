@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Final, cast
 from leveret import __version__
 from leveret.auth import authn
 from leveret.auth.access import Access
+from leveret.convert.amqp091 import delivery_mode, wire_message
 from leveret.errors import CommandInvalid, NotAllowed, PreconditionFailed
 from leveret.model.message import HINT_PERSISTENT
 from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, ServerConnection
 from leveret.server.amqp091.channel import Channel
 from leveret.server.amqp091.handlers import HANDLERS
-from leveret.server.amqp091.message import delivery_mode, wire_message
 from leveret.server.guard import Guard
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.formats import amqp091_parts
 from leveret.errors import InternalError, NotAllowed
 from leveret.model.router import REPLY_TO
 from leveret.model.vhost import Declared
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -27,6 +27,13 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
+from leveret.convert.amqp10 import (
+    FORMAT,
+    amqp10_message,
+    field_value,
+    payload_for_amqp10,
+)
+from leveret.convert.amqp10_amqp091 import payload_from_amqp091
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.consumer import Browser, Consumer, ConsumerOwner
@@ -45,13 +52,6 @@ from leveret.protocol.amqp10 import (
 )
 from leveret.server.amqp10.address import AddressError, parse_target
 from leveret.server.amqp10.errors import error_for
-from leveret.server.amqp10.from_amqp091 import payload_from_amqp091
-from leveret.server.amqp10.message import (
-    FORMAT,
-    amqp10_message,
-    field_value,
-    payload_for_amqp10,
-)
 from leveret.server.amqp10.selector import message_lookup
 
 if TYPE_CHECKING:

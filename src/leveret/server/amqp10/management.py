@@ -24,6 +24,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from leveret.convert.amqp10 import field_value, value_of_field
 from leveret.errors import AMQPError
 from leveret.protocol.amqp10 import (
     Accepted,
@@ -37,7 +38,6 @@ from leveret.protocol.amqp10 import (
 )
 from leveret.protocol.amqp10.message import encode_message
 from leveret.protocol.amqp10.types import decode_value
-from leveret.server.amqp10.message import field_value, value_of_field
 
 if TYPE_CHECKING:
     from leveret.model.queues.base import Queue

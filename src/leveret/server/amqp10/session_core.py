@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from leveret.convert.amqp10 import first_sections, split_payload
 from leveret.protocol.amqp10 import Error, Properties, Role
 from leveret.protocol.amqp10.types import decode_value
-from leveret.server.amqp10.message import first_sections, split_payload
 
 if TYPE_CHECKING:
     from leveret.model.broker import Client

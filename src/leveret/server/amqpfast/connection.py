@@ -32,8 +32,8 @@ read); HANDLE CANCEL of a durable subscription deletes its queue (configure); QU
 BROWSE read the queue (read, as basic.get). A refusal closes the handle (or the channel)
 with 403, the scope RFC 006 gives a failed handle command.
 
-Messages are converted to and from the core's 0-9-1 form by ``mapping.py``. Sans-IO: bytes in
-(``data_received``), bytes out (``take_output``), time as arguments.
+Messages are converted to and from the core's 0-9-1 form by ``convert/amqpfast.py``. Sans-IO:
+bytes in (``data_received``), bytes out (``take_output``), time as arguments.
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING
 
 from leveret.auth import authn
 from leveret.auth.access import Access
+from leveret.convert.amqpfast import from_message, to_message
 from leveret.errors import AMQPError
 from leveret.model.consumer import UNLIMITED
 from leveret.protocol.amqpfast import events as ev
 from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer
 from leveret.server.amqp091.session import Session
-from leveret.server.amqpfast.mapping import from_message, to_message
 from leveret.server.guard import Guard
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from that offset (its content header's body size is what this stage sends, so st
 sent = content-size), and every body frame is kept as it arrives, so a sender whose
 connection dropped mid-stage opens the same identifier again and continues from where the
 broker's copy ends. ``file.publish(identifier)`` routes the staged message through the core
-(a persistent message, ``mapping.py``) and forgets the staging area; an identifier that is
+(a persistent message, ``convert/legacy.py``) and forgets the staging area; an identifier that is
 not staged is 404, one still incomplete 406. A mandatory or immediate publish the core
 returns comes back as ``file.return`` with the content.
 
@@ -29,6 +29,7 @@ import hashlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.legacy import file_message, file_properties
 from leveret.errors import (
     CommandInvalid,
     ContentTooLarge,
@@ -44,7 +45,6 @@ from leveret.server.legacy.consume import (
     unused_tag,
 )
 from leveret.server.legacy.handlers import methods_of, properties_of, register, reply
-from leveret.server.legacy.mapping import file_message, file_properties
 from leveret.server.legacy.state import Staged, owner_key, state_of
 
 if TYPE_CHECKING:

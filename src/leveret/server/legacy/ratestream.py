@@ -15,7 +15,7 @@ a priority, in order. Messages dropped are counted (``Pacer.dropped``).
 
 ``stream.deliver`` carries the consumer tag, a delivery tag (the channel's; nothing to
 acknowledge), the exchange and the queue. ``stream.publish`` publishes a transient message
-(``mapping.py``); what the core returns comes back as ``stream.return``.
+(``convert/legacy.py``); what the core returns comes back as ``stream.return``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.legacy import basic_properties, stream_message, stream_properties
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp09._generated import methods as m09
 from leveret.server.legacy.consume import (
@@ -33,7 +34,6 @@ from leveret.server.legacy.consume import (
     unused_tag,
 )
 from leveret.server.legacy.handlers import methods_of, properties_of, register, reply
-from leveret.server.legacy.mapping import basic_properties, stream_message, stream_properties
 
 if TYPE_CHECKING:
     from leveret.model.message import Message

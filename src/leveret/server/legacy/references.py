@@ -14,7 +14,7 @@ Client to broker:
 
 - ``transfer``: a publish to the exchange named by ``destination`` (write permission, and
   ``user-id`` as basic's) with the routing key; the other fields become the properties
-  (``mapping.py``). An inline body publishes at once; a reference body publishes when the
+  (``convert/legacy.py``). An inline body publishes at once; a reference body publishes when the
   reference is closed (the draft: not acknowledged before). Answered ``ok``, or ``reject``
   313 when ``immediate`` found no consumer (the core's return).
 - ``open`` / ``append`` / ``close`` of references (an open reference again is 406, an
@@ -43,12 +43,12 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.legacy import transfer_fields, transfer_message
 from leveret.errors import ContentTooLarge, NotAllowed, NotFound, PreconditionFailed
 from leveret.protocol.amqp09._generated import methods as m09
 from leveret.protocol.amqp09.wiretypes import Content
 from leveret.server.legacy.consume import channel_extra, consume_queue, start_consumer, unused_tag
 from leveret.server.legacy.handlers import register
-from leveret.server.legacy.mapping import transfer_fields, transfer_message
 from leveret.server.legacy.state import owner_key, state_of
 
 if TYPE_CHECKING:

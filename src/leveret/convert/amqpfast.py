@@ -1,6 +1,6 @@
 """An AMQP/Fast message header (RFC 006, 3.4) as the core's ``Message`` and back.
 
-The core keeps messages in 0-9-1's form (``server/amqp091/message.py``), so a message sent
+The core keeps messages in 0-9-1's form (``amqp091.py``), so a message sent
 over AMQP/Fast is consumed over 0-9-1 (and through it every other front end) unchanged. The
 mapping, field by field:
 
@@ -28,10 +28,10 @@ import re
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.formats import amqp091_parts
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqpfast.commands import MessageHeader
-from leveret.server.amqp091.message import wire_message
-from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from leveret.model.message import Message

@@ -37,6 +37,8 @@ import decimal
 import uuid
 from typing import TYPE_CHECKING
 
+from leveret.convert.amqp091 import decode_properties, wire_message
+from leveret.convert.formats import AMQP091, amqp091_parts
 from leveret.protocol.amqp010._generated.structs import (
     DeliveryProperties,
     MessageProperties,
@@ -45,8 +47,6 @@ from leveret.protocol.amqp010._generated.structs import (
 from leveret.protocol.amqp010.ops import encode_header
 from leveret.protocol.amqp010.types import Array, Struct, Typed
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import decode_properties, wire_message
-from leveret.server.formats import AMQP091, amqp091_parts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

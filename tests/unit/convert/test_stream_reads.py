@@ -1,4 +1,4 @@
-"""A chunk's entries decoded in one pass (server/stream_reads.py, through
+"""A chunk's entries decoded in one pass (convert/stream_reads.py, through
 ``StreamRecords.chunk_messages``): the same messages as decoding each entry on its own,
 whatever mix of records, and a reused record head only where it must hold."""
 
@@ -11,11 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp10_amqp091 import sections_of, to_amqp10
+from leveret.convert.formats import AMQP10, amqp091_parts
+from leveret.convert.stream_records import StreamRecords, record_of
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, simple_entry
 from leveret.protocol.rabbitstream.errors import UnknownFrame
-from leveret.server.amqp091.message import wire_message
-from leveret.server.stream_message import StreamRecords, record_of, to_amqp10
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
@@ -55,7 +57,13 @@ records = st.one_of(
         st.sampled_from([0, 1, 200, 255, 256, 1000]),
     ),
     st.builds(_two_data_sections, st.integers(0, len(PROPS) - 1), st.sampled_from([0, 3, 300])),
+    # Records of 1.0 / stream-protocol publishes, routed by the stream or by annotations.
     st.builds(lambda p, b: to_amqp10(PROPS[p], b), st.integers(0, len(PROPS) - 1), st.binary()),
+    st.builds(
+        lambda p, b: sections_of(PROPS[p], b, exchange="e", routing_key="rk"),
+        st.integers(0, len(PROPS) - 1),
+        st.sampled_from([b"", b"x", b"y" * 300]),
+    ),
     st.binary(max_size=40),
 )
 entries = st.one_of(
@@ -85,14 +93,23 @@ def _chunk_data(codec: StreamRecords, chunk_entries: list[bytes]) -> tuple[bytes
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(entries, min_size=1, max_size=8), min_size=1, max_size=3))
-def test_a_chunk_gives_what_its_entries_give_one_by_one(chunks: list[list[bytes]]) -> None:
-    # One codec for every chunk: the head kept from one chunk meets the next one's records.
+@given(
+    st.lists(
+        st.tuples(st.lists(entries, min_size=1, max_size=8), st.sampled_from(["s", "t"])),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_a_chunk_gives_what_its_entries_give_one_by_one(
+    chunks: list[tuple[list[bytes], str]],
+) -> None:
+    # One codec for every chunk: the head kept from one chunk meets the next one's records,
+    # of the same stream or another (a 1.0 record is routed by its stream's name).
     codec = StreamRecords()
-    for chunk_entries in chunks:
+    for chunk_entries, stream in chunks:
         chunk, at, end = _chunk_data(codec, chunk_entries)
-        expected = [m for e in chunk_entries for m in StreamRecords().messages(e, "s")]
-        got = codec.chunk_messages(chunk, at, end, len(chunk_entries), "s")
+        expected = [m for e in chunk_entries for m in StreamRecords().messages(e, stream)]
+        got = codec.chunk_messages(chunk, at, end, len(chunk_entries), stream)
         assert [_fields(m) for m in got] == [_fields(m) for m in expected]
 
 
@@ -107,6 +124,21 @@ def test_records_that_repeat_a_head_share_its_parts_and_keep_their_bodies() -> N
     raw_properties = {id(m.raw_properties) for m in got if m is not None}
     assert len(raw_properties) == 1
     assert {(m.exchange, m.routing_key) for m in got if m is not None} == {("x", "k")}
+
+
+def test_1_0_records_that_repeat_a_head_share_it_within_their_stream() -> None:
+    codec = StreamRecords()
+    bodies = [b"a", b"b" * 300, b""]
+    chunk_entries = [simple_entry(to_amqp10(PROPS[3], b)) for b in bodies]
+    chunk, at, end = _chunk_data(codec, chunk_entries)
+    got = [m for m in codec.chunk_messages(chunk, at, end, 3, "s") if m is not None]
+    assert {m.format for m in got} == {AMQP10}
+    assert [amqp091_parts(m)[1] for m in got] == bodies
+    assert len({id(m.raw_properties) for m in got}) == 1
+    assert {m.routing_key for m in got} == {"s"}
+    # The same records read for another stream are routed by that one's name.
+    other = codec.chunk_messages(chunk, at, end, 3, "t")
+    assert {m.routing_key for m in other if m is not None} == {"t"}
 
 
 def test_a_second_data_section_after_a_known_head_is_part_of_the_body() -> None:

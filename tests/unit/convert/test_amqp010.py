@@ -1,9 +1,12 @@
-"""AMQP 0-10 headers <-> the core's message (server/amqp010/mapping.py)."""
+"""AMQP 0-10 headers <-> the core's message (convert/amqp010.py)."""
 
 from __future__ import annotations
 
 import uuid
 
+from leveret.convert.amqp010 import delivery_header, delivery_parts, transfer_message
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp10 import amqp10_message
 from leveret.protocol.amqp010._generated.structs import (
     DeliveryProperties,
     MessageProperties,
@@ -13,9 +16,6 @@ from leveret.protocol.amqp010.ops import decode_header
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import Data, Header, Properties, UByte, UInt
 from leveret.protocol.amqp10.message import encode_message
-from leveret.server.amqp010.mapping import delivery_header, delivery_parts, transfer_message
-from leveret.server.amqp091.message import wire_message
-from leveret.server.amqp10.message import amqp10_message
 
 
 def test_a_0_10_transfer_maps_to_0_9_1_properties_and_back() -> None:

@@ -1,5 +1,5 @@
 """The content of the 0-8/0-9 ``file``, ``stream`` and ``message`` classes as the core's
-``Message`` and back. The core keeps 0-9-1's basic properties (``server/amqp091/message.py``),
+``Message`` and back. The core keeps 0-9-1's basic properties (``amqp091.py``),
 so whatever these classes publish is consumed over 0-9-1 (and through it every other front
 end), and what any front end published can be delivered to these classes' consumers.
 
@@ -25,9 +25,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from leveret.convert.amqp091 import wire_message
+from leveret.convert.formats import amqp091_parts
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
-from leveret.server.formats import amqp091_parts
 
 if TYPE_CHECKING:
     from leveret.model.message import Message

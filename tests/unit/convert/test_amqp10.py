@@ -10,6 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveret.convert.amqp10 import FORMAT, amqp10_message, payload_for_amqp10
+from leveret.convert.amqp10_amqp091 import amqp091_parts, from_amqp10, to_amqp10
+from leveret.convert.formats import stored_message
 from leveret.model.message import (
     HINT_EXPIRATION,
     HINT_HEADERS,
@@ -30,10 +33,6 @@ from leveret.protocol.amqp10 import (
 )
 from leveret.protocol.amqp10.errors import DecodeError
 from leveret.protocol.amqp10.message import encode_message, parse_message
-from leveret.server.amqp10.from_amqp091 import to_amqp10
-from leveret.server.amqp10.message import FORMAT, amqp10_message, payload_for_amqp10
-from leveret.server.amqp10.to_amqp091 import amqp091_parts, from_amqp10
-from leveret.server.stored import stored_message
 from tests.unit.protocol.amqp10.values import BLOB, SCALARS, TEXT
 
 if TYPE_CHECKING:
@@ -157,6 +156,22 @@ def test_a_malformed_message_is_a_decode_error() -> None:
         amqp10_message("", "q", encode_message(Data(b"x")) + b"\x00\x53\x73\x45")
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "005375a10161",  # a data section holding a string
+        "00537540",  # ... or null
+        "005375e00100",  # ... or an array
+        "0053765401",  # an amqp-sequence holding an integer
+        "005375a00161005376c0010154",  # data, then a sequence
+    ],
+)
+def test_a_body_section_holding_the_wrong_type_is_refused_at_the_transfer(body: str) -> None:
+    # Taken, it would fail only when a 0-9-1 consumer's conversion read it.
+    with pytest.raises(DecodeError):
+        amqp10_message("", "q", bytes.fromhex(body))
+
+
 _MESSAGE_IDS = st.one_of(st.none(), TEXT, BLOB, st.integers(0, 2**64 - 1).map(ULong), st.uuids())
 
 
@@ -217,3 +232,11 @@ def test_a_cut_or_changed_message_is_taken_or_a_decode_error(
             continue
         # What was taken is whole: its sections parse.
         parse_message(message.raw_properties + message.body)
+
+
+def test_an_x_application_property_kept_unchanged_through_a_change_is_not_lost() -> None:
+    message = amqp10_message(
+        "", "q", encode_message(Data(b"b"), application_properties={"x-k": 5, "p": 1})
+    )
+    changed = message.replace(headers={**(message.headers or {}), "x-new": 1})
+    assert changed.headers == {"x-k": 5, "p": 1, "x-new": 1}

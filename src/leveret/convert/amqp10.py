@@ -22,7 +22,7 @@ annotations (what the headers exchange matches and dead-lettering extends), ``us
 quorum delivery counts, stream offsets) put new ``x-`` headers into the message annotations
 and leave the bare message alone unless an application property itself changes.
 
-The 1.0 front end, the 0-9-1 mapping (``to_amqp091.py``) and recovery import this module.
+The 1.0 front end, the 0-9-1 table (``amqp10_amqp091.py``) and recovery import this module.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from leveret.model.message import (
     HINT_USER_ID,
     Message,
 )
+from leveret.protocol.amqp091.fieldtable import Long
 from leveret.protocol.amqp10 import (
     Array,
     Described,
@@ -64,6 +65,7 @@ from leveret.protocol.amqp10.message import (
     HEADER,
     MESSAGE_ANNOTATIONS,
     PROPERTIES,
+    MessageSections,
     parse_message,
 )
 from leveret.protocol.amqp10.types import decode_value, encode_value, skip_value
@@ -105,6 +107,8 @@ def _code_at(data: bytes, off: int) -> int:
 
 
 _SIZE8 = frozenset((0xA0, 0xA1, 0xA3, 0xC0, 0xC1))  # vbin8, str8, sym8, list8, map8
+_BINARY = frozenset((0xA0, 0xB0))  # vbin8, vbin32
+_LIST = frozenset((0x45, 0xC0, 0xD0))  # list0, list8, list32
 _SIZE32 = frozenset((0xB0, 0xB1, 0xB3, 0xD0, 0xD1))  # their 32-bit forms
 
 
@@ -156,7 +160,7 @@ def split_payload(payload: bytes) -> tuple[bytes, bytes]:
             if code not in (HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES,
                             APPLICATION_PROPERTIES):  # fmt: skip
                 # A symbolic descriptor or an unknown section: the careful parser decides.
-                parsed = parse_message(payload)
+                parsed = _parsed(payload)
                 return _split_parsed(payload, parsed.sections)
             end = _skip_section(payload, off)
             if code == DELIVERY_ANNOTATIONS:
@@ -168,10 +172,20 @@ def split_payload(payload: bytes) -> tuple[bytes, bytes]:
         cut = n
     body = payload[cut:]
     if cut < n and not _well_formed(body):
-        parse_message(payload)  # raises the precise decode-error
+        _parsed(payload)  # raises the precise decode-error
     if da is None:
         return payload[:cut], body
     return payload[: da[0]] + payload[da[1] : cut], body
+
+
+def _parsed(payload: bytes) -> MessageSections:
+    """``payload`` parsed by the careful parser, its body sections' values checked too (a
+    data section holds a binary, an amqp-sequence a list; the parser reads them only when
+    asked)."""
+    parsed = parse_message(payload)
+    if parsed.body_code in (DATA, AMQP_SEQUENCE):
+        parsed.body()  # decodes each section as its kind's value
+    return parsed
 
 
 def _well_formed(body: bytes) -> bool:
@@ -195,6 +209,10 @@ def _well_formed_body(body: bytes) -> bool:
             return False
         if kind >= 0 and (code != kind or code == AMQP_VALUE):
             return False
+        if code == DATA and body[off + 3] not in _BINARY:
+            return False  # a data section holds a binary (the parser says what it holds)
+        if code == AMQP_SEQUENCE and body[off + 3] not in _LIST:
+            return False  # an amqp-sequence section holds a list
         kind = code
         off = _skip_section(body, off)
     return True
@@ -303,14 +321,31 @@ def stored_message(exchange: str, routing_key: str, raw: bytes, body: bytes) -> 
 # -- what the model reads -------------------------------------------------------------------
 
 
+# What 0-9-1 field tables hold: int64 integers, timestamps of whole seconds up to 9999-12-31.
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_TIMESTAMP_MAX_MS = 253402300799999
+
+
 def field_value(value: Value) -> object:
-    """A 1.0 value as a header value of the model (0-9-1's field-table types)."""
+    """A 1.0 value as a header value of the model (0-9-1's field-table types: a long as a
+    ``Long``, the other integers as ints). What a field table cannot hold keeps its value in
+    the nearest type it can: an integer beyond int64 (a ulong) as its decimal text, a
+    timestamp before 1970 or after 9999 as a long of ms."""
     if isinstance(value, Timestamp):
-        return datetime.datetime.fromtimestamp(int(value) // 1000, tz=datetime.UTC)
+        ms = int(value)
+        if 0 <= ms <= _TIMESTAMP_MAX_MS:
+            return datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC)
+        return ms
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
-        return int(value)
+        number = int(value)
+        if not _INT64_MIN <= number <= _INT64_MAX:
+            return str(number)
+        # A 1.0 long (the decoder's plain int) stays a long (``l``), as RabbitMQ 4 maps it:
+        # readers of x-stream-offset and x-death counts look for that type.
+        return Long(number) if type(value) is int else number
     if isinstance(value, float):
         return float(value)
     if isinstance(value, str):
@@ -484,7 +519,9 @@ def encode_properties(view: PropertiesView, changes: Mapping[str, object]) -> by
         new_app: dict[Value, Value] = {}
         for key, value in new.items():
             if key.startswith("x-"):
-                if key not in old or old[key] != value:
+                # An x- application property leaves the application properties (below):
+                # kept as an annotation even when its value did not change.
+                if key not in old or old[key] != value or key in app:
                     annotations[Symbol(key)] = value_of_field(value)
             else:
                 kept = app.get(key)

@@ -29,6 +29,8 @@ HOT_PATH_MODULES = (
     "leveret.server.amqp10.message",
     "leveret.protocol.rabbitstream._publish",
     "leveret.server.connection",
+    "leveret.server.shell.shell",
+    "leveret.protocol.output",
     "leveret.server.guard",
     "leveret.server.legacy.connection_base",
     "leveret.server.legacy.connection",

@@ -18,7 +18,6 @@ from leveret.management.stats import (
     QUEUE_COUNTERS,
     QUEUE_GAUGES,
     Sampler,
-    channel_values,
     details,
     message_stats,
 )
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     from leveret.model.exchange import Exchange
     from leveret.model.queue import Queue
     from leveret.server.connection import ConnectionProtocol
+    from leveret.server.shell.info import ChannelInfo
 
 __all__ = ["Rates", "connection_name", "node_name"]
 
@@ -168,97 +168,96 @@ def exchange_json(
 
 
 def _peer(conn: ConnectionProtocol) -> tuple[str, int]:
-    host, _, port = conn.peer.rpartition(":")
-    return host.strip("[]"), int(port) if port.isdigit() else 0
+    shell = conn.shell
+    if shell is None:
+        host, _, port = conn.peer.rpartition(":")
+        return host.strip("[]"), int(port) if port.isdigit() else 0
+    return shell.info.peer_host, shell.info.peer_port
 
 
 def connection_json(
     conn: ConnectionProtocol, sampler: Sampler, rates: Rates = Rates()
 ) -> dict[str, Any]:
-    front = conn.amqp
-    client = getattr(front, "client", None) if front is not None else None
+    """A connection as RabbitMQ's info items (``server/shell/info.py``) describe it."""
+    shell = conn.shell
+    assert shell is not None  # listed only while open
+    info = shell.info
     series = sampler.connections.get(id(conn))
     samples = series.samples if series is not None and series.obj is conn else None
-    peer_host, peer_port = _peer(conn)
-    transport = conn.transport
-    local = transport.get_extra_info("sockname") if transport is not None else None
-    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    user = getattr(front, "user", None)
-    props = getattr(front, "client_properties", {}) or {}
     out: dict[str, Any] = {
-        "name": connection_name(conn),
+        "name": info.name,
         "node": NODE,
         "type": "network",
-        "protocol": getattr(front, "PROTOCOL_NAME", "AMQP 0-9-1"),
-        "user": client.user if client is not None else getattr(user, "name", ""),
-        "vhost": client.vhost.name if client is not None else "",
-        "host": local[0] if local else "",
-        "port": local[1] if local else 0,
-        "peer_host": peer_host,
-        "peer_port": peer_port,
-        "ssl": ssl_object is not None,
-        "state": "blocked" if getattr(front, "blocked", False) else "running",
-        "channels": len(client.sessions) if client is not None else 0,
-        "channel_max": getattr(front, "channel_max", 0),
-        "frame_max": getattr(front, "frame_max", 0),
-        "timeout": getattr(front, "heartbeat", 0),
-        "auth_mechanism": getattr(front, "mechanism", "PLAIN") or "PLAIN",
-        "client_properties": json_value(dict(props)),
-        "connected_at": int(conn.connected_at * 1000),
-        "recv_oct": conn.recv_oct,
-        "recv_cnt": conn.recv_cnt,
-        "send_oct": conn.send_oct,
-        "send_cnt": conn.send_cnt,
+        "protocol": info.protocol,
+        "user": info.user,
+        "vhost": info.vhost,
+        "host": info.host,
+        "port": info.port,
+        "peer_host": info.peer_host,
+        "peer_port": info.peer_port,
+        "ssl": info.ssl,
+        "state": info.state,
+        "channels": len(shell.channels()),
+        "channel_max": info.channel_max,
+        "frame_max": info.frame_max,
+        "timeout": info.timeout,
+        "auth_mechanism": info.auth_mechanism,
+        "client_properties": json_value(dict(info.client_properties)),
+        "connected_at": int(info.connected_at * 1000),
+        "recv_oct": info.recv_oct,
+        "recv_cnt": info.recv_cnt,
+        "send_oct": info.send_oct,
+        "send_cnt": info.send_cnt,
         "recv_oct_details": details(samples, 0, rates.age, rates.incr),
         "send_oct_details": details(samples, 1, rates.age, rates.incr),
         "send_pend": 0,
     }
-    provided = props.get("connection_name")
-    if isinstance(provided, str | bytes):
-        out["user_provided_name"] = json_value(provided)
-    if ssl_object is not None:
-        out["ssl_protocol"] = ssl_object.version()
-        cipher = ssl_object.cipher()
-        out["ssl_cipher"] = cipher[0] if cipher else None
+    provided = info.user_provided_name
+    if provided is not None:
+        out["user_provided_name"] = provided
+    if info.container_id is not None:
+        out["container_id"] = info.container_id
+    if info.ssl:
+        out["ssl_protocol"] = info.ssl_protocol
+        out["ssl_cipher"] = info.ssl_cipher
     return out
 
 
 def channel_json(
     conn: ConnectionProtocol,
-    number: int,
-    session: Any,
+    channel: ChannelInfo,
     sampler: Sampler,
     rates: Rates = Rates(),
 ) -> dict[str, Any]:
-    front = conn.amqp
-    client = getattr(front, "client", None)
-    series = sampler.channels.get(id(session))
-    samples = series.samples if series is not None and series.obj is session else None
-    cname = connection_name(conn)
-    peer_host, peer_port = _peer(conn)
-    consumers = getattr(session, "consumers", {}) or {}
-    unacked = getattr(session, "unacked", {}) or {}
-    publisher = getattr(session, "publisher", None)
-    tx = getattr(publisher, "tx", None)
-    confirms = getattr(publisher, "confirms", None)
+    shell = conn.shell
+    assert shell is not None
+    info = shell.info
+    number = channel.number
+    series = sampler.channels.get(id(channel.key))
+    samples = series.samples if series is not None and series.obj is channel.key else None
+    cname = info.name
     return {
         "name": f"{cname} ({number})",
         "number": number,
         "node": NODE,
-        "user": client.user if client is not None else "",
-        "vhost": client.vhost.name if client is not None else "",
-        "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
-        "consumer_count": len(consumers),
-        "messages_unacknowledged": len(unacked),
-        "messages_uncommitted": len(tx.publishes) if tx is not None else 0,
+        "user": info.user,
+        "vhost": info.vhost,
+        "connection_details": {
+            "name": cname,
+            "peer_host": info.peer_host,
+            "peer_port": info.peer_port,
+        },
+        "consumer_count": len(channel.consumers),
+        "messages_unacknowledged": channel.unacked,
+        "messages_uncommitted": channel.uncommitted,
         "acks_uncommitted": 0,
-        "prefetch_count": getattr(session, "prefetch_count", 0),
-        "global_prefetch_count": getattr(session, "global_prefetch_count", 0),
-        "confirm": confirms is not None,
-        "transactional": tx is not None,
+        "prefetch_count": channel.prefetch_count,
+        "global_prefetch_count": channel.global_prefetch_count,
+        "confirm": channel.confirm,
+        "transactional": channel.transactional,
         "state": "running",
         "message_stats": message_stats(
-            CHANNEL_COUNTERS, channel_values(session), samples, rates.age, rates.incr
+            CHANNEL_COUNTERS, channel.counters, samples, rates.age, rates.incr
         ),
     }
 
@@ -281,10 +280,9 @@ def consumer_json(consumer: Any, channel: dict[str, Any] | None) -> dict[str, An
 
 
 def channel_details(conn: ConnectionProtocol, number: int) -> dict[str, Any]:
-    front = conn.amqp
-    client = getattr(front, "client", None)
     cname = connection_name(conn)
     peer_host, peer_port = _peer(conn)
+    shell = conn.shell
     return {
         "name": f"{cname} ({number})",
         "number": number,
@@ -292,7 +290,7 @@ def channel_details(conn: ConnectionProtocol, number: int) -> dict[str, Any]:
         "peer_host": peer_host,
         "peer_port": peer_port,
         "node": NODE,
-        "user": client.user if client is not None else "",
+        "user": shell.info.user if shell is not None else "",
     }
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from leveret.server.admin import Admin
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.runtime import Runtime
+    from leveret.server.shell.info import ChannelInfo
 
 
 def _runtime(admin: Admin) -> Runtime:
@@ -68,13 +69,8 @@ async def import_document(host: Any, doc: object, vhost: str | None = None) -> d
 
 def connection_name(conn: ConnectionProtocol) -> str:
     """RabbitMQ's connection name: ``peer -> local address``."""
-    transport = conn.transport
-    local = transport.get_extra_info("sockname") if transport is not None else None
-    if not local:
-        return conn.peer
-    host, port = local[0], local[1]
-    shown = f"[{host}]" if ":" in host else host
-    return f"{conn.peer} -> {shown}:{port}"
+    shell = conn.shell
+    return shell.info.name if shell is not None else conn.peer
 
 
 def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
@@ -145,24 +141,25 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
     def connection_rows() -> list[tuple[Any, dict[str, Any]]]:
         out = []
         for conn in sorted(host.connections, key=lambda c: c.connected_at):
-            front = conn.amqp
-            client = getattr(front, "client", None) if front is not None else None
+            shell = conn.shell
+            if shell is None:
+                continue
+            info = shell.info
             out.append(
                 (
                     conn,
                     {
-                        "name": connection_name(conn),
-                        "user": client.user if client is not None else "",
-                        "vhost": client.vhost.name if client is not None else "",
-                        "peer_host": conn.peer.rpartition(":")[0].strip("[]"),
-                        "peer_port": int(conn.peer.rpartition(":")[2] or 0)
-                        if conn.peer.rpartition(":")[2].isdigit()
-                        else 0,
-                        "state": "running" if client is not None else "starting",
-                        "channels": len(client.sessions) if client is not None else 0,
-                        "recv_oct": conn.recv_oct,
-                        "send_oct": conn.send_oct,
-                        "protocol": getattr(front, "PROTOCOL_NAME", "AMQP 0-9-1"),
+                        "name": info.name,
+                        "user": info.user,
+                        "vhost": info.vhost,
+                        "peer_host": info.peer_host,
+                        "peer_port": info.peer_port,
+                        "state": info.state,
+                        "channels": len(shell.channels()),
+                        "recv_oct": info.recv_oct,
+                        "send_oct": info.send_oct,
+                        "protocol": info.protocol,
+                        "auth_mechanism": info.auth_mechanism,
                     },
                 )
             )
@@ -171,32 +168,29 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
     async def list_connections(args: dict[str, Any]) -> list[dict[str, Any]]:
         return [row for _conn, row in connection_rows()]
 
-    def sessions() -> list[tuple[dict[str, Any], int, Any]]:
-        out = []
+    def sessions() -> list[tuple[dict[str, Any], ChannelInfo]]:
+        out: list[tuple[dict[str, Any], ChannelInfo]] = []
         for conn, row in connection_rows():
-            client = getattr(conn.amqp, "client", None)
-            if client is not None:
-                for number, session in sorted(client.sessions.items()):
-                    out.append((row, number, session))
+            shell = conn.shell
+            if shell is not None:
+                out.extend((row, channel) for channel in shell.channels())
         return out
 
     async def list_channels(args: dict[str, Any]) -> list[dict[str, Any]]:
         return [
             {
-                "name": f"{row['name']} ({number})",
+                "name": f"{row['name']} ({channel.number})",
                 "connection": row["name"],
-                "number": number,
+                "number": channel.number,
                 "user": row["user"],
                 "vhost": row["vhost"],
-                "consumer_count": len(getattr(session, "consumers", {}) or {}),
-                "messages_unacknowledged": len(getattr(session, "unacked", {}) or {}),
-                "prefetch_count": getattr(session, "prefetch_count", 0),
-                "confirm": getattr(getattr(session, "publisher", None), "confirms", None)
-                is not None,
-                "transactional": getattr(getattr(session, "publisher", None), "tx", None)
-                is not None,
+                "consumer_count": len(channel.consumers),
+                "messages_unacknowledged": channel.unacked,
+                "prefetch_count": channel.prefetch_count,
+                "confirm": channel.confirm,
+                "transactional": channel.transactional,
             }
-            for row, number, session in sessions()
+            for row, channel in sessions()
         ]
 
     async def list_consumers(args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -204,16 +198,16 @@ def entity_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable
         return [
             {
                 "queue_name": consumer.queue.name,
-                "channel_pid": f"{row['name']} ({number})",
+                "channel_pid": f"{row['name']} ({channel.number})",
                 "consumer_tag": consumer.tag,
                 "ack_required": not consumer.auto_settle,
-                "prefetch_count": getattr(session, "prefetch_count", 0),
+                "prefetch_count": channel.prefetch_count,
                 "active": True,
                 "arguments": json_value(dict(consumer.arguments)),
             }
-            for row, number, session in sessions()
+            for row, channel in sessions()
             if row["vhost"] == vhost
-            for consumer in (getattr(session, "consumers", {}) or {}).values()
+            for consumer in channel.consumers.values()
         ]
 
     async def purge_queue(args: dict[str, Any]) -> int:

@@ -13,14 +13,8 @@ import pytest
 from leveret.management import query
 from leveret.management.stats import CHANNEL_COUNTERS, Sampler, details, message_stats
 from leveret.model.broker import Broker
-from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.message import wire_message
-from leveret.server.amqp091.session import Session
-from leveret.testing import RecordingSink
-
-
-def _conn(client: Any, recv: int = 0, send: int = 0) -> Any:
-    return SimpleNamespace(amqp=SimpleNamespace(client=client), recv_oct=recv, send_oct=send)
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.testing import CodecClient
 
 
 def test_rate_and_samples_newest_first() -> None:
@@ -54,20 +48,22 @@ def test_sampler_reads_the_core_counters_and_keeps_vhost_totals() -> None:
     broker = Broker()
     vhost = broker.vhosts["/"]
     vhost.declare_queue("s-q", owner=None)
-    client = broker.connect(vhost, "guest", "c1")
-    session = Session(vhost, client, RecordingSink())
-    client.attach(1, session)
-    conn = _conn(client, recv=100, send=10)
+    client = CodecClient.connect(broker)
+    client.handshake()
+    client.open_channel(1)
+    conn = SimpleNamespace(shell=client.shell)
     sampler = Sampler()
     sampler.sample(broker, [conn], now_ms=0)
-    raw = BasicProperties().encode()
-    session.select_confirm()
+    client.send(1, m.ConfirmSelect())
+    client.expect(1, m.ConfirmSelectOk)
     for _ in range(10):
-        session.publish("", "s-q", wire_message("", "s-q", raw, b"x"))
-    got = session.get("s-q", no_ack=False)
-    assert got is not None
-    session.ack(got[0])
-    conn.recv_oct = 600
+        client.publish(1, "", "s-q", b"x")
+    client.frames()  # the confirms
+    client.send(1, m.BasicGet(queue="s-q"))
+    got = client.expect_content(1, m.BasicGetOk)
+    assert isinstance(got.method, m.BasicGetOk)
+    client.send(1, m.BasicAck(delivery_tag=got.method.delivery_tag))
+    client.frames()
     sampler.sample(broker, [conn], now_ms=5000)
     queue = vhost.queues["s-q"]
     series = sampler.queue_series("/", queue, "s-q")
@@ -76,12 +72,14 @@ def test_sampler_reads_the_core_counters_and_keeps_vhost_totals() -> None:
     assert stats == {"publish": 10, "publish_details": {"rate": 2.0}}
     totals = dict(zip(CHANNEL_COUNTERS, sampler.vhost_totals["/"], strict=True))
     assert (totals["publish"], totals["confirm"], totals["get"], totals["ack"]) == (10, 10, 1, 1)
-    assert sampler.vhost_octets["/"] == [600, 10]
+    info = client.shell.info
+    assert info.recv_oct > 0
+    assert sampler.vhost_octets["/"] == [info.recv_oct, info.send_oct]
     # The channel closes: the vhost's totals keep what it did; a new one adds to them.
-    client.close_session(1)
-    session2 = Session(vhost, client, RecordingSink())
-    client.attach(2, session2)
-    session2.publish("", "s-q", wire_message("", "s-q", raw, b"y"))
+    client.send(1, m.ChannelClose())
+    client.expect(1, m.ChannelCloseOk)
+    client.open_channel(2)
+    client.publish(2, "", "s-q", b"y")
     sampler.sample(broker, [conn], now_ms=10000)
     totals = dict(zip(CHANNEL_COUNTERS, sampler.vhost_totals["/"], strict=True))
     assert totals["publish"] == 11

@@ -176,6 +176,11 @@ class ConnectionConfig:
     sasl_username: str = ""
     sasl_password: str = ""
     close_timeout: float = 5.0  # seconds to wait for the peer's close before giving up
+    # Server: end a pass after each request the broker answers (the open, a begin, a peer's
+    # attach), so that the frames after it see the answer as if they had come one at a time
+    # (``backlogged``). Without it, a detach or end in the same read can withdraw a request
+    # before the broker answers it.
+    answer_before_more: bool = False
 
 
 class Connection:
@@ -193,6 +198,11 @@ class Connection:
         # call, such as a refused SASL answer, come with the next call).
         self._events: list[Event] = []
         self._held = bytearray()  # input that arrived while SASL_PENDING
+        # Server: frames decoded but not processed because a request the broker answers
+        # (an open, a begin, a peer's attach) ended the pass; ``receive_data(b"")`` goes on.
+        self._backlog: list[Frame | ProtocolHeader] = []
+        self._answers = self.side is Side.SERVER and self.config.answer_before_more
+        self._answer_due = False
         self._open_sent = False
         self._header_received = False
         self._close_error: Error | None = None
@@ -228,8 +238,17 @@ class Connection:
         else:
             self._start_amqp()
 
+    @property
+    def backlogged(self) -> bool:
+        """Server with ``answer_before_more``: frames wait behind a request the broker was
+        to answer first (an open, a begin, an attach of the peer's): call
+        ``receive_data(b"", now)`` once it has, so that what follows sees the answer, as if
+        the frames had come one at a time."""
+        return bool(self._backlog) and self.state is not ConnectionState.CLOSED
+
     def receive_data(self, data: bytes | bytearray | memoryview, now: float) -> list[Event]:
-        """Feed bytes from the peer; return the events they complete, in order."""
+        """Feed bytes from the peer; return the events they complete, in order (with
+        ``answer_before_more``, up to the first that asks for an answer: ``backlogged``)."""
         if data:
             self._last_received = now
         if self.state is ConnectionState.SASL_PENDING:
@@ -247,6 +266,9 @@ class Connection:
 
     def _process(self, data: bytes | bytearray | memoryview) -> None:
         items = self._decoder.feed(data)
+        if self._backlog:
+            items = self._backlog + items
+            self._backlog = []
         opened = ConnectionState.OPENED
         while items:
             for item in items:
@@ -259,6 +281,12 @@ class Connection:
                         continue
                 self._handle(item)
                 if self.state is ConnectionState.CLOSED:
+                    return
+                if self._answer_due:
+                    # The broker answers before the next frame is looked at (a detach or an
+                    # end later in this read must find the link or session it answered).
+                    self._answer_due = False
+                    self._backlog = _after(items, item)
                     return
             if self.state is ConnectionState.SASL_PENDING or not self._decoder.buffered:
                 return
@@ -597,6 +625,7 @@ class Connection:
         if not self._open_sent:
             self._send_open()
         self.state = ConnectionState.OPENED
+        self._answer_due = self._answers
         self._events.append(
             ConnectionOpened(
                 container_id=perf.container_id,
@@ -735,6 +764,7 @@ class Connection:
         session.remote_outgoing_window = perf.outgoing_window
         session.remote_handle_max = perf.handle_max
         self._by_remote[channel] = session
+        self._answer_due = self._answers and perf.remote_channel is None
         self._events.append(
             SessionBegun(
                 channel=session.channel,
@@ -898,6 +928,7 @@ class Connection:
         session.links[handle] = link
         session.by_remote[perf.handle] = link
         self._pending[(session.channel, handle)] = perf
+        self._answer_due = self._answers
         self._events.append(
             LinkAttachRequested(
                 channel=session.channel,
@@ -1445,6 +1476,16 @@ class Connection:
 
 
 _TAG = struct.Struct(">I")
+
+
+def _after(
+    items: list[Frame | ProtocolHeader], item: Frame | ProtocolHeader
+) -> list[Frame | ProtocolHeader]:
+    """The items after ``item`` (found by identity: equal frames may repeat)."""
+    for index, candidate in enumerate(items):
+        if candidate is item:
+            return items[index + 1 :]
+    return []
 
 
 def _name(perf: Value) -> str:

@@ -376,6 +376,8 @@ class CodecClient:
         return b"".join(self.shell.take_output(self.clock.now))
 
     def _pump(self) -> None:
+        # Deferrals that completed since (Shell.defer) get the turn an adapter gives them.
+        run_turns(self.shell, self.clock.now)
         data = self.take_bytes()
         if not data:
             return

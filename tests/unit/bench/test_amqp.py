@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from bench.amqp import Connection, PublishTemplate
 from bench.stats import STAMP
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.server.amqp091 import Limits
-from leveret.server.shell.shell import Shell
 from leveret.testing import CodecClient
 from leveret.testing.client import feed
+
+if TYPE_CHECKING:
+    from leveret.server.shell.shell import Shell
 
 
 class Wire:

@@ -55,9 +55,7 @@ class Pair:
     def __init__(
         self, broker: Broker, users: UserStore, *, loopback: bool = True, **client_args: object
     ) -> None:
-        self.shell = new_shell(
-            FastConnection, broker, users, peer="127.0.0.1:1", loopback=loopback
-        )
+        self.shell = new_shell(FastConnection, broker, users, peer="127.0.0.1:1", loopback=loopback)
         conn = self.shell.front
         assert isinstance(conn, FastConnection)
         self.conn = conn

@@ -18,8 +18,8 @@ from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.chunk import entries_of
 from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
-from leveret.server.amqp091.message import wire_message
 from leveret.protocol.rabbitstream.server import ServerState
+from leveret.server.amqp091.message import wire_message
 from leveret.server.rabbitstream import StreamConnection, StreamServer
 from leveret.server.stream_message import RECORDS, from_amqp10, to_amqp10
 from leveret.testing.client import feed, new_shell, run_turns

@@ -142,6 +142,7 @@ class AMQP010Connection:
         self.held_size = 0
         # Events decoded and not handled yet (turns, or a deferral holding the input).
         self._events: list[Event] = []
+        self._inbox = bytearray()
         self._hold_all = False
         self._now = shell.created
 
@@ -157,14 +158,22 @@ class AMQP010Connection:
 
     @property
     def pending(self) -> bool:
-        return bool(self._events) and not self._hold_all and not self.should_close_transport
+        if self._hold_all or self.should_close_transport:
+            return False
+        return bool(self._events) or bool(self._inbox)
 
     def receive(self, data: bytes, now: float) -> None:
+        # Kept for the turn: the machine answers some commands itself as it decodes them
+        # (session attach), which must wait while a deferral holds the connection.
         self._now = now
-        self._events.extend(self.conn.receive_data(data, now))
+        self._inbox += data
 
     def run(self, budget: int, now: float) -> None:
         self._now = now
+        if self._inbox:
+            data = bytes(self._inbox)
+            self._inbox.clear()
+            self._events.extend(self.conn.receive_data(data, now))
         events = self._events
         if len(events) <= budget:
             self._events = []
@@ -216,6 +225,7 @@ class AMQP010Connection:
     def internal_error(self, now: float) -> None:
         # 0-10's connection.close has no internal-error code (541 is an execution error).
         self._events = []
+        self._inbox.clear()
         self.close_reason = "internal error"
         self.conn.close(_FORCED, "internal error; see the broker log")
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import platform
 import socket
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 from leveret import __version__
 from leveret.auth import authn
-from leveret.errors import CommandInvalid, PreconditionFailed
+from leveret.errors import AMQPError, CommandInvalid, PreconditionFailed
 from leveret.model.message import HINT_PERSISTENT
 from leveret.protocol.amqp091.connection import (
     OUTPUT_HIGH_WATER,
@@ -31,9 +31,14 @@ from leveret.server.amqp091.handlers import HANDLERS
 from leveret.server.amqp091.message import delivery_mode, wire_message
 from leveret.server.shell.info import ChannelInfo
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker, Client
+    from leveret.model.completion import Completion
     from leveret.protocol.amqp091._generated import methods as m
     from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
     from leveret.protocol.amqp091.connection import LoginOutcome
@@ -86,6 +91,34 @@ class AMQP091Connection(ServerConnection):
 
     def writable_changed(self, writable: bool) -> None:
         """The shell tells the model client; a channel has nothing of its own to do."""
+
+    def defer(
+        self,
+        channel: ChannelState,
+        completion: Completion[T],
+        reply: Callable[[T], None],
+        *,
+        class_id: int = 0,
+        method_id: int = 0,
+    ) -> None:
+        """A method of ``channel`` completes later (a declaration written to the cluster's
+        metadata store, an operation on a queue led by another node): the channel's
+        further frames wait (the connection's others go on) until ``completion`` is done;
+        then ``reply(value)`` sends the answer, or the error it failed with closes the
+        channel (or the connection, for a hard one) as the method's own error would,
+        named ``class_id``/``method_id``."""
+
+        def then(done: Completion[T]) -> None:
+            if self.finished or self.channels.get(channel.id) is not channel or channel.closing:
+                return  # the channel (or the connection) went while it waited
+            try:
+                reply(done.result())
+            except AMQPError as exc:
+                if not exc.class_id:
+                    exc.class_id, exc.method_id = class_id, method_id
+                self.fail_channel(channel, exc)
+
+        self.shell.defer(completion, then, channel=channel.id)
 
     def channel_infos(self) -> list[ChannelInfo]:
         out = []

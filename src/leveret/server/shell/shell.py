@@ -241,8 +241,11 @@ class Shell:
     @property
     def reading(self) -> bool:
         """Whether the adapter should read the socket: not blocked by the memory alarm,
-        and not holding more input than ``HOLD_BOUND`` for a deferral."""
-        if self.blocked:
+        not while the transport's own buffer is full, and not holding more input than
+        ``HOLD_BOUND`` for a deferral."""
+        if self.blocked or self._transport_paused:
+            # The peer does not read what we write: neither is it read (RabbitMQ's
+            # writer blocks its reader the same way), so it cannot make us buffer.
             return False
         if self._holds or self._channel_holds:
             front = self.front
@@ -641,7 +644,9 @@ class Shell:
             front.internal_error(now)
         except Exception:
             log.exception("connection %s: its internal error could not be sent", self.peer)
-            self._must_close = True
+        # The front end's state may be anything now: nothing more is handled; the close it
+        # wrote goes out, then the socket closes (as 0-9-1's 541 always did).
+        self._must_close = True
         self._reason = self._reason or "internal error"
         self.release()
 

@@ -14,7 +14,7 @@ restart, received by a consumer: how late each arrived (ms after its due time).
     python -m bench.delayed --part model --count 100000
     python -m bench.delayed --part broker --count 100000 --accuracy 10000
 
-Figures are in docs/architecture.md ("The delayed-message exchange").
+Figures are in docs/benchmarks.md ("The delayed-message exchange").
 """
 
 from __future__ import annotations

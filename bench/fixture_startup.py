@@ -3,7 +3,7 @@
 Measures, on this machine:
 
 - the broker's imports, paid once per test session (a fresh interpreter importing
-  ``leveret.server.lifecycle``);
+  ``leveret.server.server``);
 - an :class:`~leveret.testing.embedded.EmbeddedBroker` start and stop (``leveret_broker``:
   once per test module), and a fresh vhost made and deleted (``leveret_vhost``: per test);
 - for comparison, a broker subprocess (``python -m leveret serve --port 0``) until it logs
@@ -49,7 +49,7 @@ def imports(rounds: int) -> None:
     for _ in range(rounds):
         began = time.perf_counter()
         before = os.times()
-        subprocess.run([sys.executable, "-c", "import leveret.server.lifecycle"], check=True)
+        subprocess.run([sys.executable, "-c", "import leveret.server.server"], check=True)
         after = os.times()
         walls.append(time.perf_counter() - began)
         cpus.append(

@@ -1,21 +1,22 @@
 """The whole broker as ``leveret serve`` and the embedded broker run it: the server
-(``server/lifecycle.py``) with its management plane (``management/``) plugged in.
+(``server/server.py``) with its management plane (``management/``) plugged in.
 
 This is the one place that knows both: the server stands below the management plane and
-only holds a factory for it. Imported by ``cli/main.py`` and ``testing/embedded.py``."""
+only holds a factory for it (and for its part in a cluster, ``cluster/node.py``).
+Imported by ``cli/main.py`` and ``testing/embedded.py``."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from leveret.server.lifecycle import Server
+from leveret.server.server import Server
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
     from leveret.config import Settings
-    from leveret.server.lifecycle import ManagementPlane
+    from leveret.server.server import ClusterPart, ManagementPlane
 
 
 def _management(server: Server) -> ManagementPlane:
@@ -25,9 +26,17 @@ def _management(server: Server) -> ManagementPlane:
     return ManagementServer(server)
 
 
+def _cluster(server: Server) -> ClusterPart:
+    # Imported only by a node given --etcd: a single node never loads the cluster package.
+    from leveret.cluster.node import ClusterNode
+
+    return ClusterNode(server)
+
+
 def build_server(settings: Settings) -> Server:
-    """A server, not started, with the management plane it starts when settings ask."""
-    return Server(settings, management=_management)
+    """A server, not started, with the management plane it starts when settings ask and
+    its part in a cluster when ``settings.etcd`` names one."""
+    return Server(settings, management=_management, cluster=_cluster)
 
 
 def serve(settings: Settings) -> None:

@@ -37,6 +37,7 @@ HOT_PATH_MODULES = (
     "leveret.server.legacy.channel",
     "leveret.model.message",
     "leveret.model.entry",
+    "leveret.model.memory_gauge",
     "leveret.model.consumer",
     "leveret.model.paging",
     "leveret.model.queue",

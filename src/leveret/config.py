@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,24 @@ class Settings:
     collect_statistics_interval: int = 5000
     # RabbitMQ's load_definitions: a definitions file imported at every boot.
     load_definitions: str = ""
+    # A cluster (cluster/, docs/cluster.md): etcd's client URLs (http://HOST:PORT); empty =
+    # a single node, no etcd. Every key of the cluster is under etcd_prefix.
+    etcd: tuple[str, ...] = ()
+    etcd_prefix: str = "/leveret/"
+    # This node's name in the cluster ("" = leveret@ and the host name, as rabbit@host).
+    node_name: str = ""
+    # The inter-node link's port (RabbitMQ's distribution port is 25672).
+    cluster_port: int = 25672
+    # Seconds of the node's etcd lease: a node that stops answering is down for the others
+    # this long after its last keepalive (every third of it).
+    cluster_lease_ttl: int = 5
+    # Nodes of one broker on this machine (``leveret serve --workers N``): a supervisor runs
+    # N processes sharing the ports, each a cluster node with its own data_dir/node-K, on an
+    # etcd of its own unless etcd is given (cli/workers.py, docs/cluster.md). 1 = one process.
+    workers: int = 1
+    # Listen with SO_REUSEPORT, sharing the AMQP, stream and management ports with the
+    # other workers (the supervisor sets it for its workers).
+    reuse_port: bool = False
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -98,6 +117,11 @@ _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "
 # List settings whose empty value means something (RabbitMQ: loopback_users = none).
 _MAY_BE_EMPTY = frozenset(("loopback_users",))
 TLS_VERSIONS = ("1.2", "1.3")
+# In the data directory of ``leveret serve --workers`` (``cli/supervisor.py``): its nodes
+# and etcd; each worker's own data directory is beside it (node-1, ...).
+WORKERS_FILE = "workers.json"
+# More workers than this is a mistake (each is a whole broker process), not a plan.
+MAX_WORKERS = 256
 CERT_LOGIN_FROM = ("distinguished_name", "common_name")
 
 
@@ -182,7 +206,25 @@ def _validate(settings: Settings) -> Settings:
             "ssl_cert_login_from must be distinguished_name or common_name, "
             f"got {settings.ssl_cert_login_from}"
         )
+    if not 1 <= settings.workers <= MAX_WORKERS:
+        raise ConfigError(f"workers must be from 1 to {MAX_WORKERS}, got {settings.workers}")
+    if settings.cluster_port > 65535:
+        raise ConfigError(f"cluster_port must be at most 65535, got {settings.cluster_port}")
+    if settings.cluster_lease_ttl < 2:
+        raise ConfigError(
+            f"cluster_lease_ttl must be at least 2 (seconds), got {settings.cluster_lease_ttl}"
+        )
+    for url in settings.etcd:
+        if not url.startswith(("http://", "https://")) or url.count(":") < 2:
+            raise ConfigError(f"etcd must be http://HOST:PORT URLs, got {url!r}")
+    if not (settings.etcd_prefix.startswith("/") and settings.etcd_prefix.endswith("/")):
+        raise ConfigError(f"etcd_prefix must start and end with '/', got {settings.etcd_prefix!r}")
     return settings
+
+
+def node_name(settings: Settings) -> str:
+    """This node's name: ``node_name``, else ``leveret@`` and the host name."""
+    return settings.node_name or f"leveret@{socket.gethostname()}"
 
 
 def load(
@@ -218,4 +260,23 @@ def load(
     for name, value in (overrides or {}).items():
         if value is not None:
             values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    return _validate(Settings(**values))  # type: ignore[arg-type]
+
+
+def to_document(settings: Settings) -> dict[str, object]:
+    """The settings as JSON values (what ``leveret serve --workers`` hands each worker)."""
+    return {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in dataclasses.asdict(settings).items()
+    }
+
+
+def from_document(doc: Mapping[str, object]) -> Settings:
+    """Settings from :func:`to_document`'s values, checked as every other source's."""
+    values = {
+        name: value if value is None or value == [] else _coerce(name, value, "settings")
+        for name, value in doc.items()
+    }
+    # An empty list is an empty tuple (no etcd, no loopback users).
+    values = {name: () if value == [] else value for name, value in values.items()}
     return _validate(Settings(**values))  # type: ignore[arg-type]

@@ -310,7 +310,7 @@ def test_ten_thousand_pending_messages_survive_kill_9_and_arrive_once_on_time(
     )
     assert late[0] >= -5  # never early (the client's clock read before the broker's)
     # Measured with a few runs at load 6-10 on 2 cores: p50 3-30 ms, p99 27-670 ms (the
-    # figures are in docs/architecture.md). The bounds catch a scheduler that is wrong
+    # figures are in docs/benchmarks.md). The bounds catch a scheduler that is wrong
     # (seconds late, or late in bulk) without failing on a machine shared with other work.
     assert p50 <= 100
     assert p99 <= 1500

@@ -468,3 +468,28 @@ def test_stream_confirm_is_fsync_unless_written_is_asked_for() -> None:
     assert written.stream_confirm == "written"
     with pytest.raises(ConfigError, match="stream_confirm"):
         load(environ={"LEVERET_STREAM_CONFIRM": "never"})
+
+
+def test_cluster_settings() -> None:
+    settings = load(
+        environ={"LEVERET_ETCD": "http://a:2379, http://b:2379", "LEVERET_NODE_NAME": "n1"},
+        overrides={"cluster_port": 25673},
+    )
+    assert settings.etcd == ("http://a:2379", "http://b:2379")
+    assert settings.node_name == "n1"
+    assert settings.cluster_port == 25673
+    assert load(environ={}).etcd == ()  # a single node unless told
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"LEVERET_ETCD": "a:2379"}, "http://HOST:PORT"),
+        ({"LEVERET_CLUSTER_PORT": "70000"}, "cluster_port"),
+        ({"LEVERET_CLUSTER_LEASE_TTL": "1"}, "cluster_lease_ttl"),
+        ({"LEVERET_ETCD_PREFIX": "leveret"}, "etcd_prefix"),
+    ],
+)
+def test_bad_cluster_settings(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(environ=environ)

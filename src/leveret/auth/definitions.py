@@ -3,7 +3,7 @@ users, vhosts, permissions, topic permissions and limits, in and out of a ``User
 
 It is also how ``auth.persist`` keeps the store on disk, so a Leveret data directory's
 ``auth.json`` and a RabbitMQ export read the same way. Imported by ``auth.persist``,
-``server.admin`` (``leveret ctl import_definitions`` / ``export_definitions``) and tests.
+``server.ctl.admin`` (``leveret ctl import_definitions`` / ``export_definitions``) and tests.
 
 RabbitMQ's fields and their quirks, as 3.10 writes and reads them: ``password_hash`` is
 base64 of salt + digest, with ``hashing_algorithm`` naming the digest (absent: the

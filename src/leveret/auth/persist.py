@@ -1,6 +1,6 @@
 """The auth registry on disk: ``data_dir/auth.json``, rewritten whole and atomically on
-every change, read at boot. The server imports it (``server/lifecycle.py`` at boot,
-``server/admin.py`` after each change).
+every change, read at boot. The server imports it (``server/server.py`` at boot,
+``server/ctl/admin.py`` after each change).
 
 Why a file of its own and not records in ``defs.log``: an operator's change must be on disk
 before ``leveret ctl`` says it is done, while ``defs.log`` is written by the store's group

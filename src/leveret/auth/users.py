@@ -339,7 +339,7 @@ class UserStore:
 
     def delete_vhost(self, name: str) -> None:
         """Forget the vhost and every permission and limit in it (the server removes its
-        contents and closes its connections: server/admin.py)."""
+        contents and closes its connections: server/ctl/admin.py)."""
         self.vhost(name)
         log.debug("deleting vhost '%s'", name)
         del self.vhosts[name]

@@ -2,29 +2,33 @@
 
 The broker is found from the same settings as ``leveret serve`` (``--data-dir``,
 ``--config``, ``LEVERET_*``): its control socket is ``data_dir/ctl.sock``
-(``server/control.py``), usable by the broker's own user only, so no password is needed on
-the broker's machine. Output is a table (tab-separated, a header line; rabbitmqctl's
-"Listing ..." banner unless ``-q``) or JSON (``--formatter json``). Exit codes are
-rabbitmqctl's: 0 done, 64 bad usage, 65 bad data or failed authentication, 67 no such
-user, 69 broker or vhost unavailable, 70 user exists; never a traceback.
+(``server/ctl/unix_socket.py``), usable by the broker's own user only, so no password is
+needed on the broker's machine. For ``leveret serve --workers`` it is the first worker's
+that answers (``data_dir/node-1/ctl.sock``, else node-2's, ...). Output is a table
+(tab-separated, a header line; rabbitmqctl's "Listing ..." banner unless ``-q``) or JSON
+(``--formatter json``). Exit codes are rabbitmqctl's: 0 done, 64 bad usage, 65 bad data or
+failed authentication, 67 no such user, 69 broker or vhost unavailable, 70 user exists;
+never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import getpass
 import json
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from leveret.config import ConfigError, default_data_dir, load
-from leveret.server.control import socket_path
+from leveret.server.ctl.unix_socket import socket_path
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
 EX_USAGE = 64
 EX_UNAVAILABLE = 69
@@ -55,259 +59,20 @@ def _common(parser: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
-def _vhost(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+# One ``add_argument`` call: its names and its keywords.
+Arg = tuple[tuple[str, ...], dict[str, Any]]
 
 
-def _specs() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]:
-    def user(p: argparse.ArgumentParser) -> None:
-        p.add_argument("username")
+@dataclass(frozen=True)
+class OneOf:
+    """A mutually exclusive group of arguments."""
 
-    def user_password(p: argparse.ArgumentParser) -> None:
-        p.add_argument("username")
-        p.add_argument("password", nargs="?", help="read from stdin when left out")
+    args: tuple[Arg, ...]
+    required: bool = False
 
-    def tags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("username")
-        p.add_argument("tags", nargs="*")
 
-    def vhost_name(p: argparse.ArgumentParser) -> None:
-        p.add_argument("vhost")
-
-    def add_vhost(p: argparse.ArgumentParser) -> None:
-        p.add_argument("vhost")
-        p.add_argument("--description", default="")
-        p.add_argument("--tags", default="", help="comma-separated")
-        p.add_argument("--default-queue-type", choices=("classic", "quorum", "stream"))
-
-    def columns(p: argparse.ArgumentParser) -> None:
-        p.add_argument("columns", nargs="*")
-
-    def set_permissions(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        for name in ("username", "conf", "write", "read"):
-            p.add_argument(name)
-
-    def vhost_user(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("username")
-
-    def set_topic(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        for name in ("username", "exchange", "write", "read"):
-            p.add_argument(name)
-
-    def clear_topic(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("username")
-        p.add_argument("exchange", nargs="?")
-
-    def set_vhost_limits(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("definition", help="JSON, e.g. '{\"max-connections\": 10}'")
-
-    def list_vhost_limits(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("--global", dest="all", action="store_true", help="every vhost")
-
-    def set_user_limits(p: argparse.ArgumentParser) -> None:
-        p.add_argument("username")
-        p.add_argument("definition", help="JSON, e.g. '{\"max-channels\": 100}'")
-
-    def clear_user_limits(p: argparse.ArgumentParser) -> None:
-        p.add_argument("username")
-        p.add_argument("limit", help="max-connections, max-channels or all")
-
-    def list_user_limits(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--user")
-        p.add_argument("--global", dest="all", action="store_true", help="every user")
-
-    def file(p: argparse.ArgumentParser) -> None:
-        p.add_argument("file", help="'-' for standard input/output")
-
-    def none(p: argparse.ArgumentParser) -> None:
-        pass
-
-    def vhost_columns(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("columns", nargs="*")
-
-    def queue(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("queue")
-
-    def delete_queue(p: argparse.ArgumentParser) -> None:
-        queue(p)
-        p.add_argument("--if-empty", action="store_true", help="only if it has no messages")
-        p.add_argument("--if-unused", action="store_true", help="only if it has no consumers")
-
-    def close_connection(p: argparse.ArgumentParser) -> None:
-        p.add_argument("connection", help="the connection's name (list_connections name)")
-        p.add_argument("explanation", help="the reason the client is told")
-
-    def set_policy(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("--priority", type=int, default=0)
-        p.add_argument(
-            "--apply-to",
-            default="all",
-            choices=("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams"),
-        )
-        p.add_argument("name")
-        p.add_argument("pattern")
-        p.add_argument("definition", help="JSON, e.g. '{\"max-length\": 1000}'")
-
-    def clear_policy(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("name")
-
-    def selectors(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--id", dest="ids", type=int, action="append", help="a pending id")
-        p.add_argument("--message-id")
-        p.add_argument("--correlation-id")
-        p.add_argument("--routing-key")
-
-    def list_delayed(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("exchange")
-        selectors(p)
-        p.add_argument("--count", type=int, default=100)
-        p.add_argument("--skip", type=int, default=0)
-        p.add_argument("--preview", type=int, default=60, help="body bytes shown")
-        p.add_argument("columns", nargs="*", default=[])
-
-    def cancel_delayed(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("exchange")
-        selectors(p)
-        p.add_argument("--all", action="store_true", help="every pending message")
-
-    def reschedule_delayed(p: argparse.ArgumentParser) -> None:
-        cancel_delayed(p)
-        when = p.add_mutually_exclusive_group(required=True)
-        when.add_argument("--delay", type=int, help="ms from now")
-        when.add_argument("--due", type=int, help="ms since the epoch")
-
-    def message_filter(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--header", action="append", default=[], help="NAME=VALUE")
-        p.add_argument("--property", action="append", default=[], help="NAME=VALUE")
-        p.add_argument("--key", dest="match_key", help="only messages with this routing key")
-        p.add_argument("--body-contains")
-
-    def browse_queue(p: argparse.ArgumentParser) -> None:
-        queue(p)
-        message_filter(p)
-        p.add_argument("--offset", type=int, default=0, help="position (stream: offset)")
-        p.add_argument("--count", type=int, default=20)
-        p.add_argument("--scan", type=int, help="look at no more than this many")
-        p.add_argument("--truncate", type=int, default=60, help="body bytes shown")
-        p.add_argument("columns", nargs="*", default=[])
-
-    def move_messages(p: argparse.ArgumentParser) -> None:
-        queue(p)
-        message_filter(p)
-        to = p.add_mutually_exclusive_group(required=True)
-        to.add_argument("--to-queue")
-        to.add_argument("--to-exchange")
-        p.add_argument("--routing-key", help="with --to-exchange (default: each message's)")
-        p.add_argument("--limit", type=int)
-        p.add_argument("--copy", action="store_true", help="leave the messages where they are")
-        p.add_argument("--offset", type=int, default=0, help="streams: the first offset")
-        p.add_argument("--end-offset", type=int, help="streams: the offset to stop before")
-
-    def replay(p: argparse.ArgumentParser) -> None:
-        queue(p)
-        message_filter(p)
-        p.add_argument("--limit", type=int)
-
-    def add_super_stream(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("name")
-        layout = p.add_mutually_exclusive_group()
-        layout.add_argument("--partitions", type=int, help="partitions NAME-0 ... (default 3)")
-        layout.add_argument(
-            "--binding-keys",
-            "--routing-keys",  # RabbitMQ 3.10's name for it
-            dest="binding_keys",
-            help="comma-separated binding keys, one partition NAME-key each",
-        )
-        for option in _SUPER_STREAM_ARGUMENTS:
-            p.add_argument(f"--{option}")
-
-    def super_stream(p: argparse.ArgumentParser) -> None:
-        _vhost(p)
-        p.add_argument("name")
-
-    return {
-        "add_user": ("create a user", user_password),
-        "delete_user": ("delete a user and their permissions", user),
-        "change_password": ("set a user's password", user_password),
-        "clear_password": ("remove a user's password (certificate login only)", user),
-        "set_user_tags": ("replace a user's tags", tags),
-        "list_users": ("list users and their tags", none),
-        "authenticate_user": ("check a user's password", user_password),
-        "add_vhost": ("create a virtual host", add_vhost),
-        "delete_vhost": ("delete a virtual host and everything in it", vhost_name),
-        "list_vhosts": ("list virtual hosts", columns),
-        "set_permissions": ("set a user's permissions in a vhost", set_permissions),
-        "clear_permissions": ("remove a user's permissions in a vhost", vhost_user),
-        "list_permissions": ("list the permissions in a vhost", _vhost),
-        "list_user_permissions": ("list a user's permissions", user),
-        "set_topic_permissions": ("set a user's topic permissions", set_topic),
-        "clear_topic_permissions": ("remove a user's topic permissions", clear_topic),
-        "list_topic_permissions": ("list the topic permissions in a vhost", _vhost),
-        "list_user_topic_permissions": ("list a user's topic permissions", user),
-        "set_vhost_limits": ("set a vhost's limits", set_vhost_limits),
-        "clear_vhost_limits": ("remove a vhost's limits", _vhost),
-        "list_vhost_limits": ("show vhost limits", list_vhost_limits),
-        "set_user_limits": ("set a user's limits", set_user_limits),
-        "clear_user_limits": ("remove a user's limit", clear_user_limits),
-        "list_user_limits": ("show user limits", list_user_limits),
-        "list_queues": ("list queues (columns: name messages consumers ...)", vhost_columns),
-        "list_exchanges": ("list exchanges", vhost_columns),
-        "list_bindings": ("list bindings", vhost_columns),
-        "list_connections": ("list connections", columns),
-        "list_channels": ("list channels", columns),
-        "list_consumers": ("list consumers", vhost_columns),
-        "purge_queue": ("remove every ready message of a queue", queue),
-        "delete_queue": ("delete a queue", delete_queue),
-        "close_connection": ("close a client connection", close_connection),
-        "set_policy": ("set a policy", set_policy),
-        "clear_policy": ("remove a policy", clear_policy),
-        "list_policies": ("list the policies of a vhost", _vhost),
-        "set_operator_policy": ("set an operator policy", set_policy),
-        "clear_operator_policy": ("remove an operator policy", clear_policy),
-        "list_operator_policies": ("list the operator policies of a vhost", _vhost),
-        "import_definitions": (
-            "import definitions (RabbitMQ's JSON: users, vhosts, permissions, limits, "
-            "parameters, policies, exchanges, queues, bindings)",
-            file,
-        ),
-        "export_definitions": ("export every definition (RabbitMQ's JSON)", file),
-        "list_delayed": ("list the pending messages of a delayed exchange", list_delayed),
-        "cancel_delayed": ("cancel pending messages of a delayed exchange", cancel_delayed),
-        "reschedule_delayed": (
-            "give pending messages of a delayed exchange a new due time",
-            reschedule_delayed,
-        ),
-        "browse_queue": ("show a queue's messages without consuming them", browse_queue),
-        "move_messages": ("move or copy a queue's messages elsewhere", move_messages),
-        "replay_dead_letters": (
-            "move a dead-letter queue's messages back to the queues they died in",
-            replay,
-        ),
-        "add_super_stream": (
-            "create a super stream: an exchange and its partition streams (rabbitmq-streams)",
-            add_super_stream,
-        ),
-        "delete_super_stream": (
-            "delete a super stream and its partition streams (rabbitmq-streams)",
-            super_stream,
-        ),
-        "status": ("show the broker's status", none),
-        "await_startup": ("wait until the broker accepts commands", none),
-        "reload_tls": ("reload the TLS certificate, key and CA files", none),
-    }
+def _a(*names: str, **options: Any) -> Arg:
+    return names, options
 
 
 # add_super_stream's options -> the stream protocol's stream arguments (rabbitmq-streams').
@@ -319,6 +84,236 @@ _SUPER_STREAM_ARGUMENTS = {
     "initial-cluster-size": "initial-cluster-size",
 }
 
+# The arguments the verbs share, in the order they are added.
+VHOST = (_a("-p", "--vhost", default="/", help="virtual host (default /)"),)
+USER = (_a("username"),)
+USER_PASSWORD = (*USER, _a("password", nargs="?", help="read from stdin when left out"))
+COLUMNS = (_a("columns", nargs="*"),)
+VHOST_COLUMNS = (*VHOST, *COLUMNS)
+QUEUE = (*VHOST, _a("queue"))
+FILE = (_a("file", help="'-' for standard input/output"),)
+NONE: tuple[Arg, ...] = ()
+SET_POLICY = (
+    *VHOST,
+    _a("--priority", type=int, default=0),
+    _a(
+        "--apply-to",
+        default="all",
+        choices=("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams"),
+    ),
+    _a("name"),
+    _a("pattern"),
+    _a("definition", help="JSON, e.g. '{\"max-length\": 1000}'"),
+)
+CLEAR_POLICY = (*VHOST, _a("name"))
+DELAYED_SELECTORS = (
+    _a("--id", dest="ids", type=int, action="append", help="a pending id"),
+    _a("--message-id"),
+    _a("--correlation-id"),
+    _a("--routing-key"),
+)
+CANCEL_DELAYED = (
+    *VHOST,
+    _a("exchange"),
+    *DELAYED_SELECTORS,
+    _a("--all", action="store_true", help="every pending message"),
+)
+MESSAGE_FILTER = (
+    _a("--header", action="append", default=[], help="NAME=VALUE"),
+    _a("--property", action="append", default=[], help="NAME=VALUE"),
+    _a("--key", dest="match_key", help="only messages with this routing key"),
+    _a("--body-contains"),
+)
+
+# verb -> (help, its arguments)
+VERBS: dict[str, tuple[str, tuple[Arg | OneOf, ...]]] = {
+    "add_user": ("create a user", USER_PASSWORD),
+    "delete_user": ("delete a user and their permissions", USER),
+    "change_password": ("set a user's password", USER_PASSWORD),
+    "clear_password": ("remove a user's password (certificate login only)", USER),
+    "set_user_tags": ("replace a user's tags", (*USER, _a("tags", nargs="*"))),
+    "list_users": ("list users and their tags", NONE),
+    "authenticate_user": ("check a user's password", USER_PASSWORD),
+    "add_vhost": (
+        "create a virtual host",
+        (
+            _a("vhost"),
+            _a("--description", default=""),
+            _a("--tags", default="", help="comma-separated"),
+            _a("--default-queue-type", choices=("classic", "quorum", "stream")),
+        ),
+    ),
+    "delete_vhost": ("delete a virtual host and everything in it", (_a("vhost"),)),
+    "list_vhosts": ("list virtual hosts", COLUMNS),
+    "set_permissions": (
+        "set a user's permissions in a vhost",
+        (*VHOST, *(_a(n) for n in ("username", "conf", "write", "read"))),
+    ),
+    "clear_permissions": ("remove a user's permissions in a vhost", (*VHOST, *USER)),
+    "list_permissions": ("list the permissions in a vhost", VHOST),
+    "list_user_permissions": ("list a user's permissions", USER),
+    "set_topic_permissions": (
+        "set a user's topic permissions",
+        (*VHOST, *(_a(n) for n in ("username", "exchange", "write", "read"))),
+    ),
+    "clear_topic_permissions": (
+        "remove a user's topic permissions",
+        (*VHOST, *USER, _a("exchange", nargs="?")),
+    ),
+    "list_topic_permissions": ("list the topic permissions in a vhost", VHOST),
+    "list_user_topic_permissions": ("list a user's topic permissions", USER),
+    "set_vhost_limits": (
+        "set a vhost's limits",
+        (*VHOST, _a("definition", help="JSON, e.g. '{\"max-connections\": 10}'")),
+    ),
+    "clear_vhost_limits": ("remove a vhost's limits", VHOST),
+    "list_vhost_limits": (
+        "show vhost limits",
+        (*VHOST, _a("--global", dest="all", action="store_true", help="every vhost")),
+    ),
+    "set_user_limits": (
+        "set a user's limits",
+        (*USER, _a("definition", help="JSON, e.g. '{\"max-channels\": 100}'")),
+    ),
+    "clear_user_limits": (
+        "remove a user's limit",
+        (*USER, _a("limit", help="max-connections, max-channels or all")),
+    ),
+    "list_user_limits": (
+        "show user limits",
+        (_a("--user"), _a("--global", dest="all", action="store_true", help="every user")),
+    ),
+    "list_queues": ("list queues (columns: name messages consumers ...)", VHOST_COLUMNS),
+    "list_exchanges": ("list exchanges", VHOST_COLUMNS),
+    "list_bindings": ("list bindings", VHOST_COLUMNS),
+    "list_connections": ("list connections", COLUMNS),
+    "list_channels": ("list channels", COLUMNS),
+    "list_consumers": ("list consumers", VHOST_COLUMNS),
+    "purge_queue": ("remove every ready message of a queue", QUEUE),
+    "delete_queue": (
+        "delete a queue",
+        (
+            *QUEUE,
+            _a("--if-empty", action="store_true", help="only if it has no messages"),
+            _a("--if-unused", action="store_true", help="only if it has no consumers"),
+        ),
+    ),
+    "close_connection": (
+        "close a client connection",
+        (
+            _a("connection", help="the connection's name (list_connections name)"),
+            _a("explanation", help="the reason the client is told"),
+        ),
+    ),
+    "set_policy": ("set a policy", SET_POLICY),
+    "clear_policy": ("remove a policy", CLEAR_POLICY),
+    "list_policies": ("list the policies of a vhost", VHOST),
+    "set_operator_policy": ("set an operator policy", SET_POLICY),
+    "clear_operator_policy": ("remove an operator policy", CLEAR_POLICY),
+    "list_operator_policies": ("list the operator policies of a vhost", VHOST),
+    "import_definitions": (
+        "import definitions (RabbitMQ's JSON: users, vhosts, permissions, limits, "
+        "parameters, policies, exchanges, queues, bindings)",
+        FILE,
+    ),
+    "export_definitions": ("export every definition (RabbitMQ's JSON)", FILE),
+    "list_delayed": (
+        "list the pending messages of a delayed exchange",
+        (
+            *VHOST,
+            _a("exchange"),
+            *DELAYED_SELECTORS,
+            _a("--count", type=int, default=100),
+            _a("--skip", type=int, default=0),
+            _a("--preview", type=int, default=60, help="body bytes shown"),
+            _a("columns", nargs="*", default=[]),
+        ),
+    ),
+    "cancel_delayed": ("cancel pending messages of a delayed exchange", CANCEL_DELAYED),
+    "reschedule_delayed": (
+        "give pending messages of a delayed exchange a new due time",
+        (
+            *CANCEL_DELAYED,
+            OneOf(
+                (
+                    _a("--delay", type=int, help="ms from now"),
+                    _a("--due", type=int, help="ms since the epoch"),
+                ),
+                required=True,
+            ),
+        ),
+    ),
+    "browse_queue": (
+        "show a queue's messages without consuming them",
+        (
+            *QUEUE,
+            *MESSAGE_FILTER,
+            _a("--offset", type=int, default=0, help="position (stream: offset)"),
+            _a("--count", type=int, default=20),
+            _a("--scan", type=int, help="look at no more than this many"),
+            _a("--truncate", type=int, default=60, help="body bytes shown"),
+            _a("columns", nargs="*", default=[]),
+        ),
+    ),
+    "move_messages": (
+        "move or copy a queue's messages elsewhere",
+        (
+            *QUEUE,
+            *MESSAGE_FILTER,
+            OneOf((_a("--to-queue"), _a("--to-exchange")), required=True),
+            _a("--routing-key", help="with --to-exchange (default: each message's)"),
+            _a("--limit", type=int),
+            _a("--copy", action="store_true", help="leave the messages where they are"),
+            _a("--offset", type=int, default=0, help="streams: the first offset"),
+            _a("--end-offset", type=int, help="streams: the offset to stop before"),
+        ),
+    ),
+    "replay_dead_letters": (
+        "move a dead-letter queue's messages back to the queues they died in",
+        (*QUEUE, *MESSAGE_FILTER, _a("--limit", type=int)),
+    ),
+    "add_super_stream": (
+        "create a super stream: an exchange and its partition streams (rabbitmq-streams)",
+        (
+            *VHOST,
+            _a("name"),
+            OneOf(
+                (
+                    _a("--partitions", type=int, help="partitions NAME-0 ... (default 3)"),
+                    _a(
+                        "--binding-keys",
+                        "--routing-keys",  # RabbitMQ 3.10's name for it
+                        dest="binding_keys",
+                        help="comma-separated binding keys, one partition NAME-key each",
+                    ),
+                )
+            ),
+            *(_a(f"--{option}") for option in _SUPER_STREAM_ARGUMENTS),
+        ),
+    ),
+    "delete_super_stream": (
+        "delete a super stream and its partition streams (rabbitmq-streams)",
+        (*VHOST, _a("name")),
+    ),
+    "status": ("show the broker's status", NONE),
+    "cluster_status": (
+        "show the cluster: its nodes, which run, their listeners, queue leaders per node",
+        NONE,
+    ),
+    "forget_cluster_node": (
+        "remove a stopped node from the cluster, with the queues it led",
+        (_a("node"),),
+    ),
+    "await_startup": ("wait until the broker accepts commands", NONE),
+    "reload_tls": ("reload the TLS certificate, key and CA files", NONE),
+}
+
+
+def _add(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, arg: Arg) -> None:
+    names, options = arg
+    # A copy: argparse keeps a default list as given, and the table is shared.
+    p.add_argument(*names, **copy.deepcopy(options))
+
 
 def parser() -> argparse.ArgumentParser:
     main = _Parser(
@@ -327,10 +322,16 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(main, None)
     sub = main.add_subparsers(dest="verb", required=True, metavar="command")
-    for verb, (help_text, build) in _specs().items():
+    for verb, (help_text, args) in VERBS.items():
         p = sub.add_parser(verb, help=help_text, description=help_text)
         _common(p, argparse.SUPPRESS)
-        build(p)
+        for arg in args:
+            if isinstance(arg, OneOf):
+                group = p.add_mutually_exclusive_group(required=arg.required)
+                for member in arg.args:
+                    _add(group, member)
+            else:
+                _add(p, arg)
     return main
 
 
@@ -443,6 +444,8 @@ _BANNERS: dict[str, str] = {
     "move_messages": "Moving messages of queue '{queue}' in vhost '{vhost}' ...",
     "replay_dead_letters": "Replaying dead letters of queue '{queue}' in vhost '{vhost}' ...",
     "status": "Status of the broker ...",
+    "cluster_status": "Cluster status of the broker ...",
+    "forget_cluster_node": "Removing node {node} from the cluster ...",
     "await_startup": "Waiting for the broker to start ...",
     "reload_tls": "Reloading TLS certificates ...",
 }
@@ -585,6 +588,8 @@ def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
         return _super_stream_args(a)
     if verb == "delete_super_stream":
         return {"vhost": a.vhost, "name": a.name}
+    if verb == "forget_cluster_node":
+        return {"node": a.node}
     return {}
 
 
@@ -701,11 +706,31 @@ def _show(verb: str, a: argparse.Namespace, result: Any) -> None:
         print(result)
 
 
-def _await_startup(path: Path, timeout: float) -> None:
+def control_socket(data_dir: Path) -> Path:
+    """The control socket of the broker using ``data_dir``: its own, or for ``leveret
+    serve --workers`` the first worker's that takes a connection (a worker may be down
+    or restarting)."""
+    own = socket_path(data_dir)
+    if own.exists():
+        return own
+    from leveret.cli.supervisor import worker_dirs
+
+    workers = [socket_path(d) for d in worker_dirs(data_dir)]
+    for path in workers:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+            except OSError:
+                continue
+            return path
+    return workers[0] if workers else own
+
+
+def _await_startup(data_dir: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            request(path, "status", {}, min(5.0, timeout))
+            request(control_socket(data_dir), "status", {}, min(5.0, timeout))
             return
         except CtlError as exc:
             if time.monotonic() >= deadline:
@@ -724,7 +749,7 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return EX_USAGE
-    path = socket_path(Path(settings.data_dir or default_data_dir()))
+    data_dir = Path(settings.data_dir or default_data_dir())
     if not args.quiet and args.formatter == "table":
         values = {**vars(args), "tag_list": ", ".join(getattr(args, "tags", None) or [])}
         try:
@@ -733,8 +758,9 @@ def main(argv: Sequence[str]) -> int:
             pass  # a banner field this verb does not have: no banner
     try:
         if verb == "await_startup":
-            _await_startup(path, args.timeout or AWAIT_TIMEOUT)
+            _await_startup(data_dir, args.timeout or AWAIT_TIMEOUT)
             return 0
+        path = control_socket(data_dir)
         result = request(path, verb, _request_args(verb, args), args.timeout or DEFAULT_TIMEOUT)
         _show(verb, args, result)
     except CtlError as exc:

@@ -83,6 +83,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--prometheus-port", type=int, help="Prometheus port (default 15692)")
     serve.add_argument("--load-definitions", help="definitions file imported at boot (JSON)")
+    serve.add_argument(
+        "--etcd",
+        help="join a cluster through etcd: its client URLs, http://HOST:PORT[,...] "
+        "(docs/cluster.md); without it Leveret is a single node",
+    )
+    serve.add_argument("--node-name", help="this node's name in the cluster (default leveret@HOST)")
+    serve.add_argument("--cluster-port", type=int, help="inter-node link port (default 25672)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="run N nodes of one broker on this machine, sharing the ports, each with its "
+        "data in DATA_DIR/node-K, on an etcd of their own unless --etcd is given "
+        "(docs/cluster.md)",
+    )
     sub.add_parser(
         "ctl",
         help="manage the running broker (rabbitmqctl's verbs; 'leveret ctl --help')",
@@ -126,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "management_port": args.management_port,
             "prometheus_port": args.prometheus_port,
             "load_definitions": args.load_definitions,
+            "etcd": args.etcd,
+            "node_name": args.node_name,
+            "cluster_port": args.cluster_port,
+            "workers": args.workers,
         }
         try:
             settings = load(args.config, overrides=overrides)
@@ -137,8 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        if settings.workers > 1:
+            from leveret.cli.supervisor import supervise
+
+            return supervise(settings)
         from leveret.assembly import serve
-        from leveret.server.lifecycle import StoreError
+        from leveret.server.server import StoreError
 
         try:
             serve(settings)

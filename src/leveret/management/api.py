@@ -5,8 +5,8 @@ parameters, definitions) and ``api_messages.py`` (Leveret's own: delayed message
 move, replay); ``api_base.py`` holds what they share.
 
 Reads go straight to the model (synchronous, on the loop); changes go through the same
-calls as ``leveret ctl`` (``server/admin.py``'s verbs for users, vhosts, permissions and
-limits, written to ``auth.json``; ``server/runtime.py`` for policies and parameters,
+calls as ``leveret ctl`` (``server/ctl/admin.py``'s verbs for users, vhosts, permissions and
+limits, written to ``auth.json``; ``server/parameters.py`` for policies and parameters,
 written to ``runtime.json``) or the model's declare/delete calls (journalled by the store).
 """
 

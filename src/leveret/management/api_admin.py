@@ -1,4 +1,4 @@
-"""Vhosts, users, permissions, topic permissions and limits, through ``server/admin.py``'s
+"""Vhosts, users, permissions, topic permissions and limits, through ``server/ctl/admin.py``'s
 verbs (written to auth.json before the answer)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from leveret.management import shapes
 from leveret.management.api_base import (
     ApiBase,
     json_reply,
@@ -18,13 +17,15 @@ from leveret.management.api_base import (
 )
 from leveret.management.errors import HttpError, bad_request, not_found
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
+from leveret.server.rows import permission_rows, topic_permission_rows, user_row, vhost_row
 
 if TYPE_CHECKING:
     from leveret.management.shapes import Rates
 
 
 class AdminApi(ApiBase):
-    """Vhosts, users, permissions, topic permissions and limits, through ``server/admin.py``'s"""
+    """Vhosts, users, permissions, topic permissions and limits, through the admin verbs
+    (``server/ctl/admin.py``)."""
 
     # -- vhosts, users, permissions, limits (the admin verbs) ---------------------------------
 
@@ -50,13 +51,7 @@ class AdminApi(ApiBase):
 
         n = len(CHANNEL_COUNTERS)
         return {
-            "name": name,
-            "description": info.description,
-            "tags": list(info.tags),
-            "default_queue_type": info.default_queue_type or "undefined",
-            "metadata": {"description": info.description, "tags": list(info.tags)},
-            "tracing": False,
-            "cluster_state": {shapes.node_name(): "running"},
+            **vhost_row(info),
             "messages": ready + unacked,
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
@@ -127,20 +122,12 @@ class AdminApi(ApiBase):
         if name not in self.users.vhosts:
             raise not_found()
         await self._verb("delete_vhost", {"vhost": name})
-        await self.runtime.save()
+        if self.runtime.changer is None:
+            await self.runtime.save()  # its policies and parameters went with it
         return no_content()
 
     def _user_row(self, name: str) -> dict[str, Any]:
-        from leveret.auth import passwords
-
-        user = self.users.users[name]
-        return {
-            "name": user.name,
-            "password_hash": passwords.encode_hash(user.password_hash),
-            "hashing_algorithm": user.hashing_algorithm,
-            "tags": list(user.tags),
-            "limits": dict(user.limits),
-        }
+        return user_row(self.users.users[name])
 
     async def list_users(self, request: web.Request) -> web.Response:
         self.who(request).require_admin()
@@ -210,19 +197,10 @@ class AdminApi(ApiBase):
         return no_content()
 
     def _permission_rows(self, user: str | None = None, vhost: str | None = None) -> list[Any]:
-        return [
-            {"user": u, "vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
-            for (u, v), p in sorted(self.users.permissions.items())
-            if (user is None or u == user) and (vhost is None or v == vhost)
-        ]
+        return permission_rows(self.users, user, vhost)
 
     def _topic_rows(self, user: str | None = None, vhost: str | None = None) -> list[Any]:
-        return [
-            {"user": u, "vhost": v, "exchange": x, "write": t.write, "read": t.read}
-            for (u, v), by_exchange in sorted(self.users.topic_permissions.items())
-            for x, t in sorted(by_exchange.items())
-            if (user is None or u == user) and (vhost is None or v == vhost)
-        ]
+        return topic_permission_rows(self.users, user, vhost)
 
     async def list_permissions(self, request: web.Request) -> web.Response:
         self.who(request).require_admin()

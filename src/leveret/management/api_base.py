@@ -11,6 +11,7 @@ from aiohttp import web
 
 from leveret.management import query
 from leveret.management.errors import bad_request, not_found
+from leveret.management.peers import node_scope
 from leveret.management.shapes import Rates
 
 if TYPE_CHECKING:
@@ -76,6 +77,63 @@ class ApiBase:
         self.users = self.admin_host.users
         self.runtime = server.host.runtime
         self.sampler = server.sampler
+
+    @property
+    def cluster(self) -> Any:
+        """This node's part in a cluster (``cluster/node.py``), None on a single node:
+        declarations and deletions then go through etcd's metadata store."""
+        return getattr(self.admin_host, "cluster", None)
+
+    # -- the other nodes of a cluster (peers.py) ---------------------------------------------
+
+    def others(self, request: web.Request) -> dict[str, dict[str, Any]]:
+        """The other running nodes to ask for this request: none on a single node, or
+        when another node asks (it wants this node's own objects)."""
+        cluster = self.cluster
+        if cluster is None or node_scope(request):
+            return {}
+        return {n: r for n, r in cluster.applier.view.nodes.items() if n != cluster.name}
+
+    async def from_others(
+        self, request: web.Request, local: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """``local`` (this node's rows for the request) with the other nodes' rows for the
+        same request, node by node in name order."""
+        nodes = self.others(request)
+        if not nodes:
+            return local
+        answers = await self.server.peers.ask(request, nodes)
+        by_node: dict[str, list[dict[str, Any]]] = {self.cluster.name: local}
+        for name, (status, body) in answers.items():
+            if status == 200 and isinstance(body, list):
+                by_node[name] = [row for row in body if isinstance(row, dict)]
+        return [row for name in sorted(by_node) for row in by_node[name]]
+
+    async def on_others(self, request: web.Request) -> web.Response | None:
+        """An object this node does not have (a connection, a channel, a queue only its
+        node knows) asked of the other nodes in turn, the request as it is: the first
+        answer that is not 404, as that node gave it; None if none has it."""
+        nodes = self.others(request)
+        body = await request.read() if nodes else b""
+        for name in sorted(nodes):
+            answer = await self.server.peers.forward(request, nodes[name], body)
+            if answer is not None and answer[0] != 404:
+                status, data, content_type = answer
+                return web.Response(status=status, body=data or None, content_type=content_type)
+        return None
+
+    async def on_node(self, request: web.Request, name: str) -> web.Response:
+        """The request as it is, answered by node ``name`` (a queue's leader)."""
+        record = self.cluster.applier.view.nodes.get(name)
+        body = await request.read()
+        answer = None if record is None else await self.server.peers.forward(request, record, body)
+        if answer is None:
+            return web.json_response(
+                {"error": "not_available", "reason": f"node {name} is down or does not answer"},
+                status=503,
+            )
+        status, data, content_type = answer
+        return web.Response(status=status, body=data or None, content_type=content_type)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Leveret's own endpoints (RabbitMQ has none of them): the pending messages of a delayed
 exchange (list, cancel, reschedule) and a queue's messages looked at, searched, moved,
-copied and replayed without consuming them. The operations are ``server/message_tools.py``'s
+copied and replayed without consuming them. The operations are ``server/message_ops.py``'s
 (``leveret ctl`` runs the same); this maps them onto HTTP.
 
 ::
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.management.api_base import ApiBase, json_reply, no_content, read_body
 from leveret.management.errors import HttpError, bad_request, not_found
-from leveret.server import message_tools as tools
+from leveret.server import message_ops as tools
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

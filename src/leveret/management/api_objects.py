@@ -3,9 +3,11 @@ consumers, exchanges (with publish), queues (with get and purge), bindings."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -19,16 +21,20 @@ from leveret.management.api_base import (
     rates_of,
     read_body,
 )
-from leveret.management.errors import bad_request, not_found
+from leveret.management.errors import HttpError, bad_request, not_found
+from leveret.management.peers import node_scope
 from leveret.management.stats import CHANNEL_COUNTERS, message_stats
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.amqp091.message import wire_message
-from leveret.server.message_tools import PROPERTY_NAMES, message_json
-from leveret.server.runtime import (
+from leveret.server.message_ops import PROPERTY_NAMES, message_json
+from leveret.server.parameters import cluster_name
+from leveret.server.rows import (
     binding_rows,
-    cluster_name,
+    channels,
     json_value,
+    properties_key,
+    queue_record_row,
 )
 
 if TYPE_CHECKING:
@@ -72,16 +78,19 @@ class ObjectsApi(ApiBase):
             if who.sees_vhost(name):
                 for i, value in enumerate(values):
                     running[i] += value
-        settings = self.admin_host.settings
-        listeners = [
-            {
-                "node": shapes.node_name(),
-                "protocol": url.split("://")[0],
-                "ip_address": url.split("://")[1].rsplit(":", 1)[0].strip("[]"),
-                "port": int(url.rsplit(":", 1)[1]),
-            }
-            for url in self.admin_host.listening
-        ]
+        object_totals = {
+            "connections": len(conns),
+            "channels": channels,
+            "exchanges": sum(len(v.exchanges) for v in vhosts),
+            "queues": len(queues),
+            "consumers": sum(len(q.consumers) for q in queues),
+        }
+        stats = message_stats(
+            CHANNEL_COUNTERS, tuple(running), sampler.overview.samples, rates.age, rates.incr
+        )
+        if self.others(request):
+            await self._cluster_totals(request, who, object_totals, queue_totals, stats)
+        listeners, contexts = self._listeners(request)
         return json_reply(
             {
                 "management_version": __version__,
@@ -100,32 +109,86 @@ class ObjectsApi(ApiBase):
                 "disable_stats": False,
                 "enable_queue_totals": True,
                 "statistics_db_event_queue": 0,
-                "message_stats": message_stats(
-                    CHANNEL_COUNTERS,
-                    tuple(running),
-                    sampler.overview.samples,
-                    rates.age,
-                    rates.incr,
-                ),
+                "message_stats": stats,
                 "queue_totals": queue_totals,
-                "object_totals": {
-                    "connections": len(conns),
-                    "channels": channels,
-                    "exchanges": sum(len(v.exchanges) for v in vhosts),
-                    "queues": len(queues),
-                    "consumers": sum(len(q.consumers) for q in queues),
-                },
+                "object_totals": object_totals,
                 "listeners": listeners,
-                "contexts": [
-                    {
-                        "node": shapes.node_name(),
-                        "description": "RabbitMQ Management",
-                        "path": "/",
-                        "port": str(settings.management_port),
-                    }
-                ],
+                "contexts": contexts,
             }
         )
+
+    async def _cluster_totals(
+        self,
+        request: web.Request,
+        who: Principal,
+        object_totals: dict[str, Any],
+        queue_totals: dict[str, Any],
+        stats: dict[str, Any],
+    ) -> None:
+        """Add the other nodes' own totals to this node's (RabbitMQ's overview totals the
+        cluster): their connections, channels, consumers, the messages of the queues they
+        lead, their message rates; queues counted by their leaders, and from etcd's records
+        those of nodes that did not answer (down: RabbitMQ counts them too)."""
+        answers = await self.server.peers.ask(request, self.others(request))
+        answered = {self.cluster.name}
+        for name, (status, body) in answers.items():
+            if status != 200 or not isinstance(body, dict):
+                continue
+            answered.add(name)
+            theirs = body.get("object_totals") or {}
+            for key in ("connections", "channels", "consumers", "queues"):
+                object_totals[key] += int(theirs.get(key) or 0)
+            _add_numbers(queue_totals, body.get("queue_totals") or {})
+            _add_numbers(stats, body.get("message_stats") or {})
+        object_totals["queues"] += sum(
+            1
+            for (vname, _name), record in self.cluster.applier.view.queues.items()
+            if record.leader not in answered and who.sees_vhost(vname)
+        )
+
+    def _listeners(self, request: web.Request) -> tuple[list[Any], list[Any]]:
+        """Every running node's listeners and management contexts, as RabbitMQ's overview
+        lists them (by protocol, then node)."""
+        name = shapes.node_name()
+        nodes: dict[str, dict[str, Any]] = {
+            name: {
+                "listeners": list(self.admin_host.listening),
+                "management": [u for u in self.server.urls if u not in self.server.prometheus_urls],
+                "prometheus": list(self.server.prometheus_urls),
+            }
+        }
+        cluster = self.cluster
+        if cluster is not None and not node_scope(request):
+            nodes.update(cluster.applier.view.nodes)
+        listeners: list[dict[str, Any]] = []
+        contexts: list[dict[str, Any]] = []
+        for node, record in nodes.items():
+            urls = [
+                *record.get("listeners", []),
+                *record.get("management", []),
+                *[
+                    f"http/prometheus://{u.split('://', 1)[1]}"
+                    for u in record.get("prometheus", [])
+                ],
+            ]
+            if record.get("cluster"):
+                # RabbitMQ lists each node's inter-node port as "clustering".
+                urls.append(f"clustering://{record['cluster']}")
+            listeners += [_listener(node, str(url)) for url in urls]
+            for description, kind in (("Management", "management"), ("Prometheus", "prometheus")):
+                for url in record.get(kind, [])[:1]:
+                    context = {
+                        "node": node,
+                        "description": f"RabbitMQ {description}",
+                        "path": "/",
+                        "port": str(url).rsplit(":", 1)[1],
+                    }
+                    if kind == "prometheus":
+                        context["protocol"] = "'http/prometheus'"
+                    contexts.append(context)
+        listeners.sort(key=lambda item: (item["protocol"], item["node"]))
+        contexts.sort(key=lambda item: (item["description"], item["node"]))
+        return listeners, contexts
 
     def _node(self) -> dict[str, Any]:
         host = self.host
@@ -138,13 +201,51 @@ class ObjectsApi(ApiBase):
 
     async def nodes(self, request: web.Request) -> web.Response:
         self.who(request).require_monitor()
-        return json_reply([self._node()])
+        cluster = self.cluster
+        if cluster is None or node_scope(request):
+            return json_reply([self._node()])
+        view = cluster.applier.view
+        others = self.others(request)
+        answers = await asyncio.gather(
+            *(
+                self.server.peers.ask(
+                    request, {name: record}, path=f"/api/nodes/{quote(name, safe='')}"
+                )
+                for name, record in sorted(others.items())
+            )
+        )
+        found = {
+            name: body
+            for answer in answers
+            for name, (status, body) in answer.items()
+            if status == 200 and isinstance(body, dict)
+        }
+        found[cluster.name] = self._node()
+        return json_reply(
+            [
+                found.get(name) or _node_not_answering(name, view.nodes.get(name))
+                for name in sorted(set(view.members) | set(view.nodes) | {cluster.name})
+            ]
+        )
 
     async def node(self, request: web.Request) -> web.Response:
         self.who(request).require_monitor()
-        if request.match_info["node"] != shapes.node_name():
+        name = request.match_info["node"]
+        if name == shapes.node_name():
+            return json_reply(self._node())
+        cluster = self.cluster
+        if cluster is None or node_scope(request):
             raise not_found()
-        return json_reply(self._node())
+        view = cluster.applier.view
+        if name not in view.members and name not in view.nodes:
+            raise not_found()
+        record = view.nodes.get(name)
+        if record is not None:
+            answer = await self.server.peers.ask(request, {name: record})
+            status, body = answer.get(name, (0, None))
+            if status == 200 and isinstance(body, dict):
+                return json_reply(body)
+        return json_reply(_node_not_answering(name, record))
 
     async def extensions(self, request: web.Request) -> web.Response:
         self.who(request)
@@ -167,8 +268,7 @@ class ObjectsApi(ApiBase):
         name = body.get("name")
         if not isinstance(name, str) or not name:
             raise bad_request("name must be a non-empty string")
-        self.runtime.global_parameters["cluster_name"] = name
-        await self.runtime.save()
+        await self.runtime.change(lambda r: r.global_parameters.__setitem__("cluster_name", name))
         return no_content()
 
     async def aliveness(self, request: web.Request) -> web.Response:
@@ -245,20 +345,33 @@ class ObjectsApi(ApiBase):
         rows = [
             shapes.connection_json(c, self.sampler, rates)
             for c in self.connections(who)
-            if only is None or (c.shell is not None and c.shell.info.vhost == only)
+            if only is None or _vhost(c) == only
         ]
         if only is not None:
             self.visible_vhosts(who, only)
-        return self.listing(request, rows)
+        return self.listing(request, await self.from_others(request, rows))
+
+    async def _elsewhere(self, request: web.Request) -> web.Response:
+        """A connection or channel this node does not have: the node that has it answers."""
+        answer = await self.on_others(request)
+        if answer is None:
+            raise not_found()
+        return answer
 
     async def get_connection(self, request: web.Request) -> web.Response:
         who = self.who(request)
-        conn = self._find_connection(who, request.match_info["name"])
+        try:
+            conn = self._find_connection(who, request.match_info["name"])
+        except HttpError:
+            return await self._elsewhere(request)
         return json_reply(shapes.connection_json(conn, self.sampler, rates_of(request)))
 
     async def delete_connection(self, request: web.Request) -> web.Response:
         who = self.who(request)
-        conn = self._find_connection(who, request.match_info["name"])
+        try:
+            conn = self._find_connection(who, request.match_info["name"])
+        except HttpError:
+            return await self._elsewhere(request)
         shell = conn.shell
         if not who.is_admin and shell is not None and shell.info.user != who.name:
             who.require_admin()
@@ -269,12 +382,7 @@ class ObjectsApi(ApiBase):
     def _channels(
         self, who: Principal, conns: list[ConnectionProtocol] | None = None
     ) -> list[tuple[ConnectionProtocol, ChannelInfo]]:
-        out: list[tuple[ConnectionProtocol, ChannelInfo]] = []
-        for conn in conns if conns is not None else self.connections(who):
-            shell = conn.shell
-            if shell is not None:
-                out.extend((conn, channel) for channel in shell.channels())
-        return out
+        return channels(conns if conns is not None else self.connections(who))
 
     async def list_channels(self, request: web.Request) -> web.Response:
         who = self.who(request)
@@ -284,12 +392,17 @@ class ObjectsApi(ApiBase):
             self.visible_vhosts(who, only)
         conns = None
         if "name" in request.match_info:
-            conns = [self._find_connection(who, request.match_info["name"])]
+            try:
+                conns = [self._find_connection(who, request.match_info["name"])]
+            except HttpError:
+                return await self._elsewhere(request)
         rows = [
             shapes.channel_json(conn, channel, self.sampler, rates)
             for conn, channel in self._channels(who, conns)
             if only is None or _vhost(conn) == only
         ]
+        if conns is None:
+            rows = await self.from_others(request, rows)
         return self.listing(request, rows)
 
     async def get_channel(self, request: web.Request) -> web.Response:
@@ -303,7 +416,7 @@ class ObjectsApi(ApiBase):
                     for c in channel.consumers.values()
                 ]
                 return json_reply(row)
-        raise not_found()
+        return await self._elsewhere(request)
 
     async def list_consumers(self, request: web.Request) -> web.Response:
         who = self.who(request)
@@ -316,7 +429,7 @@ class ObjectsApi(ApiBase):
             if only is None or _vhost(conn) == only
             for consumer in channel.consumers.values()
         ]
-        return self.listing(request, rows)
+        return self.listing(request, await self.from_others(request, rows))
 
     # -- exchanges ----------------------------------------------------------------------------
 
@@ -360,15 +473,19 @@ class ObjectsApi(ApiBase):
         if not isinstance(kind, str):
             raise bad_request("type must be given")
         existed = name in vhost.exchanges
+        options: dict[str, Any] = {
+            "durable": as_bool(body.get("durable"), True),
+            "auto_delete": as_bool(body.get("auto_delete")),
+            "internal": as_bool(body.get("internal")),
+            "arguments": dict(body.get("arguments") or {}),
+        }
         try:
-            vhost.declare_exchange(
-                name,
-                kind,
-                durable=as_bool(body.get("durable"), True),
-                auto_delete=as_bool(body.get("auto_delete")),
-                internal=as_bool(body.get("internal")),
-                arguments=dict(body.get("arguments") or {}),
-            )
+            if self.cluster is not None:
+                existed = not await self.cluster.store.declare_exchange(
+                    vname, name, kind, **options
+                )
+            else:
+                vhost.declare_exchange(name, kind, **options)
         except KeyError as exc:
             raise bad_request(f"invalid exchange type {exc}") from None
         except ValueError as exc:
@@ -378,7 +495,11 @@ class ObjectsApi(ApiBase):
     async def delete_exchange(self, request: web.Request) -> web.Response:
         vhost, exchange = self._exchange_of(request)
         self.who(request).require_vhost(vhost.name)
-        vhost.delete_exchange(exchange.name, if_unused=as_bool(request.query.get("if-unused")))
+        if_unused = as_bool(request.query.get("if-unused"))
+        if self.cluster is not None:
+            await self.cluster.store.delete_exchange(vhost.name, exchange.name, if_unused=if_unused)
+        else:
+            vhost.delete_exchange(exchange.name, if_unused=if_unused)
         return no_content()
 
     async def exchange_bindings(self, request: web.Request) -> web.Response:
@@ -431,10 +552,50 @@ class ObjectsApi(ApiBase):
             for name, q in sorted(v.queues.items())
         ]
 
+        cluster = self.cluster
+        if cluster is not None and not node_scope(request):
+            # Queues led by other nodes: as their leaders show them (with their counters
+            # and rates), else from their records in etcd (a leader down or not answering).
+            only = request.match_info.get("vhost")
+            theirs = await self.from_others(request, [])
+            stubs += [{"name": row["name"], "vhost": row["vhost"], "row": row} for row in theirs]
+            shown = {(row["vhost"], row["name"]) for row in theirs}
+            stubs += [
+                {"name": name, "vhost": vname, "record": record}
+                for (vname, name), record in sorted(cluster.applier.view.queues.items())
+                if record.leader != cluster.name
+                and (vname, name) not in shown
+                and (only is None or only == vname)
+                and who.sees_vhost(vname)
+            ]
+            stubs.sort(key=lambda s: (s["vhost"], s["name"]))
+
         def render(stub: dict[str, Any]) -> dict[str, Any]:
+            if "row" in stub:
+                return dict(stub["row"])
+            if "record" in stub:
+                return remote_queue_json(stub["record"], cluster.applier.view.nodes)
             return shapes.queue_json(stub["queue"], self.sampler, rates)
 
         return json_reply(query.apply(stubs, request.query, render))
+
+    async def _queue_elsewhere(self, request: web.Request) -> web.Response | None:
+        """The answer of the node that leads the queue the request names, when that is
+        another node (its record says which; a queue only its node knows, such as a
+        client's transient one, is asked of every node); None when it is this node's."""
+        cluster = self.cluster
+        if cluster is None or node_scope(request):
+            return None
+        vname, name = request.match_info["vhost"], request.match_info["name"]
+        vhost = self.broker.vhosts.get(vname)
+        if vhost is None or name in vhost.queues:
+            return None
+        record = cluster.applier.view.queues.get((vname, name))
+        if record is None:
+            return await self.on_others(request)
+        if record.leader == cluster.name:
+            return None
+        return await self._at_leader(request, str(record.leader))
 
     def _queue_of(self, request: web.Request, *, change: bool = False) -> tuple[VirtualHost, Queue]:
         who = self.who(request)
@@ -447,7 +608,24 @@ class ObjectsApi(ApiBase):
             raise not_found()
         return vhost, queue
 
+    async def _at_leader(self, request: web.Request, leader: str) -> web.Response:
+        """A queue led by another node: that node answers (with the caller's credentials).
+        A leader that is down: the queue as its record shows it (``state: down``) for a
+        read, 503 naming the node for anything else."""
+        if leader not in self.cluster.applier.view.nodes and request.method == "GET":
+            self.who(request)
+            record = self.cluster.applier.view.queues[
+                (request.match_info["vhost"], request.match_info["name"])
+            ]
+            if request.path.endswith("/bindings"):
+                raise not_found()
+            return json_reply(remote_queue_json(record, self.cluster.applier.view.nodes))
+        return await self.on_node(request, leader)
+
     async def get_queue(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         _vhost, queue = self._queue_of(request)
         row = shapes.queue_json(queue, self.sampler, rates_of(request), detail=True)
         owners = {
@@ -473,16 +651,39 @@ class ObjectsApi(ApiBase):
         queue_type = body.get("type")
         if isinstance(queue_type, str) and "x-queue-type" not in arguments:
             arguments = {**arguments, "x-queue-type": queue_type}
-        vhost.declare_queue(
-            name,
-            owner=None,
-            durable=as_bool(body.get("durable"), True),
-            auto_delete=as_bool(body.get("auto_delete")),
-            arguments=arguments,
-        )
+        durable = as_bool(body.get("durable"), True)
+        auto_delete = as_bool(body.get("auto_delete"))
+        if self.cluster is not None:
+            # One outcome for concurrent declarations on any nodes: etcd's.
+            _record, created = await self.cluster.store.declare_queue(
+                vname, name, durable=durable, auto_delete=auto_delete, arguments=arguments
+            )
+            existed = not created
+        else:
+            vhost.declare_queue(
+                name, owner=None, durable=durable, auto_delete=auto_delete, arguments=arguments
+            )
         return no_content() if existed else web.Response(status=201)
 
     async def delete_queue(self, request: web.Request) -> web.Response:
+        cluster = self.cluster
+        if cluster is not None:
+            who = self.who(request)
+            vname, name = request.match_info["vhost"], request.match_info["name"]
+            who.require_vhost(vname)
+            self.vhost(vname)
+            if (
+                name not in self.vhost(vname).queues
+                and (vname, name) not in cluster.applier.view.queues
+            ):
+                raise not_found()
+            await cluster.store.delete_queue(
+                vname,
+                name,
+                if_unused=as_bool(request.query.get("if-unused")),
+                if_empty=as_bool(request.query.get("if-empty")),
+            )
+            return no_content()
         vhost, queue = self._queue_of(request, change=True)
         vhost.delete_queue(
             queue.name,
@@ -493,6 +694,9 @@ class ObjectsApi(ApiBase):
         return no_content()
 
     async def purge_queue(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         _vhost, queue = self._queue_of(request, change=True)
         if isinstance(queue, StreamQueue):
             raise bad_request("purge is not supported by stream queues")
@@ -500,6 +704,9 @@ class ObjectsApi(ApiBase):
         return no_content()
 
     async def queue_actions(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         self._queue_of(request, change=True)
         body = await read_body(request)
         if body.get("action") not in ("sync", "cancel_sync"):
@@ -507,6 +714,9 @@ class ObjectsApi(ApiBase):
         return no_content()  # one node: nothing to synchronise
 
     async def queue_bindings(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         vhost, queue = self._queue_of(request)
         rows = [
             b
@@ -516,6 +726,9 @@ class ObjectsApi(ApiBase):
         return self.listing(request, rows)
 
     async def get_messages(self, request: web.Request) -> web.Response:
+        elsewhere = await self._queue_elsewhere(request)
+        if elsewhere is not None:
+            return elsewhere
         _vhost, queue = self._queue_of(request, change=True)
         if isinstance(queue, StreamQueue):
             raise bad_request("basic.get is not supported by stream queues")
@@ -588,11 +801,16 @@ class ObjectsApi(ApiBase):
         kind = "queue" if request.match_info["kind"] == "q" else "exchange"
         if source not in vhost.exchanges:
             raise not_found()
-        if kind == "queue" and dest not in vhost.queues:
+        if kind == "queue" and dest not in vhost.queues and not self._remote_queue(vname, dest):
             raise not_found()
         if kind == "exchange" and dest not in vhost.exchanges:
             raise not_found()
         return vhost, source, dest, kind
+
+    def _remote_queue(self, vhost: str, name: str) -> bool:
+        """A queue led by another node of the cluster (not in this node's model)."""
+        cluster = self.cluster
+        return cluster is not None and (vhost, name) in cluster.applier.view.queues
 
     def _between(
         self, vhost: VirtualHost, source: str, dest: str, kind: str
@@ -612,13 +830,13 @@ class ObjectsApi(ApiBase):
         body = await read_body(request)
         key = str(body.get("routing_key", ""))
         arguments = dict(body.get("arguments") or {})
-        if kind == "queue":
+        if self.cluster is not None:
+            await self.cluster.store.bind(vhost.name, source, kind, dest, key, arguments)
+        elif kind == "queue":
             queue = vhost.queues[dest]
             vhost.bind_queue(dest, source, key, arguments, owner=queue.exclusive_owner)
         else:
             vhost.bind_exchange(dest, source, key, arguments)
-        from leveret.server.runtime import properties_key
-
         # Relative, as RabbitMQ sends it.
         location = f"{dest}/{properties_key(key, json_value(arguments))}"
         return web.Response(status=201, headers={"Location": location})
@@ -639,7 +857,11 @@ class ObjectsApi(ApiBase):
         vhost, row = self._binding(request)
         source, dest = row["source"], row["destination"]
         arguments = _raw_binding_args(vhost, row)
-        if row["destination_type"] == "queue":
+        if self.cluster is not None:
+            await self.cluster.store.unbind(
+                vhost.name, source, row["destination_type"], dest, row["routing_key"], arguments
+            )
+        elif row["destination_type"] == "queue":
             queue = vhost.queues[dest]
             vhost.unbind_queue(
                 dest, source, row["routing_key"], arguments, owner=queue.exclusive_owner
@@ -647,6 +869,51 @@ class ObjectsApi(ApiBase):
         else:
             vhost.unbind_exchange(dest, source, row["routing_key"], arguments)
         return no_content()
+
+
+def _add_numbers(total: dict[str, Any], more: dict[str, Any]) -> None:
+    """Add another node's counts (and the ``rate`` of their ``*_details``) to ``total``."""
+    for key, value in more.items():
+        mine = total.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            total[key] = (mine if isinstance(mine, int | float) else 0) + value
+        elif isinstance(value, dict) and isinstance(value.get("rate"), int | float):
+            if not isinstance(mine, dict):
+                total[key] = mine = {"rate": 0.0}
+            mine["rate"] = float(mine.get("rate") or 0.0) + float(value["rate"])
+
+
+# RabbitMQ's listener protocol names for Leveret's URL schemes.
+_PROTOCOLS = {"amqps": "amqp/ssl", "rabbitmq-stream": "stream", "rabbitmq-stream+tls": "stream/ssl"}
+
+
+def _listener(node: str, url: str) -> dict[str, Any]:
+    scheme, address = url.split("://", 1)
+    host, port = address.rsplit(":", 1)
+    return {
+        "node": node,
+        "protocol": _PROTOCOLS.get(scheme, scheme),
+        "ip_address": host.strip("[]"),
+        "port": int(port),
+    }
+
+
+def _node_path(name: str) -> str:
+    return f"/api/nodes/{quote(name, safe='')}"
+
+
+def _node_not_answering(name: str, record: dict[str, Any] | None) -> dict[str, Any]:
+    """A node that is down, as RabbitMQ 3.10.8 shows a stopped one (tests/data/management/),
+    or one that runs and did not answer in time."""
+    down = {"name": name, "type": "disc", "running": False, "cluster_links": []}
+    if record is None:
+        return down
+    return {**down, "running": True, "os_pid": str(record.get("pid", ""))}
+
+
+def remote_queue_json(record: Any, running: dict[str, Any]) -> dict[str, Any]:
+    """A queue led by another node, from its record in etcd."""
+    return queue_record_row(record, record.leader in running)
 
 
 def _raw_binding_args(vhost: VirtualHost, row: dict[str, Any]) -> dict[str, object]:

@@ -1,5 +1,5 @@
-"""Policies, operator policies, parameters, global parameters (``server/runtime.py``,
-runtime.json) and the definitions document."""
+"""Policies, operator policies, parameters, global parameters (``server/parameters.py``,
+runtime.json) and the definitions document (``server/definitions.py``)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,11 @@ from leveret.management.api_base import (
     read_body,
 )
 from leveret.management.errors import not_found
-from leveret.server.admin_entities import import_document
-from leveret.server.runtime import (
-    export_all,
-)
+from leveret.server.definitions import export_all, import_document
 
 
 class RuntimeApi(ApiBase):
-    """Policies, operator policies, parameters, global parameters (``server/runtime.py``,"""
+    """Policies, operator policies, parameters, global parameters and definitions."""
 
     # -- policies and parameters -------------------------------------------------------------
 
@@ -66,16 +63,17 @@ class RuntimeApi(ApiBase):
         body = await read_body(request)
         target = self.broker.vhosts[vhost]
         existed = name in (target.operator_policies if operator else target.policies)
-        self.runtime.set_policy(
-            vhost,
-            name,
-            body.get("pattern"),
-            body.get("definition"),
-            body.get("priority", 0),
-            body.get("apply-to", "all"),
-            operator=operator,
+        await self.runtime.change(
+            lambda r: r.set_policy(
+                vhost,
+                name,
+                body.get("pattern"),
+                body.get("definition"),
+                body.get("priority", 0),
+                body.get("apply-to", "all"),
+                operator=operator,
+            )
         )
-        await self.runtime.save()
         return no_content() if existed else web.Response(status=201)
 
     async def delete_policy(self, request: web.Request) -> web.Response:
@@ -89,8 +87,7 @@ class RuntimeApi(ApiBase):
         target = self.vhost(vhost)
         if name not in (target.operator_policies if operator else target.policies):
             raise not_found()
-        self.runtime.clear_policy(vhost, name, operator=operator)
-        await self.runtime.save()
+        await self.runtime.change(lambda r: r.clear_policy(vhost, name, operator=operator))
         return no_content()
 
     async def list_parameters(self, request: web.Request) -> web.Response:
@@ -130,8 +127,10 @@ class RuntimeApi(ApiBase):
         self.vhost(m["vhost"])
         body = await read_body(request)
         existed = (m["vhost"], m["component"], m["name"]) in self.runtime.parameters
-        self.runtime.set_parameter(m["vhost"], m["component"], m["name"], body.get("value"))
-        await self.runtime.save()
+        value = body.get("value")
+        await self.runtime.change(
+            lambda r: r.set_parameter(m["vhost"], m["component"], m["name"], value)
+        )
         return no_content() if existed else web.Response(status=201)
 
     async def delete_parameter(self, request: web.Request) -> web.Response:
@@ -140,8 +139,9 @@ class RuntimeApi(ApiBase):
         who.require_policymaker(m["vhost"])
         if (m["vhost"], m["component"], m["name"]) not in self.runtime.parameters:
             raise not_found()
-        self.runtime.clear_parameter(m["vhost"], m["component"], m["name"])
-        await self.runtime.save()
+        await self.runtime.change(
+            lambda r: r.clear_parameter(m["vhost"], m["component"], m["name"])
+        )
         return no_content()
 
     async def list_global_parameters(self, request: web.Request) -> web.Response:
@@ -161,16 +161,16 @@ class RuntimeApi(ApiBase):
         name = request.match_info["name"]
         body = await read_body(request)
         existed = name in self.runtime.global_parameters
-        self.runtime.global_parameters[name] = body.get("value")
-        await self.runtime.save()
+        value = body.get("value")
+        await self.runtime.change(lambda r: r.global_parameters.__setitem__(name, value))
         return no_content() if existed else web.Response(status=201)
 
     async def delete_global_parameter(self, request: web.Request) -> web.Response:
         self.who(request).require_admin()
         name = request.match_info["name"]
-        if self.runtime.global_parameters.pop(name, None) is None:
+        if name not in self.runtime.global_parameters:
             raise not_found()
-        await self.runtime.save()
+        await self.runtime.change(lambda r: r.global_parameters.pop(name, None))
         return no_content()
 
     # -- definitions ----------------------------------------------------------------------------

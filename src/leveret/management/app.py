@@ -3,7 +3,8 @@
 aiohttp was chosen because its server is an ``asyncio.Protocol`` like the broker's own
 connections (it runs on the same loop, uvloop included, with no thread and no second
 loop), and it is the most used asyncio HTTP server with a long record; what it costs the
-AMQP hot path while polled is measured in ``docs/architecture.md`` ("management").
+AMQP hot path while polled is measured in ``docs/benchmarks.md`` ("The management plane's
+cost").
 
 Errors are RabbitMQ's: ``{"error": ..., "reason": ...}`` with 400 (``bad_request``), 401
 (``not_authorized``, with ``WWW-Authenticate``), 404 (``Object Not Found``) and 405; the
@@ -30,6 +31,7 @@ from leveret.errors import AMQPError, NotFound
 from leveret.management import api
 from leveret.management.authz import Authenticator, Forbidden, Unauthorized
 from leveret.management.errors import HttpError
+from leveret.management.peers import Peers
 from leveret.management.query import BadQuery
 from leveret.management.stats import Sampler
 
@@ -77,7 +79,9 @@ async def _errors(
     except AMQPError as exc:
         return _error(400, "bad_request", exc.reply_text)
     except AdminError as exc:
-        return _error(400, "bad_request", str(exc))
+        # 503 when the cluster's metadata store (etcd) did not answer (cluster/metadata.py).
+        status = getattr(exc, "http_status", 400)
+        return _error(status, "bad_request" if status == 400 else "service_unavailable", str(exc))
     except BadQuery as exc:
         return _error(400, "bad_request", str(exc))
     except json.JSONDecodeError:
@@ -96,6 +100,12 @@ class ManagementServer:
         self.auth = Authenticator(admin_host.users)
         self.runners: list[web.AppRunner] = []
         self.urls: list[str] = []
+        # The API's URLs that reach this node and no other (what other nodes of a cluster
+        # ask): the management URLs, or with a shared port (--workers) a private listener.
+        self.node_urls: list[str] = []
+        self.prometheus_urls: list[str] = []
+        # The other nodes of a cluster, asked for the cluster-wide views (peers.py).
+        self.peers = Peers()
         self._timer: asyncio.TimerHandle | None = None
         self.interval = self.settings.collect_statistics_interval / 1000
 
@@ -147,18 +157,22 @@ class ManagementServer:
             context.load_cert_chain(
                 settings.management_tls_certfile, settings.management_tls_keyfile
             )
-        await self._listen(
+        scheme = "https" if context else "http"
+        urls = await self._listen(
             self.make_app(),
             settings.management_host,
             settings.management_port,
-            "https" if context else "http",
+            scheme,
             "management API and web UI",
             context,
+            # The workers of --workers share the port: a request reaches any of them.
+            private=settings.reuse_port,
         )
+        self.node_urls = urls
         if settings.prometheus:
             from leveret.management.prometheus import make_app
 
-            await self._listen(
+            self.prometheus_urls = await self._listen(
                 make_app(self),
                 settings.prometheus_host or settings.management_host,
                 settings.prometheus_port,
@@ -175,24 +189,48 @@ class ManagementServer:
         scheme: str,
         what: str,
         context: ssl.SSLContext | None,
-    ) -> None:
+        *,
+        private: bool = False,
+    ) -> list[str]:
+        """Serve ``app`` on ``host:port`` (shared with the other workers when
+        ``reuse_port``); with ``private``, also on a port of this process's own. Returns
+        the URLs that reach this process only."""
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=context, reuse_address=True)
+        reuse_port = self.settings.reuse_port or None
+        site = web.TCPSite(
+            runner, host, port, ssl_context=context, reuse_address=True, reuse_port=reuse_port
+        )
         try:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
             log.warning("%s not started: cannot listen on %s:%d: %s", what, host, port, exc)
-            return
+            return []
         self.runners.append(runner)
+        urls = self._site_urls(site, scheme, what)
+        self.urls += urls
+        if not private:
+            return urls
+        own = web.TCPSite(runner, host, 0, ssl_context=context, reuse_address=True)
+        try:
+            await own.start()
+        except OSError as exc:
+            log.warning("%s: no listener of this node's own on %s: %s", what, host, exc)
+            return []
+        return self._site_urls(own, scheme, f"{what} (this node only)")
+
+    @staticmethod
+    def _site_urls(site: web.TCPSite, scheme: str, what: str) -> list[str]:
+        urls = []
         server = site._server  # aiohttp does not expose the bound port otherwise
         for sock in getattr(server, "sockets", None) or []:
             bound_host, bound_port = sock.getsockname()[:2]
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             url = f"{scheme}://{shown}:{bound_port}"
-            self.urls.append(url)
+            urls.append(url)
             log.info("%s listening on %s", what, url)
+        return urls
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = loop.call_later(self.interval, self._tick, loop)
@@ -215,3 +253,4 @@ class ManagementServer:
         for runner in self.runners:
             await runner.cleanup()
         self.runners.clear()
+        await self.peers.close()

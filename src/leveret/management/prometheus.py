@@ -3,6 +3,11 @@
 metric names and labels so RabbitMQ's Grafana dashboards read Leveret; the text format is
 prometheus_client's (``generate_latest``), never formatted here.
 
+Per node, as RabbitMQ's: on a cluster node the figures are that node's own (its
+connections and channels, the queues it leads), and ``rabbitmq_identity_info`` names the
+node, the cluster and the cluster's permanent id (the same on every node), which is how
+RabbitMQ's dashboards tell the nodes of one cluster apart.
+
 Channel counters in ``/metrics`` are the sampler's running totals by vhost (monotonic:
 they keep what closed channels did), so they move once per statistics interval, as
 RabbitMQ's do.
@@ -20,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from leveret import __version__
 from leveret.management.shapes import connection_name, node_name
 from leveret.management.stats import CHANNEL_COUNTERS
-from leveret.server.runtime import cluster_name
+from leveret.server.parameters import cluster_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -75,7 +80,10 @@ class _Collector:
             "RabbitMQ node & cluster identity info",
             labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"],
         )
-        identity.add_metric([node, cluster_name(server.host.runtime), node], 1)
+        # RabbitMQ's permanent id is the cluster's, the same on every node.
+        cluster = getattr(host, "cluster", None)
+        permanent = f"rabbitmq-cluster-id-{cluster.cluster_id}" if cluster is not None else node
+        identity.add_metric([node, cluster_name(server.host.runtime), permanent], 1)
         yield identity
         build = GaugeMetricFamily(
             "rabbitmq_build_info",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.model.dtx import Coordinator
-from leveret.model.entry import MemoryGauge
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.stream import MemoryStreamBackend, StreamBackend
 from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost

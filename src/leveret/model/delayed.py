@@ -48,9 +48,9 @@ from leveret.model.queue import Queue
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from leveret.model.entry import MemoryGauge
     from leveret.model.exchange import Exchange
     from leveret.model.journal import Journal
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
     from leveret.model.router import Router
     from leveret.model.timers import Timers

@@ -1,4 +1,4 @@
-"""A message's place in one queue, and the memory gauge every queue adds its bytes to.
+"""A message's place in one queue.
 
 The leaf of the queue modules: ``queue``, ``queue_features``, ``paging``, ``consumer`` and the
 store import it; it imports only the message.
@@ -11,19 +11,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from leveret.model.message import Message
 
-__all__ = ["MESSAGE_OVERHEAD", "MemoryGauge", "QueuedMessage"]
+__all__ = ["MESSAGE_OVERHEAD", "QueuedMessage"]
 
 # Bytes a queued message costs beyond its body (objects, deque slot, index entries).
 MESSAGE_OVERHEAD = 256
-
-
-class MemoryGauge:
-    """Bytes of message data held by queues; the server compares it to its watermark."""
-
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
 
 
 class QueuedMessage:

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused
 from leveret.model.consumer import Browser, Consumer
-from leveret.model.entry import MESSAGE_OVERHEAD, MemoryGauge, QueuedMessage
+from leveret.model.entry import MESSAGE_OVERHEAD, QueuedMessage
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.message import HINT_PERSISTENT, QUEUE_HINTS
 from leveret.model.paging import Page, PagedTail, Pager, PageSource
 from leveret.model.queue_args import PLAIN, QueueConfig
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
 
 
-__all__ = ["MESSAGE_OVERHEAD", "Consumer", "MemoryGauge", "Queue", "QueuedMessage"]
+__all__ = ["MESSAGE_OVERHEAD", "Consumer", "Queue", "QueuedMessage"]
 
 
 class Queue(FeatureMixin):

@@ -24,10 +24,11 @@ OVERFLOWS = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_TYPES = ("classic", "quorum", "stream")
 # Arguments that only a queue type accepts (RabbitMQ: "... of queue type rabbit_X_queue").
 _CLASSIC_ONLY = ("x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator")
+# x-queue-leader-locator is RabbitMQ 3.12's for classic queues too (3.10 took it for quorum
+# queues only): a cluster places the leader of any queue by it (cluster/placement.py).
 _QUORUM_ONLY = (
     "x-dead-letter-strategy",
     "x-delivery-limit",
-    "x-queue-leader-locator",
     "x-quorum-initial-group-size",
     "x-max-in-memory-length",
     "x-max-in-memory-bytes",

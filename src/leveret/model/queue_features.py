@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from leveret.model.consumer import Consumer
-    from leveret.model.entry import MemoryGauge, QueuedMessage
+    from leveret.model.entry import QueuedMessage
     from leveret.model.journal import Journal
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
     from leveret.model.paging import PagedTail
     from leveret.model.queue_args import QueueConfig

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from leveret.model.delayed import DelayQueue
-from leveret.model.entry import MemoryGauge
 from leveret.model.exchange import Exchange
 from leveret.model.exchanges.base import freeze
 from leveret.model.exchanges.delayed import DelayedExchange
 from leveret.model.journal import NULL_JOURNAL, Journal
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.policies import (
     Policy,
     effective_definition,
@@ -33,7 +33,7 @@ from leveret.model.stream import MemoryStreamBackend, StreamBackend, StreamQueue
 from leveret.model.timers import Timers
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from leveret.model.consumer import Source
     from leveret.model.message import Message
@@ -115,6 +115,13 @@ class VirtualHost:
         # Policies and operator policies by name (model/policies.py), applied live.
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
+        # Whether an auto-delete exchange goes when its last binding does. A cluster node
+        # turns it off: there the bindings of an exchange are not all in one node's model,
+        # and the node that removes the last one in etcd deletes the exchange there.
+        self.auto_delete_exchanges = True
+        # Told of every queue removed (deleted, retired, its connection gone): a cluster
+        # node removes the queue's record from etcd when it led it.
+        self.on_queue_removed: Callable[[Queue], None] | None = None
         self.exchanges[""] = Exchange("", "direct", durable=True)
         for name_, type_name in STANDARD_EXCHANGES:
             self.exchanges[name_] = Exchange(name_, type_name, durable=True)
@@ -254,7 +261,7 @@ class VirtualHost:
         exchange.sources.clear()
 
     def _maybe_auto_delete(self, exchange: Exchange) -> None:
-        if exchange.auto_delete and not len(exchange.kind):
+        if exchange.auto_delete and self.auto_delete_exchanges and not len(exchange.kind):
             self._remove_exchange(exchange)
 
     def _bindable_source(self, name: str) -> Exchange:
@@ -476,6 +483,8 @@ class VirtualHost:
         queue.consumers.clear()
         for consumer in consumers:
             consumer.owner.consumer_removed(consumer)
+        if self.on_queue_removed is not None:
+            self.on_queue_removed(queue)
 
     # -- policies (model/policies.py) ---------------------------------------------------
 

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
     from leveret.protocol.amqp091.connection import Limits
-    from leveret.server.flow import MemoryAlarm
-    from leveret.server.shell.contract import FrontEndFactory
+    from leveret.server.memory_alarm import MemoryAlarm
+    from leveret.server.shell.shell import FrontEndFactory
 
 log = logging.getLogger("leveret.connection")
 

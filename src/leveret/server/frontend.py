@@ -21,7 +21,8 @@ from leveret.server.amqp10.connection import AMQP10Connection
 from leveret.server.amqpfast import FastConnection
 from leveret.server.legacy.connection import LegacyConnection
 from leveret.server.legacy.dialects import DIALECTS, Dialect
-from leveret.server.shell.contract import FrontEnd, FrontEndFactory
+from leveret.server.shell.contract import FrontEnd
+from leveret.server.shell.shell import FrontEndFactory
 
 if TYPE_CHECKING:
     from leveret.server.shell.shell import Shell

@@ -1,7 +1,7 @@
 """TLS for the ``amqps`` listener: the server's ``ssl.SSLContext`` from the settings,
 certificate reload without a restart, and the user name a client certificate gives for
-SASL EXTERNAL. ``server/lifecycle.py`` starts the listener and reloads on SIGHUP;
-``server/admin.py`` reloads on ``leveret ctl reload_tls``.
+SASL EXTERNAL. ``server/server.py`` starts the listener and reloads on SIGHUP;
+``server/ctl/admin.py`` reloads on ``leveret ctl reload_tls``.
 
 Reload: the listening socket keeps one context for its whole life (asyncio has no way to
 swap it), so that context only chooses: its SNI callback, which OpenSSL runs on every

@@ -1,5 +1,5 @@
 """Messages of every wire format rebuilt from what the store and the stream logs kept, and
-stamped for stream readers: the factories ``server/lifecycle.py`` hands to recovery and to
+stamped for stream readers: the factories ``server/server.py`` hands to recovery and to
 ``StreamStore`` (the formats are in ``server/formats.py``).
 """
 

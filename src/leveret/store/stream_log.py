@@ -33,7 +33,7 @@ the cache always finds its bytes on disk). Reading below the cache reads the fil
 synchronously on the loop thread (one ``pread`` of up to ``READ_CHUNK`` bytes).
 
 Directories in the previous format (``*.seg`` files of records) are converted at boot
-(``stream_legacy.py``).
+(``stream_format_v1.py``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from leveret.protocol.rabbitstream.chunk import (
     parse_header,
     split_entries,
 )
-from leveret.store import stream_legacy
+from leveret.store import stream_format_v1
 from leveret.store.stream_segments import (
     SUFFIX,
     SegmentScan,
@@ -75,8 +75,8 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Iterable, Mapping
 
+    from leveret.model.memory_gauge import MemoryGauge
     from leveret.model.message import Message
-    from leveret.model.queue import MemoryGauge
     from leveret.model.stream import RecordCodec, StreamLog
 
 log = logging.getLogger("leveret.store")
@@ -213,7 +213,7 @@ class FileStreamLog:
         self.destroyed = False
         path.mkdir(parents=True, exist_ok=True)
         if store.legacy_entry is not None:
-            stream_legacy.convert(path, store.legacy_entry)
+            stream_format_v1.convert(path, store.legacy_entry)
         self._recover()
 
     # -- boot ----------------------------------------------------------------------------

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from leveret.model.message import Message
     from leveret.protocol.amqp091.fieldtable import FieldTable, FieldValue
-    from leveret.server.shell.contract import FrontEndFactory
+    from leveret.server.shell.shell import FrontEndFactory
 
 __all__ = [
     "DEFAULT_CAPABILITIES",

@@ -57,7 +57,7 @@ from leveret.testing.client import feed, new_shell, plain_response, run_turns
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.server.shell.contract import FrontEndFactory
+    from leveret.server.shell.shell import FrontEndFactory
 
 __all__ = ["DRIVERS", "Conversation", "Driver", "check_front_end", "users_for_conformance"]
 

@@ -1,6 +1,6 @@
 """A real Leveret broker inside the calling process, with a clock the caller moves.
 
-:class:`EmbeddedBroker` runs the same ``server.lifecycle.Server`` that ``leveret serve``
+:class:`EmbeddedBroker` runs the same ``server.server.Server`` that ``leveret serve``
 runs — listeners on 127.0.0.1 port 0, the store in a data directory of its own, every
 front end — on an event loop in a thread of its own. Clients of any kind (blocking pika in
 the test's thread, aio-pika on the test's loop, a Celery worker's threads) talk to it over
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from leveret.server.connection import ConnectionProtocol
-    from leveret.server.lifecycle import Server
+    from leveret.server.server import Server
 
 __all__ = ["DEFAULT_SETTINGS", "EmbeddedBroker", "EmbeddedBrokerError"]
 
@@ -122,7 +122,7 @@ class EmbeddedBroker:
             raise EmbeddedBrokerError("the broker is running already")
         from leveret.assembly import build_server
         from leveret.config import ConfigError, load
-        from leveret.server.lifecycle import StoreError
+        from leveret.server.server import StoreError
 
         started = time.perf_counter()
         if self.data_dir is None:

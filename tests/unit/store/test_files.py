@@ -10,7 +10,7 @@ import pytest
 
 from leveret.auth import persist
 from leveret.auth.users import UserStore
-from leveret.store import runtime
+from leveret.store import parameters_file
 from leveret.store.files import read_document, replace_durably
 
 if TYPE_CHECKING:
@@ -55,9 +55,9 @@ def test_an_unreadable_path_raises_the_callers_error(tmp_path: Path) -> None:
 def test_runtime_and_auth_files_keep_their_errors(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
     path.write_bytes(b'{"format": "other"}')
-    with pytest.raises(runtime.RuntimeFileError, match="not a Leveret runtime file"):
-        runtime.load(path)
+    with pytest.raises(parameters_file.RuntimeFileError, match="not a Leveret runtime file"):
+        parameters_file.load(path)
     with pytest.raises(persist.AuthFileError, match="not a Leveret auth file"):
         persist.load(path, UserStore())
-    assert runtime.load(tmp_path / "none.json") is None
+    assert parameters_file.load(tmp_path / "none.json") is None
     assert persist.load(tmp_path / "none.json", UserStore()) is False

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.model.queue import MemoryGauge
+from leveret.model.memory_gauge import MemoryGauge
 from leveret.model.stream import MemoryStreamLog, StreamEntry, StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.server.amqp091.message import wire_message

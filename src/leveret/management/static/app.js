@@ -93,7 +93,11 @@ function levelsOf(details) {
 
 const views = {
   async overview() {
-    const o = await api("overview?lengths_age=600&lengths_incr=5&msg_rates_age=600&msg_rates_incr=5");
+    // The nodes need the monitoring tag: without it the overview shows no nodes card.
+    const [o, nodes] = await Promise.all([
+      api("overview?lengths_age=600&lengths_incr=5&msg_rates_age=600&msg_rates_incr=5"),
+      api("nodes").catch(() => null),
+    ]);
     const q = o.queue_totals || {}, m = o.message_stats || {}, t = o.object_totals || {};
     const html = `
       <div class="card"><h2>Totals</h2>
@@ -101,6 +105,13 @@ const views = {
         Exchanges: <b>${num(t.exchanges)}</b> · Queues: <b>${num(t.queues)}</b> · Consumers: <b>${num(t.consumers)}</b></p>
         <p>Cluster <b>${esc(o.cluster_name)}</b>, ${esc(o.product_name)} ${esc(o.product_version)} on node ${esc(o.node)}</p>
       </div>
+      ${nodes ? `<div class="card"><h2>Nodes</h2>${table([
+        ["Name", (n) => esc(n.name) + (n.name === o.node ? " (this node)" : "")],
+        ["State", (n) => n.running ? "running" : `<span class="error">down</span>`],
+        ["Memory", (n) => n.mem_used === undefined ? "" : (n.mem_used / 1048576).toFixed(1) + " MiB", "num"],
+        ["Sockets", (n) => num(n.sockets_used), "num"],
+        ["Uptime", (n) => n.uptime === undefined ? "" : Math.floor(n.uptime / 1000) + " s", "num"],
+      ], nodes, "nodes-table")}</div>` : ""}
       <div class="card"><h2>Queued messages</h2>
         <canvas id="chart-queued" width="700" height="160"></canvas>
         <p class="legend"><span style="color:#c60">Ready: <b id="ov-ready">${num(q.messages_ready)}</b></span>
@@ -149,7 +160,7 @@ const views = {
   async connections() {
     const rows = await api("connections");
     render(`<div class="card"><h2>Connections</h2>${table([
-      ["Name", (c) => esc(c.name)], ["User", (c) => esc(c.user)], ["Vhost", (c) => esc(c.vhost)],
+      ["Name", (c) => esc(c.name)], ["Node", (c) => esc(c.node)], ["User", (c) => esc(c.user)], ["Vhost", (c) => esc(c.vhost)],
       ["Protocol", (c) => esc(c.protocol)], ["Channels", (c) => num(c.channels), "num"],
       ["From client", (c) => rate(c.recv_oct_details), "num"], ["To client", (c) => rate(c.send_oct_details), "num"],
       ["", (c) => `<button data-close="${esc(c.name)}">Close</button>`],
@@ -164,7 +175,7 @@ const views = {
   async channels() {
     const rows = await api("channels");
     render(`<div class="card"><h2>Channels</h2>${table([
-      ["Channel", (c) => esc(c.name)], ["User", (c) => esc(c.user)], ["Vhost", (c) => esc(c.vhost)],
+      ["Channel", (c) => esc(c.name)], ["Node", (c) => esc(c.node)], ["User", (c) => esc(c.user)], ["Vhost", (c) => esc(c.vhost)],
       ["Prefetch", (c) => num(c.prefetch_count), "num"], ["Consumers", (c) => num(c.consumer_count), "num"],
       ["Unacked", (c) => num(c.messages_unacknowledged), "num"],
       ["Publish", (c) => rate((c.message_stats || {}).publish_details), "num"],
@@ -254,6 +265,7 @@ const views = {
     render(`<div class="card"><h2>Queues</h2>${table([
       ["Vhost", (q) => esc(q.vhost)],
       ["Name", (q) => `<a class="link" data-queue="${esc(q.name)}" data-vhost="${esc(q.vhost)}">${esc(q.name)}</a>`],
+      ["Node", (q) => esc(q.node) + (q.state === "down" ? ` <span class="error">down</span>` : "")],
       ["Type", (q) => esc(q.type)], ["Policy", (q) => esc(q.policy || "")],
       ["Ready", (q) => num(q.messages_ready), "num ready"], ["Unacked", (q) => num(q.messages_unacknowledged), "num"],
       ["Total", (q) => num(q.messages), "num total"], ["Consumers", (q) => num(q.consumers), "num"],

@@ -20,8 +20,7 @@ from leveret.server.amqp091.connection import AMQP091Connection
 if TYPE_CHECKING:
     from leveret.protocol.amqp091._generated import methods as m
     from leveret.server.legacy.dialects import Dialect
-    from leveret.server.shell.contract import Chooser
-    from leveret.server.shell.shell import Shell
+    from leveret.server.shell.shell import Chooser, Shell
 
 __all__ = ["LegacyConnectionBase"]
 

@@ -3,7 +3,7 @@ queues. ``connection.py`` maps each command onto the core (the protocol's server
 ``protocol/rabbitstream/server.py``, the connection's lifecycle the shell's,
 ``server/shell/``), ``state.py`` is what the connections of one broker share,
 ``superstream.py`` the super stream commands; the listener is started by
-``server/lifecycle.py``."""
+``server/server.py``."""
 
 from __future__ import annotations
 

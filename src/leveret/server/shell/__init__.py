@@ -13,12 +13,14 @@ A deferral's completion is the core's ``leveret.model.completion.Completion``.
 
 from __future__ import annotations
 
-from leveret.server.shell.contract import Chooser, FrontEnd, FrontEndFactory, ShellContext
+from leveret.server.shell.contract import FrontEnd, ShellContext
 from leveret.server.shell.info import CHANNEL_COUNTERS, ChannelInfo, ConnectionInfo
 from leveret.server.shell.shell import (
     CLOSE_TIMEOUT,
     HANDSHAKE_TIMEOUT,
     HOLD_BOUND,
+    Chooser,
+    FrontEndFactory,
     OpenRefused,
     Shell,
 )

@@ -1,7 +1,7 @@
 """The contract between the shell (``shell.py``) and a protocol's front end: ``FrontEnd``
-(what each front end implements: its machine and the mapping of its events onto the core),
-``ShellContext`` (what a connection is made with), ``FrontEndFactory`` and ``Chooser`` (the
-header table's lookup, ``server/frontend.py``).
+(what each front end implements: its machine and the mapping of its events onto the core)
+and ``ShellContext`` (what a connection is made with). The factory types, which name the
+shell, are ``shell.py``'s (``FrontEndFactory``, ``Chooser``).
 
 A front end is sans-IO and has no lifecycle of its own: the shell it is made with
 (``factory(shell)``) owns the handshake deadline, delayed login refusal, the vhost open and
@@ -13,7 +13,6 @@ importing the table that lists it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -22,9 +21,8 @@ if TYPE_CHECKING:
     from leveret.model.broker import Broker
     from leveret.protocol.amqp091.connection import Limits
     from leveret.server.shell.info import ChannelInfo
-    from leveret.server.shell.shell import Shell
 
-__all__ = ["Chooser", "FrontEnd", "FrontEndFactory", "ShellContext"]
+__all__ = ["FrontEnd", "ShellContext"]
 
 
 class FrontEnd(Protocol):
@@ -129,9 +127,3 @@ class ShellContext:
     # The user name the peer's verified TLS client certificate gives (SASL EXTERNAL);
     # None on plain connections and without a verified certificate.
     certificate_identity: str | None = None
-
-
-FrontEndFactory = Callable[["Shell"], FrontEnd]
-
-# The front end for a connection's first bytes; None while more bytes are needed to tell.
-Chooser = Callable[[bytes], FrontEndFactory | None]

@@ -45,6 +45,7 @@ Compiled: every read and every delivery goes through it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from leveret.auth import authn
@@ -56,16 +57,22 @@ from leveret.server.guard import Guard
 from leveret.server.shell.info import ConnectionInfo
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from leveret.auth.authn import Login
     from leveret.auth.users import User
     from leveret.model.broker import Client
     from leveret.model.publisher import Publisher
-    from leveret.server.shell.contract import FrontEnd, FrontEndFactory, ShellContext
+    from leveret.server.shell.contract import FrontEnd, ShellContext
     from leveret.server.shell.info import ChannelInfo
 
-__all__ = ["CLOSE_TIMEOUT", "HANDSHAKE_TIMEOUT", "HOLD_BOUND", "OpenRefused", "Shell"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "HANDSHAKE_TIMEOUT",
+    "HOLD_BOUND",
+    "Chooser",
+    "FrontEndFactory",
+    "OpenRefused",
+    "Shell",
+]
 
 log = logging.getLogger("leveret.connection")
 
@@ -665,3 +672,10 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     if a is None:
         return b
     return a if b is None or a <= b else b
+
+
+# What makes a connection's front end, given its shell (``server/frontend.py``'s table).
+FrontEndFactory = Callable[[Shell], "FrontEnd"]
+
+# The front end for a connection's first bytes; None while more bytes are needed to tell.
+Chooser = Callable[[bytes], FrontEndFactory | None]

@@ -1,4 +1,4 @@
-"""``server/message_tools.py`` and the queue calls under it (``Queue.browse``, ``Queue.take``)
+"""``server/message_ops.py`` and the queue calls under it (``Queue.browse``, ``Queue.take``)
 without sockets: browsing leaves a queue as it was (paged tails and priorities included),
 moves take exactly what they put elsewhere, filters and selectors refuse bad JSON."""
 
@@ -12,7 +12,7 @@ import pytest
 from leveret.model.delayed import DelayQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server import message_tools as tools
+from leveret.server import message_ops as tools
 from leveret.server.amqp091.message import wire_message
 from leveret.testing.pager import MemoryPager
 

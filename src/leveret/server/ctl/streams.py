@@ -6,7 +6,7 @@
 create_super_stream makes, and the deleted partitions' stream-protocol clients are told.
 As with ``rabbitmq-streams`` on the broker's machine, no user permission is checked.
 
-``server/lifecycle.py`` registers these with ``server/admin.py``'s ``Admin``.
+``server/server.py`` registers these with ``server/ctl/admin.py``'s ``Admin``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from leveret.model.vhost import VirtualHost
-    from leveret.server.admin import Admin
+    from leveret.server.ctl.admin import Admin
 
 
 class SuperStreamExists(AdminError):

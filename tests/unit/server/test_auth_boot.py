@@ -12,7 +12,7 @@ from leveret.auth import authn, persist
 from leveret.auth.users import UserStore
 from leveret.config import Settings
 from leveret.model.broker import Broker
-from leveret.server.admin import AuthBootError, boot_auth, remove_vhost_contents
+from leveret.server.auth_boot import AuthBootError, boot_auth, remove_vhost_contents
 
 if TYPE_CHECKING:
     from pathlib import Path

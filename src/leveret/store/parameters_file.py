@@ -1,7 +1,7 @@
 """Runtime parameters on disk: ``data_dir/runtime.json`` holds the policies, operator
 policies, vhost-scoped parameters and global parameters, in RabbitMQ's definitions format,
 rewritten whole and atomically on every change (as ``auth.json``: a temporary file, fsync,
-rename, fsync of the directory), read at boot. ``server/runtime.py`` is its only user.
+rename, fsync of the directory), read at boot. ``server/parameters.py`` is its only user.
 
 Why a file and not records in ``defs.log``: an operator's policy change must be on disk
 before the API or ``leveret ctl`` answers, and it is small and rare (the same reasons as

@@ -1,6 +1,6 @@
 """Messages looked at and moved without being consumed, and the pending messages of delayed
 exchanges: the operations the management API (``management/api_messages.py``) and
-``leveret ctl`` (``server/admin_messages.py``) share, with their arguments as JSON.
+``leveret ctl`` (``server/ctl/messages.py``) share, with their arguments as JSON.
 
 - Browse and search (``browse``): a queue's ready messages in delivery order, from the head
   or from a position, or a stream's by offset range, with an optional filter (headers,
@@ -33,7 +33,7 @@ from leveret.model.delayed import DelayQueue, Selector
 from leveret.model.stream import StreamQueue
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.server.formats import amqp091_parts
-from leveret.server.runtime import json_value
+from leveret.server.rows import json_value
 
 if TYPE_CHECKING:
     from leveret.model.delayed import DelayHost, Scheduled

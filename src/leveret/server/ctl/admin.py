@@ -2,17 +2,16 @@
 auth registry (``auth.users``), written to ``data_dir/auth.json`` before the answer, and
 the parts that need the server: virtual hosts created and deleted in the model (deleting
 one closes its connections with 320 and removes its exchanges, queues, bindings and
-messages, from disk too), TLS reload, status. Also the registry's boot: ``boot_auth``.
+messages, from disk too), TLS reload, status.
 
-``server/control.py`` carries requests here; ``server/lifecycle.py`` builds the
-:class:`Admin` and calls ``boot_auth``. Requests run on the event loop one at a time; the
+``server/ctl/unix_socket.py`` carries requests here; ``server/server.py`` builds the
+:class:`Admin`. Requests run on the event loop one at a time; the
 file write runs in a thread so the loop keeps serving clients meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,82 +21,22 @@ from leveret import __version__, build_info
 from leveret.auth import persist
 from leveret.auth.definitions import export_definitions, import_definitions, load_store
 from leveret.auth.users import AdminError, InvalidArgument, UserStore
+from leveret.server.auth_boot import remove_vhost_contents
 from leveret.server.listeners import TlsError
+from leveret.server.rows import permission_rows, topic_permission_rows, user_row, vhost_row
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from leveret.config import Settings
     from leveret.model.broker import Broker
-    from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.listeners import TlsContexts
 
-log = logging.getLogger("leveret.admin")
-
-
-class AuthBootError(Exception):
-    """The auth registry cannot be loaded; the broker does not start."""
-
-
-def boot_auth(users: UserStore, broker: Broker, data_dir: Path, settings: Settings) -> None:
-    """Load ``auth.json``, or on a new data directory make RabbitMQ's first-boot state
-    (the default user, an administrator with full permissions in every ``vhosts`` vhost
-    and in every vhost recovered from the store); then make the model's vhosts the
-    registry's: a vhost recovered from the store that the registry no longer has was
-    deleted before a crash finished removing its contents, which happens now."""
-    path = data_dir / persist.AUTH_FILE
-    try:
-        loaded = persist.load(path, users)
-    except persist.AuthFileError as exc:
-        raise AuthBootError(str(exc)) from None
-    if not loaded:
-        # The store may hold vhosts from before auth.json existed: keep them.
-        recovered = [name for name, vhost in broker.vhosts.items() if _has_contents(vhost)]
-        seeded = UserStore.with_default_user(
-            settings.default_user,
-            settings.default_pass,
-            tuple(dict.fromkeys((*settings.vhosts, *recovered))),
-            loopback_users=settings.loopback_users,
-        )
-        load_store(users, persist.snapshot(seeded))
-        try:
-            persist.save(path, persist.snapshot(users))
-        except OSError as exc:
-            raise AuthBootError(f"cannot write {path}: {exc.strerror}") from None
-        log.info(
-            "new data directory: created user '%s' and vhosts %s",
-            settings.default_user,
-            ", ".join(sorted(users.vhosts)),
-        )
-    for name in [v for v in broker.vhosts if v not in users.vhosts]:
-        log.warning("vhost '%s' was deleted; removing what was left of it", name)
-        remove_vhost_contents(broker, name)
-    for name in users.vhosts:
-        broker.add_vhost(name)
-
-
-def _has_contents(vhost: VirtualHost) -> bool:
-    return bool(vhost.queues) or any(n and not n.startswith("amq.") for n in vhost.exchanges)
-
-
-def remove_vhost_contents(broker: Broker, name: str) -> None:
-    """Delete every queue (with its messages) and exchange of vhost ``name``, through the
-    model's public calls so the store records it, then forget the vhost."""
-    vhost = broker.vhosts.get(name)
-    if vhost is None:
-        return
-    for queue in list(vhost.queues.values()):
-        vhost.remove_queue(queue)
-    for exchange in list(vhost.exchanges):
-        if exchange and not exchange.startswith("amq."):
-            vhost.delete_exchange(exchange)
-    del broker.vhosts[name]
-
 
 class AdminHost(Protocol):
-    """What the admin needs of the running server (``server.lifecycle.Server``)."""
+    """What the admin needs of the running server (``server.server.Server``)."""
 
     settings: Settings
     broker: Broker
@@ -145,10 +84,12 @@ def _vhost_of(conn: ConnectionProtocol) -> str | None:
 class Admin:
     """The verbs, by name: its own (users, vhosts, permissions, limits, definitions of the
     auth part, TLS) and the tables that the server registers from the modules above this
-    one (``admin_entities.entity_verbs``, ``admin_messages.message_verbs``)."""
+    one (``ctl/entities.py``, ``ctl/messages.py``, ``ctl/streams.py``)."""
 
     host: AdminHost
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Where registry changes go instead of auth.json on a cluster node (cluster/node.py).
+    changer: Callable[[Callable[[UserStore], object]], Awaitable[object]] | None = None
     verbs: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -205,10 +146,15 @@ class Admin:
     def users(self) -> UserStore:
         return self.host.users
 
-    async def _change(self, change: Callable[[], object]) -> None:
-        """Make ``change`` and write it to disk; if the write fails, undo it."""
+    async def _change(self, change: Callable[[UserStore], object]) -> None:
+        """Make ``change`` to the registry and write it to disk; if the write fails, undo
+        it. On a cluster node, ``changer`` makes it in etcd instead (every node applies
+        it, this one before the answer: ``cluster/metadata.py``)."""
+        if self.changer is not None:
+            await self.changer(change)
+            return
         before = persist.snapshot(self.users)
-        change()
+        change(self.users)
         after = persist.snapshot(self.users)
         try:
             await asyncio.to_thread(persist.save, self.host.data_path / persist.AUTH_FILE, after)
@@ -220,30 +166,30 @@ class Admin:
 
     async def add_user(self, args: dict[str, Any]) -> None:
         name, password = _str_arg(args, "user"), _str_arg(args, "password", "")
-        await self._change(lambda: self.users.add_user(name, password or None))
+        await self._change(lambda users: users.add_user(name, password or None))
 
     async def delete_user(self, args: dict[str, Any]) -> None:
         name = _str_arg(args, "user")
-        await self._change(lambda: self.users.delete_user(name))
+        await self._change(lambda users: users.delete_user(name))
 
     async def change_password(self, args: dict[str, Any]) -> None:
         name, password = _str_arg(args, "user"), _str_arg(args, "password")
-        await self._change(lambda: self.users.change_password(name, password))
+        await self._change(lambda users: users.change_password(name, password))
 
     async def clear_password(self, args: dict[str, Any]) -> None:
         name = _str_arg(args, "user")
-        await self._change(lambda: self.users.clear_password(name))
+        await self._change(lambda users: users.clear_password(name))
 
     async def set_user_tags(self, args: dict[str, Any]) -> None:
         name, tags = _str_arg(args, "user"), _arg(args, "tags", [])
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise InvalidArgument("tags must be a list of strings")
-        await self._change(lambda: self.users.set_user_tags(name, tags))
+        await self._change(lambda users: users.set_user_tags(name, tags))
 
     async def list_users(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         return [
-            {"user": u.name, "tags": list(u.tags)}
-            for u in sorted(self.users.users.values(), key=lambda u: u.name)
+            {"user": row["name"], "tags": row["tags"]}
+            for row in (user_row(self.users.users[n]) for n in sorted(self.users.users))
         ]
 
     async def authenticate_user(self, args: dict[str, Any]) -> str:
@@ -260,7 +206,7 @@ class Admin:
         if queue_type is not None and not isinstance(queue_type, str):
             raise InvalidArgument("default_queue_type must be a string")
         await self._change(
-            lambda: self.users.add_vhost(
+            lambda users: users.add_vhost(
                 name, description=description, tags=tags, default_queue_type=queue_type
             )
         )
@@ -270,7 +216,7 @@ class Admin:
         name = _str_arg(args, "vhost")
         # The registry's change is on disk first: if the broker dies while the contents go,
         # the next boot finishes the job (boot_auth).
-        await self._change(lambda: self.users.delete_vhost(name))
+        await self._change(lambda users: users.delete_vhost(name))
         text = f"vhost '{name}' is deleted"
         for conn in list(self.host.connections):
             if _vhost_of(conn) == name:
@@ -278,14 +224,10 @@ class Admin:
         remove_vhost_contents(self.host.broker, name)
 
     async def list_vhosts(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        columns = ("name", "description", "tags", "default_queue_type")
         return [
-            {
-                "name": v.name,
-                "description": v.description,
-                "tags": list(v.tags),
-                "default_queue_type": v.default_queue_type or "undefined",
-            }
-            for v in sorted(self.users.vhosts.values(), key=lambda v: v.name)
+            {c: row[c] for c in columns}
+            for row in (vhost_row(self.users.vhosts[n]) for n in sorted(self.users.vhosts))
         ]
 
     # -- permissions ----------------------------------------------------------------------------
@@ -293,55 +235,42 @@ class Admin:
     async def set_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
         conf, write, read = (_str_arg(args, k) for k in ("configure", "write", "read"))
-        await self._change(lambda: self.users.set_permissions(user, vhost, conf, write, read))
+        await self._change(lambda users: users.set_permissions(user, vhost, conf, write, read))
 
     async def clear_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
-        await self._change(lambda: self.users.clear_permissions(user, vhost))
+        await self._change(lambda users: users.clear_permissions(user, vhost))
 
     async def list_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = _str_arg(args, "vhost", "/")
         self.users.vhost(vhost)
-        return [
-            {"user": u, "configure": p.configure, "write": p.write, "read": p.read}
-            for (u, v), p in sorted(self.users.permissions.items())
-            if v == vhost
-        ]
+        columns = ("user", "configure", "write", "read")
+        return [{c: row[c] for c in columns} for row in permission_rows(self.users, vhost=vhost)]
 
     async def list_user_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         user = _str_arg(args, "user")
         self.users.user(user)
-        return [
-            {"vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
-            for (u, v), p in sorted(self.users.permissions.items())
-            if u == user
-        ]
+        columns = ("vhost", "configure", "write", "read")
+        return [{c: row[c] for c in columns} for row in permission_rows(self.users, user=user)]
 
     async def set_topic_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
         exchange, write, read = (_str_arg(args, k) for k in ("exchange", "write", "read"))
         await self._change(
-            lambda: self.users.set_topic_permissions(user, vhost, exchange, write, read)
+            lambda users: users.set_topic_permissions(user, vhost, exchange, write, read)
         )
 
     async def clear_topic_permissions(self, args: dict[str, Any]) -> None:
         user, vhost = _str_arg(args, "user"), _str_arg(args, "vhost", "/")
         exchange = _arg(args, "exchange", None)
-        await self._change(lambda: self.users.clear_topic_permissions(user, vhost, exchange))
-
-    def _topic_rows(self, keep: Callable[[str, str], bool]) -> Iterable[dict[str, Any]]:
-        for (user, vhost), by_exchange in sorted(self.users.topic_permissions.items()):
-            if keep(user, vhost):
-                for exchange, t in sorted(by_exchange.items()):
-                    row = {"user": user, "vhost": vhost, "exchange": exchange}
-                    yield {**row, "write": t.write, "read": t.read}
+        await self._change(lambda users: users.clear_topic_permissions(user, vhost, exchange))
 
     async def list_topic_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = _str_arg(args, "vhost", "/")
         self.users.vhost(vhost)
         return [
             {k: row[k] for k in ("user", "exchange", "write", "read")}
-            for row in self._topic_rows(lambda _u, v: v == vhost)
+            for row in topic_permission_rows(self.users, vhost=vhost)
         ]
 
     async def list_user_topic_permissions(self, args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -349,18 +278,18 @@ class Admin:
         self.users.user(user)
         return [
             {k: row[k] for k in ("vhost", "exchange", "write", "read")}
-            for row in self._topic_rows(lambda u, _v: u == user)
+            for row in topic_permission_rows(self.users, user=user)
         ]
 
     # -- limits ---------------------------------------------------------------------------------
 
     async def set_vhost_limits(self, args: dict[str, Any]) -> None:
         vhost, limits = _str_arg(args, "vhost", "/"), _str_arg(args, "limits")
-        await self._change(lambda: self.users.set_vhost_limits(vhost, limits))
+        await self._change(lambda users: users.set_vhost_limits(vhost, limits))
 
     async def clear_vhost_limits(self, args: dict[str, Any]) -> None:
         vhost = _str_arg(args, "vhost", "/")
-        await self._change(lambda: self.users.clear_vhost_limits(vhost))
+        await self._change(lambda users: users.clear_vhost_limits(vhost))
 
     async def list_vhost_limits(self, args: dict[str, Any]) -> Any:
         if _arg(args, "global", False):
@@ -373,11 +302,11 @@ class Admin:
 
     async def set_user_limits(self, args: dict[str, Any]) -> None:
         user, limits = _str_arg(args, "user"), _str_arg(args, "limits")
-        await self._change(lambda: self.users.set_user_limits(user, limits))
+        await self._change(lambda users: users.set_user_limits(user, limits))
 
     async def clear_user_limits(self, args: dict[str, Any]) -> None:
         user, name = _str_arg(args, "user"), _str_arg(args, "limit", "all")
-        await self._change(lambda: self.users.clear_user_limits(user, name))
+        await self._change(lambda users: users.clear_user_limits(user, name))
 
     async def list_user_limits(self, args: dict[str, Any]) -> Any:
         user = _arg(args, "user", None)
@@ -395,9 +324,9 @@ class Admin:
         doc = _arg(args, "definitions")
         summary = None
 
-        def change() -> None:
+        def change(users: UserStore) -> None:
             nonlocal summary
-            summary = import_definitions(self.users, doc)
+            summary = import_definitions(users, doc)
 
         await self._change(change)
         for name in self.users.vhosts:

@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from leveret.model.queue import MemoryGauge
+    from leveret.model.memory_gauge import MemoryGauge
 
 log = logging.getLogger("leveret.flow")
 

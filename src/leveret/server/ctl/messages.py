@@ -1,8 +1,8 @@
-"""The ``leveret ctl`` verbs of ``server/message_tools.py`` (Leveret's own, no rabbitmqctl
+"""The ``leveret ctl`` verbs of ``server/message_ops.py`` (Leveret's own, no rabbitmqctl
 twin): ``list_delayed``, ``cancel_delayed``, ``reschedule_delayed`` (the pending messages
 of a delayed exchange), ``browse_queue``, ``move_messages`` and ``replay_dead_letters``.
 Arguments are the management API's JSON bodies plus ``vhost`` and the object's name;
-``server/lifecycle.py`` registers these with ``server/admin.py``'s ``Admin``
+``server/server.py`` registers these with ``server/ctl/admin.py``'s ``Admin``
 (``message_verbs``).
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth.users import AdminError
-from leveret.server import message_tools as tools
+from leveret.server import message_ops as tools
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from leveret.model.queue import Queue
     from leveret.model.vhost import VirtualHost
-    from leveret.server.admin import Admin
+    from leveret.server.ctl.admin import Admin
 
 
 class _Failed(AdminError):

@@ -7,9 +7,9 @@ writes what is pending (acks included) before the process exits.
 On SIGINT/SIGTERM every connection gets connection.close 320 CONNECTION_FORCED, the broker
 waits briefly for the close handshakes, then exits. SIGHUP reloads the TLS certificates.
 
-Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/admin.py``
+Users, vhosts and permissions come from ``data_dir/auth.json`` (``server/auth_boot.py``
 ``boot_auth``, after the store's recovery); once the listeners are up, the control channel
-``leveret ctl`` speaks to opens in the data directory (``server/control.py``).
+``leveret ctl`` speaks to opens in the data directory (``server/ctl/unix_socket.py``).
 
 The management plane stands above the server: whoever builds a ``Server`` hands it a
 factory for the plane (``leveret/assembly.py`` does, for ``leveret serve`` and the embedded
@@ -29,31 +29,33 @@ from typing import TYPE_CHECKING, Protocol
 
 from leveret import build_info
 from leveret.auth.users import UserStore
-from leveret.config import default_data_dir
+from leveret.config import WORKERS_FILE, default_data_dir, node_name
 from leveret.model.broker import Broker
 from leveret.model.dtx import xid_key
 from leveret.model.stream import StreamQueue
-from leveret.server.admin import Admin, AuthBootError, boot_auth
-from leveret.server.admin_entities import entity_verbs
-from leveret.server.admin_messages import message_verbs
-from leveret.server.admin_streams import super_stream_verbs
+from leveret.server import rows
 from leveret.server.amqp091 import Limits
 from leveret.server.amqp091.message import wire_message
+from leveret.server.auth_boot import AuthBootError, boot_auth
 from leveret.server.connection import ConnectionProtocol
-from leveret.server.control import ControlChannel, ControlChannelError
+from leveret.server.ctl.admin import Admin
+from leveret.server.ctl.entities import entity_verbs
+from leveret.server.ctl.messages import message_verbs
+from leveret.server.ctl.streams import super_stream_verbs
+from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
-from leveret.server.flow import MemoryAlarm, default_high_watermark
 from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
+from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
-from leveret.server.runtime import Runtime, boot_runtime
 from leveret.server.stored import stamp_stream, stored_message
 from leveret.server.stream_message import RECORDS, legacy_entry
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
+from leveret.store.parameters_file import RuntimeFileError
 from leveret.store.records import StoreCorrupt
 from leveret.store.recovery import restore
-from leveret.store.runtime import RuntimeFileError
 from leveret.store.stream_journal import StreamJournal
 from leveret.store.stream_log import StreamStore
 
@@ -83,10 +85,27 @@ class ManagementPlane(Protocol):
     listens on (``management/app.py``'s ``ManagementServer``)."""
 
     urls: list[str]
+    # The URLs of the API that reach this node only (others may share its port), and
+    # those of its Prometheus endpoint.
+    node_urls: list[str]
+    prometheus_urls: list[str]
 
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class ClusterPart(Protocol):
+    """What the server needs of its part in a cluster (``cluster/node.py``'s
+    ``ClusterNode``): join once recovered, register once listening, leave."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def register(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class Server:
@@ -97,9 +116,15 @@ class Server:
         settings: Settings,
         *,
         management: Callable[[Server], ManagementPlane] | None = None,
+        cluster: Callable[[Server], ClusterPart] | None = None,
     ) -> None:
         self.settings = settings
         self._management_factory = management
+        self._cluster_factory = cluster
+        # This node's part in a cluster (settings.etcd); None on a single node.
+        self.cluster: ClusterPart | None = None
+        self.node_name = node_name(settings)
+        rows.set_node_name(self.node_name)
         timeout = settings.consumer_timeout
         self.broker = Broker(consumer_timeout=timeout / 1000 if timeout else None)
         # Filled from data_dir/auth.json (or first-boot defaults) by boot_auth in _recover.
@@ -124,6 +149,8 @@ class Server:
         )
         self.servers: list[asyncio.Server] = []
         self.stopping = asyncio.Event()
+        # Set once every listener is up (the supervisor of --workers waits for it).
+        self.ready = asyncio.Event()
         self.deadlines: DeadlineTimer | None = None
         self.store: DiskStore | None = None
         self.pages: PageFiles | None = None
@@ -256,9 +283,20 @@ class Server:
         return len(live)
 
     async def start(self) -> None:
+        if (self.data_path / WORKERS_FILE).exists():
+            raise StartupError(
+                f"{self.data_path} is the data directory of 'leveret serve --workers': run that "
+                f"again, or give one worker's directory ({self.data_path}/node-1, ...)"
+            )
         loop = asyncio.get_running_loop()
         self.deadlines = DeadlineTimer(loop, self.broker.timers)
         self._recover(loop)
+        if self.settings.etcd:
+            # Joined before any listener opens: clients see the cluster's definitions.
+            if self._cluster_factory is None:
+                raise StartupError("this server was built without the cluster part")
+            self.cluster = self._cluster_factory(self)
+            await self.cluster.start()
         if self.settings.load_definitions:
             await self._load_definitions(self.settings.load_definitions)
         server = await loop.create_server(
@@ -268,6 +306,7 @@ class Server:
             host=self.settings.host,
             port=self.settings.port,
             reuse_address=True,
+            reuse_port=self.settings.reuse_port or None,
         )
         self.servers.append(server)
         for sock in server.sockets:
@@ -288,18 +327,21 @@ class Server:
         if self.settings.management and self._management_factory is not None:
             self.management = self._management_factory(self)
             await self.management.start()
+        if self.cluster is not None:
+            await self.cluster.register()
         # What boot made (modules, recovered messages and pending scheduled messages, the
         # listeners) lives as long as the broker: keep it out of the cyclic collector's
         # full collections, which otherwise walk all of it and stall the loop (measured: a
         # 150 ms pause after recovering 10k scheduled messages, delaying their delivery).
         gc.freeze()
+        self.ready.set()
 
     async def _load_definitions(self, path: str) -> None:
         """RabbitMQ's load_definitions: import a definitions file at every boot."""
         import json
 
         from leveret.auth.users import AdminError
-        from leveret.server.admin_entities import import_document
+        from leveret.server.definitions import import_document
 
         try:
             text = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")
@@ -336,6 +378,7 @@ class Server:
                 host=host,
                 port=port,
                 reuse_address=True,
+                reuse_port=settings.reuse_port or None,
                 ssl=self.tls.listening if tls and self.tls is not None else None,
             )
         except OSError as exc:
@@ -370,6 +413,7 @@ class Server:
             host=self.settings.tls_host or self.settings.host,
             port=self.settings.tls_port,
             reuse_address=True,
+            reuse_port=self.settings.reuse_port or None,
             ssl=self.tls.listening,
         )
         self.servers.append(server)
@@ -404,6 +448,9 @@ class Server:
                 conn.transport.abort()
         for server in self.servers:
             await server.wait_closed()
+        if self.cluster is not None:
+            await self.cluster.stop()  # its lease revoked: down for the others at once
+            self.cluster = None
         if self.deadlines is not None:
             self.deadlines.close()
         if self.streams is not None:

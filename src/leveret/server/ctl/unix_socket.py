@@ -5,8 +5,8 @@ must also run as that user (or root), checked with SO_PEERCRED where the system 
 
 One request per connection: a JSON object on one line, ``{"verb": ..., "args": {...}}``;
 one answer line, ``{"ok": bool, "result": ..., "error": str, "code": int}`` (``code`` is
-the exit status rabbitmqctl would use). ``server/lifecycle.py`` starts it after the
-listeners; ``server/admin.py`` answers; ``cli/ctl.py`` is the client.
+the exit status rabbitmqctl would use). ``server/server.py`` starts it after the
+listeners; ``server/ctl/admin.py`` answers; ``cli/ctl.py`` is the client.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import socket
 import struct
 from typing import TYPE_CHECKING
 
-from leveret.server.admin import Reply
+from leveret.server.ctl.admin import Reply
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from leveret.server.admin import Admin
+    from leveret.server.ctl.admin import Admin
 
 log = logging.getLogger("leveret.admin")
 

@@ -1,0 +1,107 @@
+"""Real ``leveret serve`` nodes on one etcd for the cluster tests: start one, talk to its
+management API, wait for a condition (the fixture ``two_nodes`` is in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import requests
+
+from tests.integration.conftest import _DATA_ROOT, Broker, start_broker
+from tests.integration.mgmt_support import _URL, _wait_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from leveret.testing.etcd import EtcdServer
+
+AUTH = ("guest", "guest")
+LEASE_TTL = 2
+_REGISTERED = re.compile(r"registered as cluster node '([^']+)'")
+
+
+@dataclass
+class Node:
+    name: str
+    data_dir: Path
+    broker: Broker
+    url: str
+
+    def api(self, path: str) -> str:
+        return f"{self.url}/api/{path}"
+
+    def get(self, path: str) -> Any:
+        response = requests.get(self.api(path), auth=AUTH, timeout=10)
+        assert response.status_code == 200, (path, response.status_code, response.text)
+        return response.json()
+
+    def put(self, path: str, body: dict[str, Any]) -> requests.Response:
+        return requests.put(self.api(path), json=body, auth=AUTH, timeout=10)
+
+
+def start_node(etcd: EtcdServer, prefix: str, name: str, data_dir: Path | None = None) -> Node:
+    data_dir = data_dir or Path(tempfile.mkdtemp(dir=_DATA_ROOT))
+    broker = start_broker(
+        "--data-dir",
+        str(data_dir),
+        "--etcd",
+        etcd.url,
+        "--node-name",
+        name,
+        "--cluster-port",
+        "0",
+        "--management-port",
+        "0",
+        "--prometheus-port",
+        "0",
+        env={
+            "LEVERET_ETCD_PREFIX": prefix,
+            "LEVERET_CLUSTER_LEASE_TTL": str(LEASE_TTL),
+            "LEVERET_COLLECT_STATISTICS_INTERVAL": "200",
+        },
+    )
+    try:
+        url = _wait_for(broker, _URL)
+        _wait_for(broker, _REGISTERED, timeout=3 * LEASE_TTL + 10)
+    except Exception:
+        broker.stop()
+        raise
+    return Node(name, data_dir, broker, url)
+
+
+def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """``check()``'s first true result, polled for at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {timeout} s: {check}")
+        time.sleep(0.05)
+
+
+def two_nodes(etcd: EtcdServer, prefix: str) -> Iterator[tuple[Node, Node]]:
+    """Nodes ``a@test`` and ``b@test`` on ``etcd``, stopped afterwards."""
+    a = start_node(etcd, prefix, "a@test")
+    try:
+        b = start_node(etcd, prefix, "b@test")
+    except Exception:
+        a.broker.stop()
+        raise
+    try:
+        yield a, b
+    finally:
+        for node in (a, b):
+            if node.broker.process is not None and node.broker.process.poll() is None:
+                node.broker.stop()
+
+
+def queue_names(node: Node, vhost: str = "/") -> set[str]:
+    return {q["name"] for q in node.get(f"queues/{quote(vhost, safe='')}")}

@@ -659,6 +659,7 @@ class Connection:
         self._send(0, Close(error=error))
         self._close_error = error
         self.state = ConnectionState.CLOSE_SENT
+        self._stop_all_links()
 
     def _connection_error(self, error: AMQP10Error) -> None:
         err = Error(condition=error.condition, description=error.description or None)
@@ -668,6 +669,7 @@ class Connection:
             self._send(0, Close(error=err))
             self._close_error = err
             self.state = ConnectionState.CLOSE_SENT
+            self._stop_all_links()
             self._report_close(local=True)
         else:
             self._close_error = err
@@ -680,7 +682,12 @@ class Connection:
 
     def _finish_close(self, *, local: bool) -> None:
         self.state = ConnectionState.CLOSED
+        self._stop_all_links()
         self._report_close(local=local)
+
+    def _stop_all_links(self) -> None:
+        for session in self._sessions.values():
+            _stop_links(session)
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -789,10 +796,12 @@ class Connection:
         self._send(channel, End(error=error))
         session.state = SessionState.END_SENT
         session.end_error = error
+        _stop_links(session)
 
     def _session_error(self, session: Session, condition: str, description: str) -> None:
         err = Error(condition=condition, description=description)
         self._drop_pending(session)
+        _stop_links(session)
         self._send(session.channel, End(error=err))
         session.state = SessionState.END_SENT
         session.end_error = err
@@ -808,6 +817,7 @@ class Connection:
             local = False
             error = perf.error
         del self._sessions[session.channel]
+        _stop_links(session)
         if session.remote_channel is not None:
             self._by_remote.pop(session.remote_channel, None)
         for key in [k for k in self._pending if k[0] == session.channel]:
@@ -818,6 +828,14 @@ class Connection:
             self._events.append(SessionEnded(channel=session.channel, error=error, local=local))
 
     # -- links --------------------------------------------------------------------------------
+
+    def link(self, channel: int, handle: int) -> Link | None:
+        """Our end of a link (None: none). Its ``sending`` and ``credit`` say whether a
+        transfer can go out on it now: ``sending`` turns False as soon as the machine
+        detaches it, its session ends or the connection closes, even while the events that
+        say so still wait to be handled."""
+        session = self._sessions.get(channel)
+        return None if session is None else session.links.get(handle)
 
     def _link(self, channel: int, handle: int) -> tuple[Session, Link]:
         session = self._session(channel)
@@ -1066,6 +1084,7 @@ class Connection:
         self._pending.pop(key, None)
         del session.by_remote[perf.handle]
         del session.links[link.handle]
+        link.state = LinkState.DETACH_SENT  # nothing more goes out on it
         if not link.reported:
             self._events.append(
                 LinkDetached(
@@ -1476,6 +1495,13 @@ class Connection:
 
 
 _TAG = struct.Struct(">I")
+
+
+def _stop_links(session: Session) -> None:
+    """``session`` ends: none of its links takes a transfer any more."""
+    for link in session.links.values():
+        if link.state is LinkState.ATTACHED:
+            link.state = LinkState.DETACH_SENT
 
 
 def _after(

@@ -264,12 +264,21 @@ class AMQP010Connection:
     def send_transfer(
         self, channel: int, command: MessageTransfer, header: bytes, body: bytes
     ) -> int:
+        if not self._open(channel):
+            # The machine closed the connection (or detached the session) on later input
+            # of the same read, before the front end heard: the transfer stays unsettled
+            # with its session, released when the session closes.
+            return -1
         return self.conn.send_command(channel, command, header=header, body=body)
 
     def complete(self, channel: int, command_id: int) -> None:
         ssn = self.conn.session(channel)
-        if ssn is not None and command_id in ssn.incomplete:
+        if ssn is not None and command_id in ssn.incomplete and self._open(channel):
             self.conn.complete(channel, command_id)
+
+    def _open(self, channel: int) -> bool:
+        """Whether the machine can send on ``channel`` now."""
+        return self.conn.state is ConnectionState.OPEN and self.conn.session(channel) is not None
 
     def output_ready(self) -> None:
         self.shell.wrote()
@@ -277,7 +286,7 @@ class AMQP010Connection:
     # -- for handlers --------------------------------------------------------------------
 
     def result(self, ev: CommandReceived, value: Struct) -> None:
-        if self.conn.session(ev.channel) is not None:
+        if self._open(ev.channel):
             self.conn.send_result(ev.channel, ev.command_id, value)
             self.output_ready()
 
@@ -329,7 +338,7 @@ class AMQP010Connection:
                     event.channel_max,
                 )
             elif isinstance(event, OpenRequested):
-                self._open(event.virtual_host)
+                self._open_vhost(event.virtual_host)
             elif isinstance(event, ConnectionClosed | ConnectionFailed):
                 if isinstance(event, ConnectionFailed):
                     self.close_reason = self.close_reason or event.reason
@@ -343,6 +352,8 @@ class AMQP010Connection:
 
     def _login(self, mechanism: str, response: bytes) -> None:
         """The one place a 0-10 client logs in (the shell's, as every front end)."""
+        if self.conn.state is not ConnectionState.AUTHENTICATING:
+            return  # closed by later input of the same read: nobody to answer
         login = self.shell.login(mechanism, response)
         if login.user is None:
             # Answered when the delay ends: every guess costs the same time.
@@ -352,6 +363,8 @@ class AMQP010Connection:
         self.conn.accept_auth(login.user.name)
 
     def _answer_refusal(self, text: str | None) -> None:
+        if self.conn.state is not ConnectionState.AUTHENTICATING:
+            return
         if text is None:
             self.close_reason = "login refused"
             self.should_close_transport = True
@@ -364,7 +377,9 @@ class AMQP010Connection:
         self.close_reason = text
         self.conn.close(_FORCED, text)
 
-    def _open(self, virtual_host: str) -> None:
+    def _open_vhost(self, virtual_host: str) -> None:
+        if self.conn.state is not ConnectionState.OPENING:
+            return  # closed by later input of the same read
         name = virtual_host or "/"
         try:
             self.shell.open_vhost(name, label="AMQP 0-10")
@@ -380,7 +395,8 @@ class AMQP010Connection:
 
     def _attached(self, event: SessionAttached) -> None:
         ssn = self.conn.session(event.channel)
-        assert ssn is not None
+        if ssn is None or self.conn.state is not ConnectionState.OPEN:
+            return  # detached or closed again by later input of the same read
         user = self.shell.user
         assert user is not None
         context = ssn.context
@@ -446,8 +462,8 @@ class AMQP010Connection:
 
     def _command(self, event: CommandReceived) -> None:
         session = self.sessions.get(event.channel)
-        if session is None:
-            return
+        if session is None or not self._open(event.channel):
+            return  # its session (or the connection) went on later input of the same read
         handler = HANDLERS.get(type(event.command), not_implemented)
         try:
             done = handler(self, session, event)

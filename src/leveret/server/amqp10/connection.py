@@ -37,6 +37,7 @@ from leveret.auth.access import OpenRefused
 from leveret.errors import AMQPError
 from leveret.protocol import sasl
 from leveret.protocol.amqp10 import (
+    AMQP10Error,
     Connection,
     ConnectionClosed,
     ConnectionConfig,
@@ -53,6 +54,7 @@ from leveret.protocol.amqp10 import (
     Side,
     Symbol,
 )
+from leveret.protocol.amqp10.errors import LocalProtocolError
 from leveret.server.amqp10.coordinator import CoordinatorLink
 from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink
@@ -154,6 +156,28 @@ class AMQP10Connection(ConnectionCore):
 
     def run(self, budget: int, now: float) -> None:
         """Hand the machine up to ``budget`` bytes of the input, then act on its events."""
+        try:
+            self._run(budget, now)
+        except AMQP10Error as exc:
+            # What the peer sent cannot be taken (a message that does not decode): the
+            # protocol's error, to the peer.
+            self._protocol_error(exc.condition, exc.description)
+        except LocalProtocolError as exc:
+            # The peer's later frames (in the same read) ended what an answer was for: the
+            # machine refused the answer. Its frames were out of order: a protocol error.
+            self._protocol_error("amqp:illegal-state", f"frames out of order: {exc}")
+
+    def _protocol_error(self, condition: str, description: str) -> None:
+        log.info("closing AMQP 1.0 connection %s: %s %s", self.peer, condition, description)
+        self._inbox.clear()
+        self._left = []
+        self.close_reason = f"{condition}: {description}"
+        self.machine.close(Error(condition=condition, description=description))
+        self._release()
+        if self.machine.closed:
+            self.should_close_transport = True
+
+    def _run(self, budget: int, now: float) -> None:
         if self._left:
             left, self._left = self._left, []
             self._handle(left, now)
@@ -317,7 +341,12 @@ class AMQP10Connection(ConnectionCore):
     # -- what sessions and links ask ------------------------------------------------------
 
     def send_transfer(self, channel: int, handle: int, payload: bytes, settled: bool) -> int:
-        delivery_id = self.machine.send_transfer(channel, handle, payload, settled=settled)
+        # The links make sure the machine can take it (OutgoingLink.wire); a management
+        # node's reply on a link the peer detached in the same read is dropped.
+        try:
+            delivery_id = self.machine.send_transfer(channel, handle, payload, settled=settled)
+        except LocalProtocolError:
+            return -1
         self.shell.output.count(len(payload))
         return delivery_id
 

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.queue import Queue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
+    from leveret.protocol.amqp10.session import Link as WireLink
     from leveret.protocol.amqp10.types import Value
     from leveret.server.amqp10.selector import Selector
     from leveret.server.amqp10.session_core import SessionCore
@@ -94,6 +95,10 @@ class OutgoingLink(ConsumerOwner):
         # with it.
         self.temporary = temporary
         self.closed = False
+        # The machine's end of the link once attached (``Connection.link``): a delivery
+        # goes out only while it can take one, even when the events saying it cannot (a
+        # detach later in the same read) are not handled yet.
+        self.wire: WireLink | None = None
         # A stream's link replaces it with a StreamConsumer before start().
         self.consumer = Consumer(name, queue, self, auto_settle=settled, exclusive=False, credit=0)
 
@@ -103,7 +108,14 @@ class OutgoingLink(ConsumerOwner):
     # -- ConsumerOwner -----------------------------------------------------------------
 
     def accepts(self, consumer: Consumer, size: int) -> bool:
-        return self.session.writable and not self.closed
+        wire = self.wire
+        return (
+            self.session.writable
+            and not self.closed
+            and wire is not None
+            and wire.sending
+            and wire.credit > 0
+        )
 
     def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         session = self.session
@@ -189,6 +201,7 @@ class SelectorLink(Browser):
         self.closed = False
         self.browsing = False
         self.unmatched: set[int] = set()
+        self.wire: WireLink | None = None  # as OutgoingLink's
 
     def start(self) -> None:
         self.queue.browsers.append(self)
@@ -213,8 +226,18 @@ class SelectorLink(Browser):
         if len(unmatched) > 2 * len(ready) + 64:
             self.unmatched = unmatched = {e.seq for e in ready if e.seq in unmatched}
         matches = self.selector.matches
+        wire = self.wire
+        if wire is None:
+            return
         i = 0
-        while self.credit > 0 and session.writable and not self.closed and i < len(ready):
+        while (
+            self.credit > 0
+            and wire.sending
+            and wire.credit > 0
+            and session.writable
+            and not self.closed
+            and i < len(ready)
+        ):
             entry = ready[i]
             seq = entry.seq
             if seq in unmatched:

@@ -470,7 +470,12 @@ class FastConnection:
         message = to_message(
             exchange, event.destination, event.header, event.body, session.vhost.timers.wall
         )
-        session.publish(exchange, event.destination, message)
+        try:
+            session.publish(exchange, event.destination, message)
+        except AMQPError as exc:
+            # The core refused the message (an invalid expiration): as a failed HANDLE SEND.
+            self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+            return
         self.shell.published_by(session.publisher)
 
     def _consume(self, event: ev.ConsumeRequested) -> None:

@@ -138,9 +138,7 @@ class ConnectionProtocol(asyncio.Protocol):
             self._head += data
             factory = choose(self._head)
             if factory is None:
-                shell.data_received(b"", self.loop.time())  # counts, and sets the clock
-                shell.info.recv_oct += len(data)
-                return
+                return  # counted when the whole header is handed on
             shell.attach(factory)
             data, self._head = self._head, b""
         shell.data_received(data, self.loop.time())

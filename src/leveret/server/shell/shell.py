@@ -209,10 +209,11 @@ class Shell:
                 self._run_ready(front, now)
             if not self._holds:
                 front.run(self._paced_budget if self.paced else self._budget, now)
+            self._turn_done()
         except Exception:
             self._internal_error(front, now)
-        self._turn_done()
-        output.quiet = False
+        finally:
+            output.quiet = False
 
     def run_turn(self, now: float) -> None:
         """The next turn: continuations whose completion is done, then waiting input."""
@@ -228,10 +229,11 @@ class Shell:
                 self._run_ready(front, now)
             if not self._holds and front.pending:
                 front.run(self._paced_budget if self.paced else self._budget, now)
+            self._turn_done()
         except Exception:
             self._internal_error(front, now)
-        self._turn_done()
-        output.quiet = False
+        finally:
+            output.quiet = False
 
     @property
     def wants_turn(self) -> bool:
@@ -342,10 +344,11 @@ class Shell:
                 self._run_ready(front, now)
                 if not self._holds and front.pending:
                     front.run(self._paced_budget if self.paced else self._budget, now)
+            self._turn_done()
         except Exception:
             self._internal_error(front, now)
-        self._turn_done()
-        output.quiet = False
+        finally:
+            output.quiet = False
 
     def set_writable(self, writable: bool) -> None:
         """The transport's buffer crossed its high (False) or low (True) water mark."""
@@ -647,6 +650,8 @@ class Shell:
         self._ready.clear()
         self._holds = 0
         self._channel_holds.clear()
+        self._publishers.clear()
+        self._last_publisher = None
         try:
             front.internal_error(now)
         except Exception:

@@ -75,11 +75,12 @@ class Output:
         message itself instead of from a joined copy."""
         frames = self.frames
         frames.append(data)
-        if body:
+        size = len(body)
+        if size:  # a length test, not truthiness: compiled, it is inline
             frames.append(body)
-            if end:
+            if len(end):
                 frames.append(end)
-        self.size += len(data) + len(body)
+        self.size += len(data) + size
         if self.size > self.high_water and not self.full:
             self.full = True
             self.on_full(True)

@@ -228,7 +228,7 @@ class ServerConnection:
         """Queue frames with content that the caller encoded (the deliver fast path).
         A large ``body`` comes separately, followed by the frame end that closes it: the
         transport's writev takes it from the message itself instead of from a joined copy."""
-        if body:
+        if len(body):
             self.output.add(data, body, FRAME_END_BYTES)
         else:
             self.output.add(data)

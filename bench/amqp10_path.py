@@ -1,6 +1,7 @@
 """``python -m bench.amqp10_path``: the broker's CPU per message on the AMQP 1.0 path, in
 memory (no sockets, no scheduler): a client-role 1.0 machine publishes ``--count``
-messages to a queue over the 1.0 front end (``AMQP10Connection``) while a second link of
+messages to a queue over the 1.0 front end (``AMQP10Connection``, driven through its
+connection's shell as the asyncio adapter drives it) while a second link of
 the same connection consumes them, in turns of ``--batch`` transfers, as ``bench.run``'s
 scenario j (pre-settled, 16 B) or k (``--scenario c``: 1 KiB durable-marked bodies,
 unsettled and accepted, no store). The same in 0-9-1 (``--protocol 091``: the 0-9-1 front
@@ -39,6 +40,7 @@ from leveret.protocol.amqp10 import (
 )
 from leveret.protocol.amqp10.message import encode_message
 from leveret.server.amqp10.connection import AMQP10Connection
+from leveret.testing.client import new_shell
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.fieldtable import FieldValue
@@ -50,8 +52,8 @@ class _Pair:
     """A client machine and the broker's 1.0 front end, bytes moved by hand."""
 
     def __init__(self, broker: Broker) -> None:
-        self.server = AMQP10Connection(
-            broker, UserStore.with_default_user(), peer="bench", loopback=True
+        self.server = new_shell(
+            AMQP10Connection, broker, UserStore.with_default_user(), peer="bench:1"
         )
         self.client = Connection(
             ConnectionConfig(
@@ -73,7 +75,7 @@ class _Pair:
             if out:
                 t = time.process_time()
                 self.server.data_received(out, 0.0)
-                while self.server.pending:
+                while self.server.wants_turn:
                     self.server.run_turn(0.0)
                 self.server_time += time.process_time() - t
             t = time.process_time()
@@ -171,7 +173,7 @@ def _amqp091(args: argparse.Namespace) -> tuple[float, int]:
     one = client.encode_publish(
         1, "", "q", body, BasicProperties(delivery_mode=2) if c else BasicProperties()
     )
-    server = client.conn
+    server = client.shell
     elapsed = 0.0
     sent = 0
     tag = 0
@@ -180,8 +182,8 @@ def _amqp091(args: argparse.Namespace) -> tuple[float, int]:
     def feed(data: bytes) -> bytes:
         t = time.process_time()
         server.data_received(data, 0.0)
-        while server.pending:
-            server.run_turn()
+        while server.wants_turn:
+            server.run_turn(0.0)
         out = b"".join(server.take_output(0.0))
         nonlocal elapsed
         elapsed += time.process_time() - t

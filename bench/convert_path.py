@@ -184,11 +184,11 @@ def _091_client(broker: Broker) -> CodecClient:
 
 
 def _091_feed(client: CodecClient, data: bytes, counter: _Counter) -> None:
-    server = client.conn
+    server = client.shell
     t = time.process_time()
     server.data_received(data, 0.0)
-    while server.pending:
-        server.run_turn()
+    while server.wants_turn:
+        server.run_turn(0.0)
     out = b"".join(server.take_output(0.0))
     counter.timed(t)
     counter.output(out, amqp10=False)
@@ -253,7 +253,7 @@ def _10_feed(pair: _Pair, data: bytes, counter: _Counter, *, to_client: bool = F
     t = time.process_time()
     if data:
         server.data_received(data, 0.0)
-    while server.pending:
+    while server.wants_turn:
         server.run_turn(0.0)
     out = b"".join(server.take_output(0.0))
     counter.timed(t)
@@ -333,10 +333,10 @@ def run(args: argparse.Namespace) -> tuple[float, int]:
 
 
 def _drain_091(client: CodecClient, counter: _Counter, stream: bool) -> None:
-    server = client.conn
+    server = client.shell
     t = time.process_time()
-    while server.pending:
-        server.run_turn()
+    while server.wants_turn:
+        server.run_turn(0.0)
     out = b"".join(server.take_output(0.0))
     counter.timed(t)
     counter.output(out, amqp10=False)

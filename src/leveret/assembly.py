@@ -8,11 +8,13 @@ Imported by ``cli/main.py`` and ``testing/embedded.py``."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from leveret.server.server import Server
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+
     from leveret.config import Settings
     from leveret.server.server import ClusterPart, ManagementPlane, Plugin
 
@@ -46,9 +48,13 @@ def build_server(settings: Settings) -> Server:
 
 def serve(settings: Settings) -> None:
     """Run the broker until a signal stops it; uses uvloop when installed."""
+    run: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
     except ImportError:
-        asyncio.run(build_server(settings).run())
-        return
-    uvloop.run(build_server(settings).run())
+        run = asyncio.run
+    else:
+        run = uvloop.run
+    # Run outside the ``except``: an exception raised by the broker would otherwise carry
+    # the ImportError above as its context, in every traceback the broker ever logs.
+    run(build_server(settings).run())

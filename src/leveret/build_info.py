@@ -45,6 +45,8 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     # The stream protocol's per-message decode loop (the rest of a publish is per frame).
     "leveret.protocol.rabbitstream._publish",
     "leveret.server.connection",
+    "leveret.server.shell.shell",
+    "leveret.protocol.output",
     "leveret.server.guard",
     # Not on the per-message path of 0-9-1: compiled because they subclass the 0-9-1 front
     # end's connection and channel (an interpreted class cannot subclass a compiled one).

@@ -1,11 +1,11 @@
 """A long advance of the embedded broker's clock with connections open costs a few loop
 steps, not one per connection per simulated second.
 
-Each connection's timer sleeps until its front end's next deadline (``server/connection.py``,
-``frontend_contract.tick_schedule``), so a day with five connections open passes in about a
-second of real time (8-15 s when each connection ticked every second), while what the clock
-drives is still observed at its own time: the broker's heartbeats every half interval, the
-drop of a client silent for two intervals, a queue's message TTL with its dead-lettering.
+Each connection's timer sleeps until its shell's next deadline (``server/connection.py``,
+``Shell.next_deadline``), so a day with five connections open passes in about a second of
+real time (8-15 s when each connection ticked every second), while what the clock drives is
+still observed at its own time: the broker's heartbeats every half interval, the drop of a
+client silent for two intervals, a queue's message TTL with its dead-lettering.
 ``ClockedEventLoop.jumps`` counts the idle waits the advances skipped: a handful per
 deadline, where one tick per second per connection made it 432,000.
 """

@@ -39,6 +39,16 @@ TOPIC = "topic"
 REPLY_TO = "amq.rabbitmq.reply-to"
 
 
+class OpenRefused(NotAllowed):
+    """connection.open refused (530, RabbitMQ's text), with ``why`` for the protocols that
+    have a code of their own for each reason: ``"not_found"`` (no such vhost), ``"access"``
+    (the user has no permissions there) or ``"limit"`` (a connection limit)."""
+
+    def __init__(self, why: str, refusal: NotAllowed) -> None:
+        super().__init__(refusal.reply_text, hard=True)
+        self.why = why
+
+
 def _default_exchange_refused() -> AccessRefused:
     return AccessRefused("operation not permitted on the default exchange")
 
@@ -66,13 +76,13 @@ class Access:
     def open(cls, store: UserStore, user: User, vhost: str, *, peer: str = "") -> Access:
         """connection.open: RabbitMQ's checks in its order (node connection limit, vhost
         exists, vhost access, vhost connection limit, user connection limit), then the
-        connection is counted until :meth:`close`."""
+        connection is counted until :meth:`close`. Raises ``OpenRefused``."""
         tracker = store.tracker
         if store.connection_max is not None and tracker.total >= store.connection_max:
-            raise limit_texts.node_connection_limit(store.connection_max)
+            raise OpenRefused("limit", limit_texts.node_connection_limit(store.connection_max))
         info = store.vhosts.get(vhost)
         if info is None:
-            raise NotAllowed(f"vhost {vhost} not found")
+            raise OpenRefused("not_found", NotAllowed(f"vhost {vhost} not found"))
         if (user.name, vhost) not in store.permissions:
             log.warning(
                 "connection %s: user '%s' refused: no access to vhost '%s'",
@@ -80,13 +90,15 @@ class Access:
                 user.name,
                 vhost,
             )
-            raise NotAllowed(f"access to vhost '{vhost}' refused for user '{user.name}'")
+            raise OpenRefused(
+                "access", NotAllowed(f"access to vhost '{vhost}' refused for user '{user.name}'")
+            )
         limit = info.limits.get(MAX_CONNECTIONS)
         if limit is not None and tracker.by_vhost[vhost] >= limit:
-            raise limit_texts.vhost_connection_limit(vhost, user.name, limit)
+            raise OpenRefused("limit", limit_texts.vhost_connection_limit(vhost, user.name, limit))
         limit = user.limits.get(MAX_CONNECTIONS)
         if limit is not None and tracker.by_user[user.name] >= limit:
-            raise limit_texts.user_connection_limit(user.name, limit)
+            raise OpenRefused("limit", limit_texts.user_connection_limit(user.name, limit))
         access = cls(store, user, vhost)
         tracker.connection_opened(user.name, vhost)
         access.counted = True

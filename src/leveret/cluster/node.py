@@ -403,8 +403,8 @@ class ClusterNode:
     def _vhost_deleted(self, name: str) -> None:
         text = f"vhost '{name}' is deleted"
         for conn in list(self.server.connections):
-            client = conn.amqp.client if conn.amqp is not None else None
-            if client is not None and client.vhost.name == name:
+            shell = conn.shell
+            if shell is not None and shell.opened and shell.info.vhost == name:
                 conn.shutdown(text)
         remove_vhost_contents(self.server.broker, name)
 

@@ -166,10 +166,9 @@ class ApiBase:
     def connections(self, who: Principal) -> list[ConnectionProtocol]:
         out = []
         for conn in list(self.admin_host.connections):
-            front = conn.amqp
-            client = getattr(front, "client", None) if front is not None else None
-            if client is None:
+            shell = conn.shell
+            if shell is None or not shell.opened:
                 continue
-            if who.is_monitor or client.user == who.name:
+            if who.is_monitor or shell.info.user == who.name:
                 out.append(conn)
         return sorted(out, key=lambda c: c.connected_at)

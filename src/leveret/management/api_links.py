@@ -93,11 +93,11 @@ class LinksApi(ApiBase):
         for conn in list(self.admin_host.connections):
             if shapes.connection_name(conn) != connection:
                 continue
-            client = conn.amqp.client if conn.amqp is not None else None
-            if client is None:
+            shell = conn.shell
+            if shell is None or not shell.opened:
                 return None
-            for number, session in sorted(client.sessions.items()):
-                return shapes.channel_json(conn, number, session, self.sampler)
+            for channel in sorted(shell.channels(), key=lambda c: c.number):
+                return shapes.channel_json(conn, channel, self.sampler)
         return None
 
     async def restart_federation_link(self, request: web.Request) -> web.Response:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
+    from leveret.server.shell.info import ChannelInfo
 
 
 class ObjectsApi(ApiBase):
@@ -57,7 +58,7 @@ class ObjectsApi(ApiBase):
         ready = sum(q.message_count for q in queues)
         unacked = sum(q.unacked_count for q in queues)
         conns = self.connections(who)
-        channels = sum(len(c.amqp.client.sessions) for c in conns if c.amqp and c.amqp.client)
+        channels = sum(len(c.shell.channels()) for c in conns if c.shell is not None)
         totals = sampler.queue_totals.samples
         from leveret.management.stats import details
 
@@ -343,7 +344,7 @@ class ObjectsApi(ApiBase):
         rows = [
             shapes.connection_json(c, self.sampler, rates)
             for c in self.connections(who)
-            if only is None or (c.amqp and c.amqp.client and c.amqp.client.vhost.name == only)
+            if only is None or _vhost(c) == only
         ]
         if only is not None:
             self.visible_vhosts(who, only)
@@ -370,14 +371,16 @@ class ObjectsApi(ApiBase):
             conn = self._find_connection(who, request.match_info["name"])
         except HttpError:
             return await self._elsewhere(request)
-        client = conn.amqp.client if conn.amqp is not None else None
-        if not who.is_admin and client is not None and client.user != who.name:
+        shell = conn.shell
+        if not who.is_admin and shell is not None and shell.info.user != who.name:
             who.require_admin()
         reason = request.headers.get("X-Reason", "Closed via management plugin")
         conn.shutdown(reason)
         return no_content()
 
-    def _channels(self, who: Principal, conns: list[ConnectionProtocol] | None = None) -> list[Any]:
+    def _channels(
+        self, who: Principal, conns: list[ConnectionProtocol] | None = None
+    ) -> list[tuple[ConnectionProtocol, ChannelInfo]]:
         return channels(conns if conns is not None else self.connections(who))
 
     async def list_channels(self, request: web.Request) -> web.Response:
@@ -393,9 +396,9 @@ class ObjectsApi(ApiBase):
             except HttpError:
                 return await self._elsewhere(request)
         rows = [
-            shapes.channel_json(conn, number, session, self.sampler, rates)
-            for conn, number, session in self._channels(who, conns)
-            if only is None or conn.amqp.client.vhost.name == only
+            shapes.channel_json(conn, channel, self.sampler, rates)
+            for conn, channel in self._channels(who, conns)
+            if only is None or _vhost(conn) == only
         ]
         if conns is None:
             rows = await self.from_others(request, rows)
@@ -404,12 +407,12 @@ class ObjectsApi(ApiBase):
     async def get_channel(self, request: web.Request) -> web.Response:
         who = self.who(request)
         name = request.match_info["channel"]
-        for conn, number, session in self._channels(who):
-            if f"{shapes.connection_name(conn)} ({number})" == name:
-                row = shapes.channel_json(conn, number, session, self.sampler, rates_of(request))
+        for conn, channel in self._channels(who):
+            if f"{shapes.connection_name(conn)} ({channel.number})" == name:
+                row = shapes.channel_json(conn, channel, self.sampler, rates_of(request))
                 row["consumer_details"] = [
-                    shapes.consumer_json(c, shapes.channel_details(conn, number))
-                    for c in getattr(session, "consumers", {}).values()
+                    shapes.consumer_json(c, shapes.channel_details(conn, channel.number))
+                    for c in channel.consumers.values()
                 ]
                 return json_reply(row)
         return await self._elsewhere(request)
@@ -420,10 +423,10 @@ class ObjectsApi(ApiBase):
         if only is not None:
             self.visible_vhosts(who, only)
         rows = [
-            shapes.consumer_json(consumer, shapes.channel_details(conn, number))
-            for conn, number, session in self._channels(who)
-            if only is None or conn.amqp.client.vhost.name == only
-            for consumer in getattr(session, "consumers", {}).values()
+            shapes.consumer_json(consumer, shapes.channel_details(conn, channel.number))
+            for conn, channel in self._channels(who)
+            if only is None or _vhost(conn) == only
+            for consumer in channel.consumers.values()
         ]
         return self.listing(request, await self.from_others(request, rows))
 
@@ -625,9 +628,9 @@ class ObjectsApi(ApiBase):
         _vhost, queue = self._queue_of(request)
         row = shapes.queue_json(queue, self.sampler, rates_of(request), detail=True)
         owners = {
-            id(consumer): shapes.channel_details(conn, number)
-            for conn, number, session in self._channels(self.who(request))
-            for consumer in getattr(session, "consumers", {}).values()
+            id(consumer): shapes.channel_details(conn, channel.number)
+            for conn, channel in self._channels(self.who(request))
+            for consumer in channel.consumers.values()
         }
         row["consumer_details"] = [
             shapes.consumer_json(c, owners.get(id(c))) for c in queue.consumers
@@ -947,3 +950,8 @@ def _encode_properties(props: object) -> bytes:
         return BasicProperties(**values).encode()
     except (TypeError, ValueError, OverflowError) as exc:
         raise bad_request(f"invalid properties: {exc}") from None
+
+
+def _vhost(conn: ConnectionProtocol) -> str | None:
+    shell = conn.shell
+    return shell.info.vhost if shell is not None else None

@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from leveret import __version__
 from leveret.management.shapes import connection_name, node_name
-from leveret.management.stats import CHANNEL_COUNTERS, channel_values
+from leveret.management.stats import CHANNEL_COUNTERS
 from leveret.server.parameters import cluster_name
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from leveret.management.plane import Plane
+    from leveret.server.shell.info import ChannelInfo
 
 # The text format version RabbitMQ's plugin answers with (every Prometheus reads it).
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
@@ -91,13 +92,12 @@ class _Collector:
         )
         build.add_metric(["3.10.8", __version__, "Leveret"], 1)
         yield build
-        conns = [c for c in list(host.connections) if c.amqp is not None]
+        shells = [(c, c.shell) for c in list(host.connections) if c.shell is not None]
+        conns = [c for c, shell in shells if shell.front is not None]
         queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
-        sessions: list[tuple[Any, int, Any]] = []
-        for conn in conns:
-            client = getattr(conn.amqp, "client", None)
-            if client is not None:
-                sessions += [(conn, n, s) for n, s in client.sessions.items()]
+        sessions: list[tuple[Any, ChannelInfo]] = [
+            (conn, channel) for conn, shell in shells for channel in shell.channels()
+        ]
         yield _gauge("rabbitmq_connections", "Connections currently open", len(conns))
         yield _gauge("rabbitmq_channels", "Channels currently open", len(sessions))
         yield _gauge(
@@ -165,7 +165,7 @@ class _Collector:
         yield published
 
     def _per_object(
-        self, queues: list[Any], sessions: list[tuple[Any, int, Any]], conns: list[Any]
+        self, queues: list[Any], sessions: list[tuple[Any, ChannelInfo]], conns: list[Any]
     ) -> Iterator[Metric]:
         labels = ["vhost", "queue"]
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
@@ -201,9 +201,9 @@ class _Collector:
             name: CounterMetricFamily(metric, text, labels=channel_labels)
             for name, (metric, text) in CHANNEL_METRICS.items()
         }
-        for conn, number, session in sessions:
-            label = [f"{connection_name(conn)} ({number})"]
-            for i, value in enumerate(channel_values(session)):
+        for conn, channel in sessions:
+            label = [f"{connection_name(conn)} ({channel.number})"]
+            for i, value in enumerate(channel.counters):
                 counters[CHANNEL_COUNTERS[i]].add_metric(label, value)
         yield from counters.values()
         received = CounterMetricFamily(
@@ -218,8 +218,8 @@ class _Collector:
         )
         for conn in conns:
             label = [connection_name(conn)]
-            received.add_metric(label, conn.recv_oct)
-            sent.add_metric(label, conn.send_oct)
+            received.add_metric(label, conn.shell.info.recv_oct)
+            sent.add_metric(label, conn.shell.info.send_oct)
         yield received
         yield sent
 

@@ -19,7 +19,6 @@ from leveret.management.stats import (
     QUEUE_COUNTERS,
     QUEUE_GAUGES,
     Sampler,
-    channel_values,
     details,
     message_stats,
 )
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from leveret.model.exchange import Exchange
     from leveret.model.queues.base import Queue
     from leveret.server.connection import ConnectionProtocol
+    from leveret.server.shell.info import ChannelInfo
 
 __all__ = ["Rates", "channel_details", "connection_name", "node_name"]
 
@@ -149,16 +149,16 @@ def connection_json(
 
 def channel_json(
     conn: ConnectionProtocol,
-    number: int,
-    session: Any,
+    channel: ChannelInfo,
     sampler: Sampler,
     rates: Rates = Rates(),
 ) -> dict[str, Any]:
-    series = sampler.channels.get(id(session))
-    samples = series.samples if series is not None and series.obj is session else None
-    out = channel_row(conn, number, session)
+    key = channel.key
+    series = sampler.channels.get(id(key))
+    samples = series.samples if series is not None and series.obj is key else None
+    out = channel_row(conn, channel)
     out["message_stats"] = message_stats(
-        CHANNEL_COUNTERS, channel_values(session), samples, rates.age, rates.incr
+        CHANNEL_COUNTERS, channel.counters, samples, rates.age, rates.incr
     )
     return out
 

@@ -2,14 +2,15 @@
 ``*_details`` objects of the HTTP API.
 
 The hot path only increments plain integer attributes on objects that exist anyway
-(``Queue.n_*``, ``Exchange.n_publish_*``, ``Publisher.n_*``, the 0-9-1 ``Session.n_*``,
-``ConnectionProtocol.recv_oct``/``send_oct``). Every ``collect_statistics_interval`` this
-module reads them all once, keeps the last samples of each object (enough for the largest
-``msg_rates_age`` asked, bounded), and adds what every channel did since the previous
-sample to its vhost's running totals, so vhost and overview counts survive the channels
-that made them (what a channel did after the last sample before it closed is lost, at most
-one interval of it). Rates are computed from the two newest samples, as RabbitMQ's basic
-rates mode does.
+(``Queue.n_*``, ``Exchange.n_publish_*``, ``Publisher.n_*``, the 0-9-1 ``Session.n_*``, a
+connection's socket counters), read through each connection's introspection record
+(``server/shell/info.py``: ``ConnectionInfo``, ``ChannelInfo.counters``). Every
+``collect_statistics_interval`` this module reads them all once, keeps the last samples of
+each object (enough for the largest ``msg_rates_age`` asked, bounded), and adds what every
+channel did since the previous sample to its vhost's running totals, so vhost and overview
+counts survive the channels that made them (what a channel did after the last sample
+before it closed is lost, at most one interval of it). Rates are computed from the two
+newest samples, as RabbitMQ's basic rates mode does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
+
+from leveret.server.shell.info import CHANNEL_COUNTERS as CHANNEL_COUNTERS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -36,19 +39,7 @@ QUEUE_COUNTERS = (
 )
 QUEUE_GAUGES = ("messages_ready", "messages_unacknowledged", "messages")
 EXCHANGE_COUNTERS = ("publish_in", "publish_out")
-CHANNEL_COUNTERS = (
-    "publish",
-    "confirm",
-    "return_unroutable",
-    "drop_unroutable",
-    "deliver",
-    "deliver_no_ack",
-    "get",
-    "get_no_ack",
-    "ack",
-    "redeliver",
-    "get_empty",
-)
+# CHANNEL_COUNTERS (server/shell/info.py): a channel's, in ChannelInfo.counters' order.
 CONNECTION_COUNTERS = ("recv_oct", "send_oct")
 # Samples kept per object: RabbitMQ's basic retention (10 minutes at 5 s).
 MAX_SAMPLES = 120
@@ -146,24 +137,6 @@ def queue_values(queue: Any) -> tuple[int, ...]:
         ready,
         unacked,
         ready + unacked,
-    )
-
-
-def channel_values(session: Any) -> tuple[int, ...]:
-    """A channel's counters; front ends without a counter report 0 for it."""
-    publisher = getattr(session, "publisher", None)
-    return (
-        getattr(publisher, "n_publish", 0),
-        getattr(publisher, "n_confirm", 0),
-        getattr(publisher, "n_return_unroutable", 0),
-        getattr(publisher, "n_drop_unroutable", 0),
-        getattr(session, "n_deliver", 0),
-        getattr(session, "n_deliver_no_ack", 0),
-        getattr(session, "n_get", 0),
-        getattr(session, "n_get_no_ack", 0),
-        getattr(session, "n_ack", 0),
-        getattr(session, "n_redeliver", 0),
-        getattr(session, "n_get_empty", 0),
     )
 
 
@@ -343,14 +316,16 @@ class Sampler:
         conns: dict[int, Series] = {}
         last: tuple[int, ...]
         for conn in connections:
-            front = conn.amqp
-            client = getattr(front, "client", None) if front is not None else None
-            vhost_name = client.vhost.name if client is not None else None
+            shell = conn.shell
+            if shell is None:
+                continue
+            info = shell.info
+            vhost_name = info.vhost if shell.opened else None
             previous = self.connections.get(id(conn))
             if previous is None or previous.obj is not conn:
                 previous = Series(conn)
             last = previous.last or (0, 0)
-            octets = (conn.recv_oct, conn.send_oct)
+            octets = (info.recv_oct, info.send_oct)
             previous.append(clock(), octets)
             conns[id(conn)] = previous
             if vhost_name is not None:
@@ -358,16 +333,17 @@ class Sampler:
                 running[0] += octets[0] - last[0]
                 running[1] += octets[1] - last[1]
             yield
-            if client is None:
+            if vhost_name is None:
                 continue
-            for session in list(client.sessions.values()):
-                series = self.channels.get(id(session))
-                if series is None or series.obj is not session:
-                    series = Series(session)
+            for channel in shell.channels():
+                key = channel.key
+                series = self.channels.get(id(key))
+                if series is None or series.obj is not key:
+                    series = Series(key)
                 before = series.last or (0,) * len(CHANNEL_COUNTERS)
-                values = channel_values(session)
+                values = channel.counters
                 series.append(clock(), values)
-                channels[id(session)] = series
+                channels[id(key)] = series
                 assert vhost_name is not None
                 running = self.vhost_totals.setdefault(vhost_name, [0] * len(CHANNEL_COUNTERS))
                 for i, value in enumerate(values):

@@ -1,17 +1,22 @@
 """The asyncio adapter for one client connection: socket bytes in, frames out.
 
-The first bytes the client sends choose its front end (``frontend.py``: the protocol header
-names it). From then on ``data_received`` feeds that sans-IO front end synchronously and
-writes what it produced with one ``writelines`` per event-loop turn. Writes produced by
-other connections (deliveries to this one's consumers) are flushed with one ``call_soon``
-per turn. A full
-transport buffer (``pause_writing``) stops deliveries to this connection until it drains.
+Each accepted socket gets a ``Shell`` (``server/shell/``: the connection's lifecycle,
+sans-IO) at once; the first bytes the client sends choose its front end (``frontend.py``:
+the protocol header names it), which the shell then drives. From then on ``data_received``
+feeds the shell synchronously and writes what it produced with one ``writelines`` per
+event-loop turn. Writes produced by other connections (deliveries to this one's consumers)
+are flushed with one ``call_soon`` per turn. A full transport buffer (``pause_writing``)
+stops deliveries to this connection until it drains.
 
-Timers: one loop timer per connection, armed for the front end's next deadline
-(``frontend_contract.tick_schedule``: a heartbeat to send, a silent peer to drop, a close or
-handshake timeout, a refused login's delay) rather than at a fixed rate, so an idle
+Reading stops while a turn of this connection waits (more input than one turn's share, or
+a paced publisher), while the memory alarm blocks it, and while a deferral holds more input
+than its bound (``Shell.reading``).
+
+Timers: one loop timer per connection, armed for the shell's next deadline
+(``Shell.next_deadline``: the handshake deadline, a heartbeat to send, a silent peer to
+drop, a close time-out, a refused login's answer) rather than at a fixed rate, so an idle
 connection without heartbeats costs no wake-ups at all (and an advance of the test clock,
-``testing/clock.py``, skips straight to the deadlines). Whatever the front end does only
+``testing/clock.py``, skips straight to the deadlines). Whatever the connection does only
 moves its deadline later, except a change that also writes (a close, the connection
 opening), so the schedule is looked at again after each flush and moved only earlier.
 """
@@ -23,24 +28,26 @@ import logging
 import time
 from typing import TYPE_CHECKING, Final, cast
 
-from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
-from leveret.server.frontend import FrontEnd, FrontEndContext, FrontEndFactory, choose
-from leveret.server.frontend_contract import TICK_EVERY, tick_schedule
+from leveret.server.frontend import choose
 from leveret.server.listeners import certificate_identity
+from leveret.server.shell.contract import ShellContext
+from leveret.server.shell.shell import Shell
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
     from leveret.protocol.amqp091.connection import Limits
     from leveret.server.memory_alarm import MemoryAlarm
+    from leveret.server.shell.shell import FrontEndFactory
 
 log = logging.getLogger("leveret.connection")
 
-# The least time between two ticks: a front end whose deadline did not move after its tick
+# The least time between two ticks: a connection whose deadline did not move after its tick
 # (a clock read a hair early) is ticked again this much later, not in a busy loop.
 MIN_TICK: Final = 1e-3
+# How often a blocked connection looks at the memory alarm again: queues may also shrink
+# without any connection's traffic (TTLs).
+BLOCKED_TICK: Final = 1.0
 
 
 def _is_loopback(host: str) -> bool:
@@ -69,7 +76,6 @@ class ConnectionProtocol(asyncio.Protocol):
         self.alarm = alarm
         # ssl_cert_login_from: which part of a client certificate names its user.
         self.cert_login_from = cert_login_from
-        self._identity: str | None = None
         # An in-process peer on one end of a socket pair (a shovel's or federation link's
         # side on this broker, leveret.links): it logs in with EXTERNAL as this user.
         self.local_identity = local_identity
@@ -80,27 +86,18 @@ class ConnectionProtocol(asyncio.Protocol):
         self.registry = registry
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.amqp: FrontEnd | None = None
+        self.shell: Shell | None = None
         # The first bytes, until they name the front end.
         self._head = b""
-        self._loopback = False
-        self._accepted = 0.0
-        self._closed_in_handshake = False
         self.peer = "?"
         self._flush_scheduled = False
         self._turn_scheduled = False
         self._reading = True
         self._timer: asyncio.TimerHandle | None = None
-        # When the timer is armed for (None: not armed), and the front end's schedule.
+        # When the timer is armed for (None: not armed).
         self._due: float | None = None
-        self._next_tick: Callable[[float], float | None] | None = None
         self.closed = asyncio.Event()
-        # Management counters (octets and reads/writes), sampled on a timer; wall clock
-        # of the accept for connected_at.
-        self.recv_oct = 0
-        self.recv_cnt = 0
-        self.send_oct = 0
-        self.send_cnt = 0
+        # Wall clock of the accept (management's connected_at, and the listing's order).
         self.connected_at = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -109,88 +106,91 @@ class ConnectionProtocol(asyncio.Protocol):
         self.transport = transport
         if self.local_identity is not None:
             self.peer = self.local_peer
-            self._loopback = True
-            self._identity = self.local_identity
+            loopback = True
+            identity: str | None = self.local_identity
         else:
             peername = transport.get_extra_info("peername")
             host, port = (peername[0], peername[1]) if peername else ("?", 0)
             self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            self._loopback = _is_loopback(host)
+            loopback = _is_loopback(host)
             # Python fills peercert only for a certificate it verified (amqps, verify_peer).
-            self._identity = certificate_identity(
+            identity = certificate_identity(
                 transport.get_extra_info("peercert"), self.cert_login_from
             )
-        self._accepted = self.loop.time()
+        now = self.loop.time()
         self.connected_at = time.time()
+        shell = self.shell = Shell(
+            ShellContext(self.broker, self.users, self.limits, self.peer, loopback, now, identity)
+        )
+        shell.on_output = self._schedule_flush
+        shell.on_ready = self._schedule_turn
+        info = shell.info
+        info.connected_at = self.connected_at
+        local = transport.get_extra_info("sockname")
+        if local and isinstance(local, tuple):
+            info.host, info.port = local[0], local[1]
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            info.ssl = True
+            info.ssl_protocol = ssl_object.version()
+            cipher = ssl_object.cipher()
+            info.ssl_cipher = cipher[0] if cipher else None
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
-        # No protocol header yet: the handshake timeout applies all the same.
-        self._arm(self._accepted + HANDSHAKE_TIMEOUT + MIN_TICK)
+        if self.front_end is not None:
+            shell.attach(self.front_end)
+        # No protocol header yet: the handshake deadline applies all the same.
+        self._rearm(now)
 
     def data_received(self, data: bytes) -> None:
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        amqp = self.amqp
-        if amqp is None:
-            amqp = self._choose_front_end(data)
-            if amqp is None:
-                return
+        shell = self.shell
+        if shell is None:
+            return
+        if shell.front is None:
+            self._head += data
+            factory = choose(self._head)
+            if factory is None:
+                return  # counted when the whole header is handed on
+            shell.attach(factory)
             data, self._head = self._head, b""
-        amqp.data_received(data, self.loop.time())
-        self._after_turn(amqp)
+        shell.data_received(data, self.loop.time())
+        self._after_turn(shell)
 
-    def _choose_front_end(self, data: bytes) -> FrontEnd | None:
-        """Collect the first bytes until they name the protocol; then make its front end."""
-        self._head += data
-        factory = self.front_end or choose(self._head)
-        if factory is None:
-            return None
-        amqp = self.amqp = factory(
-            FrontEndContext(
-                self.broker,
-                self.users,
-                self.limits,
-                self.peer,
-                self._loopback,
-                self._accepted,
-                self._identity,
-            )
-        )
-        amqp.on_output = self._schedule_flush
-        self._next_tick = tick_schedule(amqp)
-        return amqp
-
-    def _after_turn(self, amqp: FrontEnd) -> None:
-        if amqp.published:
-            amqp.published = False
+    def _after_turn(self, shell: Shell) -> None:
+        if shell.published:
+            shell.published = False
             self.alarm.published(self)
         elif self.alarm.active:
             self.alarm.check()
         self._flush()
-        if (amqp.pending or amqp.paced) and not self._turn_scheduled:
-            # More frames than one turn's share, or a publisher feeding a queue whose
-            # consumers fall behind: read nothing more until the next loop iteration, and
-            # let the other connections run first.
+        if shell.wants_turn:
+            # More input than one turn's share, a paced publisher, or a deferral that
+            # completed: read nothing more until the next loop iteration, and let the
+            # other connections run first.
+            self._schedule_turn()
+        self._set_reading()
+
+    def _schedule_turn(self) -> None:
+        if not self._turn_scheduled and self.transport is not None:
             self._turn_scheduled = True
             self._set_reading()
             self.loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         self._turn_scheduled = False
-        amqp = self.amqp
-        if amqp is None:
+        shell = self.shell
+        if shell is None or self.transport is None:
             return
-        self.broker.timers.now = self.loop.time()
-        amqp.run_turn()
-        self._after_turn(amqp)
-        self._set_reading()
+        shell.run_turn(self.loop.time())
+        self._after_turn(shell)
 
     def _set_reading(self) -> None:
-        """Read unless a turn is waiting or the memory alarm blocked this connection."""
-        transport, amqp = self.transport, self.amqp
-        if transport is None or amqp is None or transport.is_closing():
+        """Read unless a turn is waiting, the memory alarm blocked this connection, or a
+        deferral holds as much input as it may."""
+        transport, shell = self.transport, self.shell
+        if transport is None or shell is None or transport.is_closing():
             return
-        want = not (self._turn_scheduled or amqp.blocked)
+        want = not self._turn_scheduled and shell.reading
         if want != self._reading:
             self._reading = want
             if want:
@@ -199,17 +199,17 @@ class ConnectionProtocol(asyncio.Protocol):
                 transport.pause_reading()
 
     def block(self, reason: str) -> None:
-        if self.amqp is not None and self.transport is not None:
-            self.amqp.block(reason)
+        shell = self.shell
+        if shell is not None and shell.front is not None and self.transport is not None:
+            shell.block(reason)
             self._set_reading()
             self._flush()
-            # Look at the alarm every second while blocked (_on_timer): queues may also
-            # shrink without any connection's traffic (TTLs).
-            self._arm(self.loop.time() + TICK_EVERY)
+            self._arm(self.loop.time() + BLOCKED_TICK)
 
     def unblock(self) -> None:
-        if self.amqp is not None and self.transport is not None:
-            self.amqp.unblock(self.loop.time())
+        shell = self.shell
+        if shell is not None and shell.front is not None and self.transport is not None:
+            shell.unblock(self.loop.time())
             self._set_reading()
             self._flush()
 
@@ -220,22 +220,27 @@ class ConnectionProtocol(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        amqp, transport = self.amqp, self.transport
-        if amqp is None or transport is None:
+        shell, transport = self.shell, self.transport
+        if shell is None or transport is None:
             return
-        out = amqp.take_output(self.loop.time())
+        now = self.loop.time()
+        out = shell.take_output(now)
         if out and not transport.is_closing():
             transport.writelines(out)
-            self.send_cnt += 1
-            self.send_oct += sum(map(len, out))
-        if amqp.should_close_transport and not transport.is_closing():
+        if transport.is_closing():
+            return
+        if shell.should_close_transport:
             transport.close()
-        next_tick = self._next_tick
-        if next_tick is not None and not transport.is_closing():
-            now = self.loop.time()
-            due = next_tick(now)
-            if due is not None:
-                self._arm(max(due, now + MIN_TICK))
+            return
+        self._rearm(now)
+
+    def _rearm(self, now: float) -> None:
+        shell = self.shell
+        if shell is None:
+            return
+        due = shell.next_deadline(now)
+        if due is not None:
+            self._arm(max(due, now + MIN_TICK))
 
     def _arm(self, due: float) -> None:
         """Tick at ``due`` unless the timer is armed for then or earlier already."""
@@ -249,53 +254,49 @@ class ConnectionProtocol(asyncio.Protocol):
 
     def _on_timer(self) -> None:
         self._timer = self._due = None
-        if self.transport is None:
+        shell, transport = self.shell, self.transport
+        if shell is None or transport is None:
             return
         now = self.loop.time()
-        amqp = self.amqp
-        if amqp is None:
-            if now - self._accepted > HANDSHAKE_TIMEOUT:
-                log.info("closing connection %s: handshake timeout", self.peer)
-                self._closed_in_handshake = True
-                self.transport.close()
-                return
-            self._arm(max(self._accepted + HANDSHAKE_TIMEOUT, now) + MIN_TICK)
-            return
-        amqp.tick(now)
+        shell.tick(now)
         alarm = self.alarm
         alarm.check()
-        self._flush()  # arms the timer for the front end's next deadline
-        if alarm.active and amqp.blocked and self.transport is not None:
-            self._arm(now + TICK_EVERY)
+        self._flush()  # arms the timer for the shell's next deadline
+        if shell.wants_turn:
+            self._schedule_turn()
+        self._set_reading()
+        if alarm.active and shell.blocked and self.transport is not None:
+            self._arm(now + BLOCKED_TICK)
 
     def pause_writing(self) -> None:
-        if self.amqp is not None:
-            self.amqp.set_writable(False)
+        if self.shell is not None:
+            self.shell.set_writable(False)
 
     def resume_writing(self) -> None:
-        if self.amqp is not None:
-            self.amqp.set_writable(True)
+        if self.shell is not None:
+            self.shell.set_writable(True)
             self._flush()
 
     def shutdown(self, reason: str) -> None:
         """Close with 320 CONNECTION_FORCED, as RabbitMQ does on shutdown."""
-        if self.amqp is not None:
-            self.amqp.close(320, reason, self.loop.time())
+        shell = self.shell
+        if shell is not None:
+            shell.close(320, reason, self.loop.time())
             self._flush()
+            if shell.front is None and self.transport is not None:
+                self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._due = None
-        amqp = self.amqp
+        shell = self.shell
         reason = "client closed" if exc is None else str(exc)
-        if amqp is not None:
-            reason = amqp.close_reason or reason
-            amqp.connection_lost()
-        elif self._closed_in_handshake:
-            reason = "handshake timeout"
+        if shell is not None:
+            reason = shell.close_reason or reason
+            shell.connection_lost()
         log.info("closed connection %s (%s)", self.peer, reason)
-        self.amqp = None
+        self.shell = None
         self.transport = None
         self.registry.discard(self)
         self.alarm.forget(self)

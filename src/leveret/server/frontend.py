@@ -1,32 +1,38 @@
 """How the front end for a connection is chosen from the first bytes the client sends.
 
-Every front end is a sans-IO machine with the same surface (``FrontEnd``, defined with
-``FrontEndContext`` in ``frontend_contract.py`` and handed on from here): bytes in with
-``data_received(data, now)``, encoded output out with ``take_output(now)``, turns for
-fairness (``pending``/``paced``/``run_turn``), timers (``tick``), flow control (``blocked``,
-``block``/``unblock``, ``set_writable``) and closing. ``FRONT_ENDS`` maps a protocol header
-to the factory of its front end; a header that is not in it goes to the default front end
-(AMQP 0-9-1), which answers an unsupported header with its own and closes, as RabbitMQ does.
-The choice is made once per connection, so the per-message path does not pay for it.
+Every front end implements ``server/shell/contract.py``'s ``FrontEnd`` and is made by a
+factory from the connection's ``Shell`` (which owns the lifecycle every protocol shares).
+``FRONT_ENDS`` maps a protocol header to the factory of its front end; a header that is not
+in it goes to the default front end (AMQP 0-9-1), which answers an unsupported header with
+its own and closes, as RabbitMQ does. Initiations shorter than a header (AMQP/Fast's
+``128 1``) are told apart by their first octet (``INITIATIONS``). The choice is made once
+per connection, so the per-message path does not pay for it. The stream protocol has a port
+of its own, whose listener names its front end instead.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from leveret.protocol.amqp010.framing import PROTOCOL_HEADER as AMQP010_HEADER
 from leveret.server.amqp010 import AMQP010Connection
 from leveret.server.amqp091 import AMQP091Connection
 from leveret.server.amqp10.connection import AMQP10Connection
 from leveret.server.amqpfast import FastConnection
-from leveret.server.frontend_contract import FrontEnd, FrontEndContext, FrontEndFactory
 from leveret.server.legacy.connection import LegacyConnection
 from leveret.server.legacy.dialects import DIALECTS, Dialect
+from leveret.server.shell.contract import FrontEnd
+from leveret.server.shell.shell import FrontEndFactory
+
+if TYPE_CHECKING:
+    from leveret.server.shell.shell import Shell
 
 __all__ = [
+    "DEFAULT_FRONT_END",
     "FRONT_ENDS",
     "HEADER_SIZE",
     "INITIATIONS",
     "FrontEnd",
-    "FrontEndContext",
     "FrontEndFactory",
     "choose",
 ]
@@ -35,56 +41,28 @@ __all__ = [
 HEADER_SIZE = 8
 
 
-def _amqp091(context: FrontEndContext) -> FrontEnd:
-    return AMQP091Connection(
-        context.broker,
-        context.users,
-        peer=context.peer,
-        loopback=context.loopback,
-        limits=context.limits,
-        now=context.now,
-        certificate_identity=context.certificate_identity,
-    )
+def _amqp091(shell: Shell) -> FrontEnd:
+    return AMQP091Connection(shell)
 
 
-def _amqp010(context: FrontEndContext) -> FrontEnd:
-    return AMQP010Connection(
-        context.broker,
-        context.users,
-        peer=context.peer,
-        loopback=context.loopback,
-        now=context.now,
-        certificate_identity=context.certificate_identity,
-    )
+def _amqp010(shell: Shell) -> FrontEnd:
+    return AMQP010Connection(shell)
 
 
-def _amqp10(context: FrontEndContext) -> FrontEnd:
-    return AMQP10Connection(
-        context.broker,
-        context.users,
-        peer=context.peer,
-        loopback=context.loopback,
-        limits=context.limits,
-        now=context.now,
-        certificate_identity=context.certificate_identity,
-    )
+def _amqp10(shell: Shell) -> FrontEnd:
+    return AMQP10Connection(shell)
+
+
+def _amqpfast(shell: Shell) -> FrontEnd:
+    return FastConnection(shell)
 
 
 DEFAULT_FRONT_END: FrontEndFactory = _amqp091
 
 
 def _legacy(dialect: Dialect) -> FrontEndFactory:
-    def make(context: FrontEndContext) -> FrontEnd:
-        return LegacyConnection(
-            context.broker,
-            context.users,
-            dialect,
-            choose=choose,
-            peer=context.peer,
-            loopback=context.loopback,
-            limits=context.limits,
-            now=context.now,
-        )
+    def make(shell: Shell) -> FrontEnd:
+        return LegacyConnection(shell, dialect, choose=choose)
 
     return make
 
@@ -99,17 +77,6 @@ FRONT_ENDS: dict[bytes, FrontEndFactory] = {
     b"AMQP\x03\x01\x00\x00": _amqp10,
     **{header: _legacy(dialect) for dialect in DIALECTS for header in dialect.headers},
 }
-
-
-def _amqpfast(context: FrontEndContext) -> FrontEnd:
-    return FastConnection(
-        context.broker,
-        context.users,
-        peer=context.peer,
-        loopback=context.loopback,
-        limits=context.limits,
-        now=context.now,
-    )
 
 
 # Initiations shorter than an AMQP header, told apart by their first octet (never "A"):

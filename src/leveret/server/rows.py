@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
+    from leveret.server.shell.info import ChannelInfo
 
 # This node's name, as RabbitMQ's ``rabbit@host``; a cluster node's ``--node-name``, which
 # ``server/server.py`` sets when it is built (one node per process).
@@ -190,114 +191,102 @@ def exchange_row(exchange: Exchange, vhost: str) -> dict[str, Any]:
 
 def connection_name(conn: ConnectionProtocol) -> str:
     """RabbitMQ's connection name: ``peer -> local address``."""
-    transport = conn.transport
-    local = transport.get_extra_info("sockname") if transport is not None else None
-    if not local:
-        return conn.peer
-    host, port = local[0], local[1]
-    shown = f"[{host}]" if ":" in host else host
-    return f"{conn.peer} -> {shown}:{port}"
+    shell = conn.shell
+    return shell.info.name if shell is not None else conn.peer
 
 
 def peer(conn: ConnectionProtocol) -> tuple[str, int]:
-    host, _, port = conn.peer.rpartition(":")
-    return host.strip("[]"), int(port) if port.isdigit() else 0
+    shell = conn.shell
+    if shell is None:
+        host, _, port = conn.peer.rpartition(":")
+        return host.strip("[]"), int(port) if port.isdigit() else 0
+    return shell.info.peer_host, shell.info.peer_port
 
 
 def connection_row(conn: ConnectionProtocol) -> dict[str, Any]:
-    """A client connection: addresses, TLS, the front end's negotiated values, the login
-    and the vhost once open, byte and frame counts."""
-    front = conn.amqp
-    client = getattr(front, "client", None) if front is not None else None
-    peer_host, peer_port = peer(conn)
-    transport = conn.transport
-    local = transport.get_extra_info("sockname") if transport is not None else None
-    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    user = getattr(front, "user", None)
-    props = getattr(front, "client_properties", {}) or {}
+    """A client connection as its introspection record (``server/shell/info.py``, RabbitMQ's
+    info items) describes it: addresses, TLS, the protocol and its negotiated values, the
+    login and the vhost once open, byte and read/write counts."""
+    shell = conn.shell
+    assert shell is not None  # listed while it is connected
+    info = shell.info
     out: dict[str, Any] = {
-        "name": connection_name(conn),
+        "name": info.name,
         "node": NODE,
         "type": "network",
-        "protocol": getattr(front, "PROTOCOL_NAME", "AMQP 0-9-1"),
-        "user": client.user if client is not None else getattr(user, "name", ""),
-        "vhost": client.vhost.name if client is not None else "",
-        "host": local[0] if local else "",
-        "port": local[1] if local else 0,
-        "peer_host": peer_host,
-        "peer_port": peer_port,
-        "ssl": ssl_object is not None,
-        "state": "blocked" if getattr(front, "blocked", False) else "running",
-        "channels": len(client.sessions) if client is not None else 0,
-        "channel_max": getattr(front, "channel_max", 0),
-        "frame_max": getattr(front, "frame_max", 0),
-        "timeout": getattr(front, "heartbeat", 0),
-        "auth_mechanism": getattr(front, "mechanism", "PLAIN") or "PLAIN",
-        "client_properties": json_value(dict(props)),
-        "connected_at": int(conn.connected_at * 1000),
-        "recv_oct": conn.recv_oct,
-        "recv_cnt": conn.recv_cnt,
-        "send_oct": conn.send_oct,
-        "send_cnt": conn.send_cnt,
+        "protocol": info.protocol,
+        "user": info.user,
+        "vhost": info.vhost,
+        "host": info.host,
+        "port": info.port,
+        "peer_host": info.peer_host,
+        "peer_port": info.peer_port,
+        "ssl": info.ssl,
+        "state": info.state,
+        "channels": len(shell.channels()),
+        "channel_max": info.channel_max,
+        "frame_max": info.frame_max,
+        "timeout": info.timeout,
+        "auth_mechanism": info.auth_mechanism,
+        "client_properties": json_value(dict(info.client_properties)),
+        "connected_at": int(info.connected_at * 1000),
+        "recv_oct": info.recv_oct,
+        "recv_cnt": info.recv_cnt,
+        "send_oct": info.send_oct,
+        "send_cnt": info.send_cnt,
         "send_pend": 0,
     }
-    provided = props.get("connection_name")
-    if isinstance(provided, str | bytes):
-        out["user_provided_name"] = json_value(provided)
-    if ssl_object is not None:
-        out["ssl_protocol"] = ssl_object.version()
-        cipher = ssl_object.cipher()
-        out["ssl_cipher"] = cipher[0] if cipher else None
+    provided = info.user_provided_name
+    if provided is not None:
+        out["user_provided_name"] = provided
+    if info.container_id is not None:
+        out["container_id"] = info.container_id
+    if info.ssl:
+        out["ssl_protocol"] = info.ssl_protocol
+        out["ssl_cipher"] = info.ssl_cipher
     return out
 
 
-def channels(conns: list[ConnectionProtocol]) -> list[tuple[ConnectionProtocol, int, Any]]:
-    """Every open connection's sessions (0-9-1 channels and their kin), by number."""
-    out = []
+def channels(conns: list[ConnectionProtocol]) -> list[tuple[ConnectionProtocol, ChannelInfo]]:
+    """Every open connection's channels (0-9-1 channels and their kin: 1.0 and 0-10
+    sessions, AMQP/Fast channels), as their front ends describe them, by number."""
+    out: list[tuple[ConnectionProtocol, ChannelInfo]] = []
     for conn in conns:
-        client = conn.amqp.client if conn.amqp is not None else None
-        if client is None:
-            continue
-        for number, session in sorted(client.sessions.items()):
-            out.append((conn, number, session))
+        shell = conn.shell
+        if shell is not None:
+            out.extend((conn, channel) for channel in shell.channels())
     return out
 
 
-def channel_row(conn: ConnectionProtocol, number: int, session: Any) -> dict[str, Any]:
+def channel_row(conn: ConnectionProtocol, channel: ChannelInfo) -> dict[str, Any]:
     """A channel: its connection, consumers, unacknowledged deliveries, prefetch, and
     whether it is in confirm or transaction mode."""
-    front = conn.amqp
-    client = getattr(front, "client", None)
+    shell = conn.shell
+    user, vhost = (shell.info.user, shell.info.vhost) if shell is not None else ("", "")
     cname = connection_name(conn)
     peer_host, peer_port = peer(conn)
-    consumers = getattr(session, "consumers", {}) or {}
-    unacked = getattr(session, "unacked", {}) or {}
-    publisher = getattr(session, "publisher", None)
-    tx = getattr(publisher, "tx", None)
-    confirms = getattr(publisher, "confirms", None)
     return {
-        "name": f"{cname} ({number})",
-        "number": number,
+        "name": f"{cname} ({channel.number})",
+        "number": channel.number,
         "node": NODE,
-        "user": client.user if client is not None else "",
-        "vhost": client.vhost.name if client is not None else "",
+        "user": user,
+        "vhost": vhost,
         "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
-        "consumer_count": len(consumers),
-        "messages_unacknowledged": len(unacked),
-        "messages_uncommitted": len(tx.publishes) if tx is not None else 0,
+        "consumer_count": len(channel.consumers),
+        "messages_unacknowledged": channel.unacked,
+        "messages_uncommitted": channel.uncommitted,
         "acks_uncommitted": 0,
-        "prefetch_count": getattr(session, "prefetch_count", 0),
-        "global_prefetch_count": getattr(session, "global_prefetch_count", 0),
-        "confirm": confirms is not None,
-        "transactional": tx is not None,
+        "prefetch_count": channel.prefetch_count,
+        "global_prefetch_count": channel.global_prefetch_count,
+        "confirm": channel.confirm,
+        "transactional": channel.transactional,
         "state": "running",
     }
 
 
 def channel_details(conn: ConnectionProtocol, number: int) -> dict[str, Any]:
     """A channel as a consumer row names it."""
-    front = conn.amqp
-    client = getattr(front, "client", None)
+    shell = conn.shell
     cname = connection_name(conn)
     peer_host, peer_port = peer(conn)
     return {
@@ -307,7 +296,7 @@ def channel_details(conn: ConnectionProtocol, number: int) -> dict[str, Any]:
         "peer_host": peer_host,
         "peer_port": peer_port,
         "node": NODE,
-        "user": client.user if client is not None else "",
+        "user": shell.info.user if shell is not None else "",
     }
 
 

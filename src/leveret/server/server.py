@@ -64,7 +64,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from leveret.config import Settings
-    from leveret.server.frontend import FrontEnd, FrontEndContext
+    from leveret.server.shell.contract import FrontEnd
+    from leveret.server.shell.shell import Shell
 
 log = logging.getLogger("leveret.server")
 
@@ -376,10 +377,8 @@ class Server:
             raise StartupError(f"cannot load definitions from {path}: {exc}") from None
         log.info("loaded definitions from %s: %s", path, counts)
 
-    def _stream_front_end(self, context: FrontEndContext) -> FrontEnd:
-        return StreamConnection(
-            self.stream_server, peer=context.peer, loopback=context.loopback, now=context.now
-        )
+    def _stream_front_end(self, shell: Shell) -> FrontEnd:
+        return StreamConnection(self.stream_server, shell)
 
     async def _start_stream(self, loop: asyncio.AbstractEventLoop, *, tls: bool) -> None:
         """The stream-protocol listener (``stream_port``; with TLS, ``stream_tls_port``).

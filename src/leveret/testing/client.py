@@ -1,4 +1,5 @@
-"""A sans-IO AMQP 0-9-1 client that drives an ``AMQP091Connection`` in memory, for tests.
+"""A sans-IO AMQP 0-9-1 client that drives an ``AMQP091Connection`` in memory, for tests:
+through the connection's shell (``server/shell/``), as the asyncio adapter does.
 
 The client side is the protocol's one client-role machine
 (:class:`leveret.protocol.amqp091.client.ClientConnection`) in ``manual`` mode: the test sends
@@ -17,6 +18,7 @@ Typical use::
     client.expect(1, m.QueueDeclareOk)
 
 Time is a :class:`FakeClock`: advance it and call :meth:`CodecClient.tick` to drive heartbeats.
+:func:`new_shell` and :func:`feed` drive any front end's shell the same way.
 
 For tests of the model alone, :class:`RecordingSink` is a ``SessionSink`` that records what a
 session reports, and :func:`make_message` builds a ``Message`` without a front end.
@@ -48,12 +50,15 @@ from leveret.protocol.amqp091.client_events import (
     ProtocolHeaderReceived,
 )
 from leveret.server.amqp091 import AMQP091Connection, Limits
+from leveret.server.shell.contract import ShellContext
+from leveret.server.shell.shell import Shell
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from leveret.model.message import Message
     from leveret.protocol.amqp091.fieldtable import FieldTable, FieldValue
+    from leveret.server.shell.shell import FrontEndFactory
 
 __all__ = [
     "DEFAULT_CAPABILITIES",
@@ -67,9 +72,63 @@ __all__ = [
     "RecordingSink",
     "SinkEvent",
     "amqplain_response",
+    "feed",
     "make_message",
+    "new_shell",
     "plain_response",
+    "run_turns",
 ]
+
+# Turns run for one input at most (an adapter runs them one loop iteration apart).
+MAX_TURNS = 10_000
+
+
+def new_shell(
+    factory: FrontEndFactory | None = None,
+    broker: Broker | None = None,
+    users: UserStore | None = None,
+    *,
+    peer: str = "127.0.0.1:50000",
+    loopback: bool = True,
+    limits: Limits | None = None,
+    now: float = 0.0,
+    certificate_identity: str | None = None,
+) -> Shell:
+    """A connection's shell in memory (a new broker and guest/guest store unless given),
+    with the front end ``factory`` makes attached when given (as if its first bytes had
+    chosen it)."""
+    shell = Shell(
+        ShellContext(
+            broker if broker is not None else Broker(),
+            users if users is not None else UserStore.with_default_user(),
+            limits if limits is not None else Limits(),
+            peer,
+            loopback,
+            now,
+            certificate_identity,
+        )
+    )
+    if factory is not None:
+        shell.attach(factory)
+    return shell
+
+
+def feed(shell: Shell, data: bytes, now: float, *, all_turns: bool = True) -> None:
+    """``data`` arrives on the connection at ``now``: handled as the adapter would, with
+    the turns that follow (unless ``all_turns`` is False)."""
+    shell.data_received(data, now)
+    if all_turns:
+        run_turns(shell, now)
+
+
+def run_turns(shell: Shell, now: float) -> None:
+    """The turns the shell wants (waiting input, a completed deferral), as the adapter runs
+    them."""
+    for _ in range(MAX_TURNS):
+        if not shell.wants_turn:
+            return
+        shell.run_turn(now)
+
 
 M = TypeVar("M", bound=m.Method)
 
@@ -127,7 +186,10 @@ Received = MethodFrame | Delivery | Heartbeat | ProtocolHeader
 class CodecClient:
     """The client side of one in-memory connection to an :class:`AMQP091Connection`."""
 
-    def __init__(self, conn: AMQP091Connection, clock: FakeClock | None = None) -> None:
+    def __init__(self, shell: Shell, clock: FakeClock | None = None) -> None:
+        self.shell = shell
+        conn = shell.front
+        assert isinstance(conn, AMQP091Connection)
         self.conn = conn
         self.clock = clock if clock is not None else FakeClock()
         self.machine = ClientConnection(frame_max=conn.limits.frame_max, manual=True)
@@ -150,16 +212,17 @@ class CodecClient:
         """A fresh server connection (new broker and guest/guest store unless given);
         ``certificate_identity``: as if over TLS with a verified client certificate."""
         clock = clock if clock is not None else FakeClock()
-        conn = AMQP091Connection(
-            broker if broker is not None else Broker(),
-            users if users is not None else UserStore.with_default_user(),
+        shell = new_shell(
+            AMQP091Connection,
+            broker,
+            users,
             peer=peer,
             loopback=loopback,
-            limits=limits if limits is not None else Limits(),
+            limits=limits,
             now=clock.now,
             certificate_identity=certificate_identity,
         )
-        return cls(conn, clock)
+        return cls(shell, clock)
 
     @property
     def frame_max(self) -> int:
@@ -174,9 +237,7 @@ class CodecClient:
         The server handles a bounded number of frames per turn; like the asyncio adapter,
         this runs the remaining turns too unless ``all_turns`` is False.
         """
-        self.conn.data_received(data, self.clock.now)
-        while all_turns and self.conn.pending:
-            self.conn.run_turn()
+        feed(self.shell, data, self.clock.now, all_turns=all_turns)
 
     def _flush(self) -> None:
         data = self.machine.data_to_send()
@@ -300,20 +361,23 @@ class CodecClient:
     def tick(self, advance: float = 0.0) -> None:
         """Advance the clock by ``advance`` seconds and let the server's timers run."""
         self.clock.advance(advance)
-        self.conn.tick(self.clock.now)
+        self.shell.tick(self.clock.now)
+        run_turns(self.shell, self.clock.now)
 
     # -- receiving -------------------------------------------------------------------
 
     @property
     def closed(self) -> bool:
         """The server wants the transport closed (or already considers it closed)."""
-        return self.conn.finished
+        return self.shell.finished or self.conn.finished
 
     def take_bytes(self) -> bytes:
         """The server's raw, undecoded output since the last call (bypasses decoding)."""
-        return b"".join(self.conn.take_output(self.clock.now))
+        return b"".join(self.shell.take_output(self.clock.now))
 
     def _pump(self) -> None:
+        # Deferrals that completed since (Shell.defer) get the turn an adapter gives them.
+        run_turns(self.shell, self.clock.now)
         data = self.take_bytes()
         if not data:
             return

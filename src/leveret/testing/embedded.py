@@ -378,8 +378,8 @@ class EmbeddedBroker:
 
 
 def _vhost_name(conn: ConnectionProtocol) -> str | None:
-    client = conn.amqp.client if conn.amqp is not None else None
-    return client.vhost.name if client is not None else None
+    shell = conn.shell
+    return shell.info.vhost or None if shell is not None and shell.opened else None
 
 
 def _scratch_root() -> str | None:

@@ -21,20 +21,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from leveret.auth.users import UserStore
-from leveret.model.broker import Broker
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp08._generated import properties as p08
 from leveret.protocol.amqp09._generated import methods as m09
 from leveret.protocol.amqp09._generated import properties as p09
 from leveret.protocol.amqp091 import framing
-from leveret.protocol.amqp091.connection import Limits
 from leveret.server.frontend import choose
 from leveret.server.legacy.connection import LegacyConnection
-from leveret.testing.client import FakeClock, plain_response
+from leveret.testing.client import FakeClock, feed, new_shell, plain_response
 
 if TYPE_CHECKING:
+    from leveret.auth.users import UserStore
+    from leveret.model.broker import Broker
+    from leveret.protocol.amqp091.connection import Limits
     from leveret.server.legacy.dialects import Dialect
+    from leveret.server.shell.shell import Shell
 
 __all__ = ["LegacyClient", "LegacyContent", "LegacyMethod"]
 
@@ -72,7 +73,10 @@ class _Content:
 class LegacyClient:
     """The client side of one in-memory 0-8 or 0-9 connection."""
 
-    def __init__(self, conn: LegacyConnection, clock: FakeClock) -> None:
+    def __init__(self, shell: Shell, clock: FakeClock) -> None:
+        conn = shell.front
+        assert isinstance(conn, LegacyConnection)
+        self.shell = shell
         self.conn = conn
         self.clock = clock
         self.dialect = conn.dialect
@@ -94,24 +98,20 @@ class LegacyClient:
         limits: Limits | None = None,
     ) -> LegacyClient:
         clock = clock if clock is not None else FakeClock()
-        conn = LegacyConnection(
-            broker if broker is not None else Broker(),
-            users if users is not None else UserStore.with_default_user(),
-            dialect,
-            choose=choose,
+        shell = new_shell(
+            lambda shell: LegacyConnection(shell, dialect, choose=choose),
+            broker,
+            users,
             peer="127.0.0.1:50001",
-            loopback=True,
-            limits=limits if limits is not None else Limits(),
+            limits=limits,
             now=clock.now,
         )
-        return cls(conn, clock)
+        return cls(shell, clock)
 
     # -- sending -----------------------------------------------------------------------------
 
     def send_raw(self, data: bytes) -> None:
-        self.conn.data_received(data, self.clock.now)
-        while self.conn.pending:
-            self.conn.run_turn()
+        feed(self.shell, data, self.clock.now)
 
     def send(self, channel: int, method: Any) -> None:
         self.send_raw(framing.encode_method_frame(channel, method.encode()))
@@ -160,7 +160,7 @@ class LegacyClient:
     # -- receiving ---------------------------------------------------------------------------
 
     def take_bytes(self) -> bytes:
-        return b"".join(self.conn.take_output(self.clock.now))
+        return b"".join(self.shell.take_output(self.clock.now))
 
     def _pump(self) -> None:
         data = self.take_bytes()
@@ -194,7 +194,7 @@ class LegacyClient:
 
     @property
     def closed(self) -> bool:
-        return self.conn.finished
+        return self.shell.finished or self.conn.finished
 
     def frames(self) -> list[LegacyMethod | LegacyContent]:
         self._pump()

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from bench.amqp import Connection, PublishTemplate
 from bench.stats import STAMP
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.server.amqp091 import AMQP091Connection, Limits
+from leveret.server.amqp091 import Limits
 from leveret.testing import CodecClient
+from leveret.testing.client import feed
+
+if TYPE_CHECKING:
+    from leveret.server.shell.shell import Shell
 
 
 class Wire:
     """A transport stand-in: what the client writes goes into the server at once."""
 
-    def __init__(self, server: AMQP091Connection) -> None:
+    def __init__(self, server: Shell) -> None:
         self.server = server
         self.closed = False
 
     def write(self, data: bytes) -> None:
-        self.server.data_received(data, 0)
-        while self.server.pending:
-            self.server.run_turn()
+        feed(self.server, data, 0)
 
     def is_closing(self) -> bool:
         return self.closed
@@ -36,14 +39,14 @@ class Wire:
         pass
 
 
-def pump(conn: Connection, server: AMQP091Connection) -> None:
+def pump(conn: Connection, server: Shell) -> None:
     """Hand the server's output to the client until neither says anything more."""
     while data := b"".join(server.take_output(0)):
         conn.data_received(data)
 
 
 async def _scenario() -> None:
-    server = CodecClient.connect(limits=Limits(heartbeat=0, frame_max=4096)).conn
+    server = CodecClient.connect(limits=Limits(heartbeat=0, frame_max=4096)).shell
     conn = Connection()
     conn.connection_made(Wire(server))  # type: ignore[arg-type]
     pump(conn, server)

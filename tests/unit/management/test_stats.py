@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from leveret.config import Settings
-from leveret.convert.amqp091 import wire_message
 from leveret.management import query
 from leveret.management.app import ManagementServer
 from leveret.management.stats import (
@@ -26,13 +25,8 @@ from leveret.management.stats import (
     message_stats,
 )
 from leveret.model.broker import Broker
-from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.server.amqp091.session import Session
-from leveret.testing import RecordingSink
-
-
-def _conn(client: Any, recv: int = 0, send: int = 0) -> Any:
-    return SimpleNamespace(amqp=SimpleNamespace(client=client), recv_oct=recv, send_oct=send)
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.testing import CodecClient
 
 
 def test_rate_and_samples_newest_first() -> None:
@@ -66,20 +60,22 @@ def test_sampler_reads_the_core_counters_and_keeps_vhost_totals() -> None:
     broker = Broker()
     vhost = broker.vhosts["/"]
     vhost.declare_queue("s-q", owner=None)
-    client = broker.connect(vhost, "guest", "c1")
-    session = Session(vhost, client, RecordingSink())
-    client.attach(1, session)
-    conn = _conn(client, recv=100, send=10)
+    client = CodecClient.connect(broker)
+    client.handshake()
+    client.open_channel(1)
+    conn = SimpleNamespace(shell=client.shell)
     sampler = Sampler()
     sampler.sample(broker, [conn], now_ms=0)
-    raw = BasicProperties().encode()
-    session.select_confirm()
+    client.send(1, m.ConfirmSelect())
+    client.expect(1, m.ConfirmSelectOk)
     for _ in range(10):
-        session.publish("", "s-q", wire_message("", "s-q", raw, b"x"))
-    got = session.get("s-q", no_ack=False)
-    assert got is not None
-    session.ack(got[0])
-    conn.recv_oct = 600
+        client.publish(1, "", "s-q", b"x")
+    client.frames()  # the confirms
+    client.send(1, m.BasicGet(queue="s-q"))
+    got = client.expect_content(1, m.BasicGetOk)
+    assert isinstance(got.method, m.BasicGetOk)
+    client.send(1, m.BasicAck(delivery_tag=got.method.delivery_tag))
+    client.frames()
     sampler.sample(broker, [conn], now_ms=5000)
     queue = vhost.queues["s-q"]
     series = sampler.queue_series("/", queue, "s-q")
@@ -88,12 +84,14 @@ def test_sampler_reads_the_core_counters_and_keeps_vhost_totals() -> None:
     assert stats == {"publish": 10, "publish_details": {"rate": 2.0}}
     totals = dict(zip(CHANNEL_COUNTERS, sampler.vhost_totals["/"], strict=True))
     assert (totals["publish"], totals["confirm"], totals["get"], totals["ack"]) == (10, 10, 1, 1)
-    assert sampler.vhost_octets["/"] == [600, 10]
+    info = client.shell.info
+    assert info.recv_oct > 0
+    assert sampler.vhost_octets["/"] == [info.recv_oct, info.send_oct]
     # The channel closes: the vhost's totals keep what it did; a new one adds to them.
-    client.close_session(1)
-    session2 = Session(vhost, client, RecordingSink())
-    client.attach(2, session2)
-    session2.publish("", "s-q", wire_message("", "s-q", raw, b"y"))
+    client.send(1, m.ChannelClose())
+    client.expect(1, m.ChannelCloseOk)
+    client.open_channel(2)
+    client.publish(2, "", "s-q", b"y")
     sampler.sample(broker, [conn], now_ms=10000)
     totals = dict(zip(CHANNEL_COUNTERS, sampler.vhost_totals["/"], strict=True))
     assert totals["publish"] == 11
@@ -131,15 +129,20 @@ def test_a_series_keeps_the_newest_samples_in_a_ring() -> None:
 
 
 def _broker_with(queues: int, channels: int) -> tuple[Broker, list[Any]]:
+    """A broker with ``queues`` queues and ``channels`` connections of one channel each,
+    the connection ``i`` with ``i`` octets read and ``2 i`` written."""
     broker = Broker()
     vhost = broker.vhosts["/"]
     for i in range(queues):
         vhost.declare_queue(f"q{i}", owner=None)
     conns = []
     for i in range(channels):
-        client = broker.connect(vhost, "guest", f"c{i}")
-        client.attach(1, Session(vhost, client, RecordingSink()))
-        conns.append(_conn(client, recv=i, send=2 * i))
+        client = CodecClient.connect(broker)
+        client.handshake()
+        client.open_channel(1)
+        info = client.shell.info
+        info.recv_oct, info.send_oct = i, 2 * i
+        conns.append(SimpleNamespace(shell=client.shell))
     return broker, conns
 
 
@@ -149,7 +152,7 @@ def test_a_pass_is_taken_a_slice_at_a_time_and_ends_as_a_whole_one() -> None:
     whole.sample(broker, conns, now_ms=0)
     sliced.sample(broker, conns, now_ms=0)
     for conn in conns:
-        conn.recv_oct += 500
+        conn.shell.info.recv_oct += 500
     whole.sample(broker, conns, now_ms=5000)
     # 150 queues, 7 exchanges (the default ones), 120 connections, 120 channels.
     objects = 150 + len(broker.vhosts["/"].exchanges) + 120 + 120

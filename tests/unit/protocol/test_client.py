@@ -39,6 +39,7 @@ from leveret.protocol.amqp091.client_events import (
 )
 from leveret.server.amqp091 import AMQP091Connection, Limits
 from leveret.testing import CodecClient, FakeClock
+from leveret.testing.client import feed
 
 if TYPE_CHECKING:
     from leveret.model.broker import Broker
@@ -57,11 +58,13 @@ class Pair:
     ) -> None:
         self.clock = FakeClock()
         self.client = client if client is not None else ClientConnection()
-        self.server: AMQP091Connection = CodecClient.connect(
+        codec = CodecClient.connect(
             broker=broker,
             limits=limits if limits is not None else Limits(heartbeat=0),
             certificate_identity=certificate_identity,
-        ).conn
+        )
+        self.shell = codec.shell
+        self.server: AMQP091Connection = codec.conn
 
     def pump(self) -> list[Event]:
         """Move bytes both ways until neither side has anything to say."""
@@ -70,10 +73,8 @@ class Pair:
         for _ in range(1000):
             out = self.client.data_to_send()
             if out:
-                self.server.data_received(out, now)
-                while self.server.pending:
-                    self.server.run_turn()
-            back = b"".join(self.server.take_output(now))
+                feed(self.shell, out, now)
+            back = b"".join(self.shell.take_output(now))
             if back:
                 events += self.client.receive_data(back, now)
             if not out and not back:
@@ -177,7 +178,7 @@ def test_a_refused_login_is_answered_and_closes() -> None:
     pair.pump()
     # The server answers a refused login only once its delay has passed.
     pair.clock.advance(FAILURE_DELAY)
-    pair.server.tick(pair.clock.now)
+    pair.shell.tick(pair.clock.now)
     events = pair.pump()
     close = events[-1]
     assert isinstance(close, MethodReceived)
@@ -411,7 +412,7 @@ def test_acks_go_out_as_one_struct_each() -> None:
     client.ack(1, 2, multiple=True)
     data = client.data_to_send()
     assert data == encode_ack(1, 2, True) == method_frame(1, m.BasicAck(2, True))
-    pair.server.data_received(data, 0)
+    feed(pair.shell, data, 0)
     client.close_channel(1)  # unacked deliveries would go back to the queue
     client.open_channel(2)
     client.send_method(2, m.QueueDeclare(queue="q", passive=True))

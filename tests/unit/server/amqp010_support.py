@@ -26,6 +26,7 @@ from leveret.protocol.amqp010.events import (
 )
 from leveret.protocol.amqp010.ops import decode_header
 from leveret.server.amqp010.connection import AMQP010Connection
+from leveret.testing.client import feed, new_shell, run_turns
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp010._generated.commands import ExecutionException
@@ -52,7 +53,8 @@ class Client010:
         self.broker = broker if broker is not None else Broker()
         self.users = users if users is not None else UserStore.with_default_user()
         self.now = now
-        self.server = AMQP010Connection(
+        self.shell = new_shell(
+            AMQP010Connection,
             self.broker,
             self.users,
             peer="127.0.0.1:5555",
@@ -60,6 +62,9 @@ class Client010:
             now=now,
             certificate_identity=certificate_identity,
         )
+        server = self.shell.front
+        assert isinstance(server, AMQP010Connection)
+        self.server = server
         self.conn = Connection(Role.CLIENT, ConnectionConfig())
         self.events: list[Event] = []
 
@@ -71,10 +76,10 @@ class Client010:
         for _ in range(1000):
             to_server = self.conn.data_to_send()
             if to_server:
-                self.server.data_received(to_server, self.now)
+                feed(self.shell, to_server, self.now)
             else:
-                self.server.run_turn()
-            to_client = b"".join(self.server.take_output(self.now))
+                run_turns(self.shell, self.now)
+            to_client = b"".join(self.shell.take_output(self.now))
             if to_client:
                 new += self.conn.receive_data(to_client, self.now)
             if not to_server and not to_client:
@@ -86,7 +91,7 @@ class Client010:
 
     def tick(self, now: float) -> list[Event]:
         self.now = now
-        self.server.tick(now)
+        self.shell.tick(now)
         return self.pump()
 
     # -- the handshake -------------------------------------------------------------------

@@ -332,8 +332,8 @@ def test_external_logs_in_as_the_certificate_user() -> None:
     client.conn.start_ok("EXTERNAL", b"")
     client.pump()
     assert client.opened
-    assert client.server.user is not None
-    assert client.server.user.name == MX
+    assert client.shell.user is not None
+    assert client.shell.user.name == MX
 
 
 def test_a_refused_login_is_answered_after_the_delay() -> None:

@@ -61,7 +61,7 @@ def _client(
 
 def _dropping(client: CodecClient) -> bool:
     """The server wants the socket closed (a function: the flag changes under mypy)."""
-    return client.conn.should_close_transport
+    return client.shell.should_close_transport
 
 
 def _start(client: CodecClient) -> m.ConnectionStart:
@@ -103,8 +103,8 @@ def test_external_logs_in_as_the_certificate_user() -> None:
     client.start_ok(mechanism="EXTERNAL", response=b"")
     _open(client)
     client.expect(0, m.ConnectionOpenOk)
-    assert client.conn.user is not None
-    assert client.conn.user.name == "cert-user"
+    assert client.shell.user is not None
+    assert client.shell.user.name == "cert-user"
     assert client.conn.user_name == "cert-user"
 
 
@@ -158,7 +158,7 @@ def test_a_refused_login_is_answered_only_when_its_delay_ends(capability: bool) 
     client.tick(FAILURE_DELAY - 0.01)
     client.expect_nothing()
     assert not _dropping(client)
-    assert client.conn.access is None
+    assert client.shell.access is None
     client.tick(0.01)
     if not capability:
         client.expect_nothing()

@@ -101,8 +101,8 @@ def test_amqplain_login() -> None:
     client = CodecClient.connect()
     client.handshake(mechanism="AMQPLAIN")
     client.open_channel(1)
-    assert client.conn.user is not None
-    assert client.conn.user.name == "guest"
+    assert client.shell.user is not None
+    assert client.shell.user.name == "guest"
 
 
 def test_amqplain_response_helper_matches_the_wire_format() -> None:
@@ -592,10 +592,10 @@ def test_a_burst_of_frames_is_handled_in_bounded_turns() -> None:
     declare(client, "q")
     burst = b"".join(client.encode_publish(1, "", "q", b"m") for _ in range(TURN_FRAMES))
     client.send_raw(burst, all_turns=False)  # 3 frames per publish: three turns' worth
-    waiting = [client.conn.pending]
+    waiting = [client.shell.wants_turn]
     while waiting[-1]:
-        client.conn.run_turn()
-        waiting.append(client.conn.pending)
+        client.shell.run_turn(client.clock.now)
+        waiting.append(client.shell.wants_turn)
     assert waiting == [True, True, False]
     client.send(1, m.QueueDeclare(queue="q", passive=True))
     assert client.expect(1, m.QueueDeclareOk).message_count == TURN_FRAMES
@@ -744,7 +744,7 @@ def test_a_large_body_is_written_from_the_message_itself(size: int) -> None:
         "ex", "rk", props, bytes(range(256)) * (size // 256) + b"x" * (size % 256)
     )
     channel.deliver("c", 7, False, message)
-    handed_as_is = any(part is message.body for part in client.conn.out)
+    handed_as_is = any(part is message.body for part in client.shell.output.frames)
     method = m.BasicDeliver(consumer_tag="c", delivery_tag=7, exchange="ex", routing_key="rk")
     expected = framing.encode_message_frames(1, method.encode(), 60, message.body, props, 131072)
     assert client.take_bytes() == expected
@@ -766,12 +766,12 @@ def test_a_publisher_feeding_a_queue_its_consumers_fall_behind_gets_short_turns(
     publisher.send_raw(burst, all_turns=False)
     # The first turn is a full one (nothing fell behind yet); once the queue is past its
     # pace, each turn handles PACED_TURN_FRAMES frames and says it was paced.
-    assert publisher.conn.paced
+    assert publisher.shell.paced
     handled = []
     while publisher.conn.pending:
         before = queue.message_count
-        publisher.conn.run_turn()
+        publisher.shell.run_turn(publisher.clock.now)
         handled.append(queue.message_count - before)
-        assert publisher.conn.paced
+        assert publisher.shell.paced
     assert handled[:-1] == [PACED_TURN_FRAMES // 3] * (len(handled) - 1)
     assert queue.message_count + queue.unacked_count == TURN_FRAMES

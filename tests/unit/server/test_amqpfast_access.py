@@ -13,7 +13,6 @@ import pytest
 from leveret.auth.authn import FAILURE_DELAY
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
-from leveret.protocol.amqp091.connection import Limits
 from leveret.protocol.amqpfast.events import ServiceType
 from leveret.server.amqpfast import FastConnection
 from leveret.testing import FastClient
@@ -27,6 +26,7 @@ from leveret.testing.amqpfast_client import (
     Indexed,
     Replied,
 )
+from leveret.testing.client import feed, new_shell, run_turns
 
 if TYPE_CHECKING:
     from leveret.testing.amqpfast_client import ClientEvent
@@ -55,9 +55,10 @@ class Pair:
     def __init__(
         self, broker: Broker, users: UserStore, *, loopback: bool = True, **client_args: object
     ) -> None:
-        self.conn = FastConnection(
-            broker, users, peer="127.0.0.1:1", loopback=loopback, limits=Limits()
-        )
+        self.shell = new_shell(FastConnection, broker, users, peer="127.0.0.1:1", loopback=loopback)
+        conn = self.shell.front
+        assert isinstance(conn, FastConnection)
+        self.conn = conn
         self.client = FastClient(**client_args)  # type: ignore[arg-type]
         self.now = 0.0
 
@@ -66,15 +67,16 @@ class Pair:
         while True:
             out = self.client.data_to_send()
             if out:
-                self.conn.data_received(out, self.now)
-            back = b"".join(self.conn.take_output(self.now))
+                feed(self.shell, out, self.now)
+            back = b"".join(self.shell.take_output(self.now))
             if not out and not back:
                 return events
             events += self.client.receive_data(back)
 
     def advance(self, seconds: float) -> list[ClientEvent]:
         self.now += seconds
-        self.conn.tick(self.now)
+        self.shell.tick(self.now)
+        run_turns(self.shell, self.now)
         return self.pump()
 
     def login(self) -> list[ClientEvent]:

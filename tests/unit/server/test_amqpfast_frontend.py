@@ -13,7 +13,6 @@ from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.properties import BasicProperties
-from leveret.protocol.amqp091.connection import Limits
 from leveret.protocol.amqpfast.commands import MessageHeader
 from leveret.protocol.amqpfast.events import ServiceType
 from leveret.server import frontend
@@ -29,6 +28,7 @@ from leveret.testing.amqpfast_client import (
     Indexed,
     Replied,
 )
+from leveret.testing.client import feed, new_shell
 
 if TYPE_CHECKING:
     from leveret.testing.amqpfast_client import ClientEvent
@@ -39,10 +39,12 @@ class Pair:
 
     def __init__(self, broker: Broker, **client_args: object) -> None:
         self.broker = broker
-        self.conn = FastConnection(
-            broker, UserStore.with_default_user(), peer="127.0.0.1:1", loopback=True,
-            limits=Limits(),
-        )  # fmt: skip
+        self.shell = new_shell(
+            FastConnection, broker, UserStore.with_default_user(), peer="127.0.0.1:1"
+        )
+        conn = self.shell.front
+        assert isinstance(conn, FastConnection)
+        self.conn = conn
         self.client = FastClient(**client_args)  # type: ignore[arg-type]
         self.now = 0.0
 
@@ -51,8 +53,8 @@ class Pair:
         while True:
             out = self.client.data_to_send()
             if out:
-                self.conn.data_received(out, self.now)
-            back = b"".join(self.conn.take_output(self.now))
+                feed(self.shell, out, self.now)
+            back = b"".join(self.shell.take_output(self.now))
             if not out and not back:
                 return events
             events += self.client.receive_data(back)
@@ -107,7 +109,7 @@ def test_login_and_vhost_refusals(broker: Broker) -> None:
     # A refusal waits for the login delay.
     assert not any(isinstance(e, ConnectionClosed) for e in bad.login())
     bad.now = FAILURE_DELAY
-    bad.conn.tick(bad.now)
+    bad.shell.tick(bad.now)
     events = bad.pump()
     assert any(isinstance(e, ConnectionClosed) and e.reply_code == 403 for e in events)
     nowhere = Pair(broker, virtual_path="/nowhere")

@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leveret.server import frontend
-from leveret.server.frontend import DEFAULT_FRONT_END, FrontEnd, FrontEndContext, choose
+from leveret.server.frontend import DEFAULT_FRONT_END, FrontEnd, choose
 
 if TYPE_CHECKING:
     import pytest
 
+    from leveret.server.shell.shell import Shell
+
 OTHER = b"AMQP\x00\x01\x00\x00"
 
 
-def _other(context: FrontEndContext) -> FrontEnd:
+def _other(shell: Shell) -> FrontEnd:
     raise AssertionError("not called by choose")
 
 

@@ -674,7 +674,7 @@ def test_a_tunnel_carries_an_amqp_fast_connection(legacy: LegacyClient, amqp: Co
     amqp.publish(1, "", Q, b"to the tunnel")
     assert [e.body for e in exchange() if isinstance(e, Delivered)] == [b"to the tunnel"]
     tunnels = _channel(legacy).extras["tunnel"].tunnels
-    assert tunnels["fast-1"].front_end.client is not None
+    assert tunnels["fast-1"].shell.client is not None
     legacy.send(1, mm.ChannelClose(reply_code=200, reply_text="bye"))
     legacy.expect(1, mm.ChannelCloseOk)
     assert tunnels == {}
@@ -743,4 +743,4 @@ def test_a_tunnelled_connection_logs_in_for_itself(broker: Broker) -> None:
     client.send_content(1, m09.TunnelRequest(), fast.data_to_send(), props, class_id=110)
     assert not [i for i in client.frames() if isinstance(i, LegacyMethod)]
     tunnel = _channel(client).extras["tunnel"].tunnels["t"]
-    assert tunnel.front_end.client is None  # refused (after the login delay), never open
+    assert tunnel.shell.client is None  # refused (after the login delay), never open

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp09._generated import methods as m09
@@ -29,7 +28,11 @@ from leveret.server.legacy.handlers import (
     QUEUE_NOT_FOUND,
     SPECIFIC_QUEUE_NOT_BOUND_WITH_RK,
 )
+from leveret.testing.client import new_shell
 from leveret.testing.legacy_client import LegacyClient, LegacyContent
+
+if TYPE_CHECKING:
+    from leveret.server.shell.shell import Shell
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "rabbitmq-headers" / "captures.json"
 CAPTURES: dict[str, Any] = json.loads(DATA.read_text())["headers"]
@@ -44,7 +47,7 @@ def _shortstr(text: str) -> bytes:
     return bytes((len(text),)) + text.encode()
 
 
-def _rabbit_login(conn: LegacyConnection, header: str) -> bytes:
+def _rabbit_login(conn: Shell, header: str) -> bytes:
     """The capture tool's login, octet for octet; returns what the server sent for it."""
     out = []
 
@@ -69,14 +72,12 @@ def _rabbit_login(conn: LegacyConnection, header: str) -> bytes:
     return b"".join(out)
 
 
-def _connection(header: str) -> LegacyConnection:
-    return LegacyConnection(
-        Broker(),
-        UserStore.with_default_user(),
-        HEADER_DIALECT[header],
-        choose=frontend.choose,
+def _connection(header: str) -> Shell:
+    """A connection's shell with the front end of ``header`` (as if it had chosen it)."""
+    dialect = HEADER_DIALECT[header]
+    return new_shell(
+        lambda shell: LegacyConnection(shell, dialect, choose=frontend.choose),
         peer="127.0.0.1:1",
-        loopback=True,
     )
 
 
@@ -191,14 +192,14 @@ def test_0_8_close_channel_open_ok_and_no_blocked() -> None:
     client.handshake()
     client.open_channel(1)
     client.conn.client_capabilities = {"connection.blocked": True}
-    client.conn.block("memory")
-    client.conn.unblock(0.0)
+    client.shell.block("memory")
+    client.shell.unblock(0.0)
     client.expect_nothing()  # 10/60 would be connection.close in 0-8
     client.send(1, m08.QueueDeclare(queue="q", passive=True))
     close = client.expect(1, m08.ChannelClose)
     assert close.reply_code == 404
     client.send(1, m08.ChannelCloseOk())
-    client.conn.close(320, "shutdown", 0.0)
+    client.shell.close(320, "shutdown", 0.0)
     close08 = client.expect(0, m08.ConnectionClose)
     assert (close08.reply_code, close08.reply_text) == (320, "CONNECTION_FORCED - shutdown")
 

@@ -1,5 +1,6 @@
-"""A front end's ``next_tick``: when its timers next have something to do, so that the
-adapter (``server/connection.py``) sleeps until then instead of ticking every second.
+"""A connection's next deadline (``Shell.next_deadline``: its front end's timers and the
+shell's own), so that the adapter (``server/connection.py``) sleeps until then instead of
+ticking every second.
 
 For the 0-9-1 front end, in memory: no deadline without heartbeats; with them, a tick just
 before the deadline does nothing and one at it does what is due (a heartbeat, the drop of a
@@ -12,14 +13,14 @@ from __future__ import annotations
 import pytest
 
 from leveret.protocol.amqp091 import framing
-from leveret.protocol.amqp091.connection import HANDSHAKE_TIMEOUT
+from leveret.server.shell.shell import HANDSHAKE_TIMEOUT
 from leveret.testing.client import CodecClient, Heartbeat
 
 EARLY = 0.01
 
 
 def due(client: CodecClient) -> float | None:
-    return client.conn.next_tick(client.clock.now)
+    return client.shell.next_deadline(client.clock.now)
 
 
 def tick_to(client: CodecClient, when: float) -> None:

@@ -1,5 +1,6 @@
-"""The stream-protocol server machine without sockets: a client-role codec drives it in memory
-over a broker whose streams live in memory (one committed chunk per append)."""
+"""The stream-protocol front end without sockets: a client-role codec drives it, through its
+shell (``server/shell/``), in memory over a broker whose streams live in memory (one
+committed chunk per append)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.chunk import entries_of
 from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
+from leveret.protocol.rabbitstream.server import ServerState
 from leveret.server.rabbitstream import StreamConnection, StreamServer
-from leveret.server.rabbitstream.connection import State
+from leveret.testing.client import feed, new_shell, run_turns
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,17 +40,35 @@ class Client:
     def __init__(self, server: StreamServer, *, loopback: bool = True) -> None:
         self.codec = StreamCodec(Role.CLIENT)
         self.now = 100.0
-        self.conn = StreamConnection(server, peer="test", loopback=loopback, now=self.now)
+        self.shell = new_shell(
+            lambda shell: StreamConnection(server, shell),
+            server.broker,
+            server.users,
+            peer="test:1",
+            loopback=loopback,
+            now=self.now,
+        )
+        conn = self.shell.front
+        assert isinstance(conn, StreamConnection)
+        self.conn = conn
         self.cid = 0
         self.got: list[c.Command] = []
 
     def send(self, *commands: c.Command) -> list[c.Command]:
         data = b"".join(self.codec.send(cmd) for cmd in commands)
-        self.conn.data_received(data, self.now)
+        feed(self.shell, data, self.now)
         return self.pump()
 
+    def tick(self) -> None:
+        self.shell.tick(self.now)
+        run_turns(self.shell, self.now)
+
+    @property
+    def closing(self) -> bool:
+        return self.shell.should_close_transport
+
     def pump(self) -> list[c.Command]:
-        out = self.conn.take_output(self.now)
+        out = self.shell.take_output(self.now)
         got = self.codec.receive(b"".join(out))
         self.got += got
         return got
@@ -131,7 +151,8 @@ def test_handshake_peer_properties_sasl_tune_open(server: StreamServer) -> None:
     assert got == [
         c.OpenResponse(4, Code.OK, {"advertised_host": "localhost", "advertised_port": "5552"})
     ]
-    assert (cl.conn.frame_max, cl.conn.heartbeat, cl.conn.codec.frame_max) == (65536, 60, 65536)
+    machine = cl.conn.machine
+    assert (machine.frame_max, machine.heartbeat, machine.codec.frame_max) == (65536, 60, 65536)
     assert cl.conn.client is not None
 
 
@@ -151,9 +172,9 @@ def test_a_refused_login_is_answered_after_the_delay_then_closed(
     cl.send(c.PeerProperties(1, {}), c.SaslHandshake(2))
     assert cl.send(c.SaslAuthenticate(3, mechanism, response)) == []
     cl.now += 3.5
-    cl.conn.tick(cl.now)
+    cl.tick()
     assert cl.pump() == [c.SaslAuthenticateResponse(3, code)]
-    assert cl.conn.should_close_transport
+    assert cl.closing
 
 
 def test_guest_from_another_host_gets_the_loopback_code(server: StreamServer) -> None:
@@ -161,6 +182,7 @@ def test_guest_from_another_host_gets_the_loopback_code(server: StreamServer) ->
     cl.send(c.PeerProperties(1, {}), c.SaslHandshake(2))
     cl.send(c.SaslAuthenticate(3, "PLAIN", plain("guest", "guest")))
     cl.now += 3.5
+    cl.tick()
     assert cl.pump() == [c.SaslAuthenticateResponse(3, Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK)]
 
 
@@ -169,14 +191,14 @@ def test_an_unknown_vhost_is_a_vhost_access_failure(server: StreamServer) -> Non
     cl.send(c.PeerProperties(1, {}), c.SaslHandshake(2))
     cl.send(c.SaslAuthenticate(3, "PLAIN", plain("guest", "guest")), c.Tune(0, 0))
     assert cl.send(c.Open(4, "nope")) == [c.OpenResponse(4, Code.VIRTUAL_HOST_ACCESS_FAILURE)]
-    assert cl.conn.should_close_transport
+    assert cl.closing
 
 
 def test_a_command_out_of_order_closes_with_unknown_frame(server: StreamServer) -> None:
     cl = Client(server)
     cl.send(c.Metadata(1, ["s"]))
-    assert cl.conn.should_close_transport
-    assert cl.conn.state is State.CLOSED
+    assert cl.closing
+    assert cl.conn.machine.state is ServerState.CLOSED
 
 
 def test_create_delete_and_their_codes(client: Client) -> None:
@@ -373,40 +395,40 @@ def test_single_active_consumer_fails_over_in_order(server: StreamServer, client
 
 def test_heartbeats_and_the_silent_peer(client: Client) -> None:
     client.now += 31
-    client.conn.tick(client.now)
+    client.tick()
     assert client.pump() == [c.Heartbeat()]
     client.now += 100
-    client.conn.tick(client.now)
-    assert client.conn.should_close_transport
+    client.tick()
+    assert client.closing
 
 
 def test_next_tick_is_each_timer_s_deadline_and_ticking_there_does_what_is_due(
     server: StreamServer, client: Client
 ) -> None:
     fresh = Client(server)
-    handshake = fresh.conn.next_tick(fresh.now)
+    handshake = fresh.shell.next_deadline(fresh.now)
     assert handshake is not None
     assert handshake > fresh.now + 10
     fresh.now = handshake
-    fresh.conn.tick(fresh.now)
-    assert fresh.conn.should_close_transport
+    fresh.tick()
+    assert fresh.closing
     # Open, heartbeat 60: the heartbeat is due half an interval after the last write.
-    due = client.conn.next_tick(client.now)
+    due = client.shell.next_deadline(client.now)
     assert due is not None
     assert due == pytest.approx(client.now + 30)
     client.now = due - 0.01
-    client.conn.tick(client.now)
+    client.tick()
     assert client.pump() == []
     client.now = due
-    client.conn.tick(client.now)
+    client.tick()
     assert client.pump() == [c.Heartbeat()]
     # The client stays silent: it is dropped just after two intervals since it last spoke.
-    while not client.conn.should_close_transport:
-        nxt = client.conn.next_tick(client.now)
+    while not client.closing:
+        nxt = client.shell.next_deadline(client.now)
         assert nxt is not None
         assert nxt > client.now
         client.now = nxt
-        client.conn.tick(client.now)
+        client.tick()
         client.pump()
     assert client.now == pytest.approx(100 + 120, abs=0.01)
 
@@ -414,14 +436,14 @@ def test_next_tick_is_each_timer_s_deadline_and_ticking_there_does_what_is_due(
 def test_close_from_the_client_and_from_the_broker(server: StreamServer, client: Client) -> None:
     got = client.send(c.Close(client.next_cid(), Code.OK, "bye"))
     assert got == [c.Response(Key.CLOSE, client.cid, Code.OK)]
-    assert client.conn.should_close_transport
+    assert client.closing
     other = Client(server)
     other.open()
-    other.conn.close(320, "shutdown", other.now)
+    other.shell.close(320, "shutdown", other.now)
     (close,) = other.pump()
     assert isinstance(close, c.Close)
     other.send(c.Response(Key.CLOSE, close.correlation_id, Code.OK))
-    assert other.conn.should_close_transport
+    assert other.closing
 
 
 _RUNNING_COMMANDS = st.sampled_from(
@@ -473,13 +495,13 @@ def test_any_command_sequence_is_answered_or_closes_cleanly(
         cl.open()
     for command in commands:
         cl.send(command)
-        if cl.conn.should_close_transport:
-            assert cl.conn.state in (State.CLOSED, State.AUTHENTICATING)
+        if cl.closing:
+            assert cl.conn.machine.state in (ServerState.CLOSED, ServerState.AUTHENTICATING)
             break
         # Every open subscription's consumer is attached to a live stream, or waiting.
         for sub in cl.conn._subscriptions.values():
             assert sub.consumer is None or sub.consumer in sub.queue.consumers
-    cl.conn.connection_lost()
+    cl.shell.connection_lost()
     assert not server.groups
     for queue in broker.vhosts["/"].queues.values():
         assert not queue.consumers

@@ -180,14 +180,14 @@ def test_single_active_consumer_spreads_partitions_and_rebalances(
     groups = server.groups
     assert {k[1]: g.partition for k, g in groups.items()} == {"s-0": 0, "s-1": 1, "s-2": 2}
     # a goes: b becomes active on 0 and 2 (one member left), stays on 1.
-    a.conn.connection_lost()
+    a.shell.connection_lost()
     updates = [g for g in b.pump() if isinstance(g, c.ConsumerUpdate)]
     assert sorted((u.subscription_id, u.active) for u in updates) == [(0, True), (2, True)]
     for update in updates:
         _answer(b, update)
     publish(client, 2, [b"after"])
     assert [body for _o, body in delivered(b.pump())] == [b"after"]
-    b.conn.connection_lost()
+    b.shell.connection_lost()
     assert not server.groups
 
 
@@ -231,7 +231,7 @@ def test_an_activation_answered_after_a_step_down_request_does_not_attach(
     c_.send(c.Subscribe(c_.next_cid(), 1, "s-1", OffsetType.FIRST, 0, 5, props))
     # members a, b, c: choice 1 mod 3 = b, already active (its answer still awaited).
     assert c_.pump() == []
-    b.conn.connection_lost()  # members a, c: choice 1 mod 2 = c
+    b.shell.connection_lost()  # members a, c: choice 1 mod 2 = c
     assert _update(c_).active
 
 
@@ -267,7 +267,7 @@ def test_a_reactivation_without_an_offset_starts_from_the_subscription_s_own(
     step_down = _update(a)
     a.send(c.ConsumerUpdateResponse(step_down.correlation_id, Code.OK, OffsetType.NONE, 0))
     _answer(b, _update(b))
-    b.conn.connection_lost()
+    b.shell.connection_lost()
     again = _update(a)
     assert again.active
     got = a.send(c.ConsumerUpdateResponse(again.correlation_id, Code.OK, OffsetType.NONE, 0))

@@ -1,24 +1,29 @@
 """The server side of an AMQP 0-9-1 connection as a sans-IO machine: bytes and ``now`` in,
-encoded frames out (``out``), what the connection means to a broker left to a subclass.
+encoded frames out (into an ``Output``, ``protocol/output.py``), what the connection means
+to a broker left to a subclass.
 
 It owns the protocol header, the connection class (start/start-ok, the SASL decision and
-its delay left to the subclass; tune/tune-ok negotiation, open, close in both directions,
-blocked/unblocked, update-secret), heartbeats and the handshake, login-refusal and close
-timeouts (``tick(now)``), channel states (open, closing: everything but close/close-ok
-dropped, as the spec asks), content assembly, the output buffer, fair turns of
-``TURN_FRAMES`` frames, and the one place where an ``AMQPError`` becomes ``channel.close``
-(soft) or ``connection.close`` (hard), filled in with the class and method id of the command
-being handled. The two per-message methods, basic.publish and basic.ack, are read straight
-from the frame in the common case.
+the refusal's answer left to the subclass; tune/tune-ok negotiation, open, close in both
+directions, blocked/unblocked notifications, update-secret), heartbeats and the close
+timeout (``tick(now)``), channel states (open, closing: everything but close/close-ok
+dropped, as the spec asks), content assembly, input held per channel while the subclass
+waits for an operation to complete (``hold_channel``), and the one place where an
+``AMQPError`` becomes ``channel.close`` (soft) or ``connection.close`` (hard), filled in
+with the class and method id of the command being handled. The two per-message methods,
+basic.publish and basic.ack, are read straight from the frame in the common case.
+
+Input comes in two steps, as the front-end shell (``server/shell/``) drives every protocol:
+``receive`` decodes frames, ``run(budget)`` handles at most ``budget`` of them. What a turn
+is, how much output is too much and when the broker's clock moves are the shell's.
 
 Theory of operation (spec 0-9-1 section 4.2 and the connection class):
 
     HEADER --protocol header--> START --start-ok--> TUNE --tune-ok--> OPEN
     OPEN --connection.open--> RUNNING --hard error / we close--> CLOSING --close-ok--> CLOSED
     RUNNING --client connection.close--> CLOSED (after close-ok is written)
-    START --refused start-ok--> CLOSED, reading nothing, the transport kept open until the
-        refusal's delay has passed (``tick``); then connection.close 403 --> CLOSING, or the
-        transport is closed
+    START --refused start-ok--> CLOSED, handling nothing more, until the subclass calls
+        ``answer_refusal`` (after the refusal's delay); then connection.close 403 -->
+        CLOSING, or the transport is closed
 
 Before tune-ok, frames are limited to the spec's minimum frame size (4096 octets, refused
 at the header as the spec allows), so an unauthenticated peer cannot make the server buffer
@@ -55,16 +60,15 @@ from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.constants import FRAME_MIN_SIZE
 from leveret.protocol.amqp091.framing import FRAME_END_BYTES
+from leveret.protocol.output import Output
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
     from leveret.protocol.amqp091.fieldtable import FieldTable
 
 __all__ = [
+    "CLOSE_TIMEOUT",
     "DEFAULT_LIMITS",
-    "HANDSHAKE_TIMEOUT",
     "OUTPUT_HIGH_WATER",
     "PACED_TURN_FRAMES",
     "TURN_FRAMES",
@@ -100,9 +104,9 @@ DEFAULT_LIMITS = Limits()
 
 class LoginOutcome(Protocol):
     """What the ``_login`` hook decides (``leveret.auth.authn.Login`` is one): the user, or a
-    refusal answered ``delay`` seconds later with connection.close 403 ``close_text`` to a
-    client with the ``authentication_failure_close`` capability, else (or when
-    ``close_text`` is None) by closing the socket."""
+    refusal, answered (``answer_refusal``, once ``delay`` has passed) with connection.close
+    403 ``close_text`` to a client with the ``authentication_failure_close`` capability,
+    else (or when ``close_text`` is None) by closing the socket."""
 
     @property
     def ok(self) -> bool: ...
@@ -127,25 +131,22 @@ class State(Enum):
     CLOSED = auto()
 
 
-# Frames one connection may handle per event-loop turn before the others get theirs.
+# What the shell asks of this protocol (``server/shell/``): frames per turn, frames per turn
+# of a paced publisher (one feeding queues whose consumers fall behind: it still runs every
+# loop iteration, but the consumers' acks and deliveries get most of a saturated loop), and
+# the message bytes waiting in the output past which deliveries pause until it is written.
 TURN_FRAMES: Final = 300
-# A connection the subclass marks ``paced`` (a publisher feeding queues whose consumers
-# fall behind) gets turns of this size instead: it still runs every loop iteration, but the
-# consumers' acks and deliveries get most of a saturated loop.
 PACED_TURN_FRAMES: Final = 30
-
-# Pending output (bytes) past which a connection takes no more deliveries until flushed.
 OUTPUT_HIGH_WATER: Final = 256 * 1024
 
-# RabbitMQ's handshake_timeout: a connection must be open this long after it was accepted.
-HANDSHAKE_TIMEOUT = 10.0
+# How long connection.close waits for close-ok (RabbitMQ's).
+CLOSE_TIMEOUT: Final = 5.0
 # After our close-ok the client closes the socket (the spec: close-ok "tells the recipient
 # that it is safe to ... close the socket"); RabbitMQ waits for it that long at most
 # (rabbit_reader's ?CLOSING_TIMEOUT), or one heartbeat interval when that is shorter.
-CLOSING_TIMEOUT = 30.0
-_HANDSHAKE_STATES = frozenset((State.HEADER, State.START, State.TUNE, State.OPEN))
-# Seconds past a deadline that ``tick`` tests with ``>`` (the handshake timeout, two missed
-# heartbeat intervals): a tick at exactly the deadline would find nothing to do.
+CLOSING_TIMEOUT: Final = 30.0
+# Seconds past a deadline that ``tick`` tests with ``>`` (two missed heartbeat intervals):
+# a tick at exactly the deadline would find nothing to do.
 _PAST = 1e-3
 
 # The states the per-frame code tests, as module constants: on CPython 3.11 reading an enum
@@ -160,14 +161,18 @@ _CLOSED: Final = State.CLOSED
 class ServerConnection:
     """One client connection speaking AMQP 0-9-1, without I/O and without a broker."""
 
-    def __init__(self, *, peer: str, limits: Limits = DEFAULT_LIMITS, now: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        peer: str,
+        limits: Limits = DEFAULT_LIMITS,
+        now: float = 0.0,
+        output: Output | None = None,
+    ) -> None:
         self.peer = peer
         self.limits = limits
         self.state = State.HEADER
-        self.out: list[bytes] = []
-        self._out_size = 0
-        self._out_full = False
-        self._transport_paused = False
+        self.output = output if output is not None else Output(OUTPUT_HIGH_WATER)
         self.decoder = framing.FrameDecoder(frame_max=FRAME_MIN_SIZE)
         self._header = bytearray()
         self.channels: dict[int, ChannelState] = {}
@@ -179,48 +184,41 @@ class ServerConnection:
         self.heartbeat = 0
         self.last_received = now
         self.last_sent = now
-        self.created = now
         self.close_deadline: float | None = None
-        # A refused login waiting for its delay: when to answer, and the 403 text to send
-        # then ("" = close the socket without a close method).
-        self.refusal_deadline: float | None = None
+        # A refused login waiting for its answer: the 403 text to send then ("" = close the
+        # socket without a close method).
         self._refusal_text = ""
+        self.refusing = False
         self.should_close_transport = False
         self.close_reason = ""
-        # Set by the adapter: called when output appears outside data_received.
-        self.on_output: Callable[[], None] | None = None
-        self._in_receive = False
         self._pending: list[framing.Frame] = []
         self._pending_pos = 0
-        # Whether a message was published since the adapter last looked (memory alarm).
-        self.published = False
-        # Set by the subclass at the end of a turn: the next turn is short and comes after
-        # every other connection had its own (server/connection.py).
-        self.paced = False
+        # Input held while the subclass waits for an operation to complete: of some
+        # channels, or (``_hold_all``) of the whole connection; one test per frame while
+        # nothing is held (``holding``).
+        self.holding = False
+        self._hold_all = False
+        self._held_channels: set[int] = set()
+        self._held: list[framing.Frame] = []
+        self.held_size = 0
+        # The peer was told the connection is blocked (connection.blocked, when it asked):
+        # it is not read meanwhile, so its silence is not held against it.
         self.blocked = False
 
     # -- output ----------------------------------------------------------------------
 
-    def _wrote(self) -> None:
-        if not self._in_receive and self.on_output is not None:
-            self.on_output()
-
     def send_method(self, channel_id: int, method: m.Method) -> None:
-        self.out.append(framing.encode_method_frame(channel_id, method.encode()))
-        self._wrote()
+        self.output.append(framing.encode_method_frame(channel_id, method.encode()))
 
     def output_mark(self) -> int:
         """Where the output stands now (see ``send_method_at``)."""
-        return len(self.out)
+        return self.output.mark()
 
     def send_method_at(self, mark: int, channel_id: int, method: m.Method) -> None:
         """Send ``method`` before what was queued since ``mark``: a reply that must precede
         the frames its own handling produced (consume-ok before the first delivery,
         delete-ok before the cancels, recover-ok before the redeliveries)."""
-        frame = framing.encode_method_frame(channel_id, method.encode())
-        self.out.insert(mark, frame)
-        self._out_size += len(frame)
-        self._wrote()
+        self.output.insert(mark, framing.encode_method_frame(channel_id, method.encode()))
 
     def send_content(
         self, channel_id: int, method_payload: bytes, raw_properties: bytes, body: bytes
@@ -228,48 +226,22 @@ class ServerConnection:
         data = framing.encode_message_frames(
             channel_id, method_payload, 60, body, raw_properties, self.frame_max
         )
-        self.send_encoded(data)
+        self.output.add(data)
 
     def send_encoded(self, data: bytes, body: bytes = b"") -> None:
         """Queue frames with content that the caller encoded (the deliver fast path).
         A large ``body`` comes separately, followed by the frame end that closes it: the
         transport's writev takes it from the message itself instead of from a joined copy."""
-        out = self.out
-        out.append(data)
-        if body:
-            out.append(body)
-            out.append(FRAME_END_BYTES)
-        self._out_size += len(data) + len(body)
-        if self._out_size > OUTPUT_HIGH_WATER and not self._out_full:
-            # Stop taking deliveries until this output is handed to the transport, so a
-            # deep queue is not encoded into memory all at once.
-            self._out_full = True
-            self._update_writable()
-        self._wrote()
+        if len(body):
+            self.output.add(data, body, FRAME_END_BYTES)
+        else:
+            self.output.add(data)
 
     def take_output(self, now: float) -> list[bytes]:
-        out = self.out
+        out = self.output.take()
         if out:
-            self.out = []
-            self._out_size = 0
             self.last_sent = now
-            if self._out_full:
-                self._out_full = False
-                self._update_writable()
         return out
-
-    def set_writable(self, writable: bool) -> None:
-        """The transport's buffer crossed its high (False) or low (True) water mark."""
-        self._transport_paused = not writable
-        self._update_writable()
-
-    @property
-    def writable(self) -> bool:
-        """Whether deliveries may be written now (neither the transport nor ``out`` full)."""
-        return not (self._transport_paused or self._out_full)
-
-    def _update_writable(self) -> None:
-        self._writable_changed(not (self._transport_paused or self._out_full))
 
     # -- input -----------------------------------------------------------------------
 
@@ -278,10 +250,9 @@ class ServerConnection:
         """Nothing more will be read: the transport is to be closed."""
         return self.state is _CLOSED or self.should_close_transport
 
-    def data_received(self, data: bytes, now: float) -> None:
-        """Decode ``data``; frames beyond one turn's share wait in ``pending``."""
+    def receive(self, data: bytes, now: float) -> None:
+        """Decode ``data``; the frames wait in ``pending`` for ``run``."""
         self.last_received = now
-        self._clock(now)
         if self.finished:
             return
         if self.state is _HEADER_STATE:
@@ -301,42 +272,76 @@ class ServerConnection:
             self._pending.extend(frames)
         else:
             self._pending, self._pending_pos = frames, 0
-        self.run_turn()
 
     @property
     def pending(self) -> bool:
-        """Frames are waiting for the next turn (the adapter stops reading meanwhile)."""
+        """Frames are waiting for ``run``."""
         return self._pending_pos < len(self._pending) and not self.finished
 
-    def run_turn(self) -> None:
-        """Handle up to ``TURN_FRAMES`` waiting frames, so that one busy publisher cannot
-        starve the other connections (consumers acking) of the same event loop."""
-        self._in_receive = True
-        try:
-            frames, pos = self._pending, self._pending_pos
-            end = min(len(frames), pos + (PACED_TURN_FRAMES if self.paced else TURN_FRAMES))
-            handle = self._frame
-            closed = _CLOSED
-            try:
-                while pos < end:
-                    handle(frames[pos])
-                    pos += 1
-                    # self.finished, without a property call per frame
-                    if self.state is closed or self.should_close_transport:
-                        break
-            except Exception:
-                # A bug of ours must cost this connection, never the broker: 541 + traceback.
-                log.exception("internal error on connection %s", self.peer)
-                self._hard_close(InternalError("internal error; see the broker log"))
-                self.should_close_transport = True
-                self._release()
-                pos = len(frames)
+    def run(self, budget: int, now: float) -> None:
+        """Handle up to ``budget`` waiting frames (the shell's fair share of a turn)."""
+        frames, pos = self._pending, self._pending_pos
+        end = min(len(frames), pos + budget)
+        handle = self._frame
+        closed = _CLOSED
+        while pos < end:
+            frame = frames[pos]
+            pos += 1
+            if self.holding and self._hold(frame):
+                continue
+            handle(frame)
+            # self.finished, without a property call per frame
+            if self.state is closed or self.should_close_transport:
+                break
+        if pos >= len(frames):
+            self._pending, self._pending_pos = [], 0
+        else:
             self._pending_pos = pos
-            if pos >= len(frames):
-                self._pending, self._pending_pos = [], 0
-            self._turn_done()
-        finally:
-            self._in_receive = False
+
+    def internal_error(self, now: float) -> None:
+        """A bug of the subclass's was raised while handling input: 541, and nothing more
+        is read."""
+        self._pending, self._pending_pos = [], 0
+        self._held, self.held_size = [], 0
+        self._hard_close(InternalError("internal error; see the broker log"), now)
+        self.should_close_transport = True
+        self._release()
+
+    # -- input held for an operation that completes later -------------------------------
+
+    def hold_channel(self, channel_id: int) -> None:
+        """Keep channel ``channel_id``'s frames aside (in order) until
+        ``release_channel``; 0 holds every channel."""
+        if channel_id == 0:
+            self._hold_all = True
+        else:
+            self._held_channels.add(channel_id)
+        self.holding = True
+
+    def release_channel(self, channel_id: int) -> None:
+        """Handle the frames held for ``channel_id`` (0: for every channel), in order, until
+        one of them holds its channel again; then its frames flow again."""
+        if channel_id == 0:
+            self._hold_all = False
+        else:
+            self._held_channels.discard(channel_id)
+        self.holding = self._hold_all or bool(self._held_channels)
+        held, self._held, self.held_size = self._held, [], 0
+        closed = _CLOSED
+        for frame in held:
+            if self.finished or self.state is closed:
+                break
+            if self.holding and self._hold(frame):
+                continue
+            self._frame(frame)
+
+    def _hold(self, frame: framing.Frame) -> bool:
+        """Keep ``frame`` aside if its channel is held (or every channel is)."""
+        if self._hold_all or frame[1] in self._held_channels:
+            self._held.append(frame)
+            self.held_size += len(frame[2])
+            return True
+        return False
 
     def _protocol_header(self, data: bytes) -> bytes:
         needed = 8 - len(self._header)
@@ -355,7 +360,7 @@ class ServerConnection:
 
     def _reject_header(self) -> None:
         log.info("connection from %s: unsupported protocol header %r", self.peer, self._header)
-        self.out.append(SUPPORTED_HEADER)
+        self.output.append(SUPPORTED_HEADER)
         self.state = State.CLOSED
         self.should_close_transport = True
 
@@ -467,7 +472,6 @@ class ServerConnection:
             if complete:
                 publish, raw, body = channel.take_content()
                 self._content(channel, publish, raw, body)
-                self.published = True
         except UnexpectedFrame as exc:
             # A frame out of place names the publish it interrupted, or nothing (RabbitMQ).
             self._hard_close(exc)
@@ -527,7 +531,7 @@ class ServerConnection:
             ),
         )
         self.state = State.CLOSING
-        self.close_deadline = (now if now is not None else self.last_received) + 5.0
+        self.close_deadline = (now if now is not None else self.last_received) + CLOSE_TIMEOUT
         self._release()
 
     def close(self, reply_code: int, reply_text: str, now: float) -> None:
@@ -546,18 +550,18 @@ class ServerConnection:
 
     def connection_lost(self) -> None:
         self.state = State.CLOSED
-        self.refusal_deadline = None
+        self.refusing = False
         self._release()
 
     # -- flow control ----------------------------------------------------------------
 
-    def block(self, reason: str) -> None:
-        """The adapter stopped reading from us; tell a client that asked to be told."""
+    def notify_blocked(self, reason: str) -> None:
+        """The broker stopped reading from us; tell a client that asked to be told."""
         self.blocked = True
         if self.client_capabilities.get("connection.blocked") is True:
             self.send_method(0, m.ConnectionBlocked(reason=reason))
 
-    def unblock(self, now: float) -> None:
+    def notify_unblocked(self, now: float) -> None:
         self.blocked = False
         self.last_received = now  # we were not reading: the silence was ours
         if self.client_capabilities.get("connection.blocked") is True:
@@ -570,13 +574,9 @@ class ServerConnection:
         the adapter sleeps until then instead of ticking at a fixed rate. Reading, writing
         and state changes only move it later, except those that produce output (a close, an
         open), after which the adapter asks again."""
-        if self.refusal_deadline is not None:
-            return self.refusal_deadline
         state = self.state
         if state is State.CLOSING or state is State.CLOSED:
             return None if self.should_close_transport else self.close_deadline
-        if state in _HANDSHAKE_STATES:
-            return self.created + HANDSHAKE_TIMEOUT + _PAST
         heartbeat = self.heartbeat
         if not heartbeat or state is not State.RUNNING:
             return None
@@ -585,22 +585,10 @@ class ServerConnection:
 
     def tick(self, now: float) -> None:
         """Send a heartbeat when idle, close when the peer went silent (two intervals)."""
-        if self.refusal_deadline is not None:
-            if now >= self.refusal_deadline:
-                self._answer_refusal(now)
-            return
         if self.state is State.CLOSING or self.state is State.CLOSED:
             if self.close_deadline is not None and now >= self.close_deadline:
                 self.state = State.CLOSED
                 self.should_close_transport = True
-            return
-        if self.state in _HANDSHAKE_STATES:
-            if now - self.created > HANDSHAKE_TIMEOUT:
-                log.info("closing connection %s: handshake timeout", self.peer)
-                self.close_reason = "handshake timeout"
-                self.state = State.CLOSED
-                self.should_close_transport = True
-                self._release()
             return
         if not self.heartbeat or self.state is not State.RUNNING:
             return
@@ -618,9 +606,8 @@ class ServerConnection:
             self._release()
             return
         if now - self.last_sent >= self.heartbeat / 2:
-            self.out.append(framing.HEARTBEAT_FRAME)
+            self.output.append(framing.HEARTBEAT_FRAME)
             self.last_sent = now
-            self._wrote()
 
     # -- connection class ------------------------------------------------------------
 
@@ -716,22 +703,27 @@ class ServerConnection:
         )
 
     def _refuse_login(self, outcome: LoginOutcome) -> None:
-        """Read nothing more; answer once ``outcome.delay`` has passed (``tick``), so that
-        every guess costs the client that long."""
+        """Handle nothing more; the subclass answers (``answer_refusal``) once
+        ``outcome.delay`` has passed, so that every guess costs the client that long."""
         text = outcome.close_text
         if text is None or self.client_capabilities.get("authentication_failure_close") is not True:
             text = ""
         self._refusal_text = text
-        self.refusal_deadline = self.last_received + outcome.delay
+        self.refusing = True
         self.close_reason = "login refused"
         self.state = State.CLOSED
         self._release()
+        self._delay_refusal(outcome.delay)
 
-    def _answer_refusal(self, now: float) -> None:
+    def answer_refusal(self, now: float) -> None:
+        """Send the refused login's answer: connection.close 403, or close the socket."""
+        if not self.refusing:
+            return
+        self.refusing = False
         text = self._refusal_text
-        self.refusal_deadline = None
         # Frames the client pipelined after its start-ok were never handled: drop them.
         self._pending, self._pending_pos = [], 0
+        self._held, self.held_size = [], 0
         if not text:
             self.should_close_transport = True
             return
@@ -748,7 +740,7 @@ class ServerConnection:
             ),
         )
         self.state = State.CLOSING
-        self.close_deadline = now + 5.0
+        self.close_deadline = now + CLOSE_TIMEOUT
 
     def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
         limits = self.limits
@@ -874,15 +866,6 @@ class ServerConnection:
 
     # -- hooks: what the connection means to a broker (a subclass supplies them) ---------
 
-    def _clock(self, now: float) -> None:
-        """Bytes arrived at ``now`` (the broker's clock follows)."""
-
-    def _turn_done(self) -> None:
-        """A turn of frames was handled (confirms owed can go out; pacing is decided)."""
-
-    def _writable_changed(self, writable: bool) -> None:
-        """Deliveries may (True) or may not (False) be written now."""
-
     def _server_properties(self) -> FieldTable:
         """connection.start's server-properties (product, version, capabilities...)."""
         raise NotImplementedError
@@ -893,6 +876,11 @@ class ServerConnection:
 
     def _login(self, mechanism: str, response: bytes) -> LoginOutcome:
         """Whether the start-ok's ``mechanism`` and ``response`` log in from this peer."""
+        raise NotImplementedError
+
+    def _delay_refusal(self, delay: float) -> None:
+        """A login was refused: call ``answer_refusal`` once ``delay`` seconds have passed
+        (reading nothing meanwhile)."""
         raise NotImplementedError
 
     def _open_vhost(self, name: str) -> None:

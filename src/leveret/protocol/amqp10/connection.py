@@ -176,6 +176,11 @@ class ConnectionConfig:
     sasl_username: str = ""
     sasl_password: str = ""
     close_timeout: float = 5.0  # seconds to wait for the peer's close before giving up
+    # Server: end a pass after each request the broker answers (the open, a begin, a peer's
+    # attach), so that the frames after it see the answer as if they had come one at a time
+    # (``backlogged``). Without it, a detach or end in the same read can withdraw a request
+    # before the broker answers it.
+    answer_before_more: bool = False
 
 
 class Connection:
@@ -193,6 +198,11 @@ class Connection:
         # call, such as a refused SASL answer, come with the next call).
         self._events: list[Event] = []
         self._held = bytearray()  # input that arrived while SASL_PENDING
+        # Server: frames decoded but not processed because a request the broker answers
+        # (an open, a begin, a peer's attach) ended the pass; ``receive_data(b"")`` goes on.
+        self._backlog: list[Frame | ProtocolHeader] = []
+        self._answers = self.side is Side.SERVER and self.config.answer_before_more
+        self._answer_due = False
         self._open_sent = False
         self._header_received = False
         self._close_error: Error | None = None
@@ -228,8 +238,17 @@ class Connection:
         else:
             self._start_amqp()
 
+    @property
+    def backlogged(self) -> bool:
+        """Server with ``answer_before_more``: frames wait behind a request the broker was
+        to answer first (an open, a begin, an attach of the peer's): call
+        ``receive_data(b"", now)`` once it has, so that what follows sees the answer, as if
+        the frames had come one at a time."""
+        return bool(self._backlog) and self.state is not ConnectionState.CLOSED
+
     def receive_data(self, data: bytes | bytearray | memoryview, now: float) -> list[Event]:
-        """Feed bytes from the peer; return the events they complete, in order."""
+        """Feed bytes from the peer; return the events they complete, in order (with
+        ``answer_before_more``, up to the first that asks for an answer: ``backlogged``)."""
         if data:
             self._last_received = now
         if self.state is ConnectionState.SASL_PENDING:
@@ -247,6 +266,9 @@ class Connection:
 
     def _process(self, data: bytes | bytearray | memoryview) -> None:
         items = self._decoder.feed(data)
+        if self._backlog:
+            items = self._backlog + items
+            self._backlog = []
         opened = ConnectionState.OPENED
         while items:
             for item in items:
@@ -259,6 +281,12 @@ class Connection:
                         continue
                 self._handle(item)
                 if self.state is ConnectionState.CLOSED:
+                    return
+                if self._answer_due:
+                    # The broker answers before the next frame is looked at (a detach or an
+                    # end later in this read must find the link or session it answered).
+                    self._answer_due = False
+                    self._backlog = _after(items, item)
                     return
             if self.state is ConnectionState.SASL_PENDING or not self._decoder.buffered:
                 return
@@ -597,6 +625,7 @@ class Connection:
         if not self._open_sent:
             self._send_open()
         self.state = ConnectionState.OPENED
+        self._answer_due = self._answers
         self._events.append(
             ConnectionOpened(
                 container_id=perf.container_id,
@@ -630,6 +659,7 @@ class Connection:
         self._send(0, Close(error=error))
         self._close_error = error
         self.state = ConnectionState.CLOSE_SENT
+        self._stop_all_links()
 
     def _connection_error(self, error: AMQP10Error) -> None:
         err = Error(condition=error.condition, description=error.description or None)
@@ -639,6 +669,7 @@ class Connection:
             self._send(0, Close(error=err))
             self._close_error = err
             self.state = ConnectionState.CLOSE_SENT
+            self._stop_all_links()
             self._report_close(local=True)
         else:
             self._close_error = err
@@ -651,7 +682,12 @@ class Connection:
 
     def _finish_close(self, *, local: bool) -> None:
         self.state = ConnectionState.CLOSED
+        self._stop_all_links()
         self._report_close(local=local)
+
+    def _stop_all_links(self) -> None:
+        for session in self._sessions.values():
+            _stop_links(session)
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -735,6 +771,7 @@ class Connection:
         session.remote_outgoing_window = perf.outgoing_window
         session.remote_handle_max = perf.handle_max
         self._by_remote[channel] = session
+        self._answer_due = self._answers and perf.remote_channel is None
         self._events.append(
             SessionBegun(
                 channel=session.channel,
@@ -759,10 +796,12 @@ class Connection:
         self._send(channel, End(error=error))
         session.state = SessionState.END_SENT
         session.end_error = error
+        _stop_links(session)
 
     def _session_error(self, session: Session, condition: str, description: str) -> None:
         err = Error(condition=condition, description=description)
         self._drop_pending(session)
+        _stop_links(session)
         self._send(session.channel, End(error=err))
         session.state = SessionState.END_SENT
         session.end_error = err
@@ -778,6 +817,7 @@ class Connection:
             local = False
             error = perf.error
         del self._sessions[session.channel]
+        _stop_links(session)
         if session.remote_channel is not None:
             self._by_remote.pop(session.remote_channel, None)
         for key in [k for k in self._pending if k[0] == session.channel]:
@@ -788,6 +828,14 @@ class Connection:
             self._events.append(SessionEnded(channel=session.channel, error=error, local=local))
 
     # -- links --------------------------------------------------------------------------------
+
+    def link(self, channel: int, handle: int) -> Link | None:
+        """Our end of a link (None: none). Its ``sending`` and ``credit`` say whether a
+        transfer can go out on it now: ``sending`` turns False as soon as the machine
+        detaches it, its session ends or the connection closes, even while the events that
+        say so still wait to be handled."""
+        session = self._sessions.get(channel)
+        return None if session is None else session.links.get(handle)
 
     def _link(self, channel: int, handle: int) -> tuple[Session, Link]:
         session = self._session(channel)
@@ -898,6 +946,7 @@ class Connection:
         session.links[handle] = link
         session.by_remote[perf.handle] = link
         self._pending[(session.channel, handle)] = perf
+        self._answer_due = self._answers
         self._events.append(
             LinkAttachRequested(
                 channel=session.channel,
@@ -1035,6 +1084,7 @@ class Connection:
         self._pending.pop(key, None)
         del session.by_remote[perf.handle]
         del session.links[link.handle]
+        link.state = LinkState.DETACH_SENT  # nothing more goes out on it
         if not link.reported:
             self._events.append(
                 LinkDetached(
@@ -1453,6 +1503,23 @@ class Connection:
 
 
 _TAG = struct.Struct(">I")
+
+
+def _stop_links(session: Session) -> None:
+    """``session`` ends: none of its links takes a transfer any more."""
+    for link in session.links.values():
+        if link.state is LinkState.ATTACHED:
+            link.state = LinkState.DETACH_SENT
+
+
+def _after(
+    items: list[Frame | ProtocolHeader], item: Frame | ProtocolHeader
+) -> list[Frame | ProtocolHeader]:
+    """The items after ``item`` (found by identity: equal frames may repeat)."""
+    for index, candidate in enumerate(items):
+        if candidate is item:
+            return items[index + 1 :]
+    return []
 
 
 def _name(perf: Value) -> str:

@@ -1,16 +1,17 @@
 """The broker's AMQP 0-10 front end: the protocol's sans-IO connection machine
 (``protocol/amqp010/connection.py``) given its meaning in the broker core — who may log in
-(``auth.authn``: PLAIN, AMQPLAIN, EXTERNAL with a verified certificate, ANONYMOUS when set;
+(``Shell.login``: PLAIN, AMQPLAIN, EXTERNAL with a verified certificate, ANONYMOUS when set;
 a refusal answered after its delay) and open which vhost within its limits
-(``Access.open``), what the user may do there (``server/guard.py``, asked by
+(``Shell.open_vhost``), what the user may do there (``server/guard.py``, asked by
 the handlers before the core acts; a session counts as a channel while attached), sessions
 (``session.py``) that survive a dropped connection for their granted timeout (resumed only
 by the same user), the command handlers (``handlers.py``), errors as
 ``execution.exception``, and completions once the store has what a transfer or a commit
 must keep.
 
-Implements ``server/frontend.py``'s ``FrontEnd``: ``server/connection.py`` drives it from
-asyncio exactly as it drives the 0-9-1 front end. One ``SessionTable`` per broker holds the
+A ``FrontEnd`` of the connection's shell (``server/shell/``), which owns the lifecycle every
+protocol shares; its unit of a turn is the machine's event. One ``SessionTable`` per broker
+holds the
 sessions of every 0-10 connection (``table_of``); a session detached with a timeout stays
 there, and a model deadline (``Timers``) releases what it held when the timeout passes.
 """
@@ -20,11 +21,11 @@ from __future__ import annotations
 import logging
 import platform
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from leveret import __version__
 from leveret.auth import authn
-from leveret.auth.access import Access
+from leveret.auth.access import OpenRefused
 from leveret.errors import AMQPError
 from leveret.model.dtx import DtxArgumentError, DtxStateError
 from leveret.protocol.amqp010._generated.constants import ConnectionCloseCode, ExecutionErrorCode
@@ -51,22 +52,25 @@ from leveret.protocol.amqp010.events import (
 from leveret.protocol.amqp010.session import SessionTable
 from leveret.server.amqp010.handlers import HANDLERS, not_implemented
 from leveret.server.amqp010.session import Session
-from leveret.server.guard import Guard
+from leveret.server.shell.info import ChannelInfo
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from leveret.auth.users import User, UserStore
     from leveret.model.broker import Broker, Client
+    from leveret.model.publisher import Publisher
     from leveret.protocol.amqp010._generated.commands import MessageTransfer
     from leveret.protocol.amqp010.session import Session as ProtocolSession
     from leveret.protocol.amqp010.types import Struct
+    from leveret.server.guard import Guard
+    from leveret.server.shell.shell import Shell
 
 __all__ = ["AMQP010Connection", "table_of"]
 
 log = logging.getLogger("leveret.amqp010")
 
-HANDSHAKE_TIMEOUT = 10.0
+# Events (commands, completions, session changes) handled per turn.
+TURN_EVENTS: Final = 300
+PACED_TURN_EVENTS: Final = 30
+OUTPUT_HIGH_WATER: Final = 256 * 1024
 _FORCED = int(ConnectionCloseCode.CONNECTION_FORCED)
 _INVALID_PATH = int(ConnectionCloseCode.INVALID_PATH)
 
@@ -103,25 +107,22 @@ def table_of(broker: Broker) -> SessionTable:
 class AMQP010Connection:
     """One client connection speaking AMQP 0-10 to the broker, without I/O."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        users: UserStore,
-        *,
-        peer: str,
-        loopback: bool,
-        now: float = 0.0,
-        max_frame_size: int = 65535,
-        certificate_identity: str | None = None,
-    ) -> None:
+    protocol = "AMQP 0-10"
+    turn_budget = TURN_EVENTS
+    paced_turn_budget = PACED_TURN_EVENTS
+    output_high_water = OUTPUT_HIGH_WATER
+
+    def __init__(self, shell: Shell, *, max_frame_size: int = 65535) -> None:
+        self.shell = shell
+        broker = shell.broker
         self.broker = broker
-        self.users = users
-        self.peer = peer
-        self.loopback = loopback
-        self.certificate_identity = certificate_identity
+        self.users = shell.users
+        self.peer = shell.peer
         self.table = table_of(broker)
         config = ConnectionConfig(
-            mechanisms=tuple(authn.mechanisms(users, certificate_identity=certificate_identity)),
+            mechanisms=tuple(
+                authn.mechanisms(shell.users, certificate_identity=shell.certificate_identity)
+            ),
             server_properties={
                 "product": "Leveret",
                 "version": __version__,
@@ -130,123 +131,162 @@ class AMQP010Connection:
             max_frame_size=max_frame_size,
         )
         self.conn = Connection(Role.SERVER, config, sessions=self.table)
-        self.started = now
-        self.user: User | None = None
-        self.access: Access | None = None
-        self.guard: Guard | None = None
-        # A refused login: when to answer, and the close text (None: drop the socket).
-        self._refusal: tuple[float, str | None] | None = None
-        self.client: Client | None = None
         self.vhost_name = "/"
         self.sessions: dict[int, Session] = {}
         self._protocol_sessions: dict[int, ProtocolSession] = {}
-        # Sessions that published this turn: their confirms are flushed once at its end.
-        self.confirming: set[Session] = set()
         # What this connection's transfers carry as ``Message.origin`` (0-10's no-local).
         self.origin = object()
         # FrontEnd
-        self.on_output: Callable[[], None] | None = None
-        self.published = False
-        self.paced = False
-        self.blocked = False
-        self.heartbeat = 0
         self.should_close_transport = False
         self.close_reason = ""
-        self.writable = True
-        self._now = now
+        self.held_size = 0
+        # Events decoded and not handled yet (turns, or a deferral holding the input).
+        self._events: list[Event] = []
+        self._inbox = bytearray()
+        self._hold_all = False
+        self._now = shell.created
+
+    @property
+    def client(self) -> Client | None:
+        return self.shell.client
+
+    @property
+    def guard(self) -> Guard | None:
+        return self.shell.guard
 
     # -- FrontEnd ------------------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return False
+        if self._hold_all or self.should_close_transport:
+            return False
+        return bool(self._events) or bool(self._inbox)
 
-    def data_received(self, data: bytes, now: float) -> None:
-        if self._refusal is not None:
-            return  # nothing is read while a refused login waits for its answer
+    def receive(self, data: bytes, now: float) -> None:
+        # Kept for the turn: the machine answers some commands itself as it decodes them
+        # (session attach), which must wait while a deferral holds the connection.
         self._now = now
-        self.broker.timers.now = now
-        self._handle(self.conn.receive_data(data, now))
-        self._turn_done()
+        self._inbox += data
 
-    def run_turn(self) -> None:
-        self._turn_done()
+    def run(self, budget: int, now: float) -> None:
+        self._now = now
+        if self._inbox:
+            data = bytes(self._inbox)
+            self._inbox.clear()
+            self._events.extend(self.conn.receive_data(data, now))
+        events = self._events
+        if len(events) <= budget:
+            self._events = []
+        else:
+            self._events = events[budget:]
+            events = events[:budget]
+        self._handle(events)
 
     def take_output(self, now: float) -> list[bytes]:
+        out = self.shell.output.take()
         data = self.conn.data_to_send()
-        return [data] if data else []
+        if data:
+            out.append(data)
+        return out
 
     def next_tick(self, now: float) -> float | None:
-        """When ``tick`` next has something to do: a refused login's answer, the handshake
-        timeout (tested with ">": just past it), the machine's heartbeat timer."""
-        if self._refusal is not None:
-            return self._refusal[0]
+        """The machine's heartbeat timer once the connection is open."""
         if self.conn.state is not ConnectionState.OPEN:
-            timeout = self.started + HANDSHAKE_TIMEOUT + 1e-3
-            # Closing after the handshake: tick drops the socket a second after at most,
-            # as when every connection ticked each second.
-            return timeout if timeout > now else now + 1.0
+            return None
         return self.conn.next_timer()
 
     def tick(self, now: float) -> None:
         self._now = now
-        if self._refusal is not None:
-            if now >= self._refusal[0]:
-                self._answer_refusal()
-            return
-        if self.conn.state is not ConnectionState.OPEN and now - self.started > HANDSHAKE_TIMEOUT:
-            if self.conn.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
-                self.should_close_transport = True
-            else:
-                self.close_reason = "handshake timeout"
-                self.conn.close(_FORCED, "handshake timeout")
-            return
         self._handle(self.conn.handle_timer(now))
 
-    def set_writable(self, writable: bool) -> None:
-        self.writable = writable
+    def writable_changed(self, writable: bool) -> None:
         for session in list(self.sessions.values()):
             session.set_writable(writable)
 
-    def block(self, reason: str) -> None:
-        self.blocked = True
+    def notify_blocked(self, reason: str) -> None:
+        """0-10 has no blocked notification: the connection is only not read."""
 
-    def unblock(self, now: float) -> None:
-        self.blocked = False
+    def notify_unblocked(self, now: float) -> None:
+        """See ``notify_blocked``."""
+
+    def hold_input(self, channel: int | None) -> bool:
+        if channel is not None:
+            return False  # a session's commands are not held alone: the connection's are
+        self._hold_all = True
+        return True
+
+    def release_input(self, channel: int | None) -> None:
+        self._hold_all = False
 
     def close(self, reply_code: int, reply_text: str, now: float) -> None:
         self.close_reason = reply_text
         self.conn.close(reply_code, reply_text)
 
+    def internal_error(self, now: float) -> None:
+        # 0-10's connection.close has no internal-error code (541 is an execution error).
+        self._events = []
+        self._inbox.clear()
+        self.close_reason = "internal error"
+        self.conn.close(_FORCED, "internal error; see the broker log")
+
     def connection_lost(self) -> None:
         self._handle(self.conn.connection_lost(self._now))
-        client, self.client = self.client, None
-        if client is not None:
-            client.close()
-        access, self.access = self.access, None
-        if access is not None:
-            access.close()
+        self.shell.release()
+
+    def channel_infos(self) -> list[ChannelInfo]:
+        out = []
+        for channel, session in sorted(self.sessions.items()):
+            consumers = {
+                tag: sub.consumer
+                for tag, sub in session.subscriptions.items()
+                if sub.consumer is not None
+            }
+            publisher = session.publisher
+            tx = publisher.tx
+            out.append(
+                ChannelInfo(
+                    channel,
+                    session,
+                    consumers,
+                    unacked=len(session.unsettled),
+                    uncommitted=len(tx.publishes) if tx is not None else 0,
+                    confirm=publisher.confirms is not None,
+                    transactional=tx is not None,
+                )
+            )
+        return out
+
+    def published_by(self, publisher: Publisher) -> None:
+        self.shell.published_by(publisher)
 
     # -- SessionLink ---------------------------------------------------------------------
 
     def send_transfer(
         self, channel: int, command: MessageTransfer, header: bytes, body: bytes
     ) -> int:
+        if not self._open(channel):
+            # The machine closed the connection (or detached the session) on later input
+            # of the same read, before the front end heard: the transfer stays unsettled
+            # with its session, released when the session closes.
+            return -1
         return self.conn.send_command(channel, command, header=header, body=body)
 
     def complete(self, channel: int, command_id: int) -> None:
         ssn = self.conn.session(channel)
-        if ssn is not None and command_id in ssn.incomplete:
+        if ssn is not None and command_id in ssn.incomplete and self._open(channel):
             self.conn.complete(channel, command_id)
 
+    def _open(self, channel: int) -> bool:
+        """Whether the machine can send on ``channel`` now."""
+        return self.conn.state is ConnectionState.OPEN and self.conn.session(channel) is not None
+
     def output_ready(self) -> None:
-        if self.on_output is not None:
-            self.on_output()
+        self.shell.wrote()
 
     # -- for handlers --------------------------------------------------------------------
 
     def result(self, ev: CommandReceived, value: Struct) -> None:
-        if self.conn.session(ev.channel) is not None:
+        if self._open(ev.channel):
             self.conn.send_result(ev.channel, ev.command_id, value)
             self.output_ready()
 
@@ -273,13 +313,8 @@ class AMQP010Connection:
 
     # -- events --------------------------------------------------------------------------
 
-    def _turn_done(self) -> None:
-        confirming, self.confirming = self.confirming, set()
-        for session in confirming:
-            session.flush_confirms()
-
     def _handle(self, events: list[Event]) -> None:
-        for event in events:
+        for index, event in enumerate(events):
             if isinstance(event, CommandReceived):
                 self._command(event)
             elif isinstance(event, CommandsCompleted):
@@ -291,40 +326,45 @@ class AMQP010Connection:
             elif isinstance(event, SessionDetached):
                 self._detached(event)
             elif isinstance(event, StartOkReceived):
+                self.shell.info.client_properties = dict(event.client_properties)
                 self._login(event.mechanism, event.response)
             elif isinstance(event, SecureOkReceived):
                 self._refuse("ACCESS_REFUSED - no challenge was sent")
             elif isinstance(event, Tuned):
-                self.heartbeat = event.heartbeat
+                info = self.shell.info
+                info.timeout, info.frame_max, info.channel_max = (
+                    event.heartbeat,
+                    event.max_frame_size,
+                    event.channel_max,
+                )
             elif isinstance(event, OpenRequested):
-                self._open(event.virtual_host)
+                self._open_vhost(event.virtual_host)
             elif isinstance(event, ConnectionClosed | ConnectionFailed):
                 if isinstance(event, ConnectionFailed):
                     self.close_reason = self.close_reason or event.reason
                 elif event.by_peer:
                     self.close_reason = self.close_reason or "client closed"
                 self.should_close_transport = True
+            if self._hold_all:
+                # A handler deferred: the rest waits for its completion (release_input).
+                self._events = events[index + 1 :] + self._events
+                return
 
     def _login(self, mechanism: str, response: bytes) -> None:
-        """The one place a 0-10 client logs in (``auth.authn``, as every front end)."""
-        login = authn.login(
-            self.users,
-            mechanism,
-            response,
-            loopback=self.loopback,
-            peer=self.peer,
-            certificate_identity=self.certificate_identity,
-        )
+        """The one place a 0-10 client logs in (the shell's, as every front end)."""
+        if self.conn.state is not ConnectionState.AUTHENTICATING:
+            return  # closed by later input of the same read: nobody to answer
+        login = self.shell.login(mechanism, response)
         if login.user is None:
-            # Answered when the delay ends (tick): every guess costs the same time.
-            self._refusal = (self._now + login.delay, login.close_text)
+            # Answered when the delay ends: every guess costs the same time.
+            text = login.close_text
+            self.shell.refuse(login.delay, lambda: self._answer_refusal(text))
             return
-        self.user = login.user
         self.conn.accept_auth(login.user.name)
 
-    def _answer_refusal(self) -> None:
-        assert self._refusal is not None
-        text = self._refusal[1]
+    def _answer_refusal(self, text: str | None) -> None:
+        if self.conn.state is not ConnectionState.AUTHENTICATING:
+            return
         if text is None:
             self.close_reason = "login refused"
             self.should_close_transport = True
@@ -337,40 +377,31 @@ class AMQP010Connection:
         self.close_reason = text
         self.conn.close(_FORCED, text)
 
-    def _open(self, virtual_host: str) -> None:
-        assert self.user is not None
+    def _open_vhost(self, virtual_host: str) -> None:
+        if self.conn.state is not ConnectionState.OPENING:
+            return  # closed by later input of the same read
         name = virtual_host or "/"
-        vhost = self.broker.vhosts.get(name)
         try:
-            # RabbitMQ's checks in its order (the vhost, access to it, the limits).
-            access = Access.open(self.users, self.user, name, peer=self.peer)
-        except AMQPError as exc:
+            self.shell.open_vhost(name, label="AMQP 0-10")
+        except OpenRefused as exc:
             # 0-10 has no access-refused close code: the vhost ones are invalid-path (as
             # Qpid C++), a limit is connection-forced.
             text = exc.reply_text
-            code = _INVALID_PATH if text.startswith(("vhost ", "access to vhost")) else _FORCED
             self.close_reason = text
-            self.conn.close(code, text)
+            self.conn.close(_FORCED if exc.why == "limit" else _INVALID_PATH, text)
             return
-        if vhost is None:
-            access.close()
-            text = f"vhost {name} not found"
-            self.close_reason = text
-            self.conn.close(_INVALID_PATH, text)
-            return
-        self.access = access
-        self.guard = Guard(access, vhost)
         self.vhost_name = name
-        self.client = self.broker.connect(vhost, self.user.name, f"{self.peer} (AMQP 0-10)")
         self._handle(self.conn.open_ok())
 
     def _attached(self, event: SessionAttached) -> None:
         ssn = self.conn.session(event.channel)
-        if ssn is None or ssn.name != event.name:
-            # Detached again in the same input (a client that attaches and closes a session
-            # at once): nothing to set up; its SessionDetached follows and finds nothing.
+        if ssn is None or ssn.name != event.name or self.conn.state is not ConnectionState.OPEN:
+            # Detached or closed again by later input of the same read (a client that
+            # attaches and closes a session at once): nothing to set up; its
+            # SessionDetached follows and finds nothing.
             return
-        assert self.user is not None
+        user = self.shell.user
+        assert user is not None
         context = ssn.context
         if isinstance(context, Session):
             previous = context.link
@@ -379,17 +410,16 @@ class AMQP010Connection:
                 previous._handle(previous.conn.pending_events())
                 previous.output_ready()
             session = context
-            if session.vhost.name != self.vhost_name or session.user != self.user.name:
+            if session.vhost.name != self.vhost_name or session.user != user.name:
                 # Only its own user may resume a session (it holds that user's deliveries).
                 self._refuse_session(event.channel, "session belongs to another user or vhost")
                 return
         else:
             vhost = self.broker.vhosts[self.vhost_name]
-            session = Session(vhost, self.broker.dtx, self.user.name, event.name)
+            session = Session(vhost, self.broker.dtx, user.name, event.name)
             ssn.context = session
-        assert self.access is not None
         try:
-            self.access.open_channel()  # a session counts as a channel (max-channels)
+            self.shell.open_channel()  # a session counts as a channel (max-channels)
         except AMQPError as exc:
             if not isinstance(context, Session):
                 ssn.context = None
@@ -404,7 +434,7 @@ class AMQP010Connection:
         session.attach(self, event.channel)
         for command_id in done:
             self.complete(event.channel, command_id)
-        if not self.writable:
+        if not self.shell.writable:
             session.set_writable(False)
 
     def _refuse_session(
@@ -420,9 +450,8 @@ class AMQP010Connection:
     def _detached(self, event: SessionDetached) -> None:
         session = self.sessions.pop(event.channel, None)
         ssn = self._protocol_sessions.pop(event.channel, None)
-        if session is not None and self.access is not None:
-            self.access.close_channel()
-        self.confirming.discard(session) if session is not None else None
+        if session is not None:
+            self.shell.close_channel()
         if session is None or session.link is not self:
             return
         session.detach()
@@ -436,8 +465,8 @@ class AMQP010Connection:
 
     def _command(self, event: CommandReceived) -> None:
         session = self.sessions.get(event.channel)
-        if session is None:
-            return
+        if session is None or not self._open(event.channel):
+            return  # its session (or the connection) went on later input of the same read
         handler = HANDLERS.get(type(event.command), not_implemented)
         try:
             done = handler(self, session, event)

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from leveret.model.dtx import Xid as CoreXid
+    from leveret.model.publisher import Publisher
     from leveret.protocol.amqp010.events import CommandReceived
     from leveret.protocol.amqp010.types import Struct
     from leveret.server.amqp010.session import Session
@@ -54,13 +55,16 @@ if TYPE_CHECKING:
 
 class Commands(Protocol):
     """What a handler needs of the connection it runs for (``Commands``, which
-    imports this module's table, is the one): its guard, the origin of what it publishes and
-    the sessions that published this turn, and the two answers to a command."""
+    imports this module's table, is the one): its guard, the origin of what it publishes,
+    where a publisher that took a message is reported (its confirms are flushed at the
+    turn's end), and the two answers to a command."""
 
-    guard: Guard | None
     origin: object
-    published: bool
-    confirming: set[Session]
+
+    @property
+    def guard(self) -> Guard | None: ...
+
+    def published_by(self, publisher: Publisher) -> None: ...
 
     def result(self, ev: CommandReceived, value: Struct) -> None: ...
 
@@ -105,9 +109,8 @@ def message_transfer(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
             raise _fail(ExecutionErrorCode.UNAUTHORIZED_ACCESS, exc.reply_text) from None
     message = transfer_message(exchange, routing_key, header, ev.body or b"")
     message.origin = conn.origin
-    conn.published = True
     done = ssn.publish(ev.command_id, exchange, routing_key, message)
-    conn.confirming.add(ssn)
+    conn.published_by(ssn.publisher)
     return done
 
 

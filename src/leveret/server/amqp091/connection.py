@@ -1,39 +1,50 @@
 """The broker's AMQP 0-9-1 front end: the protocol's connection machine
-(``protocol/amqp091/connection.py``) given its meaning in the broker core — who may log in
-(``auth.authn``) and open which vhost within its limits (``Access.open``),
-what the user may do there (``server/guard.py``, checked by the handlers and on publish),
+(``protocol/amqp091/connection.py``) given its meaning in the broker core — logins and the
+vhost's open through the connection's shell (``server/shell/``: ``auth.authn``,
+``Access.open``, the ``Guard`` the handlers and publishes ask, the refusal's delay),
 channels with their ``Session`` (counted against the user's channel limit), the method
-handlers (``handlers.py``), where a completed publish goes, confirms flushed once per turn,
-and the pacing of publishers whose queues' consumers fall behind.
+handlers (``handlers.py``), and where a completed publish goes (the shell flushes its
+confirms at the turn's end and paces publishers whose queues' consumers fall behind).
 
-Sans-IO like the machine it extends: ``server/connection.py`` is its asyncio adapter.
+Sans-IO like the machine it extends; the shell drives it (``contract.FrontEnd``).
 """
 
 from __future__ import annotations
 
 import platform
 import socket
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 from leveret import __version__
 from leveret.auth import authn
-from leveret.auth.access import Access
 from leveret.convert.amqp091 import delivery_mode, wire_message
-from leveret.errors import CommandInvalid, NotAllowed, PreconditionFailed
+from leveret.errors import AMQPError, CommandInvalid, PreconditionFailed
 from leveret.model.message import HINT_PERSISTENT
-from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits, ServerConnection
+from leveret.protocol.amqp091.connection import (
+    OUTPUT_HIGH_WATER,
+    PACED_TURN_FRAMES,
+    TURN_FRAMES,
+    Limits,
+    ServerConnection,
+)
 from leveret.server.amqp091.channel import Channel
 from leveret.server.amqp091.handlers import HANDLERS
-from leveret.server.guard import Guard
+from leveret.server.shell.info import ChannelInfo
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from leveret.auth.users import User, UserStore
+    from collections.abc import Callable
+
+    from leveret.auth.users import UserStore
     from leveret.model.broker import Broker, Client
+    from leveret.model.completion import Completion
     from leveret.protocol.amqp091._generated import methods as m
     from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
     from leveret.protocol.amqp091.connection import LoginOutcome
     from leveret.protocol.amqp091.fieldtable import FieldTable
-    from leveret.server.amqp091.session import Session
+    from leveret.server.guard import Guard
+    from leveret.server.shell.shell import Shell
 
 __all__ = ["AMQP091Connection", "Limits"]
 
@@ -46,52 +57,104 @@ _DELIVERY_MODE_FLAG: Final = 0x10
 class AMQP091Connection(ServerConnection):
     """One client connection speaking AMQP 0-9-1 to the broker, without I/O."""
 
-    def __init__(
+    protocol = "AMQP 0-9-1"
+    turn_budget = TURN_FRAMES
+    paced_turn_budget = PACED_TURN_FRAMES
+    output_high_water = OUTPUT_HIGH_WATER
+
+    def __init__(self, shell: Shell) -> None:
+        super().__init__(
+            peer=shell.peer, limits=shell.limits, now=shell.created, output=shell.output
+        )
+        self.shell = shell
+        self.broker: Broker = shell.broker
+        self.users: UserStore = shell.users
+
+    # What the channels and handlers ask of their connection: the shell's, once open.
+
+    @property
+    def client(self) -> Client | None:
+        return self.shell.client
+
+    @property
+    def guard(self) -> Guard | None:
+        return self.shell.guard
+
+    # -- FrontEnd (server/shell/contract.py) ------------------------------------------------
+
+    def hold_input(self, channel: int | None) -> bool:
+        self.hold_channel(0 if channel is None else channel)
+        return True
+
+    def release_input(self, channel: int | None) -> None:
+        self.release_channel(0 if channel is None else channel)
+
+    def writable_changed(self, writable: bool) -> None:
+        """The shell tells the model client; a channel has nothing of its own to do."""
+
+    def defer(
         self,
-        broker: Broker,
-        users: UserStore,
+        channel: ChannelState,
+        completion: Completion[T],
+        reply: Callable[[T], None],
         *,
-        peer: str,
-        loopback: bool,
-        limits: Limits = DEFAULT_LIMITS,
-        now: float = 0.0,
-        certificate_identity: str | None = None,
+        class_id: int = 0,
+        method_id: int = 0,
     ) -> None:
-        super().__init__(peer=peer, limits=limits, now=now)
-        self.broker = broker
-        self.users = users
-        self.loopback = loopback
-        # The user name the client's verified TLS certificate gives (SASL EXTERNAL).
-        self.certificate_identity = certificate_identity
-        self.client: Client | None = None
-        self.user: User | None = None
-        # Set at connection.open: what the user may do in the vhost, until released.
-        self.access: Access | None = None
-        self.guard: Guard | None = None
-        self._confirming: set[Session] = set()
+        """A method of ``channel`` completes later (a declaration written to the cluster's
+        metadata store, an operation on a queue led by another node): the channel's
+        further frames wait (the connection's others go on) until ``completion`` is done;
+        then ``reply(value)`` sends the answer, or the error it failed with closes the
+        channel (or the connection, for a hard one) as the method's own error would,
+        named ``class_id``/``method_id``."""
+
+        def then(done: Completion[T]) -> None:
+            if self.finished or self.channels.get(channel.id) is not channel or channel.closing:
+                return  # the channel (or the connection) went while it waited
+            try:
+                reply(done.result())
+            except AMQPError as exc:
+                if not exc.class_id:
+                    exc.class_id, exc.method_id = class_id, method_id
+                self.fail_channel(channel, exc)
+
+        self.shell.defer(completion, then, channel=channel.id)
+
+    def channel_infos(self) -> list[ChannelInfo]:
+        out = []
+        for number, state in sorted(self.channels.items()):
+            session = cast("Channel", state).session
+            publisher = session.publisher
+            tx = publisher.tx
+            out.append(
+                ChannelInfo(
+                    number,
+                    session,
+                    session.consumers,
+                    unacked=len(session.unacked),
+                    uncommitted=len(tx.publishes) if tx is not None else 0,
+                    prefetch_count=session.prefetch_count,
+                    global_prefetch_count=session.global_prefetch_count,
+                    confirm=publisher.confirms is not None,
+                    transactional=tx is not None,
+                    counters=(
+                        publisher.n_publish,
+                        publisher.n_confirm,
+                        publisher.n_return_unroutable,
+                        publisher.n_drop_unroutable,
+                        session.n_deliver,
+                        session.n_deliver_no_ack,
+                        session.n_get,
+                        session.n_get_no_ack,
+                        session.n_ack,
+                        session.n_redeliver,
+                        session.n_get_empty,
+                    ),
+                )
+            )
+        return out
 
     # -- hooks of the machine ------------------------------------------------------------
-
-    def _clock(self, now: float) -> None:
-        self.broker.timers.now = now
-
-    def _turn_done(self) -> None:
-        for session in self._confirming:
-            session.flush_confirms()
-        self._confirming.clear()
-        paced = False
-        if self.published:
-            for state in self.channels.values():
-                publisher = cast("Channel", state).session.publisher
-                if publisher.feeds_backlog:
-                    publisher.feeds_backlog = False
-                    paced = True
-        self.paced = paced
-
-    def _writable_changed(self, writable: bool) -> None:
-        client = self.client
-        if client is not None and client.writable != writable:
-            client.set_writable(writable)
 
     def _server_properties(self) -> FieldTable:
         # The RabbitMQ extensions this broker speaks, as clients look for them.
@@ -117,50 +180,51 @@ class AMQP091Connection(ServerConnection):
         }
 
     def _mechanisms(self) -> list[str]:
-        return authn.mechanisms(self.users, certificate_identity=self.certificate_identity)
+        return authn.mechanisms(self.users, certificate_identity=self.shell.certificate_identity)
 
     def _login(self, mechanism: str, response: bytes) -> LoginOutcome:
-        login = authn.login(
-            self.users,
-            mechanism,
-            response,
-            loopback=self.loopback,
-            peer=self.peer,
-            certificate_identity=self.certificate_identity,
-        )
-        self.user = login.user
-        return login
+        outcome = self.shell.login(mechanism, response)
+        if outcome.ok:
+            info = self.shell.info
+            info.client_properties = self.client_properties
+            info.channel_max = self.limits.channel_max
+            info.frame_max = self.limits.frame_max
+        return outcome
+
+    def _delay_refusal(self, delay: float) -> None:
+        shell = self.shell
+        shell.refuse(delay, lambda: self.answer_refusal(shell.now))
 
     def _open_vhost(self, name: str) -> None:
-        assert self.user is not None
         # RabbitMQ's checks in its order (the vhost, access to it, the connection limits),
-        # all 530; the connection counts against the limits from here until released.
-        access = Access.open(self.users, self.user, name, peer=self.peer)
-        vhost = self.broker.vhosts.get(name)
-        if vhost is None:
-            access.close()
-            raise NotAllowed(f"vhost {name} not found")
-        self.access = access
-        self.guard = Guard(access, vhost)
+        # all 530 (OpenRefused is a NotAllowed); the shell counts the connection from here.
         product = self.client_properties.get("product", "")
-        self.client = self.broker.connect(vhost, self.user.name, f"{self.peer} ({product!s})")
-        self.client.writable = self.writable
+        info = self.shell.info
+        info.channel_max, info.frame_max, info.timeout = (
+            self.channel_max,
+            self.frame_max,
+            self.heartbeat,
+        )
+        self.shell.open_vhost(name, label=str(product))
 
     def _new_channel(self, channel_id: int) -> ChannelState:
-        assert self.client is not None
-        assert self.access is not None
-        assert self.guard is not None
-        self.access.open_channel()
-        return Channel(self, channel_id, self.client, self.broker.consumer_timeout, self.guard)
+        shell = self.shell
+        client = shell.client
+        guard = shell.guard
+        assert client is not None
+        assert guard is not None
+        shell.open_channel()
+        return Channel(self, channel_id, client, self.broker.consumer_timeout, guard)
 
     def _channel_closed(self, channel: ChannelState) -> None:
         session = cast("Channel", channel).session
-        if not session.closed and self.access is not None:
-            self.access.close_channel()
+        shell = self.shell
+        if not session.closed:
+            shell.close_channel()
         session.close()
-        self._confirming.discard(session)
-        if self.client is not None:
-            self.client.close_session(channel.id)
+        client = shell.client
+        if client is not None:
+            client.close_session(channel.id)
 
     def _method(self, channel: ChannelState, method: m.Method) -> None:
         handler = HANDLERS.get(method.INDEX)
@@ -199,21 +263,13 @@ class AMQP091Connection(ServerConnection):
             report_unroutable=publish.mandatory,
             require_consumer=publish.immediate,
         )
-        if publisher.confirms is not None:
-            self._confirming.add(session)
+        self.shell.published_by(publisher)
 
     def _ack(self, channel: ChannelState, delivery_tag: int, multiple: bool) -> None:
         cast("Channel", channel).session.ack(delivery_tag, multiple=multiple)
 
     def _release(self) -> None:
         """Give back everything the connection held in the broker, and its place in the
-        connection and channel limits."""
-        client = self.client
-        self.client = None
+        connection and channel limits (the shell's)."""
         super()._release()
-        if client is not None:
-            client.close()
-        access = self.access
-        if access is not None:
-            self.access = None
-            access.close()
+        self.shell.release()

@@ -1,27 +1,27 @@
 """The broker's AMQP 1.0 front end: the 1.0 connection machine (``protocol/amqp10``) given
-its meaning in the broker core, with the surface ``server/frontend.py`` asks of a front end.
+its meaning in the broker core, as a ``FrontEnd`` of the connection's shell
+(``server/shell/``, which owns the lifecycle every protocol shares).
 
 - SASL: PLAIN with the broker's users, EXTERNAL with the TLS client certificate's identity,
-  ANONYMOUS when ``anonymous_user`` is set (``auth/authn.py`` decides, as for 0-9-1; a
-  refusal is answered after its delay).
+  ANONYMOUS when ``anonymous_user`` is set (``Shell.login``, as for 0-9-1; a refusal is
+  answered after its delay, ``Shell.refuse``).
 - The virtual host comes from ``open``'s hostname as RabbitMQ 4 reads it: ``vhost:NAME``
-  names it; another hostname is the vhost when one has that name, else ``/``. A user
-  without access to it is closed with ``amqp:unauthorized-access``, one over a connection
-  limit with ``amqp:resource-limit-exceeded`` (``Access.open``). What the
-  user may do there is the connection's ``Guard`` (``server/guard.py``), asked by the
-  sessions, links and the management node before the core acts; a session counts as a
-  channel against the user's channel limit.
+  names it; another hostname is the vhost when one has that name, else ``/``
+  (``Shell.open_vhost``). An unknown vhost is closed with ``amqp:not-found``, a user
+  without access to it with ``amqp:unauthorized-access``, one over a connection limit with
+  ``amqp:resource-limit-exceeded``. What the user may do there is the connection's
+  ``Guard`` (``server/guard.py``), asked by the sessions, links and the management node
+  before the core acts; a session counts as a channel against the user's channel limit.
 - Sessions (``session.py``) and their links; the machine does windows, credit, frames.
-- Output: every frame the machine queued goes out with one ``writelines`` per turn; past
-  256 KiB of queued transfers the connection takes no more deliveries until flushed (as the
-  0-9-1 front end does).
-- Fairness: input is handed to the machine ``TURN_BYTES`` at a time (a paced publisher's
-  connection ``PACED_TURN_BYTES``), the rest waits for the next turn (``pending``), so one
-  busy publisher cannot starve the other connections of the loop.
+- Turns: input is handed to the machine ``TURN_BYTES`` at a time (a paced publisher's
+  connection ``PACED_TURN_BYTES``); a request the broker answers (open, begin, a peer's
+  attach) ends the machine's pass, so the frames after it see the answer.
+- Output: the machine keeps its frames; transfers are counted in the shell's ``Output``
+  against its high-water mark.
 - Timers: heartbeats and the idle time-out are the machine's (``get_timer``/
-  ``handle_timer``), driven by the adapter's ``tick``; so is the 10 s handshake time-out.
+  ``handle_timer``); the handshake deadline is the shell's.
 
-Sans-IO like the machine; ``server/connection.py`` is its asyncio adapter.
+Sans-IO like the machine.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Final, cast
 
 from leveret import __version__
 from leveret.auth import authn
-from leveret.auth.access import Access
+from leveret.auth.access import OpenRefused
 from leveret.errors import AMQPError
 from leveret.protocol import sasl
-from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT
 from leveret.protocol.amqp10 import (
+    AMQP10Error,
     Connection,
     ConnectionClosed,
     ConnectionConfig,
@@ -54,6 +54,7 @@ from leveret.protocol.amqp10 import (
     Side,
     Symbol,
 )
+from leveret.protocol.amqp10.errors import LocalProtocolError
 from leveret.server.amqp10.coordinator import CoordinatorLink
 from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink
@@ -61,16 +62,13 @@ from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session import Session
 from leveret.server.amqp10.session_core import ConnectionCore
 from leveret.server.amqp10.transactions import Transactions
-from leveret.server.guard import Guard
+from leveret.server.shell.info import ChannelInfo
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from leveret.auth.users import User, UserStore
-    from leveret.model.broker import Broker
+    from leveret.model.consumer import Consumer
     from leveret.model.publisher import Publisher
-    from leveret.protocol.amqp091.connection import Limits
     from leveret.protocol.amqp10 import Event
+    from leveret.server.shell.shell import Shell
 
 log = logging.getLogger("leveret.amqp10")
 
@@ -78,33 +76,34 @@ __all__ = ["PACED_TURN_BYTES", "TURN_BYTES", "AMQP10Connection"]
 
 TURN_BYTES: Final = 256 * 1024
 PACED_TURN_BYTES: Final = 16 * 1024
-OUTPUT_HIGH_WATER = 256 * 1024
+OUTPUT_HIGH_WATER: Final = 256 * 1024
 # The RabbitMQ version whose AMQP 1.0 behaviour this front end follows.
 RABBITMQ_DIALECT = "4.0.0"
+# OpenRefused.why -> the 1.0 error condition RabbitMQ 4 closes with.
+_OPEN_REFUSED: Final = {
+    "not_found": "amqp:not-found",
+    "access": "amqp:unauthorized-access",
+    "limit": "amqp:resource-limit-exceeded",
+}
 
 
 class AMQP10Connection(ConnectionCore):
     """One client connection speaking AMQP 1.0 to the broker, without I/O."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        users: UserStore,
-        *,
-        peer: str,
-        loopback: bool,
-        limits: Limits = DEFAULT_LIMITS,
-        now: float = 0.0,
-        certificate_identity: str | None = None,
-    ) -> None:
-        self.broker = broker
-        self.users = users
-        self.peer = peer
-        self.loopback = loopback
-        self.certificate_identity = certificate_identity
+    protocol = "AMQP 1-0"
+    turn_budget = TURN_BYTES
+    paced_turn_budget = PACED_TURN_BYTES
+    output_high_water = OUTPUT_HIGH_WATER
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+        self.broker = shell.broker
+        self.users = shell.users
+        self.peer = shell.peer
+        limits = shell.limits
         mechanisms = tuple(
             m
-            for m in authn.mechanisms(users, certificate_identity=certificate_identity)
+            for m in authn.mechanisms(shell.users, certificate_identity=shell.certificate_identity)
             if m != sasl.AMQPLAIN
         )
         self.machine = Connection(
@@ -125,89 +124,94 @@ class AMQP10Connection(ConnectionCore):
                     Symbol("platform"): f"Python {platform.python_version()} (Leveret)",
                 },
                 offered_capabilities=("ANONYMOUS-RELAY",),
+                # Each session, link and the open are answered before the frames after them
+                # are looked at (a detach in the same read then finds the attached link).
+                answer_before_more=True,
             )
         )
-        # FrontEnd's surface (server/frontend.py).
-        self.on_output: Callable[[], None] | None = None
+        # Set at open from the shell's (what the sessions are made with), until released.
         self.client = None
-        self.user: User | None = None
-        self.access: Access | None = None
         self.guard = None
         self.transactions = None
-        self.published = False
-        self.paced = False
-        self.blocked = False
-        self.heartbeat = 0
         self.should_close_transport = False
         self.close_reason = ""
+        self.held_size = 0
         self.sessions: dict[int, Session] = {}
-        self._created = now
         self._inbox = bytearray()
-        self._in_receive = False
-        self._refuse_at: float | None = None
-        self._out_size = 0
-        self._out_full = False
-        self._transport_paused = False
-        self._confirming: set[Publisher] = set()
-        self._opened = False
+        # Events not handled yet because a deferral holds the connection.
+        self._left: list[Event] = []
+        self._hold_all = False
 
     # -- FrontEnd: input -----------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return bool(self._inbox) and not self.should_close_transport
+        if self.should_close_transport or self._hold_all:
+            return False
+        return bool(self._inbox) or bool(self._left) or self.machine.backlogged
 
-    def data_received(self, data: bytes, now: float) -> None:
-        if self.should_close_transport:
-            return
-        self._inbox += data
-        self.run_turn(now)
+    def receive(self, data: bytes, now: float) -> None:
+        if not self.should_close_transport:
+            self._inbox += data
 
-    def run_turn(self, now: float | None = None) -> None:
-        """Hand the machine up to one turn's share of the input, then act on its events."""
-        if now is None:
-            now = self.broker.timers.now
-        self.broker.timers.now = now
-        inbox = self._inbox
-        share = PACED_TURN_BYTES if self.paced else TURN_BYTES
-        if len(inbox) <= share:
-            chunk = bytes(inbox)
-            inbox.clear()
-        else:
-            chunk = bytes(inbox[:share])
-            del inbox[:share]
-        self._in_receive = True
+    def run(self, budget: int, now: float) -> None:
+        """Hand the machine up to ``budget`` bytes of the input, then act on its events."""
         try:
-            try:
-                self._handle(self.machine.receive_data(chunk, now), now)
-            except Exception:
-                # A bug of ours must cost this connection, never the broker.
-                log.exception("internal error on AMQP 1.0 connection %s", self.peer)
-                self.machine.close(
-                    Error(condition="amqp:internal-error", description="see the broker log")
-                )
-                self._release()
-            self._turn_done()
-        finally:
-            self._in_receive = False
+            self._run(budget, now)
+        except AMQP10Error as exc:
+            # What the peer sent cannot be taken (a message that does not decode): the
+            # protocol's error, to the peer.
+            self._protocol_error(exc.condition, exc.description)
+        except LocalProtocolError as exc:
+            # The peer's later frames (in the same read) ended what an answer was for: the
+            # machine refused the answer. Its frames were out of order: a protocol error.
+            self._protocol_error("amqp:illegal-state", f"frames out of order: {exc}")
 
-    def _turn_done(self) -> None:
-        paced = False
-        for publisher in self._confirming:
-            publisher.flush_confirms()
-            if publisher.feeds_backlog:
-                publisher.feeds_backlog = False
-                paced = True
-        self._confirming.clear()
-        self.paced = paced
+    def _protocol_error(self, condition: str, description: str) -> None:
+        log.info("closing AMQP 1.0 connection %s: %s %s", self.peer, condition, description)
+        self._inbox.clear()
+        self._left = []
+        self.close_reason = f"{condition}: {description}"
+        self.machine.close(Error(condition=condition, description=description))
+        self._release()
         if self.machine.closed:
             self.should_close_transport = True
+
+    def _run(self, budget: int, now: float) -> None:
+        if self._left:
+            left, self._left = self._left, []
+            self._handle(left, now)
+        machine = self.machine
+        while machine.backlogged and not self._hold_all:
+            self._handle(machine.receive_data(b"", now), now)
+        inbox = self._inbox
+        if inbox and not self._hold_all:
+            if len(inbox) <= budget:
+                chunk = bytes(inbox)
+                inbox.clear()
+            else:
+                chunk = bytes(inbox[:budget])
+                del inbox[:budget]
+            self._handle(machine.receive_data(chunk, now), now)
+            while machine.backlogged and not self._hold_all:
+                self._handle(machine.receive_data(b"", now), now)
+        if machine.closed:
+            self.should_close_transport = True
             self._inbox.clear()
+
+    def hold_input(self, channel: int | None) -> bool:
+        if channel is not None:
+            return False  # a session's input is not held alone: the connection's is
+        self._hold_all = True
+        return True
+
+    def release_input(self, channel: int | None) -> None:
+        self._hold_all = False
 
     # -- events --------------------------------------------------------------------------
 
     def _handle(self, events: list[Event], now: float) -> None:
-        for event in events:
+        for index, event in enumerate(events):
             kind = type(event)
             if kind is MessageReceived:
                 event = cast("MessageReceived", event)
@@ -251,6 +255,10 @@ class AMQP10Connection(ConnectionCore):
                 if event.error is not None:
                     self.close_reason = f"{event.error.condition}: {event.error.description}"
                 self._release()
+            if self._hold_all:
+                # A handler deferred: the rest waits for its completion (release_input).
+                self._left = events[index + 1 :] + self._left
+                return
 
     def _sasl(self, event: SaslAuthRequested, now: float) -> None:
         mechanism = event.mechanism
@@ -262,179 +270,137 @@ class AMQP10Connection(ConnectionCore):
             response = sasl.external_response(event.authzid or "")
         else:
             response = sasl.anonymous_response(event.trace or "")
-        login = authn.login(
-            self.users,
-            mechanism,
-            response,
-            loopback=self.loopback,
-            peer=self.peer,
-            certificate_identity=self.certificate_identity,
-        )
+        login = self.shell.login(mechanism, response)
         if login.ok:
-            self.user = login.user
             self.machine.answer_sasl(True)
             self._handle(self.machine.receive_data(b"", now), now)
         else:
             self.close_reason = f"{mechanism} login refused"
-            self._refuse_at = now + login.delay
+            self.shell.refuse(login.delay, self._answer_refusal)
+
+    def _answer_refusal(self) -> None:
+        now = self.shell.now
+        self.machine.answer_sasl(False)
+        self._handle(self.machine.receive_data(b"", now), now)
+        if self.machine.closed:
+            self.should_close_transport = True
 
     def _open(self, event: ConnectionOpened) -> None:
-        user = self.user
-        if user is None:
-            self.machine.close(Error(condition="amqp:unauthorized-access", description="no login"))
-            return
+        shell = self.shell
         hostname = event.hostname or ""
         if hostname.startswith("vhost:"):
             name = hostname[len("vhost:") :]
         else:
             name = hostname if hostname in self.broker.vhosts else "/"
-        vhost = self.broker.vhosts.get(name)
-        if vhost is None:
-            self.close_reason = f"vhost {name} not found"
-            self.machine.close(
-                Error(condition="amqp:not-found", description=f"vhost '{name}' not found")
-            )
-            return
-        if name not in user.vhosts:
-            self.close_reason = f"access to vhost '{name}' refused"
+        info = shell.info
+        info.container_id = event.container_id
+        properties = event.properties
+        if isinstance(properties, dict):
+            info.client_properties = {str(key): value for key, value in properties.items()}
+        info.frame_max = self.machine.config.max_frame_size
+        info.channel_max = self.machine.config.channel_max
+        info.timeout = shell.limits.heartbeat
+        try:
+            client = shell.open_vhost(name, label=event.container_id or "")
+        except OpenRefused as exc:
+            self.close_reason = exc.reply_text
             self.machine.close(
                 Error(
-                    condition="amqp:unauthorized-access",
-                    description=f"access to vhost '{name}' refused for user '{user.name}'",
+                    condition=_OPEN_REFUSED.get(exc.why, "amqp:unauthorized-access"),
+                    description=exc.reply_text,
                 )
             )
             return
-        try:
-            # The connection limits (node, vhost, user); counted until released.
-            access = Access.open(self.users, user, name, peer=self.peer)
-        except AMQPError as exc:
-            self.close_reason = exc.reply_text
-            self.machine.close(
-                Error(condition="amqp:resource-limit-exceeded", description=exc.reply_text)
-            )
-            return
-        self.access = access
-        self.guard = Guard(access, vhost)
-        self.transactions = Transactions(vhost)
-        self.client = self.broker.connect(vhost, user.name, f"{self.peer} ({event.container_id})")
-        self.client.writable = self.writable
-        self._opened = True
-        peer_idle = event.idle_time_out or 0
-        if peer_idle:
-            self.heartbeat = max(1, peer_idle // 2000)
+        self.client = client
+        self.guard = shell.guard
+        self.transactions = Transactions(client.vhost)
 
     def _begin(self, channel: int) -> None:
-        if self.client is None or self.access is None:
+        client = self.client
+        if client is None:
             return
         try:
-            self.access.open_channel()  # the user's channel limit counts sessions
+            self.shell.open_channel()  # the user's channel limit counts sessions
         except AMQPError as exc:
             self.machine.end(channel, error_for(exc))
             return
         session = Session(self, channel)
         self.sessions[channel] = session
-        self.client.attach(channel, session)
+        client.attach(channel, session)
 
     def _end(self, channel: int) -> None:
         session = self.sessions.pop(channel, None)
-        if session is not None and self.access is not None:
-            self.access.close_channel()
-        if session is not None and self.client is not None:
+        if session is None:
+            return
+        self.shell.close_channel()
+        if self.client is not None:
             self.client.close_session(channel)
-        elif session is not None:
+        else:
             session.close()
 
     # -- what sessions and links ask ------------------------------------------------------
 
     def send_transfer(self, channel: int, handle: int, payload: bytes, settled: bool) -> int:
-        delivery_id = self.machine.send_transfer(channel, handle, payload, settled=settled)
-        self._out_size += len(payload)
-        if self._out_size > OUTPUT_HIGH_WATER and not self._out_full:
-            self._out_full = True
-            self._update_writable()
-        self.wrote()
+        # The links make sure the machine can take it (OutgoingLink.wire); a management
+        # node's reply on a link the peer detached in the same read is dropped.
+        try:
+            delivery_id = self.machine.send_transfer(channel, handle, payload, settled=settled)
+        except LocalProtocolError:
+            return -1
+        self.shell.output.count(len(payload))
         return delivery_id
 
     def wrote(self) -> None:
-        if not self._in_receive and self.on_output is not None:
-            self.on_output()
+        self.shell.wrote()
 
     def published_on(self, publisher: Publisher) -> None:
-        self.published = True
-        self._confirming.add(publisher)
+        self.shell.published_by(publisher)
 
-    # -- FrontEnd: output and flow -------------------------------------------------------
+    # -- FrontEnd: output, flow, timers, closing -------------------------------------------
 
     def take_output(self, now: float) -> list[bytes]:
-        out = self.machine.pieces_to_send(now)
-        self._out_size = 0
-        if self._out_full:
-            self._out_full = False
-            self._update_writable()
+        out = cast("list[bytes]", self.machine.pieces_to_send(now))
+        extra = self.shell.output.take()  # resets the transfers' count
+        if extra:
+            out.extend(extra)
         if self.machine.closed:
             self.should_close_transport = True
-        return cast("list[bytes]", out)
+        return out
 
-    @property
-    def writable(self) -> bool:
-        return not (self._transport_paused or self._out_full)
+    def writable_changed(self, writable: bool) -> None:
+        """The sessions are the model client's: the shell tells it."""
 
-    def set_writable(self, writable: bool) -> None:
-        self._transport_paused = not writable
-        self._update_writable()
+    def notify_blocked(self, reason: str) -> None:
+        """AMQP 1.0 has no blocked notification: the connection is only not read."""
 
-    def _update_writable(self) -> None:
-        client = self.client
-        writable = self.writable
-        if client is not None and client.writable != writable:
-            client.set_writable(writable)
-
-    def block(self, reason: str) -> None:
-        self.blocked = True
-
-    def unblock(self, now: float) -> None:
-        self.blocked = False
-
-    # -- FrontEnd: timers and closing ----------------------------------------------------
+    def notify_unblocked(self, now: float) -> None:
+        """See ``notify_blocked``."""
 
     def next_tick(self, now: float) -> float | None:
-        """When ``tick`` next has something to do: the machine's timer (heartbeat, idle
-        timeout, close timeout), a refused login's answer, the handshake timeout."""
-        due = self.machine.get_timer()
-        refuse_at = self._refuse_at
-        if refuse_at is not None:
-            return refuse_at if due is None else min(due, refuse_at)
-        if not self._opened:
-            # tick tests the handshake timeout with ">": just past it.
-            timeout = self._created + HANDSHAKE_TIMEOUT + 1e-3
-            return timeout if due is None else min(due, timeout)
-        return due
+        """The machine's timer: heartbeat, idle time-out, close time-out."""
+        return self.machine.get_timer()
 
     def tick(self, now: float) -> None:
         machine = self.machine
-        refuse_at = self._refuse_at
-        if refuse_at is not None and now >= refuse_at:
-            self._refuse_at = None
-            machine.answer_sasl(False)
-            self._handle(machine.receive_data(b"", now), now)
-        elif not self._opened and refuse_at is None and now - self._created > HANDSHAKE_TIMEOUT:
-            log.info("closing AMQP 1.0 connection %s: handshake timeout", self.peer)
-            self.close_reason = "handshake timeout"
-            self.should_close_transport = True
-            self._release()
-            return
         timer = machine.get_timer()
         if timer is not None and now >= timer:
             self._handle(machine.handle_timer(now), now)
         if machine.closed:
             self.should_close_transport = True
-        self.wrote()
 
     def close(self, reply_code: int, reply_text: str, now: float) -> None:
         """Close from the server side (shutdown: amqp:connection:forced)."""
         condition = "amqp:connection:forced" if reply_code == 320 else "amqp:internal-error"
         self.close_reason = reply_text
         self.machine.close(Error(condition=condition, description=reply_text))
+        self._release()
+        if self.machine.closed:
+            self.should_close_transport = True
+
+    def internal_error(self, now: float) -> None:
+        self._inbox.clear()
+        self._left = []
+        self.machine.close(Error(condition="amqp:internal-error", description="see the broker log"))
         self._release()
         if self.machine.closed:
             self.should_close_transport = True
@@ -449,14 +415,31 @@ class AMQP10Connection(ConnectionCore):
             del self.sessions[channel]
             if client is None:
                 session.close()
-        if client is not None:
-            client.close()
+        self.shell.release()  # closes the client's sessions and gives back the limits
         transactions = self.transactions
         if transactions is not None:
             # After the sessions: their unsettled deliveries went back first.
             self.transactions = None
             transactions.close()
-        access = self.access
-        if access is not None:
-            self.access = None
-            access.close()
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def channel_infos(self) -> list[ChannelInfo]:
+        out = []
+        for channel, session in sorted(self.sessions.items()):
+            consumers: dict[str, Consumer] = {}
+            transactional = False
+            for link in session.links.values():
+                if isinstance(link, OutgoingLink):
+                    consumers[link.consumer.tag] = link.consumer
+            out.append(
+                ChannelInfo(
+                    channel,
+                    session,
+                    consumers,
+                    unacked=len(session.unsettled),
+                    transactional=transactional,
+                    links=len(session.links),
+                )
+            )
+        return out

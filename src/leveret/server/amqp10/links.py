@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from leveret.model.queues.base import Queue
     from leveret.model.queues.fifo import ClassicQueue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
+    from leveret.protocol.amqp10.session import Link as WireLink
     from leveret.protocol.amqp10.types import Value
     from leveret.server.amqp10.selector import Selector
     from leveret.server.amqp10.session_core import SessionCore
@@ -98,6 +99,10 @@ class OutgoingLink(ConsumerOwner):
         # with it.
         self.temporary = temporary
         self.closed = False
+        # The machine's end of the link once attached (``Connection.link``): a delivery
+        # goes out only while it can take one, even when the events saying it cannot (a
+        # detach later in the same read) are not handled yet.
+        self.wire: WireLink | None = None
         # ``arguments``: what the queue's type reads (a stream: where the link starts).
         self.consumer = queue.consumer(
             name, self, auto_settle=settled, credit=0, arguments=arguments
@@ -109,7 +114,14 @@ class OutgoingLink(ConsumerOwner):
     # -- ConsumerOwner -----------------------------------------------------------------
 
     def accepts(self, consumer: Consumer, size: int) -> bool:
-        return self.session.writable and not self.closed and self.session.can_send(self.handle)
+        wire = self.wire
+        return (
+            self.session.writable
+            and not self.closed
+            and wire is not None
+            and wire.sending
+            and wire.credit > 0
+        )
 
     def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         session = self.session
@@ -195,6 +207,7 @@ class SelectorLink(Browser):
         self.closed = False
         self.browsing = False
         self.unmatched: set[int] = set()
+        self.wire: WireLink | None = None  # as OutgoingLink's
 
     def start(self) -> None:
         self.queue.browsers.append(self)
@@ -219,10 +232,18 @@ class SelectorLink(Browser):
         if len(unmatched) > 2 * len(ready) + 64:
             self.unmatched = unmatched = {e.seq for e in ready if e.seq in unmatched}
         matches = self.selector.matches
-        i = 0
-        if not session.can_send(self.handle):
+        wire = self.wire
+        if wire is None:
             return
-        while self.credit > 0 and session.writable and not self.closed and i < len(ready):
+        i = 0
+        while (
+            self.credit > 0
+            and wire.sending
+            and wire.credit > 0
+            and session.writable
+            and not self.closed
+            and i < len(ready)
+        ):
             entry = ready[i]
             seq = entry.seq
             if seq in unmatched:

@@ -169,6 +169,7 @@ class Session(SessionCore):
                 chooser = SelectorLink(
                     self, event.handle, event.name, queue, settled=settled, selector=chosen
                 )
+                chooser.wire = machine.link(self.channel, event.handle)
                 self.links[event.handle] = chooser
                 chooser.start()
                 return
@@ -188,6 +189,7 @@ class Session(SessionCore):
             source=answer if answer is not None else source,
             snd_settle_mode=SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED,
         )
+        link.wire = machine.link(self.channel, event.handle)
         self.links[event.handle] = link
         link.start()
 

@@ -3,11 +3,11 @@ mapped onto the core, with the ``FrontEnd`` surface the asyncio adapter drives.
 
 What each RFC 006 notion becomes:
 
-- login and CONNECTION OPEN: ``auth.authn`` (PLAIN; a refusal is answered after the same
-  delay as 0-9-1's) and ``Access.open`` for the vhost named by the virtual path
-  (402 INVALID_PATH for an unknown vhost, 403 when the user has no access to it, 530 past a
-  connection limit); every operation then asks the connection's ``Guard`` first, as the
-  0-9-1 front end does (below);
+- login and CONNECTION OPEN: the connection's shell (``server/shell/``: PLAIN, a refusal
+  answered after the same delay as 0-9-1's; the handshake deadline) opens the vhost named
+  by the virtual path (402 INVALID_PATH for an unknown vhost, 403 when the user has no
+  access to it, 530 past a connection limit); every operation then asks the connection's
+  ``Guard`` first, as the 0-9-1 front end does (below);
 - a channel: a 0-9-1 ``Session`` (the same delivery bookkeeping, QoS, settlement and
   transactions); message-nbrs map to the session's delivery tags; CHANNEL ACK settles
   (accept), HANDLE UNGET releases (requeue), a closed handle or channel gives back what it
@@ -33,7 +33,7 @@ BROWSE read the queue (read, as basic.get). A refusal closes the handle (or the 
 with 403, the scope RFC 006 gives a failed handle command.
 
 Messages are converted to and from the core's 0-9-1 form by ``convert/amqpfast.py``. Sans-IO:
-bytes in (``data_received``), bytes out (``take_output``), time as arguments.
+a ``FrontEnd`` of the shell, whose unit of a turn is the machine's event.
 """
 
 from __future__ import annotations
@@ -41,27 +41,25 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from leveret.auth import authn
-from leveret.auth.access import Access
+from leveret.auth.access import OpenRefused
 from leveret.convert.amqpfast import from_message, to_message
 from leveret.errors import AMQPError
 from leveret.model.consumer import UNLIMITED
+from leveret.protocol import sasl
 from leveret.protocol.amqpfast import events as ev
 from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer
 from leveret.server.amqp091.session import Session
-from leveret.server.guard import Guard
+from leveret.server.shell.info import ChannelInfo
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from leveret.auth.users import User, UserStore
-    from leveret.model.broker import Broker, Client
+    from leveret.model.broker import Client
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
     from leveret.model.queues.base import Queue
-    from leveret.protocol.amqp091.connection import Limits
+    from leveret.server.guard import Guard
+    from leveret.server.shell.shell import Shell
 
 __all__ = ["FastConnection"]
 
@@ -69,6 +67,12 @@ log = logging.getLogger("leveret.connection")
 
 TOPIC_EXCHANGE = "amq.topic"
 _numbers = itertools.count(1)
+# Events handled per turn.
+TURN_EVENTS: Final = 300
+PACED_TURN_EVENTS: Final = 30
+OUTPUT_HIGH_WATER: Final = 256 * 1024
+# OpenRefused.why -> RFC 006's reply code for CONNECTION OPEN.
+_OPEN_CODES: Final = {"not_found": 402, "access": 403}
 
 
 @dataclass
@@ -130,87 +134,79 @@ def _settle(session: Session, tag: int, *, accept: bool) -> None:
 class FastConnection:
     """One AMQP/Fast client connection to the broker, without I/O."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        users: UserStore,
-        *,
-        peer: str,
-        loopback: bool,
-        limits: Limits,
-        now: float = 0.0,
-    ) -> None:
-        self.broker = broker
-        self.users = users
-        self.peer = peer
-        self.loopback = loopback
+    protocol = "AMQP/Fast 0.8a2"
+    turn_budget = TURN_EVENTS
+    paced_turn_budget = PACED_TURN_EVENTS
+    output_high_water = OUTPUT_HIGH_WATER
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+        self.broker = shell.broker
+        self.users = shell.users
+        self.peer = shell.peer
         self.number = next(_numbers)
+        limits = shell.limits
         self.server = FastServer(
             frame_max=max(limits.frame_max, 1024) if limits.frame_max else 131072,
             channel_max=limits.channel_max,
             temporary_prefix=f"fast.temp-{self.number}",
-            now=now,
+            now=shell.created,
         )
-        self.on_output: Callable[[], None] | None = None
-        self.client: Client | None = None
-        self.user: User | None = None
-        self.access: Access | None = None
-        self.guard: Guard | None = None
-        # A refused login is answered only once the failure delay has passed (auth.authn).
-        self._refuse_at: float | None = None
-        self._now = now
-        self.published = False
-        self.paced = False
-        self.blocked = False
-        self.heartbeat = 0
         self.should_close_transport = False
         self.close_reason = ""
+        self.held_size = 0
         self.channels: dict[int, _Channel] = {}
         self.handles: dict[int, _Handle] = {}
         self._by_tag: dict[str, int] = {}
         self.client_name = ""
-        self._in_receive = False
+        # Input may hold more events than the last turn handled.
+        self._more = False
+        self._hold_all = False
+
+    @property
+    def client(self) -> Client | None:
+        return self.shell.client
+
+    @property
+    def guard(self) -> Guard | None:
+        return self.shell.guard
 
     # -- FrontEnd -----------------------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return False
+        return self._more and not self._hold_all and not self.should_close_transport
 
-    def data_received(self, data: bytes, now: float) -> None:
-        self.broker.timers.now = now
-        self._now = now
+    def receive(self, data: bytes, now: float) -> None:
         self.server.receive_data(data, now)
-        self._in_receive = True
-        try:
-            self._run()
-        except Exception:
-            # A bug of ours costs this connection, never the broker (541 + traceback).
-            log.exception("internal error on AMQP/Fast connection %s", self.peer)
-            self.server.close(541, "internal error; see the broker log")
-        finally:
-            self._in_receive = False
+        self._more = True
 
-    def run_turn(self) -> None:
-        """Every command is handled as it arrives (no turns to run)."""
+    def run(self, budget: int, now: float) -> None:
+        server = self.server
+        for _ in range(budget):
+            if self._hold_all or self.should_close_transport:
+                return
+            event = server.next_event()
+            if event is NEED_DATA or event is PAUSED:
+                # PAUSED: a decision is awaited (a login, an open); nothing more can be
+                # read until the front end (or the shell, after a refusal's delay) answers.
+                self._more = False
+                return
+            assert isinstance(event, ev.Event)
+            self._event(event)
 
     def take_output(self, now: float) -> list[bytes]:
+        out = self.shell.output.take()
         data = self.server.data_to_send()
-        return [data] if data else []
+        if data:
+            out.append(data)
+        return out
 
     def next_tick(self, now: float) -> float | None:
-        """When ``tick`` next has something to do: a refused login's answer, heartbeats."""
-        due = self.server.next_tick()
-        refuse_at = self._refuse_at
-        if refuse_at is not None:
-            return refuse_at if due is None else min(due, refuse_at)
-        return due
+        """When ``tick`` next has something to do: heartbeats."""
+        return self.server.next_tick()
 
     def tick(self, now: float) -> None:
-        self._now = now
-        if self._refuse_at is not None and now >= self._refuse_at:
-            self._refuse_at = None
-            self.server.refuse_login("ACCESS_REFUSED - login refused")
         closed = self.server.tick(now)
         if closed is not None:
             self.close_reason = closed.reply_text
@@ -218,41 +214,59 @@ class FastConnection:
             self.should_close_transport = True
         self._wrote()
 
-    def set_writable(self, writable: bool) -> None:
-        if self.client is not None and self.client.writable != writable:
-            self.client.set_writable(writable)
+    def writable_changed(self, writable: bool) -> None:
+        """The channels' sessions are the model client's: the shell tells it."""
 
-    def block(self, reason: str) -> None:
-        self.blocked = True
+    def notify_blocked(self, reason: str) -> None:
+        """RFC 006 has no blocked notification: the connection is only not read."""
 
-    def unblock(self, now: float) -> None:
-        self.blocked = False
+    def notify_unblocked(self, now: float) -> None:
+        """See ``notify_blocked``."""
+
+    def hold_input(self, channel: int | None) -> bool:
+        if channel is not None:
+            return False  # a channel's commands are not held alone: the connection's are
+        self._hold_all = True
+        return True
+
+    def release_input(self, channel: int | None) -> None:
+        self._hold_all = False
+        self._more = True
 
     def close(self, reply_code: int, reply_text: str, now: float) -> None:
         self.server.close(reply_code, reply_text)
         self._wrote()
 
+    def internal_error(self, now: float) -> None:
+        self.close_reason = "internal error"
+        self.server.close(541, "internal error; see the broker log")
+        self._release()
+
     def connection_lost(self) -> None:
         self._release()
+
+    def channel_infos(self) -> list[ChannelInfo]:
+        out = []
+        for number, channel in sorted(self.channels.items()):
+            session = channel.session
+            tx = session.publisher.tx
+            out.append(
+                ChannelInfo(
+                    number,
+                    session,
+                    session.consumers,
+                    unacked=len(session.unacked),
+                    uncommitted=len(tx.publishes) if tx is not None else 0,
+                    prefetch_count=session.prefetch_count,
+                    transactional=tx is not None,
+                )
+            )
+        return out
 
     # -- events ----------------------------------------------------------------------------
 
     def _wrote(self) -> None:
-        if not self._in_receive and self.on_output is not None:
-            self.on_output()
-
-    def _run(self) -> None:
-        server = self.server
-        while True:
-            event = server.next_event()
-            if event is NEED_DATA:
-                return
-            if event is PAUSED:
-                # A decision was taken while handling the event that paused it; if the
-                # machine is still paused, nothing more can be read until the next call.
-                return
-            assert isinstance(event, ev.Event)
-            self._event(event)
+        self.shell.wrote()
 
     def _event(self, event: ev.Event) -> None:
         if isinstance(event, ev.MessageReceived):
@@ -295,69 +309,61 @@ class FastConnection:
     # -- connection ------------------------------------------------------------------------
 
     def _login(self, event: ev.LoginRequested) -> None:
-        login = authn.password_login(
-            self.users,
-            event.login,
-            event.password,
-            loopback=self.loopback,
-            peer=self.peer,
-            mechanism=event.mechanism,
-        )
-        if event.mechanism != "PLAIN" or login.user is None:
-            # authn logged why; nothing more is read until the refusal goes out.
-            self._refuse_at = self._now + authn.FAILURE_DELAY
+        shell = self.shell
+        if event.mechanism == sasl.PLAIN:
+            login = shell.login(sasl.PLAIN, sasl.plain_response(event.login, event.password))
+        else:
+            login = shell.login(event.mechanism, b"")  # refused (and logged) by authn
+        if login.user is None:
+            # Nothing more is read until the refusal goes out, after the delay.
+            shell.refuse(login.delay, self._answer_refusal)
             return
-        self.user = login.user
         self.server.accept_login()
 
+    def _answer_refusal(self) -> None:
+        self.server.refuse_login("ACCESS_REFUSED - login refused")
+        self._more = True
+
     def _open(self, event: ev.OpenRequested) -> None:
-        user = self.user
-        assert user is not None
         path = event.virtual_path
-        vhost = self.broker.vhosts.get(path)
-        if vhost is None or path not in self.users.vhosts:
-            self.server.refuse_open(402, f"INVALID_PATH - vhost {path} not found")
-            return
-        if (user.name, path) not in self.users.permissions:
-            self.server.refuse_open(403, f"ACCESS_REFUSED - access to vhost '{path}' refused")
-            return
-        try:
-            # The connection limits (530), and the connection counts until released.
-            self.access = Access.open(self.users, user, path, peer=self.peer)
-        except AMQPError as exc:
-            self.server.refuse_open(exc.reply_code, exc.full_text())
-            return
-        self.guard = Guard(self.access, vhost)
         self.client_name = event.client_name
-        self.client = self.broker.connect(vhost, user.name, f"{self.peer} (AMQP/Fast)")
+        info = self.shell.info
+        info.client_properties = {"connection_name": event.client_name} if event.client_name else {}
+        info.frame_max = self.server.frame_max
+        info.channel_max = self.server.channel_max
+        try:
+            self.shell.open_vhost(path, label="AMQP/Fast")
+        except OpenRefused as exc:
+            code = _OPEN_CODES.get(exc.why)
+            if code == 402:
+                self.server.refuse_open(402, f"INVALID_PATH - vhost {path} not found")
+            elif code == 403:
+                self.server.refuse_open(403, f"ACCESS_REFUSED - access to vhost '{path}' refused")
+            else:
+                self.server.refuse_open(exc.reply_code, exc.full_text())
+            return
         self.server.accept_open()
         log.info(
             "AMQP/Fast connection %s opened: user '%s', vhost '%s'",
             self.peer,
-            user.name,
+            info.user,
             event.virtual_path,
         )
 
     def _release(self) -> None:
-        client, self.client = self.client, None
         for channel in self.channels.values():
             channel.session.close()
         self.channels.clear()
         self.handles.clear()
-        if client is not None:
-            client.close()
-        access, self.access = self.access, None
-        if access is not None:
-            access.close()  # its channels too
+        self.shell.release()  # the client, and the connection's (and channels') limits
 
     # -- channels --------------------------------------------------------------------------
 
     def _channel_opened(self, event: ev.ChannelOpened) -> None:
         client = self.client
         assert client is not None
-        assert self.access is not None
         try:
-            self.access.open_channel()  # the user's max-channels
+            self.shell.open_channel()  # the user's max-channels
         except AMQPError as exc:
             self.server.close_channel(event.channel_id, exc.reply_code, exc.full_text())
             return
@@ -373,8 +379,7 @@ class FastConnection:
         channel = self.channels.pop(channel_id, None)
         if channel is None:
             return
-        if self.access is not None:
-            self.access.close_channel()
+        self.shell.close_channel()
         channel.session.close()  # cancels consumers, requeues what was not acknowledged
         vhost = channel.session.vhost
         for name in channel.temporaries:
@@ -465,8 +470,13 @@ class FastConnection:
         message = to_message(
             exchange, event.destination, event.header, event.body, session.vhost.timers.wall
         )
-        session.publish(exchange, event.destination, message)
-        self.published = True
+        try:
+            session.publish(exchange, event.destination, message)
+        except AMQPError as exc:
+            # The core refused the message (an invalid expiration): as a failed HANDLE SEND.
+            self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+            return
+        self.shell.published_by(session.publisher)
 
     def _consume(self, event: ev.ConsumeRequested) -> None:
         channel = self.channels[event.channel_id]
@@ -518,7 +528,7 @@ class FastConnection:
 
     def _client_name(self) -> str:
         """Durable subscriptions belong to the client name (CONNECTION OPEN), else the user."""
-        return self.client_name or (self.user.name if self.user else "fast")
+        return self.client_name or self.shell.info.user or "fast"
 
     def _cancel_subscription(self, event: ev.CancelRequested) -> None:
         channel = self.channels[event.channel_id]

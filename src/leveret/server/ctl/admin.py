@@ -75,10 +75,9 @@ def _str_arg(args: dict[str, Any], name: str, default: str | None = None) -> str
 
 
 def _vhost_of(conn: ConnectionProtocol) -> str | None:
-    # A front end's model client knows its vhost once the connection is open.
-    amqp = conn.amqp
-    client = amqp.client if amqp is not None else None
-    return client.vhost.name if client is not None else None
+    # Known once the connection is open (its shell's introspection record).
+    shell = conn.shell
+    return shell.info.vhost if shell is not None and shell.opened else None
 
 
 @dataclass

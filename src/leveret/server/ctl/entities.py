@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.ctl.admin import Admin
+    from leveret.server.shell.info import ChannelInfo
 
     Verb = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -233,8 +234,10 @@ def connection_rows(admin: Admin) -> list[tuple[ConnectionProtocol, dict[str, An
     """Each connection, oldest first, with its row."""
     out = []
     for conn in _connections(admin):
-        front = conn.amqp
-        opened = (getattr(front, "client", None) if front is not None else None) is not None
+        shell = conn.shell
+        if shell is None:
+            continue
+        opened = shell.opened
         row = connection_row(conn)
         # Before the vhost is open rabbitmqctl shows no user, and the state "starting".
         row["user"] = row["user"] if opened else ""
@@ -247,12 +250,12 @@ async def list_connections(admin: Admin, args: dict[str, Any]) -> list[dict[str,
     return [row for _conn, row in connection_rows(admin)]
 
 
-def _channel_rows(admin: Admin) -> list[tuple[dict[str, Any], Any]]:
+def _channel_rows(admin: Admin) -> list[tuple[dict[str, Any], ChannelInfo]]:
     out = []
-    for conn, number, session in channels(_connections(admin)):
-        row = channel_row(conn, number, session)
+    for conn, channel in channels(_connections(admin)):
+        row = channel_row(conn, channel)
         row["connection"] = row["connection_details"]["name"]
-        out.append((row, session))
+        out.append((row, channel))
     return out
 
 
@@ -263,10 +266,10 @@ async def list_channels(admin: Admin, args: dict[str, Any]) -> list[dict[str, An
 async def list_consumers(admin: Admin, args: dict[str, Any]) -> list[dict[str, Any]]:
     vhost = _str(args, "vhost", "/")
     out = []
-    for channel, session in _channel_rows(admin):
+    for channel, info in _channel_rows(admin):
         if channel["vhost"] != vhost:
             continue
-        for consumer in (getattr(session, "consumers", {}) or {}).values():
+        for consumer in info.consumers.values():
             row = consumer_row(consumer, None)
             out.append(
                 {

@@ -38,7 +38,6 @@ from leveret.errors import (
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import State
-from leveret.server.frontend_contract import earliest
 from leveret.server.legacy import classes  # noqa: F401 - registers the classes' handlers
 from leveret.server.legacy.channel import LegacyChannel
 from leveret.server.legacy.connection_base import LegacyConnectionBase
@@ -190,7 +189,7 @@ class LegacyConnection(LegacyConnectionBase):
                 channel.legacy_body(payload)
             if channel.legacy_complete():
                 channel.finish_content()
-                self.published = True
+                self.shell.published = True
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = channel.content_method()
@@ -199,13 +198,13 @@ class LegacyConnection(LegacyConnectionBase):
     # -- channels --------------------------------------------------------------------------
 
     def _new_channel(self, channel_id: int) -> ChannelState:
-        assert self.client is not None
-        assert self.access is not None
-        assert self.guard is not None
-        self.access.open_channel()
-        return LegacyChannel(
-            self, channel_id, self.client, self.broker.consumer_timeout, self.guard
-        )
+        shell = self.shell
+        client = shell.client
+        guard = shell.guard
+        assert client is not None
+        assert guard is not None
+        shell.open_channel()
+        return LegacyChannel(self, channel_id, client, self.broker.consumer_timeout, guard)
 
     def _channel_closed(self, channel: ChannelState) -> None:
         cast("LegacyChannel", channel).close_legacy()
@@ -248,8 +247,9 @@ class LegacyConnection(LegacyConnectionBase):
         for channel in self.channels.values():
             extras = cast("LegacyChannel", channel).extras
             tunnels = extras.get("tunnel") if extras else None
-            if tunnels is not None:
-                due = earliest(due, tunnels.next_tick(now))
+            when = tunnels.next_tick(now) if tunnels is not None else None
+            if when is not None and (due is None or when < due):
+                due = when
         return due
 
     def tick(self, now: float) -> None:

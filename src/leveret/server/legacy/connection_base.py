@@ -15,15 +15,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leveret.protocol.amqp091 import framing
-from leveret.protocol.amqp091.connection import DEFAULT_LIMITS, Limits
 from leveret.server.amqp091.connection import AMQP091Connection
 
 if TYPE_CHECKING:
-    from leveret.auth.users import UserStore
-    from leveret.model.broker import Broker
     from leveret.protocol.amqp091._generated import methods as m
-    from leveret.server.frontend_contract import Chooser
     from leveret.server.legacy.dialects import Dialect
+    from leveret.server.shell.shell import Chooser, Shell
 
 __all__ = ["LegacyConnectionBase"]
 
@@ -31,19 +28,9 @@ __all__ = ["LegacyConnectionBase"]
 class LegacyConnectionBase(AMQP091Connection):
     """A 0-8/0-9 connection as its channels see it: its dialect and its output."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        users: UserStore,
-        dialect: Dialect,
-        *,
-        choose: Chooser,
-        peer: str,
-        loopback: bool,
-        limits: Limits = DEFAULT_LIMITS,
-        now: float = 0.0,
-    ) -> None:
-        super().__init__(broker, users, peer=peer, loopback=loopback, limits=limits, now=now)
+    def __init__(self, shell: Shell, dialect: Dialect, *, choose: Chooser) -> None:
+        super().__init__(shell)
+        self.protocol = f"AMQP {dialect.name}"
         self.dialect = dialect
         # The front end for a tunnel's first octets (tunnel.py): the listener's own table.
         self.choose = choose
@@ -58,20 +45,16 @@ class LegacyConnectionBase(AMQP091Connection):
         payload = method.encode() if encode is None else encode(method)
         if not payload:
             return
-        self.out.append(framing.encode_method_frame(channel_id, payload))
-        self._wrote()
+        self.output.append(framing.encode_method_frame(channel_id, payload))
 
     def send_legacy(self, channel_id: int, payload: bytes) -> None:
         """A method of the version's own codec, encoded by the caller."""
-        self.out.append(framing.encode_method_frame(channel_id, payload))
-        self._wrote()
+        self.output.append(framing.encode_method_frame(channel_id, payload))
 
     def send_legacy_at(self, mark: int, channel_id: int, payload: bytes) -> None:
         """``send_legacy`` before what was queued since ``output_mark()`` gave ``mark`` (a
         consume-ok that must precede the first delivery)."""
-        frame = framing.encode_method_frame(channel_id, payload)
-        self.out.insert(mark, frame)
-        self._wrote()
+        self.output.insert(mark, framing.encode_method_frame(channel_id, payload))
 
     def send_legacy_content(
         self, channel_id: int, payload: bytes, class_id: int, raw_properties: bytes, body: bytes

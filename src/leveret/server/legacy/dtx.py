@@ -145,7 +145,7 @@ class DtxChannel:
             )
 
         self.coordinator.commit(branch.xid, one_phase=True, done=done)
-        legacy.published = True
+        legacy.shell.published = True
 
     def _rollback(self) -> None:
         branch = self.end()

@@ -359,4 +359,4 @@ def file_publish(channel: LegacyChannel, method: Any) -> None:
         )
     finally:
         channel.return_hook = None
-    channel.legacy.published = True
+    channel.legacy.shell.published = True

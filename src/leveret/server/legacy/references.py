@@ -122,7 +122,7 @@ class MessageChannel:
             )
         finally:
             channel.return_hook = None
-        channel.legacy.published = True
+        channel.legacy.shell.published = True
         if returned:
             code, text = returned[0]
             return m09.MessageReject(code=code, text=text).encode()

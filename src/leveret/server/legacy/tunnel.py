@@ -15,8 +15,11 @@ handshake, a timeout) the name is free again; closing the channel drops the conn
 lost socket would. ``durable`` and ``broadcast`` have no meaning for a point-to-point tunnel
 and are only echoed.
 
-Sans-IO: the tunnelled front end's output is taken when the carrying connection's is
-(``LegacyConnection.take_output``), and its timers tick with the carrying connection.
+Each tunnelled connection has a shell of its own (``server/shell/``: its handshake
+deadline, login, turns, deferrals), driven by the carrying channel as the asyncio adapter
+drives a socket's. Sans-IO: the tunnelled connection's output is taken when the carrying
+connection's is (``LegacyConnection.take_output``), and its timers tick with the carrying
+connection.
 """
 
 from __future__ import annotations
@@ -25,28 +28,38 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.protocol.amqp08._generated import methods as m08
 from leveret.protocol.amqp09._generated import methods as m09
-from leveret.server.frontend_contract import FrontEndContext, earliest, tick_schedule
 from leveret.server.legacy.handlers import methods_of, properties_of, register
+from leveret.server.shell.contract import ShellContext
+from leveret.server.shell.shell import Shell
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.fieldtable import FieldTable
-    from leveret.server.frontend_contract import FrontEnd
     from leveret.server.legacy.channel import LegacyChannel
 
 __all__ = ["CLASS_ID", "Tunnel", "TunnelChannel"]
 
 CLASS_ID = 110
+# Turns run in a row for one tunnel's input or timers: plenty for what one request brings.
+MAX_TURNS = 1000
 
 
 class Tunnel:
-    """One tunnelled connection: its front end (once its first octets chose one)."""
+    """One tunnelled connection: its shell, and its front end once its first octets chose
+    one."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, shell: Shell) -> None:
         self.name = name
         self.head = b""
-        self.front_end: FrontEnd | None = None
+        self.shell = shell
         self.properties: Any = None
         self.meta_data: FieldTable = {}
+
+    def run_turns(self, now: float) -> None:
+        shell = self.shell
+        for _ in range(MAX_TURNS):
+            if not shell.wants_turn:
+                return
+            shell.run_turn(now)
 
 
 class TunnelChannel:
@@ -58,34 +71,35 @@ class TunnelChannel:
 
     def received(self, properties: Any, meta_data: FieldTable, body: bytes) -> None:
         name = properties.proxy_name or ""
-        tunnel = self.tunnels.get(name)
-        if tunnel is None:
-            tunnel = self.tunnels[name] = Tunnel(name)
-        tunnel.properties = properties
-        tunnel.meta_data = meta_data
         legacy = self.channel.legacy
         now = legacy.broker.timers.now
-        front_end = tunnel.front_end
-        if front_end is None:
-            tunnel.head += body
-            factory = legacy.choose(tunnel.head)
-            if factory is None:
-                return
-            front_end = tunnel.front_end = factory(
-                FrontEndContext(
+        tunnel = self.tunnels.get(name)
+        if tunnel is None:
+            shell = Shell(
+                ShellContext(
                     broker=legacy.broker,
                     users=legacy.users,
                     limits=legacy.limits,
                     peer=f"{legacy.peer} (tunnel '{name}')",
-                    loopback=legacy.loopback,
+                    loopback=legacy.shell.loopback,
                     now=now,
                 )
             )
-            front_end.on_output = legacy._wrote
+            # Its output goes out with the carrying connection's, which is told of it.
+            shell.on_output = shell.on_ready = legacy.shell.wrote
+            tunnel = self.tunnels[name] = Tunnel(name, shell)
+        tunnel.properties = properties
+        tunnel.meta_data = meta_data
+        shell = tunnel.shell
+        if shell.front is None:
+            tunnel.head += body
+            factory = legacy.choose(tunnel.head)
+            if factory is None:
+                return
+            shell.attach(factory)
             body, tunnel.head = tunnel.head, b""
-        front_end.data_received(body, now)
-        while front_end.pending:
-            front_end.run_turn()
+        shell.data_received(body, now)
+        tunnel.run_turns(now)
         self.flush(now)
 
     def flush(self, now: float) -> None:
@@ -94,10 +108,9 @@ class TunnelChannel:
         if channel.closing:
             return
         for name, tunnel in list(self.tunnels.items()):
-            front_end = tunnel.front_end
-            if front_end is None:
-                continue
-            out = front_end.take_output(now)
+            shell = tunnel.shell
+            tunnel.run_turns(now)
+            out = shell.take_output(now)
             if out:
                 method = methods_of(channel).TunnelRequest(meta_data=tunnel.meta_data)
                 channel.legacy.send_legacy_content(
@@ -107,30 +120,29 @@ class TunnelChannel:
                     tunnel.properties.encode(),
                     b"".join(out),
                 )
-            if front_end.should_close_transport:
-                front_end.connection_lost()
+            if shell.should_close_transport:
+                shell.connection_lost()
                 del self.tunnels[name]
 
     def next_tick(self, now: float) -> float | None:
         """The earliest deadline of the tunnelled connections' timers."""
         due: float | None = None
         for tunnel in self.tunnels.values():
-            if tunnel.front_end is not None:
-                due = earliest(due, tick_schedule(tunnel.front_end)(now))
+            when = tunnel.shell.next_deadline(now)
+            if when is not None and (due is None or when < due):
+                due = when
         return due
 
     def tick(self, now: float) -> None:
         for tunnel in list(self.tunnels.values()):
-            if tunnel.front_end is not None:
-                tunnel.front_end.tick(now)
+            tunnel.shell.tick(now)
         self.flush(now)
 
     def close(self) -> None:
         tunnels = list(self.tunnels.values())
         self.tunnels.clear()
         for tunnel in tunnels:
-            if tunnel.front_end is not None:
-                tunnel.front_end.connection_lost()
+            tunnel.shell.connection_lost()
 
 
 def tunnel_channel(channel: LegacyChannel) -> TunnelChannel:

@@ -1,20 +1,21 @@
-"""One stream-protocol connection, sans-IO: RabbitMQ's stream protocol (port 5552) given its
-meaning in Leveret's core. The asyncio adapter (``server/connection.py``'s
-``ConnectionProtocol``, made with this front end) feeds it bytes and writes what it produces.
+"""One stream-protocol connection's meaning in Leveret's core: the broker's front end for
+RabbitMQ's stream protocol (port 5552), a ``FrontEnd`` of the connection's shell.
 
-Theory of operation (``deps/rabbitmq_stream/docs/PROTOCOL.adoc``): the client sends
-peer-properties, sasl-handshake, sasl-authenticate; the server then sends tune, the client
-answers tune and sends open (its vhost); from then on the commands of ``_HANDLERS`` run
-(``ACCEPTED`` is the table of what each state takes; anything else closes the connection
-with unknown-frame, as does a frame the codec refuses). Each command is checked the way
-RabbitMQ's stream plugin checks it, in its order, and answered with its response codes:
+The protocol's server machine is ``protocol/rabbitstream/server.py`` (set-up, the states and
+what each takes, close in both directions, the codec's errors); the shell
+(``server/shell/``) owns the lifecycle every protocol shares: the handshake deadline, the
+delay of a refused login, the vhost's open through ``Access``, heartbeats (the machine has
+none of its own), turns of ``TURN_COMMANDS``, output pacing and the model clock. What is
+left here is what each command means, checked the way RabbitMQ's stream plugin checks it,
+in its order, and answered with its response codes:
 
 - publishers (declare / delete / query sequence): a declared publisher needs write access
   to its stream; its reference (if any) is the de-duplication key, the same state as the
   ``x-stream-producer`` header: a publishing id at most the highest stored for the
   reference is confirmed without being stored again. ``publish`` appends a frame's osiris
-  entries as they came (no re-encoding), as one batch; the ids published in one read are
-  confirmed together once what they wrote is on disk (``Journal.after_commit``, group commit).
+  entries as they came (no re-encoding), as one batch; the ids published in one turn are
+  confirmed together once what they wrote is on disk (``Journal.after_commit``, group
+  commit).
 - subscriptions (subscribe / credit / unsubscribe): read access; the offset specification
   becomes the core's ``OffsetSpec``; a ``ChunkConsumer`` takes whole committed chunks,
   each one credit, and each goes out as a ``deliver`` prefix plus the chunk's stored bytes
@@ -25,48 +26,50 @@ RabbitMQ's stream plugin checks it, in its order, and answered with its response
 - offsets (store / query): kept by the stream's log under the reference, durably.
 - streams (create / delete / metadata / stream stats): configure access for create and
   delete; a stream is a stream queue of the core, the same one 0-9-1 sees.
-- heartbeat (``tick``): a heartbeat when nothing was sent for ``heartbeat`` seconds, and
-  the connection dropped after two silent intervals; close in both directions.
 
-Login: SASL PLAIN (and the broker's other mechanisms) through ``auth.authn.login``, vhost
-access through ``Access.open``; a refusal is answered after
-``FAILURE_DELAY``, as every front end does.
+Login: SASL through ``Shell.login`` (the broker's mechanisms); a refusal is answered after
+its delay with RabbitMQ's code for its reason.
 """
 
 from __future__ import annotations
 
 import logging
-from enum import Enum, auto
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Final
 
 from leveret.auth import authn
-from leveret.auth.access import Access
-from leveret.errors import AccessRefused, AMQPError, NotAllowed, PreconditionFailed
+from leveret.auth.access import OpenRefused
+from leveret.errors import AccessRefused, AMQPError, PreconditionFailed
 from leveret.model.queues.stream import ChunkConsumer, ChunkOwner, OffsetSpec, StreamQueue
 from leveret.protocol.rabbitstream import commands as c
-from leveret.protocol.rabbitstream.codec import Role, StreamCodec
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
-from leveret.protocol.rabbitstream.errors import StreamProtocolError
+from leveret.protocol.rabbitstream.server import (
+    OUTPUT_HIGH_WATER,
+    Closed,
+    LoginRequested,
+    OpenRequested,
+    ServerConfig,
+    ServerConnection,
+    Tuned,
+)
 from leveret.server.rabbitstream import superstream
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from leveret.auth.authn import Login
     from leveret.model.broker import Client
     from leveret.model.consumer import Consumer
     from leveret.model.queues.stream_log import StoredChunk
     from leveret.model.vhost import VirtualHost
     from leveret.server.rabbitstream.state import StreamServer
+    from leveret.server.shell.info import ChannelInfo
+    from leveret.server.shell.shell import Shell
 
 log = logging.getLogger("leveret.connection")
 
-# Pending output (bytes) above which no more chunks are handed to this connection until it
-# is flushed, so a deep stream is never read into memory all at once.
-OUTPUT_HIGH_WATER = 1 << 20
-# Frames handled per turn before the adapter lets other connections run.
-TURN_FRAMES = 300
-HANDSHAKE_TIMEOUT = 10.0
-CLOSE_TIMEOUT = 5.0
+# Commands handled per turn before the other connections run.
+TURN_COMMANDS: Final = 300
+PACED_TURN_COMMANDS: Final = 30
 SERVER_PROPERTIES = {
     # Stream clients gate features on the RabbitMQ version the server names (the Node.js
     # client needs one at all): 3.12 is the newest whose stream protocol Leveret offers
@@ -98,52 +101,6 @@ _OFFSET_KINDS = {
 }
 
 
-class State(Enum):
-    PEER_PROPERTIES = auto()
-    SASL = auto()
-    AUTHENTICATING = auto()  # a login refused: waiting out the delay before the answer
-    TUNE = auto()
-    OPEN = auto()
-    RUNNING = auto()
-    CLOSING = auto()  # we sent close: waiting for its response
-    CLOSED = auto()
-
-
-# Which client commands each state takes (heartbeats are taken in every state but CLOSED).
-ACCEPTED: dict[State, frozenset[int]] = {
-    State.PEER_PROPERTIES: frozenset({Key.PEER_PROPERTIES}),
-    State.SASL: frozenset({Key.SASL_HANDSHAKE, Key.SASL_AUTHENTICATE}),
-    State.AUTHENTICATING: frozenset(),
-    State.TUNE: frozenset({Key.TUNE}),
-    State.OPEN: frozenset({Key.OPEN}),
-    State.RUNNING: frozenset(
-        {
-            Key.DECLARE_PUBLISHER,
-            Key.PUBLISH,
-            Key.QUERY_PUBLISHER_SEQUENCE,
-            Key.DELETE_PUBLISHER,
-            Key.SUBSCRIBE,
-            Key.CREDIT,
-            Key.STORE_OFFSET,
-            Key.QUERY_OFFSET,
-            Key.UNSUBSCRIBE,
-            Key.CREATE,
-            Key.DELETE,
-            Key.METADATA,
-            Key.ROUTE,
-            Key.PARTITIONS,
-            Key.EXCHANGE_COMMAND_VERSIONS,
-            Key.STREAM_STATS,
-            Key.CREATE_SUPER_STREAM,
-            Key.DELETE_SUPER_STREAM,
-            Key.CONSUMER_UPDATE,  # the response to ours
-        }
-    ),
-    State.CLOSING: frozenset(),
-    State.CLOSED: frozenset(),
-}
-
-
 def _code_of(exc: AMQPError) -> int:
     """A core error as the stream protocol's response code."""
     if isinstance(exc, AccessRefused):
@@ -161,7 +118,7 @@ class Publisher:
         self.reference = reference
         self.stream = stream
         self.queue = queue
-        self.pending: list[int] = []  # ids published this read, confirmed together
+        self.pending: list[int] = []  # ids published this turn, confirmed together
 
 
 class Subscription:
@@ -205,54 +162,40 @@ class _Attachment:
         self.conn._drop_all()
 
     def set_writable(self, writable: bool) -> None:
-        self.conn.set_writable(writable)
+        """The shell tells the connection itself (``writable_changed``)."""
 
 
 class StreamConnection:
-    """The server side of one stream-protocol connection; see the module docstring."""
+    """The broker's side of one stream-protocol connection; see the module docstring."""
 
-    TURN_FRAMES: ClassVar[int] = TURN_FRAMES
+    protocol = "stream"
+    turn_budget = TURN_COMMANDS
+    paced_turn_budget = PACED_TURN_COMMANDS
+    output_high_water = OUTPUT_HIGH_WATER
 
-    def __init__(
-        self,
-        server: StreamServer,
-        *,
-        peer: str,
-        loopback: bool,
-        now: float,
-        certificate_identity: str | None = None,
-    ) -> None:
+    def __init__(self, server: StreamServer, shell: Shell) -> None:
         self.server = server
+        self.shell = shell
         self.broker = server.broker
         self.users = server.users
-        self.peer = peer
-        self.loopback = loopback
-        self.certificate_identity = certificate_identity
-        self.codec = StreamCodec(Role.SERVER)
-        self.state = State.PEER_PROPERTIES
-        self.opened_at = now
-        self.on_output: Callable[[], None] | None = None
-        self.client: Client | None = None
-        self.access: Access | None = None
+        self.peer = shell.peer
+        settings = server.settings
+        self.machine = ServerConnection(
+            ServerConfig(
+                properties=SERVER_PROPERTIES,
+                mechanisms=tuple(
+                    authn.mechanisms(shell.users, certificate_identity=shell.certificate_identity)
+                ),
+                frame_max=settings.frame_max,
+                heartbeat=settings.heartbeat,
+            ),
+            shell.output,
+        )
         self.vhost: VirtualHost | None = None
-        self.user = ""
-        self.published = False
-        self.paced = False
-        self.blocked = False
-        self.heartbeat = 0
-        self.frame_max = 0
         self.should_close_transport = False
         self.close_reason = ""
-        self._out: list[bytes] = []
-        self._out_size = 0
-        self._writable = True
-        self._backlog: list[c.Command] = []  # commands read but not handled yet (turns)
-        self._last_received = now
-        self._last_sent = now
-        self._now = now
-        self._hold_until = 0.0  # a refused login: answer only after the delay
-        self._close_deadline = 0.0
-        self._correlation = 0
+        self.held_size = 0
+        self._hold_all = False
         self._publishers: dict[int, Publisher] = {}
         self._subscriptions: dict[int, Subscription] = {}
         # consumer update correlation -> (subscription, whether it was told it is active)
@@ -262,257 +205,157 @@ class StreamConnection:
         self._owner = ChunkOwner(self._deliver_chunk, self._consumer_removed)
         server.connections.add(self)
 
-    # -- the adapter's surface (``server.frontend.FrontEnd``) ------------------------------
+    @property
+    def client(self) -> Client | None:
+        return self.shell.client
+
+    # -- FrontEnd (server/shell/contract.py) -------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return bool(self._backlog)
+        return self.machine.pending and not self._hold_all
 
-    def data_received(self, data: bytes, now: float) -> None:
-        self._last_received = self._now = now
-        if self.state is State.CLOSED or self.should_close_transport:
-            return
-        try:
-            commands = self.codec.receive(data)
-        except StreamProtocolError as exc:
-            self._fatal(exc.code, str(exc))
-            return
-        self._backlog.extend(commands)
-        self.run_turn()
+    def receive(self, data: bytes, now: float) -> None:
+        closed = self.machine.receive_data(data)
+        if closed is not None:
+            self._closed(closed)
 
-    def run_turn(self) -> None:
-        backlog = self._backlog
-        n = min(len(backlog), self.TURN_FRAMES)
-        batch, self._backlog = backlog[:n], backlog[n:]
-        for command in batch:
-            if self.state is State.CLOSED or self.should_close_transport:
-                self._backlog = []
+    def run(self, budget: int, now: float) -> None:
+        machine = self.machine
+        for _ in range(budget):
+            if self._hold_all or self.should_close_transport:
                 break
-            self._handle(command)
+            event = machine.next_event()
+            if event is None:
+                break
+            handler = _HANDLERS.get(type(event))
+            if handler is not None:
+                handler(self, event)
+            elif isinstance(event, Closed):
+                self._closed(event)
+            else:
+                machine.fail(Code.UNKNOWN_FRAME, f"{type(event).__name__} is not handled")
+                self._closed(Closed(Code.UNKNOWN_FRAME, "unhandled command", by_peer=False))
         self._confirm_published()
 
     def take_output(self, now: float) -> list[bytes]:
-        if self._hold_until and now < self._hold_until:
-            return []
-        if self._hold_until:
-            self._hold_until = 0.0
-            self.should_close_transport = True
-        out, self._out = self._out, []
-        self._out_size = 0
-        if out:
-            self._last_sent = now
-            if not self._owner.writable and self._writable:
-                self._resume()
-        return out
+        return self.shell.output.take()
 
     def next_tick(self, now: float) -> float | None:
-        """When ``tick`` next has something to do (``server/frontend_contract.py``): the
-        adapter sleeps until then. ``_hold_until`` is only set while input is handled, after
-        which the adapter asks again."""
-        if self.state is State.CLOSED:
-            return None
-        if self._hold_until:
-            return self._hold_until
-        if self.state is State.CLOSING:
-            return self._close_deadline
-        if self.state is not State.RUNNING:
-            return self.opened_at + HANDSHAKE_TIMEOUT + 1e-3
-        if not self.heartbeat:
-            return None
-        return min(
-            self._last_sent + self.heartbeat / 2,
-            self._last_received + 2 * self.heartbeat + 1e-3,
-        )
+        """The machine has no timers: heartbeats and time-outs are the shell's."""
+        return None
 
     def tick(self, now: float) -> None:
-        if self.state is State.CLOSED:
-            return
-        if self._hold_until:
-            if now >= self._hold_until and self.on_output is not None:
-                self.on_output()
-            return
-        if self.state is State.CLOSING:
-            if now >= self._close_deadline:
-                self.should_close_transport = True
-            return
-        if self.state is not State.RUNNING:
-            if now - self.opened_at > HANDSHAKE_TIMEOUT:
-                self.close_reason = "handshake timeout"
-                self.should_close_transport = True
-            return
-        if self.heartbeat:
-            if now - self._last_received > 2 * self.heartbeat:
-                self.close_reason = "missed heartbeats from client"
-                self.should_close_transport = True
-                return
-            if now - self._last_sent >= self.heartbeat / 2:
-                self._send(c.Heartbeat())
-                self._last_sent = now
+        """See ``next_tick``."""
 
-    def set_writable(self, writable: bool) -> None:
-        self._writable = writable
+    def writable_changed(self, writable: bool) -> None:
         if writable:
             self._resume()
         else:
             self._owner.writable = False
 
-    def block(self, reason: str) -> None:
-        # The stream protocol has no blocked notification: the adapter stops reading.
-        self.blocked = True
+    def notify_blocked(self, reason: str) -> None:
+        """The stream protocol has no blocked notification: the connection is only not read."""
 
-    def unblock(self, now: float) -> None:
-        self.blocked = False
+    def notify_unblocked(self, now: float) -> None:
+        """See ``notify_blocked``."""
+
+    def hold_input(self, channel: int | None) -> bool:
+        if channel is not None:
+            return False  # the stream protocol has no channels: the connection is held
+        self._hold_all = True
+        return True
+
+    def release_input(self, channel: int | None) -> None:
+        self._hold_all = False
 
     def close(self, reply_code: int, reply_text: str, now: float) -> None:
         """Close from the broker's side (shutdown, vhost deleted)."""
-        if self.state in (State.CLOSING, State.CLOSED):
-            return
-        if self.state is not State.RUNNING:
-            self.should_close_transport = True
-            return
-        self._correlation += 1
-        self._send(c.Close(self._correlation, Code.OK, reply_text))
         self.close_reason = reply_text
-        self.state = State.CLOSING
-        self._close_deadline = now + CLOSE_TIMEOUT
+        self.machine.close(Code.OK, reply_text)
+        if self.machine.finished:
+            self.should_close_transport = True
+        self._release()
+
+    def internal_error(self, now: float) -> None:
+        self._closed(self.machine.fail(Code.INTERNAL_ERROR, "internal error; see the broker log"))
 
     def connection_lost(self) -> None:
-        self.state = State.CLOSED
-        self._drop_all()
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.access is not None:
-            self.access.close()
-            self.access = None
+        self.machine.finished = True
+        self._release()
         self.server.connections.discard(self)
 
-    # -- output --------------------------------------------------------------------------
+    def channel_infos(self) -> list[ChannelInfo]:
+        """RabbitMQ counts no channels on a stream connection."""
+        return []
 
-    def _send(self, command: c.Command) -> None:
-        frame = command.encode()
-        self._out.append(frame)
-        self._out_size += len(frame)
-        self._notify()
+    # -- the connection's set-up -----------------------------------------------------------
 
-    def _notify(self) -> None:
-        if self.on_output is not None:
-            self.on_output()
-
-    def _fatal(self, code: int, reason: str) -> None:
-        """Close at once with ``code``: the peer broke the protocol."""
-        log.info("stream connection %s: closing: %s", self.peer, reason)
-        self.close_reason = reason
-        if self.state is State.RUNNING:
-            self._correlation += 1
-            self._send(c.Close(self._correlation, code, reason))
-        self.state = State.CLOSED
+    def _closed(self, event: Closed) -> None:
+        if not self.close_reason:
+            self.close_reason = event.reason
+        if event.code not in (Code.OK,) and not event.by_peer:
+            log.info("stream connection %s: closing: %s", self.peer, event.reason)
         self.should_close_transport = True
-        self._backlog = []
+        self._release()
 
-    # -- dispatch --------------------------------------------------------------------------
+    def _release(self) -> None:
+        self._drop_all()
+        self.shell.release()
 
-    def _handle(self, command: c.Command) -> None:
-        key = command.KEY if not isinstance(command, c.Response) else 0x8000 | command.key
-        if isinstance(command, c.Heartbeat):
-            return
-        if isinstance(command, c.Close):
-            self._send(c.Response(Key.CLOSE, command.correlation_id, Code.OK))
-            self.close_reason = f"client closed: {command.reason}"
-            self.state = State.CLOSED
-            self.should_close_transport = True
-            return
-        if isinstance(command, c.Response) and command.key == Key.CLOSE:
-            if self.state is State.CLOSING:
-                self.state = State.CLOSED
-                self.should_close_transport = True
-            return
-        base = key & 0x7FFF
-        if base not in ACCEPTED[self.state]:
-            self._fatal(Code.UNKNOWN_FRAME, f"command 0x{key:04x} not expected now")
-            return
-        handler = _HANDLERS.get(type(command))
-        if handler is None:
-            self._fatal(Code.UNKNOWN_FRAME, f"command 0x{key:04x} is not handled")
-            return
-        handler(self, command)
-
-    # -- connection set-up --------------------------------------------------------------------
-
-    def _peer_properties(self, command: c.PeerProperties) -> None:
-        self._send(c.PeerPropertiesResponse(command.correlation_id, Code.OK, SERVER_PROPERTIES))
-        self.state = State.SASL
-
-    def _sasl_handshake(self, command: c.SaslHandshake) -> None:
-        mechanisms = authn.mechanisms(self.users, certificate_identity=self.certificate_identity)
-        self._send(c.SaslHandshakeResponse(command.correlation_id, Code.OK, mechanisms))
-
-    def _sasl_authenticate(self, command: c.SaslAuthenticate) -> None:
-        login = authn.login(
-            self.users,
-            command.mechanism,
-            command.data or b"",
-            loopback=self.loopback,
-            peer=self.peer,
-            certificate_identity=self.certificate_identity,
-        )
+    def _login(self, event: LoginRequested) -> None:
+        shell = self.shell
+        login = shell.login(event.mechanism, event.data)
         if login.ok:
-            assert login.user is not None
-            self.user = login.user.name
-            self._send(c.SaslAuthenticateResponse(command.correlation_id, Code.OK))
-            self._send(c.Tune(self.server.settings.frame_max, self.server.settings.heartbeat))
-            self.state = State.TUNE
+            shell.info.client_properties = self.machine.client_properties
+            self.machine.accept_login()
             return
-        mechanisms = authn.mechanisms(self.users, certificate_identity=self.certificate_identity)
-        if command.mechanism not in mechanisms:
-            code = Code.SASL_MECHANISM_NOT_SUPPORTED
-        elif login.refusal is authn.Refusal.LOOPBACK_ONLY:
-            code = Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
-        elif login.refusal is authn.Refusal.MALFORMED:
-            code = Code.SASL_ERROR
-        else:
-            code = Code.AUTHENTICATION_FAILURE
+        code = self._refusal_code(event.mechanism, login)
         self.close_reason = f"login refused ({login.refusal.value if login.refusal else ''})"
-        self._send(c.SaslAuthenticateResponse(command.correlation_id, code))
-        self.state = State.AUTHENTICATING
-        if login.delay:
-            # The answer goes out only after the delay every refused login gets.
-            self._hold_until = self._now + login.delay
-        else:
-            self.should_close_transport = True
+        # The answer goes out only after the delay every refused login gets.
+        shell.refuse(login.delay, lambda: self._refuse_login(code))
 
-    def _tune(self, command: c.Tune) -> None:
-        offered = self.server.settings
-        self.frame_max = _negotiate(offered.frame_max, command.frame_max)
-        self.heartbeat = _negotiate(offered.heartbeat, command.heartbeat)
-        self.codec.frame_max = self.frame_max
-        self.state = State.OPEN
+    def _refusal_code(self, mechanism: str, login: Login) -> int:
+        mechanisms = authn.mechanisms(
+            self.users, certificate_identity=self.shell.certificate_identity
+        )
+        if mechanism not in mechanisms:
+            return Code.SASL_MECHANISM_NOT_SUPPORTED
+        if login.refusal is authn.Refusal.LOOPBACK_ONLY:
+            return Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
+        if login.refusal is authn.Refusal.MALFORMED:
+            return Code.SASL_ERROR
+        return Code.AUTHENTICATION_FAILURE
 
-    def _open(self, command: c.Open) -> None:
-        name = command.virtual_host or "/"
-        user = self.users.users.get(self.user)
+    def _refuse_login(self, code: int) -> None:
+        self.machine.refuse_login(code)
+        self.should_close_transport = True
+
+    def _tuned(self, event: Tuned) -> None:
+        info = self.shell.info
+        info.frame_max = event.frame_max
+        info.timeout = event.heartbeat
+        self.shell.keep_alive(event.heartbeat, c.Heartbeat().encode())
+
+    def _open(self, event: OpenRequested) -> None:
+        name = event.virtual_host
         try:
-            if user is None:
-                raise NotAllowed(f"user '{self.user}' is gone")
-            self.access = Access.open(self.users, user, name, peer=self.peer)
-            vhost = self.broker.vhosts.get(name)
-            if vhost is None:
-                raise NotAllowed(f"vhost {name} not found")
-        except AMQPError as exc:
-            log.info("stream connection %s: open refused: %s", self.peer, exc)
-            self._send(c.OpenResponse(command.correlation_id, Code.VIRTUAL_HOST_ACCESS_FAILURE))
-            self.close_reason = str(exc)
-            self.state = State.CLOSED
+            client = self.shell.open_vhost(name)
+        except OpenRefused as exc:
+            log.info("stream connection %s: open refused: %s", self.peer, exc.reply_text)
+            self.close_reason = exc.reply_text
+            self.machine.refuse_open(Code.VIRTUAL_HOST_ACCESS_FAILURE)
             self.should_close_transport = True
             return
-        self.vhost = vhost
-        self.client = self.broker.connect(vhost, self.user, self.peer)
-        self.client.attach(0, _Attachment(self))
+        self.vhost = client.vhost
+        client.attach(0, _Attachment(self))
         settings = self.server.settings
         properties = {"advertised_host": settings.host, "advertised_port": str(settings.port)}
-        self._send(c.OpenResponse(command.correlation_id, Code.OK, properties))
-        self.state = State.RUNNING
-        log.info("stream connection %s: user '%s' opened vhost '%s'", self.peer, self.user, name)
+        self.machine.accept_open(properties)
+        log.info("stream connection %s: user '%s' opened vhost '%s'", self.peer, client.user, name)
+
+    def _send(self, command: c.Command) -> None:
+        self.machine.send(command)
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -523,8 +366,9 @@ class StreamConnection:
 
     def _check(self, kind: str, name: str) -> int:
         """Code.OK, or ACCESS_REFUSED when the user may not ``kind`` the stream ``name``."""
-        assert self.access is not None
-        if self.access.allowed(kind, "queue", name):  # type: ignore[arg-type]
+        access = self.shell.access
+        assert access is not None
+        if access.allowed(kind, "queue", name):  # type: ignore[arg-type]
             return Code.OK
         return Code.ACCESS_REFUSED
 
@@ -536,11 +380,12 @@ class StreamConnection:
             return
         arguments = {"x-queue-type": "stream", **stream_queue_arguments(command.arguments)}
         assert self.vhost is not None
-        assert self.access is not None
+        access = self.shell.access
+        assert access is not None
         existing = self.vhost.queues.get(name)
         try:
             if existing is None:
-                self.access.check_queue_limit(name, len(self.vhost.queues))
+                access.check_queue_limit(name, len(self.vhost.queues))
             self.vhost.declare_queue(name, owner=self, durable=True, arguments=arguments)
         except AMQPError as exc:
             self._send(c.Response(Key.CREATE, cid, _code_of(exc)))
@@ -660,7 +505,7 @@ class StreamConnection:
         # The frame's entries as one batch: one append, one chunk piece, one checksum.
         queue.append_entries(command.entries, command.counts, publisher.reference, ids)
         publisher.pending.extend(ids)
-        self.published = True
+        self.shell.published = True
 
     def _confirm_published(self) -> None:
         """Confirm what was published in this turn once the store has it (one callback per
@@ -674,7 +519,7 @@ class StreamConnection:
 
     def _confirmer(self, pid: int, ids: list[int]) -> Callable[[], None]:
         def confirm() -> None:
-            if self.state is not State.CLOSED:
+            if not self.machine.finished:
                 self._send(c.PublishConfirm(pid, ids))
 
         return confirm
@@ -723,17 +568,17 @@ class StreamConnection:
 
     def _activate(self, sub: Subscription) -> None:
         """``sub`` became its group's active consumer: ask the client where to start."""
-        self._correlation += 1
-        self._updates[self._correlation] = (sub, True)
-        self._send(c.ConsumerUpdate(self._correlation, sub.id, True))
+        correlation = self.machine.next_correlation()
+        self._updates[correlation] = (sub, True)
+        self._send(c.ConsumerUpdate(correlation, sub.id, True))
 
     def _deactivate(self, sub: Subscription) -> None:
         """``sub`` must step down (a super stream's group rebalances): it stops taking
         chunks now; the group moves on once the client has answered."""
         self._detach(sub)
-        self._correlation += 1
-        self._updates[self._correlation] = (sub, False)
-        self._send(c.ConsumerUpdate(self._correlation, sub.id, False))
+        correlation = self.machine.next_correlation()
+        self._updates[correlation] = (sub, False)
+        self._send(c.ConsumerUpdate(correlation, sub.id, False))
 
     def _consumer_update_response(self, command: c.ConsumerUpdateResponse) -> None:
         sub, active = self._updates.pop(command.correlation_id, (None, False))
@@ -788,15 +633,10 @@ class StreamConnection:
 
     def _deliver_chunk(self, consumer: ChunkConsumer, chunk: StoredChunk) -> None:
         sub = self._by_consumer[consumer]
-        data = chunk.data
         committed = sub.queue.log.last_chunk_offset if self._deliver_v2 else None
-        self._out.append(c.deliver_prefix(sub.id, len(data), committed))
-        self._out.append(data)
-        self._out_size += len(data) + 13
         consumer.credit -= 1
-        if self._out_size > OUTPUT_HIGH_WATER:
-            self._owner.writable = False
-        self._notify()
+        # Past the output's high-water mark the shell stops the chunks (writable_changed).
+        self.machine.deliver(sub.id, chunk.data, committed)
 
     def _consumer_removed(self, consumer: Consumer) -> None:
         """The stream was deleted (by any protocol): the subscription ends."""
@@ -807,7 +647,7 @@ class StreamConnection:
 
     def _resume(self) -> None:
         """The socket drained: hand chunks again."""
-        if self._owner.writable or not self._writable:
+        if self._owner.writable or not self.shell.writable:
             return
         self._owner.writable = True
         for sub in list(self._subscriptions.values()):
@@ -852,20 +692,22 @@ class StreamConnection:
 
     def _create_super_stream(self, command: c.CreateSuperStream) -> None:
         assert self.vhost is not None
-        assert self.access is not None
+        access = self.shell.access
+        assert access is not None
         arguments = stream_queue_arguments(command.arguments)
         try:
-            code = superstream.create(self.vhost, self.access, self, command, arguments)
+            code = superstream.create(self.vhost, access, self, command, arguments)
         except AMQPError as exc:
             code = _code_of(exc)
         self._send(c.Response(Key.CREATE_SUPER_STREAM, command.correlation_id, code))
 
     def _delete_super_stream(self, command: c.DeleteSuperStream) -> None:
         assert self.vhost is not None
-        assert self.access is not None
+        access = self.shell.access
+        assert access is not None
         gone: list[StreamQueue] = []
         try:
-            code, gone = superstream.delete(self.vhost, self.access, command)
+            code, gone = superstream.delete(self.vhost, access, command)
         except AMQPError as exc:
             code = _code_of(exc)
         self._send(c.Response(Key.DELETE_SUPER_STREAM, command.correlation_id, code))
@@ -892,15 +734,6 @@ def stream_queue_arguments(arguments: Mapping[str, str]) -> dict[str, object]:
     return converted
 
 
-def _negotiate(ours: int, theirs: int) -> int:
-    """The smaller of two limits where 0 means none."""
-    if not ours:
-        return theirs
-    if not theirs:
-        return ours
-    return min(ours, theirs)
-
-
 def _offset_spec(offset_type: int, offset: int) -> OffsetSpec | None:
     kind = _OFFSET_KINDS.get(offset_type)  # type: ignore[call-overload]
     if kind is None:
@@ -910,12 +743,10 @@ def _offset_spec(offset_type: int, offset: int) -> OffsetSpec | None:
     return OffsetSpec(kind)
 
 
-_HANDLERS: dict[type[c.Command], Callable[[StreamConnection, Any], None]] = {
-    c.PeerProperties: StreamConnection._peer_properties,
-    c.SaslHandshake: StreamConnection._sasl_handshake,
-    c.SaslAuthenticate: StreamConnection._sasl_authenticate,
-    c.Tune: StreamConnection._tune,
-    c.Open: StreamConnection._open,
+_HANDLERS: dict[type[Any], Callable[[StreamConnection, Any], None]] = {
+    LoginRequested: StreamConnection._login,
+    Tuned: StreamConnection._tuned,
+    OpenRequested: StreamConnection._open,
     c.DeclarePublisher: StreamConnection._declare_publisher,
     c.Publish: StreamConnection._publish,
     c.QueryPublisherSequence: StreamConnection._query_publisher_sequence,

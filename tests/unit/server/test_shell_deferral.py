@@ -1,0 +1,167 @@
+"""The shell's deferral (``Shell.defer``) through the 0-9-1 front end, with a completion the
+test resolves by hand, as the cluster's metadata store or a peer node will: the deferred
+method's channel waits (its later frames are held, in order), the connection's other
+channels go on, input past ``HOLD_BOUND`` stays in the transport, and the reply goes out
+when the completion is done, before what was held."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import pytest
+
+from leveret.errors import PreconditionFailed
+from leveret.model.broker import Broker
+from leveret.model.completion import Completion
+from leveret.protocol.amqp091._generated import methods as m
+from leveret.server.amqp091 import handlers
+from leveret.server.shell.shell import HOLD_BOUND
+from leveret.testing import CodecClient
+
+if TYPE_CHECKING:
+    from leveret.server.amqp091.channel import Channel
+    from leveret.server.amqp091.connection import AMQP091Connection
+
+
+class Deferring:
+    """queue.declare answered only when the test resolves its completion (with the name)."""
+
+    def __init__(self, *, whole_connection: bool = False) -> None:
+        self.pending: list[Completion[str]] = []
+        self.whole_connection = whole_connection
+
+    def __call__(self, channel: Channel, method: m.Method) -> None:
+        assert isinstance(method, m.QueueDeclare)
+        conn = cast("AMQP091Connection", channel.conn)
+        completion: Completion[str] = Completion()
+        self.pending.append(completion)
+
+        def reply(name: str) -> None:
+            conn.send_method(channel.id, m.QueueDeclareOk(queue=name))
+
+        if self.whole_connection:
+            conn.shell.defer(completion, lambda done: reply(done.result()))
+        else:
+            conn.defer(channel, completion, reply, class_id=50, method_id=10)
+
+
+@pytest.fixture
+def deferring(monkeypatch: pytest.MonkeyPatch) -> Deferring:
+    handler = Deferring()
+    monkeypatch.setitem(handlers.HANDLERS, m.QueueDeclare.INDEX, handler)
+    return handler
+
+
+def reading(client: CodecClient) -> bool:
+    # A call, not the property: the type checker would keep an earlier assert's answer.
+    return client.shell.reading
+
+
+def _client(broker: Broker | None = None) -> CodecClient:
+    client = CodecClient.connect(broker)
+    client.handshake()
+    client.open_channel(1)
+    client.open_channel(2)
+    return client
+
+
+def test_the_channel_waits_and_the_reply_goes_before_what_it_held(deferring: Deferring) -> None:
+    client = _client()
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.send(1, m.BasicQos(prefetch_count=5))
+    client.send(1, m.ExchangeDeclare(exchange="x", type="fanout"))
+    assert client.frames() == []
+    # Another channel of the same connection is not held.
+    client.send(2, m.ExchangeDeclare(exchange="y", type="direct"))
+    client.expect(2, m.ExchangeDeclareOk)
+    client.expect_nothing()
+    (completion,) = deferring.pending
+    completion.resolve("q")
+    assert client.methods() == [
+        (1, m.QueueDeclareOk(queue="q")),
+        (1, m.BasicQosOk()),
+        (1, m.ExchangeDeclareOk()),
+    ]
+    # Input flows again, and in order.
+    client.send(1, m.BasicQos(prefetch_count=1))
+    client.expect(1, m.BasicQosOk)
+
+
+def test_a_failed_completion_closes_the_channel_with_its_error(deferring: Deferring) -> None:
+    client = _client()
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.send(1, m.BasicQos(prefetch_count=5))
+    deferring.pending[0].fail(PreconditionFailed("inequivalent arg 'durable' for queue 'q'"))
+    close = client.expect(1, m.ChannelClose)
+    assert (close.reply_code, close.class_id, close.method_id) == (406, 50, 10)
+    assert "inequivalent arg" in close.reply_text
+    client.expect_nothing()  # what the channel held died with it
+    client.send(2, m.BasicQos(prefetch_count=1))
+    client.expect(2, m.BasicQosOk)
+
+
+def test_two_deferrals_on_a_channel_answer_in_order(deferring: Deferring) -> None:
+    client = _client()
+    client.send(1, m.QueueDeclare(queue="a"))
+    client.send(1, m.QueueDeclare(queue="b"))
+    assert len(deferring.pending) == 1  # the second waits behind the first
+    deferring.pending[0].resolve("a")
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="a"))]
+    assert len(deferring.pending) == 2
+    deferring.pending[1].resolve("b")
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="b"))]
+
+
+def test_input_past_the_bound_stays_in_the_transport(deferring: Deferring) -> None:
+    broker = Broker()
+    broker.vhosts["/"].declare_queue("target", owner=None)
+    client = _client(broker)
+    client.send(1, m.QueueDeclare(queue="q"))
+    assert reading(client)
+    body = b"x" * 1024
+    n = HOLD_BOUND // len(body) + 8
+    publishes = b"".join(client.encode_publish(1, "", "target", body) for _ in range(n))
+    client.send_raw(publishes)
+    assert not reading(client)  # the adapter pauses the socket
+    assert broker.vhosts["/"].queues["target"].message_count == 0
+    deferring.pending[0].resolve("q")
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="q"))]
+    assert reading(client)
+    assert broker.vhosts["/"].queues["target"].message_count == n
+
+
+def test_a_deferral_of_the_whole_connection_holds_every_channel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    deferring = Deferring(whole_connection=True)
+    monkeypatch.setitem(handlers.HANDLERS, m.QueueDeclare.INDEX, deferring)
+    client = _client()
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.send(2, m.BasicQos(prefetch_count=5))
+    client.expect_nothing()
+    deferring.pending[0].resolve("q")
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="q")), (2, m.BasicQosOk())]
+
+
+def test_a_completion_done_already_answers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def declare(channel: Channel, method: m.Method) -> None:
+        conn = cast("AMQP091Connection", channel.conn)
+        reply = conn.send_method
+        conn.defer(channel, Completion.of("q"), lambda name: reply(1, m.QueueDeclareOk(queue=name)))
+
+    monkeypatch.setitem(handlers.HANDLERS, m.QueueDeclare.INDEX, declare)
+    client = _client()
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.send(1, m.BasicQos(prefetch_count=5))
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="q")), (1, m.BasicQosOk())]
+
+
+def test_a_connection_that_closes_while_waiting_gets_no_reply(deferring: Deferring) -> None:
+    client = _client()
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.send(0, m.ConnectionClose(reply_code=200))
+    client.expect(0, m.ConnectionCloseOk)
+    assert client.closed
+    deferring.pending[0].resolve("q")
+    client.expect_nothing()
+    assert client.shell.internal_errors == 0

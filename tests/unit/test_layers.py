@@ -50,7 +50,10 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     # A node of a cluster (etcd's metadata applied to the server's model): beside
     # management/, above the server; only assembly.py plugs it in.
-    "cluster": frozenset({"errors", "leveret", "config", "model", "store", "auth", "server"}),
+    "cluster": frozenset(
+        {"errors", "leveret", "config", "protocol", "model", "convert", "store", "auth"}
+        | {"server"}
+    ),
     "assembly": frozenset({"config", "server", "management", "cluster", "links"}),
     # The CLI; --workers' supervisor starts an etcd (cluster/etcd_process.py).
     "cli": frozenset({"leveret", "config", "server", "store", "assembly", "cluster"}),

@@ -1,0 +1,509 @@
+"""The inter-node link's wire format: frames, the handshake, and the operations a node asks
+of the leader of a queue (and the answers), sans-IO.
+
+A frame is ``u32 length | u8 op | payload`` (the length counts the op and the payload).
+Strings are ``u16 length`` + UTF-8, byte strings ``u32 length`` + bytes, integers big-endian.
+A message travels as it is kept (``exchange``, ``routing_key``, its form number, the encoded
+properties and the body: ``convert/formats.py``'s stored form), so the leader re-sends the
+bytes a consumer gets without converting anything.
+
+The handshake (both sides, before any other frame): each sends :class:`Hello` (its node
+name, its incarnation: the node's lease epoch, a fresh nonce and a tag naming its cluster),
+and on the peer's ``Hello`` a :class:`Proof`: an HMAC-SHA256, keyed by the cluster's secret,
+of its role, its own name and the peer's nonce (:func:`proof`). A peer of another cluster,
+or one that cannot prove the secret, is refused.
+
+Operations are batched by the writer: everything a loop turn produces goes out in one
+write (:class:`Writer`), and the reader decodes every whole frame a read brings
+(:class:`Reader`). Bad input raises :class:`LinkError`, never anything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from leveret.errors import AMQPError
+
+__all__ = [
+    "MAX_FRAME",
+    "Cancel",
+    "Cancelled",
+    "Confirm",
+    "Consume",
+    "ConsumeOk",
+    "Credit",
+    "Deliver",
+    "Empty",
+    "Failed",
+    "Get",
+    "Got",
+    "Hello",
+    "LinkError",
+    "Op",
+    "Proof",
+    "Publish",
+    "Reader",
+    "Settle",
+    "Writer",
+    "encode",
+    "proof",
+]
+
+# A frame larger than this is refused (a message body is at most 512 MiB on 0-9-1).
+MAX_FRAME: Final = (512 << 20) + (1 << 20)
+
+# Settle kinds.
+ACCEPT: Final = 0
+REJECT: Final = 1
+REQUEUE: Final = 2
+
+
+class LinkError(AMQPError):
+    """The peer sent what the link's format does not allow."""
+
+    reply_code = 501  # FRAME_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    node: str
+    incarnation: int
+    nonce: bytes
+    cluster_tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class Proof:
+    mac: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """A message routed on the sender's node to ``queue``, led here. ``seq`` > 0: the
+    sender wants a :class:`Confirm` once this node has done what it does before confirming
+    (synced to disk for a persistent message in a durable queue); 0: no confirm."""
+
+    seq: int
+    vhost: str
+    queue: str
+    exchange: str
+    routing_key: str
+    format: int
+    raw: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """Publishes up to ``upto`` (all since the last confirm when ``multiple``) confirmed
+    (``ack``) or refused."""
+
+    upto: int
+    multiple: bool
+    ack: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Consume:
+    cid: int
+    vhost: str
+    queue: str
+    auto_settle: bool
+    exclusive: bool
+    credit: int
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeOk:
+    cid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """The consumer may have ``credit`` deliveries beyond the first ``received`` of its
+    (AMQP 1.0's link credit: deliveries in flight are counted, never lost)."""
+
+    cid: int
+    credit: int
+    received: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    cid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The leader ended the consumer (its queue went) or refused it (``code`` > 0)."""
+
+    cid: int
+    code: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    cid: int
+    did: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    format: int
+    raw: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Deliveries ``dids`` accepted, rejected (dead-lettered where the queue says) or
+    requeued."""
+
+    kind: int
+    dids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    rid: int
+    vhost: str
+    queue: str
+    auto_settle: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Got:
+    rid: int
+    did: int
+    redelivered: bool
+    remaining: int
+    exchange: str
+    routing_key: str
+    format: int
+    raw: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Empty:
+    rid: int
+    remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A request (``rid``) failed with an AMQP code and text (404, 405, 540...)."""
+
+    rid: int
+    code: int
+    text: str
+
+
+Op = (
+    Hello
+    | Proof
+    | Publish
+    | Confirm
+    | Consume
+    | ConsumeOk
+    | Credit
+    | Cancel
+    | Cancelled
+    | Deliver
+    | Settle
+    | Get
+    | Got
+    | Empty
+    | Failed
+)
+
+_HEAD = struct.Struct(">IB")
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_I32 = struct.Struct(">i")
+
+
+def proof(secret: str, role: str, node: str, nonce: bytes) -> bytes:
+    """What a node proves in its :class:`Proof`: the HMAC of its role ("dialer" or
+    "listener"), its name and the peer's nonce, keyed by the cluster's secret."""
+    data = role.encode() + b"\0" + node.encode() + b"\0" + nonce
+    return hmac.new(secret.encode(), data, hashlib.sha256).digest()
+
+
+def cluster_tag(secret: str) -> str:
+    """A public name of the cluster (a hash of its secret): a peer of another cluster is
+    told apart from one with a wrong proof."""
+    return hashlib.sha256(b"leveret-cluster\0" + secret.encode()).hexdigest()[:16]
+
+
+# -- encoding ----------------------------------------------------------------------------
+
+
+def _s(value: str) -> bytes:
+    data = value.encode()
+    if len(data) > 0xFFFF:
+        raise ValueError("string too long for the link")
+    return _U16.pack(len(data)) + data
+
+
+def _b(value: bytes) -> bytes:
+    return _U32.pack(len(value)) + value
+
+
+def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes) -> bytes:
+    return b"".join((_s(exchange), _s(routing_key), _U8.pack(fmt), _b(raw), _b(body)))
+
+
+def _payload(op: Op) -> tuple[int, bytes]:
+    if isinstance(op, Deliver):
+        return 10, b"".join(
+            (
+                _U32.pack(op.cid),
+                _U64.pack(op.did),
+                _U8.pack(op.redelivered),
+                _message(op.exchange, op.routing_key, op.format, op.raw, op.body),
+            )
+        )
+    if isinstance(op, Publish):
+        return 3, b"".join(
+            (
+                _U64.pack(op.seq),
+                _s(op.vhost),
+                _s(op.queue),
+                _message(op.exchange, op.routing_key, op.format, op.raw, op.body),
+            )
+        )
+    if isinstance(op, Settle):
+        return 11, _U8.pack(op.kind) + _U32.pack(len(op.dids)) + b"".join(
+            _U64.pack(d) for d in op.dids
+        )
+    if isinstance(op, Confirm):
+        return 4, _U64.pack(op.upto) + _U8.pack(op.multiple | op.ack << 1)
+    if isinstance(op, Credit):
+        return 7, _U32.pack(op.cid) + _U32.pack(op.credit) + _U64.pack(op.received)
+    if isinstance(op, Hello):
+        if len(op.nonce) > 255:
+            raise ValueError("nonce too long")
+        return 1, b"".join(
+            (
+                _s(op.node),
+                _U64.pack(op.incarnation),
+                _U8.pack(len(op.nonce)) + op.nonce,
+                _s(op.cluster_tag),
+            )
+        )
+    if isinstance(op, Proof):
+        return 2, _b(op.mac)
+    if isinstance(op, Consume):
+        return 5, b"".join(
+            (
+                _U32.pack(op.cid),
+                _s(op.vhost),
+                _s(op.queue),
+                _U8.pack(op.auto_settle | op.exclusive << 1),
+                _U32.pack(op.credit),
+                _I32.pack(op.priority),
+            )
+        )
+    if isinstance(op, ConsumeOk):
+        return 6, _U32.pack(op.cid)
+    if isinstance(op, Cancel):
+        return 8, _U32.pack(op.cid)
+    if isinstance(op, Cancelled):
+        return 9, _U32.pack(op.cid) + _U16.pack(op.code) + _s(op.text)
+    if isinstance(op, Get):
+        return 12, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue) + _U8.pack(op.auto_settle)
+    if isinstance(op, Got):
+        return 13, b"".join(
+            (
+                _U32.pack(op.rid),
+                _U64.pack(op.did),
+                _U8.pack(op.redelivered),
+                _U32.pack(op.remaining),
+                _message(op.exchange, op.routing_key, op.format, op.raw, op.body),
+            )
+        )
+    if isinstance(op, Empty):
+        return 14, _U32.pack(op.rid) + _U32.pack(op.remaining)
+    if isinstance(op, Failed):
+        return 15, _U32.pack(op.rid) + _U16.pack(op.code) + _s(op.text)
+    raise TypeError(f"not a link operation: {op!r}")
+
+
+def encode(op: Op) -> bytes:
+    """One frame."""
+    code, payload = _payload(op)
+    return _HEAD.pack(len(payload) + 1, code) + payload
+
+
+class Writer:
+    """Frames waiting for the next write: a turn's operations go out together."""
+
+    __slots__ = ("frames", "size")
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.size = 0
+
+    def add(self, op: Op) -> None:
+        frame = encode(op)
+        self.frames.append(frame)
+        self.size += len(frame)
+
+    def take(self) -> bytes:
+        data = b"".join(self.frames)
+        self.frames.clear()
+        self.size = 0
+        return data
+
+
+# -- decoding ----------------------------------------------------------------------------
+
+
+class _Cursor:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if end > len(self.data):
+            raise LinkError("truncated link frame")
+        part = self.data[self.pos : end]
+        self.pos = end
+        return part
+
+    def u8(self) -> int:
+        return int(self.take(1)[0])
+
+    def u16(self) -> int:
+        return int(_U16.unpack(self.take(2))[0])
+
+    def u32(self) -> int:
+        return int(_U32.unpack(self.take(4))[0])
+
+    def u64(self) -> int:
+        return int(_U64.unpack(self.take(8))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack(self.take(4))[0])
+
+    def flag(self) -> bool:
+        value = self.u8()
+        if value > 1:
+            raise LinkError(f"bad boolean {value} in a link frame")
+        return bool(value)
+
+    def s(self) -> str:
+        try:
+            return str(self.take(self.u16()), "utf-8")
+        except UnicodeDecodeError:
+            raise LinkError("a link frame's string is not UTF-8") from None
+
+    def b(self) -> bytes:
+        return bytes(self.take(self.u32()))
+
+    def message(self) -> tuple[str, str, int, bytes, bytes]:
+        return self.s(), self.s(), self.u8(), self.b(), self.b()
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise LinkError("trailing bytes in a link frame")
+
+
+def _decode(code: int, c: _Cursor) -> Op:
+    op: Op
+    if code == 10:
+        cid, did, redelivered = c.u32(), c.u64(), c.flag()
+        op = Deliver(cid, did, redelivered, *c.message())
+    elif code == 3:
+        seq, vhost, queue = c.u64(), c.s(), c.s()
+        op = Publish(seq, vhost, queue, *c.message())
+    elif code == 11:
+        kind = c.u8()
+        if kind > REQUEUE:
+            raise LinkError(f"bad settle kind {kind}")
+        count = c.u32()
+        if count * 8 > len(c.data) - c.pos:
+            raise LinkError("truncated link frame")
+        op = Settle(kind, tuple(c.u64() for _ in range(count)))
+    elif code == 4:
+        upto, bits = c.u64(), c.u8()
+        if bits > 3:
+            raise LinkError("bad confirm flags")
+        op = Confirm(upto, bool(bits & 1), bool(bits & 2))
+    elif code == 7:
+        op = Credit(c.u32(), c.u32(), c.u64())
+    elif code == 1:
+        node, incarnation = c.s(), c.u64()
+        nonce = bytes(c.take(c.u8()))
+        op = Hello(node, incarnation, nonce, c.s())
+    elif code == 2:
+        op = Proof(c.b())
+    elif code == 5:
+        cid, vhost, queue, bits = c.u32(), c.s(), c.s(), c.u8()
+        if bits > 3:
+            raise LinkError("bad consume flags")
+        op = Consume(cid, vhost, queue, bool(bits & 1), bool(bits & 2), c.u32(), c.i32())
+    elif code == 6:
+        op = ConsumeOk(c.u32())
+    elif code == 8:
+        op = Cancel(c.u32())
+    elif code == 9:
+        op = Cancelled(c.u32(), c.u16(), c.s())
+    elif code == 12:
+        op = Get(c.u32(), c.s(), c.s(), c.flag())
+    elif code == 13:
+        rid, did, redelivered, remaining = c.u32(), c.u64(), c.flag(), c.u32()
+        op = Got(rid, did, redelivered, remaining, *c.message())
+    elif code == 14:
+        op = Empty(c.u32(), c.u32())
+    elif code == 15:
+        op = Failed(c.u32(), c.u16(), c.s())
+    else:
+        raise LinkError(f"unknown link operation {code}")
+    c.end()
+    return op
+
+
+class Reader:
+    """Bytes in, operations out: :meth:`feed` returns every whole frame's operation."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Op]:
+        buffer = self._buffer
+        buffer += data
+        ops: list[Op] = []
+        pos = 0
+        view = memoryview(buffer)
+        try:
+            while len(buffer) - pos >= 5:
+                length, code = _HEAD.unpack_from(buffer, pos)
+                if length < 1 or length > MAX_FRAME:
+                    raise LinkError(f"link frame of {length} bytes")
+                end = pos + 4 + length
+                if end > len(buffer):
+                    break
+                ops.append(_decode(code, _Cursor(view[pos + 5 : end])))
+                pos = end
+        finally:
+            view.release()
+        del buffer[:pos]
+        return ops

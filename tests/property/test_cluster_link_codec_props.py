@@ -1,0 +1,103 @@
+"""The inter-node link's codec (protocol/cluster/codec.py): every operation survives a
+round trip however the bytes are split, and bad input raises LinkError, nothing else."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveret.protocol.cluster import codec as c
+
+text = st.text(max_size=40)
+u32 = st.integers(0, 2**32 - 1)
+u64 = st.integers(0, 2**64 - 1)
+blob = st.binary(max_size=300)
+fmt = st.integers(0, 255)
+
+ops = st.one_of(
+    st.builds(c.Hello, text, u64, st.binary(max_size=32), text),
+    st.builds(c.Proof, st.binary(min_size=32, max_size=32)),
+    st.builds(c.Publish, u64, text, text, text, text, fmt, blob, blob),
+    st.builds(c.Confirm, u64, st.booleans(), st.booleans()),
+    st.builds(
+        c.Consume,
+        u32,
+        text,
+        text,
+        st.booleans(),
+        st.booleans(),
+        u32,
+        st.integers(-(2**31), 2**31 - 1),
+    ),
+    st.builds(c.ConsumeOk, u32),
+    st.builds(c.Credit, u32, u32, u64),
+    st.builds(c.Cancel, u32),
+    st.builds(c.Cancelled, u32, st.integers(0, 65535), text),
+    st.builds(c.Deliver, u32, u64, st.booleans(), text, text, fmt, blob, blob),
+    st.builds(c.Settle, st.integers(0, 2), st.lists(u64, max_size=20).map(tuple)),
+    st.builds(c.Get, u32, text, text, st.booleans()),
+    st.builds(c.Got, u32, u64, st.booleans(), u32, text, text, fmt, blob, blob),
+    st.builds(c.Empty, u32, u32),
+    st.builds(c.Failed, u32, st.integers(0, 65535), text),
+)
+
+
+@given(st.lists(ops, max_size=12), st.lists(st.integers(1, 64), max_size=30))
+@settings(max_examples=200)
+def test_round_trip_in_any_split(batch: list[c.Op], cuts: list[int]) -> None:
+    writer = c.Writer()
+    for op in batch:
+        writer.add(op)
+    data = writer.take()
+    assert writer.size == 0
+    reader = c.Reader()
+    out: list[c.Op] = []
+    pos = 0
+    for cut in cuts:
+        out += reader.feed(data[pos : pos + cut])
+        pos += cut
+    out += reader.feed(data[pos:])
+    assert out == batch
+    assert reader.buffered == 0
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=300)
+def test_garbage_raises_link_error_only(data: bytes) -> None:
+    reader = c.Reader()
+    try:
+        reader.feed(data)
+    except c.LinkError:
+        pass
+
+
+@given(ops, st.integers(0, 200), st.integers(0, 255))
+@settings(max_examples=300)
+def test_corrupted_frame_raises_link_error_only(op: c.Op, at: int, value: int) -> None:
+    frame = bytearray(c.encode(op))
+    frame[at % len(frame)] = value
+    try:
+        c.Reader().feed(bytes(frame))
+    except c.LinkError:
+        pass
+
+
+def test_proof_depends_on_secret_role_node_and_nonce() -> None:
+    base = c.proof("s", "dialer", "a", b"n")
+    assert len(base) == 32
+    assert base == c.proof("s", "dialer", "a", b"n")
+    for other in (
+        c.proof("t", "dialer", "a", b"n"),
+        c.proof("s", "listener", "a", b"n"),
+        c.proof("s", "dialer", "b", b"n"),
+        c.proof("s", "dialer", "a", b"m"),
+    ):
+        assert other != base
+    assert c.cluster_tag("s") != c.cluster_tag("t")
+
+
+def test_oversized_frame_is_refused_before_it_arrives() -> None:
+    head = (c.MAX_FRAME + 1).to_bytes(4, "big") + b"\x03"
+    with pytest.raises(c.LinkError, match="bytes"):
+        c.Reader().feed(head)

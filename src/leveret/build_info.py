@@ -73,6 +73,8 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.model.queues.stream",
     # A delayed exchange's store is handed messages as a queue is.
     "leveret.model.queues.delayed",
+    # A queue led by another node of a cluster (its proxy, a Queue subclass).
+    "leveret.model.queues.remote",
     "leveret.model.router",
     "leveret.model.publisher",
     "leveret.model.confirms",

@@ -10,13 +10,22 @@ failing store could not take, is negatively confirmed alone and at once (after t
 before it). The front end turns ``ConfirmSink.confirm(upto, multiple, ack)`` into its
 protocol: 0-9-1's ``basic.ack``/``basic.nack`` with ``multiple``; 1.0 settles the deliveries
 of that range.
+
+A publish routed to a queue led by another node (``queues/remote.py``) is confirmed only
+once that node confirmed it too: its ``remote`` completion (True: the leader confirmed;
+False: refused, or the leader's node went) gates its confirm as a store write does, and a
+refusal makes a negative confirm of that publish alone, the others around it positive.
+Confirm sends wait in one queue in order, each until the store's commit and every remote
+completion it covers are in.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from leveret.model.completion import Completion
     from leveret.model.journal import Journal
 
 
@@ -33,6 +42,19 @@ class JournalSource(Protocol):
     journal: Journal
 
 
+class _Send:
+    """A confirm send waiting for its gates: the store's commit, remote completions."""
+
+    __slots__ = ("ack", "gates", "remote", "start", "upto")
+
+    def __init__(self, start: int, upto: int, ack: bool) -> None:
+        self.start = start
+        self.upto = upto
+        self.ack = ack
+        self.gates = 0
+        self.remote: list[tuple[int, Completion[bool]]] = []
+
+
 class Confirms:
     """The confirm state of one publisher; see the module docstring."""
 
@@ -42,50 +64,100 @@ class Confirms:
         self.seq = 0
         self._confirmed_upto = 0
         self._pending_upto = 0
-        # The last publish whose confirm waits for the store's commit, and how many confirm
-        # sends are waiting for one (later confirms queue behind them, to stay in order).
+        # The last publish whose confirm waits for the store's commit.
         self._sync_upto = 0
-        self._waiting = 0
+        # Confirm sends waiting for their gates, in order; later ones wait behind them.
+        self._sends: deque[_Send] = deque()
+        # Publishes whose queue's leader (another node) has not answered yet.
+        self._remote: list[tuple[int, Completion[bool]]] = []
         # Set when the publisher went away: confirms still waiting for the store are dropped.
         self.closed = False
 
-    def published(self, accepted: bool, stored: bool) -> None:
+    def published(
+        self, accepted: bool, stored: bool, remote: Completion[bool] | None = None
+    ) -> None:
         """Record publish number ``seq`` (already counted by the caller): whether a queue
-        accepted it, and whether routing it made the store write."""
+        accepted it, whether routing it made the store write, and (``remote``) whether the
+        leaders of the queues led elsewhere that it went to confirmed it."""
         journal = self.store.journal
         if stored:
             if journal.ok:
                 self._sync_upto = self.seq  # stored: confirm once on disk
             else:
                 accepted = False  # the store is failing (disk full): nack at once
+        if remote is not None:
+            if not remote.done:
+                self._remote.append((self.seq, remote))
+            elif remote.error is not None or not remote.result():
+                accepted = False
         if accepted:
             self._pending_upto = self.seq
             return
         self.flush()
         seq = self._confirmed_upto = self._pending_upto = self.seq
-        if self._waiting:
-            self._waiting += 1
-            journal.after_commit(lambda: self._send(seq, False, False))
+        if self._sends:
+            self._sends.append(_Send(seq - 1, seq, False))
+            self._drain()
         else:
             self.sink.confirm(seq, multiple=False, ack=False)
 
     def flush(self) -> None:
         """Send the confirms owed for publishes routed so far, coalesced."""
         upto = self._pending_upto
-        if upto > self._confirmed_upto:
-            multiple = upto - self._confirmed_upto > 1
-            if self._sync_upto > self._confirmed_upto or self._waiting:
-                # Some of these publishes are being written: confirm after the commit
-                # (and so do later ones, so that a multiple confirm never overtakes them).
-                self._waiting += 1
-                self.store.journal.after_commit(lambda: self._send(upto, multiple, True))
+        start = self._confirmed_upto
+        if upto <= start:
+            return
+        self._confirmed_upto = upto
+        sync = self._sync_upto > start
+        remote = self._remote
+        if not sync and not remote and not self._sends:
+            self.sink.confirm(upto, multiple=upto - start > 1, ack=True)
+            return
+        send = _Send(start, upto, True)
+        self._sends.append(send)
+        if remote:
+            if remote[-1][0] <= upto:
+                send.remote, self._remote = remote, []
             else:
-                self.sink.confirm(upto, multiple=multiple, ack=True)
-            self._confirmed_upto = upto
+                send.remote = [r for r in remote if r[0] <= upto]
+                self._remote = [r for r in remote if r[0] > upto]
+            for _seq, completion in send.remote:
+                if not completion.done:
+                    send.gates += 1
+                    completion.on_done(lambda _done: self._opened(send))
+        if sync:
+            # Some of these publishes are being written: confirm after the commit.
+            send.gates += 1
+            self.store.journal.after_commit(lambda: self._committed(send))
+        self._drain()
 
-    def _send(self, upto: int, multiple: bool, ack: bool) -> None:
-        """A confirm that waited for the store's commit; negative if the commit failed (the
-        store's ``ok`` is False while the callbacks of a failed batch run)."""
-        self._waiting -= 1
-        if not self.closed:
-            self.sink.confirm(upto, multiple=multiple, ack=ack and self.store.journal.ok)
+    def _committed(self, send: _Send) -> None:
+        # Negative if the commit failed (the store's ``ok`` is False while the callbacks
+        # of a failed batch run).
+        if not self.store.journal.ok:
+            send.ack = False
+        self._opened(send)
+
+    def _opened(self, send: _Send) -> None:
+        send.gates -= 1
+        self._drain()
+
+    def _drain(self) -> None:
+        sends = self._sends
+        while sends and sends[0].gates <= 0:
+            self._emit(sends.popleft())
+
+    def _emit(self, send: _Send) -> None:
+        if self.closed:
+            return
+        sink = self.sink
+        last, upto, ack = send.start, send.upto, send.ack
+        for seq, completion in send.remote:
+            if completion.error is None and completion.result():
+                continue
+            if seq - 1 > last:
+                sink.confirm(seq - 1, multiple=seq - 1 - last > 1, ack=ack)
+            sink.confirm(seq, multiple=False, ack=False)
+            last = seq
+        if upto > last:
+            sink.confirm(upto, multiple=upto - last > 1, ack=ack)

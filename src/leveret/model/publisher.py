@@ -9,7 +9,12 @@ once), and publisher confirms go out through ``Confirms`` once a publisher asked
 In a transaction (``model/transaction.py``) publishes wait for the commit.
 
 ``feeds_backlog`` is set when a publish went to a queue whose consumers are falling behind
-(``Queue.falling_behind``); the front end reads and clears it to pace this publisher.
+(``Queue.falling_behind``; a queue led by another node: while the link to it is backed up);
+the front end reads and clears it to pace this publisher.
+
+A queue led by another node (``Queue.forwards``, ``queues/remote.py``) is handed the
+message with ``forward``, which answers, when a confirm is wanted, with a completion of the
+leader's confirm; the publish's confirm waits for it (``Confirms.published``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed
+from leveret.model.completion import Completion
 from leveret.model.confirms import Confirms, ConfirmSink
 from leveret.model.message import HINT_EXPIRATION, HINT_REPLY_TO
 from leveret.model.queues.features import parse_expiration
@@ -25,6 +31,7 @@ from leveret.model.transaction import Transaction
 
 if TYPE_CHECKING:
     from leveret.model.message import Message
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
 
 __all__ = ["NO_CONSUMERS", "NO_ROUTE", "PublishSink", "Publisher"]
@@ -32,6 +39,10 @@ __all__ = ["NO_CONSUMERS", "NO_ROUTE", "PublishSink", "Publisher"]
 # Why a message came back to its publisher.
 NO_ROUTE: Final = "no_route"
 NO_CONSUMERS: Final = "no_consumers"
+
+
+def _acked(done: Completion[bool]) -> bool:
+    return done.error is None and bool(done.result())
 
 
 class PublishSink(ConfirmSink, Protocol):
@@ -49,6 +60,9 @@ class Publisher:
         self.confirms: Confirms | None = None
         self.tx: Transaction | None = None
         self.feeds_backlog = False
+        # What the leaders of the queues led elsewhere that the last routed message went to
+        # will answer (None: it went to none, or no confirm is wanted).
+        self.remote: Completion[bool] | None = None
         # Direct reply-to: this requester's key while it consumes its replies ("" if not).
         self.reply_key = ""
         # Management counters: plain increments, sampled on a timer (management/).
@@ -98,7 +112,12 @@ class Publisher:
         accepted = self.route(
             exchange_name, routing_key, message, report_unroutable, require_consumer
         )
-        confirms.published(accepted, journal.writes != writes)
+        remote = self.remote
+        if remote is None:
+            confirms.published(accepted, journal.writes != writes)
+        else:
+            self.remote = None
+            confirms.published(accepted, journal.writes != writes, remote)
 
     def _check_properties(self, message: Message) -> Message:
         """Validate ``expiration`` and rewrite a direct reply-to ``reply_to`` (RabbitMQ)."""
@@ -142,11 +161,33 @@ class Publisher:
                 return True
         accepted = True
         for queue in queues:
-            if not queue.enqueue(message):
+            if queue.forwards:
+                self._forward(queue, message)
+            elif not queue.enqueue(message):
                 accepted = False
-            if queue.consumers and queue.falling_behind():
+            if (queue.consumers or queue.forwards) and queue.falling_behind():
                 self.feeds_backlog = True
         return accepted
+
+    def _forward(self, queue: Queue, message: Message) -> None:
+        """Hand ``message`` to ``queue``'s leader on another node; its confirm (if one is
+        wanted) joins ``remote``."""
+        done = queue.forward(message, self.confirms is not None)
+        if done is None:
+            return
+        previous = self.remote
+        if previous is None:
+            self.remote = done
+            return
+        both: Completion[bool] = Completion()
+
+        def joined(_: Completion[bool]) -> None:
+            if previous.done and done.done:
+                both.resolve(_acked(previous) and _acked(done))
+
+        previous.on_done(joined)
+        done.on_done(joined)
+        self.remote = both
 
     def flush_confirms(self) -> None:
         if self.confirms is not None:

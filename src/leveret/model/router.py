@@ -42,10 +42,16 @@ class Router:
     """Routes messages over the exchanges and queues of one vhost (shared dicts)."""
 
     def __init__(
-        self, exchanges: dict[str, Exchange], queues: dict[str, Queue], timers: Timers
+        self,
+        exchanges: dict[str, Exchange],
+        queues: dict[str, Queue],
+        timers: Timers,
+        remote: dict[str, Queue] | None = None,
     ) -> None:
         self.exchanges = exchanges
         self.queues = queues
+        # Queues led by other nodes (a cluster node's vhost): the default exchange's too.
+        self.remote: dict[str, Queue] = remote if remote is not None else {}
         self.timers = timers
         # Direct reply-to: the key of ``amq.rabbitmq.reply-to.<key>`` -> its requester.
         self.reply_to: dict[str, ReplyTarget] = {}
@@ -54,7 +60,11 @@ class Router:
         """The queues ``message`` goes to, each once; [] when unroutable."""
         if exchange.name == "":
             queue = self.queues.get(routing_key)
-            return [queue] if queue is not None else _NO_QUEUES
+            if queue is None:
+                queue = self.remote.get(routing_key)
+                if queue is None:
+                    return _NO_QUEUES
+            return [queue]
         kind = exchange.kind
         if kind.NEEDS_MESSAGE:
             destinations = kind.route_message(routing_key, message)

@@ -92,7 +92,11 @@ class VirtualHost:
         self.stream_backend: StreamBackend = MemoryStreamBackend()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
-        self.router = Router(self.exchanges, self.queues, self.timers)
+        # Queues led by other nodes of a cluster (``queues/remote.py``), by name: found by
+        # lookups, declarations and routing as the node's own are, listed apart (a node
+        # lists, counts and stores the queues it leads).
+        self.remote_queues: dict[str, Queue] = {}
+        self.router = Router(self.exchanges, self.queues, self.timers, self.remote_queues)
         # Exchanges each queue is bound from, so deleting a queue finds its bindings.
         self._queue_sources: dict[Queue, set[Exchange]] = {}
         # Policies and operator policies by name (model/policies.py), applied live.
@@ -125,12 +129,27 @@ class VirtualHost:
 
     def queue(self, name: str, owner: object | None = None) -> Queue:
         """The queue ``name``, checking exclusivity against ``owner``."""
-        try:
-            queue = self.queues[name]
-        except KeyError:
-            raise NotFound(f"no queue '{name}' {self._where()}") from None
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = self.remote_queues.get(name)
+            if queue is None:
+                raise NotFound(f"no queue '{name}' {self._where()}") from None
         self._check_exclusive(queue, owner)
         return queue
+
+    def find_queue(self, name: str) -> Queue | None:
+        """Queue ``name``, led here or (a cluster node) elsewhere; None when there is none."""
+        queue = self.queues.get(name)
+        return queue if queue is not None else self.remote_queues.get(name)
+
+    def add_remote_queue(self, queue: Queue) -> None:
+        """Hold ``queue``, led by another node (its record arrived): it replaces any proxy
+        of the same name, never a queue led here."""
+        old = self.remote_queues.get(queue.name)
+        if old is not None:
+            self.remove_queue(old)
+        self.remote_queues[queue.name] = queue
+        self._queue_sources[queue] = set()
 
     def _check_exclusive(self, queue: Queue, owner: object | None) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
@@ -318,7 +337,7 @@ class VirtualHost:
             name = generated_name or new_queue_name()
         elif name.startswith("amq."):
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-        existing = self.queues.get(name)
+        existing = self.find_queue(name)
         if existing is not None:
             self._redeclare(existing, owner, durable, exclusive, auto_delete, arguments)
             return existing
@@ -369,6 +388,7 @@ class VirtualHost:
         auto_delete: bool,
         arguments: Mapping[str, object] | None,
     ) -> None:
+        queue.reachable()
         self._check_exclusive(queue, owner)
         if exclusive != queue.exclusive and (queue.exclusive or owner is not None):
             # RabbitMQ: a different exclusive flag is a lock conflict (405), not an inequivalence.
@@ -392,6 +412,7 @@ class VirtualHost:
         ):
             return Declared(name, 0, 1)
         queue = self.queue(name, owner)
+        queue.reachable()
         if queue.config.expires is not None:
             queue.touch()  # RabbitMQ: a passive declare counts as a use too
         return Declared(queue.name, queue.lookup(arguments), queue.consumer_count)
@@ -430,7 +451,7 @@ class VirtualHost:
     ) -> None:
         if exchange_name == "":
             raise AccessRefused("operation not permitted on the default exchange")
-        queue = self.queues.get(queue_name)
+        queue = self.find_queue(queue_name)
         exchange = self.exchanges.get(exchange_name)
         if queue is None or exchange is None:
             return  # RabbitMQ: removing a binding that cannot exist succeeds
@@ -450,10 +471,16 @@ class VirtualHost:
     def delete_queue(
         self, name: str, *, owner: object, if_unused: bool = False, if_empty: bool = False
     ) -> int:
-        queue = self.queues.get(name)
+        queue = self.find_queue(name)
         if queue is None:
             return 0  # RabbitMQ: deleting a missing queue succeeds with a count of 0
         self._check_exclusive(queue, owner)
+        if queue.forwards and (if_unused or if_empty):
+            # Its counts are its leader's: refused rather than deleting what may be in use.
+            raise PreconditionFailed(
+                f"queue '{name}' {self._where()} is led by another node: if-unused and "
+                "if-empty deletions are made through its leader"
+            )
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"queue '{name}' {self._where()} in use")
         if if_empty and queue.has_ready():
@@ -464,9 +491,12 @@ class VirtualHost:
 
     def remove_queue(self, queue: Queue) -> None:
         """Delete ``queue`` and its bindings; its consumers' owners are told."""
-        if self.queues.get(queue.name) is not queue:
+        if self.queues.get(queue.name) is queue:
+            del self.queues[queue.name]
+        elif self.remote_queues.get(queue.name) is queue:
+            del self.remote_queues[queue.name]
+        else:
             return
-        del self.queues[queue.name]
         queue.deleted = True
         for exchange in self._queue_sources.pop(queue, set()):
             exchange.kind.remove_destination(queue)

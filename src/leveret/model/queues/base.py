@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from leveret.errors import AccessRefused, NotImplemented_, PreconditionFailed, ResourceLocked
+from leveret.model.completion import Completion
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 
 # Imported at run time although only annotations name it: the compiled build builds the
@@ -341,6 +342,11 @@ class Queue(Source):
     management and the store may ask of it. Subclasses implement the operations; those a
     type lacks raise ``unsupported`` (its capabilities say so up front)."""
 
+    # A queue led by another node of a cluster (``queues/remote.py``): the publisher hands
+    # it messages with ``forward`` and a ``basic.get`` asks it with ``fetch`` (answered
+    # later); its counts are the leader's.
+    forwards = False
+
     def __init__(
         self,
         vhost_name: str,
@@ -462,6 +468,22 @@ class Queue(Source):
     def enqueue(self, message: Message) -> bool:
         """Queue (or hand over) ``message``; False when the queue refused it (overflow)."""
         raise NotImplementedError
+
+    def forward(self, message: Message, confirm: bool) -> Completion[bool] | None:
+        """Hand ``message`` to the queue's leader on another node (``forwards``); with
+        ``confirm``, a completion of the leader's confirm (True) or refusal (False)."""
+        self.enqueue(message)
+        return None
+
+    def fetch(self, *, auto_settle: bool) -> Completion[tuple[QueuedMessage | None, int]]:
+        """``get`` answered later (a queue led by another node): the entry (None: none was
+        ready) and how many messages are left."""
+        return Completion.of((self.get(auto_settle=auto_settle), self.message_count))
+
+    def reachable(self) -> None:
+        """Raise what an operation on this queue gets while it cannot be reached (a queue
+        led by a node that is down: 404, as RabbitMQ answers); nothing for a local queue."""
+        return None
 
     def can_deliver_now(self, message: Message) -> bool:
         """Whether a message published now would go straight to a consumer (``immediate``)."""

@@ -10,7 +10,7 @@ protocol's shortcuts (the empty queue name, the empty binding key) are resolved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from leveret.convert.formats import amqp091_parts
 from leveret.errors import InternalError, NotAllowed
@@ -21,7 +21,9 @@ from leveret.protocol.amqp091._generated import methods as m
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.model.entry import QueuedMessage
     from leveret.server.amqp091.channel import Channel
+    from leveret.server.amqp091.connection import AMQP091Connection
 
 
 def channel_flow(channel: Channel, method: m.ChannelFlow) -> None:
@@ -216,9 +218,24 @@ def basic_publish(channel: Channel, method: m.BasicPublish) -> None:
 
 
 def basic_get(channel: Channel, method: m.BasicGet) -> None:
-    queue = channel.session.queue_name(method.queue)
+    session = channel.session
+    queue = session.queue_name(method.queue)
     channel.guard.get(queue)
-    result = channel.session.get(queue, no_ack=method.no_ack)
+    target = session.vhost.queue(queue, session.owner)
+    if target.forwards:
+        # Led by another node: the answer comes over the link; the channel waits for it.
+        cast("AMQP091Connection", channel.conn).defer(
+            channel,
+            session.fetch(target, no_ack=method.no_ack),
+            lambda result: _get_reply(channel, result),
+            class_id=method.CLASS_ID,
+            method_id=method.METHOD_ID,
+        )
+        return
+    _get_reply(channel, session.get(queue, no_ack=method.no_ack))
+
+
+def _get_reply(channel: Channel, result: tuple[int, QueuedMessage, int] | None) -> None:
     if result is None:
         channel.conn.send_method(channel.id, m.BasicGetEmpty())
         return

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
+from leveret.model.completion import Completion
 from leveret.model.consumer import UNLIMITED, Consumer, ConsumerOwner
 from leveret.model.publisher import NO_ROUTE, Publisher
 from leveret.model.queues.args import consumer_priority, consumer_timeout
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
+    from leveret.model.queues.base import Queue
     from leveret.model.transaction import Transaction
     from leveret.model.vhost import VirtualHost
 
@@ -402,6 +404,34 @@ class Session(ConsumerOwner):
         if not queue.type.gets:
             raise queue.unsupported("basic.get")
         entry = queue.get(auto_settle=no_ack)
+        return self._got(queue, entry, no_ack, queue.message_count)
+
+    def fetch(
+        self, queue: Queue, *, no_ack: bool
+    ) -> Completion[tuple[int, QueuedMessage, int] | None]:
+        """``get`` on a queue led by another node: answered when its leader answers."""
+        if not queue.type.gets:
+            raise queue.unsupported("basic.get")
+        result: Completion[tuple[int, QueuedMessage, int] | None] = Completion()
+
+        def answered(done: Completion[tuple[QueuedMessage | None, int]]) -> None:
+            if done.error is not None:
+                result.fail(done.error)
+                return
+            entry, remaining = done.result()
+            if self.closed and entry is not None:
+                if not no_ack:
+                    queue.requeue([entry])  # the channel went while it waited
+                result.resolve(None)
+                return
+            result.resolve(self._got(queue, entry, no_ack, remaining))
+
+        queue.fetch(auto_settle=no_ack).on_done(answered)
+        return result
+
+    def _got(
+        self, queue: Queue, entry: QueuedMessage | None, no_ack: bool, remaining: int
+    ) -> tuple[int, QueuedMessage, int] | None:
         if entry is None:
             self.n_get_empty += 1
             return None
@@ -412,7 +442,7 @@ class Session(ConsumerOwner):
         else:
             self.n_get += 1
             self.unacked[tag] = Delivery(entry, queue, None)
-        return tag, entry, queue.message_count
+        return tag, entry, remaining
 
     # -- settlement ----------------------------------------------------------------------
 

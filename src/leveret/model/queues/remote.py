@@ -1,0 +1,185 @@
+"""A queue led by another node of a cluster, as this node's model holds it: ``RemoteQueue``,
+a proxy whose operations go to the leader over the inter-node link (``Leader``).
+
+Made by the cluster part for every queue record that names another node as leader, with
+the leader's type (so the type's declare-time rules and capabilities are the leader's) and
+put in its vhost's ``remote_queues``: routing on this node reaches it, and a consumer, a
+``basic.get``, an ack on this node act on the queue on its leader. What answers at once on
+one node answers later here: ``forward`` returns the leader's confirm as a completion (the
+publisher's confirm waits for it), ``fetch`` the leader's answer to a get; deliveries come
+back through the link to the local consumers' owners; settlements need no answer.
+
+While the leader's node cannot be reached (``Leader.up`` False), operations get what
+RabbitMQ 3.10 answers for a classic queue whose node is down: 404 "home node ... is down or
+inaccessible" for a declare, a consume or a get; a publish routed to it is dropped, and
+its confirm is negative.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.errors import NotFound
+from leveret.model.dead_letter import REJECTED
+from leveret.model.queues.base import Queue, QueueHost, type_of
+
+if TYPE_CHECKING:
+    from leveret.model.queues.args import QueueConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from leveret.model.completion import Completion
+    from leveret.model.consumer import Consumer
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.message import Message
+
+__all__ = ["ACCEPT", "ELSEWHERE", "REJECT", "REQUEUE", "Leader", "RemoteQueue"]
+
+# The owner of an exclusive queue whose connection is on another node: no connection of
+# this node is it (405 for every one of them, as RabbitMQ answers).
+ELSEWHERE = object()
+
+# How deliveries are settled (the link's Settle kinds).
+ACCEPT = 0
+REJECT = 1
+REQUEUE = 2
+
+
+class Leader(Protocol):
+    """What a proxy asks of the link to its leader's node (``cluster/link.py``)."""
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def up(self) -> bool: ...
+
+    def publish(
+        self, queue: RemoteQueue, message: Message, confirm: bool
+    ) -> Completion[bool] | None: ...
+
+    def consume(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
+
+    def credit(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
+
+    def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
+
+    def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None: ...
+
+    def get(
+        self, queue: RemoteQueue, auto_settle: bool
+    ) -> Completion[tuple[QueuedMessage | None, int]]: ...
+
+    def backlogged(self) -> bool: ...
+
+    def dropped(self, queue: RemoteQueue) -> None: ...
+
+
+class RemoteQueue(Queue):
+    """A queue whose leader is another node; see the module docstring."""
+
+    forwards = True
+
+    def __init__(
+        self,
+        leader: Leader,
+        host: QueueHost,
+        name: str,
+        *,
+        durable: bool,
+        auto_delete: bool,
+        exclusive: bool,
+        arguments: Mapping[str, object] | None,
+        config: QueueConfig,
+    ) -> None:
+        super().__init__(
+            host.name,
+            name,
+            type_of(arguments, queue=name, vhost=host.name),
+            durable=durable,
+            exclusive_owner=ELSEWHERE if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            gauge=host.gauge,
+            config=config,
+            host=host,
+            timers=host.timers,
+        )
+        self.leader = leader
+
+    def down(self) -> NotFound:
+        kind = "durable" if self.durable else "transient"
+        return NotFound(
+            f"home node '{self.leader.node}' of {kind} queue '{self.name}' in vhost "
+            f"'{self.vhost_name}' is down or inaccessible"
+        )
+
+    def reachable(self) -> None:
+        if not self.leader.up:
+            raise self.down()
+
+    # -- stats: the leader's; this node knows its own consumers only --------------------
+
+    @property
+    def message_count(self) -> int:
+        return 0
+
+    # -- publishing -----------------------------------------------------------------------
+
+    def enqueue(self, message: Message) -> bool:
+        self.leader.publish(self, message, False)
+        return True
+
+    def forward(self, message: Message, confirm: bool) -> Completion[bool] | None:
+        self.n_publish += 1
+        return self.leader.publish(self, message, confirm)
+
+    def falling_behind(self) -> bool:
+        return self.leader.backlogged()
+
+    # -- consumers ------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.reachable()
+        self.check_exclusive_use(consumer.exclusive)
+        self.consumers.append(consumer)
+        self.leader.consume(self, consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if self._detach(consumer) >= 0:
+            self.leader.cancel(self, consumer)
+
+    def dispatch(self) -> None:
+        """Credit came back: the link tells the leader what each consumer may take."""
+        for consumer in self.consumers:
+            self.leader.credit(self, consumer)
+
+    # -- taking and settling --------------------------------------------------------------
+
+    def get(self, *, auto_settle: bool) -> QueuedMessage | None:
+        raise self.unsupported("a synchronous get")
+
+    def fetch(self, *, auto_settle: bool) -> Completion[tuple[QueuedMessage | None, int]]:
+        self.reachable()
+        return self.leader.get(self, auto_settle)
+
+    def settle(self, entry: QueuedMessage) -> None:
+        self.n_ack += 1
+        self.leader.settle(ACCEPT, (entry,))
+
+    def discard(self, entry: QueuedMessage, reason: str = REJECTED) -> None:
+        self.leader.settle(REJECT, (entry,))
+
+    def requeue(self, entries: Iterable[QueuedMessage], redelivered: bool = True) -> None:
+        self.leader.settle(REQUEUE, entries)
+
+    def amend(
+        self, entry: QueuedMessage, headers: Mapping[str, object] | None, failed: bool
+    ) -> None:
+        return None  # the leader's copy is the one that counts (not carried yet)
+
+    # -- the whole queue ------------------------------------------------------------------
+
+    def on_delete(self) -> None:
+        self.leader.dropped(self)

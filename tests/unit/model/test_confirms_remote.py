@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 
 from leveret.model.completion import Completion
 from leveret.model.confirms import Confirms
-from leveret.model.journal import NullJournal
+from leveret.model.journal import Journal, NullJournal
 
 
 class Store:
     def __init__(self) -> None:
-        self.journal = NullJournal()
+        self.journal: Journal = NullJournal()
 
 
 class Sink:

@@ -167,6 +167,10 @@ class Applier:
     # local files).
     on_auth_changed: Callable[[], None] | None = None
     on_runtime_changed: Callable[[], None] | None = None
+    # Makes the proxy of a queue led by another node (``cluster/link.py``): with it, such
+    # queues and their bindings are in the model (``VirtualHost.remote_queues``); without,
+    # they are in the view only (``View.remote_bindings``).
+    make_remote: Callable[[VirtualHost, QueueRecord], Queue] | None = None
     # Called with every queue record applied or removed (None: removed).
     on_queue_record: Callable[[tuple[str, str], QueueRecord | None], None] | None = None
     # True while this applier changes the model: removals it makes are not news to etcd.
@@ -356,7 +360,7 @@ class Applier:
     def _queue(self, key: bytes, vhost_name: str, name: str, entry: Entry | None) -> None:
         ident = (vhost_name, name)
         vhost = self.broker.vhosts.get(vhost_name)
-        local = vhost.queues.get(name) if vhost is not None else None
+        local = vhost.find_queue(name) if vhost is not None else None
         if entry is None:
             self.view.queues.pop(ident, None)
             if self.incarnations.pop(ident, None) is not None:
@@ -371,11 +375,17 @@ class Applier:
         record = QueueRecord.from_value(vhost_name, name, entry.value)
         if record.leader != self.node:
             self.view.queues[ident] = record
+            if self.make_remote is not None:
+                self._proxy(self._vhost(vhost_name), record, local)
             self._repend(vhost_name)
             if self.on_queue_record is not None:
                 self.on_queue_record(ident, record)
             return
         vhost = self._vhost(vhost_name)
+        if local is not None and local.forwards:
+            # It was led elsewhere and is led here now.
+            vhost.remove_queue(local)
+            local = None
         known = self.incarnations.get(ident)
         if local is not None and known is not None and known != entry.create_revision:
             # Deleted and declared again while this copy missed the delete (or this node
@@ -408,6 +418,33 @@ class Applier:
         if self.on_queue_record is not None:
             self.on_queue_record(ident, record)
 
+    def _proxy(self, vhost: VirtualHost, record: QueueRecord, local: Queue | None) -> None:
+        """Put the proxy of ``record``'s queue, led by another node, in ``vhost``."""
+        assert self.make_remote is not None
+        if local is not None and not local.forwards:
+            # This node's model has a queue of that name that etcd does not say it leads
+            # (a front end declared it here while another node's record won): it stays.
+            log.warning(
+                "queue '%s' in vhost '%s' is led by node '%s' but also held here",
+                record.name,
+                record.vhost,
+                record.leader,
+            )
+            return
+        if local is not None and self._proxy_matches(local, record):
+            return
+        vhost.add_remote_queue(self.make_remote(vhost, record))
+
+    @staticmethod
+    def _proxy_matches(queue: Queue, record: QueueRecord) -> bool:
+        leader = getattr(queue, "leader", None)
+        return (
+            getattr(leader, "node", None) == record.leader
+            and queue.durable == record.durable
+            and queue.auto_delete == record.auto_delete
+            and dict(queue.arguments) == record.arguments
+        )
+
     def _binding(self, key: bytes, vhost_name: str, value: Any) -> None:
         if value is None:
             record = self.view.remote_bindings.pop(key, None)
@@ -431,7 +468,7 @@ class Applier:
                 record.destination, record.source, record.routing_key, record.arguments
             )
         else:
-            queue = vhost.queues.get(record.destination)
+            queue = vhost.find_queue(record.destination)
             if queue is None:
                 remote = self.view.queues.get((vhost_name, record.destination))
                 if remote is None or remote.leader == self.node:
@@ -456,7 +493,7 @@ class Applier:
                 record.destination, record.source, record.routing_key, record.arguments
             )
             return
-        queue = vhost.queues.get(record.destination)
+        queue = vhost.find_queue(record.destination)
         if queue is not None:
             vhost.unbind_queue(
                 record.destination,
@@ -498,7 +535,7 @@ class Applier:
         dest: Queue | Any = (
             vhost.exchanges.get(record.destination)
             if record.dest_kind == "exchange"
-            else vhost.queues.get(record.destination)
+            else vhost.find_queue(record.destination)
         )
         return dest is not None and source.kind.has_binding(
             dest, record.routing_key, record.arguments

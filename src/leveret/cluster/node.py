@@ -37,6 +37,7 @@ from leveret.cluster.apply import Applier, QueueRecord
 from leveret.cluster.etcd import EtcdClient, EtcdError, Put, absent
 from leveret.cluster.journal import ClusterJournal
 from leveret.cluster.keys import Layout, decode, encode, encode_arguments
+from leveret.cluster.link import Links
 from leveret.cluster.membership import Membership, NameInUse
 from leveret.cluster.metadata import MetadataStore, queue_value
 from leveret.config import node_name
@@ -95,6 +96,9 @@ class ClusterNode:
             self.client, self.layout, self.name, settings.cluster_lease_ttl
         )
         self.store = MetadataStore(self.client, self.applier, self.membership)
+        # The inter-node link: proxies of the queues led elsewhere, the peers' listener.
+        self.links = Links(server, self.name, self.applier.view)
+        self.applier.make_remote = self.links.make_remote
         # The cluster's id (etcd's ``cluster`` key), known once joined.
         self.cluster_id = ""
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -117,6 +121,8 @@ class ClusterNode:
             ) from None
         log.info("cluster %s: this node is %s (%s)", mode.cluster_id, self.name, mode.kind)
         self.cluster_id = mode.cluster_id
+        # The link's secret: only nodes that read this cluster's etcd know its id.
+        self.links.set_secret(mode.cluster_id)
         if mode.kind == "member":
             # Which incarnation of each queue's record this directory's messages belong to
             # (revisions of this cluster's etcd: meaningless for another).
@@ -285,13 +291,14 @@ class ClusterNode:
         settings = server.settings
         plane = server.management
         prometheus = list(plane.prometheus_urls) if plane is not None else []
+        cluster_port = await self.links.listen()
         record: dict[str, Any] = {
             "listeners": list(server.listening),
             "management": [u for u in plane.urls if u not in prometheus] if plane else [],
             "prometheus": prometheus,
             # Where the other nodes ask this one's API (its own, though the port is shared).
             "api": list(plane.node_urls) if plane is not None else [],
-            "cluster": f"{settings.host}:{settings.cluster_port}",
+            "cluster": f"{settings.host}:{cluster_port}",
             "data_dir": str(server.data_path),
         }
         self.membership.record = record
@@ -307,6 +314,7 @@ class ClusterNode:
                 await self.store.queue_removed(record_.vhost, record_.name)
 
     async def stop(self) -> None:
+        await self.links.close()
         await self.store.stop()
         for task in list(self._tasks):
             task.cancel()
@@ -388,6 +396,11 @@ class ClusterNode:
     def _queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
         if self.applier.applying:
             return  # etcd's own change, being applied
+        if queue.forwards:
+            # Deleted through this node, led by another: its record goes, and its leader
+            # removes it when that reaches it.
+            self._spawn(self.store.delete_queue(vhost.name, queue.name))
+            return
         self._spawn(self.store.queue_removed(vhost.name, queue.name))
 
     def _spawn(self, coro: Any) -> None:

@@ -1,0 +1,606 @@
+"""The inter-node link's dialing side: one persistent connection from this node to each
+other node that leads a queue this node's clients use, and the proxies of those queues.
+
+``Links`` owns them: the listener for the peers' links into this node (the front end
+``server/cluster_link/``), one :class:`Peer` per other node (made when a queue record names
+it leader), and ``make_remote``, which the applier calls for each such record to put a
+``RemoteQueue`` in its vhost (``model/queues/remote.py``). A ``Peer`` is the proxies'
+``Leader``: it turns their operations into the link's frames (``protocol/cluster/``), batched
+per loop turn, and the leader's answers back into the core's calls: confirms resolve the
+publishers' completions, deliveries go to the local consumers' owners, a get's answer
+resolves the deferred ``basic.get``.
+
+- **Connection.** ``View.cluster_address`` says where a node's link port is (the setting
+  ``cluster_peer_addresses`` overrides it: the fault harness's proxies). A lost connection
+  is dialled again after 50 ms, doubling up to 1 s while it keeps failing. The handshake
+  proves the cluster's secret both ways (etcd's cluster id: only nodes that can read the
+  cluster's etcd know it) and names each side's incarnation (the node's start time in ns),
+  so a restarted node's old link is closed by the listener.
+- **Credit.** A consumer's credit on the leader is what its owner here can take: its
+  prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
+  at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once
+  (a full socket) wait here, within that credit.
+- **Back-pressure.** While the connection's write buffer is over its high-water mark, the
+  proxies say they fall behind (publishers feeding them are paced), and the bytes waiting
+  count in the broker's memory gauge, so the memory alarm blocks publishers as it does
+  when a local queue grows. The leader's side is a front end like any other: its own
+  memory alarm stops reading the link, which backs up here.
+- **Loss.** When the link goes (the leader's node died, a partition), publishes waiting for
+  its confirm are nacked, gets fail with 404 "home node ... down or inaccessible", consumers
+  are cancelled (the client gets basic.cancel), settlements of deliveries made over the old
+  connection are dropped (the leader requeued them), and the proxies answer 404 until the
+  link is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from leveret.config import peer_addresses
+from leveret.convert.formats import stored_message
+from leveret.errors import BY_CODE, AMQPError, InternalError
+from leveret.model.completion import Completion
+from leveret.model.consumer import UNLIMITED
+from leveret.model.entry import QueuedMessage
+from leveret.model.queues.args import PLAIN
+from leveret.model.queues.base import type_of
+from leveret.model.queues.remote import RemoteQueue
+from leveret.protocol.cluster import codec as c
+from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
+from leveret.server.connection import ConnectionProtocol
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from leveret.cluster.apply import QueueRecord, View
+    from leveret.model.consumer import Consumer
+    from leveret.model.message import Message
+    from leveret.model.queues.base import Queue
+    from leveret.model.vhost import VirtualHost
+    from leveret.server.server import Server
+    from leveret.server.shell.shell import Shell
+
+__all__ = ["WINDOW", "Links", "Peer"]
+
+log = logging.getLogger("leveret.cluster")
+
+# Deliveries a consumer nobody limits may have in flight from its leader.
+WINDOW: Final = 1000
+# Bytes waiting to be written to a peer past which its proxies fall behind.
+HIGH_WATER: Final = 1 << 20
+# Seconds a dialled connection has to finish its handshake.
+HANDSHAKE_TIMEOUT: Final = 5.0
+# Delivery ids carry the connection's generation above these bits (a settlement of a
+# delivery made over an older connection is dropped: the leader requeued it).
+_GEN_SHIFT: Final = 40
+_DID_MASK: Final = (1 << _GEN_SHIFT) - 1
+
+
+@dataclass
+class _Remote:
+    """One local consumer of a queue led by the peer."""
+
+    consumer: Consumer
+    queue: RemoteQueue
+    cap: int
+    threshold: int
+    limit: int
+    handed: int = 0
+    buffer: deque[QueuedMessage] = field(default_factory=deque)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer.connected(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.peer.received(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+        self.peer.lost(self)
+
+    def pause_writing(self) -> None:
+        self.peer.paused = True
+
+    def resume_writing(self) -> None:
+        self.peer.paused = False
+        self.peer.account()
+
+
+class Peer:
+    """The link to one other node, and the ``Leader`` of the queues it leads."""
+
+    def __init__(self, links: Links, node: str) -> None:
+        self.links = links
+        self.node = node
+        self.up = False
+        self.conn: _Connection | None = None
+        self.generation = 0
+        self.reader = c.Reader()
+        self.frames: list[bytes] = []
+        self.size = 0
+        self._flush_scheduled = False
+        self.nonce = b""
+        self.hello: c.Hello | None = None
+        self.paused = False
+        self._counted = 0
+        # Publishes waiting for the leader's confirm, in order.
+        self.seq = 0
+        self.waits: deque[tuple[int, Completion[bool]]] = deque()
+        self.next_cid = 1
+        self.consumers: dict[int, _Remote] = {}
+        self.cids: dict[Consumer, int] = {}
+        self.next_rid = 1
+        self.gets: dict[int, tuple[Completion[tuple[QueuedMessage | None, int]], RemoteQueue]] = {}
+        self.settles: dict[int, list[int]] = {}
+        self.task: asyncio.Task[None] | None = None
+        self.became_up = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return f"Peer({self.node!r}, up={self.up})"
+
+    # -- the connection --------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = 0.05
+        while not self.links.closing:
+            address = self.links.address(self.node)
+            if address is not None:
+                try:
+                    _, conn = await loop.create_connection(lambda: _Connection(self), *address)
+                except OSError:
+                    pass
+                else:
+                    try:
+                        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                            await self.became_up.wait()
+                    except TimeoutError:
+                        log.warning("inter-node link to '%s': no handshake", self.node)
+                        if conn.transport is not None:
+                            conn.transport.abort()
+                    started = loop.time()
+                    await conn.closed.wait()
+                    if loop.time() - started > 1.0:
+                        delay = 0.05
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def connected(self, conn: _Connection) -> None:
+        self.conn = conn
+        self.reader = c.Reader()
+        self.nonce = os.urandom(16)
+        self.hello = None
+        self.became_up.clear()
+        links = self.links
+        self._write(c.Hello(links.node, links.incarnation, self.nonce, c.cluster_tag(links.secret)))
+
+    def lost(self, conn: _Connection) -> None:
+        if conn is not self.conn:
+            return
+        self.conn = None
+        was_up, self.up = self.up, False
+        self.generation += 1
+        self.frames.clear()
+        self.size = 0
+        self.settles.clear()
+        self.paused = False
+        self.account()
+        if was_up:
+            log.warning("inter-node link to node '%s' is down", self.node)
+        self.links.now()
+        waits, self.waits = self.waits, deque()
+        for _seq, done in waits:
+            done.resolve(False)
+        gets, self.gets = self.gets, {}
+        for done_get, queue in gets.values():
+            done_get.fail(queue.down())
+        remotes = list(self.consumers.values())
+        self.consumers.clear()
+        self.cids.clear()
+        for remote in remotes:
+            self._end(remote)
+
+    def _end(self, remote: _Remote) -> None:
+        """The leader ended a consumer (its queue went, or the link): the client is told."""
+        consumer = remote.consumer
+        remote.queue._detach(consumer)
+        consumer.owner.consumer_removed(consumer)
+
+    def received(self, conn: _Connection, data: bytes) -> None:
+        if conn is not self.conn:
+            return
+        self.links.now()
+        try:
+            ops = self.reader.feed(data)
+            for op in ops:
+                self._handle(op)
+        except (c.LinkError, HandshakeRefused) as exc:
+            log.warning("inter-node link to node '%s' closed: %s", self.node, exc)
+            if conn.transport is not None:
+                conn.transport.abort()
+
+    def _write(self, op: c.Op) -> None:
+        if self.settles:
+            self._settled()  # settlements go before what follows them
+        frame = c.encode(op)
+        self.frames.append(frame)
+        self.size += len(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _settled(self) -> None:
+        """The settlements gathered since the last frame, as frames (one per kind)."""
+        settles, self.settles = self.settles, {}
+        for kind, dids in settles.items():
+            frame = c.encode(c.Settle(kind, tuple(dids)))
+            self.frames.append(frame)
+            self.size += len(frame)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        conn = self.conn
+        if self.settles:
+            self._settled()
+        frames, self.frames = self.frames, []
+        self.size = 0
+        if conn is None or conn.transport is None or not frames:
+            return
+        conn.transport.write(b"".join(frames))
+        self.account()
+
+    def account(self) -> None:
+        """Count the bytes waiting in the transport in the broker's memory gauge."""
+        conn = self.conn
+        transport = conn.transport if conn is not None else None
+        size = transport.get_write_buffer_size() if transport is not None else 0
+        self.links.gauge_add(size - self._counted)
+        self._counted = size
+
+    # -- what the leader sends -------------------------------------------------------------
+
+    def _handle(self, op: c.Op) -> None:
+        if isinstance(op, c.Deliver):
+            self._deliver(op)
+        elif isinstance(op, c.Confirm):
+            self._confirm(op)
+        elif isinstance(op, c.Got):
+            self._got(op)
+        elif isinstance(op, c.Empty):
+            pending = self.gets.pop(op.rid, None)
+            if pending is not None:
+                pending[0].resolve((None, op.remaining))
+        elif isinstance(op, c.Failed):
+            pending = self.gets.pop(op.rid, None)
+            if pending is not None:
+                pending[0].fail(_error(op.code, op.text))
+        elif isinstance(op, c.ConsumeOk):
+            pass
+        elif isinstance(op, c.Cancelled):
+            remote = self.consumers.pop(op.cid, None)
+            if remote is not None:
+                self.cids.pop(remote.consumer, None)
+                if op.code:
+                    log.info(
+                        "consumer of %s refused by its leader: %s", remote.queue.resource, op.text
+                    )
+                self._end(remote)
+        elif isinstance(op, c.Hello):
+            self._hello(op)
+        elif isinstance(op, c.Proof):
+            self._proof(op)
+        else:
+            raise c.LinkError(f"unexpected {type(op).__name__} from the leader")
+
+    def _hello(self, op: c.Hello) -> None:
+        links = self.links
+        if self.hello is not None:
+            raise HandshakeRefused("a second hello")
+        if op.cluster_tag != c.cluster_tag(links.secret):
+            raise HandshakeRefused(f"node '{op.node}' belongs to another cluster")
+        if op.node != self.node:
+            raise HandshakeRefused(f"expected node '{self.node}', reached '{op.node}'")
+        self.hello = op
+        self._write(c.Proof(c.proof(links.secret, "dialer", links.node, op.nonce)))
+
+    def _proof(self, op: c.Proof) -> None:
+        hello = self.hello
+        if hello is None or self.up:
+            raise HandshakeRefused("a proof out of turn")
+        expected = c.proof(self.links.secret, "listener", hello.node, self.nonce)
+        if not hmac.compare_digest(op.mac, expected):
+            raise HandshakeRefused(f"node '{hello.node}' could not prove the cluster's secret")
+        self.up = True
+        self.became_up.set()
+        log.info("inter-node link to node '%s' is up", self.node)
+
+    def _confirm(self, op: c.Confirm) -> None:
+        waits = self.waits
+        if op.multiple:
+            while waits and waits[0][0] <= op.upto:
+                waits.popleft()[1].resolve(op.ack)
+            return
+        while waits and waits[0][0] < op.upto:
+            # Confirmed earlier by a multiple confirm that named a later one: ack.
+            waits.popleft()[1].resolve(True)
+        if waits and waits[0][0] == op.upto:
+            waits.popleft()[1].resolve(op.ack)
+
+    def _message(self, op: c.Deliver | c.Got) -> Message:
+        return stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+
+    def _deliver(self, op: c.Deliver) -> None:
+        remote = self.consumers.get(op.cid)
+        did = self.generation << _GEN_SHIFT | op.did
+        entry = QueuedMessage(did, self._message(op), op.redelivered)
+        if remote is None:
+            # Cancelled while this was on its way: the leader takes it back.
+            if op.did:
+                self.settles.setdefault(c.REQUEUE, []).append(op.did)
+            return
+        consumer = remote.consumer
+        if remote.buffer or not consumer.can_take(entry.message):
+            remote.buffer.append(entry)
+            return
+        remote.handed += 1
+        consumer.owner.deliver(consumer, entry)
+        self._advertise(remote)
+
+    def _got(self, op: c.Got) -> None:
+        pending = self.gets.pop(op.rid, None)
+        if pending is None:
+            if op.did:
+                self.settles.setdefault(c.REQUEUE, []).append(op.did)
+            return
+        entry = QueuedMessage(self.generation << _GEN_SHIFT | op.did, self._message(op))
+        entry.redelivered = op.redelivered
+        pending[0].resolve((entry, op.remaining))
+
+    def _advertise(self, remote: _Remote) -> None:
+        credit = remote.consumer.credit
+        limit = remote.handed + min(credit, remote.cap)
+        if limit - remote.limit >= remote.threshold:
+            remote.limit = limit
+            self._write(
+                c.Credit(self.cids[remote.consumer], min(credit, remote.cap), remote.handed)
+            )
+
+    # -- Leader: what the proxies ask --------------------------------------------------------
+
+    def publish(
+        self, queue: RemoteQueue, message: Message, confirm: bool
+    ) -> Completion[bool] | None:
+        if not self.up:
+            return Completion.of(False) if confirm else None
+        seq = 0
+        done: Completion[bool] | None = None
+        if confirm:
+            seq = self.seq = self.seq + 1
+            done = Completion()
+            self.waits.append((seq, done))
+        self._write(
+            c.Publish(
+                seq,
+                queue.vhost_name,
+                queue.name,
+                message.exchange,
+                message.routing_key,
+                message.format,
+                message.raw_properties,
+                message.body,
+            )
+        )
+        return done
+
+    def consume(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        cid = self.next_cid
+        self.next_cid = cid + 1
+        limited = consumer.credit < UNLIMITED
+        cap = min(consumer.credit, WINDOW)
+        remote = _Remote(consumer, queue, cap, 1 if limited else max(1, WINDOW // 4), cap)
+        self.consumers[cid] = remote
+        self.cids[consumer] = cid
+        self._write(
+            c.Consume(
+                cid,
+                queue.vhost_name,
+                queue.name,
+                consumer.auto_settle,
+                consumer.exclusive,
+                cap,
+                consumer.priority,
+            )
+        )
+
+    def credit(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        cid = self.cids.get(consumer)
+        if cid is None:
+            return
+        remote = self.consumers[cid]
+        buffer = remote.buffer
+        while buffer and consumer.can_take(buffer[0].message):
+            remote.handed += 1
+            consumer.owner.deliver(consumer, buffer.popleft())
+        self._advertise(remote)
+
+    def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        cid = self.cids.pop(consumer, None)
+        if cid is None:
+            return
+        remote = self.consumers.pop(cid)
+        if self.up:
+            self._write(c.Cancel(cid))
+        if not consumer.auto_settle and remote.buffer:
+            # Never handed to the client: the leader takes them back.
+            self.settle(c.REQUEUE, remote.buffer)
+        remote.buffer.clear()
+
+    def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None:
+        generation = self.generation
+        dids = self.settles.get(kind)
+        for entry in entries:
+            if entry.seq >> _GEN_SHIFT != generation or not self.up:
+                continue  # made over an older connection: the leader requeued it
+            if dids is None:
+                dids = self.settles[kind] = []
+            dids.append(entry.seq & _DID_MASK)
+        if dids and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def get(
+        self, queue: RemoteQueue, auto_settle: bool
+    ) -> Completion[tuple[QueuedMessage | None, int]]:
+        done: Completion[tuple[QueuedMessage | None, int]] = Completion()
+        if not self.up:
+            done.fail(queue.down())
+            return done
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        self.gets[rid] = (done, queue)
+        self._write(c.Get(rid, queue.vhost_name, queue.name, auto_settle))
+        return done
+
+    def backlogged(self) -> bool:
+        return self.paused or self.size > HIGH_WATER
+
+    def dropped(self, queue: RemoteQueue) -> None:
+        for consumer in list(queue.consumers):
+            self.cancel(queue, consumer)
+
+
+class HandshakeRefused(Exception):
+    """The node reached is not the peer expected, or cannot prove the cluster's secret."""
+
+
+def _error(code: int, text: str) -> AMQPError:
+    kind = BY_CODE.get(code)
+    return kind(text) if kind is not None else InternalError(text)
+
+
+class Links:
+    """This node's inter-node links: its listener and its peers; see the module docstring."""
+
+    def __init__(self, server: Server, node: str, view: View) -> None:
+        self.server = server
+        self.node = node
+        self.view = view
+        self.overrides = peer_addresses(server.settings)
+        self.incarnation = time.time_ns()
+        # The cluster's id in etcd, known once the node joined (``set_secret``).
+        self.secret = ""
+        self.peers: dict[str, Peer] = {}
+        self.closing = False
+        self.identity: LinkIdentity | None = None
+        self.listener: asyncio.Server | None = None
+        self.connections: set[ConnectionProtocol] = set()
+        self.port = 0
+
+    def set_secret(self, secret: str) -> None:
+        self.secret = secret
+        self.identity = LinkIdentity(self.node, secret, self.incarnation)
+
+    def address(self, node: str) -> tuple[str, int] | None:
+        return self.view.cluster_address(node, self.overrides)
+
+    def now(self) -> None:
+        broker = self.server.broker
+        broker.timers.now = asyncio.get_running_loop().time()
+
+    def gauge_add(self, delta: int) -> None:
+        if delta:
+            self.server.broker.gauge.bytes += delta
+
+    def peer(self, node: str) -> Peer:
+        peer = self.peers.get(node)
+        if peer is None:
+            peer = self.peers[node] = Peer(self, node)
+            peer.start()
+        return peer
+
+    def make_remote(self, vhost: VirtualHost, record: QueueRecord) -> Queue:
+        """The proxy of a queue ``record`` says another node leads (the applier's hook)."""
+        arguments = record.arguments
+        try:
+            config = type_of(arguments, queue=record.name, vhost=vhost.name).parse(
+                arguments,
+                queue=record.name,
+                vhost=vhost.name,
+                durable=record.durable,
+                exclusive=record.exclusive,
+                auto_delete=record.auto_delete,
+            )
+        except AMQPError:
+            config = PLAIN  # the leader accepted them; its rules may be newer than ours
+        return RemoteQueue(
+            self.peer(record.leader),
+            vhost,
+            record.name,
+            durable=record.durable,
+            auto_delete=record.auto_delete,
+            exclusive=record.exclusive,
+            arguments=arguments,
+            config=config,
+        )
+
+    async def listen(self) -> int:
+        """Open the listener on ``cluster_port`` for the other nodes' links; the port."""
+        server = self.server
+        settings = server.settings
+        loop = asyncio.get_running_loop()
+
+        def front_end(shell: Shell) -> Any:
+            assert self.identity is not None
+            return LinkFrontEnd(shell, self.identity)
+
+        self.listener = await loop.create_server(
+            lambda: ConnectionProtocol(
+                server.broker,
+                server.users,
+                server.limits,
+                self.connections,
+                server.alarm,
+                front_end=front_end,
+            ),
+            host=settings.host,
+            port=settings.cluster_port,
+            reuse_address=True,
+        )
+        sockets = self.listener.sockets
+        self.port = sockets[0].getsockname()[1] if sockets else settings.cluster_port
+        log.info("inter-node link listening on %s:%d", settings.host, self.port)
+        return self.port
+
+    async def close(self) -> None:
+        self.closing = True
+        if self.listener is not None:
+            self.listener.close()
+        for conn in list(self.connections):
+            conn.shutdown("node stopping")
+        for peer in self.peers.values():
+            if peer.task is not None:
+                peer.task.cancel()
+            if peer.conn is not None and peer.conn.transport is not None:
+                peer.conn.transport.close()
+        await asyncio.gather(
+            *(p.task for p in self.peers.values() if p.task is not None), return_exceptions=True
+        )

@@ -1,0 +1,420 @@
+"""The inter-node link's front end: another node of the cluster as a client of this node's
+core, for the queues this node leads.
+
+A peer node (its dialer, ``cluster/link.py``) connects to ``cluster_port`` and, once the
+handshake proved it knows the cluster's secret, asks what a client of one node asks:
+publish into a queue (routing happened on the peer; a confirm once this node has done what
+it does before confirming: the store's commit for a persistent message in a durable queue,
+through the same ``Confirms`` a channel uses), consume with credit, get, settle (accept,
+reject, requeue), cancel. Each operation goes through the queue-type interface, so every
+type a node leads serves the link as it serves a local channel.
+
+Driven by the connection's ``Shell`` like any front end (turns, output pacing, the memory
+alarm's blocking, internal errors). When the link goes, its consumers go and every
+delivery it left unsettled is requeued, as when a client's connection closes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from leveret.convert.formats import stored_message
+from leveret.errors import AMQPError
+from leveret.model.confirms import Confirms
+from leveret.model.consumer import CallbackOwner, Consumer, Source
+from leveret.model.dead_letter import REJECTED
+from leveret.protocol.cluster import codec as c
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from leveret.model.broker import Broker
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.queues.base import Queue
+    from leveret.server.shell.info import ChannelInfo
+    from leveret.server.shell.shell import Shell
+
+__all__ = ["LinkFrontEnd", "LinkIdentity"]
+
+log = logging.getLogger("leveret.cluster")
+
+PROTOCOL: Final = "leveret cluster link"
+# Operations handled per turn, and per paced turn.
+TURN_OPS: Final = 500
+PACED_TURN_OPS: Final = 50
+# Bytes of output past which deliveries to the peer pause (the transport's own buffer
+# pauses them too, through the shell).
+OUTPUT_HIGH_WATER: Final = 1 << 20
+
+
+@dataclass
+class LinkIdentity:
+    """What the listening node knows: its name, the cluster's secret, its incarnation, and
+    the live link of each peer (a peer's newer incarnation replaces an older one's link)."""
+
+    node: str
+    secret: str
+    incarnation: int
+    links: dict[str, LinkFrontEnd] = field(default_factory=dict)
+    # Told when a peer's link is up or gone (the node's log; tests).
+    on_peer: Callable[[str, bool], None] | None = None
+
+
+class LinkFrontEnd:
+    """One peer node's link into this node's core; see the module docstring."""
+
+    protocol = PROTOCOL
+    turn_budget = TURN_OPS
+    paced_turn_budget = PACED_TURN_OPS
+    output_high_water = OUTPUT_HIGH_WATER
+
+    def __init__(self, shell: Shell, identity: LinkIdentity) -> None:
+        self.shell = shell
+        self.broker: Broker = shell.broker
+        self.identity = identity
+        self.reader = c.Reader()
+        self.ops: list[c.Op] = []
+        self.should_close_transport = False
+        self.close_reason = ""
+        self.nonce = os.urandom(16)
+        self.peer: c.Hello | None = None
+        self.proven = False
+        self.confirms = Confirms(self.broker, self)
+        self.owner = CallbackOwner(self._deliver, self._removed)
+        self.consumers: dict[int, Consumer] = {}
+        self.ids: dict[Consumer, int] = {}
+        self.sent: dict[int, int] = {}
+        # Deliveries the peer has not settled: id -> (queue, entry).
+        self.unsettled: dict[int, tuple[Source, QueuedMessage]] = {}
+        self.next_did = 1
+        self.writable = True
+        self.output = shell.output
+
+    # -- FrontEnd --------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.ops)
+
+    @property
+    def held_size(self) -> int:
+        return 0
+
+    def receive(self, data: bytes, now: float) -> None:
+        if self.should_close_transport:
+            return
+        try:
+            self.ops += self.reader.feed(data)
+        except c.LinkError as exc:
+            self._refuse(f"bad input on the link: {exc.reply_text}")
+
+    def run(self, budget: int, now: float) -> None:
+        ops = self.ops
+        count = min(budget, len(ops))
+        batch, self.ops = ops[:count], ops[count:]
+        for op in batch:
+            if self.should_close_transport:
+                break
+            self._handle(op)
+        self.confirms.flush()
+
+    def take_output(self, now: float) -> list[bytes]:
+        return self.output.take()
+
+    def next_tick(self, now: float) -> float | None:
+        return None
+
+    def tick(self, now: float) -> None:
+        return None
+
+    def notify_blocked(self, reason: str) -> None:
+        return None
+
+    def notify_unblocked(self, now: float) -> None:
+        return None
+
+    def writable_changed(self, writable: bool) -> None:
+        self.writable = self.owner.writable = writable
+        if writable:
+            for queue in {consumer.queue for consumer in self.consumers.values()}:
+                queue.dispatch()
+
+    def hold_input(self, channel: int | None) -> bool:
+        return False
+
+    def release_input(self, channel: int | None) -> None:
+        return None
+
+    def close(self, reply_code: int, reply_text: str, now: float) -> None:
+        self.should_close_transport = True
+        self.close_reason = reply_text
+
+    def internal_error(self, now: float) -> None:
+        self.should_close_transport = True
+        self.close_reason = "internal error"
+
+    def connection_lost(self) -> None:
+        """The peer is gone: its consumers go, what it left unsettled is requeued."""
+        self.confirms.closed = True
+        for consumer in list(self.consumers.values()):
+            consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        self.ids.clear()
+        by_queue: dict[Source, list[QueuedMessage]] = {}
+        for queue, entry in self.unsettled.values():
+            by_queue.setdefault(queue, []).append(entry)
+        self.unsettled.clear()
+        for queue, entries in by_queue.items():
+            if queue.deleted:
+                for entry in entries:
+                    queue.settle(entry)
+            else:
+                queue.requeue(entries)
+        peer = self.peer
+        if peer is not None and self.identity.links.get(peer.node) is self:
+            del self.identity.links[peer.node]
+            if self.identity.on_peer is not None:
+                self.identity.on_peer(peer.node, False)
+
+    def channel_infos(self) -> list[ChannelInfo]:
+        return []
+
+    # -- the handshake ---------------------------------------------------------------------
+
+    def _write(self, op: c.Op) -> None:
+        self.output.append(c.encode(op))
+
+    def _refuse(self, reason: str) -> None:
+        log.warning("inter-node link from %s refused: %s", self.shell.peer, reason)
+        self.should_close_transport = True
+        self.close_reason = reason
+        self.ops.clear()
+
+    def _hello(self, op: c.Hello) -> None:
+        identity = self.identity
+        if self.peer is not None:
+            self._refuse("a second hello")
+            return
+        if op.cluster_tag != c.cluster_tag(identity.secret):
+            self._refuse(f"node '{op.node}' belongs to another cluster")
+            return
+        self.peer = op
+        self._write(c.Hello(identity.node, identity.incarnation, self.nonce, op.cluster_tag))
+        self._write(c.Proof(c.proof(identity.secret, "listener", identity.node, op.nonce)))
+
+    def _proof(self, op: c.Proof) -> None:
+        identity = self.identity
+        peer = self.peer
+        if peer is None or self.proven:
+            self._refuse("a proof out of turn")
+            return
+        expected = c.proof(identity.secret, "dialer", peer.node, self.nonce)
+        if not hmac.compare_digest(op.mac, expected):
+            self._refuse(f"node '{peer.node}' could not prove the cluster's secret")
+            return
+        current = identity.links.get(peer.node)
+        if current is not None:
+            if current.peer is not None and current.peer.incarnation > peer.incarnation:
+                self._refuse(f"node '{peer.node}' has a newer link (incarnation)")
+                return
+            # A newer incarnation of the peer (it restarted): its old link is over.
+            current.should_close_transport = True
+            current.close_reason = "replaced by the peer's newer link"
+            current.connection_lost()
+        self.proven = True
+        identity.links[peer.node] = self
+        self.shell.opened = True
+        info = self.shell.info
+        info.user, info.vhost = peer.node, ""
+        log.info("inter-node link from node '%s' is up", peer.node)
+        if identity.on_peer is not None:
+            identity.on_peer(peer.node, True)
+
+    # -- operations ------------------------------------------------------------------------
+
+    def _handle(self, op: c.Op) -> None:
+        if not self.proven:
+            if isinstance(op, c.Hello):
+                self._hello(op)
+            elif isinstance(op, c.Proof):
+                self._proof(op)
+            else:
+                self._refuse("an operation before the handshake")
+            return
+        if isinstance(op, c.Publish):
+            self._publish(op)
+        elif isinstance(op, c.Settle):
+            self._settle(op)
+        elif isinstance(op, c.Credit):
+            self._credit(op)
+        elif isinstance(op, c.Consume):
+            self._consume(op)
+        elif isinstance(op, c.Cancel):
+            self._cancel(op)
+        elif isinstance(op, c.Get):
+            self._get(op)
+        else:
+            self._refuse(f"unexpected {type(op).__name__} from the dialing node")
+
+    def _queue(self, vhost_name: str, name: str) -> Queue | None:
+        vhost = self.broker.vhosts.get(vhost_name)
+        return vhost.queues.get(name) if vhost is not None else None
+
+    def _publish(self, op: c.Publish) -> None:
+        queue = self._queue(op.vhost, op.queue)
+        confirms = self.confirms
+        if op.seq:
+            confirms.seq += 1
+            if confirms.seq != op.seq:
+                self._refuse(f"publish {op.seq} out of order (expected {confirms.seq})")
+                return
+        if queue is None:
+            # Deleted meanwhile (or no longer led here): as a refused publish.
+            if op.seq:
+                confirms.published(False, False)
+            return
+        message = stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+        journal = self.broker.journal
+        writes = journal.writes
+        accepted = queue.enqueue(message)
+        queue.n_publish += 1
+        self.shell.published = True
+        if op.seq:
+            confirms.published(accepted, journal.writes != writes)
+
+    def confirm(self, upto: int, *, multiple: bool, ack: bool) -> None:
+        """``Confirms``' sink: the peer's publishes up to ``upto``."""
+        if not self.should_close_transport:
+            self._write(c.Confirm(upto, multiple, ack))
+
+    def _consume(self, op: c.Consume) -> None:
+        queue = self._queue(op.vhost, op.queue)
+        if queue is None:
+            self._write(c.Cancelled(op.cid, 404, f"no queue '{op.queue}' in vhost '{op.vhost}'"))
+            return
+        if op.cid in self.consumers:
+            self._refuse(f"consumer {op.cid} reused")
+            return
+        consumer = queue.consumer(
+            f"link:{self.peer.node if self.peer else '?'}:{op.cid}",
+            self.owner,
+            auto_settle=op.auto_settle,
+            exclusive=op.exclusive,
+            credit=op.credit,
+            priority=op.priority,
+        )
+        self.consumers[op.cid] = consumer
+        self.ids[consumer] = op.cid
+        self.sent[op.cid] = 0
+        self._write(c.ConsumeOk(op.cid))
+        try:
+            queue.add_consumer(consumer)
+        except AMQPError as exc:
+            self._forget(op.cid)
+            self._write(c.Cancelled(op.cid, exc.reply_code, exc.reply_text))
+
+    def _forget(self, cid: int) -> Consumer | None:
+        consumer = self.consumers.pop(cid, None)
+        if consumer is not None:
+            self.ids.pop(consumer, None)
+            self.sent.pop(cid, None)
+        return consumer
+
+    def _credit(self, op: c.Credit) -> None:
+        consumer = self.consumers.get(op.cid)
+        if consumer is None:
+            return  # cancelled meanwhile
+        consumer.credit = max(0, op.received + op.credit - self.sent[op.cid])
+        consumer.queue.dispatch()
+
+    def _cancel(self, op: c.Cancel) -> None:
+        consumer = self._forget(op.cid)
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+
+    def _deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        cid = self.ids[consumer]
+        did = self.next_did
+        self.next_did = did + 1
+        if not consumer.auto_settle:
+            self.unsettled[did] = (consumer.queue, entry)
+        consumer.credit -= 1
+        self.sent[cid] += 1
+        message = entry.message
+        self.output.append(
+            c.encode(
+                c.Deliver(
+                    cid,
+                    did,
+                    entry.redelivered,
+                    message.exchange,
+                    message.routing_key,
+                    message.format,
+                    message.raw_properties,
+                    message.body,
+                )
+            )
+        )
+
+    def _removed(self, consumer: Consumer) -> None:
+        """The queue went: the peer's consumer is over."""
+        cid = self.ids.get(consumer)
+        if cid is not None:
+            self._forget(cid)
+            self._write(c.Cancelled(cid, 0, "queue deleted"))
+
+    def _settle(self, op: c.Settle) -> None:
+        unsettled = self.unsettled
+        requeue: dict[Source, list[QueuedMessage]] = {}
+        for did in op.dids:
+            item = unsettled.pop(did, None)
+            if item is None:
+                continue  # settled twice, or requeued when a consumer went: ignored
+            queue, entry = item
+            if queue.deleted or op.kind == c.ACCEPT:
+                queue.settle(entry)
+            elif op.kind == c.REJECT:
+                queue.discard(entry, REJECTED)
+            else:
+                requeue.setdefault(queue, []).append(entry)
+        for queue, entries in requeue.items():
+            queue.requeue(entries)
+
+    def _get(self, op: c.Get) -> None:
+        queue = self._queue(op.vhost, op.queue)
+        if queue is None:
+            self._write(c.Failed(op.rid, 404, f"no queue '{op.queue}' in vhost '{op.vhost}'"))
+            return
+        try:
+            if not queue.type.gets:
+                raise queue.unsupported("basic.get")
+            entry = queue.get(auto_settle=op.auto_settle)
+        except AMQPError as exc:
+            self._write(c.Failed(op.rid, exc.reply_code, exc.reply_text))
+            return
+        if entry is None:
+            self._write(c.Empty(op.rid, min(queue.message_count, 0xFFFFFFFF)))
+            return
+        did = 0
+        if not op.auto_settle:
+            did = self.next_did
+            self.next_did = did + 1
+            self.unsettled[did] = (queue, entry)
+        message = entry.message
+        self._write(
+            c.Got(
+                op.rid,
+                did,
+                entry.redelivered,
+                min(queue.message_count, 0xFFFFFFFF),
+                message.exchange,
+                message.routing_key,
+                message.format,
+                message.raw_properties,
+                message.body,
+            )
+        )

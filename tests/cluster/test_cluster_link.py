@@ -5,6 +5,7 @@ RabbitMQ 3.10 answers for a classic queue on a down node, then back with its nod
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ import pytest
 from tests.cluster import nodes
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from leveret.testing.etcd import EtcdServer
     from tests.cluster.nodes import Node
@@ -28,7 +29,8 @@ def three_nodes(etcd_server: EtcdServer, etcd_prefix: str) -> Iterator[list[Node
     started: list[Node] = []
     try:
         for name in ("a@test", "b@test", "c@test"):
-            started.append(nodes.start_node(etcd_server, etcd_prefix, name))
+            node = nodes.start_node(etcd_server, etcd_prefix, name)
+            started.append(node)
         yield started
     finally:
         for node in started:
@@ -61,7 +63,7 @@ def declare_on(node: Node, queue: str, *others: Node) -> None:
     conn.channel().queue_declare(queue, durable=True)
     conn.close()
     for other in others:
-        nodes.eventually(lambda other=other: visible(other, queue))
+        nodes.eventually(functools.partial(visible, other, queue))
 
 
 def publish_confirmed(node: Node, queue: str, bodies: list[bytes]) -> None:
@@ -118,10 +120,10 @@ def test_get_ack_reject_and_requeue_across_nodes(three_nodes: list[Node]) -> Non
     conn = connect(a)
     ch = conn.channel()
     method, _props, body = ch.basic_get("q.get")
-    assert body == b"one" and method.message_count == 2 and not method.redelivered
+    assert (body, method.message_count, method.redelivered) == (b"one", 2, False)
     ch.basic_nack(method.delivery_tag, requeue=True)  # back on c, redelivered
     method, _props, body = ch.basic_get("q.get")
-    assert body == b"one" and method.redelivered
+    assert (body, method.redelivered) == (b"one", True)
     ch.basic_ack(method.delivery_tag)
     method, _props, body = ch.basic_get("q.get")
     assert body == b"two"
@@ -158,19 +160,21 @@ def test_a_queue_on_a_down_node_answers_404_and_returns_with_it(
     conn.close()
     # RabbitMQ 3.10, a durable classic queue whose node is down: 404 for declare, consume
     # and get; a publish routed to it is not confirmed (nack).
-    expected = "NOT_FOUND - home node 'b@test' of durable queue 'q.down' in vhost '/' is down or inaccessible"
-    for attempt in ("declare", "passive", "consume", "get"):
+    expected = (
+        "NOT_FOUND - home node 'b@test' of durable queue 'q.down' in vhost '/' "
+        "is down or inaccessible"
+    )
+    attempts: dict[str, Callable[[Any], object]] = {
+        "declare": lambda ch: ch.queue_declare("q.down", durable=True),
+        "passive": lambda ch: ch.queue_declare("q.down", passive=True),
+        "consume": lambda ch: ch.basic_consume("q.down", lambda *args: None),
+        "get": lambda ch: ch.basic_get("q.down"),
+    }
+    for attempt, operation in attempts.items():
         conn = connect(a)
         ch = conn.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
-            if attempt == "declare":
-                ch.queue_declare("q.down", durable=True)
-            elif attempt == "passive":
-                ch.queue_declare("q.down", passive=True)
-            elif attempt == "consume":
-                ch.basic_consume("q.down", lambda *args: None)
-            else:
-                ch.basic_get("q.down")
+            operation(ch)
         assert (caught.value.reply_code, caught.value.reply_text) == (404, expected), attempt
         conn.close()
     conn = connect(a)

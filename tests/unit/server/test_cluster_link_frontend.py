@@ -1,0 +1,94 @@
+"""The inter-node link's front end (server/cluster_link/), sans-IO: the handshake refuses a
+peer that cannot prove the cluster's secret or belongs to another cluster; a proven peer
+publishes with confirms, consumes within its credit, settles and gets; its link's loss
+requeues what it left unsettled."""
+
+from __future__ import annotations
+
+from leveret.model.broker import Broker
+from leveret.protocol.cluster import codec as c
+from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
+from leveret.testing.client import feed, new_shell
+
+SECRET = "cluster-secret"
+PROPS = b"\x00\x00"  # 0-9-1 basic properties: no flags
+
+
+def link(broker: Broker | None = None) -> tuple[LinkFrontEnd, LinkIdentity]:
+    identity = LinkIdentity("b", SECRET, 7)
+    shell = new_shell(lambda s: LinkFrontEnd(s, identity), broker)
+    front = shell.front
+    assert isinstance(front, LinkFrontEnd)
+    return front, identity
+
+
+def send(front: LinkFrontEnd, *ops: c.Op) -> list[c.Op]:
+    writer = c.Writer()
+    for op in ops:
+        writer.add(op)
+    feed(front.shell, writer.take(), 1.0)
+    return c.Reader().feed(b"".join(front.shell.take_output(1.0)))
+
+
+def handshake(front: LinkFrontEnd, secret: str = SECRET) -> list[c.Op]:
+    nonce = b"n" * 16
+    out = send(front, c.Hello("a", 1, nonce, c.cluster_tag(SECRET)))
+    hello, proof = out
+    assert isinstance(hello, c.Hello)
+    assert isinstance(proof, c.Proof)
+    assert proof.mac == c.proof(SECRET, "listener", "b", nonce)
+    return send(front, c.Proof(c.proof(secret, "dialer", "a", hello.nonce)))
+
+
+def test_a_peer_without_the_secret_is_refused() -> None:
+    front, identity = link()
+    handshake(front, secret="wrong")
+    assert front.should_close_transport
+    assert "could not prove" in front.close_reason
+    assert "a" not in identity.links
+
+
+def test_a_peer_of_another_cluster_is_refused() -> None:
+    front, _ = link()
+    assert send(front, c.Hello("a", 1, b"x" * 16, c.cluster_tag("other"))) == []
+    assert front.should_close_transport
+    assert "another cluster" in front.close_reason
+
+
+def test_operations_before_the_handshake_are_refused() -> None:
+    front, _ = link()
+    send(front, c.Get(1, "/", "q", True))
+    assert front.should_close_transport
+
+
+def test_publish_confirm_consume_settle_get_and_loss() -> None:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("q", owner=None)
+    front, identity = link(broker)
+    assert handshake(front) == []
+    assert identity.links["a"] is front
+    out = send(
+        front,
+        *(c.Publish(i, "/", "q", "", "q", 0, PROPS, b"m%d" % i) for i in (1, 2, 3)),
+        c.Publish(4, "/", "missing", "", "missing", 0, PROPS, b"x"),
+    )
+    assert out == [c.Confirm(3, True, True), c.Confirm(4, False, False)]
+    assert queue.message_count == 3
+    # A consumer with credit 2 gets two, and a third once the credit grows.
+    out = send(front, c.Consume(1, "/", "q", False, False, 2, 0))
+    assert out[0] == c.ConsumeOk(1)
+    delivered = [op for op in out if isinstance(op, c.Deliver)]
+    assert [d.body for d in delivered] == [b"m1", b"m2"]
+    out = send(front, c.Settle(c.ACCEPT, (delivered[0].did,)), c.Credit(1, 2, 2))
+    [third] = out
+    assert isinstance(third, c.Deliver)
+    assert third.body == b"m3"
+    assert queue.unacked_count == 2
+    # A get while everything is out, then the link goes: what it held comes back.
+    assert send(front, c.Cancel(1), c.Get(9, "/", "q", False)) == [c.Empty(9, 0)]
+    front.shell.connection_lost()
+    assert queue.message_count == 2
+    assert "a" not in identity.links
+    out = send(link(broker)[0], c.Get(1, "/", "q", True))
+    assert out == []  # a new link must shake hands first

@@ -160,13 +160,22 @@ class Publisher:
                 self.sink.returned(NO_CONSUMERS, message)
                 return True
         accepted = True
+        down = 0
         for queue in queues:
             if queue.forwards:
-                self._forward(queue, message)
+                if queue.available():
+                    self._forward(queue, message)
+                else:
+                    down += 1
             elif not queue.enqueue(message):
                 accepted = False
             if (queue.consumers or queue.forwards) and queue.falling_behind():
                 self.feeds_backlog = True
+        if down and down == len(queues) and report_unroutable:
+            # Every queue it went to is led by a node that is down: RabbitMQ 3.10 returns it
+            # as unroutable (and confirms it).
+            self.n_return_unroutable += 1
+            self.sink.returned(NO_ROUTE, message)
         return accepted
 
     def _forward(self, queue: Queue, message: Message) -> None:

@@ -474,6 +474,7 @@ class VirtualHost:
         queue = self.find_queue(name)
         if queue is None:
             return 0  # RabbitMQ: deleting a missing queue succeeds with a count of 0
+        queue.reachable()
         self._check_exclusive(queue, owner)
         if queue.forwards and (if_unused or if_empty):
             # Its counts are its leader's: refused rather than deleting what may be in use.

@@ -480,6 +480,11 @@ class Queue(Source):
         ready) and how many messages are left."""
         return Completion.of((self.get(auto_settle=auto_settle), self.message_count))
 
+    def available(self) -> bool:
+        """Whether a message routed to it now reaches it (a queue led by a node that is
+        down does not: RabbitMQ 3.10 counts it as no route)."""
+        return True
+
     def reachable(self) -> None:
         """Raise what an operation on this queue gets while it cannot be reached (a queue
         led by a node that is down: 404, as RabbitMQ answers); nothing for a local queue."""

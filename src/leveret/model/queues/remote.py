@@ -11,8 +11,9 @@ back through the link to the local consumers' owners; settlements need no answer
 
 While the leader's node cannot be reached (``Leader.up`` False), operations get what
 RabbitMQ 3.10 answers for a classic queue whose node is down: 404 "home node ... is down or
-inaccessible" for a declare, a consume or a get; a publish routed to it is dropped, and
-its confirm is negative.
+inaccessible" for a declare, a consume, a get or a delete; a publish routed to it alone is
+unroutable (returned when mandatory, then confirmed), as RabbitMQ 3.10.8 answers
+(``tests/data/cluster/rabbitmq-3.10.8-down-node.json``).
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ class RemoteQueue(Queue):
             f"home node '{self.leader.node}' of {kind} queue '{self.name}' in vhost "
             f"'{self.vhost_name}' is down or inaccessible"
         )
+
+    def available(self) -> bool:
+        return self.leader.up
 
     def reachable(self) -> None:
         if not self.leader.up:

@@ -40,6 +40,7 @@ ops = st.one_of(
     st.builds(c.Got, u32, u64, st.booleans(), u32, text, text, fmt, blob, blob),
     st.builds(c.Empty, u32, u32),
     st.builds(c.Failed, u32, st.integers(0, 65535), text),
+    st.builds(c.Backlog, text, text, st.booleans()),
 )
 
 

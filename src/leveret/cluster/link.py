@@ -20,8 +20,9 @@ resolves the deferred ``basic.get``.
   prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
   at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once
   (a full socket) wait here, within that credit.
-- **Back-pressure.** While the connection's write buffer is over its high-water mark, the
-  proxies say they fall behind (publishers feeding them are paced), and the bytes waiting
+- **Back-pressure.** A proxy falls behind (publishers feeding it are paced, as on one node)
+  while its leader says the queue's consumers do not keep up (``Backlog``) or while the
+  connection's write buffer is over its high-water mark; the bytes waiting
   count in the broker's memory gauge, so the memory alarm blocks publishers as it does
   when a local queue grows. The leader's side is a front end like any other: its own
   memory alarm stops reading the link, which backs up here.
@@ -239,9 +240,11 @@ class Peer:
                 conn.transport.abort()
 
     def _write(self, op: c.Op) -> None:
+        self._write_frame(c.encode(op))
+
+    def _write_frame(self, frame: bytes) -> None:
         if self.settles:
             self._settled()  # settlements go before what follows them
-        frame = c.encode(op)
         self.frames.append(frame)
         self.size += len(frame)
         if not self._flush_scheduled:
@@ -293,6 +296,8 @@ class Peer:
             pending = self.gets.pop(op.rid, None)
             if pending is not None:
                 pending[0].fail(_error(op.code, op.text))
+        elif isinstance(op, c.Backlog):
+            self._backlog(op)
         elif isinstance(op, c.ConsumeOk):
             pass
         elif isinstance(op, c.Cancelled):
@@ -310,6 +315,12 @@ class Peer:
             self._proof(op)
         else:
             raise c.LinkError(f"unexpected {type(op).__name__} from the leader")
+
+    def _backlog(self, op: c.Backlog) -> None:
+        vhost = self.links.server.broker.vhosts.get(op.vhost)
+        queue = vhost.remote_queues.get(op.queue) if vhost is not None else None
+        if isinstance(queue, RemoteQueue):
+            queue.behind = op.behind
 
     def _hello(self, op: c.Hello) -> None:
         links = self.links
@@ -397,8 +408,8 @@ class Peer:
             seq = self.seq = self.seq + 1
             done = Completion()
             self.waits.append((seq, done))
-        self._write(
-            c.Publish(
+        self._write_frame(
+            c.publish_frame(
                 seq,
                 queue.vhost_name,
                 queue.name,

@@ -108,6 +108,8 @@ class RemoteQueue(Queue):
             timers=host.timers,
         )
         self.leader = leader
+        # The leader said its consumers do not keep up (publishers feeding it are paced).
+        self.behind = False
 
     def down(self) -> NotFound:
         kind = "durable" if self.durable else "transient"
@@ -140,7 +142,7 @@ class RemoteQueue(Queue):
         return self.leader.publish(self, message, confirm)
 
     def falling_behind(self) -> bool:
-        return self.leader.backlogged()
+        return self.behind or self.leader.backlogged()
 
     # -- consumers ------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from leveret.errors import AMQPError
 
 __all__ = [
     "MAX_FRAME",
+    "Backlog",
     "Cancel",
     "Cancelled",
     "Confirm",
@@ -196,6 +197,16 @@ class Empty:
 
 
 @dataclass(frozen=True, slots=True)
+class Backlog:
+    """The leader's ``queue`` is falling behind (``behind``: its consumers do not keep up),
+    or no longer: the sending node paces the publishers that feed it, as one node does."""
+
+    vhost: str
+    queue: str
+    behind: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Failed:
     """A request (``rid``) failed with an AMQP code and text (404, 405, 540...)."""
 
@@ -220,6 +231,7 @@ Op = (
     | Got
     | Empty
     | Failed
+    | Backlog
 )
 
 _HEAD = struct.Struct(">IB")
@@ -259,6 +271,65 @@ def _b(value: bytes) -> bytes:
 
 def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes) -> bytes:
     return b"".join((_s(exchange), _s(routing_key), _U8.pack(fmt), _b(raw), _b(body)))
+
+
+_PUBLISH_HEAD = struct.Struct(">IBQ")
+_DELIVER_HEAD = struct.Struct(">IBIQB")
+_MESSAGE_TAIL = struct.Struct(">BI")
+
+
+def _message_parts(
+    exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes
+) -> tuple[int, bytes]:
+    """(size, encoded message but its body), for the per-message frames."""
+    e, r = exchange.encode(), routing_key.encode()
+    if len(e) > 0xFFFF or len(r) > 0xFFFF:
+        raise ValueError("string too long for the link")
+    part = b"".join(
+        (
+            _U16.pack(len(e)),
+            e,
+            _U16.pack(len(r)),
+            r,
+            _MESSAGE_TAIL.pack(fmt, len(raw)),
+            raw,
+            _U32.pack(len(body)),
+        )
+    )
+    return len(part) + len(body), part
+
+
+def publish_frame(
+    seq: int,
+    vhost: str,
+    queue: str,
+    exchange: str,
+    routing_key: str,
+    fmt: int,
+    raw: bytes,
+    body: bytes,
+) -> bytes:
+    """:class:`Publish`'s frame, written directly (once per message forwarded)."""
+    names = _s(vhost) + _s(queue)
+    size, part = _message_parts(exchange, routing_key, fmt, raw, body)
+    head = _PUBLISH_HEAD.pack(1 + 8 + len(names) + size, 3, seq)
+    return b"".join((head, names, part, body))
+
+
+def deliver_frame(
+    cid: int,
+    did: int,
+    redelivered: bool,
+    exchange: str,
+    routing_key: str,
+    fmt: int,
+    raw: bytes,
+    body: bytes,
+) -> bytes:
+    """:class:`Deliver`'s frame, written directly (once per message delivered)."""
+    size, part = _message_parts(exchange, routing_key, fmt, raw, body)
+    head = _DELIVER_HEAD.pack(1 + 4 + 8 + 1 + size, 10, cid, did, redelivered)
+    return b"".join((head, part, body))
 
 
 def _payload(op: Op) -> tuple[int, bytes]:
@@ -334,11 +405,21 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 14, _U32.pack(op.rid) + _U32.pack(op.remaining)
     if isinstance(op, Failed):
         return 15, _U32.pack(op.rid) + _U16.pack(op.code) + _s(op.text)
+    if isinstance(op, Backlog):
+        return 16, _s(op.vhost) + _s(op.queue) + _U8.pack(op.behind)
     raise TypeError(f"not a link operation: {op!r}")
 
 
 def encode(op: Op) -> bytes:
     """One frame."""
+    if isinstance(op, Publish):
+        return publish_frame(
+            op.seq, op.vhost, op.queue, op.exchange, op.routing_key, op.format, op.raw, op.body
+        )
+    if isinstance(op, Deliver):
+        return deliver_frame(
+            op.cid, op.did, op.redelivered, op.exchange, op.routing_key, op.format, op.raw, op.body
+        )
     code, payload = _payload(op)
     return _HEAD.pack(len(payload) + 1, code) + payload
 
@@ -469,9 +550,52 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Empty(c.u32(), c.u32())
     elif code == 15:
         op = Failed(c.u32(), c.u16(), c.s())
+    elif code == 16:
+        op = Backlog(c.s(), c.s(), c.flag())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()
+    return op
+
+
+def _string_at(data: bytes, pos: int) -> tuple[str, int]:
+    (n,) = _U16.unpack_from(data, pos)
+    pos += 2
+    return data[pos : pos + n].decode(), pos + n
+
+
+def _message_at(data: bytes, pos: int) -> tuple[str, str, int, bytes, bytes, int]:
+    exchange, pos = _string_at(data, pos)
+    routing_key, pos = _string_at(data, pos)
+    fmt, n = _MESSAGE_TAIL.unpack_from(data, pos)
+    pos += 5
+    raw = data[pos : pos + n]
+    pos += n
+    (n,) = _U32.unpack_from(data, pos)
+    pos += 4
+    body = data[pos : pos + n]
+    return exchange, routing_key, fmt, raw, body, pos + n
+
+
+def _fast(code: int, data: bytes, pos: int, end: int) -> Op:
+    """Publish and Deliver, read straight from the bytes (once per message)."""
+    try:
+        if code == 3:
+            (seq,) = _U64.unpack_from(data, pos)
+            vhost, p = _string_at(data, pos + 8)
+            queue, p = _string_at(data, p)
+            exchange, routing_key, fmt, raw, body, p = _message_at(data, p)
+            op: Op = Publish(seq, vhost, queue, exchange, routing_key, fmt, raw, body)
+        else:
+            _, _, cid, did, redelivered = _DELIVER_HEAD.unpack_from(data, pos - 5)
+            if redelivered > 1:
+                raise LinkError(f"bad boolean {redelivered} in a link frame")
+            exchange, routing_key, fmt, raw, body, p = _message_at(data, pos + 13)
+            op = Deliver(cid, did, bool(redelivered), exchange, routing_key, fmt, raw, body)
+    except (struct.error, UnicodeDecodeError):
+        raise LinkError("malformed link frame") from None
+    if p != end:
+        raise LinkError("truncated link frame" if p > end else "trailing bytes in a link frame")
     return op
 
 
@@ -489,21 +613,31 @@ class Reader:
 
     def feed(self, data: bytes) -> list[Op]:
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            if len(buffer) >= 4:
+                length = int.from_bytes(buffer[:4], "big")
+                if length < 1 or length > MAX_FRAME:
+                    raise LinkError(f"link frame of {length} bytes")
+                if len(buffer) < 4 + length:
+                    return []  # a large frame still arriving: no copy until it is whole
+            data = bytes(buffer)
         ops: list[Op] = []
         pos = 0
-        view = memoryview(buffer)
+        size = len(data)
         try:
-            while len(buffer) - pos >= 5:
-                length, code = _HEAD.unpack_from(buffer, pos)
+            while size - pos >= 5:
+                length, code = _HEAD.unpack_from(data, pos)
                 if length < 1 or length > MAX_FRAME:
                     raise LinkError(f"link frame of {length} bytes")
                 end = pos + 4 + length
-                if end > len(buffer):
+                if end > size:
                     break
-                ops.append(_decode(code, _Cursor(view[pos + 5 : end])))
+                if code == 3 or code == 10:
+                    ops.append(_fast(code, data, pos + 5, end))
+                else:
+                    ops.append(_decode(code, _Cursor(memoryview(data)[pos + 5 : end])))
                 pos = end
         finally:
-            view.release()
-        del buffer[:pos]
+            self._buffer = bytearray(data[pos:]) if pos < size else bytearray()
         return ops

@@ -91,6 +91,8 @@ class LinkFrontEnd:
         # Deliveries the peer has not settled: id -> (queue, entry).
         self.unsettled: dict[int, tuple[Source, QueuedMessage]] = {}
         self.next_did = 1
+        # Queues the peer was told are falling behind.
+        self.behind: set[Queue] = set()
         self.writable = True
         self.output = shell.output
 
@@ -283,6 +285,14 @@ class LinkFrontEnd:
         accepted = queue.enqueue(message)
         queue.n_publish += 1
         self.shell.published = True
+        behind = queue.falling_behind()
+        if behind != (queue in self.behind):
+            # The peer paces its publishers into this queue as one node paces its own.
+            if behind:
+                self.behind.add(queue)
+            else:
+                self.behind.discard(queue)
+            self._write(c.Backlog(op.vhost, op.queue, behind))
         if op.seq:
             confirms.published(accepted, journal.writes != writes)
 
@@ -346,17 +356,15 @@ class LinkFrontEnd:
         self.sent[cid] += 1
         message = entry.message
         self.output.append(
-            c.encode(
-                c.Deliver(
-                    cid,
-                    did,
-                    entry.redelivered,
-                    message.exchange,
-                    message.routing_key,
-                    message.format,
-                    message.raw_properties,
-                    message.body,
-                )
+            c.deliver_frame(
+                cid,
+                did,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                message.format,
+                message.raw_properties,
+                message.body,
             )
         )
 

@@ -327,12 +327,16 @@ class Shell:
             return
         released = self._released_at
         front = self.front
-        if released is not None and not self._holds and now - released > CLOSE_TIMEOUT:
-            # A machine with a close deadline of its own (0-9-1 leaves the socket to the
-            # client after close-ok, for up to 30 s as RabbitMQ does) closes by it instead.
-            if front is None or front.next_tick(now) is None:
-                self._close_now(self.close_reason or "close timeout")
-                return
+        # A machine with a close deadline of its own (0-9-1 leaves the socket to the client
+        # after close-ok, for up to 30 s as RabbitMQ does) closes by it instead.
+        if (
+            released is not None
+            and not self._holds
+            and now - released > CLOSE_TIMEOUT
+            and (front is None or front.next_tick(now) is None)
+        ):
+            self._close_now(self.close_reason or "close timeout")
+            return
         if front is None:
             return
         output = self.output

@@ -32,6 +32,7 @@ class Node:
     data_dir: Path
     broker: Broker
     url: str
+    prefix: str = ""
 
     def api(self, path: str) -> str:
         return f"{self.url}/api/{path}"
@@ -72,7 +73,7 @@ def start_node(etcd: EtcdServer, prefix: str, name: str, data_dir: Path | None =
     except Exception:
         broker.stop()
         raise
-    return Node(name, data_dir, broker, url)
+    return Node(name, data_dir, broker, url, prefix)
 
 
 def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:

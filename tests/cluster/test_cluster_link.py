@@ -8,11 +8,14 @@ from __future__ import annotations
 import functools
 import json
 import time
-from typing import TYPE_CHECKING
+import uuid
+from typing import TYPE_CHECKING, Any
 
 import pika
 import pika.exceptions
 import pytest
+from proton import Message as ProtonMessage
+from proton.utils import BlockingConnection as ProtonConnection
 
 from tests.cluster import down_node, nodes
 
@@ -25,12 +28,15 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
 
 
-@pytest.fixture
-def three_nodes(etcd_server: EtcdServer, etcd_prefix: str) -> Iterator[list[Node]]:
+@pytest.fixture(scope="module")
+def three_nodes(etcd_server: EtcdServer) -> Iterator[list[Node]]:
+    """Nodes a, b and c on the session's etcd, for the module (a test that stops one
+    starts it again)."""
+    prefix = f"/leveret-test/link-{uuid.uuid4().hex[:8]}/"
     started: list[Node] = []
     try:
         for name in ("a@test", "b@test", "c@test"):
-            node = nodes.start_node(etcd_server, etcd_prefix, name)
+            node = nodes.start_node(etcd_server, prefix, name)
             started.append(node)
         yield started
     finally:
@@ -111,7 +117,7 @@ def test_publish_on_a_to_a_queue_led_by_b_consumed_on_c(three_nodes: list[Node])
     )
     assert listed["node"] == "b@test"
     assert consume(c, "q.link", 300) == bodies  # in order, through the link
-    assert consume(b, "q.link", 1, prefetch=1) == []  # every one acked away on b
+    assert get_all(b, "q.link") == []  # every one acked away on b
 
 
 def test_get_ack_reject_and_requeue_across_nodes(three_nodes: list[Node]) -> None:
@@ -141,8 +147,107 @@ def test_get_ack_reject_and_requeue_across_nodes(three_nodes: list[Node]) -> Non
     assert consume(c, "q.get", 1) == [b"four"]
 
 
+def test_counts_purge_and_a_transaction_across_nodes(three_nodes: list[Node]) -> None:
+    a, b, c = three_nodes
+    declare_on(b, "q.counts", a)
+    publish_confirmed(c, "q.counts", [b"x"] * 7)
+    conn = connect(a)
+    ch = conn.channel()
+    # Declare-ok counts are the leader's (asked over the link).
+    assert ch.queue_declare("q.counts", passive=True).method.message_count == 7
+    watcher = connect(c)
+    wch = watcher.channel()
+    wch.basic_qos(prefetch_count=1)
+    held: list[bytes] = []
+    wch.basic_consume("q.counts", lambda _ch, _m, _p, body: held.append(body))  # one, unacked
+    nodes.eventually(lambda: watcher.process_data_events(time_limit=0.05) or held)
+    declared = ch.queue_declare("q.counts", durable=True).method
+    assert (declared.message_count, declared.consumer_count) == (6, 1)
+    watcher.close()
+    assert ch.queue_purge("q.counts").method.message_count == 7
+    # tx.commit-ok once the leader has the messages.
+    ch.tx_select()
+    for _ in range(3):
+        ch.basic_publish("", "q.counts", b"tx", pika.BasicProperties(delivery_mode=2))
+    assert ch.queue_declare("q.counts", passive=True).method.message_count == 0
+    ch.tx_commit()
+    conn.close()
+    assert nodes.eventually(lambda: b_count(b, "q.counts") == 3)
+
+
+def b_count(node: Node, queue: str) -> int:
+    conn = connect(node)
+    try:
+        return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
+    finally:
+        conn.close()
+
+
+def test_dead_letters_cross_to_a_queue_on_another_node(three_nodes: list[Node]) -> None:
+    a, b, c = three_nodes
+    declare_on(c, "q.dead", a, b)
+    conn = connect(b)
+    ch = conn.channel()
+    ch.queue_declare(
+        "q.live",
+        durable=True,
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "q.dead"},
+    )
+    conn.close()
+    nodes.eventually(functools.partial(visible, a, "q.live"))
+    publish_confirmed(a, "q.live", [b"doomed"])
+    conn = connect(a)
+    ch = conn.channel()
+    method, _props, body = ch.basic_get("q.live")
+    assert body == b"doomed"
+    ch.basic_reject(method.delivery_tag, requeue=False)  # dead-lettered on b, to c's queue
+    conn.close()
+    [(props, body)] = nodes.eventually(lambda: get_all(a, "q.dead"))
+    assert body == b"doomed"
+    assert props.headers["x-death"][0]["queue"] == "q.live"
+
+
+def get_all(node: Node, queue: str) -> list[tuple[Any, bytes]]:
+    conn = connect(node)
+    ch = conn.channel()
+    found = []
+    while True:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        found.append((props, body))
+    conn.close()
+    return found
+
+
+def test_amqp10_clients_through_another_node(three_nodes: list[Node]) -> None:
+    """Any front end gets the link through the core: proton sends (settled once the
+    leader has the messages) on c and receives on a, the queue led by b."""
+    a, b, c = three_nodes
+    declare_on(b, "q.amqp10", a, c)
+    url = "amqp://guest:guest@127.0.0.1:{}"
+    sender_conn = ProtonConnection(url.format(c.broker.port), timeout=10)
+    try:
+        sender = sender_conn.create_sender("/queues/q.amqp10")
+        for i in range(5):
+            sender.send(ProtonMessage(body=f"p{i}", durable=True))
+    finally:
+        sender_conn.close()
+    receiver_conn = ProtonConnection(url.format(a.broker.port), timeout=10)
+    try:
+        receiver = receiver_conn.create_receiver("/queues/q.amqp10", credit=2)
+        got = []
+        for _ in range(5):
+            got.append(receiver.receive(timeout=5).body)
+            receiver.accept()
+    finally:
+        receiver_conn.close()
+    assert got == [f"p{i}" for i in range(5)]
+    assert nodes.eventually(lambda: b_count(b, "q.amqp10") == 0 or None) is True
+
+
 def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(
-    three_nodes: list[Node], etcd_server: EtcdServer, etcd_prefix: str
+    three_nodes: list[Node], etcd_server: EtcdServer
 ) -> None:
     a, b, _c = three_nodes
     declare_on(b, down_node.QUEUE, a)
@@ -150,7 +255,7 @@ def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(
     # RabbitMQ 3.10.8's answers (a durable classic queue whose node is down), as data.
     assert found == json.loads(down_node.RECORDED.read_text())
     # b comes back with its data directory: every confirmed message is still there.
-    back = nodes.start_node(etcd_server, etcd_prefix, "b@test", b.data_dir)
+    back = nodes.start_node(etcd_server, b.prefix, "b@test", b.data_dir)
     three_nodes[1] = back
     nodes.eventually(lambda: visible(a, down_node.QUEUE))
     assert consume(a, down_node.QUEUE, 5) == [b"kept"] * 5

@@ -41,6 +41,8 @@ ops = st.one_of(
     st.builds(c.Empty, u32, u32),
     st.builds(c.Failed, u32, st.integers(0, 65535), text),
     st.builds(c.Backlog, text, text, st.booleans()),
+    st.builds(c.Inspect, u32, text, text, st.booleans()),
+    st.builds(c.Counted, u32, u32, u32),
 )
 
 

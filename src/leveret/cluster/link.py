@@ -146,7 +146,8 @@ class Peer:
         self.consumers: dict[int, _Remote] = {}
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
-        self.gets: dict[int, tuple[Completion[tuple[QueuedMessage | None, int]], RemoteQueue]] = {}
+        # Requests waiting for the leader's answer (gets, inspections), by id.
+        self.requests: dict[int, tuple[Completion[Any], RemoteQueue]] = {}
         self.settles: dict[int, list[int]] = {}
         self.task: asyncio.Task[None] | None = None
         self.became_up = asyncio.Event()
@@ -211,9 +212,9 @@ class Peer:
         waits, self.waits = self.waits, deque()
         for _seq, done in waits:
             done.resolve(False)
-        gets, self.gets = self.gets, {}
-        for done_get, queue in gets.values():
-            done_get.fail(queue.down())
+        requests, self.requests = self.requests, {}
+        for request, queue in requests.values():
+            request.fail(queue.down())
         remotes = list(self.consumers.values())
         self.consumers.clear()
         self.cids.clear()
@@ -289,11 +290,15 @@ class Peer:
         elif isinstance(op, c.Got):
             self._got(op)
         elif isinstance(op, c.Empty):
-            pending = self.gets.pop(op.rid, None)
+            pending = self.requests.pop(op.rid, None)
             if pending is not None:
                 pending[0].resolve((None, op.remaining))
+        elif isinstance(op, c.Counted):
+            pending = self.requests.pop(op.rid, None)
+            if pending is not None:
+                pending[0].resolve((op.messages, op.consumers))
         elif isinstance(op, c.Failed):
-            pending = self.gets.pop(op.rid, None)
+            pending = self.requests.pop(op.rid, None)
             if pending is not None:
                 pending[0].fail(_error(op.code, op.text))
         elif isinstance(op, c.Backlog):
@@ -377,7 +382,7 @@ class Peer:
         self._advertise(remote)
 
     def _got(self, op: c.Got) -> None:
-        pending = self.gets.pop(op.rid, None)
+        pending = self.requests.pop(op.rid, None)
         if pending is None:
             if op.did:
                 self.settles.setdefault(c.REQUEUE, []).append(op.did)
@@ -425,9 +430,11 @@ class Peer:
     def consume(self, queue: RemoteQueue, consumer: Consumer) -> None:
         cid = self.next_cid
         self.next_cid = cid + 1
+        # A consumer whose credit its owner limits (a prefetch window, 1.0 link credit) gets
+        # every change passed on; one nobody limits, a window re-granted by quarters.
         limited = consumer.credit < UNLIMITED
-        cap = min(consumer.credit, WINDOW)
-        remote = _Remote(consumer, queue, cap, 1 if limited else max(1, WINDOW // 4), cap)
+        credit = min(consumer.credit, WINDOW)
+        remote = _Remote(consumer, queue, WINDOW, 1 if limited else WINDOW // 4, credit)
         self.consumers[cid] = remote
         self.cids[consumer] = cid
         self._write(
@@ -437,7 +444,7 @@ class Peer:
                 queue.name,
                 consumer.auto_settle,
                 consumer.exclusive,
-                cap,
+                credit,
                 consumer.priority,
             )
         )
@@ -487,8 +494,19 @@ class Peer:
             return done
         rid = self.next_rid
         self.next_rid = rid + 1
-        self.gets[rid] = (done, queue)
+        self.requests[rid] = (done, queue)
         self._write(c.Get(rid, queue.vhost_name, queue.name, auto_settle))
+        return done
+
+    def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]:
+        done: Completion[tuple[int, int]] = Completion()
+        if not self.up:
+            done.fail(queue.down())
+            return done
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        self.requests[rid] = (done, queue)
+        self._write(c.Inspect(rid, queue.vhost_name, queue.name, purge))
         return done
 
     def backlogged(self) -> bool:

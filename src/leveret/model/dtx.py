@@ -335,7 +335,7 @@ class Coordinator:
             if done is not None:
                 done(XA_OK)
 
-        branch.tx.commit(publisher.route, _apply, journal, committed)
+        branch.tx.commit(publisher.route, _apply, journal, committed, publisher.take_remote)
 
     def rollback(self, xid: Xid) -> int:
         branch = self._branch(xid)

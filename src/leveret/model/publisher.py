@@ -181,7 +181,7 @@ class Publisher:
     def _forward(self, queue: Queue, message: Message) -> None:
         """Hand ``message`` to ``queue``'s leader on another node; its confirm (if one is
         wanted) joins ``remote``."""
-        done = queue.forward(message, self.confirms is not None)
+        done = queue.forward(message, self.confirms is not None or self.tx is not None)
         if done is None:
             return
         previous = self.remote
@@ -197,6 +197,12 @@ class Publisher:
         previous.on_done(joined)
         done.on_done(joined)
         self.remote = both
+
+    def take_remote(self) -> Completion[bool] | None:
+        """What the leaders of the queues led elsewhere that the messages routed since the
+        last call went to will answer (a transaction's commit waits for it)."""
+        remote, self.remote = self.remote, None
+        return remote
 
     def flush_confirms(self) -> None:
         if self.confirms is not None:

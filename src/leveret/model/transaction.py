@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.model.completion import Completion
     from leveret.model.journal import Journal
     from leveret.model.message import Message
     from leveret.model.settle import Delivery
@@ -46,9 +47,12 @@ class Transaction:
         apply: Callable[[str, list[tuple[Delivery, object]]], None],
         journal: Journal,
         done: Callable[[bool], None],
+        remote: Callable[[], Completion[bool] | None] | None = None,
     ) -> None:
         """Route the held publishes with ``route``, then hand the settlements to ``apply``
-        grouped by outcome; ``done`` as the module docstring says."""
+        grouped by outcome; ``done`` as the module docstring says, and (``remote``: the
+        publisher's ``take_remote``) once the leaders of the queues led by other nodes that
+        the publishes went to confirmed them (False if one did not)."""
         publishes, self.publishes = self.publishes, []
         settlements, self.settlements = self.settlements, []
         for publish in publishes:
@@ -57,13 +61,24 @@ class Transaction:
             group = [(d, t) for o, d, t in settlements if o == outcome]
             if group:
                 apply(outcome, group)
+        waiting = remote() if remote is not None else None
+        finish = done if waiting is None else _after(waiting, done)
         if publishes or settlements:
-            journal.after_commit(lambda: done(journal.ok))
+            journal.after_commit(lambda: finish(journal.ok))
         else:
-            done(True)
+            finish(True)
 
     def rollback(self) -> list[tuple[Delivery, object]]:
         """Drop the held publishes; the held settlements come back (delivery, token)."""
         self.publishes = []
         settlements, self.settlements = self.settlements, []
         return [(d, t) for _o, d, t in settlements]
+
+
+def _after(waiting: Completion[bool], done: Callable[[bool], None]) -> Callable[[bool], None]:
+    """``done``, called once ``waiting`` is done too, False unless both succeeded."""
+
+    def finish(ok: bool) -> None:
+        waiting.on_done(lambda answer: done(ok and answer.error is None and bool(answer.result())))
+
+    return finish

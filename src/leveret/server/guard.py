@@ -108,7 +108,7 @@ class Guard:
             name,
             passive=passive,
             server_named=server_named,
-            exists=name in vhost.queues,
+            exists=vhost.find_queue(name) is not None,
             dead_letter_exchange=_text((arguments or {}).get("x-dead-letter-exchange")),
             queue_count=len(vhost.queues),
         )

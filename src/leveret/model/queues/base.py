@@ -480,6 +480,12 @@ class Queue(Source):
         ready) and how many messages are left."""
         return Completion.of((self.get(auto_settle=auto_settle), self.message_count))
 
+    def inspect(self, *, purge: bool) -> Completion[tuple[int, int]]:
+        """(ready messages, consumers), answered later by a queue led by another node; with
+        ``purge``, the queue is purged first and the count is of the messages purged."""
+        count = self.purge() if purge else self.message_count
+        return Completion.of((count, self.consumer_count))
+
     def available(self) -> bool:
         """Whether a message routed to it now reaches it (a queue led by a node that is
         down does not: RabbitMQ 3.10 counts it as no route)."""

@@ -72,6 +72,8 @@ class Leader(Protocol):
         self, queue: RemoteQueue, auto_settle: bool
     ) -> Completion[tuple[QueuedMessage | None, int]]: ...
 
+    def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]: ...
+
     def backlogged(self) -> bool: ...
 
     def dropped(self, queue: RemoteQueue) -> None: ...
@@ -169,6 +171,13 @@ class RemoteQueue(Queue):
     def fetch(self, *, auto_settle: bool) -> Completion[tuple[QueuedMessage | None, int]]:
         self.reachable()
         return self.leader.get(self, auto_settle)
+
+    def inspect(self, *, purge: bool) -> Completion[tuple[int, int]]:
+        self.reachable()
+        return self.leader.inspect(self, purge)
+
+    def purge(self) -> int:
+        raise self.unsupported("a synchronous purge")
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1

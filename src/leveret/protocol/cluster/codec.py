@@ -36,6 +36,7 @@ __all__ = [
     "Confirm",
     "Consume",
     "ConsumeOk",
+    "Counted",
     "Credit",
     "Deliver",
     "Empty",
@@ -43,6 +44,7 @@ __all__ = [
     "Get",
     "Got",
     "Hello",
+    "Inspect",
     "LinkError",
     "Op",
     "Proof",
@@ -197,6 +199,26 @@ class Empty:
 
 
 @dataclass(frozen=True, slots=True)
+class Inspect:
+    """Ask for the queue's counts (a declaration's answer), or purge it (``purge``)."""
+
+    rid: int
+    vhost: str
+    queue: str
+    purge: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """The answer to :class:`Inspect`: ready messages (purged ones, for a purge) and
+    consumers."""
+
+    rid: int
+    messages: int
+    consumers: int
+
+
+@dataclass(frozen=True, slots=True)
 class Backlog:
     """The leader's ``queue`` is falling behind (``behind``: its consumers do not keep up),
     or no longer: the sending node paces the publishers that feed it, as one node does."""
@@ -232,6 +254,8 @@ Op = (
     | Empty
     | Failed
     | Backlog
+    | Inspect
+    | Counted
 )
 
 _HEAD = struct.Struct(">IB")
@@ -407,6 +431,10 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 15, _U32.pack(op.rid) + _U16.pack(op.code) + _s(op.text)
     if isinstance(op, Backlog):
         return 16, _s(op.vhost) + _s(op.queue) + _U8.pack(op.behind)
+    if isinstance(op, Inspect):
+        return 17, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue) + _U8.pack(op.purge)
+    if isinstance(op, Counted):
+        return 18, _U32.pack(op.rid) + _U32.pack(op.messages) + _U32.pack(op.consumers)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -552,6 +580,10 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Failed(c.u32(), c.u16(), c.s())
     elif code == 16:
         op = Backlog(c.s(), c.s(), c.flag())
+    elif code == 17:
+        op = Inspect(c.u32(), c.s(), c.s(), c.flag())
+    elif code == 18:
+        op = Counted(c.u32(), c.u32(), c.u32())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

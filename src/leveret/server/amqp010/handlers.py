@@ -498,7 +498,7 @@ def exchange_bound(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(command, c.ExchangeBound)
     vhost = ssn.vhost
     exchange = vhost.exchanges.get(command.exchange or "")
-    queue = vhost.queues.get(command.queue or "") if command.queue else None
+    queue = vhost.find_queue(command.queue or "") if command.queue else None
     result = ExchangeBoundResult(
         exchange_not_found=exchange is None,
         queue_not_found=bool(command.queue) and queue is None,
@@ -540,13 +540,13 @@ def queue_declare(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     if command.passive:
         # Qpid: any session may passively declare an exclusive queue (request/reply), but
         # not claim it exclusively.
-        queue = ssn.vhost.queues.get(name)
+        queue = ssn.vhost.find_queue(name)
         if queue is None:
             raise NotFound(f"no queue '{name}' in vhost '{ssn.vhost.name}'")
         if command.exclusive and queue.exclusive_owner is not ssn:
             raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, f"queue '{name}' is not exclusive here")
         return True
-    existing = ssn.vhost.queues.get(name)
+    existing = ssn.vhost.find_queue(name)
     if existing is not None:
         # Qpid: a redeclaration succeeds whatever its other fields, unless exclusivity says no.
         if existing.exclusive_owner is not None and existing.exclusive_owner is not ssn:
@@ -609,7 +609,7 @@ def queue_purge(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
 def queue_query(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.QueueQuery)
-    queue = ssn.vhost.queues.get(command.queue or "")
+    queue = ssn.vhost.find_queue(command.queue or "")
     if queue is None:
         conn.result(ev, QueueQueryResult())
         return True

@@ -604,7 +604,9 @@ class Session(ConsumerOwner):
         return tx
 
     def commit(self, done: Callable[[bool], None]) -> None:
-        self.tx().commit(self.publisher.route, _apply, self.vhost.journal, done)
+        self.tx().commit(
+            self.publisher.route, _apply, self.vhost.journal, done, self.publisher.take_remote
+        )
 
     def rollback(self) -> None:
         held = self.tx().rollback()

@@ -101,15 +101,32 @@ def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
         )
         declared = Declared(queue.name, queue.message_count, queue.consumer_count)
     session.last_queue = declared.queue
-    if not method.no_wait:
-        channel.conn.send_method(
-            channel.id,
-            m.QueueDeclareOk(
-                queue=declared.queue,
-                message_count=declared.message_count,
-                consumer_count=declared.consumer_count,
+    if method.no_wait:
+        return
+    target = vhost.find_queue(declared.queue)
+    if target is not None and target.forwards:
+        # Led by another node: its counts are its leader's, asked over the link.
+        cast("AMQP091Connection", channel.conn).defer(
+            channel,
+            target.inspect(purge=False),
+            lambda counts: channel.conn.send_method(
+                channel.id,
+                m.QueueDeclareOk(
+                    queue=declared.queue, message_count=counts[0], consumer_count=counts[1]
+                ),
             ),
+            class_id=method.CLASS_ID,
+            method_id=method.METHOD_ID,
         )
+        return
+    channel.conn.send_method(
+        channel.id,
+        m.QueueDeclareOk(
+            queue=declared.queue,
+            message_count=declared.message_count,
+            consumer_count=declared.consumer_count,
+        ),
+    )
 
 
 def _routing_key(method: m.QueueBind | m.QueueUnbind, queue: str) -> str:
@@ -155,6 +172,20 @@ def queue_purge(channel: Channel, method: m.QueuePurge) -> None:
     queue = session.vhost.queue(name, session.owner)
     if not queue.type.purges:
         raise queue.unsupported("queue.purge")
+    if queue.forwards:
+        purged = queue.inspect(purge=True)
+        if method.no_wait:
+            return
+        cast("AMQP091Connection", channel.conn).defer(
+            channel,
+            purged,
+            lambda counts: channel.conn.send_method(
+                channel.id, m.QueuePurgeOk(message_count=counts[0])
+            ),
+            class_id=method.CLASS_ID,
+            method_id=method.METHOD_ID,
+        )
+        return
     count = queue.purge()
     if not method.no_wait:
         channel.conn.send_method(channel.id, m.QueuePurgeOk(message_count=count))

@@ -578,7 +578,13 @@ class Session(ConsumerOwner):
         """Apply the transaction; ``done(ok)`` runs once what it stored is on disk (at once
         when it stored nothing), with ``ok`` False when the store failed to write it.
         Held settlements stay counted against prefetch until now, as in RabbitMQ."""
-        self._tx().commit(self.publisher.route, self._apply, self.vhost.journal, done)
+        self._tx().commit(
+            self.publisher.route,
+            self._apply,
+            self.vhost.journal,
+            done,
+            self.publisher.take_remote,
+        )
 
     def _apply(self, outcome: str, settlements: list[tuple[Delivery, object]]) -> None:
         items = [(tag, item) for item, tag in settlements if isinstance(tag, int)]

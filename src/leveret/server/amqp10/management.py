@@ -208,7 +208,7 @@ class ManagementNode:
         auto_delete = props.get("auto_delete", False)
         arguments = _arguments(props.get("arguments"))
         vhost = self.session.vhost
-        existed = name in vhost.queues
+        existed = vhost.find_queue(name) is not None
         if name.startswith("amq.") and not existed:
             raise HttpError("403", f"queue '{name}' starts with reserved prefix 'amq.'")
         self.session.guard.queue_declare(name, passive=False, arguments=arguments)
@@ -298,7 +298,7 @@ class ManagementNode:
         if exchange is None:
             return []
         target: object = (
-            vhost.queues.get(destination) if kind == "queue" else vhost.exchanges.get(destination)
+            vhost.find_queue(destination) if kind == "queue" else vhost.exchanges.get(destination)
         )
         return [
             (key, dict(arguments or {}))

@@ -234,7 +234,7 @@ class Session(SessionCore):
                 self.guard.access.write_exchange("")
                 # Existence only: publishing to another connection's exclusive queue is
                 # allowed (a request/reply server answers into the client's reply queue).
-                if where.queue not in self.vhost.queues:
+                if self.vhost.find_queue(where.queue) is None:
                     raise NotFound(f"no queue '{where.queue}' in vhost '{self.vhost.name}'")
                 exchange, routing_key = "", where.queue
             else:
@@ -259,7 +259,7 @@ class Session(SessionCore):
         durability is ``none``; an existing queue is taken as it is."""
         access, vhost = self.guard.access, self.vhost
         access.configure_queue(name)
-        if name not in vhost.queues:
+        if vhost.find_queue(name) is None:
             access.check_queue_limit(name, len(vhost.queues))
             vhost.declare_queue(
                 name, owner=self.client, durable=durability != TerminusDurability.NONE

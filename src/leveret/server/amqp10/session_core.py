@@ -133,5 +133,5 @@ class SessionCore:
             self.conn.wrote()
 
     def delete_queue(self, queue: Queue) -> None:
-        if queue.name in self.vhost.queues and self.vhost.queues[queue.name] is queue:
+        if self.vhost.find_queue(queue.name) is queue:
             self.vhost.remove_queue(queue)

@@ -96,7 +96,13 @@ class Transactions:
     def commit(self, txn_id: Value, done: Callable[[bool], None]) -> None:
         txn = self.find(txn_id)
         del self.open[bytes(txn_id)]  # type: ignore[arg-type]
-        txn.commit(self.publisher.route, _apply, self.vhost.journal, done)
+        txn.commit(
+            self.publisher.route,
+            _apply,
+            self.vhost.journal,
+            done,
+            self.publisher.take_remote,
+        )
 
     def rollback(self, txn_id: Value) -> None:
         txn = self.find(txn_id)

@@ -489,7 +489,7 @@ class FastConnection:
         try:
             if handle.service is ev.ServiceType.TOPIC:
                 queue_name = self._subscribe(channel, handle, event)
-            elif queue_name not in vhost.queues:
+            elif vhost.find_queue(queue_name) is None:
                 self.server.close_handle(
                     event.handle_id, 404, f"NOT_FOUND - no queue '{queue_name}'"
                 )

@@ -259,6 +259,8 @@ class LinkFrontEnd:
             self._cancel(op)
         elif isinstance(op, c.Get):
             self._get(op)
+        elif isinstance(op, c.Inspect):
+            self._inspect(op)
         else:
             self._refuse(f"unexpected {type(op).__name__} from the dialing node")
 
@@ -426,3 +428,17 @@ class LinkFrontEnd:
                 message.body,
             )
         )
+
+    def _inspect(self, op: c.Inspect) -> None:
+        queue = self._queue(op.vhost, op.queue)
+        if queue is None:
+            self._write(c.Failed(op.rid, 404, f"no queue '{op.queue}' in vhost '{op.vhost}'"))
+            return
+        try:
+            if op.purge and not queue.type.purges:
+                raise queue.unsupported("queue.purge")
+            count = queue.purge() if op.purge else queue.lookup(None)
+        except AMQPError as exc:
+            self._write(c.Failed(op.rid, exc.reply_code, exc.reply_text))
+            return
+        self._write(c.Counted(op.rid, min(count, 0xFFFFFFFF), queue.consumer_count))

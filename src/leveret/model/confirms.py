@@ -108,11 +108,13 @@ class Confirms:
         if upto <= start:
             return
         self._confirmed_upto = upto
-        sync = self._sync_upto > start
         remote = self._remote
-        if not sync and not remote and not self._sends:
+        if self._sync_upto <= start and not remote and not self._sends:
             self.sink.confirm(upto, multiple=upto - start > 1, ack=True)
             return
+        # Confirms behind a send that waits go through the store's commit too, so that
+        # the confirms of a batch that fails are all negative, in order.
+        sync = self._sync_upto > start or bool(self._sends)
         send = _Send(start, upto, True)
         self._sends.append(send)
         if remote:

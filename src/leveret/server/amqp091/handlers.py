@@ -10,7 +10,7 @@ protocol's shortcuts (the empty queue name, the empty binding key) are resolved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from leveret.convert.formats import amqp091_parts
 from leveret.errors import InternalError, NotAllowed
@@ -21,9 +21,28 @@ from leveret.protocol.amqp091._generated import methods as m
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.model.completion import Completion
     from leveret.model.entry import QueuedMessage
+    from leveret.protocol.amqp091.channel import ChannelState
     from leveret.server.amqp091.channel import Channel
-    from leveret.server.amqp091.connection import AMQP091Connection
+
+
+T = TypeVar("T")
+
+
+class _Defers(Protocol):
+    """The connection's ``defer`` (``connection.AMQP091Connection``): a method answered
+    once a completion is done (a queue led by another node)."""
+
+    def defer(
+        self,
+        channel: ChannelState,
+        completion: Completion[T],
+        reply: Callable[[T], None],
+        *,
+        class_id: int = 0,
+        method_id: int = 0,
+    ) -> None: ...
 
 
 def channel_flow(channel: Channel, method: m.ChannelFlow) -> None:
@@ -106,7 +125,7 @@ def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
     target = vhost.find_queue(declared.queue)
     if target is not None and target.forwards:
         # Led by another node: its counts are its leader's, asked over the link.
-        cast("AMQP091Connection", channel.conn).defer(
+        cast("_Defers", channel.conn).defer(
             channel,
             target.inspect(purge=False),
             lambda counts: channel.conn.send_method(
@@ -176,7 +195,7 @@ def queue_purge(channel: Channel, method: m.QueuePurge) -> None:
         purged = queue.inspect(purge=True)
         if method.no_wait:
             return
-        cast("AMQP091Connection", channel.conn).defer(
+        cast("_Defers", channel.conn).defer(
             channel,
             purged,
             lambda counts: channel.conn.send_method(
@@ -255,7 +274,7 @@ def basic_get(channel: Channel, method: m.BasicGet) -> None:
     target = session.vhost.queue(queue, session.owner)
     if target.forwards:
         # Led by another node: the answer comes over the link; the channel waits for it.
-        cast("AMQP091Connection", channel.conn).defer(
+        cast("_Defers", channel.conn).defer(
             channel,
             session.fetch(target, no_ack=method.no_ack),
             lambda result: _get_reply(channel, result),

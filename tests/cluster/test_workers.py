@@ -7,6 +7,7 @@ clear error."""
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pika
+import pika.exceptions
 import pytest
 import requests
 
@@ -91,8 +93,8 @@ def pids(data_dir: Path) -> list[int]:
 
 
 def local_queues(data_dir: Path) -> dict[str, tuple[str, int]]:
-    """Each queue with its leader and message count, asked of the leader itself (until the
-    inter-node link, a node counts only the messages of the queues it leads)."""
+    """Each queue with its leader and message count, asked of the leader itself (``ctl``
+    counts only the messages of the queues its node leads)."""
     found: dict[str, tuple[str, int]] = {}
     for node in state(data_dir)["nodes"]:
         out = ok(data_dir / node["dir"], "list_queues", "-q", "--formatter", "json")
@@ -100,6 +102,19 @@ def local_queues(data_dir: Path) -> dict[str, tuple[str, int]]:
             if row["node"] == node["name"]:
                 found[row["name"]] = (row["node"], row["messages"])
     return found
+
+
+def serves_every_queue(conn: pika.BlockingConnection) -> bool:
+    for i in range(QUEUES):
+        channel = conn.channel()
+        try:
+            declared = channel.queue_declare(f"q{i}", passive=True).method
+        except pika.exceptions.ChannelClosedByBroker:
+            return False  # its record has not reached this worker yet
+        channel.close()
+        if declared.message_count != MESSAGES:
+            return False
+    return True
 
 
 def test_workers_share_the_ports_restart_a_crashed_one_and_recover_every_node() -> None:
@@ -127,6 +142,14 @@ def test_workers_share_the_ports_restart_a_crashed_one_and_recover_every_node() 
                     channel.basic_publish(
                         "", f"q{i}", b"m%d" % n, pika.BasicProperties(delivery_mode=2)
                     )
+            # Any worker serves any queue (the inter-node link): through every connection,
+            # whichever worker it reached, every queue answers with its leader's count.
+            for conn in connections:
+                eventually(
+                    functools.partial(serves_every_queue, conn),
+                    20,
+                    "every queue served through every worker",
+                )
             per_node = {
                 node["name"]: len(
                     json.loads(

@@ -92,3 +92,19 @@ def test_publish_confirm_consume_settle_get_and_loss() -> None:
     assert "a" not in identity.links
     out = send(link(broker)[0], c.Get(1, "/", "q", True))
     assert out == []  # a new link must shake hands first
+
+
+def test_the_peer_is_told_when_a_queue_falls_behind_and_catches_up() -> None:
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    send(front, c.Consume(1, "/", "q", True, False, 0, 0))  # a consumer with no credit yet
+    pace = 1024  # ClassicQueue.backlog_pace
+    out = send(front, *(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"x") for _ in range(pace + 1)))
+    assert out == [c.Backlog("/", "q", True)]
+    out = send(front, c.Credit(1, pace + 1, 0))  # the consumer takes everything
+    assert sum(isinstance(op, c.Deliver) for op in out) == pace + 1
+    assert queue.message_count == 0
+    out = send(front, c.Publish(0, "/", "q", "", "q", 0, PROPS, b"y"))
+    assert c.Backlog("/", "q", False) in out

@@ -1223,14 +1223,6 @@ class Connection:
 
     # -- transfers ----------------------------------------------------------------------------
 
-    def can_send(self, channel: int, handle: int) -> bool:
-        """Whether our link ``handle`` on ``channel`` is attached and sending. The peer may
-        have detached it (or ended its session) in input this machine has read but whose
-        events the caller has not handled yet."""
-        session = self._sessions.get(channel)
-        link = None if session is None else session.links.get(handle)
-        return link is not None and link.sending
-
     def send_transfer(
         self,
         channel: int,

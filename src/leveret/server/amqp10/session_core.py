@@ -90,11 +90,6 @@ class SessionCore:
     def send(self, handle: int, payload: bytes, settled: bool) -> int:
         return self.conn.send_transfer(self.channel, handle, payload, settled)
 
-    def can_send(self, handle: int) -> bool:
-        """Whether the machine still has ``handle`` attached: a detach read in this turn is
-        only handled after the events before it, which may requeue and dispatch."""
-        return self.conn.machine.can_send(self.channel, handle)
-
     def drained(self, handle: int) -> None:
         self.conn.machine.drained(self.channel, handle)
         self.conn.wrote()

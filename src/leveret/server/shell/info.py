@@ -48,6 +48,8 @@ class ConnectionInfo:
     peer_port: int = 0
     host: str = ""  # the local address the client connected to
     port: int = 0
+    # An in-process peer's name (leveret.links' connections), which is its whole name.
+    label: str = ""
     ssl: bool = False
     ssl_protocol: str | None = None
     ssl_cipher: str | None = None
@@ -75,6 +77,8 @@ class ConnectionInfo:
     @property
     def name(self) -> str:
         """RabbitMQ's connection name: ``peer -> local address``."""
+        if self.label:
+            return self.label
         peer = _address(self.peer_host, self.peer_port)
         if not self.host:
             return peer

@@ -130,9 +130,10 @@ class Shell:
         self.created = context.now
         self.now = context.now
         host, _, port = context.peer.rpartition(":")
-        self.info = ConnectionInfo(
-            peer_host=host.strip("[]"), peer_port=int(port) if port.isdigit() else 0
-        )
+        if port.isdigit():
+            self.info = ConnectionInfo(peer_host=host.strip("[]"), peer_port=int(port))
+        else:  # an in-process peer (a shovel's or federation link's): named, no address
+            self.info = ConnectionInfo(label=context.peer)
         output = Output()
         output.on_write = self.wrote
         output.on_full = self._output_full

@@ -406,6 +406,15 @@ def cpu_us(run: dict[str, Any]) -> float | None:
     return None if seconds is None or not consumed else seconds / consumed * 1e6
 
 
+def whole_run_us(run: dict[str, Any]) -> float | None:
+    """The brokers' CPU over the whole run (declare to delete) per message routed to a queue:
+    the figure to compare where publishers outran consumers (the window's CPU then includes
+    enqueues whose deliveries come after it)."""
+    split = run.get("cpu_split_s") or {}
+    expected = (run.get("verify") or {}).get("expected")
+    return sum(split.values()) / expected * 1e6 if split and expected else None
+
+
 def _median(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
@@ -419,9 +428,9 @@ def render(runs: list[dict[str, Any]]) -> str:
     """One row per scenario and setup: medians of consumed msg/s and CPU per message, the
     CPU ratio to the same scenario's ``single``, verification, load averages."""
     lines = [
-        "| scenario | setup | consumed msg/s | broker CPU µs/msg | CPU vs single | "
-        "verified | load avg (before → after) |",
-        "|" + "---|" * 7,
+        "| scenario | setup | published msg/s | consumed msg/s | CPU µs/msg, window "
+        "| CPU µs/msg, whole run | whole run vs single | verified | load avg (before → after) |",
+        "|" + "---|" * 9,
     ]
     keys = sorted({r["scenario"] for r in runs})
     order = ["single", "forwarded", "rabbit", "rabbit-quorum"]
@@ -430,24 +439,26 @@ def render(runs: list[dict[str, Any]]) -> str:
         key=lambda s: (s not in order, order.index(s) if s in order else 0, s),
     )
     for key in keys:
-        single = _median(
-            [cpu_us(r) for r in runs if (r["scenario"], r["setup"]) == (key, "single")]
-        )
+        base = [r for r in runs if (r["scenario"], r["setup"]) == (key, "single")]
+        single = _median([whole_run_us(r) for r in base])
         for name in setups:
             cell = [r for r in runs if (r["scenario"], r["setup"]) == (key, name)]
             if not cell:
                 continue
             good = [r for r in cell if "rates" in r]
+            published = _median([r["rates"]["published"] for r in good])
             rate = _median([r["rates"]["consumed"] for r in good])
             cpu = _median([cpu_us(r) for r in good])
-            ratio = f"{cpu / single:.2f}x" if cpu and single and name != "single" else ""
+            whole = _median([whole_run_us(r) for r in cell])
+            ratio = f"{whole / single:.2f}x" if whole and single and name != "single" else ""
             ok = sum(bool(r.get("ok")) for r in cell)
             loads = ", ".join(
                 f"{r['load_before']:.1f}→{r['load_after']:.1f}" for r in cell if "load_before" in r
             )
             lines.append(
-                f"| {key}: {SCENARIOS[key].title} | {name} | {_fmt(rate, ',.0f')} "
-                f"| {_fmt(cpu, '.1f')} | {ratio} | {ok}/{len(cell)} | {loads} |"
+                f"| {key}: {SCENARIOS[key].title} | {name} | {_fmt(published, ',.0f')} "
+                f"| {_fmt(rate, ',.0f')} | {_fmt(cpu, '.1f')} | {_fmt(whole, '.1f')} | {ratio} "
+                f"| {ok}/{len(cell)} | {loads} |"
             )
     return "\n".join(lines)
 
@@ -472,11 +483,16 @@ def build_parser() -> argparse.ArgumentParser:
         "the installed one)",
     )
     p.add_argument("--out", default="")
+    p.add_argument("--render", default="", help="print the table of a runs.jsonl and exit")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.render:
+        lines = Path(args.render).read_text().splitlines()
+        print(render([json.loads(line) for line in lines if line]))
+        return 0
     keys = [k for k in args.scenarios if k in "abcde"]
     names = [s for s in args.setups.split(",") if s]
     _raise_nofile()

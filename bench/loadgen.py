@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection as Pipe
     from multiprocessing.process import BaseProcess
 
+    from leveret.protocol.amqp091.fieldtable import FieldValue
+
 __all__ = ["Config", "build_parser", "main", "parse_args"]
 
 FOREVER_NS = 1 << 62
@@ -74,6 +76,7 @@ class Config:
     queues: int = 1
     exchange_type: str = "default"
     queue: str = ""
+    queue_type: str = ""
     deep: int = 0
     drain_idle: float = 10.0
     drain_max: float = 60.0
@@ -109,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queues", type=int, default=1)
     p.add_argument("--exchange-type", choices=("default", "direct", "fanout"), default="default")
     p.add_argument("--queue", default="", help="queue name prefix (default: unique)")
+    p.add_argument("--queue-type", default="", help="x-queue-type (quorum: RabbitMQ's)")
     p.add_argument("--deep", type=int, default=0, help="fill N messages, then drain")
     p.add_argument("--drain-idle", type=float, default=10.0, help="s without progress")
     p.add_argument("--drain-max", type=float, default=60.0)
@@ -617,7 +621,14 @@ class Coordinator:
                 m.ExchangeDeclareOk,
             )
         for q in self.queues:
-            await ctl.call(1, m.QueueDeclare(queue=q, durable=cfg.durable), m.QueueDeclareOk)
+            arguments: dict[str, FieldValue] = (
+                {"x-queue-type": cfg.queue_type} if cfg.queue_type else {}
+            )
+            await ctl.call(
+                1,
+                m.QueueDeclare(queue=q, durable=cfg.durable, arguments=arguments),
+                m.QueueDeclareOk,
+            )
             if self.exchange:
                 key = "" if cfg.exchange_type == "fanout" else q
                 await ctl.call(

@@ -1,0 +1,53 @@
+"""bench.cluster_scenarios' table: the whole run's CPU per routed message, its ratio to the
+single node, and the window's figure beside it; bench.loadgen's --queue-type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import cluster_scenarios, loadgen
+
+
+def _run(setup: str, cpu_s: float, expected: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "scenario": "e",
+        "setup": setup,
+        "ok": True,
+        "window_s": 10,
+        "rates": {"published": 2000.0, "consumed": 1000.0},
+        "cpu": {"broker_cpu_s": 1.0},
+        "verify": {"expected": expected},
+        "cpu_split_s": {"node a": cpu_s / 2, "node b": cpu_s / 2},
+        "load_before": 3.0,
+        "load_after": 4.0,
+        **extra,
+    }
+
+
+def test_whole_run_cpu_is_per_message_routed() -> None:
+    assert cluster_scenarios.whole_run_us(_run("forwarded", 2.0, 100_000)) == 20.0
+    assert cluster_scenarios.whole_run_us({"cpu_split_s": {}}) is None
+
+
+def test_the_table_compares_each_setup_with_the_single_node() -> None:
+    runs = [
+        _run("single", 1.0, 100_000),
+        _run("single", 1.2, 100_000),
+        _run("forwarded", 3.0, 100_000),
+        _run("forwarded", 4.0, 100_000, ok=False),
+    ]
+    lines = cluster_scenarios.render(runs).splitlines()
+    single = next(line for line in lines if "| single |" in line).split(" | ")
+    forwarded = next(line for line in lines if "| forwarded |" in line).split(" | ")
+    assert single[5] == "11.0"  # median of 10 and 12 µs
+    assert forwarded[4] == "100.0"  # the window: 1 s over 10,000 consumed
+    assert forwarded[5] == "35.0"
+    assert forwarded[6] == "3.18x"
+    assert forwarded[7] == "1/2"
+    assert "3.0→4.0" in forwarded[8]
+
+
+def test_loadgen_declares_the_queue_type() -> None:
+    cfg = loadgen.parse_args(["--queue-type", "quorum", "--durable"])
+    assert cfg.queue_type == "quorum"
+    assert loadgen.parse_args([]).queue_type == ""

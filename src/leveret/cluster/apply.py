@@ -54,6 +54,11 @@ class QueueRecord:
     arguments: dict[str, object]
     leader: str
     owner: str | None = None
+    # A replicated queue's members (the leader among them), the leader's epoch and the
+    # in-sync set (docs/cluster.md, "Replicated queues"); () for a queue of one node.
+    members: tuple[str, ...] = ()
+    epoch: int = 0
+    in_sync: tuple[str, ...] = ()
 
     @classmethod
     def from_value(cls, vhost: str, name: str, value: dict[str, Any]) -> QueueRecord:
@@ -66,7 +71,14 @@ class QueueRecord:
             decode_arguments(value.get("arguments")),
             str(value.get("leader", "")),
             value.get("owner"),
+            tuple(str(m) for m in value.get("members", ())),
+            int(value.get("epoch", 0)),
+            tuple(str(m) for m in value.get("in_sync", ())),
         )
+
+    @property
+    def replicated(self) -> bool:
+        return len(self.members) > 1
 
 
 @dataclass(frozen=True, slots=True)

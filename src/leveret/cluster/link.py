@@ -42,7 +42,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from leveret.config import peer_addresses
 from leveret.convert.formats import stored_message
@@ -54,7 +54,7 @@ from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
 from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.cluster import codec as c
-from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
+from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, ReplicaSink
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
@@ -243,6 +243,10 @@ class Peer:
     def _write(self, op: c.Op) -> None:
         self._write_frame(c.encode(op))
 
+    def write_op(self, op: c.Op) -> None:
+        """Send ``op`` to the peer (replication's ``Append``)."""
+        self._write_frame(c.encode(op))
+
     def _write_frame(self, frame: bytes) -> None:
         if self.settles:
             self._settled()  # settlements go before what follows them
@@ -303,6 +307,9 @@ class Peer:
                 pending[0].fail(_error(op.code, op.text))
         elif isinstance(op, c.Backlog):
             self._backlog(op)
+        elif isinstance(op, c.Appended):
+            if self.links.replication is not None:
+                self.links.replication.appended(self.node, op)
         elif isinstance(op, c.ConsumeOk):
             pass
         elif isinstance(op, c.Cancelled):
@@ -348,6 +355,8 @@ class Peer:
         self.up = True
         self.became_up.set()
         log.info("inter-node link to node '%s' is up", self.node)
+        if self.links.replication is not None:
+            self.links.replication.peer_up(self.node)
 
     def _confirm(self, op: c.Confirm) -> None:
         waits = self.waits
@@ -517,6 +526,14 @@ class Peer:
             self.cancel(queue, consumer)
 
 
+class ReplicationHooks(ReplicaSink, Protocol):
+    """What the link tells replicated queues (``cluster/replication.py``)."""
+
+    def appended(self, node: str, op: c.Appended) -> None: ...
+
+    def peer_up(self, node: str) -> None: ...
+
+
 class HandshakeRefused(Exception):
     """The node reached is not the peer expected, or cannot prove the cluster's secret."""
 
@@ -543,10 +560,12 @@ class Links:
         self.listener: asyncio.Server | None = None
         self.connections: set[ConnectionProtocol] = set()
         self.port = 0
+        # Replicated queues (``cluster/replication.py``), set by the node.
+        self.replication: ReplicationHooks | None = None
 
     def set_secret(self, secret: str) -> None:
         self.secret = secret
-        self.identity = LinkIdentity(self.node, secret, self.incarnation)
+        self.identity = LinkIdentity(self.node, secret, self.incarnation, replicas=self.replication)
 
     def address(self, node: str) -> tuple[str, int] | None:
         return self.view.cluster_address(node, self.overrides)
@@ -580,7 +599,7 @@ class Links:
             )
         except AMQPError:
             config = PLAIN  # the leader accepted them; its rules may be newer than ours
-        return RemoteQueue(
+        proxy = RemoteQueue(
             self.peer(record.leader),
             vhost,
             record.name,
@@ -590,6 +609,10 @@ class Links:
             arguments=arguments,
             config=config,
         )
+        # A replicated queue's publishes wait for its leader (nacked while it is down and
+        # no other member was elected yet), never dropped as unroutable.
+        proxy.replicated = record.replicated
+        return proxy
 
     async def listen(self) -> int:
         """Open the listener on ``cluster_port`` for the other nodes' links; the port."""

@@ -40,6 +40,7 @@ from leveret.cluster.keys import Layout, decode, encode, encode_arguments
 from leveret.cluster.link import Links
 from leveret.cluster.membership import Membership, NameInUse
 from leveret.cluster.metadata import MetadataStore, queue_value
+from leveret.cluster.replication import Replication
 from leveret.config import node_name
 from leveret.errors import AMQPError
 from leveret.model.exchange import Exchange
@@ -99,6 +100,17 @@ class ClusterNode:
         # The inter-node link: proxies of the queues led elsewhere, the peers' listener.
         self.links = Links(server, self.name, self.applier.view)
         self.applier.make_remote = self.links.make_remote
+        # Replicated quorum queues: leading, following, elections.
+        self.replication = Replication(
+            self.name,
+            self.applier,
+            self.store,
+            self.membership,
+            self.links,
+            server.data_path / "replicas",
+        )
+        self.links.replication = self.replication
+        self.applier.on_queue_record = self.replication.on_record
         # The cluster's id (etcd's ``cluster`` key), known once joined.
         self.cluster_id = ""
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -131,6 +143,7 @@ class ClusterNode:
             await self._add_vhosts_with_contents()
         if mode.kind in ("seed", "join"):
             await self._upload_entities()
+        self.replication.start()
         await self.store.load()
         if mode.kind == "seed":
             await self.store.change_auth(lambda users: load_store(users, local_auth))
@@ -314,6 +327,7 @@ class ClusterNode:
                 await self.store.queue_removed(record_.vhost, record_.name)
 
     async def stop(self) -> None:
+        await self.replication.stop()
         await self.links.close()
         await self.store.stop()
         for task in list(self._tasks):

@@ -115,20 +115,19 @@ def _pack_message(m: Stored) -> bytes:
 
 
 def _unpack_message(data: bytes, pos: int) -> tuple[Stored, int]:
-    (n,) = _U16.unpack_from(data, pos)
-    exchange = data[pos + 2 : pos + 2 + n].decode()
-    pos += 2 + n
-    (n,) = _U16.unpack_from(data, pos)
-    key = data[pos + 2 : pos + 2 + n].decode()
-    pos += 2 + n
-    fmt = data[pos]
-    pos += 1
-    (n,) = _U32.unpack_from(data, pos)
-    raw = data[pos + 4 : pos + 4 + n]
-    pos += 4 + n
-    (n,) = _U32.unpack_from(data, pos)
-    body = data[pos + 4 : pos + 4 + n]
-    return (exchange, key, fmt, raw, body), pos + 4 + n
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if pos + n > len(data):
+            raise ValueError("truncated replication record")
+        part, pos = data[pos : pos + n], pos + n
+        return part
+
+    exchange = take(_U16.unpack(take(2))[0]).decode()
+    key = take(_U16.unpack(take(2))[0]).decode()
+    fmt = take(1)[0]
+    raw = take(_U32.unpack(take(4))[0])
+    body = take(_U32.unpack(take(4))[0])
+    return (exchange, key, fmt, raw, body), pos
 
 
 def encode_record(
@@ -163,7 +162,9 @@ def apply_record(state: ReplicaState, record: bytes) -> None:
         pos = _HEAD.size
         if kind == ENQUEUE:
             (deliveries,) = _U32.unpack_from(record, pos)
-            message, _ = _unpack_message(record, pos + 4)
+            message, end = _unpack_message(record, pos + 4)
+            if end != len(record):
+                raise ValueError("trailing bytes in a replication record")
             state.enqueued(sid, message, deliveries, False)
         elif kind == DELIVERED:
             state.delivered(sid)

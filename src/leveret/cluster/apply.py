@@ -290,6 +290,18 @@ class Applier:
         dead = self.tombstones.get(key)
         return dead is None or dead < mod
 
+    def reapply(self, keys: Iterable[bytes]) -> None:
+        """Apply these keys again as the copy holds them (a queue this node's directory held
+        that another node leads now: its proxy and the bindings to it, once the local copy
+        has gone)."""
+        self.applying = True
+        try:
+            for key in keys:
+                self._apply_key(key)
+        finally:
+            self.applying = False
+        self._flush()
+
     # -- one key -------------------------------------------------------------------------
 
     def _apply_key(self, key: bytes) -> None:

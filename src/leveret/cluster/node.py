@@ -274,6 +274,7 @@ class ClusterNode:
         down (etcd is the truth for a member)."""
         entries = self.applier.entries
         layout = self.layout
+        moved: list[tuple[bytes, bytes]] = []
         self.applier.applying = True
         try:
             for vname, vhost in list(self.server.broker.vhosts.items()):
@@ -286,15 +287,25 @@ class ClusterNode:
                         log.info("exchange '%s' in '%s' was deleted meanwhile", name, vname)
                         vhost.delete_exchange(name)
                 for name, queue in list(vhost.queues.items()):
-                    entry = entries.get(layout.queue(vname, name))
-                    if entry is None or entry.value.get("leader") != self.name:
+                    key = layout.queue(vname, name)
+                    entry = entries.get(key)
+                    if entry is None:
                         log.info("queue '%s' in '%s' was deleted meanwhile", name, vname)
                         vhost.remove_queue(queue)
+                    elif entry.value.get("leader") != self.name:
+                        # Another node leads it now (a replicated queue's election while
+                        # this node was down): what this node holds of it is not the
+                        # queue; its proxy and bindings take its place.
+                        log.info("queue '%s' in '%s' is led by another node now", name, vname)
+                        vhost.remove_queue(queue)
+                        moved.append((key, layout.bindings_to(vname, "q", name)))
                 for key, value in _model_bindings(self.store, vname, vhost):
                     if key not in entries:
                         _unbind_model(vhost, value)
         finally:
             self.applier.applying = False
+        for key, bindings in moved:
+            self.applier.reapply([key, *(k for k in list(entries) if k.startswith(bindings))])
 
     async def register(self) -> None:
         """Register this node (its lease and record) once its listeners are up; then remove

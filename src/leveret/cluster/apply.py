@@ -399,6 +399,18 @@ class Applier:
         record = QueueRecord.from_value(vhost_name, name, entry.value)
         if record.leader != self.node:
             self.view.queues[ident] = record
+            if (
+                vhost is not None
+                and local is not None
+                and not local.forwards
+                and record.replicated
+                and self.node in record.members
+            ):
+                # A replicated queue this node led and another member was elected to lead
+                # (this node lost its lease): its copy here is no longer the queue.
+                log.warning("queue '%s' in '%s': now led by '%s'", name, vhost_name, record.leader)
+                vhost.remove_queue(local)
+                local = None
             if self.make_remote is not None:
                 self._proxy(self._vhost(vhost_name), record, local)
             self._repend(vhost_name)

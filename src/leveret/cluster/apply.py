@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.cluster.etcd import KeyValue
     from leveret.model.broker import Broker
+    from leveret.model.consumer import Consumer
     from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.parameters import Runtime
@@ -418,8 +419,10 @@ class Applier:
                 self.on_queue_record(ident, record)
             return
         vhost = self._vhost(vhost_name)
+        moved: list[Consumer] = []
         if local is not None and local.forwards:
             # It was led elsewhere and is led here now.
+            moved = self._take_consumers(local, record)
             vhost.remove_queue(local)
             local = None
         known = self.incarnations.get(ident)
@@ -453,6 +456,17 @@ class Applier:
         self._repend(vhost_name)
         if self.on_queue_record is not None:
             self.on_queue_record(ident, record)
+        if moved:
+            queue = vhost.queues.get(name)
+            for consumer in moved:
+                if queue is None:
+                    consumer.owner.consumer_removed(consumer)
+                    continue
+                consumer.queue = queue
+                try:
+                    queue.add_consumer(consumer)
+                except AMQPError:
+                    consumer.owner.consumer_removed(consumer)
 
     def _proxy(self, vhost: VirtualHost, record: QueueRecord, local: Queue | None) -> None:
         """Put the proxy of ``record``'s queue, led by another node, in ``vhost``."""
@@ -469,7 +483,26 @@ class Applier:
             return
         if local is not None and self._proxy_matches(local, record):
             return
-        vhost.add_remote_queue(self.make_remote(vhost, record))
+        moved = self._take_consumers(local, record)
+        proxy = self.make_remote(vhost, record)
+        vhost.add_remote_queue(proxy)
+        if moved:
+            for consumer in moved:
+                consumer.queue = proxy
+                proxy.consumers.append(consumer)
+            resume = getattr(getattr(proxy, "leader", None), "resume", None)
+            if resume is not None:
+                resume()
+
+    @staticmethod
+    def _take_consumers(local: Queue | None, record: QueueRecord) -> list[Consumer]:
+        """The consumers of a replicated queue's old proxy, which follow the queue to its
+        new leader (RabbitMQ's quorum queue consumers are not cancelled by a failover)."""
+        if local is None or not local.forwards or not record.replicated:
+            return []
+        moved = list(local.consumers)
+        local.consumers.clear()
+        return moved
 
     @staticmethod
     def _proxy_matches(queue: Queue, record: QueueRecord) -> bool:

@@ -219,6 +219,11 @@ class Peer:
         self.consumers.clear()
         self.cids.clear()
         for remote in remotes:
+            if remote.queue.replicated:
+                # A replicated queue's consumer stays: it follows the queue to its next
+                # leader (or to this one when the link is back), as RabbitMQ's quorum
+                # queue consumers do; what was in flight is requeued there.
+                continue
             self._end(remote)
 
     def _end(self, remote: _Remote) -> None:
@@ -357,6 +362,19 @@ class Peer:
         log.info("inter-node link to node '%s' is up", self.node)
         if self.links.replication is not None:
             self.links.replication.peer_up(self.node)
+        self.resume()
+
+    def resume(self) -> None:
+        """Consumers of replicated queues this node leads that are not registered with it
+        (kept over a lost link, or moved here from the proxy of a deposed leader)."""
+        if not self.up:
+            return
+        for vhost in list(self.links.server.broker.vhosts.values()):
+            for queue in list(vhost.remote_queues.values()):
+                if isinstance(queue, RemoteQueue) and queue.leader is self:
+                    for consumer in list(queue.consumers):
+                        if consumer not in self.cids:
+                            self.consume(queue, consumer)
 
     def _confirm(self, op: c.Confirm) -> None:
         waits = self.waits

@@ -400,6 +400,7 @@ class Applier:
         record = QueueRecord.from_value(vhost_name, name, entry.value)
         if record.leader != self.node:
             self.view.queues[ident] = record
+            kept: list[Consumer] = []
             if (
                 vhost is not None
                 and local is not None
@@ -410,10 +411,12 @@ class Applier:
                 # A replicated queue this node led and another member was elected to lead
                 # (this node lost its lease): its copy here is no longer the queue.
                 log.warning("queue '%s' in '%s': now led by '%s'", name, vhost_name, record.leader)
+                kept = list(local.consumers)
+                local.consumers.clear()
                 vhost.remove_queue(local)
                 local = None
             if self.make_remote is not None:
-                self._proxy(self._vhost(vhost_name), record, local)
+                self._proxy(self._vhost(vhost_name), record, local, kept)
             self._repend(vhost_name)
             if self.on_queue_record is not None:
                 self.on_queue_record(ident, record)
@@ -468,7 +471,13 @@ class Applier:
                 except AMQPError:
                     consumer.owner.consumer_removed(consumer)
 
-    def _proxy(self, vhost: VirtualHost, record: QueueRecord, local: Queue | None) -> None:
+    def _proxy(
+        self,
+        vhost: VirtualHost,
+        record: QueueRecord,
+        local: Queue | None,
+        kept: list[Consumer] | None = None,
+    ) -> None:
         """Put the proxy of ``record``'s queue, led by another node, in ``vhost``."""
         assert self.make_remote is not None
         if local is not None and not local.forwards:
@@ -483,7 +492,7 @@ class Applier:
             return
         if local is not None and self._proxy_matches(local, record):
             return
-        moved = self._take_consumers(local, record)
+        moved = self._take_consumers(local, record) + (kept or [])
         proxy = self.make_remote(vhost, record)
         vhost.add_remote_queue(proxy)
         if moved:

@@ -289,6 +289,8 @@ class Leading:
             )
         )
         self.following.add(node)
+        # In sync only once it acknowledged this state (or later): never on an old answer.
+        self.acked.pop(node, None)
 
     def gate(self) -> Completion[bool] | None:
         """The confirm gate (``Queue.gate``): what was just enqueued, once committed."""
@@ -502,7 +504,7 @@ class Replication:
         leading = self.leading.get((op.vhost, op.queue))
         if leading is None or op.epoch != leading.record.epoch:
             return
-        if op.offset > leading.acked.get(node, 0):
+        if op.offset >= leading.acked.get(node, 0):
             leading.acked[node] = op.offset
         leading.advance()
 
@@ -579,7 +581,7 @@ class Replication:
         for node in leading.followers():
             if node not in leading.following:
                 leading.sync(node)
-            acked = leading.acked.get(node, 0)
+            acked = leading.acked.get(node, -1)
             if acked >= leading.offset and node in leading.following:
                 leading.behind_since.pop(node, None)
                 if node not in record.in_sync:

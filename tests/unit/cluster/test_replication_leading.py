@@ -126,3 +126,11 @@ def test_a_followers_copy_from_what_was_shipped_is_the_mirror() -> None:
         apply_record(copy, op.record)
     assert copy.messages == leading.mirror.messages
     assert [op.offset for op in peers["c"].sent if isinstance(op, c.Append)] == [0, 1, 2, 3, 4]
+
+
+def test_a_follower_sent_the_state_is_not_in_sync_on_an_older_answer() -> None:
+    leading, _, _ = _leading()
+    _ack(leading, "b", 0)
+    leading.ship(b"\x02" + bytes(8))
+    leading.sync("b")  # its link came back: the state again, at offset 1
+    assert "b" not in leading.acked  # until it answers for that state

@@ -67,6 +67,9 @@ log = logging.getLogger("leveret.cluster")
 
 # Seconds a follower may stay behind before the leader takes it out of the in-sync set.
 LAG_BOUND: Final = 2.0
+# Bytes past which a follower's file is rewritten as one snapshot of its copy (and past
+# four times the size of the last such snapshot).
+COMPACT_AT: Final = 64 << 20
 # Seconds between the checks (lag, catching up, elections).
 TICK: Final = 0.1
 
@@ -336,6 +339,8 @@ class Replica:
     file: Any = None
     dirty: bool = False
     electing: bool = False
+    # The size of the file's last compaction (a snapshot of the copy).
+    compacted: int = 0
     # Whom to acknowledge once synced.
     ackers: set[LinkFrontEnd] = field(default_factory=set)
 
@@ -352,6 +357,22 @@ class Replica:
             self.open()
         self.file.write(_FILE_HEAD.pack(len(record), epoch, offset) + record)
         self.dirty = True
+
+    def compact(self) -> None:
+        """Rewrite the file as one snapshot of the copy at its offset (synced, then renamed
+        over the old one), so that it does not grow while the queue's contents do not."""
+        record = encode_snapshot(self.state)
+        data = _FILE_HEAD.pack(len(record), self.epoch, self.offset) + record
+        temporary = self.path.with_suffix(".compact")
+        with open(temporary, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fdatasync(out.fileno())
+        if self.file is not None:
+            self.file.close()
+        os.replace(temporary, self.path)
+        self.file = open(self.path, "ab")  # noqa: SIM115
+        self.compacted = len(data)
 
     def load(self) -> None:
         try:
@@ -539,6 +560,8 @@ class Replication:
             replica.file.flush()
             os.fdatasync(replica.file.fileno())
             replica.dirty = False
+            if replica.file.tell() > COMPACT_AT and replica.file.tell() > 4 * replica.compacted:
+                replica.compact()
             ack = c.Appended(vhost, name, replica.epoch, replica.offset)
             for front in replica.ackers:
                 front.send(ack)

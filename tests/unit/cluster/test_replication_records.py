@@ -3,6 +3,8 @@ them is the leader's, a snapshot replaces what the copy held, bad input is refus
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,12 +14,16 @@ from leveret.cluster.replication import (
     ENQUEUE,
     REMOVED,
     REQUEUED,
+    Replica,
     apply_record,
     encode_purged,
     encode_record,
     encode_snapshot,
 )
 from leveret.model.replication import ReplicaState
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _message = st.tuples(
     st.text(max_size=5), st.text(max_size=5), st.integers(0, 3), st.binary(max_size=8),
@@ -71,3 +77,33 @@ def test_a_copy_from_records_and_from_a_snapshot_is_the_leaders(ops: list[tuple]
 def test_bad_records_are_refused(record: bytes) -> None:
     with pytest.raises(ValueError, match="record"):
         apply_record(ReplicaState(), record)
+
+
+def test_a_followers_file_compacted_loads_as_the_same_copy(tmp_path: Path) -> None:
+    replica = Replica(tmp_path / "q.log")
+    for offset, record in enumerate(
+        (
+            encode_record(ENQUEUE, 1, 0, ("", "q", 0, b"p", b"one")),
+            encode_record(ENQUEUE, 2, 0, ("", "q", 0, b"p", b"two")),
+            encode_record(DELIVERED, 1),
+            encode_record(REMOVED, 2),
+            encode_record(REQUEUED, 1, 1),
+        ),
+        1,
+    ):
+        apply_record(replica.state, record)
+        replica.write(4, offset, record, truncate=False)
+        replica.epoch, replica.offset = 4, offset
+    replica.file.flush()
+    before = (tmp_path / "q.log").stat().st_size
+    replica.compact()
+    replica.write(4, 6, encode_record(DELIVERED, 1), truncate=False)
+    apply_record(replica.state, encode_record(DELIVERED, 1))
+    replica.close()
+    assert (tmp_path / "q.log").stat().st_size < before + 100
+    again = Replica(tmp_path / "q.log")
+    again.load()
+    assert (again.epoch, again.offset) == (4, 6)
+    assert (
+        again.state.messages == replica.state.messages == {1: [("", "q", 0, b"p", b"one"), 1, True]}
+    )

@@ -209,6 +209,9 @@ class Peer:
         if was_up:
             log.warning("inter-node link to node '%s' is down", self.node)
         self.links.now()
+        # The next connection's publishes are numbered from 1 (the listener counts them
+        # per connection): those waiting on this one are nacked.
+        self.seq = 0
         waits, self.waits = self.waits, deque()
         for _seq, done in waits:
             done.resolve(False)

@@ -259,3 +259,6 @@ def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(
     three_nodes[1] = back
     nodes.eventually(lambda: visible(a, down_node.QUEUE))
     assert consume(a, down_node.QUEUE, 5) == [b"kept"] * 5
+    # The link to the restarted node numbers its publishes afresh: they are confirmed.
+    publish_confirmed(a, down_node.QUEUE, [b"again"])
+    assert consume(a, down_node.QUEUE, 1) == [b"again"]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from leveret.auth.users import UserStore
     from leveret.cluster.etcd import KeyValue
     from leveret.model.broker import Broker
+    from leveret.model.consumer import Consumer
     from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
     from leveret.server.parameters import Runtime
@@ -54,6 +55,11 @@ class QueueRecord:
     arguments: dict[str, object]
     leader: str
     owner: str | None = None
+    # A replicated queue's members (the leader among them), the leader's epoch and the
+    # in-sync set (docs/cluster.md, "Replicated queues"); () for a queue of one node.
+    members: tuple[str, ...] = ()
+    epoch: int = 0
+    in_sync: tuple[str, ...] = ()
 
     @classmethod
     def from_value(cls, vhost: str, name: str, value: dict[str, Any]) -> QueueRecord:
@@ -66,7 +72,14 @@ class QueueRecord:
             decode_arguments(value.get("arguments")),
             str(value.get("leader", "")),
             value.get("owner"),
+            tuple(str(m) for m in value.get("members", ())),
+            int(value.get("epoch", 0)),
+            tuple(str(m) for m in value.get("in_sync", ())),
         )
+
+    @property
+    def replicated(self) -> bool:
+        return len(self.members) > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +291,18 @@ class Applier:
         dead = self.tombstones.get(key)
         return dead is None or dead < mod
 
+    def reapply(self, keys: Iterable[bytes]) -> None:
+        """Apply these keys again as the copy holds them (a queue this node's directory held
+        that another node leads now: its proxy and the bindings to it, once the local copy
+        has gone)."""
+        self.applying = True
+        try:
+            for key in keys:
+                self._apply_key(key)
+        finally:
+            self.applying = False
+        self._flush()
+
     # -- one key -------------------------------------------------------------------------
 
     def _apply_key(self, key: bytes) -> None:
@@ -375,15 +400,32 @@ class Applier:
         record = QueueRecord.from_value(vhost_name, name, entry.value)
         if record.leader != self.node:
             self.view.queues[ident] = record
+            kept: list[Consumer] = []
+            if (
+                vhost is not None
+                and local is not None
+                and not local.forwards
+                and record.replicated
+                and self.node in record.members
+            ):
+                # A replicated queue this node led and another member was elected to lead
+                # (this node lost its lease): its copy here is no longer the queue.
+                log.warning("queue '%s' in '%s': now led by '%s'", name, vhost_name, record.leader)
+                kept = list(local.consumers)
+                local.consumers.clear()
+                vhost.remove_queue(local)
+                local = None
             if self.make_remote is not None:
-                self._proxy(self._vhost(vhost_name), record, local)
+                self._proxy(self._vhost(vhost_name), record, local, kept)
             self._repend(vhost_name)
             if self.on_queue_record is not None:
                 self.on_queue_record(ident, record)
             return
         vhost = self._vhost(vhost_name)
+        moved: list[Consumer] = []
         if local is not None and local.forwards:
             # It was led elsewhere and is led here now.
+            moved = self._take_consumers(local, record)
             vhost.remove_queue(local)
             local = None
         known = self.incarnations.get(ident)
@@ -417,8 +459,25 @@ class Applier:
         self._repend(vhost_name)
         if self.on_queue_record is not None:
             self.on_queue_record(ident, record)
+        if moved:
+            queue = vhost.queues.get(name)
+            for consumer in moved:
+                if queue is None:
+                    consumer.owner.consumer_removed(consumer)
+                    continue
+                consumer.queue = queue
+                try:
+                    queue.add_consumer(consumer)
+                except AMQPError:
+                    consumer.owner.consumer_removed(consumer)
 
-    def _proxy(self, vhost: VirtualHost, record: QueueRecord, local: Queue | None) -> None:
+    def _proxy(
+        self,
+        vhost: VirtualHost,
+        record: QueueRecord,
+        local: Queue | None,
+        kept: list[Consumer] | None = None,
+    ) -> None:
         """Put the proxy of ``record``'s queue, led by another node, in ``vhost``."""
         assert self.make_remote is not None
         if local is not None and not local.forwards:
@@ -433,7 +492,26 @@ class Applier:
             return
         if local is not None and self._proxy_matches(local, record):
             return
-        vhost.add_remote_queue(self.make_remote(vhost, record))
+        moved = self._take_consumers(local, record) + (kept or [])
+        proxy = self.make_remote(vhost, record)
+        vhost.add_remote_queue(proxy)
+        if moved:
+            for consumer in moved:
+                consumer.queue = proxy
+                proxy.consumers.append(consumer)
+            resume = getattr(getattr(proxy, "leader", None), "resume", None)
+            if resume is not None:
+                resume()
+
+    @staticmethod
+    def _take_consumers(local: Queue | None, record: QueueRecord) -> list[Consumer]:
+        """The consumers of a replicated queue's old proxy, which follow the queue to its
+        new leader (RabbitMQ's quorum queue consumers are not cancelled by a failover)."""
+        if local is None or not local.forwards or not record.replicated:
+            return []
+        moved = list(local.consumers)
+        local.consumers.clear()
+        return moved
 
     @staticmethod
     def _proxy_matches(queue: Queue, record: QueueRecord) -> bool:

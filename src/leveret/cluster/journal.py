@@ -103,8 +103,8 @@ class ClusterJournal:
     ) -> int:
         store_id = self.inner.queue_declared(vhost, name, auto_delete, arguments)
         if not self._applier.applying:
-            record = QueueRecord(
-                vhost, name, True, auto_delete, False, dict(arguments), self.store.node
+            record = self.store.with_members(
+                QueueRecord(vhost, name, True, auto_delete, False, dict(arguments), self.store.node)
             )
             key = self.store.layout.queue(vhost, name)
             self.spawn(self._claim(key, queue_value(record), vhost, name))

@@ -42,7 +42,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from leveret.config import peer_addresses
 from leveret.convert.formats import stored_message
@@ -54,7 +54,7 @@ from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
 from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.cluster import codec as c
-from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
+from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, ReplicaSink
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
@@ -209,6 +209,9 @@ class Peer:
         if was_up:
             log.warning("inter-node link to node '%s' is down", self.node)
         self.links.now()
+        # The next connection's publishes are numbered from 1 (the listener counts them
+        # per connection): those waiting on this one are nacked.
+        self.seq = 0
         waits, self.waits = self.waits, deque()
         for _seq, done in waits:
             done.resolve(False)
@@ -219,6 +222,11 @@ class Peer:
         self.consumers.clear()
         self.cids.clear()
         for remote in remotes:
+            if remote.queue.replicated:
+                # A replicated queue's consumer stays: it follows the queue to its next
+                # leader (or to this one when the link is back), as RabbitMQ's quorum
+                # queue consumers do; what was in flight is requeued there.
+                continue
             self._end(remote)
 
     def _end(self, remote: _Remote) -> None:
@@ -241,6 +249,10 @@ class Peer:
                 conn.transport.abort()
 
     def _write(self, op: c.Op) -> None:
+        self._write_frame(c.encode(op))
+
+    def write_op(self, op: c.Op) -> None:
+        """Send ``op`` to the peer (replication's ``Append``)."""
         self._write_frame(c.encode(op))
 
     def _write_frame(self, frame: bytes) -> None:
@@ -303,6 +315,9 @@ class Peer:
                 pending[0].fail(_error(op.code, op.text))
         elif isinstance(op, c.Backlog):
             self._backlog(op)
+        elif isinstance(op, c.Appended):
+            if self.links.replication is not None:
+                self.links.replication.appended(self.node, op)
         elif isinstance(op, c.ConsumeOk):
             pass
         elif isinstance(op, c.Cancelled):
@@ -348,6 +363,21 @@ class Peer:
         self.up = True
         self.became_up.set()
         log.info("inter-node link to node '%s' is up", self.node)
+        if self.links.replication is not None:
+            self.links.replication.peer_up(self.node)
+        self.resume()
+
+    def resume(self) -> None:
+        """Consumers of replicated queues this node leads that are not registered with it
+        (kept over a lost link, or moved here from the proxy of a deposed leader)."""
+        if not self.up:
+            return
+        for vhost in list(self.links.server.broker.vhosts.values()):
+            for queue in list(vhost.remote_queues.values()):
+                if isinstance(queue, RemoteQueue) and queue.leader is self:
+                    for consumer in list(queue.consumers):
+                        if consumer not in self.cids:
+                            self.consume(queue, consumer)
 
     def _confirm(self, op: c.Confirm) -> None:
         waits = self.waits
@@ -517,6 +547,14 @@ class Peer:
             self.cancel(queue, consumer)
 
 
+class ReplicationHooks(ReplicaSink, Protocol):
+    """What the link tells replicated queues (``cluster/replication.py``)."""
+
+    def appended(self, node: str, op: c.Appended) -> None: ...
+
+    def peer_up(self, node: str) -> None: ...
+
+
 class HandshakeRefused(Exception):
     """The node reached is not the peer expected, or cannot prove the cluster's secret."""
 
@@ -543,10 +581,12 @@ class Links:
         self.listener: asyncio.Server | None = None
         self.connections: set[ConnectionProtocol] = set()
         self.port = 0
+        # Replicated queues (``cluster/replication.py``), set by the node.
+        self.replication: ReplicationHooks | None = None
 
     def set_secret(self, secret: str) -> None:
         self.secret = secret
-        self.identity = LinkIdentity(self.node, secret, self.incarnation)
+        self.identity = LinkIdentity(self.node, secret, self.incarnation, replicas=self.replication)
 
     def address(self, node: str) -> tuple[str, int] | None:
         return self.view.cluster_address(node, self.overrides)
@@ -580,7 +620,7 @@ class Links:
             )
         except AMQPError:
             config = PLAIN  # the leader accepted them; its rules may be newer than ours
-        return RemoteQueue(
+        proxy = RemoteQueue(
             self.peer(record.leader),
             vhost,
             record.name,
@@ -590,6 +630,10 @@ class Links:
             arguments=arguments,
             config=config,
         )
+        # A replicated queue's publishes wait for its leader (nacked while it is down and
+        # no other member was elected yet), never dropped as unroutable.
+        proxy.replicated = record.replicated
+        return proxy
 
     async def listen(self) -> int:
         """Open the listener on ``cluster_port`` for the other nodes' links; the port."""

@@ -34,7 +34,7 @@ import asyncio
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from leveret.auth.users import AdminError, UserStore
@@ -59,7 +59,13 @@ from leveret.cluster.etcd import (
     prefix_end,
 )
 from leveret.cluster.keys import Layout, binding_digest, decode, encode, encode_arguments
-from leveret.cluster.placement import BadLocator, choose_leader, locator
+from leveret.cluster.placement import (
+    BadLocator,
+    choose_leader,
+    choose_members,
+    group_size,
+    locator,
+)
 from leveret.errors import AccessRefused, NotFound, PreconditionFailed
 from leveret.model.policies import effective_definition, select
 from leveret.model.vhost import STANDARD_EXCHANGES, VirtualHost, new_queue_name
@@ -482,7 +488,9 @@ class MetadataStore:
             raise PreconditionFailed(str(exc)) from None
         here = client_node or self.node
         leader = choose_leader(how, here, self.applier.view.nodes, self.applier.view.leaders())
-        record = QueueRecord(vhost, name, durable, auto_delete, exclusive, args, leader, owner)
+        record = self.with_members(
+            QueueRecord(vhost, name, durable, auto_delete, exclusive, args, leader, owner)
+        )
         key = self.layout.queue(vhost, name)
         value = encode(_queue_value(record))
         vhost_key = self._vhost_key(vhost)
@@ -772,6 +780,36 @@ class MetadataStore:
 
     # -- uploading what a node held before it joined -------------------------------------
 
+    def with_members(self, record: QueueRecord) -> QueueRecord:
+        """``record`` with its members if it is a quorum queue (replicated: its leader and
+        ``x-quorum-initial-group-size - 1`` other running nodes), epoch 1, all in sync."""
+        if record.arguments.get("x-queue-type") not in ("quorum", b"quorum") or record.members:
+            return record
+        view = self.applier.view
+        members = choose_members(
+            record.leader, group_size(record.arguments), view.nodes, view.leaders()
+        )
+        if len(members) < 2:
+            return record
+        return replace(record, members=members, epoch=1, in_sync=members)
+
+    async def replace_queue_record(self, record: QueueRecord) -> bool:
+        """Write a replicated queue's record as this node's role allows it (a leader
+        changing its in-sync set, a member elected): fenced by this node's lease and the
+        revision of the record it read. False when either changed."""
+        key = self.layout.queue(record.vhost, record.name)
+        entry = self.applier.entries.get(key)
+        if entry is None:
+            return False
+        compare = [mod_is(key, entry.mod_revision), *self._fence()]
+        try:
+            return await self._commit(compare, {key: queue_value(record)}, []) is not None
+        except EtcdError as exc:
+            log.warning(
+                "queue '%s' in '%s': record not written: %s", record.name, record.vhost, exc
+            )
+            return False
+
     async def put_if_absent(self, key: bytes, value: bytes) -> bool:
         return await self._commit([absent(key)], {key: value}, []) is not None
 
@@ -792,6 +830,10 @@ def _queue_value(record: QueueRecord) -> dict[str, Any]:
     }
     if record.owner is not None:
         value["owner"] = record.owner
+    if record.members:
+        value["members"] = list(record.members)
+        value["epoch"] = record.epoch
+        value["in_sync"] = list(record.in_sync)
     return value
 
 

@@ -40,6 +40,7 @@ from leveret.cluster.keys import Layout, decode, encode, encode_arguments
 from leveret.cluster.link import Links
 from leveret.cluster.membership import Membership, NameInUse
 from leveret.cluster.metadata import MetadataStore, queue_value
+from leveret.cluster.replication import Replication
 from leveret.config import node_name
 from leveret.errors import AMQPError
 from leveret.model.exchange import Exchange
@@ -99,6 +100,17 @@ class ClusterNode:
         # The inter-node link: proxies of the queues led elsewhere, the peers' listener.
         self.links = Links(server, self.name, self.applier.view)
         self.applier.make_remote = self.links.make_remote
+        # Replicated quorum queues: leading, following, elections.
+        self.replication = Replication(
+            self.name,
+            self.applier,
+            self.store,
+            self.membership,
+            self.links,
+            server.data_path / "replicas",
+        )
+        self.links.replication = self.replication
+        self.applier.on_queue_record = self.replication.on_record
         # The cluster's id (etcd's ``cluster`` key), known once joined.
         self.cluster_id = ""
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -131,6 +143,7 @@ class ClusterNode:
             await self._add_vhosts_with_contents()
         if mode.kind in ("seed", "join"):
             await self._upload_entities()
+        self.replication.start()
         await self.store.load()
         if mode.kind == "seed":
             await self.store.change_auth(lambda users: load_store(users, local_auth))
@@ -261,6 +274,7 @@ class ClusterNode:
         down (etcd is the truth for a member)."""
         entries = self.applier.entries
         layout = self.layout
+        moved: list[tuple[bytes, bytes]] = []
         self.applier.applying = True
         try:
             for vname, vhost in list(self.server.broker.vhosts.items()):
@@ -273,15 +287,25 @@ class ClusterNode:
                         log.info("exchange '%s' in '%s' was deleted meanwhile", name, vname)
                         vhost.delete_exchange(name)
                 for name, queue in list(vhost.queues.items()):
-                    entry = entries.get(layout.queue(vname, name))
-                    if entry is None or entry.value.get("leader") != self.name:
+                    key = layout.queue(vname, name)
+                    entry = entries.get(key)
+                    if entry is None:
                         log.info("queue '%s' in '%s' was deleted meanwhile", name, vname)
                         vhost.remove_queue(queue)
+                    elif entry.value.get("leader") != self.name:
+                        # Another node leads it now (a replicated queue's election while
+                        # this node was down): what this node holds of it is not the
+                        # queue; its proxy and bindings take its place.
+                        log.info("queue '%s' in '%s' is led by another node now", name, vname)
+                        vhost.remove_queue(queue)
+                        moved.append((key, layout.bindings_to(vname, "q", name)))
                 for key, value in _model_bindings(self.store, vname, vhost):
                     if key not in entries:
                         _unbind_model(vhost, value)
         finally:
             self.applier.applying = False
+        for key, bindings in moved:
+            self.applier.reapply([key, *(k for k in list(entries) if k.startswith(bindings))])
 
     async def register(self) -> None:
         """Register this node (its lease and record) once its listeners are up; then remove
@@ -314,6 +338,7 @@ class ClusterNode:
                 await self.store.queue_removed(record_.vhost, record_.name)
 
     async def stop(self) -> None:
+        await self.replication.stop()
         await self.links.close()
         await self.store.stop()
         for task in list(self._tasks):

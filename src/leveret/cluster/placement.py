@@ -70,3 +70,26 @@ def choose_leader(
     fewest = min(leaders.get(n, 0) for n in candidates)
     best = [n for n in candidates if leaders.get(n, 0) == fewest]
     return client_node if client_node in best else best[0]
+
+
+# RabbitMQ's default quorum group size.
+DEFAULT_GROUP_SIZE = 3
+
+
+def group_size(arguments: Mapping[str, object]) -> int:
+    """``x-quorum-initial-group-size`` (RabbitMQ's), or the default."""
+    value = arguments.get("x-quorum-initial-group-size")
+    return (
+        value
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0
+        else (DEFAULT_GROUP_SIZE)
+    )
+
+
+def choose_members(
+    leader: str, size: int, running: Iterable[str], leaders: Mapping[str, int]
+) -> tuple[str, ...]:
+    """A replicated queue's members: the leader and ``size - 1`` other running nodes (every
+    one when there are fewer), those leading the fewest queues first, then by name."""
+    others = sorted((n for n in set(running) if n != leader), key=lambda n: (leaders.get(n, 0), n))
+    return (leader, *others[: max(size - 1, 0)])

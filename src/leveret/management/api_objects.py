@@ -574,7 +574,11 @@ class ObjectsApi(ApiBase):
                 return dict(stub["row"])
             if "record" in stub:
                 return remote_queue_json(stub["record"], cluster.applier.view.nodes)
-            return shapes.queue_json(stub["queue"], self.sampler, rates)
+            row = shapes.queue_json(stub["queue"], self.sampler, rates)
+            if cluster is not None:
+                view = cluster.applier.view
+                with_replicas(row, view.queues.get((row["vhost"], row["name"])), view.nodes)
+            return row
 
         return json_reply(query.apply(stubs, request.query, render))
 
@@ -627,6 +631,9 @@ class ObjectsApi(ApiBase):
             return elsewhere
         _vhost, queue = self._queue_of(request)
         row = shapes.queue_json(queue, self.sampler, rates_of(request), detail=True)
+        if self.cluster is not None:
+            view = self.cluster.applier.view
+            with_replicas(row, view.queues.get((queue.vhost_name, queue.name)), view.nodes)
         owners = {
             id(consumer): shapes.channel_details(conn, channel.number)
             for conn, channel in self._channels(self.who(request))
@@ -912,7 +919,17 @@ def _node_not_answering(name: str, record: dict[str, Any] | None) -> dict[str, A
 
 def remote_queue_json(record: Any, running: dict[str, Any]) -> dict[str, Any]:
     """A queue led by another node, from its record in etcd."""
-    return queue_record_row(record, record.leader in running)
+    return with_replicas(queue_record_row(record, record.leader in running), record, running)
+
+
+def with_replicas(row: dict[str, Any], record: Any, running: dict[str, Any]) -> dict[str, Any]:
+    """A replicated queue's ``leader``, ``members`` and ``online`` (the members running),
+    as RabbitMQ shows a quorum queue's."""
+    if record is not None and record.members:
+        row["leader"] = record.leader
+        row["members"] = list(record.members)
+        row["online"] = [m for m in record.members if m in running]
+    return row
 
 
 def _raw_binding_args(vhost: VirtualHost, row: dict[str, Any]) -> dict[str, object]:

@@ -169,6 +169,11 @@ class Publisher:
                     down += 1
             elif not queue.enqueue(message):
                 accepted = False
+            elif queue.gate is not None and (self.confirms is not None or self.tx is not None):
+                # A replicated queue: confirmed once its in-sync followers have it too.
+                done = queue.gate()
+                if done is not None:
+                    self._join(done)
             if (queue.consumers or queue.forwards) and queue.falling_behind():
                 self.feeds_backlog = True
         if down and down == len(queues) and report_unroutable:
@@ -182,8 +187,11 @@ class Publisher:
         """Hand ``message`` to ``queue``'s leader on another node; its confirm (if one is
         wanted) joins ``remote``."""
         done = queue.forward(message, self.confirms is not None or self.tx is not None)
-        if done is None:
-            return
+        if done is not None:
+            self._join(done)
+
+    def _join(self, done: Completion[bool]) -> None:
+        """The routed messages' confirm also waits for ``done``."""
         previous = self.remote
         if previous is None:
             self.remote = done

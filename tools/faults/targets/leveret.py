@@ -4,13 +4,11 @@
 Every path a node takes to etcd or to a peer goes through a :class:`FaultProxy`: a node
 is given ``--etcd`` as its own proxy to etcd, and ``cluster_peer_addresses`` naming, for
 each peer, the proxy on the path from it to that peer (``View.cluster_address`` reads
-it). Until the inter-node link exists nothing dials a peer, so a partition between
-Leveret nodes changes nothing yet but their view of etcd; the paths are there for the
-link and replication to be measured the day they land (``docs/faults.md``).
+it). The inter-node link dials peers through those proxies, so a partition between
+Leveret nodes cuts the link and replication (``docs/faults.md``).
 
-Until the link lands a queue is served by its leader only (:attr:`any_node_serves` is
-False): the workload connects to the leader of its queue. Set it True (``--clients-on
-all``) once any node serves any queue.
+Any node serves any queue (the inter-node link): the workload's clients sit on every
+node (:attr:`any_node_serves`).
 """
 
 from __future__ import annotations
@@ -109,8 +107,8 @@ class LeveretTarget(Target):
     faults: frozenset[str] = frozenset(
         {"kill", "pause", "partition", "partition-etcd", "etcd", "slowdisk"}
     )
-    # Until the inter-node link lands, a queue is served by its leader only.
-    any_node_serves: bool = False
+    # The inter-node link: a client of any node reaches every queue.
+    any_node_serves: bool = True
 
     @property
     def clustered(self) -> bool:

@@ -171,6 +171,14 @@ class QueueStore(Protocol):
         """Every ready entry left ``queue``; ``sids``: the kept ones (paged ones too)."""
 
 
+class Gate(Protocol):
+    """A replicated queue's confirm gate: the completion of what was just enqueued
+    (True: committed by the in-sync majority; False: refused), or None when it is
+    committed already."""
+
+    def __call__(self) -> Completion[bool] | None: ...
+
+
 class JournalStore:
     """The persistent messages of a durable queue, in the broker's journal (the queue's
     ``journal`` and ``store_id``; a transient queue has no store id and keeps nothing)."""
@@ -381,6 +389,10 @@ class Queue(Source):
         self.store_id = 0
         self.journal: Journal = NULL_JOURNAL
         self.store: QueueStore = JOURNAL_STORE
+        # A replicated queue's confirm gate (the cluster sets it on the leader): a completion
+        # for what was just enqueued, done once it is committed (docs/cluster.md,
+        # "Replicated queues"); None: confirmed as on one node.
+        self.gate: Gate | None = None
         # Where a deep queue pages its tail (None: it never pages; the vhost sets it).
         self.pager: Pager | None = None
         # Consumers that look at ready messages without taking them (AMQP 0-10's

@@ -112,6 +112,8 @@ class RemoteQueue(Queue):
         self.leader = leader
         # The leader said its consumers do not keep up (publishers feeding it are paced).
         self.behind = False
+        # A replicated queue (its members elect another leader when this one is down).
+        self.replicated = False
 
     def down(self) -> NotFound:
         kind = "durable" if self.durable else "transient"
@@ -121,7 +123,9 @@ class RemoteQueue(Queue):
         )
 
     def available(self) -> bool:
-        return self.leader.up
+        # A replicated queue's publish is nacked while no leader is up (Peer.publish),
+        # as RabbitMQ's quorum queues refuse what they cannot commit.
+        return self.leader.up or self.replicated
 
     def reachable(self) -> None:
         if not self.leader.up:

@@ -30,6 +30,8 @@ from leveret.errors import AMQPError
 
 __all__ = [
     "MAX_FRAME",
+    "Append",
+    "Appended",
     "Backlog",
     "Cancel",
     "Cancelled",
@@ -237,6 +239,28 @@ class Failed:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Append:
+    """A replicated queue's leader ships its log: ``record`` (``cluster/replication.py``'s
+    encoding of one operation) at ``offset``, written in ``epoch``, to a follower's node."""
+
+    vhost: str
+    queue: str
+    epoch: int
+    offset: int
+    record: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The follower has ``queue``'s log up to ``offset`` on disk (``epoch``: its view)."""
+
+    vhost: str
+    queue: str
+    epoch: int
+    offset: int
+
+
 Op = (
     Hello
     | Proof
@@ -256,6 +280,8 @@ Op = (
     | Backlog
     | Inspect
     | Counted
+    | Append
+    | Appended
 )
 
 _HEAD = struct.Struct(">IB")
@@ -435,6 +461,12 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 17, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue) + _U8.pack(op.purge)
     if isinstance(op, Counted):
         return 18, _U32.pack(op.rid) + _U32.pack(op.messages) + _U32.pack(op.consumers)
+    if isinstance(op, Append):
+        return 19, b"".join(
+            (_s(op.vhost), _s(op.queue), _U64.pack(op.epoch), _U64.pack(op.offset), _b(op.record))
+        )
+    if isinstance(op, Appended):
+        return 20, _s(op.vhost) + _s(op.queue) + _U64.pack(op.epoch) + _U64.pack(op.offset)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -584,6 +616,10 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Inspect(c.u32(), c.s(), c.s(), c.flag())
     elif code == 18:
         op = Counted(c.u32(), c.u32(), c.u32())
+    elif code == 19:
+        op = Append(c.s(), c.s(), c.u64(), c.u64(), c.b())
+    elif code == 20:
+        op = Appended(c.s(), c.s(), c.u64(), c.u64())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

@@ -20,7 +20,7 @@ import hmac
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.convert.formats import stored_message
 from leveret.errors import AMQPError
@@ -62,6 +62,15 @@ class LinkIdentity:
     links: dict[str, LinkFrontEnd] = field(default_factory=dict)
     # Told when a peer's link is up or gone (the node's log; tests).
     on_peer: Callable[[str, bool], None] | None = None
+    # Where a replicated queue's leader's ``Append`` goes (``cluster/replication.py``).
+    replicas: ReplicaSink | None = None
+
+
+class ReplicaSink(Protocol):
+    """A follower's side of replicated queues: takes a leader's ``Append``; acknowledges
+    through the front end's :meth:`LinkFrontEnd.send` once synced."""
+
+    def append(self, front: LinkFrontEnd, op: c.Append) -> None: ...
 
 
 class LinkFrontEnd:
@@ -190,6 +199,11 @@ class LinkFrontEnd:
     def _write(self, op: c.Op) -> None:
         self.output.append(c.encode(op))
 
+    def send(self, op: c.Op) -> None:
+        """Write ``op`` to the peer (replication's ``Appended``, outside a turn)."""
+        if not self.should_close_transport:
+            self._write(op)
+
     def _refuse(self, reason: str) -> None:
         log.warning("inter-node link from %s refused: %s", self.shell.peer, reason)
         self.should_close_transport = True
@@ -261,6 +275,9 @@ class LinkFrontEnd:
             self._get(op)
         elif isinstance(op, c.Inspect):
             self._inspect(op)
+        elif isinstance(op, c.Append):
+            if self.identity.replicas is not None:
+                self.identity.replicas.append(self, op)
         else:
             self._refuse(f"unexpected {type(op).__name__} from the dialing node")
 
@@ -296,7 +313,8 @@ class LinkFrontEnd:
                 self.behind.discard(queue)
             self._write(c.Backlog(op.vhost, op.queue, behind))
         if op.seq:
-            confirms.published(accepted, journal.writes != writes)
+            gate = queue.gate() if accepted and queue.gate is not None else None
+            confirms.published(accepted, journal.writes != writes, gate)
 
     def confirm(self, upto: int, *, multiple: bool, ack: bool) -> None:
         """``Confirms``' sink: the peer's publishes up to ``upto``."""

@@ -1,0 +1,665 @@
+"""Replicated quorum queues on a cluster node: the leader's log shipping and commit rule,
+the followers' copies, elections (docs/cluster.md, "Replicated queues").
+
+A quorum queue's record (``QueueRecord``) names its ``members``, its ``leader``, the
+leader's ``epoch`` and the ``in_sync`` set. Every node runs one :class:`Replication`:
+
+- **Leading** (:class:`Leading`, this node is the record's leader): the queue's store is a
+  :class:`ReplicatingStore`, which after the journal's write gives each kept operation the
+  next offset of the queue's log and ships it (``Append``) over the inter-node link to every
+  other member's node. Followers acknowledge by offset once synced (``Appended``). The
+  queue's confirm gate (``Queue.gate``) holds a publish's confirm until
+  ``model/replication.committed`` says its offset is committed: on the leader's disk (the
+  journal's commit, which ``Confirms`` waits for anyway) and on every in-sync follower's,
+  while the in-sync set is a majority and this node holds its lease. A follower that stays
+  behind past ``LAG_BOUND`` is removed from the in-sync set in etcd (a transaction fenced by
+  the leader's lease and the record's revision) before anything else is confirmed; one
+  that caught up is added back the same way. A follower whose link (re)connects gets the
+  whole state (a snapshot at the current offset) and then the log from there.
+- **Following** (:class:`Replica`): the follower keeps the queue's live messages
+  (``ReplicaState``) and writes every record it takes to a file of its own, synced before
+  it acknowledges. An ``Append`` of an older epoch than the record's is refused (a deposed
+  leader's write); a gap is not acknowledged (the leader resends the state when the link
+  comes back).
+- **Elections.** When a leader's node is not running any more (its lease expired: killed,
+  paused, cut off), each in-sync member tries a transaction that compares the record's
+  revision and its own lease and writes itself leader with the next epoch (the old leader
+  out of the in-sync set). The winner serves the queue from its copy: each message in
+  order, those that were out unsettled redelivered with their delivery count one higher;
+  the other nodes' proxies follow the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from hashlib import sha256
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from leveret.cluster.keys import encode
+from leveret.convert.formats import stored_message
+from leveret.model.completion import Completion
+from leveret.model.queues.base import JOURNAL_STORE
+from leveret.model.replication import ReplicaState, committed
+from leveret.protocol.cluster import codec as c
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from leveret.cluster.apply import Applier, QueueRecord
+    from leveret.cluster.link import Links
+    from leveret.cluster.membership import Membership
+    from leveret.cluster.metadata import MetadataStore
+    from leveret.model.entry import QueuedMessage
+    from leveret.model.message import Message
+    from leveret.model.queues.base import Queue
+    from leveret.server.cluster_link.frontend import LinkFrontEnd
+
+__all__ = ["LAG_BOUND", "Replication"]
+
+log = logging.getLogger("leveret.cluster")
+
+# Seconds a follower may stay behind before the leader takes it out of the in-sync set.
+LAG_BOUND: Final = 2.0
+# Bytes past which a follower's file is rewritten as one snapshot of its copy (and past
+# four times the size of the last such snapshot).
+COMPACT_AT: Final = 64 << 20
+# Seconds between the checks (lag, catching up, elections).
+TICK: Final = 0.1
+
+# Record kinds.
+ENQUEUE: Final = 1
+DELIVERED: Final = 2
+REMOVED: Final = 3
+REQUEUED: Final = 4
+PURGED: Final = 5
+SNAPSHOT: Final = 6
+
+_HEAD = struct.Struct(">BQ")
+_ENTRY = struct.Struct(">QIB")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_FILE_HEAD = struct.Struct(">IQQ")
+
+Stored = tuple[str, str, int, bytes, bytes]
+
+
+def _stored(message: Message) -> Stored:
+    return (
+        message.exchange,
+        message.routing_key,
+        message.format,
+        message.raw_properties,
+        message.body,
+    )
+
+
+def _pack_message(m: Stored) -> bytes:
+    exchange, key = m[0].encode(), m[1].encode()
+    return b"".join(
+        (
+            _U16.pack(len(exchange)),
+            exchange,
+            _U16.pack(len(key)),
+            key,
+            bytes((m[2],)),
+            _U32.pack(len(m[3])),
+            m[3],
+            _U32.pack(len(m[4])),
+            m[4],
+        )
+    )
+
+
+def _unpack_message(data: bytes, pos: int) -> tuple[Stored, int]:
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if pos + n > len(data):
+            raise ValueError("truncated replication record")
+        part, pos = data[pos : pos + n], pos + n
+        return part
+
+    exchange = take(_U16.unpack(take(2))[0]).decode()
+    key = take(_U16.unpack(take(2))[0]).decode()
+    fmt = take(1)[0]
+    raw = take(_U32.unpack(take(4))[0])
+    body = take(_U32.unpack(take(4))[0])
+    return (exchange, key, fmt, raw, body), pos
+
+
+def encode_record(
+    kind: int, sid: int = 0, deliveries: int = 0, message: Stored | None = None
+) -> bytes:
+    head = _HEAD.pack(kind, sid)
+    if kind == ENQUEUE:
+        assert message is not None
+        return head + _U32.pack(deliveries) + _pack_message(message)
+    if kind == REQUEUED:
+        return head + _U32.pack(deliveries)
+    return head
+
+
+def encode_purged(sids: Iterable[int]) -> bytes:
+    listed = list(sids)
+    return _HEAD.pack(PURGED, len(listed)) + b"".join(struct.pack(">Q", s) for s in listed)
+
+
+def encode_snapshot(state: ReplicaState) -> bytes:
+    parts = [_HEAD.pack(SNAPSHOT, len(state.messages))]
+    for sid, (message, deliveries, out) in state.messages.items():
+        parts.append(_ENTRY.pack(sid, int(deliveries), bool(out)))  # type: ignore[call-overload]
+        parts.append(_pack_message(message))  # type: ignore[arg-type]
+    return b"".join(parts)
+
+
+def apply_record(state: ReplicaState, record: bytes) -> None:
+    """Apply one log record to a follower's copy (bad input raises ValueError)."""
+    try:
+        kind, sid = _HEAD.unpack_from(record, 0)
+        pos = _HEAD.size
+        if kind == ENQUEUE:
+            (deliveries,) = _U32.unpack_from(record, pos)
+            message, end = _unpack_message(record, pos + 4)
+            if end != len(record):
+                raise ValueError("trailing bytes in a replication record")
+            state.enqueued(sid, message, deliveries, False)
+        elif kind == DELIVERED:
+            state.delivered(sid)
+        elif kind == REMOVED:
+            state.removed(sid)
+        elif kind == REQUEUED:
+            (deliveries,) = _U32.unpack_from(record, pos)
+            state.requeued(sid, deliveries)
+        elif kind == PURGED:
+            state.purged(struct.unpack_from(f">{sid}Q", record, pos))
+        elif kind == SNAPSHOT:
+            state.reset()
+            for _ in range(sid):
+                entry_sid, deliveries, out = _ENTRY.unpack_from(record, pos)
+                message, pos = _unpack_message(record, pos + _ENTRY.size)
+                state.enqueued(entry_sid, message, deliveries, bool(out))
+        else:
+            raise ValueError(f"unknown record kind {kind}")
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed replication record: {exc}") from None
+
+
+class ReplicatingStore:
+    """A replicated queue's store on its leader: the journal's writes, then each kept
+    operation appended to the queue's log and shipped (see the module docstring)."""
+
+    def __init__(self, leading: Leading) -> None:
+        self.leading = leading
+        # Set while a new leader takes over its copy: (delivery count, redelivered) of the
+        # message being enqueued.
+        self.restoring: tuple[int, bool] | None = None
+
+    def enqueued(self, queue: Queue, entry: QueuedMessage) -> None:
+        JOURNAL_STORE.enqueued(queue, entry)
+        restoring = self.restoring
+        if restoring is not None:
+            entry.deliveries, entry.redelivered = restoring
+            if restoring[0]:
+                entry.message = entry.message.replace(
+                    headers={**(entry.message.headers or {}), "x-delivery-count": restoring[0]}
+                )
+        if entry.sid:
+            message = _stored(entry.message)
+            self.leading.ship(encode_record(ENQUEUE, entry.sid, entry.deliveries, message))
+            self.leading.mirror.enqueued(entry.sid, message, entry.deliveries, False)
+
+    def delivered(self, queue: Queue, entry: QueuedMessage) -> None:
+        JOURNAL_STORE.delivered(queue, entry)
+        if entry.sid:
+            self.leading.ship(encode_record(DELIVERED, entry.sid))
+            self.leading.mirror.delivered(entry.sid)
+
+    def removed(self, queue: Queue, entry: QueuedMessage) -> None:
+        JOURNAL_STORE.removed(queue, entry)
+        if entry.sid:
+            self.leading.ship(encode_record(REMOVED, entry.sid))
+            self.leading.mirror.removed(entry.sid)
+
+    def requeued(self, queue: Queue, entry: QueuedMessage) -> None:
+        JOURNAL_STORE.requeued(queue, entry)
+        if entry.sid:
+            self.leading.ship(encode_record(REQUEUED, entry.sid, entry.deliveries))
+            self.leading.mirror.requeued(entry.sid, entry.deliveries)
+
+    def dead_lettered(self, queue: Queue, entry: QueuedMessage, reason: str) -> None:
+        JOURNAL_STORE.dead_lettered(queue, entry, reason)
+        if entry.sid:
+            self.leading.ship(encode_record(REMOVED, entry.sid))
+            self.leading.mirror.removed(entry.sid)
+
+    def purged(self, queue: Queue, sids: Iterable[int]) -> None:
+        sids = list(sids)
+        JOURNAL_STORE.purged(queue, sids)
+        if sids:
+            self.leading.ship(encode_purged(sids))
+            self.leading.mirror.purged(sids)
+
+
+@dataclass
+class Leading:
+    """A replicated queue this node leads."""
+
+    replication: Replication
+    record: QueueRecord
+    queue: Queue
+    offset: int = 0
+    mirror: ReplicaState = field(default_factory=ReplicaState)
+    acked: dict[str, int] = field(default_factory=dict)
+    # Followers that were sent the state and follow the log from it.
+    following: set[str] = field(default_factory=set)
+    waits: deque[tuple[int, Completion[bool]]] = field(default_factory=deque)
+    behind_since: dict[str, float] = field(default_factory=dict)
+    busy: bool = False  # an etcd write about the in-sync set is under way
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        return (self.record.vhost, self.record.name)
+
+    def followers(self) -> list[str]:
+        return [m for m in self.record.members if m != self.replication.node]
+
+    def ship(self, record: bytes) -> None:
+        self.offset += 1
+        op = c.Append(self.record.vhost, self.record.name, self.record.epoch, self.offset, record)
+        for node in self.followers():
+            if node in self.following:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
+                else:
+                    self.following.discard(node)
+
+    def sync(self, node: str) -> None:
+        """Send ``node`` the whole state at the current offset; it follows from there."""
+        peer = self.replication.links.peer(node)
+        if not peer.up:
+            return
+        record = self.record
+        peer.write_op(
+            c.Append(
+                record.vhost, record.name, record.epoch, self.offset, encode_snapshot(self.mirror)
+            )
+        )
+        self.following.add(node)
+        # In sync only once it acknowledged this state (or later): never on an old answer.
+        self.acked.pop(node, None)
+
+    def gate(self) -> Completion[bool] | None:
+        """The confirm gate (``Queue.gate``): what was just enqueued, once committed."""
+        if not self.replication.membership.held:
+            return Completion.of(False)
+        if self.committed() >= self.offset:
+            return None
+        if self.waits and self.waits[-1][0] == self.offset:
+            return self.waits[-1][1]
+        done: Completion[bool] = Completion()
+        self.waits.append((self.offset, done))
+        return done
+
+    def committed(self) -> int:
+        record = self.record
+        if not self.replication.membership.held:
+            return -1
+        upto = committed(
+            self.replication.node, self.offset, self.acked, set(record.in_sync), record.members
+        )
+        return -1 if upto is None else upto
+
+    def advance(self) -> None:
+        upto = self.committed()
+        waits = self.waits
+        while waits and waits[0][0] <= upto:
+            waits.popleft()[1].resolve(True)
+
+    def fail(self) -> None:
+        waits, self.waits = self.waits, deque()
+        for _offset, done in waits:
+            done.resolve(False)
+
+
+@dataclass
+class Replica:
+    """This node's copy of a replicated queue it follows."""
+
+    path: Path
+    epoch: int = 0
+    offset: int = 0
+    state: ReplicaState = field(default_factory=ReplicaState)
+    file: Any = None
+    dirty: bool = False
+    electing: bool = False
+    # The size of the file's last compaction (a snapshot of the copy).
+    compacted: int = 0
+    # Whom to acknowledge once synced.
+    ackers: set[LinkFrontEnd] = field(default_factory=set)
+
+    def open(self) -> None:
+        if self.file is None:
+            self.file = open(self.path, "ab")  # noqa: SIM115 (kept open while following)
+
+    def write(self, epoch: int, offset: int, record: bytes, *, truncate: bool) -> None:
+        if truncate:
+            if self.file is not None:
+                self.file.close()
+            self.file = open(self.path, "wb")  # noqa: SIM115
+        else:
+            self.open()
+        self.file.write(_FILE_HEAD.pack(len(record), epoch, offset) + record)
+        self.dirty = True
+
+    def compact(self) -> None:
+        """Rewrite the file as one snapshot of the copy at its offset (synced, then renamed
+        over the old one), so that it does not grow while the queue's contents do not."""
+        record = encode_snapshot(self.state)
+        data = _FILE_HEAD.pack(len(record), self.epoch, self.offset) + record
+        temporary = self.path.with_suffix(".compact")
+        with open(temporary, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fdatasync(out.fileno())
+        if self.file is not None:
+            self.file.close()
+        os.replace(temporary, self.path)
+        self.file = open(self.path, "ab")  # noqa: SIM115
+        self.compacted = len(data)
+
+    def load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        pos = 0
+        while pos + _FILE_HEAD.size <= len(data):
+            size, epoch, offset = _FILE_HEAD.unpack_from(data, pos)
+            end = pos + _FILE_HEAD.size + size
+            if end > len(data):
+                break  # a torn last write: it was never acknowledged
+            try:
+                apply_record(self.state, data[pos + _FILE_HEAD.size : end])
+            except ValueError:
+                break
+            self.epoch, self.offset = epoch, offset
+            pos = end
+
+    def close(self, *, remove: bool = False) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+
+class Replication:
+    """This node's part in replicated queues; see the module docstring."""
+
+    def __init__(
+        self,
+        node: str,
+        applier: Applier,
+        store: MetadataStore,
+        membership: Membership,
+        links: Links,
+        directory: Path,
+    ) -> None:
+        self.node = node
+        self.applier = applier
+        self.store = store
+        self.membership = membership
+        self.links = links
+        self.directory = directory
+        self.leading: dict[tuple[str, str], Leading] = {}
+        self.replicas: dict[tuple[str, str], Replica] = {}
+        self._sync_scheduled = False
+        self._task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Task[Any]] = set()
+        membership.on_lost.append(self._lease_lost)
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for task in list(self._writes):
+            task.cancel()
+        for replica in self.replicas.values():
+            replica.close()
+
+    # -- records ------------------------------------------------------------------------------
+
+    def on_record(self, ident: tuple[str, str], record: QueueRecord | None) -> None:
+        """The applier's hook: a queue record applied (None: removed)."""
+        if record is None or not record.replicated or self.node not in record.members:
+            leading = self.leading.pop(ident, None)
+            if leading is not None:
+                leading.fail()
+            replica = self.replicas.pop(ident, None)
+            if replica is not None:
+                replica.close(remove=True)
+            return
+        if record.leader == self.node:
+            self._lead(ident, record)
+            return
+        leading = self.leading.pop(ident, None)
+        if leading is not None:
+            log.warning("queue '%s' in '%s': no longer led here", record.name, record.vhost)
+            leading.fail()
+        replica = self.replicas.get(ident)
+        if replica is None:
+            replica = self.replicas[ident] = Replica(self._path(ident))
+            replica.load()
+        replica.epoch = max(replica.epoch, record.epoch)
+
+    def _path(self, ident: tuple[str, str]) -> Path:
+        digest = sha256(encode(list(ident))).hexdigest()[:32]
+        return self.directory / f"{digest}.log"
+
+    def _lead(self, ident: tuple[str, str], record: QueueRecord) -> None:
+        leading = self.leading.get(ident)
+        if leading is not None:
+            leading.record = record
+            leading.advance()
+            return
+        vhost = self.links.server.broker.vhosts.get(record.vhost)
+        queue = vhost.queues.get(record.name) if vhost is not None else None
+        if queue is None:
+            return
+        leading = self.leading[ident] = Leading(self, record, queue)
+        store = ReplicatingStore(leading)
+        replica = self.replicas.pop(ident, None)
+        if replica is not None:
+            taken = replica.state.takeover()
+            log.info(
+                "queue '%s' in '%s': leading it (epoch %d) with %d messages from this node's copy",
+                record.name,
+                record.vhost,
+                record.epoch,
+                len(taken),
+            )
+            # What the old leader held: its journal entries go as the new leader keeps them.
+            for stored, count, redelivered in taken:
+                exchange, key, fmt, raw, body = cast("Stored", stored)
+                store.restoring = (count, redelivered)
+                queue.store = store
+                queue.enqueue(stored_message(exchange, key, raw, body, fmt))
+            store.restoring = None
+            replica.close(remove=True)
+        else:
+            # This node's journal held the queue (it led it before): the mirror is its
+            # current content.
+            self._mirror_queue(leading, queue)
+        queue.store = store
+        queue.gate = leading.gate
+        for node in leading.followers():
+            leading.sync(node)
+
+    @staticmethod
+    def _mirror_queue(leading: Leading, queue: Queue) -> None:
+        for entry in _entries(queue):
+            if entry.sid:
+                leading.mirror.enqueued(entry.sid, _stored(entry.message), entry.deliveries, False)
+
+    # -- the link -----------------------------------------------------------------------------
+
+    def peer_up(self, node: str) -> None:
+        """The link to ``node`` is up: the queues led here that it follows get the state."""
+        for leading in self.leading.values():
+            if node in leading.record.members:
+                leading.sync(node)
+
+    def appended(self, node: str, op: c.Appended) -> None:
+        leading = self.leading.get((op.vhost, op.queue))
+        if leading is None or op.epoch != leading.record.epoch:
+            return
+        if op.offset >= leading.acked.get(node, 0):
+            leading.acked[node] = op.offset
+        leading.advance()
+
+    def append(self, front: LinkFrontEnd, op: c.Append) -> None:
+        """A leader's ``Append`` reached this node (the link's front end)."""
+        ident = (op.vhost, op.queue)
+        replica = self.replicas.get(ident)
+        if replica is None or op.epoch < replica.epoch:
+            return  # not a member, or a deposed leader's write
+        snapshot = bool(op.record) and op.record[0] == SNAPSHOT
+        if not snapshot and op.offset != replica.offset + 1:
+            return  # a gap: the leader sends the state again when the link returns
+        try:
+            apply_record(replica.state, op.record)
+        except ValueError as exc:
+            log.warning("queue '%s' in '%s': %s", op.queue, op.vhost, exc)
+            return
+        replica.write(op.epoch, op.offset, op.record, truncate=snapshot)
+        replica.epoch, replica.offset = op.epoch, op.offset
+        replica.ackers.add(front)
+        if not self._sync_scheduled:
+            self._sync_scheduled = True
+            asyncio.get_running_loop().call_soon(self._sync)
+
+    def _sync(self) -> None:
+        """Sync every copy written since the last call, then acknowledge (one fsync per
+        copy per loop turn)."""
+        self._sync_scheduled = False
+        for (vhost, name), replica in self.replicas.items():
+            if not replica.dirty or replica.file is None:
+                continue
+            replica.file.flush()
+            os.fdatasync(replica.file.fileno())
+            replica.dirty = False
+            if replica.file.tell() > COMPACT_AT and replica.file.tell() > 4 * replica.compacted:
+                replica.compact()
+            ack = c.Appended(vhost, name, replica.epoch, replica.offset)
+            for front in replica.ackers:
+                front.send(ack)
+            replica.ackers.clear()
+
+    # -- the lease, lag and elections ---------------------------------------------------------
+
+    def _lease_lost(self) -> None:
+        for leading in self.leading.values():
+            leading.fail()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            try:
+                self._check(time.monotonic())
+            except Exception:
+                log.exception("replication check failed")
+
+    def _check(self, now: float) -> None:
+        if not self.membership.held:
+            return
+        for leading in list(self.leading.values()):
+            self._check_followers(leading, now)
+        running = self.applier.view.nodes
+        for ident, replica in list(self.replicas.items()):
+            record = self.applier.view.queues.get(ident)
+            if (
+                record is not None
+                and record.leader not in running
+                and self.node in record.in_sync
+                and record.leader != self.node
+            ):
+                self._spawn(self._elect(ident, record, replica))
+
+    def _check_followers(self, leading: Leading, now: float) -> None:
+        record = leading.record
+        if leading.busy:
+            return
+        for node in leading.followers():
+            if node not in leading.following:
+                leading.sync(node)
+            acked = leading.acked.get(node, -1)
+            if acked >= leading.offset and node in leading.following:
+                leading.behind_since.pop(node, None)
+                if node not in record.in_sync:
+                    self._spawn(self._in_sync(leading, node, True))
+                continue
+            since = leading.behind_since.setdefault(node, now)
+            if node in record.in_sync and now - since > LAG_BOUND:
+                self._spawn(self._in_sync(leading, node, False))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _in_sync(self, leading: Leading, node: str, add: bool) -> None:
+        """Take ``node`` out of the in-sync set (it stayed behind) or put it back (it
+        caught up): a transaction fenced by this node's lease and the record's revision."""
+        record = leading.record
+        members = set(record.in_sync)
+        members = members | {node} if add else members - {node}
+        in_sync = tuple(m for m in record.members if m in members)
+        leading.busy = True
+        try:
+            done = await self.store.replace_queue_record(replace(record, in_sync=in_sync))
+        finally:
+            leading.busy = False
+        if done:
+            log.info(
+                "queue '%s' in '%s': node '%s' %s the in-sync set",
+                record.name,
+                record.vhost,
+                node,
+                "back in" if add else "out of",
+            )
+        leading.advance()
+
+    async def _elect(self, ident: tuple[str, str], record: QueueRecord, replica: Replica) -> None:
+        if replica.electing:
+            return
+        replica.electing = True
+        try:
+            in_sync = tuple(m for m in record.in_sync if m != record.leader)
+            new = replace(record, leader=self.node, epoch=record.epoch + 1, in_sync=in_sync)
+            if await self.store.replace_queue_record(new):
+                log.info(
+                    "queue '%s' in '%s': elected leader (epoch %d), node '%s' is down",
+                    record.name,
+                    record.vhost,
+                    new.epoch,
+                    record.leader,
+                )
+        finally:
+            replica.electing = False
+
+
+def _entries(queue: Queue) -> list[QueuedMessage]:
+    """The entries a queue holds now, ready ones in order (a leader's own restart)."""
+    return queue.ready_entries()

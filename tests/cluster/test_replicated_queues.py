@@ -1,0 +1,178 @@
+"""Replicated quorum queues through real clients: three ``leveret serve`` nodes on one etcd
+(lease 2 s), a quorum queue led by one of them with members on all three. pika publishes
+with confirms through another node, a consumer on a third holds deliveries unacked, the
+leader's node is killed with ``kill -9``: a member is elected within seconds, confirms go
+on, every confirmed message is consumed (the unacked ones redelivered, counted), and the
+killed node comes back into the in-sync set."""
+
+from __future__ import annotations
+
+import base64
+import signal
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import pika
+import pika.exceptions
+import pytest
+import requests
+
+from tests.cluster import nodes
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from leveret.testing.etcd import EtcdServer
+    from tests.cluster.nodes import Node
+
+pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+NAMES = ("a@test", "b@test", "c@test")
+
+
+@pytest.fixture
+def three_nodes(etcd_server: EtcdServer) -> Iterator[tuple[str, list[Node]]]:
+    prefix = f"/leveret-test/repl-{uuid.uuid4().hex[:8]}/"
+    started: list[Node] = []
+    try:
+        for name in NAMES:
+            started.append(nodes.start_node(etcd_server, prefix, name))  # noqa: PERF401 (stopped if a later one fails)
+        yield prefix, started
+    finally:
+        for node in started:
+            if node.broker.process is not None and node.broker.process.poll() is None:
+                node.broker.stop()
+
+
+def connect(node: Node) -> pika.BlockingConnection:
+    return pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", node.broker.port, heartbeat=0)
+    )
+
+
+def queue_info(node: Node, name: str) -> dict[str, Any]:
+    return dict(node.get(f"queues/%2F/{quote(name, safe='')}"))
+
+
+def record(etcd: EtcdServer, prefix: str, name: str) -> dict[str, Any]:
+    """The queue's record in etcd (its in-sync set is not in RabbitMQ's API)."""
+    key = f"{prefix}entities/queues/%2F/{name}".encode()
+    answer = requests.post(
+        f"{etcd.url}/v3/kv/range", json={"key": base64.b64encode(key).decode()}, timeout=5
+    ).json()
+    import json
+
+    return dict(json.loads(base64.b64decode(answer["kvs"][0]["value"])))
+
+
+def publish(ch: Any, queue: str, body: bytes) -> bool:
+    """One publish with confirms: True when confirmed."""
+    try:
+        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2), mandatory=True)
+        return True
+    except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
+        return False
+
+
+def test_leader_killed_queue_goes_on_and_nothing_confirmed_is_lost(
+    etcd_server: EtcdServer, three_nodes: tuple[str, list[Node]]
+) -> None:
+    prefix, (a, b, c) = three_nodes
+    queue = "rq"
+    conn = connect(a)
+    conn.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    conn.close()
+    shown = nodes.eventually(
+        lambda: (q := queue_info(c, queue)).get("online") == list(NAMES) and q, timeout=10
+    )
+    assert shown["leader"] == "a@test"
+    assert shown["members"] == list(NAMES)
+    assert record(etcd_server, prefix, queue)["in_sync"] == list(NAMES)
+
+    # Publisher on c (not the leader): 100 confirmed.
+    pub = connect(c)
+    ch = pub.channel()
+    ch.confirm_delivery()
+    confirmed: list[bytes] = []
+    for i in range(100):
+        body = f"m{i}".encode()
+        assert publish(ch, queue, body)
+        confirmed.append(body)
+
+    # A consumer on b takes 5 and keeps them unacked.
+    sub = connect(b)
+    sch = sub.channel()
+    sch.basic_qos(prefetch_count=5)  # the 5 held stop it until they are acked
+    held: list[Any] = []
+    sch.basic_consume(queue, lambda _ch, method, props, body: held.append((method, props, body)))
+    deadline = time.monotonic() + 10
+    while len(held) < 5 and time.monotonic() < deadline:
+        sub.process_data_events(0.1)
+    assert len(held) == 5
+    assert not any(m.redelivered for m, _p, _b in held)
+
+    a.broker.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    # Publishing goes on from c: nacked until a member is elected, then confirmed.
+    first_confirm = None
+    i = 100
+    while time.monotonic() - killed < 20:
+        body = f"m{i}".encode()
+        i += 1
+        if publish(ch, queue, body):
+            confirmed.append(body)
+            if first_confirm is None:
+                first_confirm = time.monotonic() - killed
+            if len([x for x in confirmed if int(x[1:]) >= 100]) >= 50:
+                break
+        else:
+            time.sleep(0.05)
+    assert first_confirm is not None, "no confirm after the leader was killed"
+    assert first_confirm < 3 * nodes.LEASE_TTL + 5
+    info = queue_info(c, queue)
+    assert info["leader"] in ("b@test", "c@test")
+    assert info["online"] == ["b@test", "c@test"]
+    pub.close()
+
+    # The consumer on b was not cancelled: it follows the queue to its new leader. Its 5
+    # deliveries from the old leader are acked (they went with it); everything confirmed
+    # arrives, the 5 again, redelivered and counted.
+    for method, _props, _body in held:
+        sch.basic_ack(method.delivery_tag)
+    got: dict[bytes, tuple[bool, int]] = {}
+
+    def take(ch: Any, method: Any, props: Any, body: bytes) -> None:
+        count = (props.headers or {}).get("x-delivery-count", 0)
+        got[body] = (method.redelivered, count)
+        ch.basic_ack(method.delivery_tag)
+
+    held.clear()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not set(confirmed) <= set(got) | {
+        b for _m, _p, b in held
+    }:
+        sub.process_data_events(0.1)
+        for method, props, body in held:
+            take(sch, method, props, body)
+        held.clear()
+    sub.close()
+    lost = [x for x in confirmed if x not in got]
+    assert lost == []
+    for body in (b"m0", b"m1", b"m2", b"m3", b"m4"):
+        assert got[body] == (True, 1), body
+
+    # a comes back: at once it serves the queue through the link to the new leader (its
+    # own old copy is not the queue), then follows it and is in sync again.
+    a2 = nodes.start_node(etcd_server, prefix, "a@test", a.data_dir)
+    three_nodes[1][0] = a2
+    pub = connect(a2)
+    ch = pub.channel()
+    ch.confirm_delivery()
+    assert publish(ch, queue, b"after")
+    method, _props, body = ch.basic_get(queue, auto_ack=True)
+    assert body == b"after"
+    pub.close()
+    nodes.eventually(lambda: "a@test" in record(etcd_server, prefix, queue)["in_sync"], timeout=15)
+    assert queue_info(a2, queue)["online"] == list(NAMES)

@@ -1,0 +1,136 @@
+"""The leader's side of a replicated queue without sockets (``cluster/replication.py``'s
+``Leading``): a confirm waits for every in-sync follower's acknowledgement, a follower out
+of the in-sync set does not hold it back, nothing is confirmed below a majority or without
+the lease, and a follower's copy rebuilt from what was shipped is the leader's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from leveret.cluster.apply import QueueRecord
+from leveret.cluster.replication import Leading, apply_record
+from leveret.model.replication import ReplicaState
+from leveret.protocol.cluster import codec as c
+
+
+@dataclass
+class _Peer:
+    up: bool = True
+    sent: list[c.Op] = field(default_factory=list)
+
+    def write_op(self, op: c.Op) -> None:
+        self.sent.append(op)
+
+
+@dataclass
+class _Links:
+    peers: dict[str, _Peer]
+
+    def peer(self, node: str) -> _Peer:
+        return self.peers[node]
+
+
+@dataclass
+class _Membership:
+    held: bool = True
+
+
+@dataclass
+class _Replication:
+    node: str
+    links: _Links
+    membership: _Membership
+
+
+def _leading() -> tuple[Leading, dict[str, _Peer], _Membership]:
+    peers = {"b": _Peer(), "c": _Peer()}
+    membership = _Membership()
+    record = QueueRecord(
+        "/", "q", True, False, False, {"x-queue-type": "quorum"}, "a",
+        members=("a", "b", "c"), epoch=3, in_sync=("a", "b", "c"),
+    )  # fmt: skip
+    replication: Any = _Replication("a", _Links(peers), membership)
+    leading = Leading(replication, record, queue=None)  # type: ignore[arg-type]
+    for node in ("b", "c"):
+        leading.sync(node)
+    return leading, peers, membership
+
+
+def _ack(leading: Leading, node: str, offset: int) -> None:
+    leading.acked[node] = offset
+    leading.advance()
+
+
+def test_a_confirm_waits_for_every_in_sync_follower() -> None:
+    leading, peers, _ = _leading()
+    leading.ship(b"\x02" + bytes(8))  # a record at offset 1
+    done = leading.gate()
+    assert done is not None
+    assert not done.done
+    _ack(leading, "b", 1)
+    assert not done.done  # c is in sync and has not got it
+    _ack(leading, "c", 1)
+    assert done.result() is True
+    assert [type(op) for op in peers["b"].sent] == [c.Append, c.Append]
+    assert peers["b"].sent[-1] == c.Append("/", "q", 3, 1, b"\x02" + bytes(8))
+
+
+def test_a_follower_out_of_sync_holds_nothing_back_while_a_majority_is() -> None:
+    leading, _, _ = _leading()
+    leading.record = replace(leading.record, in_sync=("a", "b"))
+    leading.ship(b"\x02" + bytes(8))
+    done = leading.gate()
+    assert done is not None
+    _ack(leading, "b", 1)
+    assert done.result() is True
+    # Below a majority (the leader alone): nothing more is confirmed.
+    leading.record = replace(leading.record, in_sync=("a",))
+    leading.ship(b"\x02" + bytes(8))
+    waiting = leading.gate()
+    assert waiting is not None
+    _ack(leading, "b", 2)
+    _ack(leading, "c", 2)
+    assert not waiting.done
+
+
+def test_without_the_lease_confirms_fail() -> None:
+    leading, _, membership = _leading()
+    leading.ship(b"\x02" + bytes(8))
+    done = leading.gate()
+    assert done is not None
+    membership.held = False
+    _ack(leading, "b", 1)
+    _ack(leading, "c", 1)
+    assert not done.done
+    leading.fail()
+    assert done.result() is False
+    refused = leading.gate()
+    assert refused is not None
+    assert refused.result() is False
+
+
+def test_a_followers_copy_from_what_was_shipped_is_the_mirror() -> None:
+    leading, peers, _ = _leading()
+    from leveret.cluster.replication import ENQUEUE, REMOVED, encode_record
+
+    for sid in (1, 2, 3):
+        message = ("", "q", 0, b"", f"m{sid}".encode())
+        leading.ship(encode_record(ENQUEUE, sid, 0, message))
+        leading.mirror.enqueued(sid, message, 0, False)
+    leading.ship(encode_record(REMOVED, 2))
+    leading.mirror.removed(2)
+    copy = ReplicaState()
+    for op in peers["c"].sent:
+        assert isinstance(op, c.Append)
+        apply_record(copy, op.record)
+    assert copy.messages == leading.mirror.messages
+    assert [op.offset for op in peers["c"].sent if isinstance(op, c.Append)] == [0, 1, 2, 3, 4]
+
+
+def test_a_follower_sent_the_state_is_not_in_sync_on_an_older_answer() -> None:
+    leading, _, _ = _leading()
+    _ack(leading, "b", 0)
+    leading.ship(b"\x02" + bytes(8))
+    leading.sync("b")  # its link came back: the state again, at offset 1
+    assert "b" not in leading.acked  # until it answers for that state

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 from leveret import __version__
 from leveret.errors import AMQPError
+from leveret.links.deadline import Deadline
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.client import CLIENT_CAPABILITIES, ClientConnection, Deliveries
 from leveret.protocol.amqp091.client_events import (
@@ -126,7 +127,7 @@ class Connection091(asyncio.Protocol):
         self._transport_writable = True
         self._waiters: dict[int, deque[tuple[tuple[type[m.Method], ...], asyncio.Future[m.Method]]]]
         self._waiters = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = Deadline(self.loop, self._tick)
         self._next_channel = 1
 
     # -- state ------------------------------------------------------------------------------
@@ -157,9 +158,7 @@ class Connection091(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(f"connection lost: {exc}" if exc else "connection closed by the peer")
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
 
     def pause_writing(self) -> None:
         self._transport_writable = False
@@ -291,17 +290,9 @@ class Connection091(asyncio.Protocol):
     # -- heartbeats -------------------------------------------------------------------------
 
     def _rearm(self) -> None:
-        deadline = self.machine.next_deadline()
-        if deadline is None:
-            return
-        if self._timer is not None:
-            if self._timer.when() <= deadline:
-                return
-            self._timer.cancel()
-        self._timer = self.loop.call_at(deadline, self._tick)
+        self._deadline.arm(self.machine.next_deadline())
 
     def _tick(self) -> None:
-        self._timer = None
         if self.error is not None:
             return
         for event in self.machine.tick(self.loop.time()):

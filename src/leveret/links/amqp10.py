@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from leveret import __version__
 from leveret.links.amqp091 import LinkError, tls_context
+from leveret.links.deadline import Deadline
 from leveret.protocol.amqp10 import (
     Accepted,
     Connection,
@@ -107,7 +108,7 @@ class Connection10(asyncio.Protocol):
         self._attaches: dict[int, asyncio.Future[LinkAttached]] = {}
         self._credit_waiters: dict[int, asyncio.Future[None]] = {}
         self._transport_writable = True
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = Deadline(self.loop, self._tick)
         self.on_message: Callable[[MessageReceived], None] | None = None
         self.on_disposition: Callable[[DispositionReceived], None] | None = None
         self.on_credit: Callable[[int, int], None] | None = None
@@ -133,9 +134,7 @@ class Connection10(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(f"connection lost: {exc}" if exc else "connection closed by the peer")
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
 
     def pause_writing(self) -> None:
         self._transport_writable = False
@@ -249,17 +248,9 @@ class Connection10(asyncio.Protocol):
             self.transport.close()
 
     def _rearm(self) -> None:
-        deadline = self.machine.get_timer()
-        if deadline is None:
-            return
-        if self._timer is not None:
-            if self._timer.when() <= deadline:
-                return
-            self._timer.cancel()
-        self._timer = self.loop.call_at(deadline, self._tick)
+        self._deadline.arm(self.machine.get_timer())
 
     def _tick(self) -> None:
-        self._timer = None
         if self.error is not None:
             return
         for event in self.machine.handle_timer(self.loop.time()):

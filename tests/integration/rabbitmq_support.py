@@ -40,6 +40,16 @@ LINK_PLUGINS = (
 )
 
 
+def port_bindable(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,6 +144,21 @@ class RabbitMQ:
             except subprocess.TimeoutExpired:
                 self.kill()
             self.process = None
+        self._wait_released()
+
+    def _wait_released(self, timeout: float = 30.0) -> None:
+        """The wrapper script can exit while the Erlang VM is still closing its listeners: a
+        ``start`` right after would find its own ports taken (eaddrinuse on the management
+        port). Wait for the VM's pid to go and for every port to bind again."""
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((self.workdir / "pid").read_text().strip())
+            while time.monotonic() < deadline:
+                os.kill(pid, 0)
+                time.sleep(0.1)
+        for port in (self.port, self.mgmt_port):
+            while time.monotonic() < deadline and not port_bindable(port):
+                time.sleep(0.1)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -34,6 +34,7 @@ from leveret.auth import persist
 from leveret.auth.definitions import load_store
 from leveret.auth.users import AdminError
 from leveret.cluster.apply import Applier, QueueRecord
+from leveret.cluster.declarations import SharedDeclarations
 from leveret.cluster.etcd import EtcdClient, EtcdError, Put, absent
 from leveret.cluster.journal import ClusterJournal
 from leveret.cluster.keys import Layout, decode, encode, encode_arguments
@@ -416,6 +417,7 @@ class ClusterNode:
 
     def _prepare(self, vhost: VirtualHost) -> None:
         vhost.auto_delete_exchanges = False
+        vhost.shared = SharedDeclarations(vhost, self.store, self._spawn)
         vhost.on_queue_removed = lambda queue: self._queue_removed(vhost, queue)
 
     def _queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -323,7 +324,7 @@ class ClusterNode:
             "prometheus": prometheus,
             # Where the other nodes ask this one's API (its own, though the port is shared).
             "api": list(plane.node_urls) if plane is not None else [],
-            "cluster": f"{settings.host}:{cluster_port}",
+            "cluster": advertised(settings.host, cluster_port),
             "data_dir": str(server.data_path),
         }
         self.membership.record = record
@@ -519,6 +520,15 @@ def _unbind_model(vhost: VirtualHost, value: bytes) -> None:
                 record.arguments,
                 owner=queue.exclusive_owner,
             )
+
+
+def advertised(host: str, port: int) -> str:
+    """``host:port`` as the other nodes dial it. A wildcard address (``host = "0.0.0.0"`` to
+    listen on every interface) names no interface they can reach: the machine's name stands
+    for it, as in RabbitMQ's node names (``cluster_peer_addresses`` overrides either)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def make_node(server: Server) -> ClusterNode:

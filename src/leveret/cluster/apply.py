@@ -132,6 +132,27 @@ class View:
         host, _, port = address.rpartition(":")
         return (host.strip("[]"), int(port)) if port.isdigit() else None
 
+    def stream_address(self, node: str) -> tuple[str, int] | None:
+        """Where ``node``'s stream-protocol listener is reached (its record's first
+        ``rabbitmq-stream://`` listener; a wildcard host is the host of its inter-node
+        address); None while it is not running or has none."""
+        record = self.nodes.get(node)
+        listeners = record.get("listeners") if record is not None else None
+        for url in listeners if isinstance(listeners, list) else []:
+            if not isinstance(url, str) or not url.startswith("rabbitmq-stream://"):
+                continue
+            host, _, port = url[len("rabbitmq-stream://") :].rpartition(":")
+            host = host.strip("[]")
+            if not port.isdigit():
+                continue
+            if host in ("", "0.0.0.0", "::"):
+                peer = self.cluster_address(node, {})
+                if peer is None:
+                    continue
+                host = peer[0]
+            return host, int(port)
+        return None
+
     def leaders(self) -> dict[str, int]:
         """Queues led by each member node (0 for a member leading none)."""
         counts = dict.fromkeys(self.members, 0)

@@ -159,6 +159,7 @@ class ClusterNode:
         # From now on what front ends declare durably here is written behind to etcd.
         server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
         server.admin.changer = self.store.change_auth
+        server.stream_server.stream_leader = self.stream_leader
         server.runtime.changer = self.store.change_runtime
         self.store.start_watch()
 
@@ -413,6 +414,20 @@ class ClusterNode:
             "queue_leaders": {n: leaders.get(n, 0) for n in sorted(set(leaders) | set(view.nodes))},
             "lease_held": self.membership.held,
         }
+
+    def stream_leader(self, vhost: str, name: str) -> tuple[str, str, int] | None:
+        """The node leading stream ``name`` of ``vhost`` when it is another running node,
+        with its stream listener's host and port (what the stream protocol's ``metadata``
+        names, so clients connect where the data is); None otherwise."""
+        view = self.applier.view
+        record = view.queues.get((vhost, name))
+        if record is None or record.leader == self.name:
+            return None
+        kind = record.arguments.get("x-queue-type")
+        if (kind.decode() if isinstance(kind, bytes) else kind) != "stream":
+            return None
+        address = view.stream_address(record.leader)
+        return None if address is None else (record.leader, *address)
 
     # -- what the applier and the model tell it -------------------------------------------
 

@@ -158,3 +158,30 @@ def test_the_leader_locator_of_a_client_declaration_places_the_queue(
     placed = [leaders[n] for n in names]
     assert set(placed) == {a.name, b.name}, placed
     assert leaders[local] == a.name
+
+
+def test_a_queue_deleted_and_declared_again_at_once_stays_in_the_cluster(
+    two: tuple[Node, Node],
+) -> None:
+    a, b = two
+    names = [f"again-{i}-{uuid.uuid4().hex[:6]}" for i in range(5)]
+    conn = connect(a)
+    ch = conn.channel()
+    for name in names:
+        ch.queue_declare(name, durable=True)
+        ch.queue_delete(name)
+        ch.queue_declare(name, durable=True)
+        ch.basic_publish("", name, b"kept")
+    conn.close()
+    time.sleep(1.0)  # what a late removal of the first record would have done by now
+    for node in (a, b):
+        listed = {q["name"] for q in node.get("queues/%2F")}
+        assert set(names) <= listed, (node.name, set(names) - listed)
+    conn = connect(b)
+    try:
+        for name in names:
+            method, _props, body = conn.channel().basic_get(name, auto_ack=True)
+            assert method is not None, name
+            assert body == b"kept"
+    finally:
+        conn.close()

@@ -43,11 +43,24 @@ class SharedDeclarations:
         self,
         vhost: VirtualHost,
         store: MetadataStore,
-        spawn: Callable[[Coroutine[Any, Any, Any]], None],
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
     ) -> None:
         self.vhost = vhost
         self.store = store
         self.spawn = spawn
+        # The removal of each queue's record this node started (a queue deleted here): a
+        # declaration of the same name waits for it, so a delete and a declare in a row
+        # reach etcd in that order.
+        self._removals: dict[str, asyncio.Task[Any]] = {}
+
+    def removing(self, name: str, removal: asyncio.Task[Any]) -> None:
+        self._removals[name] = removal
+
+        def done(_task: asyncio.Task[Any]) -> None:
+            if self._removals.get(name) is removal:
+                del self._removals[name]
+
+        removal.add_done_callback(done)
 
     def declare_queue(
         self,
@@ -66,6 +79,9 @@ class SharedDeclarations:
         key = self.store.layout.queue(self.vhost.name, name)
 
         async def write() -> None:
+            removal = self._removals.get(name)
+            if removal is not None:
+                await asyncio.wait([removal])
             record, _made = await self.store.declare_queue(
                 self.vhost.name,
                 "" if server_named else name,

@@ -433,23 +433,27 @@ class ClusterNode:
 
     def _prepare(self, vhost: VirtualHost) -> None:
         vhost.auto_delete_exchanges = False
-        vhost.shared = SharedDeclarations(vhost, self.store, self._spawn)
-        vhost.on_queue_removed = lambda queue: self._queue_removed(vhost, queue)
+        shared = SharedDeclarations(vhost, self.store, self._spawn)
+        vhost.shared = shared
+        vhost.on_queue_removed = lambda queue: self._queue_removed(shared, queue)
 
-    def _queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
+    def _queue_removed(self, shared: SharedDeclarations, queue: Queue) -> None:
         if self.applier.applying:
             return  # etcd's own change, being applied
+        vhost = shared.vhost
         if queue.forwards:
             # Deleted through this node, led by another: its record goes, and its leader
             # removes it when that reaches it.
-            self._spawn(self.store.delete_queue(vhost.name, queue.name))
-            return
-        self._spawn(self.store.queue_removed(vhost.name, queue.name))
+            removal = self._spawn(self.store.delete_queue(vhost.name, queue.name))
+        else:
+            removal = self._spawn(self.store.queue_removed(vhost.name, queue.name))
+        shared.removing(queue.name, removal)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

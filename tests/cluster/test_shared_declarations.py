@@ -74,6 +74,13 @@ def _queue_of(node: Node, name: str) -> dict[str, Any] | None:
     return next((q for q in node.get("queues/%2F") if q["name"] == name), None)
 
 
+def _to_spread(a: Node, b: Node) -> int:
+    """How many queues the balanced locator must place for both nodes to get one: it
+    evens out the leaders first (the module's other tests led some), then alternates."""
+    leaders = [q["node"] for q in a.get("queues")]
+    return abs(leaders.count(a.name) - leaders.count(b.name)) + 2
+
+
 def test_concurrent_inequivalent_declarations_agree_on_one_outcome(
     two: tuple[Node, Node],
 ) -> None:
@@ -141,7 +148,7 @@ def test_the_leader_locator_of_a_client_declaration_places_the_queue(
     two: tuple[Node, Node],
 ) -> None:
     a, b = two
-    names = [f"balanced-{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+    names = [f"balanced-{i}-{uuid.uuid4().hex[:6]}" for i in range(_to_spread(a, b))]
     conn = connect(a)
     ch = conn.channel()
     for name in names:
@@ -155,6 +162,7 @@ def test_the_leader_locator_of_a_client_declaration_places_the_queue(
         if all(n in leaders for n in [*names, local]) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    # Balanced: both nodes get some (client-local, the default, would put all on a).
     placed = [leaders[n] for n in names]
     assert set(placed) == {a.name, b.name}, placed
     assert leaders[local] == a.name
@@ -185,3 +193,56 @@ def test_a_queue_deleted_and_declared_again_at_once_stays_in_the_cluster(
             assert body == b"kept"
     finally:
         conn.close()
+
+
+def test_an_amqp10_client_declares_through_the_cluster_too(two: tuple[Node, Node]) -> None:
+    """RabbitMQ's AMQP 1.0 client's management requests (HTTP over AMQP) on node a: the
+    locator places its queues, and its transient queue and binding are every node's."""
+    rmq = pytest.importorskip("rabbitmq_amqp_python_client")
+    a, b = two
+    env = rmq.Environment(f"amqp://guest:guest@127.0.0.1:{a.broker.port}/")
+    conn = env.connection()
+    conn.dial()
+    management = conn.management()
+    tag = uuid.uuid4().hex[:6]
+    balanced = [f"v1-balanced-{i}-{tag}" for i in range(_to_spread(a, b))]
+    transient = f"v1-transient-{tag}"
+    exchange = f"v1-x-{tag}"
+    # (This client sends x-queue-leader-locator for quorum queues only: a policy places
+    # these classic ones.)
+    policy = {
+        "pattern": f"^v1-balanced-.*-{tag}$",
+        "definition": {"queue-leader-locator": "balanced"},
+    }
+    assert b.put(f"policies/%2F/balanced-{tag}", policy).status_code in (201, 204)
+    nodes.eventually(lambda: any(p["name"] == f"balanced-{tag}" for p in a.get("policies/%2F")))
+    try:
+        for name in balanced:
+            management.declare_queue(rmq.ClassicQueueSpecification(name=name))
+        management.declare_queue(rmq.ClassicQueueSpecification(name=transient, is_durable=False))
+        management.declare_exchange(rmq.ExchangeSpecification(name=exchange))
+        management.bind(
+            rmq.ExchangeToQueueBindingSpecification(
+                source_exchange=exchange, destination_queue=transient, binding_key="k"
+            )
+        )
+    finally:
+        management.close()
+        conn.close()
+    leaders = {q["name"]: q["node"] for q in b.get("queues/%2F")}
+    assert {leaders.get(name) for name in balanced} == {a.name, b.name}, leaders
+    assert leaders.get(transient) == a.name
+    publish = connect(b)
+    try:
+        ch = publish.channel()
+        ch.confirm_delivery()
+        ch.basic_publish(exchange, "k", b"routed on b", mandatory=True)
+    finally:
+        publish.close()
+    get = connect(a)
+    try:
+        method, _props, body = get.channel().basic_get(transient, auto_ack=True)
+        assert method is not None
+        assert body == b"routed on b"
+    finally:
+        get.close()

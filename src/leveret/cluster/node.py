@@ -102,6 +102,10 @@ class ClusterNode:
         # The inter-node link: proxies of the queues led elsewhere, the peers' listener.
         self.links = Links(server, self.name, self.applier.view)
         self.applier.make_remote = self.links.make_remote
+        # Each running node's link is dialled as soon as its record is known, not at the
+        # first use of a queue it leads: a queue declared there is reachable from here at
+        # once rather than answering "down" while the link connects.
+        self.applier.on_node_running = self._node_running
         # Replicated quorum queues: leading, following, elections.
         self.replication = Replication(
             self.name,
@@ -436,6 +440,10 @@ class ClusterNode:
         shared = SharedDeclarations(vhost, self.store, self._spawn)
         vhost.shared = shared
         vhost.on_queue_removed = lambda queue: self._queue_removed(shared, queue)
+
+    def _node_running(self, name: str) -> None:
+        if name != self.name:
+            self.links.peer(name)
 
     def _queue_removed(self, shared: SharedDeclarations, queue: Queue) -> None:
         if self.applier.applying:

@@ -66,14 +66,17 @@ def test_publish_confirm_consume_settle_get_and_loss() -> None:
     vhost = broker.vhosts["/"]
     queue = vhost.declare_queue("q", owner=None)
     front, identity = link(broker)
-    assert handshake(front) == []
+    # The leader keeps the publishes' account (the dialer's window starts with it).
+    assert handshake(front) == [c.Taken(0)]
     assert identity.links["a"] is front
-    out = send(
-        front,
+    publishes = [
         *(c.Publish(i, "/", "q", "", "q", 0, PROPS, b"m%d" % i) for i in (1, 2, 3)),
         c.Publish(4, "/", "missing", "", "missing", 0, PROPS, b"x"),
-    )
-    assert out == [c.Confirm(3, True, True), c.Confirm(4, False, False)]
+    ]
+    out = send(front, *publishes)
+    # Every publish handled counts, the refused one too: once a turn.
+    weight = sum(c.publish_weight(p.raw, p.body) for p in publishes)
+    assert out == [c.Confirm(3, True, True), c.Confirm(4, False, False), c.Taken(weight)]
     assert queue.message_count == 3
     # A consumer with credit 2 gets two, and a third once the credit grows.
     out = send(front, c.Consume(1, "/", "q", False, False, 2, 0))
@@ -102,7 +105,12 @@ def test_the_peer_is_told_when_a_queue_falls_behind_and_catches_up() -> None:
     send(front, c.Consume(1, "/", "q", True, False, 0, 0))  # a consumer with no credit yet
     pace = 1024  # ClassicQueue.backlog_pace
     out = send(front, *(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"x") for _ in range(pace + 1)))
-    assert out == [c.Backlog("/", "q", True)]
+    assert [op for op in out if not isinstance(op, c.Taken)] == [c.Backlog("/", "q", True)]
+    # One account a turn (500 operations), up to every publish.
+    taken = [op.upto for op in out if isinstance(op, c.Taken)]
+    assert taken == sorted(taken)
+    assert len(taken) == 3
+    assert taken[-1] == (pace + 1) * c.publish_weight(PROPS, b"x")
     out = send(front, c.Credit(1, pace + 1, 0))  # the consumer takes everything
     assert sum(isinstance(op, c.Deliver) for op in out) == pace + 1
     assert queue.message_count == 0

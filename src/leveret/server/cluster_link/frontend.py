@@ -105,6 +105,10 @@ class LinkFrontEnd:
         self.behind: set[Queue] = set()
         self.writable = True
         self.output = shell.output
+        # The publishes' flow control: the weight (``codec.publish_weight``) of the peer's
+        # publishes handled, and how much of it the peer was told (``Taken``).
+        self.taken = 0
+        self.reported = 0
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -132,6 +136,10 @@ class LinkFrontEnd:
             self._handle(ops.popleft())
             budget -= 1
         self.confirms.flush()
+        if self.taken != self.reported and not self.should_close_transport:
+            # Once a turn: the peer lets its publishers send this much more.
+            self.reported = self.taken
+            self._write(c.Taken(self.taken))
 
     def take_output(self, now: float) -> list[bytes]:
         return self.output.take()
@@ -246,6 +254,8 @@ class LinkFrontEnd:
         self.shell.opened = True
         info = self.shell.info
         info.user, info.vhost = peer.node, ""
+        # This node keeps the publishes' account (the peer holds its publishers by it).
+        self._write(c.Taken(0))
         log.info("inter-node link from node '%s' is up", peer.node)
         if identity.on_peer is not None:
             identity.on_peer(peer.node, True)
@@ -286,6 +296,7 @@ class LinkFrontEnd:
         return vhost.queues.get(name) if vhost is not None else None
 
     def _publish(self, op: c.Publish) -> None:
+        self.taken += c.publish_weight(op.raw, op.body)
         queue = self._queue(op.vhost, op.queue)
         confirms = self.confirms
         if op.seq:

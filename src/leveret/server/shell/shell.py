@@ -499,11 +499,18 @@ class Shell:
 
     def published_by(self, publisher: Publisher) -> None:
         """``publisher`` took a message in this turn: its confirms go out at the turn's end
-        (with those of every other message of the turn), and it may pace the next turn."""
+        (with those of every other message of the turn), and it may pace the next turn.
+        A publisher whose message went to a leader on another node that has a window of
+        publishes still to handle (``Publisher.wait``): no more of this connection's input
+        is handled until it has (a deferral), which backs the publisher up to its socket."""
         self.published = True
         if publisher is not self._last_publisher:
             self._last_publisher = publisher
             self._publishers.add(publisher)
+        wait = publisher.wait
+        if wait is not None:
+            publisher.wait = None
+            self.defer(wait, _go_on)
 
     def wrote(self) -> None:
         """Output appeared: outside a turn, the adapter flushes soon."""
@@ -675,6 +682,10 @@ class Shell:
     def channels(self) -> list[ChannelInfo]:
         front = self.front
         return front.channel_infos() if front is not None and self.opened else []
+
+
+def _go_on(_room: Completion[None]) -> None:
+    """A held publisher's link has room again: its input is handled (nothing to reply)."""
 
 
 def _due(timer: _Timer) -> float:

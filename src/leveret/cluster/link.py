@@ -77,11 +77,14 @@ WINDOW: Final = 1000
 # Bytes waiting to be written to a peer past which its proxies fall behind.
 HIGH_WATER: Final = 1 << 20
 # The publishes' window: the weight (``codec.publish_weight``) of publishes sent that the
-# leader has not yet said it handled (``Taken``) past which their publishers are held, and
-# the part of it left unaccounted for at which they go on. It bounds what a consumer's
-# credit or a settlement finds ahead of it on the link (about 750 publishes of 256 B).
+# leader has not yet said it handled (``Taken``) past which their publishers are held
+# until half of it is. It bounds what a consumer's credit or a settlement finds ahead of it
+# on the link (about 750 publishes of 256 B).
 PUBLISH_WINDOW: Final = 256 << 10
-PUBLISH_RESUME: Final = PUBLISH_WINDOW // 2
+# The window while the queue published to falls behind on its leader (its consumers do not
+# keep up: ``Backlog``): small, so that the publisher goes at about their pace, as a paced
+# publisher does on one node.
+BEHIND_WINDOW: Final = PUBLISH_WINDOW // 8
 # Seconds a dialled connection has to finish its handshake.
 HANDSHAKE_TIMEOUT: Final = 5.0
 # Delivery ids carry the connection's generation above these bits (a settlement of a
@@ -152,6 +155,7 @@ class Peer:
         self.taken = 0
         self.flow = False
         self._room: Completion[None] | None = None
+        self._resume = 0
         # Publishes waiting for the leader's confirm, in order.
         self.seq = 0
         self.waits: deque[tuple[int, Completion[bool]]] = deque()
@@ -359,7 +363,7 @@ class Peer:
             raise c.LinkError(f"the leader took {op.upto} of {self.sent_weight} sent")
         self.flow = True
         self.taken = op.upto
-        if self._room is not None and self.sent_weight - op.upto <= PUBLISH_RESUME:
+        if self._room is not None and self.sent_weight - op.upto <= self._resume:
             self._release_publishers()
 
     def _release_publishers(self) -> None:
@@ -574,14 +578,18 @@ class Peer:
     def backlogged(self) -> bool:
         return self.paused or self.size > HIGH_WATER
 
-    def room(self) -> Completion[None] | None:
+    def room(self, behind: bool) -> Completion[None] | None:
         """What a publisher that just forwarded here waits for before its next publish:
-        None while the leader keeps up; past the window, until it has handled all but
-        ``PUBLISH_RESUME`` of it (or the link goes)."""
-        if not self.flow or self.sent_weight - self.taken <= PUBLISH_WINDOW:
+        None while the leader keeps up; past the window (``BEHIND_WINDOW`` for a queue
+        falling behind), until it has handled all but half of it (or the link goes)."""
+        if not self.flow:
+            return None
+        window = BEHIND_WINDOW if behind else PUBLISH_WINDOW
+        if self.sent_weight - self.taken <= window:
             return None
         room = self._room
         if room is None:
+            self._resume = window // 2
             room = self._room = Completion()
         return room
 

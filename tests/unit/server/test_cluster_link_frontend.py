@@ -5,6 +5,7 @@ requeues what it left unsettled."""
 
 from __future__ import annotations
 
+from leveret.convert.formats import stored_message
 from leveret.model.broker import Broker
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
@@ -116,3 +117,27 @@ def test_the_peer_is_told_when_a_queue_falls_behind_and_catches_up() -> None:
     assert queue.message_count == 0
     out = send(front, c.Publish(0, "/", "q", "", "q", 0, PROPS, b"y"))
     assert c.Backlog("/", "q", False) in out
+
+
+def test_the_consumers_operations_go_ahead_of_publishes_waiting_for_a_turn() -> None:
+    # A window of publishes read at once takes more than a turn: the credit read with them
+    # is handled in the first turn, not after them.
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    queue.enqueue(stored_message("", "q", PROPS, b"first", 0))
+    front, _ = link(broker)
+    handshake(front)
+    send(front, c.Consume(1, "/", "q", True, False, 0, 0))  # no credit yet
+    writer = c.Writer()
+    for _ in range(front.turn_budget + 100):
+        writer.add(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"later"))
+    writer.add(c.Credit(1, 1, 0))
+    front.shell.data_received(writer.take(), 1.0)  # one turn
+    out = c.Reader().feed(b"".join(front.shell.take_output(1.0)))
+    delivered = [op.body for op in out if isinstance(op, c.Deliver)]
+    assert delivered == [b"first"]
+    assert front.pending  # publishes left for the next turns
+    # Gets stay in order with the publishes: this one sees every publish before it.
+    out = send(front, c.Get(7, "/", "q", True))
+    [got] = [op for op in out if isinstance(op, c.Got)]
+    assert got.remaining == front.turn_budget + 100 - 1

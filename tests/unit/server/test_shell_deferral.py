@@ -165,3 +165,25 @@ def test_a_connection_that_closes_while_waiting_gets_no_reply(deferring: Deferri
     deferring.pending[0].resolve("q")
     client.expect_nothing()
     assert client.shell.internal_errors == 0
+
+
+def test_a_whole_connection_deferral_reads_no_more_while_earlier_input_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As a publisher held by the cluster link's window is, again and again: each deferral
+    # starts the bound's count afresh, so input that waits already must stop the reading.
+    deferring = Deferring(whole_connection=True)
+    monkeypatch.setitem(handlers.HANDLERS, m.QueueDeclare.INDEX, deferring)
+    broker = Broker()
+    broker.vhosts["/"].declare_queue("target", owner=None)
+    client = _client(broker)
+    n = 400  # three frames each: more than one turn's share
+    publishes = b"".join(client.encode_publish(1, "", "target", b"x") for _ in range(n))
+    client.send_raw(client.encode(2, m.QueueDeclare(queue="q")) + publishes)
+    assert client.shell.front is not None
+    assert client.shell.front.pending  # read before the deferral, not handled yet
+    assert not reading(client)
+    deferring.pending[0].resolve("q")
+    assert client.methods() == [(2, m.QueueDeclareOk(queue="q"))]
+    assert reading(client)
+    assert broker.vhosts["/"].queues["target"].message_count == n

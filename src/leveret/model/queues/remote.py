@@ -76,7 +76,7 @@ class Leader(Protocol):
 
     def backlogged(self) -> bool: ...
 
-    def room(self) -> Completion[None] | None: ...
+    def room(self, behind: bool) -> Completion[None] | None: ...
 
     def dropped(self, queue: RemoteQueue) -> None: ...
 
@@ -153,7 +153,7 @@ class RemoteQueue(Queue):
         return self.behind or self.leader.backlogged()
 
     def room(self) -> Completion[None] | None:
-        return self.leader.room()
+        return self.leader.room(self.behind)
 
     # -- consumers ------------------------------------------------------------------------
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from leveret.cluster.link import BEHIND_WINDOW, PUBLISH_WINDOW, Peer
 from leveret.convert.amqp091 import wire_message
 from leveret.protocol.cluster import codec as c
+
+if TYPE_CHECKING:
+    from leveret.model.completion import Completion
 
 
 class _Transport:
@@ -52,6 +55,11 @@ BODY = b"x" * 1000
 WEIGHT = c.publish_weight(PROPS, BODY)
 
 
+def done(room: Completion[None]) -> bool:
+    # A call, not the property: the type checker would keep an earlier assert's answer.
+    return room.done
+
+
 def _publish(peer: Peer, n: int) -> None:
     for _ in range(n):
         peer.publish(_queue(), wire_message("", "q", PROPS, BODY), False)
@@ -71,9 +79,9 @@ def test_the_window_holds_a_publisher_until_the_leader_has_handled_half_of_it() 
         assert peer.room(False) is room  # every publisher waits for the same
         sent = (fits + 1) * WEIGHT
         peer.received(conn, c.encode(c.Taken(sent - PUBLISH_WINDOW // 2 - 1)))
-        assert not room.done  # more than half still unhandled
+        assert not done(room)  # more than half still unhandled
         peer.received(conn, c.encode(c.Taken(sent - PUBLISH_WINDOW // 2)))
-        assert room.done
+        assert done(room)
         assert peer.room(False) is None
         await asyncio.sleep(0)
 

@@ -1,6 +1,7 @@
 """The inter-node link through real clients: three ``leveret serve`` nodes on one etcd,
 each queue led by one node and used through the others (pika publishing with confirms on
-one node, consuming and getting on another), and a queue whose node is down answering as
+one node, consuming and getting on another), a publish flood that leaves the consumers across
+the link their share (the publishes' window), and a queue whose node is down answering as
 RabbitMQ 3.10 answers for a classic queue on a down node, then back with its node."""
 
 from __future__ import annotations

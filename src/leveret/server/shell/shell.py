@@ -252,7 +252,8 @@ class Shell:
     def reading(self) -> bool:
         """Whether the adapter should read the socket: not blocked by the memory alarm,
         not while the transport's own buffer is full, and not holding more input than
-        ``HOLD_BOUND`` for a deferral."""
+        ``HOLD_BOUND`` for a deferral (counted from the last deferral that found no input
+        waiting)."""
         if self.blocked or self._transport_paused:
             # The peer does not read what we write: neither is it read (RabbitMQ's
             # writer blocks its reader the same way), so it cannot make us buffer.
@@ -562,13 +563,17 @@ class Shell:
         scope = channel
         if scope is not None and scope not in self._channel_holds and not front.hold_input(scope):
             scope = None  # the protocol cannot hold one channel: hold them all
+        if not self._holds and not self._channel_holds and not front.pending:
+            # HOLD_BOUND counts from here. Not while input read earlier still waits (a
+            # publisher held by the cluster link's window, again and again): each deferral
+            # would let in another read's worth.
+            self._fed_while_held = 0
         if scope is None:
             if not self._holds:
                 front.hold_input(None)
             self._holds += 1
         else:
             self._channel_holds[scope] = self._channel_holds.get(scope, 0) + 1
-        self._fed_while_held = 0
         continuation = _Continuation(then, completion, scope)
         completion.on_done(lambda _done: self._completed(continuation))
 
@@ -605,7 +610,7 @@ class Shell:
             held = self._holds if channel is None else channel in self._channel_holds
             if released and not held and not self.finished:
                 front.release_input(channel)
-        if not self._holds and not self._channel_holds:
+        if not self._holds and not self._channel_holds and not front.pending:
             self._fed_while_held = 0
         if self._released_at is not None:
             # A close that waited for a deferral (a refused login's answer) starts now.

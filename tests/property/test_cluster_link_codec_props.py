@@ -43,6 +43,7 @@ ops = st.one_of(
     st.builds(c.Backlog, text, text, st.booleans()),
     st.builds(c.Inspect, u32, text, text, st.booleans()),
     st.builds(c.Counted, u32, u32, u32),
+    st.builds(c.Taken, u64),
 )
 
 

@@ -53,9 +53,11 @@ __all__ = [
     "Publish",
     "Reader",
     "Settle",
+    "Taken",
     "Writer",
     "encode",
     "proof",
+    "publish_weight",
 ]
 
 # A frame larger than this is refused (a message body is at most 512 MiB on 0-9-1).
@@ -231,6 +233,16 @@ class Backlog:
 
 
 @dataclass(frozen=True, slots=True)
+class Taken:
+    """The leader has handled the publishes of this connection up to ``upto``, their
+    :func:`publish_weight` summed since the handshake: the publishes' flow control (the
+    sending node holds its publishers while more than a window is unaccounted for). The
+    leader sends ``Taken(0)`` after its ``Proof``, saying it keeps this account."""
+
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
 class Failed:
     """A request (``rid``) failed with an AMQP code and text (404, 405, 540...)."""
 
@@ -282,7 +294,17 @@ Op = (
     | Counted
     | Append
     | Appended
+    | Taken
 )
+
+# What a publish counts for besides its properties and body (its frame's head, names).
+PUBLISH_OVERHEAD: Final = 64
+
+
+def publish_weight(raw: bytes, body: bytes) -> int:
+    """A publish's share of the publishes' window, reckoned alike on both nodes."""
+    return len(raw) + len(body) + PUBLISH_OVERHEAD
+
 
 _HEAD = struct.Struct(">IB")
 _U8 = struct.Struct(">B")
@@ -467,6 +489,8 @@ def _payload(op: Op) -> tuple[int, bytes]:
         )
     if isinstance(op, Appended):
         return 20, _s(op.vhost) + _s(op.queue) + _U64.pack(op.epoch) + _U64.pack(op.offset)
+    if isinstance(op, Taken):
+        return 21, _U64.pack(op.upto)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -620,6 +644,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Append(c.s(), c.s(), c.u64(), c.u64(), c.b())
     elif code == 20:
         op = Appended(c.s(), c.s(), c.u64(), c.u64())
+    elif code == 21:
+        op = Taken(c.u64())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

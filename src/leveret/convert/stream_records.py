@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from leveret.convert import amqp10
 from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp091_headers import dedup_key
 from leveret.convert.amqp10_amqp091 import sections_for
 from leveret.convert.amqp10_sections import data_head, header_section
 from leveret.convert.stream_head import stored_head
@@ -341,6 +342,11 @@ class StreamRecords:
         else:
             head, body = record_parts(message)
         return [_U32.pack(len(head) + len(body)), head, body]
+
+    def dedup_key(self, message: Message) -> tuple[str, int] | None:
+        if message.format:
+            return None  # a 1.0 message's headers: decoded
+        return dedup_key(message.raw_properties)
 
     def messages(self, entry: bytes, stream: str, entries: int = 1) -> list[Message | None]:
         if entries != 1:

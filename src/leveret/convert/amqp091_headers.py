@@ -20,11 +20,12 @@ from typing import Final
 from leveret.model.message import HINT_PLAIN_HEADERS
 from leveret.model.queues.stream import MAX_PRODUCER_LENGTH
 
-__all__ = ["dedup_key", "headers_hint", "scan"]
+__all__ = ["dedup_key", "headers_hint", "i64", "scan", "u32"]
 
 _PRODUCER: Final = b"x-stream-producer"
 _SEQUENCE: Final = b"x-stream-sequence"
 _S: Final = 0x53
+_L: Final = 0x6C  # l: a long, what clients send for an int beyond 32 bits (and pika's)
 _V: Final = 0x56
 # Value widths of the fixed-size letters; the integer ones decode to an int.
 _INTS: Final = {0x62: 1, 0x42: 1, 0x73: 2, 0x75: 2, 0x55: 2, 0x49: 4, 0x69: 4, 0x6C: 8, 0x4C: 8}
@@ -32,6 +33,17 @@ _SIGNED: Final = frozenset((0x62, 0x73, 0x55, 0x49, 0x6C, 0x4C))
 _OTHER_FIXED: Final = {0x74: 1, 0x66: 4, 0x64: 8, 0x44: 5}  # t f d D
 _SHORTSTR_FLAGS: Final = (0x0400, 0x0200, 0x0100, 0x0080)  # correlation-id .. message-id
 _LATER_SHORTSTR_FLAGS: Final = (0x0020, 0x0010, 0x0008, 0x0004)  # type .. cluster-id
+
+
+def u32(raw: bytes, at: int) -> int:
+    """The big-endian unsigned 32-bit integer at ``at`` (IndexError past the end)."""
+    return (raw[at] << 24) | (raw[at + 1] << 16) | (raw[at + 2] << 8) | raw[at + 3]
+
+
+def i64(raw: bytes, at: int) -> int:
+    """The big-endian signed 64-bit integer at ``at`` (IndexError past the end)."""
+    number = (u32(raw, at) << 32) | u32(raw, at + 4)
+    return number - (1 << 64) if number >> 63 else number
 
 
 def _shortstr(raw: bytes, at: int) -> int:
@@ -68,10 +80,8 @@ def _scan(raw: bytes) -> tuple[bool, str, int] | None:
     sequence = -1
     producer_ok = sequence_ok = False
     if flags & 0x2000:
-        if at + 4 > len(raw):
-            return None
+        end = at + 4 + u32(raw, at)
         at += 4
-        end = at + int.from_bytes(raw[at - 4 : at], "big")
         if end > len(raw):
             return None
         while at < end:
@@ -88,8 +98,12 @@ def _scan(raw: bytes) -> tuple[bool, str, int] | None:
             text: bytes | None = None
             if letter == _S:
                 start = at + 4
-                at = start + int.from_bytes(raw[at:start], "big")
+                at = start + u32(raw, at)
                 text = raw[start:at]
+            elif letter == _L:
+                number = i64(raw, at)
+                is_int = True
+                at += 8
             elif letter in _INTS:
                 width = _INTS[letter]
                 number = int.from_bytes(raw[at : at + width], "big", signed=letter in _SIGNED)
@@ -99,7 +113,7 @@ def _scan(raw: bytes) -> tuple[bool, str, int] | None:
                 at += _OTHER_FIXED[letter]
             elif letter == 0x78:  # x: byte array (bytes, as a non-UTF-8 longstr)
                 start = at + 4
-                at = start + int.from_bytes(raw[at:start], "big")
+                at = start + u32(raw, at)
                 text = raw[start:at]
             elif letter != _V:
                 return None  # a timestamp (the decoder's range check), array or table
@@ -141,14 +155,22 @@ def _scan(raw: bytes) -> tuple[bool, str, int] | None:
     return routes, "", -1
 
 
+# The last scan: a publish is scanned by the front end, then asked for its de-duplication
+# key when a stream appends it (the same bytes object, on the loop thread).
+_last: list[tuple[bytes, tuple[bool, str, int] | None]] = [(b"", None)]
+
+
 def headers_hint(raw: bytes) -> int:
     """``HINT_PLAIN_HEADERS`` when the bytes decode and hold no ``CC`` or ``BCC``, else 0."""
     found = scan(raw)
+    _last[0] = (raw, found)
     return HINT_PLAIN_HEADERS if found is not None and not found[0] else 0
 
 
 def dedup_key(raw: bytes) -> tuple[str, int] | None:
     """A stream's de-duplication key from these property bytes (("", -1): none); None when
     the caller must read it from the decoded headers."""
-    found = scan(raw)
+    last_raw, found = _last[0]
+    if last_raw is not raw:
+        found = scan(raw)
     return None if found is None else (found[1], found[2])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from leveret.convert.amqp091_headers import i64, u32
 from leveret.convert.amqp10_sections import (
     AMQP10_TYPE,
     NULL,
@@ -61,6 +62,7 @@ _S: Final = 0x53  # longstr
 _LETTER_t: Final = 0x74  # boolean
 _LETTER_x: Final = 0x78  # byte array
 _LETTER_V: Final = 0x56  # void
+_LETTER_l: Final = 0x6C  # long
 _SIGNED: Final = {0x62: 1, 0x73: 2, 0x49: 4, 0x6C: 8, 0x4C: 8, 0x55: 2}  # b s I l L U
 _UNSIGNED: Final = {0x42: 1, 0x75: 2, 0x69: 4}  # B u i
 
@@ -120,7 +122,7 @@ def _head(exchange: str, routing_key: str, raw: bytes) -> bytes | None:
     count = 0
     app: list[bytes] = []
     if flags & 0x2000:
-        size = int.from_bytes(raw[at : at + 4], "big")
+        size = u32(raw, at)
         at += 4
         table_end = at + size
         if table_end > len(raw):
@@ -139,7 +141,7 @@ def _head(exchange: str, routing_key: str, raw: bytes) -> bytes | None:
             at = key_end + 1
             if letter == _S:
                 start = at + 4
-                at = start + int.from_bytes(raw[at:start], "big")
+                at = start + u32(raw, at)
                 if at > table_end:
                     return None
                 data = raw[start:at]
@@ -148,6 +150,9 @@ def _head(exchange: str, routing_key: str, raw: bytes) -> bytes | None:
                     value = string_bytes(data)
                 except UnicodeDecodeError:
                     value = binary(data)  # the decoder gives bytes for it
+            elif letter == _LETTER_l:
+                value = _int(i64(raw, at))
+                at += 8
             elif letter in _SIGNED:
                 width = _SIGNED[letter]
                 value = _int(int.from_bytes(raw[at : at + width], "big", signed=True))
@@ -161,7 +166,7 @@ def _head(exchange: str, routing_key: str, raw: bytes) -> bytes | None:
                 at += 1
             elif letter == _LETTER_x:
                 start = at + 4
-                at = start + int.from_bytes(raw[at:start], "big")
+                at = start + u32(raw, at)
                 if at > table_end:
                     return None
                 value = binary(raw[start:at])
@@ -219,7 +224,7 @@ def _head(exchange: str, routing_key: str, raw: bytes) -> bytes | None:
     if flags & 0x0040:
         if at + 8 > len(raw):
             return None
-        timestamp = int.from_bytes(raw[at : at + 8], "big")
+        timestamp = (u32(raw, at) << 32) | u32(raw, at + 4)
         at += 8
         if timestamp * 1000 > _LONG_MAX:
             return None

@@ -66,7 +66,13 @@ _LETTER_l: Final = 0x6C  # long
 _SIGNED: Final = {0x62: 1, 0x73: 2, 0x49: 4, 0x6C: 8, 0x4C: 8, 0x55: 2}  # b s I l L U
 _UNSIGNED: Final = {0x42: 1, 0x75: 2, 0x69: 4}  # B u i
 
-# Encoded names by name: a publisher sends the same few.
+_RESERVED: Final = frozenset(name.encode() for name in RESERVED)
+_DURABLE: Final = described_list(_HEADER, [_TRUE, NULL, NULL, NULL, NULL])
+_NOT_DURABLE: Final = described_list(_HEADER, [_FALSE, NULL, NULL, NULL, NULL])
+
+# The annotations' start by (exchange, routing key), and encoded names by name: a
+# publisher sends the same few.
+_routing: dict[tuple[str, str], bytes] = {}
 _symbols: dict[bytes, bytes] = {}
 _strings: dict[bytes, bytes] = {}
 
@@ -177,7 +183,7 @@ def _head(exchange: str, routing_key: str, raw: bytes) -> bytes | None:
             if at > table_end:
                 return None
             if key.startswith(b"x-"):
-                if key.decode() in RESERVED:
+                if key in _RESERVED:
                     continue
                 if key.startswith(b"x-basic-") or key == b"x-cc" or not key.isascii():
                     return None  # the table's own annotations, or not a symbol
@@ -266,18 +272,24 @@ def _head(exchange: str, routing_key: str, raw: bytes) -> bytes | None:
         )
     if app:
         rest += described_map(_APPLICATION_PROPERTIES, b"".join(app), len(app))
-    items = b"".join(
-        (
-            _EXCHANGE_KEY,
-            string(exchange),
-            _ROUTING_KEY_KEY,
-            string(routing_key),
-            _PROPERTIES_KEY,
-            binary(raw),
-            *annotations,
+    routing = _routing.get((exchange, routing_key))
+    if routing is None:
+        if len(_routing) >= 256:
+            _routing.clear()
+        routing = _routing[(exchange, routing_key)] = b"".join(
+            (
+                _EXCHANGE_KEY,
+                string(exchange),
+                _ROUTING_KEY_KEY,
+                string(routing_key),
+                _PROPERTIES_KEY,
+            )
         )
-    )
-    header = described_list(_HEADER, [_TRUE if durable else _FALSE, priority, ttl, NULL, NULL])
+    items = b"".join((routing, binary(raw), *annotations))
+    if priority == NULL and ttl == NULL:
+        header = _DURABLE if durable else _NOT_DURABLE
+    else:
+        header = described_list(_HEADER, [_TRUE if durable else _FALSE, priority, ttl, NULL, NULL])
     return b"".join((header, _MA_HEAD, _II(len(items) + 4, count + 6), items, rest))
 
 

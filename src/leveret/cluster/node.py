@@ -102,6 +102,11 @@ class ClusterNode:
         # The inter-node link: proxies of the queues led elsewhere, the peers' listener.
         self.links = Links(server, self.name, self.applier.view)
         self.applier.make_remote = self.links.make_remote
+        # Each running node's link is dialled as soon as its record is known, not at the
+        # first use of a queue it leads: a queue declared there is reachable from here at
+        # once rather than answering "down" while the link connects.
+        self.applier.on_node_running = self._node_running
+        self.applier.on_node_gone = self._node_gone
         # Replicated quorum queues: leading, following, elections.
         self.replication = Replication(
             self.name,
@@ -159,6 +164,7 @@ class ClusterNode:
         # From now on what front ends declare durably here is written behind to etcd.
         server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
         server.admin.changer = self.store.change_auth
+        server.stream_server.stream_leader = self.stream_leader
         server.runtime.changer = self.store.change_runtime
         self.store.start_watch()
 
@@ -414,27 +420,53 @@ class ClusterNode:
             "lease_held": self.membership.held,
         }
 
+    def stream_leader(self, vhost: str, name: str) -> tuple[str, str, int] | None:
+        """The node leading stream ``name`` of ``vhost`` when it is another running node,
+        with its stream listener's host and port (what the stream protocol's ``metadata``
+        names, so clients connect where the data is); None otherwise."""
+        view = self.applier.view
+        record = view.queues.get((vhost, name))
+        if record is None or record.leader == self.name:
+            return None
+        kind = record.arguments.get("x-queue-type")
+        if (kind.decode() if isinstance(kind, bytes) else kind) != "stream":
+            return None
+        address = view.stream_address(record.leader)
+        return None if address is None else (record.leader, *address)
+
     # -- what the applier and the model tell it -------------------------------------------
 
     def _prepare(self, vhost: VirtualHost) -> None:
         vhost.auto_delete_exchanges = False
-        vhost.shared = SharedDeclarations(vhost, self.store, self._spawn)
-        vhost.on_queue_removed = lambda queue: self._queue_removed(vhost, queue)
+        shared = SharedDeclarations(vhost, self.store, self._spawn)
+        vhost.shared = shared
+        vhost.on_queue_removed = lambda queue: self._queue_removed(shared, queue)
 
-    def _queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
+    def _node_running(self, name: str) -> None:
+        if name != self.name:
+            self.links.peer(name)
+
+    def _node_gone(self, name: str) -> None:
+        if name != self.name:
+            self._spawn(self.store.exclusive_of_gone_node(name))
+
+    def _queue_removed(self, shared: SharedDeclarations, queue: Queue) -> None:
         if self.applier.applying:
             return  # etcd's own change, being applied
+        vhost = shared.vhost
         if queue.forwards:
             # Deleted through this node, led by another: its record goes, and its leader
             # removes it when that reaches it.
-            self._spawn(self.store.delete_queue(vhost.name, queue.name))
-            return
-        self._spawn(self.store.queue_removed(vhost.name, queue.name))
+            removal = self._spawn(self.store.delete_queue(vhost.name, queue.name))
+        else:
+            removal = self._spawn(self.store.queue_removed(vhost.name, queue.name))
+        shared.removing(queue.name, removal)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

@@ -34,3 +34,22 @@ def test_a_node_listening_on_every_interface_advertises_its_host_name() -> None:
         "::1",
         1,
     )
+
+
+def test_a_peer_stream_listener_is_its_record_first_with_a_wildcard_taken_from_its_address() -> (
+    None
+):
+    view = View(
+        nodes={
+            "b@x": {
+                "cluster": "10.0.0.2:25672",
+                "listeners": ["amqp://0.0.0.0:5672", "rabbitmq-stream://0.0.0.0:5552"],
+            },
+            "c@x": {"cluster": "10.0.0.3:25672", "listeners": ["rabbitmq-stream://[::1]:5553"]},
+            "d@x": {"cluster": "10.0.0.4:25672", "listeners": ["amqp://10.0.0.4:5672"]},
+        }
+    )
+    assert view.stream_address("b@x") == ("10.0.0.2", 5552)
+    assert view.stream_address("c@x") == ("::1", 5553)
+    assert view.stream_address("d@x") is None
+    assert view.stream_address("e@x") is None

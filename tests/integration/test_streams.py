@@ -464,6 +464,11 @@ def test_deduplication_and_cc_read_from_the_header_bytes(conn: Any, stream: str)
     assert [b for _o, b, _h in got] == [b"p0", b"p1", b"p2"]
     assert [h["x-stream-sequence"] for _o, _b, h in got] == [0, 1, 2]
     copied = ch.basic_get(other, auto_ack=True)
+    # A table header with a name a 1.0 symbol cannot hold is stored too (it closed the
+    # connection with 541), and read back as published.
+    nested = {"x-nested": {"é": 1}}
+    ch.basic_publish("", stream, b"t", pika.BasicProperties(headers=nested))
+    assert consume(conn, stream, 4, "first")[3][2]["x-nested"] == {"é": 1}
     assert copied[2] == b"p1"
     assert copied[1].message_id == "p-1"
 

@@ -42,7 +42,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from leveret.config import peer_addresses
 from leveret.convert.formats import stored_message
@@ -53,12 +53,13 @@ from leveret.model.entry import QueuedMessage
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
 from leveret.model.queues.remote import RemoteQueue
+from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, ReplicaSink
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from leveret.cluster.apply import QueueRecord, View
     from leveret.model.consumer import Consumer
@@ -512,6 +513,7 @@ class Peer:
                 consumer.exclusive,
                 credit,
                 consumer.priority,
+                _carried(consumer.arguments),
             )
         )
 
@@ -608,6 +610,25 @@ class ReplicationHooks(ReplicaSink, Protocol):
 
 class HandshakeRefused(Exception):
     """The node reached is not the peer expected, or cannot prove the cluster's secret."""
+
+
+# The consumer arguments a leader's queue reads, carried with a Consume (a stream's start
+# and filters); the priority travels apart, the rest are the consumer's node's own.
+_CARRIED_ARGUMENTS: Final = ("x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered")
+
+
+def _carried(arguments: Mapping[str, object]) -> Mapping[str, FieldValue]:
+    carried: dict[str, FieldValue] = {}
+    for key in _CARRIED_ARGUMENTS:
+        if key not in arguments:
+            continue
+        value = cast("FieldValue", arguments[key])
+        try:
+            encode_table({key: value})
+        except AMQPError:
+            continue  # a value 0-9-1 cannot carry (another protocol's type): left out
+        carried[key] = value
+    return carried
 
 
 def _error(code: int, text: str) -> AMQPError:

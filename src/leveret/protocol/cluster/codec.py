@@ -23,10 +23,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
 from leveret.errors import AMQPError
+from leveret.protocol.amqp091.fieldtable import (
+    FieldTable,
+    FieldValue,
+    decode_table,
+    encode_table,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "MAX_FRAME",
@@ -123,6 +132,8 @@ class Consume:
     exclusive: bool
     credit: int
     priority: int
+    # The consumer's arguments (x-stream-offset for a stream, ...), as a 0-9-1 field table.
+    arguments: Mapping[str, FieldValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,6 +464,7 @@ def _payload(op: Op) -> tuple[int, bytes]:
                 _U8.pack(op.auto_settle | op.exclusive << 1),
                 _U32.pack(op.credit),
                 _I32.pack(op.priority),
+                encode_table(op.arguments),
             )
         )
     if isinstance(op, ConsumeOk):
@@ -577,6 +589,16 @@ class _Cursor:
     def b(self) -> bytes:
         return bytes(self.take(self.u32()))
 
+    def table(self) -> FieldTable:
+        try:
+            table, end = decode_table(bytes(self.data), self.pos)
+        except AMQPError as exc:
+            raise LinkError(f"a link frame's field table: {exc}") from None
+        if end > len(self.data):
+            raise LinkError("truncated link frame")
+        self.pos = end
+        return table
+
     def message(self) -> tuple[str, str, int, bytes, bytes]:
         return self.s(), self.s(), self.u8(), self.b(), self.b()
 
@@ -618,7 +640,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         cid, vhost, queue, bits = c.u32(), c.s(), c.s(), c.u8()
         if bits > 3:
             raise LinkError("bad consume flags")
-        op = Consume(cid, vhost, queue, bool(bits & 1), bool(bits & 2), c.u32(), c.i32())
+        credit, priority = c.u32(), c.i32()
+        op = Consume(cid, vhost, queue, bool(bits & 1), bool(bits & 2), credit, priority, c.table())
     elif code == 6:
         op = ConsumeOk(c.u32())
     elif code == 8:

@@ -365,6 +365,7 @@ class LinkFrontEnd:
             exclusive=op.exclusive,
             credit=op.credit,
             priority=op.priority,
+            arguments=op.arguments,
         )
         self.consumers[op.cid] = consumer
         self.ids[consumer] = op.cid

@@ -98,6 +98,12 @@ def run(pytest_args: list[str], *, ballast: int = 0) -> int:
         for node in started:
             if node.broker.process is not None and node.broker.process.poll() is None:
                 node.broker.stop()
+            warnings = [
+                line for line in node.broker.log if " WARNING " in line or " ERROR " in line
+            ]
+            if warnings:
+                print(f"--- {node.name}: {len(warnings)} warnings and errors, the last ones:")
+                print("\n".join(warnings[-30:]))
         etcd.stop()
 
 

@@ -82,6 +82,8 @@ HIGH_WATER: Final = 1 << 20
 # until half of it is. It bounds what a consumer's credit or a settlement finds ahead of it
 # on the link (about 750 publishes of 256 B).
 PUBLISH_WINDOW: Final = 256 << 10
+# Seconds publishers held by the window before it is logged (the leader stopped taking).
+HELD_WARNING: Final = 10.0
 # The window while the queue published to falls behind on its leader (its consumers do not
 # keep up: ``Backlog``): small, so that the publisher goes at about their pace, as a paced
 # publisher does on one node.
@@ -593,7 +595,20 @@ class Peer:
         if room is None:
             self._resume = window // 2
             room = self._room = Completion()
+            asyncio.get_running_loop().call_later(HELD_WARNING, self._still_held, room)
         return room
+
+    def _still_held(self, room: Completion[None]) -> None:
+        if room is self._room and not room.done:
+            log.warning(
+                "publishers to node '%s' held for %.0f s: %d bytes of publishes sent, %d "
+                "taken by the leader, resuming at %d outstanding",
+                self.node,
+                HELD_WARNING,
+                self.sent_weight,
+                self.taken,
+                self._resume,
+            )
 
     def dropped(self, queue: RemoteQueue) -> None:
         for consumer in list(queue.consumers):

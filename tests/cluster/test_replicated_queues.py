@@ -180,3 +180,82 @@ def test_leader_killed_queue_goes_on_and_nothing_confirmed_is_lost(
     pub.close()
     nodes.eventually(lambda: "a@test" in record(etcd_server, prefix, queue)["in_sync"], timeout=15)
     assert queue_info(a2, queue)["online"] == list(NAMES)
+
+
+def test_a_leader_paused_past_its_lease_delivers_nothing_on_waking(
+    etcd_server: EtcdServer, three_nodes: tuple[str, list[Node]]
+) -> None:
+    """SIGSTOP of the leader's node longer than its lease: a member is elected meanwhile.
+    On SIGCONT the old leader first reads what waited in its sockets, its consumer's acks
+    among them, before any of its timers runs: it must not take them as settled and deliver
+    more of its own copy (the new leader would deliver those again). Its consumer is not
+    cancelled, gets each message once from the new leader, and nothing confirmed is lost."""
+    prefix, (a, _b, c) = three_nodes
+    queue = "paused"
+    conn = connect(a)
+    conn.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    conn.close()
+    nodes.eventually(lambda: queue_info(c, queue).get("online") == list(NAMES), timeout=10)
+    pub = connect(c)
+    ch = pub.channel()
+    ch.confirm_delivery()
+    confirmed = [f"m{i}".encode() for i in range(20)]
+    for body in confirmed:
+        assert publish(ch, queue, body)
+
+    # The consumer on the leader takes 5 and holds them (prefetch 5 stops it there).
+    sub = connect(a)
+    sch = sub.channel()
+    sch.basic_qos(prefetch_count=5)
+    got: list[tuple[Any, Any, bytes]] = []
+    sch.basic_consume(queue, lambda _ch, method, props, body: got.append((method, props, body)))
+    deadline = time.monotonic() + 10
+    while len(got) < 5 and time.monotonic() < deadline:
+        sub.process_data_events(0.1)
+    assert [body for _m, _p, body in got] == confirmed[:5]
+    time.sleep(0.5)  # the delivery marks reach the followers (see the test above)
+
+    process = a.broker.process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    try:
+        nodes.eventually(
+            lambda: record(etcd_server, prefix, queue)["leader"] != "a@test",
+            timeout=5 * nodes.LEASE_TTL + 10,
+        )
+        # Acked while the old leader sleeps: the acks wait in its socket for SIGCONT.
+        for method, _props, _body in got:
+            sch.basic_ack(method.delivery_tag)
+        got.clear()
+    finally:
+        process.send_signal(signal.SIGCONT)
+
+    # Everything comes from the new leader, each message once (the 5 acked to the old
+    # leader again, redelivered: those acks reached a node that was no longer the leader).
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 20
+    quiet_until = None
+    while time.monotonic() < deadline:
+        sub.process_data_events(0.1)
+        for method, props, body in got:
+            seen.append(body)
+            sch.basic_ack(method.delivery_tag)
+            if body in confirmed[:5]:
+                assert method.redelivered, body
+                assert (props.headers or {}).get("x-delivery-count") == 1, body
+        got.clear()
+        if set(confirmed) <= set(seen):
+            quiet_until = quiet_until or time.monotonic() + 1.5  # late duplicates show
+            if time.monotonic() > quiet_until:
+                break
+    assert sorted(seen, key=lambda b: int(b[1:])) == confirmed, seen
+    assert seen[5:] == confirmed[5:]  # in order: no interleaving of the two copies
+
+    # The new leader serves the old leader's node's clients through the link.
+    assert publish(ch, queue, b"after")
+    pub.close()
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        sub.process_data_events(0.1)
+    assert [body for _m, _p, body in got] == [b"after"]
+    sub.close()

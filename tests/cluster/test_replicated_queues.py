@@ -188,8 +188,10 @@ def test_a_leader_paused_past_its_lease_delivers_nothing_on_waking(
     """SIGSTOP of the leader's node longer than its lease: a member is elected meanwhile.
     On SIGCONT the old leader first reads what waited in its sockets, its consumer's acks
     among them, before any of its timers runs: it must not take them as settled and deliver
-    more of its own copy (the new leader would deliver those again). Its consumer is not
-    cancelled, gets each message once from the new leader, and nothing confirmed is lost."""
+    more of its own copy (the new leader would deliver those again). A consumer on another
+    node (through the inter-node link) must not be fed both by the new leader and, round
+    through the old leader, again. No consumer is cancelled, each gets each message once
+    and in order from the new leader, and nothing confirmed is lost."""
     prefix, (a, _b, c) = three_nodes
     queue = "paused"
     conn = connect(a)
@@ -199,20 +201,29 @@ def test_a_leader_paused_past_its_lease_delivers_nothing_on_waking(
     pub = connect(c)
     ch = pub.channel()
     ch.confirm_delivery()
-    confirmed = [f"m{i}".encode() for i in range(20)]
+    confirmed = [f"m{i}".encode() for i in range(40)]
     for body in confirmed:
         assert publish(ch, queue, body)
 
-    # The consumer on the leader takes 5 and holds them (prefetch 5 stops it there).
-    sub = connect(a)
-    sch = sub.channel()
-    sch.basic_qos(prefetch_count=5)
-    got: list[tuple[Any, Any, bytes]] = []
-    sch.basic_consume(queue, lambda _ch, method, props, body: got.append((method, props, body)))
+    # A consumer on the leader and one on c each take 5 and hold them (prefetch 5).
+    subs = [connect(a), connect(c)]
+    chans = [sub.channel() for sub in subs]
+    got: list[list[tuple[Any, Any, bytes]]] = [[], []]
+    for k, sch in enumerate(chans):
+        sch.basic_qos(prefetch_count=5)
+        sch.basic_consume(
+            queue, lambda _ch, method, props, body, k=k: got[k].append((method, props, body))
+        )
+
+    def pump() -> None:
+        for sub in subs:
+            sub.process_data_events(0.05)
+
     deadline = time.monotonic() + 10
-    while len(got) < 5 and time.monotonic() < deadline:
-        sub.process_data_events(0.1)
-    assert [body for _m, _p, body in got] == confirmed[:5]
+    while (len(got[0]) < 5 or len(got[1]) < 5) and time.monotonic() < deadline:
+        pump()
+    first = [body for held in got for _m, _p, body in held]
+    assert sorted(first) == sorted(confirmed[:10])
     time.sleep(0.5)  # the delivery marks reach the followers (see the test above)
 
     process = a.broker.process
@@ -223,39 +234,45 @@ def test_a_leader_paused_past_its_lease_delivers_nothing_on_waking(
             lambda: record(etcd_server, prefix, queue)["leader"] != "a@test",
             timeout=5 * nodes.LEASE_TTL + 10,
         )
-        # Acked while the old leader sleeps: the acks wait in its socket for SIGCONT.
-        for method, _props, _body in got:
-            sch.basic_ack(method.delivery_tag)
-        got.clear()
+        # Acked while the old leader sleeps: a's consumer's acks wait in its socket.
+        for sch, held in zip(chans, got, strict=True):
+            for method, _props, _body in held:
+                sch.basic_ack(method.delivery_tag)
+            held.clear()
     finally:
         process.send_signal(signal.SIGCONT)
 
     # Everything comes from the new leader, each message once (the 5 acked to the old
-    # leader again, redelivered: those acks reached a node that was no longer the leader).
-    seen: list[bytes] = []
+    # leader come again, redelivered: those acks reached a node no longer the leader).
+    seen: list[list[bytes]] = [[], []]
     deadline = time.monotonic() + 20
     quiet_until = None
     while time.monotonic() < deadline:
-        sub.process_data_events(0.1)
-        for method, props, body in got:
-            seen.append(body)
-            sch.basic_ack(method.delivery_tag)
-            if body in confirmed[:5]:
-                assert method.redelivered, body
-                assert (props.headers or {}).get("x-delivery-count") == 1, body
-        got.clear()
-        if set(confirmed) <= set(seen):
+        pump()
+        for sch, held, bodies in zip(chans, got, seen, strict=True):
+            for method, props, body in held:
+                bodies.append(body)
+                sch.basic_ack(method.delivery_tag)
+                if body in first:
+                    assert method.redelivered, body
+                    assert (props.headers or {}).get("x-delivery-count") == 1, body
+            held.clear()
+        if set(confirmed) <= {body for bodies in seen for body in bodies}:
             quiet_until = quiet_until or time.monotonic() + 1.5  # late duplicates show
             if time.monotonic() > quiet_until:
                 break
-    assert sorted(seen, key=lambda b: int(b[1:])) == confirmed, seen
-    assert seen[5:] == confirmed[5:]  # in order: no interleaving of the two copies
+    every = sorted((body for bodies in seen for body in bodies), key=lambda b: int(b[1:]))
+    assert every == confirmed, every  # each once, the first ten again (their acks were lost)
+    for bodies in seen:  # in order, redelivered ones apart: no interleaving of two copies
+        fresh = [int(body[1:]) for body in bodies if body not in first]
+        assert fresh == sorted(fresh), bodies
 
     # The new leader serves the old leader's node's clients through the link.
     assert publish(ch, queue, b"after")
     pub.close()
     deadline = time.monotonic() + 10
-    while not got and time.monotonic() < deadline:
-        sub.process_data_events(0.1)
-    assert [body for _m, _p, body in got] == [b"after"]
-    sub.close()
+    while not any(got) and time.monotonic() < deadline:
+        pump()
+    assert [body for held in got for _m, _p, body in held] == [b"after"]
+    for sub in subs:
+        sub.close()

@@ -24,7 +24,7 @@ from leveret.server.parameters import Runtime
 from leveret.testing import RecordingSink
 
 LAYOUT = Layout("/t/")
-ARGS = {"x-queue-type": "quorum"}
+ARGS: dict[str, object] = {"x-queue-type": "quorum"}
 
 
 @dataclass

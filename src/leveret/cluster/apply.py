@@ -133,6 +133,27 @@ class View:
         host, _, port = address.rpartition(":")
         return (host.strip("[]"), int(port)) if port.isdigit() else None
 
+    def stream_address(self, node: str) -> tuple[str, int] | None:
+        """Where ``node``'s stream-protocol listener is reached (its record's first
+        ``rabbitmq-stream://`` listener; a wildcard host is the host of its inter-node
+        address); None while it is not running or has none."""
+        record = self.nodes.get(node)
+        listeners = record.get("listeners") if record is not None else None
+        for url in listeners if isinstance(listeners, list) else []:
+            if not isinstance(url, str) or not url.startswith("rabbitmq-stream://"):
+                continue
+            host, _, port = url[len("rabbitmq-stream://") :].rpartition(":")
+            host = host.strip("[]")
+            if not port.isdigit():
+                continue
+            if host in ("", "0.0.0.0", "::"):
+                peer = self.cluster_address(node, {})
+                if peer is None:
+                    continue
+                host = peer[0]
+            return host, int(port)
+        return None
+
     def leaders(self) -> dict[str, int]:
         """Queues led by each member node (0 for a member leading none)."""
         counts = dict.fromkeys(self.members, 0)
@@ -187,6 +208,8 @@ class Applier:
     make_remote: Callable[[VirtualHost, QueueRecord], Queue] | None = None
     # Called with every queue record applied or removed (None: removed).
     on_queue_record: Callable[[tuple[str, str], QueueRecord | None], None] | None = None
+    # Called with the name of each node whose record (it runs) is applied.
+    on_node_running: Callable[[str], None] | None = None
     # True while this applier changes the model: removals it makes are not news to etcd.
     applying: bool = False
     # The create revision of the etcd record each local queue came from: its incarnation
@@ -319,6 +342,8 @@ class Applier:
                 self._runtime_dirty = True
             elif path.area == "nodes":
                 self._table(self.view.nodes, path.section, value)
+                if value is not None and self.on_node_running is not None:
+                    self.on_node_running(path.section)
             elif path.area == "members":
                 self._table(self.view.members, path.section, value)
             elif path.area == "entities" and len(path.names) >= 2:

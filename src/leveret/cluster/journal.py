@@ -36,7 +36,7 @@ class ClusterJournal:
         self,
         inner: Journal,
         store: MetadataStore,
-        spawn: Callable[[Coroutine[Any, Any, Any]], None],
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
     ) -> None:
         self.inner = inner
         self.store = store

@@ -460,22 +460,26 @@ class MetadataStore:
         arguments: Mapping[str, object] | None = None,
         owner: str | None = None,
         client_node: str | None = None,
+        generated_name: str = "",
     ) -> tuple[QueueRecord, bool]:
         """Declare a queue: its record and whether this call made it. Its leader is chosen
         by its locator (``placement.py``) among the running nodes, ``client_node`` (this
         node by default) being the declaring one. ``owner``: the connection of an
-        exclusive queue (a token unique in the cluster). The model's errors: 403 for a
+        exclusive queue (a token unique in the cluster). ``generated_name``: the name of a
+        server-named queue (``name`` ""), made by the caller. The model's errors: 403 for a
         reserved name, 406 for invalid arguments or an inequivalent redeclaration, 405 for
         another connection's exclusive queue, ``NotFound`` for a missing vhost."""
         args = dict(arguments or {})
-        name = name or new_queue_name()
+        server_named = not name
+        name = name or generated_name or new_queue_name()
         owners: dict[str | None, object] = {None: None}
 
         def owner_of(token: str | None) -> object:
             return owners.setdefault(token, object())
 
         VirtualHost(vhost).declare_queue(
-            name,
+            "" if server_named else name,
+            generated_name=name,
             owner=owner_of(owner),
             durable=durable,
             exclusive=exclusive,

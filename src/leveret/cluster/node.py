@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from leveret.auth import persist
 from leveret.auth.definitions import load_store
 from leveret.auth.users import AdminError
 from leveret.cluster.apply import Applier, QueueRecord
+from leveret.cluster.declarations import SharedDeclarations
 from leveret.cluster.etcd import EtcdClient, EtcdError, Put, absent
 from leveret.cluster.journal import ClusterJournal
 from leveret.cluster.keys import Layout, decode, encode, encode_arguments
@@ -100,6 +102,10 @@ class ClusterNode:
         # The inter-node link: proxies of the queues led elsewhere, the peers' listener.
         self.links = Links(server, self.name, self.applier.view)
         self.applier.make_remote = self.links.make_remote
+        # Each running node's link is dialled as soon as its record is known, not at the
+        # first use of a queue it leads: a queue declared there is reachable from here at
+        # once rather than answering "down" while the link connects.
+        self.applier.on_node_running = self._node_running
         # Replicated quorum queues: leading, following, elections.
         self.replication = Replication(
             self.name,
@@ -157,6 +163,7 @@ class ClusterNode:
         # From now on what front ends declare durably here is written behind to etcd.
         server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
         server.admin.changer = self.store.change_auth
+        server.stream_server.stream_leader = self.stream_leader
         server.runtime.changer = self.store.change_runtime
         self.store.start_watch()
 
@@ -322,7 +329,7 @@ class ClusterNode:
             "prometheus": prometheus,
             # Where the other nodes ask this one's API (its own, though the port is shared).
             "api": list(plane.node_urls) if plane is not None else [],
-            "cluster": f"{settings.host}:{cluster_port}",
+            "cluster": advertised(settings.host, cluster_port),
             "data_dir": str(server.data_path),
         }
         self.membership.record = record
@@ -412,26 +419,49 @@ class ClusterNode:
             "lease_held": self.membership.held,
         }
 
+    def stream_leader(self, vhost: str, name: str) -> tuple[str, str, int] | None:
+        """The node leading stream ``name`` of ``vhost`` when it is another running node,
+        with its stream listener's host and port (what the stream protocol's ``metadata``
+        names, so clients connect where the data is); None otherwise."""
+        view = self.applier.view
+        record = view.queues.get((vhost, name))
+        if record is None or record.leader == self.name:
+            return None
+        kind = record.arguments.get("x-queue-type")
+        if (kind.decode() if isinstance(kind, bytes) else kind) != "stream":
+            return None
+        address = view.stream_address(record.leader)
+        return None if address is None else (record.leader, *address)
+
     # -- what the applier and the model tell it -------------------------------------------
 
     def _prepare(self, vhost: VirtualHost) -> None:
         vhost.auto_delete_exchanges = False
-        vhost.on_queue_removed = lambda queue: self._queue_removed(vhost, queue)
+        shared = SharedDeclarations(vhost, self.store, self._spawn)
+        vhost.shared = shared
+        vhost.on_queue_removed = lambda queue: self._queue_removed(shared, queue)
 
-    def _queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
+    def _node_running(self, name: str) -> None:
+        if name != self.name:
+            self.links.peer(name)
+
+    def _queue_removed(self, shared: SharedDeclarations, queue: Queue) -> None:
         if self.applier.applying:
             return  # etcd's own change, being applied
+        vhost = shared.vhost
         if queue.forwards:
             # Deleted through this node, led by another: its record goes, and its leader
             # removes it when that reaches it.
-            self._spawn(self.store.delete_queue(vhost.name, queue.name))
-            return
-        self._spawn(self.store.queue_removed(vhost.name, queue.name))
+            removal = self._spawn(self.store.delete_queue(vhost.name, queue.name))
+        else:
+            removal = self._spawn(self.store.queue_removed(vhost.name, queue.name))
+        shared.removing(queue.name, removal)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
@@ -517,6 +547,15 @@ def _unbind_model(vhost: VirtualHost, value: bytes) -> None:
                 record.arguments,
                 owner=queue.exclusive_owner,
             )
+
+
+def advertised(host: str, port: int) -> str:
+    """``host:port`` as the other nodes dial it. A wildcard address (``host = "0.0.0.0"`` to
+    listen on every interface) names no interface they can reach: the machine's name stands
+    for it, as in RabbitMQ's node names (``cluster_peer_addresses`` overrides either)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def make_node(server: Server) -> ClusterNode:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.paging import Pager
     from leveret.model.queues.args import QueueConfig
+    from leveret.model.shared_metadata import SharedMetadata
 
 __all__ = [
     "REPLY_TO",
@@ -109,6 +110,9 @@ class VirtualHost:
         # Told of every queue removed (deleted, retired, its connection gone): a cluster
         # node removes the queue's record from etcd when it led it.
         self.on_queue_removed: Callable[[Queue], None] | None = None
+        # A cluster node's metadata store, where the front ends' declarations go before
+        # they are answered (model/shared_metadata.py); None on a single node.
+        self.shared: SharedMetadata | None = None
         self.exchanges[""] = Exchange("", "direct", durable=True)
         for name_, type_name in STANDARD_EXCHANGES:
             self.exchanges[name_] = Exchange(name_, type_name, durable=True)

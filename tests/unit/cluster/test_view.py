@@ -3,7 +3,10 @@ peer's inter-node port, from its record or from ``cluster_peer_addresses``."""
 
 from __future__ import annotations
 
+import socket
+
 from leveret.cluster.apply import View
+from leveret.cluster.node import advertised
 
 
 def test_a_peer_is_reached_at_its_record_unless_the_settings_say_otherwise() -> None:
@@ -18,3 +21,35 @@ def test_a_peer_that_is_not_running_has_no_address() -> None:
     view = View(nodes={"b@x": {"cluster": "no port"}})
     assert view.cluster_address("b@x", {}) is None
     assert view.cluster_address("d@x", {}) is None
+
+
+def test_a_node_listening_on_every_interface_advertises_its_host_name() -> None:
+    name = socket.getfqdn()
+    for wildcard in ("0.0.0.0", "::", ""):
+        record = {"cluster": advertised(wildcard, 25672)}
+        address = View(nodes={"a@x": record}).cluster_address("a@x", {})
+        assert address == (name, 25672), wildcard
+    assert advertised("10.0.0.2", 25672) == "10.0.0.2:25672"
+    assert View(nodes={"a@x": {"cluster": advertised("::1", 1)}}).cluster_address("a@x", {}) == (
+        "::1",
+        1,
+    )
+
+
+def test_a_peer_stream_listener_is_its_record_first_with_a_wildcard_taken_from_its_address() -> (
+    None
+):
+    view = View(
+        nodes={
+            "b@x": {
+                "cluster": "10.0.0.2:25672",
+                "listeners": ["amqp://0.0.0.0:5672", "rabbitmq-stream://0.0.0.0:5552"],
+            },
+            "c@x": {"cluster": "10.0.0.3:25672", "listeners": ["rabbitmq-stream://[::1]:5553"]},
+            "d@x": {"cluster": "10.0.0.4:25672", "listeners": ["amqp://10.0.0.4:5672"]},
+        }
+    )
+    assert view.stream_address("b@x") == ("10.0.0.2", 5552)
+    assert view.stream_address("c@x") == ("::1", 5553)
+    assert view.stream_address("d@x") is None
+    assert view.stream_address("e@x") is None

@@ -54,10 +54,46 @@ def ignore(channel: Channel, method: Any) -> None:
     pass
 
 
+def _shared_first(
+    channel: Channel,
+    method: Any,
+    written: Completion[None] | None,
+    then: Callable[[], None],
+) -> None:
+    """``then()`` once ``written`` (the declaration in the cluster's metadata store, and
+    so in this node's model) is done; at once when there is nothing to wait for."""
+    if written is None:
+        then()
+        return
+    cast("_Defers", channel.conn).defer(
+        channel,
+        written,
+        lambda _none: then(),
+        class_id=method.CLASS_ID,
+        method_id=method.METHOD_ID,
+    )
+
+
 def exchange_declare(channel: Channel, method: m.ExchangeDeclare) -> None:
     channel.guard.exchange_declare(
         method.exchange, method.type, passive=method.passive, arguments=method.arguments
     )
+    vhost = channel.session.vhost
+    shared = vhost.shared
+    written = None
+    if shared is not None and not method.passive and method.exchange not in vhost.exchanges:
+        written = shared.declare_exchange(
+            method.exchange,
+            method.type,
+            durable=method.durable,
+            auto_delete=method.auto_delete,
+            internal=method.internal,
+            arguments=method.arguments,
+        )
+    _shared_first(channel, method, written, lambda: _declare_exchange(channel, method))
+
+
+def _declare_exchange(channel: Channel, method: m.ExchangeDeclare) -> None:
     channel.session.vhost.declare_exchange(
         method.exchange,
         method.type,
@@ -80,6 +116,16 @@ def exchange_delete(channel: Channel, method: m.ExchangeDelete) -> None:
 
 def exchange_bind(channel: Channel, method: m.ExchangeBind) -> None:
     channel.guard.exchange_bind(method.destination, method.source, method.routing_key)
+    shared = channel.session.vhost.shared
+    written = None
+    if shared is not None:
+        written = shared.bind(
+            method.source, "exchange", method.destination, method.routing_key, method.arguments
+        )
+    _shared_first(channel, method, written, lambda: _bind_exchange(channel, method))
+
+
+def _bind_exchange(channel: Channel, method: m.ExchangeBind) -> None:
     channel.session.vhost.bind_exchange(
         method.destination, method.source, method.routing_key, method.arguments
     )
@@ -102,6 +148,23 @@ def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
     name = channel.guard.queue_declare(
         method.queue, passive=method.passive, arguments=method.arguments
     )
+    vhost = session.vhost
+    shared = vhost.shared
+    written = None
+    if shared is not None and not method.passive and vhost.find_queue(name) is None:
+        written = shared.declare_queue(
+            method.queue,
+            generated_name=name,
+            durable=method.durable,
+            exclusive=method.exclusive,
+            auto_delete=method.auto_delete,
+            arguments=method.arguments,
+        )
+    _shared_first(channel, method, written, lambda: _declare_queue(channel, method, name))
+
+
+def _declare_queue(channel: Channel, method: m.QueueDeclare, name: str) -> None:
+    session = channel.session
     vhost = session.vhost
     if method.passive:
         # (A stream answers the offset x-stream-offset points at: a Leveret addition.)
@@ -158,6 +221,17 @@ def queue_bind(channel: Channel, method: m.QueueBind) -> None:
     queue = session.queue_name(method.queue)
     routing_key = _routing_key(method, queue)
     channel.guard.queue_bind(queue, method.exchange, routing_key)
+    shared = session.vhost.shared
+    written = None
+    if shared is not None:
+        written = shared.bind(method.exchange, "queue", queue, routing_key, method.arguments)
+    _shared_first(
+        channel, method, written, lambda: _bind_queue(channel, method, queue, routing_key)
+    )
+
+
+def _bind_queue(channel: Channel, method: m.QueueBind, queue: str, routing_key: str) -> None:
+    session = channel.session
     session.vhost.bind_queue(
         queue,
         method.exchange,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import platform
 import socket
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from leveret import __version__
 from leveret.auth import authn
@@ -65,6 +65,9 @@ from leveret.server.amqp10.transactions import Transactions
 from leveret.server.shell.info import ChannelInfo
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from leveret.model.completion import Completion
     from leveret.model.consumer import Consumer
     from leveret.model.publisher import Publisher
     from leveret.protocol.amqp10 import Event
@@ -198,6 +201,14 @@ class AMQP10Connection(ConnectionCore):
         if machine.closed:
             self.should_close_transport = True
             self._inbox.clear()
+
+    def defer(self, completion: Completion[Any], then: Callable[[], None]) -> None:
+        def done(_completion: Completion[Any]) -> None:
+            if not self.shell.finished:
+                then()
+                self.wrote()
+
+        self.shell.defer(completion, done)
 
     def hold_input(self, channel: int | None) -> bool:
         if channel is not None:

@@ -40,6 +40,9 @@ from leveret.protocol.amqp10.message import encode_message
 from leveret.protocol.amqp10.types import decode_value
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from leveret.model.completion import Completion
     from leveret.model.queues.base import Queue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
@@ -104,8 +107,36 @@ class ManagementNode:
         request: Value = body.value if isinstance(body, AmqpValue) else None
         method = props.subject or ""
         target = props.to if isinstance(props.to, str) else ""
+        correlation = props.message_id
         try:
-            status, answer = self.handle_request(method, target, request)
+            written = self._shared_first(method, target, request)
+        except (HttpError, AMQPError) as exc:
+            refused: Exception = exc
+            self._answer(correlation, method, target, lambda: _raise(refused))
+            return
+        if written is None:
+            self._answer(
+                correlation, method, target, lambda: self.handle_request(method, target, request)
+            )
+            return
+
+        def then() -> tuple[str, Value]:
+            written.result()  # the write's own error, answered as the request's
+            return self.handle_request(method, target, request)
+
+        # A cluster node writes the declaration to etcd first: the connection's further
+        # input waits for it (the requests are answered in order).
+        session.conn.defer(written, lambda: self._answer(correlation, method, target, then))
+
+    def _answer(
+        self,
+        correlation: Value,
+        method: str,
+        target: str,
+        request: Callable[[], tuple[str, Value]],
+    ) -> None:
+        try:
+            status, answer = request()
         except HttpError as exc:
             log.warning("management request %s %s failed: %s", method, target, exc.text)
             status, answer = exc.status, exc.text
@@ -115,13 +146,75 @@ class ManagementNode:
             log.warning("management request %s %s failed: %s", method, target, answer)
         payload = encode_message(
             AmqpValue(answer),
-            properties=Properties(subject=status, correlation_id=props.message_id),
+            properties=Properties(subject=status, correlation_id=correlation),
             application_properties={"http:response": "1.1"},
         )
-        reply = _reply_link(session, self.name)
+        reply = _reply_link(self.session, self.name)
         if reply is not None:
             reply.answers.append(payload)
             reply.flush()
+
+    def _shared_first(self, method: str, target: str, body: Value) -> Completion[None] | None:
+        """On a cluster node, a declaration of a queue or exchange this node does not know,
+        or a binding, written to etcd first (``VirtualHost.shared``): what to wait for."""
+        vhost = self.session.vhost
+        shared = vhost.shared
+        if shared is None or method not in ("PUT", "POST"):
+            return None
+        segments = urlsplit(target).path.split("/")[1:]
+        guard = self.session.guard
+        if method == "PUT" and len(segments) == 2 and segments[0] == "queues":
+            name = unquote(segments[1])
+            if not name or name.startswith("amq.") or vhost.find_queue(name) is not None:
+                return None
+            props = _map(body, ("durable", "exclusive", "auto_delete", "arguments"), "queue")
+            arguments = _arguments(props.get("arguments"))
+            guard.queue_declare(name, passive=False, arguments=arguments)
+            return shared.declare_queue(
+                name,
+                generated_name=name,
+                durable=bool(props.get("durable", True)),
+                exclusive=bool(props.get("exclusive", False)),
+                auto_delete=bool(props.get("auto_delete", False)),
+                arguments=arguments,
+            )
+        if method == "PUT" and len(segments) == 2 and segments[0] == "exchanges":
+            name = unquote(segments[1])
+            if not name or name.startswith("amq.") or name in vhost.exchanges:
+                return None
+            fields = ("type", "durable", "auto_delete", "internal", "arguments")
+            props = _map(body, fields, "exchange")
+            type_name = str(props.get("type", "direct"))
+            arguments = _arguments(props.get("arguments"))
+            guard.exchange_declare(name, type_name, passive=False, arguments=arguments)
+            return shared.declare_exchange(
+                name,
+                type_name,
+                durable=bool(props.get("durable", True)),
+                auto_delete=bool(props.get("auto_delete", False)),
+                internal=bool(props.get("internal", False)),
+                arguments=arguments,
+            )
+        if method == "POST" and segments == ["bindings"]:
+            props = _map(
+                body,
+                ("source", "destination_queue", "destination_exchange", "binding_key", "arguments"),
+                "binding",
+            )
+            source = str(props.get("source", ""))
+            key = str(props.get("binding_key", ""))
+            arguments = _arguments(props.get("arguments"))
+            if not source:
+                return None
+            if "destination_queue" in props:
+                queue = str(props["destination_queue"])
+                guard.queue_bind(queue, source, key)
+                return shared.bind(source, "queue", queue, key, arguments)
+            if "destination_exchange" in props:
+                destination = str(props["destination_exchange"])
+                guard.exchange_bind(destination, source, key)
+                return shared.bind(source, "exchange", destination, key, arguments)
+        return None
 
     # -- HTTP over AMQP ---------------------------------------------------------------------
 
@@ -397,3 +490,7 @@ def _binding_uri(
         f"/bindings/src={quote(source, safe='')};dst{char}={quote(destination, safe='')};"
         f"key={quote(key, safe='')};args={_args_hash(arguments)}"
     )
+
+
+def _raise(error: Exception) -> tuple[str, Value]:
+    raise error

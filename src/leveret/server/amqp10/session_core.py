@@ -11,14 +11,17 @@ Imported by those modules only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.convert.amqp10 import first_sections, split_payload
 from leveret.protocol.amqp10 import Error, Properties, Role
 from leveret.protocol.amqp10.types import decode_value
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.model.broker import Client
+    from leveret.model.completion import Completion
     from leveret.model.message import Message
     from leveret.model.publisher import Publisher
     from leveret.model.queues.base import Queue
@@ -60,6 +63,11 @@ class ConnectionCore:
 
     def published_on(self, publisher: Publisher) -> None:
         """``publisher`` took a message this turn: its confirms go out at the turn's end."""
+        raise NotImplementedError
+
+    def defer(self, completion: Completion[Any], then: Callable[[], None]) -> None:
+        """The connection's further input waits until ``completion`` is done; then
+        ``then()`` runs (in a turn of the connection's shell)."""
         raise NotImplementedError
 
 

@@ -419,13 +419,27 @@ class StreamConnection:
 
     def _metadata(self, command: c.Metadata) -> None:
         settings = self.server.settings
+        leader_of = self.server.stream_leader
+        assert self.vhost is not None
         entries = []
-        for name in command.streams:
-            if self._stream(name) is None:
-                entries.append(c.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
-            else:
-                entries.append(c.StreamMetadata(name, Code.OK, 0, []))
         brokers = [c.Broker(0, settings.host, settings.port)]
+        others: dict[str, int] = {}  # node -> its reference in brokers
+        for name in command.streams:
+            if self._stream(name) is not None:
+                entries.append(c.StreamMetadata(name, Code.OK, 0, []))
+                continue
+            # A stream another node of the cluster leads: named with that node's stream
+            # listener, as RabbitMQ names the leader's, so the client connects there.
+            led = leader_of(self.vhost.name, name) if leader_of is not None else None
+            if led is None:
+                entries.append(c.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
+                continue
+            node, host, port = led
+            reference = others.get(node)
+            if reference is None:
+                reference = others[node] = len(brokers)
+                brokers.append(c.Broker(reference, host, port))
+            entries.append(c.StreamMetadata(name, Code.OK, reference, []))
         self._send(c.MetadataResponse(command.correlation_id, brokers, entries))
 
     def _stream_stats(self, command: c.StreamStats) -> None:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
 
@@ -95,6 +97,9 @@ class StreamServer:
     settings: StreamSettings = field(default_factory=StreamSettings)
     connections: set[object] = field(default_factory=set)
     groups: dict[tuple[str, str, str], Group] = field(default_factory=dict)
+    # On a cluster node: (vhost, stream) -> the other node leading that stream, with its
+    # stream listener's host and port (``metadata`` names it); None on a single node.
+    stream_leader: Callable[[str, str], tuple[str, str, int] | None] | None = None
 
     def join(self, vhost: str, stream: str, name: str, member: Member, partition: int = -1) -> None:
         """Add ``member`` to its group (``partition``: see the module docstring); it, or

@@ -599,7 +599,10 @@ class Shell:
                     del self._channel_holds[channel]
                     released = True
             continuation.then(continuation.completion)
-            if released and not self.finished:
+            # A continuation may defer again (a declaration written to the cluster, then
+            # the counts of a queue another node leads): the new hold stands.
+            held = self._holds if channel is None else channel in self._channel_holds
+            if released and not held and not self.finished:
                 front.release_input(channel)
         if not self._holds and not self._channel_holds:
             self._fed_while_held = 0

@@ -1,0 +1,206 @@
+"""The front ends' declarations on a cluster node, written to etcd before they are answered
+(``model.shared_metadata.SharedMetadata`` for one vhost).
+
+A 0-9-1 ``queue.declare`` of a queue this node does not know yet goes to the store's
+``declare_queue`` (its leader chosen by its locator, the comparison of revisions deciding
+between concurrent declarations), and so do ``exchange.declare`` and the bindings; the
+client's channel waits meanwhile (the shell's deferral). Once etcd has the record and this
+node's model has applied it, the front end declares on the model as on one node, which
+finds the entity there: a queue led here, or the proxy of one led elsewhere.
+
+Exclusive queues stay their connection's node's only (RabbitMQ: owned by it), so do
+bindings to them. Errors are the model's (403, 404, 405, 406 as the store raises them); a
+store that cannot be reached closes the connection with 541 and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from leveret.auth.users import AdminError
+from leveret.errors import AMQPError, InternalError, NotFound
+from leveret.model.completion import Completion
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Mapping
+
+    from leveret.cluster.metadata import MetadataStore
+    from leveret.model.vhost import VirtualHost
+
+log = logging.getLogger("leveret.cluster")
+
+# Seconds a declaration waits for the node chosen to lead the queue to have it.
+LEADER_CATCH_UP = 5.0
+
+
+class SharedDeclarations:
+    """``SharedMetadata`` of ``vhost`` on this node: its declarations through ``store``."""
+
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        store: MetadataStore,
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
+    ) -> None:
+        self.vhost = vhost
+        self.store = store
+        self.spawn = spawn
+        # The removal of each queue's record this node started (a queue deleted here): a
+        # declaration of the same name waits for it, so a delete and a declare in a row
+        # reach etcd in that order.
+        self._removals: dict[str, asyncio.Task[Any]] = {}
+
+    def removing(self, name: str, removal: asyncio.Task[Any]) -> None:
+        self._removals[name] = removal
+
+        def done(_task: asyncio.Task[Any]) -> None:
+            if self._removals.get(name) is removal:
+                del self._removals[name]
+
+        removal.add_done_callback(done)
+
+    def declare_queue(
+        self,
+        name: str,
+        *,
+        generated_name: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None:
+        if exclusive:
+            return None
+        server_named = not name
+        name = name or generated_name
+        key = self.store.layout.queue(self.vhost.name, name)
+
+        async def write() -> None:
+            removal = self._removals.get(name)
+            if removal is not None:
+                await asyncio.wait([removal])
+            record, _made = await self.store.declare_queue(
+                self.vhost.name,
+                "" if server_named else name,
+                generated_name=generated_name,
+                durable=durable,
+                auto_delete=auto_delete,
+                arguments=arguments,
+            )
+            if self.vhost.find_queue(name) is None:
+                await self._applied(key)
+            if record.leader != self.store.node:
+                await self._led_there(name)
+
+        return self._run(write())
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        *,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None:
+        key = self.store.layout.exchange(self.vhost.name, name)
+
+        async def write() -> None:
+            await self.store.declare_exchange(
+                self.vhost.name,
+                name,
+                type_name,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments,
+            )
+            if name not in self.vhost.exchanges:
+                await self._applied(key)
+
+        return self._run(write())
+
+    def bind(
+        self,
+        source: str,
+        dest_kind: str,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None:
+        if dest_kind == "queue":
+            queue = self.vhost.find_queue(destination)
+            if queue is not None and queue.exclusive:
+                return None  # its node's only, as the queue is
+        store = self.store
+        key = store.binding_key(
+            self.vhost.name, source, dest_kind, destination, routing_key, arguments
+        )
+
+        async def write() -> None:
+            await store.bind(
+                self.vhost.name, source, dest_kind, destination, routing_key, arguments
+            )
+            if key not in store.applier.entries:
+                await self._applied(key)
+
+        return self._run(write())
+
+    async def _led_there(self, name: str) -> None:
+        """Until the node chosen to lead queue ``name`` has it: that node learns of the
+        record from its own watch, and the client may use the queue (through this node's
+        proxy) as soon as it is answered."""
+        deadline = time.monotonic() + LEADER_CATCH_UP
+        while True:
+            proxy = self.vhost.find_queue(name)
+            if proxy is None or not proxy.forwards:
+                return
+            asked = proxy.inspect(purge=False)
+            await _settled(asked)
+            if asked.error is None or time.monotonic() > deadline:
+                return  # (an error past the deadline is the client's to see)
+            if not isinstance(asked.error, NotFound):
+                return
+            await asyncio.sleep(0.02)
+
+    async def _applied(self, key: bytes) -> None:
+        """Until this node's copy has applied etcd's state of ``key`` as it is now (a
+        record another node wrote, which the store found rather than made)."""
+        found = await self.store.client.get(key)
+        await self.store.wait_applied(found.revision)
+
+    def _run(self, write: Coroutine[Any, Any, None]) -> Completion[None]:
+        done: Completion[None] = Completion()
+
+        async def run() -> None:
+            try:
+                await write
+            except AMQPError as exc:
+                done.fail(exc)
+            except AdminError as exc:
+                log.warning("a declaration could not be written to etcd: %s", exc)
+                done.fail(InternalError(str(exc)))
+            except Exception as exc:
+                done.fail(InternalError(f"the declaration failed: {exc}"))
+                raise
+            else:
+                done.resolve(None)
+
+        self.spawn(run())
+        return done
+
+
+async def _settled(completion: Completion[Any]) -> None:
+    """Until ``completion`` is done (either way)."""
+    settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(_completion: Completion[Any]) -> None:
+        if not settled.done():
+            settled.set_result(None)
+
+    completion.on_done(done)
+    await settled

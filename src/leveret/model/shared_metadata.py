@@ -1,0 +1,56 @@
+"""Where a front end's declarations go first when a vhost's definitions are shared by the
+nodes of a cluster: ``SharedMetadata``, which a cluster node gives each vhost
+(``VirtualHost.shared``) and which writes a queue, an exchange or a binding to the
+cluster's metadata store before the client is answered.
+
+So two nodes whose clients declare the same queue at once agree on one outcome (the second
+gets what a redeclaration gets: ok when equivalent, 406 when not), a queue's leader is
+chosen by its locator rather than always being the declaring node, and a transient queue
+is reachable from every node, as in RabbitMQ. Each call answers a ``Completion`` that is
+done once the change is in the store and in this node's model (then the front end makes
+the same declaration on the model, which finds it there and answers as on one node), or
+None when the store does not take that declaration (an exclusive queue, which is its
+connection's node's only) and the front end declares it on the model alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from leveret.model.completion import Completion
+
+
+class SharedMetadata(Protocol):
+    def declare_queue(
+        self,
+        name: str,
+        *,
+        generated_name: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None: ...
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        *,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None: ...
+
+    def bind(
+        self,
+        source: str,
+        dest_kind: str,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None: ...

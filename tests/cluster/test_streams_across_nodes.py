@@ -1,0 +1,83 @@
+"""A stream led by another node, through the stream protocol: ``metadata`` on any node
+names the leader node's stream listener, as RabbitMQ names the leader's, so RabbitMQ's own
+client (rstream) connected to one node publishes and reads where the stream lives."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+import pika
+import pytest
+from rstream import (
+    AMQPMessage,
+    Consumer,
+    ConsumerOffsetSpecification,
+    MessageContext,
+    OffsetType,
+    Producer,
+    amqp_decoder,
+)
+
+from tests.cluster import nodes
+from tests.integration.test_stream_protocol import stream_port_of
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from leveret.testing.etcd import EtcdServer
+    from tests.cluster.nodes import Node
+
+pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+
+@pytest.fixture(scope="module")
+def two(etcd_server: EtcdServer) -> Iterator[tuple[Node, Node]]:
+    yield from nodes.two_nodes(etcd_server, f"/leveret-test/streams-{uuid.uuid4().hex[:8]}/")
+
+
+async def _leader_port(port: int, stream: str) -> int | None:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        client = await producer.default_client
+        try:
+            leader, _replicas = await client.query_leader_and_replicas(stream)
+        except Exception:
+            return None
+        return int(leader.port)
+
+
+async def _publish_and_read(port: int, stream: str, bodies: list[bytes]) -> list[bytes]:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        await producer.send_batch(stream, [AMQPMessage(body=b) for b in bodies])
+    got: list[bytes] = []
+    done = asyncio.Event()
+    consumer = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+
+    async def on_message(message: AMQPMessage, context: MessageContext) -> None:
+        got.append(bytes(message.body))
+        if len(got) == len(bodies):
+            done.set()
+
+    async with consumer:
+        await consumer.subscribe(
+            stream,
+            on_message,
+            decoder=amqp_decoder,
+            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST),
+        )
+        await asyncio.wait_for(done.wait(), 20)
+    return got
+
+
+def test_a_stream_led_by_b_is_used_through_a(two: tuple[Node, Node]) -> None:
+    a, b = two
+    stream = f"s-{uuid.uuid4().hex[:6]}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    a_port, b_port = stream_port_of(a.broker), stream_port_of(b.broker)
+    leader = nodes.eventually(lambda: asyncio.run(_leader_port(a_port, stream)))
+    assert leader == b_port
+    bodies = [b"one", b"two", b"three"]
+    assert asyncio.run(_publish_and_read(a_port, stream, bodies)) == bodies

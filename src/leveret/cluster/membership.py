@@ -142,7 +142,10 @@ class Membership:
             if ttl > 0 and not self._lost:
                 self._valid_until = sent + ttl
                 for extended in list(self.on_extended):
-                    extended(self._valid_until)
+                    try:
+                        extended(self._valid_until)
+                    except Exception:  # the keepalive must go on whatever a listener does
+                        log.exception("a lease-extended listener failed")
                 continue
             if not self._lost:
                 log.error("cluster lease lost: etcd expired it (this node was too slow)")

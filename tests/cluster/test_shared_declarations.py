@@ -6,6 +6,7 @@ locator, and a transient queue is reachable from every node, as in RabbitMQ."""
 from __future__ import annotations
 
 import functools
+import signal
 import threading
 import time
 import uuid
@@ -246,3 +247,84 @@ def test_an_amqp10_client_declares_through_the_cluster_too(two: tuple[Node, Node
         assert body == b"routed on b"
     finally:
         get.close()
+
+
+def test_an_exclusive_queue_is_known_to_every_node_and_goes_with_its_connection(
+    two: tuple[Node, Node],
+) -> None:
+    """RabbitMQ's behaviour: listed by every node, used by its own connection only (405
+    for any other, on any node), gone with its connection, and an auto-delete exchange
+    bound to exclusive queues on both nodes goes with the last of their bindings."""
+    a, b = two
+    exchange = f"ad-{uuid.uuid4().hex[:6]}"
+    owner_a, owner_b = connect(a), connect(b)
+    ch_a, ch_b = owner_a.channel(), owner_b.channel()
+    ch_a.exchange_declare(exchange, "fanout", auto_delete=True)
+    mine = ch_a.queue_declare("", exclusive=True).method.queue
+    theirs = ch_b.queue_declare("", exclusive=True).method.queue
+    ch_a.queue_bind(mine, exchange)
+    ch_b.queue_bind(theirs, exchange)
+    listed = nodes.eventually(lambda: _queue_of(b, mine))
+    assert listed["node"] == a.name
+    assert listed["exclusive"] is True
+    other = connect(b)
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            other.channel().basic_consume(mine, lambda *_: None)
+        assert refused.value.reply_code == 405
+    finally:
+        if other.is_open:
+            other.close()
+    # Published on b, routed through the binding in etcd to a's exclusive queue.
+    ch_b.basic_publish(exchange, "", b"to both")
+    assert nodes.eventually(lambda: ch_a.basic_get(mine, auto_ack=True)[2]) == b"to both"
+    owner_a.close()
+    nodes.eventually(lambda: _queue_of(b, mine) is None)
+    assert any(x["name"] == exchange for x in b.get("exchanges/%2F"))  # b's binding holds it
+    owner_b.close()
+    nodes.eventually(lambda: not any(x["name"] == exchange for x in a.get("exchanges/%2F")))
+    assert _queue_of(a, theirs) is None
+
+
+def test_a_delete_through_another_node_answers_the_leader_count(
+    two: tuple[Node, Node],
+) -> None:
+    a, b = two
+    name = f"count-{uuid.uuid4().hex[:6]}"
+    conn = connect(a)
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    for _ in range(3):
+        ch.basic_publish("", name, b"m")
+    conn.close()
+    conn = connect(b)
+    try:
+        nodes.eventually(lambda: _queue_of(b, name))
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.queue_delete(name, if_empty=True)
+        assert refused.value.reply_code == 406
+        ch = conn.channel()
+        assert ch.queue_delete(name).method.message_count == 3
+    finally:
+        conn.close()
+    nodes.eventually(lambda: _queue_of(a, name) is None)
+
+
+def test_the_exclusive_queues_of_a_killed_node_go_once_its_lease_expires(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, _b = two
+    c = nodes.start_node(etcd_server, a.prefix, "c@test")
+    try:
+        conn = connect(c)
+        name = conn.channel().queue_declare("", exclusive=True).method.queue
+        nodes.eventually(lambda: _queue_of(a, name))
+        c.broker.stop(signal.SIGKILL)
+        # Its connections died with it: the others remove its exclusive queue's record
+        # once its lease (2 s here) has expired.
+        nodes.eventually(lambda: _queue_of(a, name) is None, timeout=nodes.LEASE_TTL * 3 + 5)
+    finally:
+        if c.broker.process is not None and c.broker.process.poll() is None:
+            c.broker.stop()

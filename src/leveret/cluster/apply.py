@@ -208,8 +208,10 @@ class Applier:
     make_remote: Callable[[VirtualHost, QueueRecord], Queue] | None = None
     # Called with every queue record applied or removed (None: removed).
     on_queue_record: Callable[[tuple[str, str], QueueRecord | None], None] | None = None
-    # Called with the name of each node whose record (it runs) is applied.
+    # Called with the name of each node whose record (it runs) is applied, and of each
+    # whose record went (its lease expired, or it stopped).
     on_node_running: Callable[[str], None] | None = None
+    on_node_gone: Callable[[str], None] | None = None
     # True while this applier changes the model: removals it makes are not news to etcd.
     applying: bool = False
     # The create revision of the etcd record each local queue came from: its incarnation
@@ -344,6 +346,8 @@ class Applier:
                 self._table(self.view.nodes, path.section, value)
                 if value is not None and self.on_node_running is not None:
                     self.on_node_running(path.section)
+                elif value is None and self.on_node_gone is not None:
+                    self.on_node_gone(path.section)
             elif path.area == "members":
                 self._table(self.view.members, path.section, value)
             elif path.area == "entities" and len(path.names) >= 2:

@@ -8,8 +8,13 @@ client's channel waits meanwhile (the shell's deferral). Once etcd has the recor
 node's model has applied it, the front end declares on the model as on one node, which
 finds the entity there: a queue led here, or the proxy of one led elsewhere.
 
-Exclusive queues stay their connection's node's only (RabbitMQ: owned by it), so do
-bindings to them. Errors are the model's (403, 404, 405, 406 as the store raises them); a
+An exclusive queue is led by its connection's node whatever its locator says, and its
+record names its owner by a token unique in the cluster (``owner_token``): the record
+comes first, then the front end makes the queue in the model with its connection as the
+owner (the applier leaves an exclusive record of this node to the model). Every other
+node holds its proxy, which refuses every connection (405), and its bindings are in etcd
+like any others, so an auto-delete exchange goes with its last binding whichever node's
+queue that was. Errors are the model's (403, 404, 405, 406 as the store raises them); a
 store that cannot be reached closes the connection with 541 and says so.
 """
 
@@ -18,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth.users import AdminError
@@ -48,6 +55,8 @@ class SharedDeclarations:
         self.vhost = vhost
         self.store = store
         self.spawn = spawn
+        # Each exclusive owner's token (``owner_token``), while the owner lives.
+        self._tokens: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
         # The removal of each queue's record this node started (a queue deleted here): a
         # declaration of the same name waits for it, so a delete and a declare in a row
         # reach etcd in that order.
@@ -62,18 +71,27 @@ class SharedDeclarations:
 
         removal.add_done_callback(done)
 
+    def owner_token(self, owner: object) -> str:
+        """``owner``'s name in the cluster's records: this node's name and a random part
+        (an exclusive queue's record compares it, never the object)."""
+        try:
+            return self._tokens[owner]
+        except KeyError:
+            token = f"{self.store.node}/{uuid.uuid4().hex}"
+            self._tokens[owner] = token
+            return token
+
     def declare_queue(
         self,
         name: str,
         *,
         generated_name: str,
+        owner: object,
         durable: bool,
         exclusive: bool,
         auto_delete: bool,
         arguments: Mapping[str, object],
     ) -> Completion[None] | None:
-        if exclusive:
-            return None
         server_named = not name
         name = name or generated_name
         key = self.store.layout.queue(self.vhost.name, name)
@@ -87,9 +105,13 @@ class SharedDeclarations:
                 "" if server_named else name,
                 generated_name=generated_name,
                 durable=durable,
+                exclusive=exclusive,
                 auto_delete=auto_delete,
                 arguments=arguments,
+                owner=self.owner_token(owner) if exclusive else None,
             )
+            if record.exclusive:
+                return  # the front end makes it (its connection owns it), or refuses
             if self.vhost.find_queue(name) is None:
                 await self._applied(key)
             if record.leader != self.store.node:
@@ -131,22 +153,57 @@ class SharedDeclarations:
         destination: str,
         routing_key: str,
         arguments: Mapping[str, object],
+        owner: object,
     ) -> Completion[None] | None:
-        if dest_kind == "queue":
-            queue = self.vhost.find_queue(destination)
-            if queue is not None and queue.exclusive:
-                return None  # its node's only, as the queue is
         store = self.store
+        token = self.owner_token(owner)
         key = store.binding_key(
             self.vhost.name, source, dest_kind, destination, routing_key, arguments
         )
 
         async def write() -> None:
             await store.bind(
-                self.vhost.name, source, dest_kind, destination, routing_key, arguments
+                self.vhost.name,
+                source,
+                dest_kind,
+                destination,
+                routing_key,
+                arguments,
+                owner=token,
             )
             if key not in store.applier.entries:
                 await self._applied(key)
+
+        return self._run(write())
+
+    def unbind(
+        self,
+        source: str,
+        dest_kind: str,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None:
+        store = self.store
+        key = store.binding_key(
+            self.vhost.name, source, dest_kind, destination, routing_key, arguments
+        )
+        if key not in store.applier.entries:
+            return None  # not in etcd: this node's model alone has it, if anyone does
+
+        async def write() -> None:
+            await store.unbind(
+                self.vhost.name, source, dest_kind, destination, routing_key, arguments
+            )
+
+        return self._run(write())
+
+    def delete_exchange(self, name: str, *, if_unused: bool) -> Completion[None] | None:
+        if self.store.layout.exchange(self.vhost.name, name) not in self.store.applier.entries:
+            return None
+
+        async def write() -> None:
+            await self.store.delete_exchange(self.vhost.name, name, if_unused=if_unused)
 
         return self._run(write())
 

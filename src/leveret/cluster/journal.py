@@ -140,10 +140,12 @@ class ClusterJournal:
             return
         kind = "queue" if to_queue else "exchange"
         args = dict(arguments)
+        key = self.store.binding_key(vhost, source, kind, destination, routing_key, args)
+        if (key in self._applier.entries) == added:
+            return  # etcd has it so already (written first, through VirtualHost.shared)
         if not added:
             self.spawn(self.store.unbind(vhost, source, kind, destination, routing_key, args))
             return
-        key = self.store.binding_key(vhost, source, kind, destination, routing_key, args)
         value = {
             "source": source,
             "destination": destination,

@@ -60,6 +60,7 @@ from leveret.cluster.etcd import (
 )
 from leveret.cluster.keys import Layout, binding_digest, decode, encode, encode_arguments
 from leveret.cluster.placement import (
+    CLIENT_LOCAL,
     BadLocator,
     choose_leader,
     choose_members,
@@ -490,6 +491,8 @@ class MetadataStore:
             how = locator(args, self._policy_definition(vhost, name, args))
         except BadLocator as exc:
             raise PreconditionFailed(str(exc)) from None
+        if exclusive:
+            how = CLIENT_LOCAL  # its connection's node's, as in RabbitMQ
         here = client_node or self.node
         leader = choose_leader(how, here, self.applier.view.nodes, self.applier.view.leaders())
         record = self.with_members(
@@ -511,7 +514,8 @@ class MetadataStore:
         assert found is not None
         existing = QueueRecord.from_value(vhost, name, decode(found.value))
         check = VirtualHost(vhost)
-        check.declare_queue(
+        _scratch_queue(
+            check,
             name,
             owner=owner_of(existing.owner),
             durable=existing.durable,
@@ -519,7 +523,8 @@ class MetadataStore:
             auto_delete=existing.auto_delete,
             arguments=existing.arguments,
         )
-        check.declare_queue(
+        _scratch_queue(
+            check,
             name,
             owner=owner_of(owner),
             durable=durable,
@@ -551,7 +556,7 @@ class MetadataStore:
             record = QueueRecord.from_value(vhost, name, decode(found.kvs[0].value))
             if record.exclusive and record.owner != owner and owner is not None:
                 check = VirtualHost(vhost)
-                check.declare_queue(name, owner=object(), exclusive=True)
+                _scratch_queue(check, name, owner=object(), exclusive=True)
                 check.queue(name, object())  # 405, with the model's text
             count = self._check_local(record, if_unused=if_unused, if_empty=if_empty)
             compare = [created_at(key, found.kvs[0].create_revision)]
@@ -623,6 +628,34 @@ class MetadataStore:
                 return False
             # Only a binding of the vhost changed meanwhile: read them again.
         return False
+
+    async def exclusive_of_gone_node(self, node: str) -> int:
+        """``node``'s lease expired (it died, or was cut off or paused past its lease): the
+        exclusive queues it led went with their connections, so their records go, with
+        their bindings and the auto-delete exchanges that leaves without any (RabbitMQ
+        deletes a down node's exclusive queues). Fenced on ``node`` having no record, so
+        a node that is back keeps what it holds; each queue's removal also compares its
+        record, so nodes doing this at once remove each one once. How many went."""
+        node_key = self.layout.node(node)
+        removed = 0
+        for record in list(self.applier.view.queues.values()):
+            if record.leader != node or not record.exclusive:
+                continue
+            key = self.layout.queue(record.vhost, record.name)
+            entry = self.applier.entries.get(key)
+            if entry is None:
+                continue
+            prefix = self.layout.bindings_to(record.vhost, "q", record.name)
+            compare = [absent(node_key), mod_is(key, entry.mod_revision)]
+            deletes = [key, prefix]
+            if self._has_auto_delete_source(record.vhost, record.name):
+                revision, bindings = await self._bindings(record.vhost)
+                mine = {k for k, _v in bindings if k.startswith(prefix)}
+                deletes += self._auto_deleted(record.vhost, bindings, mine)
+                compare.append(self._unchanged(record.vhost, revision))
+            if await self._commit(compare, {}, deletes) is not None:
+                removed += 1
+        return removed
 
     def _fence(self) -> list[Compare]:
         membership = self.membership
@@ -698,7 +731,8 @@ class MetadataStore:
             else:
                 if dest_kv is not None:
                     record = QueueRecord.from_value(vhost, destination, decode(dest_kv.value))
-                    check.declare_queue(
+                    _scratch_queue(
+                        check,
                         destination,
                         owner=owners.setdefault(record.owner, object()),
                         exclusive=record.exclusive,
@@ -846,3 +880,13 @@ def queue_value(record: QueueRecord) -> bytes:
 
 
 __all__ = ["Conflict", "EtcdUnavailable", "MetadataStore", "queue_value"]
+
+
+def _scratch_queue(check: VirtualHost, name: str, **declared: Any) -> None:
+    """Queue ``name`` as it is in etcd, on a scratch vhost the model's checks run on: a
+    server-named one (``amq.gen-``) made as its server made it, not refused as a client's
+    ``amq.`` name."""
+    if name.startswith("amq."):
+        check.declare_queue("", generated_name=name, **declared)
+    else:
+        check.declare_queue(name, **declared)

@@ -106,6 +106,7 @@ class ClusterNode:
         # first use of a queue it leads: a queue declared there is reachable from here at
         # once rather than answering "down" while the link connects.
         self.applier.on_node_running = self._node_running
+        self.applier.on_node_gone = self._node_gone
         # Replicated quorum queues: leading, following, elections.
         self.replication = Replication(
             self.name,
@@ -444,6 +445,10 @@ class ClusterNode:
     def _node_running(self, name: str) -> None:
         if name != self.name:
             self.links.peer(name)
+
+    def _node_gone(self, name: str) -> None:
+        if name != self.name:
+            self._spawn(self.store.exclusive_of_gone_node(name))
 
     def _queue_removed(self, shared: SharedDeclarations, queue: Queue) -> None:
         if self.applier.applying:

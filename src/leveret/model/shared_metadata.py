@@ -5,12 +5,13 @@ cluster's metadata store before the client is answered.
 
 So two nodes whose clients declare the same queue at once agree on one outcome (the second
 gets what a redeclaration gets: ok when equivalent, 406 when not), a queue's leader is
-chosen by its locator rather than always being the declaring node, and a transient queue
-is reachable from every node, as in RabbitMQ. Each call answers a ``Completion`` that is
-done once the change is in the store and in this node's model (then the front end makes
-the same declaration on the model, which finds it there and answers as on one node), or
-None when the store does not take that declaration (an exclusive queue, which is its
-connection's node's only) and the front end declares it on the model alone.
+chosen by its locator rather than always being the declaring node, and transient and
+exclusive queues and their bindings are known to every node, as in RabbitMQ. Each call
+answers a ``Completion`` that is done once the change is in the store and in this node's
+model (then the front end makes the same declaration on the model, which finds it there, or
+makes the exclusive queue its connection owns, and answers as on one node), or None when
+there is nothing to wait for. ``owner``: the declaring connection's owner object (what the
+model's exclusivity compares), for exclusive queues and bindings to them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class SharedMetadata(Protocol):
         name: str,
         *,
         generated_name: str,
+        owner: object,
         durable: bool,
         exclusive: bool,
         auto_delete: bool,
@@ -53,4 +55,16 @@ class SharedMetadata(Protocol):
         destination: str,
         routing_key: str,
         arguments: Mapping[str, object],
+        owner: object,
     ) -> Completion[None] | None: ...
+
+    def unbind(
+        self,
+        source: str,
+        dest_kind: str,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> Completion[None] | None: ...
+
+    def delete_exchange(self, name: str, *, if_unused: bool) -> Completion[None] | None: ...

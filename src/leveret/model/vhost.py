@@ -473,26 +473,38 @@ class VirtualHost:
         return self.queue(name, owner).purge()
 
     def delete_queue(
-        self, name: str, *, owner: object, if_unused: bool = False, if_empty: bool = False
+        self,
+        name: str,
+        *,
+        owner: object,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        leader_counts: tuple[int, int] | None = None,
     ) -> int:
+        """Delete queue ``name``; its message count. ``leader_counts``: the messages and
+        consumers of a queue led by another node, as its leader answered them just now
+        (what ``if_unused``, ``if_empty`` and the count are then about)."""
         queue = self.find_queue(name)
         if queue is None:
             return 0  # RabbitMQ: deleting a missing queue succeeds with a count of 0
         queue.reachable()
         self._check_exclusive(queue, owner)
-        if queue.forwards and (if_unused or if_empty):
-            # Its counts are its leader's: refused rather than deleting what may be in use.
-            raise PreconditionFailed(
-                f"queue '{name}' {self._where()} is led by another node: if-unused and "
-                "if-empty deletions are made through its leader"
-            )
-        if if_unused and queue.consumers:
+        if queue.forwards:
+            if leader_counts is None and (if_unused or if_empty):
+                # Its counts are its leader's: refused rather than deleting what may be in use.
+                raise PreconditionFailed(
+                    f"queue '{name}' {self._where()} is led by another node: if-unused and "
+                    "if-empty deletions are made through its leader"
+                )
+            messages, consumers = leader_counts or (0, 0)
+        else:
+            messages, consumers = queue.message_count, len(queue.consumers)
+        if if_unused and consumers:
             raise PreconditionFailed(f"queue '{name}' {self._where()} in use")
-        if if_empty and queue.has_ready():
+        if if_empty and (queue.has_ready() if not queue.forwards else messages):
             raise PreconditionFailed(f"queue '{name}' {self._where()} is not empty")
-        count = queue.message_count
         self.remove_queue(queue)
-        return count
+        return messages
 
     def remove_queue(self, queue: Queue) -> None:
         """Delete ``queue`` and its bindings; its consumers' owners are told."""

@@ -109,6 +109,14 @@ def _declare_exchange(channel: Channel, method: m.ExchangeDeclare) -> None:
 
 def exchange_delete(channel: Channel, method: m.ExchangeDelete) -> None:
     channel.guard.exchange_delete(method.exchange)
+    shared = channel.session.vhost.shared
+    written = None
+    if shared is not None:
+        written = shared.delete_exchange(method.exchange, if_unused=method.if_unused)
+    _shared_first(channel, method, written, lambda: _delete_exchange(channel, method))
+
+
+def _delete_exchange(channel: Channel, method: m.ExchangeDelete) -> None:
     channel.session.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
     if not method.no_wait:
         channel.conn.send_method(channel.id, m.ExchangeDeleteOk())
@@ -120,7 +128,12 @@ def exchange_bind(channel: Channel, method: m.ExchangeBind) -> None:
     written = None
     if shared is not None:
         written = shared.bind(
-            method.source, "exchange", method.destination, method.routing_key, method.arguments
+            method.source,
+            "exchange",
+            method.destination,
+            method.routing_key,
+            method.arguments,
+            owner=channel.session.owner,
         )
     _shared_first(channel, method, written, lambda: _bind_exchange(channel, method))
 
@@ -135,6 +148,16 @@ def _bind_exchange(channel: Channel, method: m.ExchangeBind) -> None:
 
 def exchange_unbind(channel: Channel, method: m.ExchangeUnbind) -> None:
     channel.guard.exchange_unbind(method.destination, method.source, method.routing_key)
+    shared = channel.session.vhost.shared
+    written = None
+    if shared is not None and "" not in (method.source, method.destination):
+        written = shared.unbind(
+            method.source, "exchange", method.destination, method.routing_key, method.arguments
+        )
+    _shared_first(channel, method, written, lambda: _unbind_exchange(channel, method))
+
+
+def _unbind_exchange(channel: Channel, method: m.ExchangeUnbind) -> None:
     channel.session.vhost.unbind_exchange(
         method.destination, method.source, method.routing_key, method.arguments
     )
@@ -155,6 +178,7 @@ def queue_declare(channel: Channel, method: m.QueueDeclare) -> None:
         written = shared.declare_queue(
             method.queue,
             generated_name=name,
+            owner=session.owner,
             durable=method.durable,
             exclusive=method.exclusive,
             auto_delete=method.auto_delete,
@@ -224,7 +248,9 @@ def queue_bind(channel: Channel, method: m.QueueBind) -> None:
     shared = session.vhost.shared
     written = None
     if shared is not None:
-        written = shared.bind(method.exchange, "queue", queue, routing_key, method.arguments)
+        written = shared.bind(
+            method.exchange, "queue", queue, routing_key, method.arguments, owner=session.owner
+        )
     _shared_first(
         channel, method, written, lambda: _bind_queue(channel, method, queue, routing_key)
     )
@@ -248,6 +274,20 @@ def queue_unbind(channel: Channel, method: m.QueueUnbind) -> None:
     queue = session.queue_name(method.queue)
     routing_key = _routing_key(method, queue)
     channel.guard.queue_unbind(queue, method.exchange, routing_key)
+    vhost = session.vhost
+    shared = vhost.shared
+    written = None
+    if shared is not None and method.exchange != "":
+        if vhost.find_queue(queue) is not None:
+            vhost.queue(queue, session.owner)  # 405 for another connection's exclusive queue
+        written = shared.unbind(method.exchange, "queue", queue, routing_key, method.arguments)
+    _shared_first(
+        channel, method, written, lambda: _unbind_queue(channel, method, queue, routing_key)
+    )
+
+
+def _unbind_queue(channel: Channel, method: m.QueueUnbind, queue: str, routing_key: str) -> None:
+    session = channel.session
     session.vhost.unbind_queue(
         queue,
         method.exchange,
@@ -291,12 +331,32 @@ def queue_delete(channel: Channel, method: m.QueueDelete) -> None:
     conn = channel.conn
     # delete-ok goes before the basic.cancel the deletion sends to this connection's own
     # consumers of the queue (RabbitMQ's order; py-amqp waits for the delete-ok first).
+    target = session.vhost.find_queue(name)
+    if target is not None and target.forwards:
+        # Led by another node: the count (and if-unused, if-empty) are its leader's.
+        cast("_Defers", conn).defer(
+            channel,
+            target.inspect(purge=False),
+            lambda counts: _delete_queue(channel, method, name, counts),
+            class_id=method.CLASS_ID,
+            method_id=method.METHOD_ID,
+        )
+        return
+    _delete_queue(channel, method, name, None)
+
+
+def _delete_queue(
+    channel: Channel, method: m.QueueDelete, name: str, counts: tuple[int, int] | None
+) -> None:
+    session = channel.session
+    conn = channel.conn
     mark = conn.output_mark()
     count = session.vhost.delete_queue(
         name,
         owner=session.owner,
         if_unused=method.if_unused,
         if_empty=method.if_empty,
+        leader_counts=counts,
     )
     if not method.no_wait:
         conn.send_method_at(mark, channel.id, m.QueueDeleteOk(message_count=count))

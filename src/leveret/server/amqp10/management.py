@@ -173,6 +173,7 @@ class ManagementNode:
             return shared.declare_queue(
                 name,
                 generated_name=name,
+                owner=self.session.client,
                 durable=bool(props.get("durable", True)),
                 exclusive=bool(props.get("exclusive", False)),
                 auto_delete=bool(props.get("auto_delete", False)),
@@ -209,11 +210,15 @@ class ManagementNode:
             if "destination_queue" in props:
                 queue = str(props["destination_queue"])
                 guard.queue_bind(queue, source, key)
-                return shared.bind(source, "queue", queue, key, arguments)
+                return shared.bind(
+                    source, "queue", queue, key, arguments, owner=self.session.client
+                )
             if "destination_exchange" in props:
                 destination = str(props["destination_exchange"])
                 guard.exchange_bind(destination, source, key)
-                return shared.bind(source, "exchange", destination, key, arguments)
+                return shared.bind(
+                    source, "exchange", destination, key, arguments, owner=self.session.client
+                )
         return None
 
     # -- HTTP over AMQP ---------------------------------------------------------------------

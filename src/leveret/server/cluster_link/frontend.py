@@ -456,6 +456,9 @@ class LinkFrontEnd:
             if op.purge and not queue.type.purges:
                 raise queue.unsupported("queue.purge")
             count = queue.purge() if op.purge else queue.lookup(None)
+            if queue.config.expires is not None:
+                # Asked by a (passive) declaration on another node: a use, as on one node.
+                queue.touch()
         except AMQPError as exc:
             self._write(c.Failed(op.rid, exc.reply_code, exc.reply_text))
             return

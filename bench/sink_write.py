@@ -2,6 +2,7 @@
 
     python -m bench.sink_write                         # start Leveret, write, stop it
     python -m bench.sink_write --src OTHER/src         # the broker from another checkout
+    python -m bench.sink_write --written               # stream_confirm = written
     python -m bench.sink_write --url URL --pid PID     # a running broker (RabbitMQ: beam.smp)
 
 Publishes ``--messages`` ~60-byte rows into a new stream with the sink's own publisher
@@ -40,14 +41,20 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start(src: str | None, data_dir: str) -> tuple[subprocess.Popen[str], str]:
+def _start(
+    src: str | None, data_dir: str, written: bool = False
+) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if src is not None:
         env["PYTHONPATH"] = src
     cmd = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", "0"]
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter and fixed arguments
-        [*cmd, "--stream-port", "0", "--no-management", "--data-dir", data_dir],
+        [
+            *cmd,
+            *(["--stream-confirm", "written"] if written else []),
+            *["--stream-port", "0", "--no-management", "--data-dir", data_dir],
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -116,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fixed", action="store_true", help="one fixed property set instead of the sink's"
     )
+    parser.add_argument(
+        "--written",
+        action="store_true",
+        help="start Leveret with stream_confirm = written (RabbitMQ's guarantee)",
+    )
     args = parser.parse_args(argv)
     if args.url is not None:
         if args.pid is None:
@@ -123,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(write(args.url, args.pid, args.messages, args.fixed)))
         return 0
     with tempfile.TemporaryDirectory(prefix="leveret-sink-bench-") as work:
-        proc, url = _start(args.src, work)
+        proc, url = _start(args.src, work, args.written)
         try:
             print(json.dumps(write(url, proc.pid, args.messages, args.fixed)))
         finally:

@@ -355,6 +355,9 @@ def main() -> int:
     parser.add_argument(
         "--large", type=int, default=0, help="only batch reads of a stream of this many rows"
     )
+    parser.add_argument(
+        "--writes-only", action="store_true", help="only the writes (--messages / 2 rows each)"
+    )
     args = parser.parse_args()
     protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
     unknown = sorted(set(protocols) - {"stream", "amqp"})
@@ -414,6 +417,16 @@ def main() -> int:
                         f"[{protocol}] batch read {args.large:,} less the job's cost,"
                         f" per partition, {parts} partition(s): {r[f'net_p{parts}']:,.0f} rows/s"
                     )
+            return 0
+        if args.writes_only:
+            spark = make_spark()
+            for protocol in protocols:
+                use(protocol)
+                write(spark, url, stream(), 2000, 1)  # warm-up: the writer's Python workers
+                for parts in (1, 2):
+                    rate = write(spark, url, stream(), n // 2, parts)
+                    what = f"[{protocol}] write with confirms, {parts} partition(s)"
+                    print(f"{what}: {rate:,.0f} rows/s")
             return 0
         if args.latency_only:
             spark = make_spark()

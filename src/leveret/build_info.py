@@ -27,6 +27,10 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.convert.amqp10_sections",
     "leveret.convert.stream_stamp",
     "leveret.convert.amqp10_amqp091",
+    # A 0-9-1 append's stream record head, from the property bytes (the Spark sink's rows).
+    "leveret.convert.stream_head",
+    # What the router and a stream read of a 0-9-1 publish's headers, from the bytes.
+    "leveret.convert.amqp091_headers",
     # Subclasses ConsumerOwner and Browser (model/consumer.py), which are compiled.
     "leveret.server.amqp010.session",
     # The AMQP 1.0 machine's per-transfer path, and the link that subclasses ConsumerOwner.

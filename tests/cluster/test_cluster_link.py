@@ -1,12 +1,16 @@
 """The inter-node link through real clients: three ``leveret serve`` nodes on one etcd,
 each queue led by one node and used through the others (pika publishing with confirms on
-one node, consuming and getting on another), and a queue whose node is down answering as
+one node, consuming and getting on another), a publish flood that leaves the consumers across
+the link their share (the publishes' window), and a queue whose node is down answering as
 RabbitMQ 3.10 answers for a classic queue on a down node, then back with its node."""
 
 from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -244,6 +248,117 @@ def test_amqp10_clients_through_another_node(three_nodes: list[Node]) -> None:
         receiver_conn.close()
     assert got == [f"p{i}" for i in range(5)]
     assert nodes.eventually(lambda: b_count(b, "q.amqp10") == 0 or None) is True
+
+
+def _routed(node: Node, exchange: str) -> bool:
+    """Whether a mandatory publish to ``exchange`` through ``node`` reaches a queue (its
+    bindings have reached that node's copy of the routing table)."""
+    conn = connect(node)
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish(exchange, "", b"probe", mandatory=True)
+        return True
+    except pika.exceptions.UnroutableError:
+        return False
+    finally:
+        conn.close()
+
+
+# One unthrottled pika publisher in a process of its own (the test's consumers keep this
+# one's interpreter): persistent 256 B messages to a fanout for SECONDS, then the count.
+_FLOOD = """
+import sys, time, pika
+port, exchange, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+ch = conn.channel()
+body, props = b"x" * 256, pika.BasicProperties(delivery_mode=2)
+published, start = 0, time.monotonic()
+while time.monotonic() - start < seconds:
+    for _ in range(100):
+        ch.basic_publish(exchange, "", body, props)
+    published += 100
+print(published, flush=True)
+conn.close()
+"""
+
+
+def test_a_publish_flood_leaves_the_consumers_across_the_link_their_share(
+    three_nodes: list[Node],
+) -> None:
+    """Scenario d of docs/benchmarks.md in small: one unthrottled publisher on a, a fanout to
+    four queues led by b, their consumers on a. The link's publish window holds the
+    publisher, so the consumers' credit and acks are not queued behind its publishes: they
+    take a good share while it publishes (before the window: about 5 % of what was routed,
+    then nothing until the publisher stopped), and every message arrives once."""
+    a, b, _ = three_nodes
+    tag = uuid.uuid4().hex[:8]
+    exchange = f"flood-{tag}"
+    queues = [f"flood-{tag}-{i}" for i in range(4)]
+    conn = connect(b)
+    ch = conn.channel()
+    ch.exchange_declare(exchange, "fanout", durable=True)
+    for queue in queues:
+        ch.queue_declare(queue, durable=True)
+        ch.queue_bind(queue, exchange)
+    nodes.eventually(functools.partial(_routed, a, exchange))
+    for queue in queues:
+        ch.queue_purge(queue)
+    conn.close()
+
+    received = [0]
+    stop = threading.Event()
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def consumers() -> None:
+        try:
+            conn = connect(a)
+            for queue in queues:
+                ch = conn.channel()
+                ch.basic_qos(prefetch_count=100)
+
+                def on_message(
+                    ch: Any, method: Any, _props: Any, _body: bytes, received: list[int] = received
+                ) -> None:
+                    received[0] += 1
+                    if method.delivery_tag % 50 == 0:
+                        ch.basic_ack(method.delivery_tag, multiple=True)
+
+                ch.basic_consume(queue, on_message)
+            ready.set()
+            deadline = time.monotonic() + 120
+            while not stop.is_set() and time.monotonic() < deadline:
+                conn.process_data_events(time_limit=0.05)
+            conn.close()
+        except BaseException as exc:  # reported by the test's thread
+            failure.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=consumers, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(30)
+        assert not failure
+        publisher = subprocess.run(
+            [sys.executable, "-c", _FLOOD, str(a.broker.port), exchange, "2.0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        during = received[0]
+        routed = int(publisher.stdout) * len(queues)
+        # A share, not a rate: the machine may be loaded.
+        assert during >= 2000, (during, routed)
+        assert during >= routed // 5, (during, routed)
+        nodes.eventually(lambda: received[0] >= routed, timeout=60)
+        time.sleep(0.2)
+        assert received[0] == routed  # every one once
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not failure
 
 
 def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(

@@ -5,6 +5,7 @@ locator, and a transient queue is reachable from every node, as in RabbitMQ."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import threading
@@ -317,8 +318,8 @@ def test_the_exclusive_queues_of_a_killed_node_go_once_its_lease_expires(
 ) -> None:
     a, _b = two
     c = nodes.start_node(etcd_server, a.prefix, "c@test")
+    conn = connect(c)
     try:
-        conn = connect(c)
         name = conn.channel().queue_declare("", exclusive=True).method.queue
         nodes.eventually(lambda: _queue_of(a, name))
         c.broker.stop(signal.SIGKILL)
@@ -326,5 +327,7 @@ def test_the_exclusive_queues_of_a_killed_node_go_once_its_lease_expires(
         # once its lease (2 s here) has expired.
         nodes.eventually(lambda: _queue_of(a, name) is None, timeout=nodes.LEASE_TTL * 3 + 5)
     finally:
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            conn.close()  # its socket, whose peer was killed
         if c.broker.process is not None and c.broker.process.poll() is None:
             c.broker.stop()

@@ -81,3 +81,43 @@ def test_a_stream_led_by_b_is_used_through_a(two: tuple[Node, Node]) -> None:
     assert leader == b_port
     bodies = [b"one", b"two", b"three"]
     assert asyncio.run(_publish_and_read(a_port, stream, bodies)) == bodies
+
+
+def test_an_amqp091_consumer_on_a_reads_a_stream_led_by_b_from_its_offset(
+    two: tuple[Node, Node],
+) -> None:
+    """The consumer's x-stream-offset crosses the link with its consume: it starts where
+    it asked (here at offset 2 of 5), each delivery stamped with its offset."""
+    a, b = two
+    stream = f"s091-{uuid.uuid4().hex[:6]}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    ch = conn.channel()
+    ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    ch.confirm_delivery()
+    for i in range(5):
+        ch.basic_publish("", stream, f"m{i}".encode())
+    conn.close()
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", a.broker.port))
+    try:
+        ch = conn.channel()
+        nodes.eventually(lambda: _declared(ch, stream))
+        ch.basic_qos(prefetch_count=10)
+        got: list[tuple[bytes, object]] = []
+        for method, props, body in ch.consume(
+            stream, arguments={"x-stream-offset": 2}, inactivity_timeout=5
+        ):
+            if method is None:
+                break
+            got.append((body, (props.headers or {}).get("x-stream-offset")))
+            ch.basic_ack(method.delivery_tag)
+            if len(got) == 3:
+                break
+        ch.cancel()
+    finally:
+        conn.close()
+    assert got == [(b"m2", 2), (b"m3", 3), (b"m4", 4)]
+
+
+def _declared(ch: pika.adapters.blocking_connection.BlockingChannel, stream: str) -> bool:
+    ch.queue_declare(stream, passive=True)
+    return True

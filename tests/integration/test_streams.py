@@ -446,6 +446,33 @@ def test_publish_deduplication(conn: Any, stream: str) -> None:
     assert [b for _o, b, _h in got] == [b"a0", b"a1", b"b0", b"a2", b"plain", b"plain"]
 
 
+@pytest.mark.leveret_only
+def test_deduplication_and_cc_read_from_the_header_bytes(conn: Any, stream: str) -> None:
+    """The broker reads CC and the de-duplication headers from the property bytes (no
+    decode): a CC copy still goes to its queue, a duplicate is still dropped, and the
+    stream gives each message's properties back as published."""
+    ch = conn.channel()
+    ch.confirm_delivery()
+    other = ch.queue_declare("", exclusive=True).method.queue
+    for seq, cc in ((0, None), (1, other), (1, None), (2, None)):
+        headers: dict[str, Any] = {"x-stream-producer": "p", "x-stream-sequence": seq}
+        if cc:
+            headers["CC"] = [cc]
+        props = pika.BasicProperties(headers=headers, message_id=f"p-{seq}", delivery_mode=2)
+        ch.basic_publish("", stream, f"p{seq}".encode(), props)
+    got = consume(conn, stream, 3, "first")
+    assert [b for _o, b, _h in got] == [b"p0", b"p1", b"p2"]
+    assert [h["x-stream-sequence"] for _o, _b, h in got] == [0, 1, 2]
+    copied = ch.basic_get(other, auto_ack=True)
+    # A table header with a name a 1.0 symbol cannot hold is stored too (it closed the
+    # connection with 541), and read back as published.
+    nested = {"x-nested": {"é": 1}}
+    ch.basic_publish("", stream, b"t", pika.BasicProperties(headers=nested))
+    assert consume(conn, stream, 4, "first")[3][2]["x-nested"] == {"é": 1}
+    assert copied[2] == b"p1"
+    assert copied[1].message_id == "p-1"
+
+
 # -- restarts ------------------------------------------------------------------------------
 
 

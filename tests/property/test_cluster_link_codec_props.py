@@ -29,6 +29,12 @@ ops = st.one_of(
         st.booleans(),
         u32,
         st.integers(-(2**31), 2**31 - 1),
+        # A consumer's carried arguments (x-stream-offset: a number, a word, a time).
+        st.dictionaries(
+            st.sampled_from(["x-stream-offset", "x-stream-filter"]),
+            st.one_of(st.integers(0, 2**62), st.sampled_from(["first", "last", "next", "1D"])),
+            max_size=2,
+        ),
     ),
     st.builds(c.ConsumeOk, u32),
     st.builds(c.Credit, u32, u32, u64),
@@ -43,6 +49,7 @@ ops = st.one_of(
     st.builds(c.Backlog, text, text, st.booleans()),
     st.builds(c.Inspect, u32, text, text, st.booleans()),
     st.builds(c.Counted, u32, u32, u32),
+    st.builds(c.Taken, u64),
 )
 
 

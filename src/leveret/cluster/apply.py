@@ -481,7 +481,10 @@ class Applier:
                 self.view.queues[ident] = record
                 return
             vhost.declare_queue(
-                name,
+                # A server-named queue (amq.gen-) is made as its server made it, not
+                # refused as a client's reserved name.
+                "" if name.startswith("amq.") else name,
+                generated_name=name,
                 owner=None,
                 durable=record.durable,
                 auto_delete=record.auto_delete,

@@ -42,7 +42,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from leveret.config import peer_addresses
 from leveret.convert.formats import stored_message
@@ -53,12 +53,13 @@ from leveret.model.entry import QueuedMessage
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
 from leveret.model.queues.remote import RemoteQueue
+from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, ReplicaSink
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from leveret.cluster.apply import QueueRecord, View
     from leveret.model.consumer import Consumer
@@ -76,6 +77,15 @@ log = logging.getLogger("leveret.cluster")
 WINDOW: Final = 1000
 # Bytes waiting to be written to a peer past which its proxies fall behind.
 HIGH_WATER: Final = 1 << 20
+# The publishes' window: the weight (``codec.publish_weight``) of publishes sent that the
+# leader has not yet said it handled (``Taken``) past which their publishers are held
+# until half of it is. It bounds what a consumer's credit or a settlement finds ahead of it
+# on the link (about 750 publishes of 256 B).
+PUBLISH_WINDOW: Final = 256 << 10
+# The window while the queue published to falls behind on its leader (its consumers do not
+# keep up: ``Backlog``): small, so that the publisher goes at about their pace, as a paced
+# publisher does on one node.
+BEHIND_WINDOW: Final = PUBLISH_WINDOW // 8
 # Seconds a dialled connection has to finish its handshake.
 HANDSHAKE_TIMEOUT: Final = 5.0
 # Delivery ids carry the connection's generation above these bits (a settlement of a
@@ -139,6 +149,14 @@ class Peer:
         self.hello: c.Hello | None = None
         self.paused = False
         self._counted = 0
+        # The publishes' flow control: the weight sent on this connection, the weight the
+        # leader handled (``Taken``), whether it keeps that account (its first ``Taken``),
+        # and what the publishers held by the window wait for.
+        self.sent_weight = 0
+        self.taken = 0
+        self.flow = False
+        self._room: Completion[None] | None = None
+        self._resume = 0
         # Publishes waiting for the leader's confirm, in order.
         self.seq = 0
         self.waits: deque[tuple[int, Completion[bool]]] = deque()
@@ -206,6 +224,9 @@ class Peer:
         self.settles.clear()
         self.paused = False
         self.account()
+        self.sent_weight = self.taken = 0
+        self.flow = False
+        self._release_publishers()
         if was_up:
             log.warning("inter-node link to node '%s' is down", self.node)
         self.links.now()
@@ -313,6 +334,8 @@ class Peer:
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
                 pending[0].fail(_error(op.code, op.text))
+        elif isinstance(op, c.Taken):
+            self._taken(op)
         elif isinstance(op, c.Backlog):
             self._backlog(op)
         elif isinstance(op, c.Appended):
@@ -335,6 +358,19 @@ class Peer:
             self._proof(op)
         else:
             raise c.LinkError(f"unexpected {type(op).__name__} from the leader")
+
+    def _taken(self, op: c.Taken) -> None:
+        if op.upto > self.sent_weight or op.upto < self.taken:
+            raise c.LinkError(f"the leader took {op.upto} of {self.sent_weight} sent")
+        self.flow = True
+        self.taken = op.upto
+        if self._room is not None and self.sent_weight - op.upto <= self._resume:
+            self._release_publishers()
+
+    def _release_publishers(self) -> None:
+        room, self._room = self._room, None
+        if room is not None:
+            room.resolve(None)
 
     def _backlog(self, op: c.Backlog) -> None:
         vhost = self.links.server.broker.vhosts.get(op.vhost)
@@ -443,6 +479,7 @@ class Peer:
             seq = self.seq = self.seq + 1
             done = Completion()
             self.waits.append((seq, done))
+        self.sent_weight += c.publish_weight(message.raw_properties, message.body)
         self._write_frame(
             c.publish_frame(
                 seq,
@@ -476,6 +513,7 @@ class Peer:
                 consumer.exclusive,
                 credit,
                 consumer.priority,
+                _carried(consumer.arguments),
             )
         )
 
@@ -542,6 +580,21 @@ class Peer:
     def backlogged(self) -> bool:
         return self.paused or self.size > HIGH_WATER
 
+    def room(self, behind: bool) -> Completion[None] | None:
+        """What a publisher that just forwarded here waits for before its next publish:
+        None while the leader keeps up; past the window (``BEHIND_WINDOW`` for a queue
+        falling behind), until it has handled all but half of it (or the link goes)."""
+        if not self.flow:
+            return None
+        window = BEHIND_WINDOW if behind else PUBLISH_WINDOW
+        if self.sent_weight - self.taken <= window:
+            return None
+        room = self._room
+        if room is None:
+            self._resume = window // 2
+            room = self._room = Completion()
+        return room
+
     def dropped(self, queue: RemoteQueue) -> None:
         for consumer in list(queue.consumers):
             self.cancel(queue, consumer)
@@ -557,6 +610,25 @@ class ReplicationHooks(ReplicaSink, Protocol):
 
 class HandshakeRefused(Exception):
     """The node reached is not the peer expected, or cannot prove the cluster's secret."""
+
+
+# The consumer arguments a leader's queue reads, carried with a Consume (a stream's start
+# and filters); the priority travels apart, the rest are the consumer's node's own.
+_CARRIED_ARGUMENTS: Final = ("x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered")
+
+
+def _carried(arguments: Mapping[str, object]) -> Mapping[str, FieldValue]:
+    carried: dict[str, FieldValue] = {}
+    for key in _CARRIED_ARGUMENTS:
+        if key not in arguments:
+            continue
+        value = cast("FieldValue", arguments[key])
+        try:
+            encode_table({key: value})
+        except AMQPError:
+            continue  # a value 0-9-1 cannot carry (another protocol's type): left out
+        carried[key] = value
+    return carried
 
 
 def _error(code: int, text: str) -> AMQPError:

@@ -384,7 +384,12 @@ def value_of_field(value: object) -> Value:
     if isinstance(value, (list, tuple)):
         return [value_of_field(v) for v in value]
     if isinstance(value, dict):
-        return {Symbol(str(k)): value_of_field(v) for k, v in value.items()}
+        # A symbol is ASCII: a name that is not stays a string (RabbitMQ writes its UTF-8
+        # bytes as a symbol, which a 1.0 decoder may refuse).
+        return {
+            Symbol(k) if k.isascii() else k: value_of_field(v)
+            for k, v in ((str(k), v) for k, v in value.items())
+        }
     return str(value)
 
 

@@ -32,10 +32,14 @@ __all__ = [
     "RESERVED",
     "Sections",
     "annotations_section",
+    "binary",
     "data_head",
+    "described_list",
+    "described_map",
     "header_section",
     "sections",
     "string",
+    "symbol",
     "uint",
 ]
 
@@ -103,13 +107,13 @@ def string(text: str) -> bytes:
     return _BI(0xB1, len(data)) + data
 
 
-def _binary(data: bytes) -> bytes:
+def binary(data: bytes) -> bytes:
     if len(data) < 256:
         return _BB(0xA0, len(data)) + data
     return _BI(0xB0, len(data)) + data
 
 
-def _symbol(text: str) -> bytes:
+def symbol(text: str) -> bytes:
     data = text.encode("ascii")
     if len(data) < 256:
         return _BB(0xA3, len(data)) + data
@@ -125,7 +129,7 @@ def uint(number: int) -> bytes:
     return _BI(0x70, number)
 
 
-def _list(descriptor: bytes, parts: list[bytes]) -> bytes:
+def described_list(descriptor: bytes, parts: list[bytes]) -> bytes:
     """A described list, trailing nulls dropped (the generated composites' encoding)."""
     n = len(parts)
     while n and parts[n - 1] == NULL:
@@ -138,7 +142,7 @@ def _list(descriptor: bytes, parts: list[bytes]) -> bytes:
     return descriptor + _BII(0xD0, len(body) + 4, n) + body
 
 
-def _map(descriptor: bytes, body: bytes, count: int) -> bytes:
+def described_map(descriptor: bytes, body: bytes, count: int) -> bytes:
     """A described map of ``count`` encoded keys and values (the generic encoder's form)."""
     if count < 256 and len(body) < 255:
         return descriptor + _BBB(0xC1, len(body) + 1, count) + body
@@ -148,7 +152,7 @@ def _map(descriptor: bytes, body: bytes, count: int) -> bytes:
 def header_section(s: Sections, first_acquirer: bytes = NULL, delivery_count: int = 0) -> bytes:
     """The header section of ``s``; ``first_acquirer`` (``NULL``, or true/false encoded) and
     ``delivery_count`` (0: not given) are a delivery's, not the message's."""
-    return _list(
+    return described_list(
         _HEADER,
         [
             _TRUE if s.durable else _FALSE,
@@ -162,7 +166,7 @@ def header_section(s: Sections, first_acquirer: bytes = NULL, delivery_count: in
 
 def annotations_section(items: bytes, count: int) -> bytes:
     """The message-annotations section of these encoded keys and values."""
-    return _map(_MESSAGE_ANNOTATIONS, items, count)
+    return described_map(_MESSAGE_ANNOTATIONS, items, count)
 
 
 def data_head(body: bytes) -> bytes:
@@ -187,7 +191,7 @@ def _value(value: object) -> bytes | None:
     if kind is bool:
         return _TRUE if value else _FALSE
     if kind is bytes:
-        return _binary(value)  # type: ignore[arg-type]
+        return binary(value)  # type: ignore[arg-type]
     if kind is float:
         return _Bd(0x82, value)
     if value is None:
@@ -244,7 +248,7 @@ def _sections(props: BasicProperties) -> Sections | None:
                 if name is None:
                     if len(symbols) >= 256:
                         symbols.clear()
-                    name = symbols[key] = _symbol(key)
+                    name = symbols[key] = symbol(key)
                 annotations.append(name)
                 annotations.append(encoded)
                 count += 2
@@ -295,24 +299,24 @@ def _sections(props: BasicProperties) -> Sections | None:
             if timestamp * 1000 > _LONG_MAX:
                 return None
             creation = _Bq(0x83, timestamp * 1000)
-        rest = _list(
+        rest = described_list(
             _PROPERTIES,
             [
                 NULL if message_id is None else string(message_id),
-                NULL if user_id is None else _binary(user_id.encode()),
+                NULL if user_id is None else binary(user_id.encode()),
                 NULL,
                 NULL,
                 NULL if reply_to is None else string(reply_to),
                 NULL if correlation_id is None else string(correlation_id),
-                NULL if content_type is None else _symbol(content_type),
-                NULL if content_encoding is None else _symbol(content_encoding),
+                NULL if content_type is None else symbol(content_type),
+                NULL if content_encoding is None else symbol(content_encoding),
                 NULL,
                 creation,
                 NULL if app_id is None else string(app_id),
             ],
         )
     if app:
-        rest += _map(_APPLICATION_PROPERTIES, b"".join(app), len(app))
+        rest += described_map(_APPLICATION_PROPERTIES, b"".join(app), len(app))
     return Sections(
         props.delivery_mode == 2,
         NULL if priority is None else _BB(0x50, priority),

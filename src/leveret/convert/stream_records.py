@@ -23,8 +23,8 @@ its body.
 The head of a 0-9-1 append's record (everything before the body) depends only on the
 exchange, routing key and property bytes and is kept per distinct triple (a small cache),
 so a publisher that repeats its properties pays the table once; one whose properties
-differ per message (the Spark sink's producer, sequence and message-id) gets the table's
-bytes written directly (``amqp10_sections.py``).
+differ per message (the Spark sink's sequence and message-id) gets the head written
+straight from the property bytes (``stream_head.py``), without decoding them.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING
 
 from leveret.convert import amqp10
 from leveret.convert.amqp091 import wire_message
+from leveret.convert.amqp091_headers import dedup_key
 from leveret.convert.amqp10_amqp091 import sections_for
 from leveret.convert.amqp10_sections import data_head, header_section
+from leveret.convert.stream_head import stored_head
 from leveret.convert.stream_reads import ChunkReads
 from leveret.protocol.amqp091._generated.properties import BasicProperties
 from leveret.protocol.amqp10 import types as t
@@ -140,6 +142,15 @@ def _properties_of(message: Message) -> BasicProperties:
 
 
 def _head(exchange: str, routing_key: str, raw: bytes, message: Message) -> bytes:
+    direct = stored_head(exchange, routing_key, raw)
+    if direct is not None:
+        return direct
+    return decoded_head(exchange, routing_key, raw, message)
+
+
+def decoded_head(exchange: str, routing_key: str, raw: bytes, message: Message) -> bytes:
+    """The head through the decoded properties and the table (what ``stored_head`` leaves
+    to it; it raises on malformed property bytes)."""
     prepared = _prepared.get(raw)
     if prepared is None:
         if len(_prepared) >= _CACHE_MAX:
@@ -331,6 +342,11 @@ class StreamRecords:
         else:
             head, body = record_parts(message)
         return [_U32.pack(len(head) + len(body)), head, body]
+
+    def dedup_key(self, message: Message) -> tuple[str, int] | None:
+        if message.format:
+            return None  # a 1.0 message's headers: decoded
+        return dedup_key(message.raw_properties)
 
     def messages(self, entry: bytes, stream: str, entries: int = 1) -> list[Message | None]:
         if entries != 1:

@@ -60,6 +60,9 @@ HINT_PERSISTENT = 16
 # A user-id property is present (front ends that check it against the login read it only
 # then; the 0-9-1 one reads its raw property flags instead).
 HINT_USER_ID = 32
+# The front end read the encoded headers: the decoder takes them and no CC or BCC header
+# routes the message (the router need not decode them). Cleared when headers are replaced.
+HINT_PLAIN_HEADERS = 64
 # What a queue looks at (expiration, priority); the rest matters at routing only.
 QUEUE_HINTS = HINT_EXPIRATION | HINT_PRIORITY
 
@@ -126,6 +129,8 @@ class Message:
         ):
             if name in properties:
                 new_hints = new_hints | bit if properties[name] is not None else new_hints & ~bit
+        if "headers" in properties:
+            new_hints &= ~HINT_PLAIN_HEADERS
         if properties:
             if self._encode is None:
                 raise TypeError("this message's front end supplied no properties encoder")

@@ -14,7 +14,10 @@ the front end reads and clears it to pace this publisher.
 
 A queue led by another node (``Queue.forwards``, ``queues/remote.py``) is handed the
 message with ``forward``, which answers, when a confirm is wanted, with a completion of the
-leader's confirm; the publish's confirm waits for it (``Confirms.published``).
+leader's confirm; the publish's confirm waits for it (``Confirms.published``). When the
+link to that leader has a window of publishes it has not handled yet, ``wait`` is set
+(``Queue.room``): the shell holds the publisher's input until it is done, as one node's
+publisher waits for its turn.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ class Publisher:
         self.confirms: Confirms | None = None
         self.tx: Transaction | None = None
         self.feeds_backlog = False
+        # A queue's leader on another node has a window's worth of this node's publishes
+        # still to handle: the front end holds this publisher's input until this is done
+        # (``Queue.room``; the shell's ``published_by``).
+        self.wait: Completion[None] | None = None
         # What the leaders of the queues led elsewhere that the last routed message went to
         # will answer (None: it went to none, or no confirm is wanted).
         self.remote: Completion[bool] | None = None
@@ -189,6 +196,8 @@ class Publisher:
         done = queue.forward(message, self.confirms is not None or self.tx is not None)
         if done is not None:
             self._join(done)
+        if self.wait is None:
+            self.wait = queue.room()
 
     def _join(self, done: Completion[bool]) -> None:
         """The routed messages' confirm also waits for ``done``."""

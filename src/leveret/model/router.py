@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.model import dead_letter as dl
 from leveret.model.exchange import Exchange
-from leveret.model.message import HINT_HEADERS
+from leveret.model.message import HINT_HEADERS, HINT_PLAIN_HEADERS
 from leveret.model.queues.base import Queue
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class Router:
             if requester is not None:
                 requester.deliver_reply(message)  # at most once; dropped once it has gone
             return _NO_QUEUES, message
-        if not message.hints & HINT_HEADERS:
+        if not message.hints & HINT_HEADERS or message.hints & HINT_PLAIN_HEADERS:
             return self.route(exchange, routing_key, message), message
         headers = message.headers or {}
         if "CC" not in headers and "BCC" not in headers:

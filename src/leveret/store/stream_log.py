@@ -295,6 +295,9 @@ class FileStreamLog:
         building.append(opened)
         return opened
 
+    def dedup_key(self, message: Message) -> tuple[str, int] | None:
+        return self.codec.dedup_key(message)
+
     def append(self, message: Message, timestamp: int, producer: str, sequence: int) -> bool:
         pieces = self.codec.entry(message)
         size = 0

@@ -5,6 +5,7 @@ requeues what it left unsettled."""
 
 from __future__ import annotations
 
+from leveret.convert.formats import stored_message
 from leveret.model.broker import Broker
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
@@ -66,14 +67,17 @@ def test_publish_confirm_consume_settle_get_and_loss() -> None:
     vhost = broker.vhosts["/"]
     queue = vhost.declare_queue("q", owner=None)
     front, identity = link(broker)
-    assert handshake(front) == []
+    # The leader keeps the publishes' account (the dialer's window starts with it).
+    assert handshake(front) == [c.Taken(0)]
     assert identity.links["a"] is front
-    out = send(
-        front,
+    publishes = [
         *(c.Publish(i, "/", "q", "", "q", 0, PROPS, b"m%d" % i) for i in (1, 2, 3)),
         c.Publish(4, "/", "missing", "", "missing", 0, PROPS, b"x"),
-    )
-    assert out == [c.Confirm(3, True, True), c.Confirm(4, False, False)]
+    ]
+    out = send(front, *publishes)
+    # Every publish handled counts, the refused one too: once a turn.
+    weight = sum(c.publish_weight(p.raw, p.body) for p in publishes)
+    assert out == [c.Confirm(3, True, True), c.Confirm(4, False, False), c.Taken(weight)]
     assert queue.message_count == 3
     # A consumer with credit 2 gets two, and a third once the credit grows.
     out = send(front, c.Consume(1, "/", "q", False, False, 2, 0))
@@ -102,9 +106,38 @@ def test_the_peer_is_told_when_a_queue_falls_behind_and_catches_up() -> None:
     send(front, c.Consume(1, "/", "q", True, False, 0, 0))  # a consumer with no credit yet
     pace = 1024  # ClassicQueue.backlog_pace
     out = send(front, *(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"x") for _ in range(pace + 1)))
-    assert out == [c.Backlog("/", "q", True)]
+    assert [op for op in out if not isinstance(op, c.Taken)] == [c.Backlog("/", "q", True)]
+    # One account a turn (500 operations), up to every publish.
+    taken = [op.upto for op in out if isinstance(op, c.Taken)]
+    assert taken == sorted(taken)
+    assert len(taken) == 3
+    assert taken[-1] == (pace + 1) * c.publish_weight(PROPS, b"x")
     out = send(front, c.Credit(1, pace + 1, 0))  # the consumer takes everything
     assert sum(isinstance(op, c.Deliver) for op in out) == pace + 1
     assert queue.message_count == 0
     out = send(front, c.Publish(0, "/", "q", "", "q", 0, PROPS, b"y"))
     assert c.Backlog("/", "q", False) in out
+
+
+def test_the_consumers_operations_go_ahead_of_publishes_waiting_for_a_turn() -> None:
+    # A window of publishes read at once takes more than a turn: the credit read with them
+    # is handled in the first turn, not after them.
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    queue.enqueue(stored_message("", "q", PROPS, b"first", 0))
+    front, _ = link(broker)
+    handshake(front)
+    send(front, c.Consume(1, "/", "q", True, False, 0, 0))  # no credit yet
+    writer = c.Writer()
+    for _ in range(front.turn_budget + 100):
+        writer.add(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"later"))
+    writer.add(c.Credit(1, 1, 0))
+    front.shell.data_received(writer.take(), 1.0)  # one turn
+    out = c.Reader().feed(b"".join(front.shell.take_output(1.0)))
+    delivered = [op.body for op in out if isinstance(op, c.Deliver)]
+    assert delivered == [b"first"]
+    assert front.pending  # publishes left for the next turns
+    # Gets stay in order with the publishes: this one sees every publish before it.
+    out = send(front, c.Get(7, "/", "q", True))
+    [got] = [op for op in out if isinstance(op, c.Got)]
+    assert got.remaining == front.turn_budget + 100 - 1

@@ -68,6 +68,7 @@ def test_a_bug_at_the_turn_s_end_costs_only_the_connection() -> None:
 
     class Broken:
         feeds_backlog = False
+        wait = None
 
         def flush_confirms(self) -> None:
             raise RuntimeError("a bug of ours")

@@ -487,6 +487,11 @@ class Queue(Source):
         self.enqueue(message)
         return None
 
+    def room(self) -> Completion[None] | None:
+        """After ``forward``: what the publisher waits for before it publishes again (the
+        link to the leader has a window's worth of publishes unhandled); None: go on."""
+        return None
+
     def fetch(self, *, auto_settle: bool) -> Completion[tuple[QueuedMessage | None, int]]:
         """``get`` answered later (a queue led by another node): the entry (None: none was
         ready) and how many messages are left."""

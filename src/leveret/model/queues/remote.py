@@ -76,6 +76,8 @@ class Leader(Protocol):
 
     def backlogged(self) -> bool: ...
 
+    def room(self, behind: bool) -> Completion[None] | None: ...
+
     def dropped(self, queue: RemoteQueue) -> None: ...
 
 
@@ -149,6 +151,9 @@ class RemoteQueue(Queue):
 
     def falling_behind(self) -> bool:
         return self.behind or self.leader.backlogged()
+
+    def room(self) -> Completion[None] | None:
+        return self.leader.room(self.behind)
 
     # -- consumers ------------------------------------------------------------------------
 

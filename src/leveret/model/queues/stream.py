@@ -330,12 +330,16 @@ class StreamQueue(Queue):
         log = self.log
         producer, sequence = "", -1
         if message.hints & HINT_HEADERS:
-            headers = message.headers
-            if headers:
-                producer, sequence = _dedup_key(headers)
-                if producer and sequence <= log.producers.get(producer, -1):
-                    log.wait_durable()
-                    return True  # a duplicate: stored before, confirmed, dropped
+            key = log.dedup_key(message)
+            if key is not None:
+                producer, sequence = key
+            else:
+                headers = message.headers
+                if headers:
+                    producer, sequence = _dedup_key(headers)
+            if producer and sequence <= log.producers.get(producer, -1):
+                log.wait_durable()
+                return True  # a duplicate: stored before, confirmed, dropped
         # Timestamps never go backwards, so "first at or after a time" is a search.
         timestamp = max(int(self.timers.wall * 1000), self._last_timestamp)
         self._last_timestamp = timestamp

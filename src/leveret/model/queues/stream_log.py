@@ -62,6 +62,11 @@ class RecordCodec(Protocol):
         """``message`` as one stored entry (pieces to be joined into a chunk)."""
         ...
 
+    def dedup_key(self, message: Message) -> tuple[str, int] | None:
+        """(producer, sequence) of ``message``'s de-duplication headers, ("", -1) for none,
+        read without decoding its properties; None when they must be decoded."""
+        ...
+
     def messages(self, entry: bytes, stream: str, entries: int = 1) -> list[Message | None]:
         """The messages of the records of ``entries`` entries joined in ``entry``, in order
         (None: a record unreadable here)."""
@@ -162,6 +167,10 @@ class StreamLog(Protocol):
         """Drop whole closed segments from the head while the log is larger than
         ``max_bytes`` or the segment's newest entry is older than ``oldest`` (ms);
         returns how many were dropped."""
+        ...
+
+    def dedup_key(self, message: Message) -> tuple[str, int] | None:
+        """``RecordCodec.dedup_key`` of the log's codec (None without one)."""
         ...
 
     def wait_durable(self) -> None:
@@ -337,6 +346,9 @@ class MemoryStreamLog:
                 del self._chunks[:cut]
                 del self._chunk_firsts[:cut]
         return dropped
+
+    def dedup_key(self, message: Message) -> tuple[str, int] | None:
+        return None if self.codec is None else self.codec.dedup_key(message)
 
     def wait_durable(self) -> None:
         return None

@@ -23,10 +23,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
 from leveret.errors import AMQPError
+from leveret.protocol.amqp091.fieldtable import (
+    FieldTable,
+    FieldValue,
+    decode_table,
+    encode_table,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "MAX_FRAME",
@@ -53,9 +62,11 @@ __all__ = [
     "Publish",
     "Reader",
     "Settle",
+    "Taken",
     "Writer",
     "encode",
     "proof",
+    "publish_weight",
 ]
 
 # A frame larger than this is refused (a message body is at most 512 MiB on 0-9-1).
@@ -121,6 +132,8 @@ class Consume:
     exclusive: bool
     credit: int
     priority: int
+    # The consumer's arguments (x-stream-offset for a stream, ...), as a 0-9-1 field table.
+    arguments: Mapping[str, FieldValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +244,16 @@ class Backlog:
 
 
 @dataclass(frozen=True, slots=True)
+class Taken:
+    """The leader has handled the publishes of this connection up to ``upto``, their
+    :func:`publish_weight` summed since the handshake: the publishes' flow control (the
+    sending node holds its publishers while more than a window is unaccounted for). The
+    leader sends ``Taken(0)`` after its ``Proof``, saying it keeps this account."""
+
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
 class Failed:
     """A request (``rid``) failed with an AMQP code and text (404, 405, 540...)."""
 
@@ -282,7 +305,17 @@ Op = (
     | Counted
     | Append
     | Appended
+    | Taken
 )
+
+# What a publish counts for besides its properties and body (its frame's head, names).
+PUBLISH_OVERHEAD: Final = 64
+
+
+def publish_weight(raw: bytes, body: bytes) -> int:
+    """A publish's share of the publishes' window, reckoned alike on both nodes."""
+    return len(raw) + len(body) + PUBLISH_OVERHEAD
+
 
 _HEAD = struct.Struct(">IB")
 _U8 = struct.Struct(">B")
@@ -431,6 +464,7 @@ def _payload(op: Op) -> tuple[int, bytes]:
                 _U8.pack(op.auto_settle | op.exclusive << 1),
                 _U32.pack(op.credit),
                 _I32.pack(op.priority),
+                encode_table(op.arguments),
             )
         )
     if isinstance(op, ConsumeOk):
@@ -467,6 +501,8 @@ def _payload(op: Op) -> tuple[int, bytes]:
         )
     if isinstance(op, Appended):
         return 20, _s(op.vhost) + _s(op.queue) + _U64.pack(op.epoch) + _U64.pack(op.offset)
+    if isinstance(op, Taken):
+        return 21, _U64.pack(op.upto)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -553,6 +589,16 @@ class _Cursor:
     def b(self) -> bytes:
         return bytes(self.take(self.u32()))
 
+    def table(self) -> FieldTable:
+        try:
+            table, end = decode_table(bytes(self.data), self.pos)
+        except AMQPError as exc:
+            raise LinkError(f"a link frame's field table: {exc}") from None
+        if end > len(self.data):
+            raise LinkError("truncated link frame")
+        self.pos = end
+        return table
+
     def message(self) -> tuple[str, str, int, bytes, bytes]:
         return self.s(), self.s(), self.u8(), self.b(), self.b()
 
@@ -594,7 +640,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         cid, vhost, queue, bits = c.u32(), c.s(), c.s(), c.u8()
         if bits > 3:
             raise LinkError("bad consume flags")
-        op = Consume(cid, vhost, queue, bool(bits & 1), bool(bits & 2), c.u32(), c.i32())
+        credit, priority = c.u32(), c.i32()
+        op = Consume(cid, vhost, queue, bool(bits & 1), bool(bits & 2), credit, priority, c.table())
     elif code == 6:
         op = ConsumeOk(c.u32())
     elif code == 8:
@@ -620,6 +667,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Append(c.s(), c.s(), c.u64(), c.u64(), c.b())
     elif code == 20:
         op = Appended(c.s(), c.s(), c.u64(), c.u64())
+    elif code == 21:
+        op = Taken(c.u64())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final, TypeVar, cast
 from leveret import __version__
 from leveret.auth import authn
 from leveret.convert.amqp091 import delivery_mode, wire_message
+from leveret.convert.amqp091_headers import headers_hint
 from leveret.errors import AMQPError, CommandInvalid, PreconditionFailed
 from leveret.model.message import HINT_PERSISTENT
 from leveret.protocol.amqp091.connection import (
@@ -52,6 +53,7 @@ __all__ = ["AMQP091Connection", "Limits"]
 # and the delivery-mode's in the high octet (4th).
 _USER_ID_FLAG: Final = 0x10
 _DELIVERY_MODE_FLAG: Final = 0x10
+_HEADERS_FLAG: Final = 0x20
 
 
 class AMQP091Connection(ServerConnection):
@@ -240,6 +242,10 @@ class AMQP091Connection(ServerConnection):
         self, channel: ChannelState, publish: PendingPublish, raw_properties: bytes, body: bytes
     ) -> None:
         message = wire_message(publish.exchange, publish.routing_key, raw_properties, body)
+        if raw_properties and raw_properties[0] & _HEADERS_FLAG:
+            # Read once here, so that neither the router (CC, BCC) nor a stream (its
+            # de-duplication headers) decodes them.
+            message.hints |= headers_hint(raw_properties)
         if (
             raw_properties
             and raw_properties[0] & _DELIVERY_MODE_FLAG

@@ -50,6 +50,12 @@ PACED_TURN_OPS: Final = 50
 # Bytes of output past which deliveries to the peer pause (the transport's own buffer
 # pauses them too, through the shell).
 OUTPUT_HIGH_WATER: Final = 1 << 20
+# What the peer's consumers send (consume, credit, settle, cancel) is handled ahead of its
+# publishes still waiting for a turn: with up to a window of publishes read at once (the
+# peer's ``PUBLISH_WINDOW``), its consumers' credit would otherwise wait for their turns.
+# Gets and inspections stay in order with the publishes (a get sees what was published
+# before it, as on one node).
+_CONTROL: Final = (c.Credit, c.Settle, c.Consume, c.Cancel)
 
 
 @dataclass
@@ -88,6 +94,7 @@ class LinkFrontEnd:
         self.identity = identity
         self.reader = c.Reader()
         self.ops: deque[c.Op] = deque()
+        self.control: deque[c.Op] = deque()
         self.should_close_transport = False
         self.close_reason = ""
         self.nonce = os.urandom(16)
@@ -105,12 +112,16 @@ class LinkFrontEnd:
         self.behind: set[Queue] = set()
         self.writable = True
         self.output = shell.output
+        # The publishes' flow control: the weight (``codec.publish_weight``) of the peer's
+        # publishes handled, and how much of it the peer was told (``Taken``).
+        self.taken = 0
+        self.reported = 0
 
     # -- FrontEnd --------------------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return bool(self.ops)
+        return bool(self.ops or self.control)
 
     @property
     def held_size(self) -> int:
@@ -120,18 +131,32 @@ class LinkFrontEnd:
         if self.should_close_transport:
             return
         try:
-            self.ops.extend(self.reader.feed(data))
+            decoded = self.reader.feed(data)
         except c.LinkError as exc:
             self._refuse(f"bad input on the link: {exc.reply_text}")
+            return
+        if not self.proven:  # the handshake first, everything in order
+            self.ops.extend(decoded)
+            return
+        ops, control = self.ops, self.control
+        for op in decoded:
+            (control if isinstance(op, _CONTROL) else ops).append(op)
 
     def run(self, budget: int, now: float) -> None:
-        # Taken from the front of a deque: a backlog of n operations costs a turn its budget,
-        # not a copy of the n left (the list's slices did).
-        ops = self.ops
+        # Taken from the front of deques: a backlog of n operations costs a turn its budget,
+        # not a copy of the n left (the list's slices did); the consumers' operations first.
+        control, ops = self.control, self.ops
+        while budget > 0 and control and not self.should_close_transport:
+            self._handle(control.popleft())
+            budget -= 1
         while budget > 0 and ops and not self.should_close_transport:
             self._handle(ops.popleft())
             budget -= 1
         self.confirms.flush()
+        if self.taken != self.reported and not self.should_close_transport:
+            # Once a turn: the peer lets its publishers send this much more.
+            self.reported = self.taken
+            self._write(c.Taken(self.taken))
 
     def take_output(self, now: float) -> list[bytes]:
         return self.output.take()
@@ -209,6 +234,7 @@ class LinkFrontEnd:
         self.should_close_transport = True
         self.close_reason = reason
         self.ops.clear()
+        self.control.clear()
 
     def _hello(self, op: c.Hello) -> None:
         identity = self.identity
@@ -246,6 +272,8 @@ class LinkFrontEnd:
         self.shell.opened = True
         info = self.shell.info
         info.user, info.vhost = peer.node, ""
+        # This node keeps the publishes' account (the peer holds its publishers by it).
+        self._write(c.Taken(0))
         log.info("inter-node link from node '%s' is up", peer.node)
         if identity.on_peer is not None:
             identity.on_peer(peer.node, True)
@@ -286,6 +314,7 @@ class LinkFrontEnd:
         return vhost.queues.get(name) if vhost is not None else None
 
     def _publish(self, op: c.Publish) -> None:
+        self.taken += c.publish_weight(op.raw, op.body)
         queue = self._queue(op.vhost, op.queue)
         confirms = self.confirms
         if op.seq:
@@ -336,6 +365,7 @@ class LinkFrontEnd:
             exclusive=op.exclusive,
             credit=op.credit,
             priority=op.priority,
+            arguments=op.arguments,
         )
         self.consumers[op.cid] = consumer
         self.ids[consumer] = op.cid

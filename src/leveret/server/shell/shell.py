@@ -252,15 +252,22 @@ class Shell:
     def reading(self) -> bool:
         """Whether the adapter should read the socket: not blocked by the memory alarm,
         not while the transport's own buffer is full, and not holding more input than
-        ``HOLD_BOUND`` for a deferral."""
+        ``HOLD_BOUND`` for a deferral (counted from the last deferral that found no input
+        waiting)."""
         if self.blocked or self._transport_paused:
             # The peer does not read what we write: neither is it read (RabbitMQ's
             # writer blocks its reader the same way), so it cannot make us buffer.
             return False
         if self._holds or self._channel_holds:
             front = self.front
-            held = front.held_size if front is not None else 0
-            return self._fed_while_held <= HOLD_BOUND and held <= HOLD_BOUND
+            if front is None:
+                return False
+            if self._holds and front.pending:
+                # Nothing of the connection is handled until the deferral completes, and
+                # input read earlier waits already: each deferral in a row (a publisher
+                # held by the cluster link's window) would otherwise let in another read.
+                return False
+            return self._fed_while_held <= HOLD_BOUND and front.held_size <= HOLD_BOUND
         return True
 
     def take_output(self, now: float) -> list[bytes]:
@@ -511,11 +518,18 @@ class Shell:
 
     def published_by(self, publisher: Publisher) -> None:
         """``publisher`` took a message in this turn: its confirms go out at the turn's end
-        (with those of every other message of the turn), and it may pace the next turn."""
+        (with those of every other message of the turn), and it may pace the next turn.
+        A publisher whose message went to a leader on another node that has a window of
+        publishes still to handle (``Publisher.wait``): no more of this connection's input
+        is handled until it has (a deferral), which backs the publisher up to its socket."""
         self.published = True
         if publisher is not self._last_publisher:
             self._last_publisher = publisher
             self._publishers.add(publisher)
+        wait = publisher.wait
+        if wait is not None:
+            publisher.wait = None
+            self.defer(wait, _go_on)
 
     def wrote(self) -> None:
         """Output appeared: outside a turn, the adapter flushes soon."""
@@ -561,13 +575,17 @@ class Shell:
         scope = channel
         if scope is not None and scope not in self._channel_holds and not front.hold_input(scope):
             scope = None  # the protocol cannot hold one channel: hold them all
+        if not self._holds and not self._channel_holds and not front.pending:
+            # HOLD_BOUND counts from here. Not while input read earlier still waits (a
+            # publisher held by the cluster link's window, again and again): each deferral
+            # would let in another read's worth.
+            self._fed_while_held = 0
         if scope is None:
             if not self._holds:
                 front.hold_input(None)
             self._holds += 1
         else:
             self._channel_holds[scope] = self._channel_holds.get(scope, 0) + 1
-        self._fed_while_held = 0
         continuation = _Continuation(then, completion, scope)
         completion.on_done(lambda _done: self._completed(continuation))
 
@@ -604,7 +622,7 @@ class Shell:
             held = self._holds if channel is None else channel in self._channel_holds
             if released and not held and not self.finished:
                 front.release_input(channel)
-        if not self._holds and not self._channel_holds:
+        if not self._holds and not self._channel_holds and not front.pending:
             self._fed_while_held = 0
         if self._released_at is not None:
             # A close that waited for a deferral (a refused login's answer) starts now.
@@ -690,6 +708,10 @@ class Shell:
     def channels(self) -> list[ChannelInfo]:
         front = self.front
         return front.channel_infos() if front is not None and self.opened else []
+
+
+def _go_on(_room: Completion[None]) -> None:
+    """A held publisher's link has room again: its input is handled (nothing to reply)."""
 
 
 def _due(timer: _Timer) -> float:

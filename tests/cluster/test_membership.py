@@ -5,6 +5,7 @@ the replication work acts on) and the node registers again under a new lease."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,12 +28,25 @@ def test_record_lease_loss_and_renewal(etcd_server: EtcdServer, etcd_prefix: str
         node = Membership(client, layout, "n1", ttl=2, record={"listeners": ["amqp://h:1"]})
         lost = asyncio.Event()
         renewed = asyncio.Event()
+        extended: list[float] = []
+        at_loss: list[float] = []
+        node.on_lost.append(lambda: at_loss.append(node.valid_until))
         node.on_lost.append(lost.set)
         node.on_renewed.append(renewed.set)
+        node.on_extended.append(extended.append)
         try:
             await node.start()
             assert node.held
             assert node.epoch == 1
+            # Each answered keepalive moves the instant the lease is held until for sure:
+            # never past a TTL from now (etcd counts from its receipt, later).
+            sent = time.monotonic()
+            for _ in range(50):
+                if extended:
+                    break
+                await asyncio.sleep(0.1)
+            assert extended
+            assert sent < extended[-1] == node.valid_until <= time.monotonic() + 2
             found = await client.get(layout.node("n1"))
             assert decode(found.kvs[0].value)["listeners"] == ["amqp://h:1"]
             assert found.kvs[0].lease == node.lease
@@ -47,6 +61,7 @@ def test_record_lease_loss_and_renewal(etcd_server: EtcdServer, etcd_prefix: str
             first = node.lease
             await client.revoke(first)
             await asyncio.wait_for(lost.wait(), 5)
+            assert at_loss == [0.0]  # not held from the moment the loss is known
             await asyncio.wait_for(renewed.wait(), 5)
             assert node.held
             assert node.epoch == 2

@@ -22,6 +22,7 @@ from leveret.auth.definitions import load_store
 from leveret.auth.users import AdminError
 from leveret.cluster.keys import AUTH_SECTIONS, Layout, decode, decode_arguments
 from leveret.errors import AMQPError
+from leveret.model.consumer import CallbackOwner
 from leveret.model.policies import PolicyError, make_policy
 
 if TYPE_CHECKING:
@@ -440,7 +441,12 @@ class Applier:
                 # A replicated queue this node led and another member was elected to lead
                 # (this node lost its lease): its copy here is no longer the queue.
                 log.warning("queue '%s' in '%s': now led by '%s'", name, vhost_name, record.leader)
-                kept = list(local.consumers)
+                # This node's clients' consumers follow the queue to its new leader. Peers'
+                # consumers (through the inter-node link) stay behind: each peer's proxy
+                # follows the record itself and cancels them here, and moved into this
+                # node's proxy they would feed the peer the new leader's messages a second
+                # way round.
+                kept = [c for c in local.consumers if not isinstance(c.owner, CallbackOwner)]
                 local.consumers.clear()
                 vhost.remove_queue(local)
                 local = None
@@ -543,6 +549,12 @@ class Applier:
             return []
         moved = list(local.consumers)
         local.consumers.clear()
+        # Cancelled at the old leader (and what its link buffered for them goes back), or
+        # the link to it would go on handing them what a deposed leader still sends.
+        cancel = getattr(getattr(local, "leader", None), "cancel", None)
+        if cancel is not None:
+            for consumer in moved:
+                cancel(local, consumer)
         return moved
 
     @staticmethod

@@ -14,6 +14,12 @@ the last answered one was sent (so the node gives up no later than etcd does). E
 stops doing), then it takes a new lease and registers again; :attr:`epoch` counts the
 leases it has held, and :attr:`lease` is the one to compare in a fenced write.
 
+:attr:`Membership.valid_until` is the monotonic instant until which the node holds its lease
+for sure: the send time of the last answered keepalive plus the TTL, and etcd counts the TTL
+from when it received that keepalive, later. :attr:`Membership.on_extended` callbacks get it
+each time a keepalive is answered (the same lease, held on): a replicated queue's leader
+serves until then (``cluster/replication.py``).
+
 The name is one node's at a time: a record under another live lease makes :meth:`start`
 wait (a node killed and restarted at once waits for its old lease to expire), up to
 ``wait`` seconds, then fail. Used by ``cluster/node.py``.
@@ -58,6 +64,8 @@ class Membership:
     on_lost: list[Callable[[], None]] = field(default_factory=list)
     # Run after the node registered again under a new lease.
     on_renewed: list[Callable[[], None]] = field(default_factory=list)
+    # Run with :attr:`valid_until` each time a keepalive of the lease held is answered.
+    on_extended: list[Callable[[float], None]] = field(default_factory=list)
     _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _valid_until: float = field(default=0.0, init=False, repr=False)
     _lost: bool = field(default=False, init=False, repr=False)
@@ -66,6 +74,11 @@ class Membership:
     def held(self) -> bool:
         """Whether the node may still believe it holds its lease (and so its roles)."""
         return bool(self.lease) and not self._lost and time.monotonic() < self._valid_until
+
+    @property
+    def valid_until(self) -> float:
+        """The monotonic instant until which the node holds its lease for sure (0: none)."""
+        return self._valid_until if self.lease and not self._lost else 0.0
 
     def node_record(self) -> dict[str, Any]:
         return {"name": self.name, "pid": os.getpid(), "version": __version__, **self.record}
@@ -128,6 +141,11 @@ class Membership:
                 continue
             if ttl > 0 and not self._lost:
                 self._valid_until = sent + ttl
+                for extended in list(self.on_extended):
+                    try:
+                        extended(self._valid_until)
+                    except Exception:  # the keepalive must go on whatever a listener does
+                        log.exception("a lease-extended listener failed")
                 continue
             if not self._lost:
                 log.error("cluster lease lost: etcd expired it (this node was too slow)")

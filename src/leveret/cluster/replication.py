@@ -21,6 +21,14 @@ leader's ``epoch`` and the ``in_sync`` set. Every node runs one :class:`Replicat
   it acknowledges. An ``Append`` of an older epoch than the record's is refused (a deposed
   leader's write); a gap is not acknowledged (the leader resends the state when the link
   comes back).
+- **Serving.** The leader delivers (to consumers, gets) and applies settles only while it
+  can prove it holds its lease: the queue (``QuorumQueue.serve_until``) is given the lease's
+  ``valid_until`` less :data:`SERVE_MARGIN`, converted to the model's clock, and moved on
+  with each answered keepalive (``Membership.on_extended``); the queue compares it with the
+  clock of every input, so a process woken from a pause serves nothing before its
+  keepalive task has run. A lost lease stops it at once. After a new lease, a queue the
+  record still says this node leads serves again only once a fenced rewrite of that record
+  succeeded (no member was elected meanwhile: the election changes the record's revision).
 - **Elections.** When a leader's node is not running any more (its lease expired: killed,
   paused, cut off), each in-sync member tries a transaction that compares the record's
   revision and its own lease and writes itself leader with the next epoch (the old leader
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import struct
 import time
@@ -45,6 +54,7 @@ from leveret.cluster.keys import encode
 from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
 from leveret.model.queues.base import JOURNAL_STORE
+from leveret.model.queues.quorum import QuorumQueue
 from leveret.model.replication import ReplicaState, committed
 from leveret.protocol.cluster import codec as c
 
@@ -72,6 +82,9 @@ LAG_BOUND: Final = 2.0
 COMPACT_AT: Final = 64 << 20
 # Seconds between the checks (lag, catching up, elections).
 TICK: Final = 0.1
+# Seconds a leader stops serving before its lease's ``valid_until`` (at most; a tenth of the
+# TTL for short leases): room for a loop turn's cached clock and a slow turn.
+SERVE_MARGIN: Final = 0.5
 
 # Record kinds.
 ENQUEUE: Final = 1
@@ -261,6 +274,9 @@ class Leading:
     waits: deque[tuple[int, Completion[bool]]] = field(default_factory=deque)
     behind_since: dict[str, float] = field(default_factory=dict)
     busy: bool = False  # an etcd write about the in-sync set is under way
+    # Led under this node's current lease: False from a lost lease until a fenced rewrite
+    # of the record under the new one (nothing is served or confirmed meanwhile).
+    fenced: bool = True
 
     @property
     def ident(self) -> tuple[str, str]:
@@ -297,7 +313,7 @@ class Leading:
 
     def gate(self) -> Completion[bool] | None:
         """The confirm gate (``Queue.gate``): what was just enqueued, once committed."""
-        if not self.replication.membership.held:
+        if not self.fenced or not self.replication.membership.held:
             return Completion.of(False)
         if self.committed() >= self.offset:
             return None
@@ -309,7 +325,7 @@ class Leading:
 
     def committed(self) -> int:
         record = self.record
-        if not self.replication.membership.held:
+        if not self.fenced or not self.replication.membership.held:
             return -1
         upto = committed(
             self.replication.node, self.offset, self.acked, set(record.in_sync), record.members
@@ -424,6 +440,7 @@ class Replication:
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[Any]] = set()
         membership.on_lost.append(self._lease_lost)
+        membership.on_extended.append(self._lease_extended)
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -478,7 +495,7 @@ class Replication:
         queue = vhost.queues.get(record.name) if vhost is not None else None
         if queue is None:
             return
-        leading = self.leading[ident] = Leading(self, record, queue)
+        leading = self.leading[ident] = Leading(self, record, queue, fenced=self.membership.held)
         store = ReplicatingStore(leading)
         replica = self.replicas.pop(ident, None)
         if replica is not None:
@@ -506,6 +523,7 @@ class Replication:
         queue.gate = leading.gate
         for node in leading.followers():
             leading.sync(node)
+        self._serve(leading)
 
     @staticmethod
     def _mirror_queue(leading: Leading, queue: Queue) -> None:
@@ -569,9 +587,52 @@ class Replication:
 
     # -- the lease, lag and elections ---------------------------------------------------------
 
+    def _serve(self, leading: Leading) -> None:
+        """Give the queue the instant until which it may deliver (the module docstring,
+        "Serving"), in the model's clock: the loop's (uvloop's is a cached
+        ``CLOCK_MONOTONIC``, behind ``time.monotonic`` by up to a turn, which only moves
+        the instant earlier)."""
+        queue = leading.queue
+        if not isinstance(queue, QuorumQueue):
+            return
+        membership = self.membership
+        valid_until = membership.valid_until
+        now = asyncio.get_running_loop().time()
+        until = -math.inf
+        if leading.fenced and valid_until:
+            margin = min(SERVE_MARGIN, membership.ttl / 10)
+            until = valid_until - time.monotonic() + now - margin
+        timers = queue.timers
+        timers.now = max(timers.now, now)
+        queue.serve(until)
+
     def _lease_lost(self) -> None:
         for leading in self.leading.values():
+            leading.fenced = False
             leading.fail()
+            self._serve(leading)
+
+    def _lease_extended(self, _valid_until: float) -> None:
+        for leading in self.leading.values():
+            self._serve(leading)
+
+    async def _fence(self, leading: Leading) -> None:
+        """Under a new lease, lead on only if the record is still the one this node led
+        (a fenced rewrite of it: an election meanwhile changed its revision)."""
+        leading.busy = True
+        try:
+            done = await self.store.replace_queue_record(leading.record)
+        finally:
+            leading.busy = False
+        if done and self.leading.get(leading.ident) is leading and self.membership.held:
+            leading.fenced = True
+            log.info(
+                "queue '%s' in '%s': still led here under the new lease",
+                leading.record.name,
+                leading.record.vhost,
+            )
+            self._serve(leading)
+            leading.advance()
 
     async def _run(self) -> None:
         while True:
@@ -585,7 +646,10 @@ class Replication:
         if not self.membership.held:
             return
         for leading in list(self.leading.values()):
-            self._check_followers(leading, now)
+            if leading.fenced:
+                self._check_followers(leading, now)
+            elif not leading.busy:
+                self._spawn(self._fence(leading))
         running = self.applier.view.nodes
         for ident, replica in list(self.replicas.items()):
             record = self.applier.view.queues.get(ident)

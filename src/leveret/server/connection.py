@@ -274,7 +274,7 @@ class ConnectionProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         if self.shell is not None:
-            self.shell.set_writable(True)
+            self.shell.set_writable(True, self.loop.time())
             self._flush()
 
     def shutdown(self, reason: str) -> None:
@@ -294,7 +294,7 @@ class ConnectionProtocol(asyncio.Protocol):
         reason = "client closed" if exc is None else str(exc)
         if shell is not None:
             reason = shell.close_reason or reason
-            shell.connection_lost()
+            shell.connection_lost(self.loop.time())
         log.info("closed connection %s (%s)", self.peer, reason)
         self.shell = None
         self.transport = None

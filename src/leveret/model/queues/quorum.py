@@ -13,10 +13,22 @@ gives every entry a place in its log (``entry.sid``, whatever its delivery mode:
 quorum queues keep every message) and a store that appends each of those calls to it, with
 the leader's epoch; a follower rebuilds the queue by applying the same records in order,
 without consumers (docs/architecture.md, "Adding a queue type").
+
+**Serving.** A replicated queue's leader may deliver only while it can prove it still holds
+its lease: a leader paused or cut off from etcd past its lease has been replaced, and what
+it delivered or took acks for would be the new leader's to deliver again. The cluster gives
+the queue ``serve_until``, an instant of the model clock (``Timers.now``) that it moves on
+with each answered keepalive; every delivery (to a consumer or a get) compares the clock the
+model was given with it, so no timer has to have run first (a process woken from a pause
+reads its input before its keepalive task runs). Past it, the queue delivers nothing and
+keeps the settles it is given until :meth:`QuorumQueue.serve` moves the instant on
+(consumers wait, none is cancelled); a leader that was replaced never serves again (the
+cluster drops this copy for the new leader's proxy). On one node it is +inf.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from leveret.model import dead_letter as dl
@@ -116,6 +128,57 @@ class QuorumQueue(ClassicQueue):
             timers=timers,
             queue_type=QUORUM,
         )
+        self.serve_until = math.inf
+        # Settles (None) and discards (the reason) taken while not serving, applied in
+        # order once it serves again.
+        self._held: list[tuple[QueuedMessage, str | None]] = []
+
+    @property
+    def serving(self) -> bool:
+        """Whether the queue may deliver and settle now (see the module docstring)."""
+        return self.timers.now < self.serve_until
+
+    def serve(self, until: float) -> None:
+        """Serve until ``until`` (model clock): -inf stops at once; while serving, the
+        settles held meanwhile are applied and what waits is delivered."""
+        self.serve_until = until
+        if self.timers.now >= until or self.deleted:
+            return
+        held, self._held = self._held, []
+        for entry, reason in held:
+            if reason is None:
+                super().settle(entry)
+            else:
+                super().discard(entry, reason)
+        self.dispatch()
+
+    def _deliver_special(self, entry: QueuedMessage) -> bool:
+        if self.timers.now >= self.serve_until:
+            return False
+        return super()._deliver_special(entry)
+
+    def get(self, *, auto_settle: bool) -> QueuedMessage | None:
+        if self.timers.now >= self.serve_until:
+            self.n_get_empty += 1
+            return None
+        return super().get(auto_settle=auto_settle)
+
+    def acquire(self, entry: QueuedMessage) -> QueuedMessage | None:
+        if self.timers.now >= self.serve_until:
+            return None
+        return super().acquire(entry)
+
+    def settle(self, entry: QueuedMessage) -> None:
+        if self.timers.now >= self.serve_until:
+            self._held.append((entry, None))
+            return
+        super().settle(entry)
+
+    def discard(self, entry: QueuedMessage, reason: str = dl.REJECTED) -> None:
+        if self.timers.now >= self.serve_until:
+            self._held.append((entry, reason))
+            return
+        super().discard(entry, reason)
 
     def _admit(self, message: Message) -> Message:
         # RabbitMQ's quorum queues deliver every message with x-delivery-count (0 first).

@@ -365,8 +365,12 @@ class Shell:
         finally:
             output.quiet = False
 
-    def set_writable(self, writable: bool) -> None:
-        """The transport's buffer crossed its high (False) or low (True) water mark."""
+    def set_writable(self, writable: bool, now: float | None = None) -> None:
+        """The transport's buffer crossed its high (False) or low (True) water mark;
+        ``now`` is the clock of that event (deliveries may follow it)."""
+        if now is not None:
+            self.now = now
+            self.timers.now = now
         self._transport_paused = not writable
         self._update_writable()
 
@@ -386,6 +390,8 @@ class Shell:
         if not self.blocked:
             return
         self.blocked = False
+        self.now = now
+        self.timers.now = now
         self.last_received = now  # we were not reading: the silence was ours
         if self.opened and self._released_at is None:
             self.info.state = "running"
@@ -396,6 +402,7 @@ class Shell:
     def close(self, reply_code: int, reply_text: str, now: float) -> None:
         """Close from the broker's side (320 on shutdown)."""
         self.now = now
+        self.timers.now = now
         front = self.front
         if front is None:
             self._close_now(reply_text)
@@ -408,7 +415,12 @@ class Shell:
             self._released_at = now
         self.info.state = "closing"
 
-    def connection_lost(self) -> None:
+    def connection_lost(self, now: float | None = None) -> None:
+        """The socket is gone; ``now`` is the clock of that event (what the connection held
+        goes back to its queues, which may deliver it at once)."""
+        if now is not None:
+            self.now = now
+            self.timers.now = now
         self._lost = True
         front = self.front
         if front is not None:

@@ -480,11 +480,9 @@ class Applier:
                 # without it, the queue went with its connection (the node prunes it).
                 self.view.queues[ident] = record
                 return
-            vhost.declare_queue(
-                # A server-named queue (amq.gen-) is made as its server made it, not
-                # refused as a client's reserved name.
-                "" if name.startswith("amq.") else name,
-                generated_name=name,
+            declare_recorded_queue(
+                vhost,
+                name,
                 owner=None,
                 durable=record.durable,
                 auto_delete=record.auto_delete,
@@ -774,3 +772,12 @@ class Applier:
                 vhost.apply_policies()
         if self.on_runtime_changed is not None:
             self.on_runtime_changed()
+
+
+def declare_recorded_queue(vhost: VirtualHost, name: str, **declared: Any) -> Queue:
+    """Queue ``name`` of an etcd record declared on ``vhost`` (this node's model, or a
+    scratch copy the model's checks run on): a server-named one (``amq.gen-``) made as its
+    server made it, not refused as a client's reserved ``amq.`` name."""
+    if name.startswith("amq."):
+        return vhost.declare_queue("", generated_name=name, **declared)
+    return vhost.declare_queue(name, **declared)

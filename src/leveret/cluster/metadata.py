@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from leveret.auth.users import AdminError, UserStore
 from leveret.cluster import documents
-from leveret.cluster.apply import Applier, QueueRecord
+from leveret.cluster.apply import Applier, QueueRecord, declare_recorded_queue
 from leveret.cluster.etcd import (
     Compacted,
     Compare,
@@ -514,7 +514,7 @@ class MetadataStore:
         assert found is not None
         existing = QueueRecord.from_value(vhost, name, decode(found.value))
         check = VirtualHost(vhost)
-        _scratch_queue(
+        declare_recorded_queue(
             check,
             name,
             owner=owner_of(existing.owner),
@@ -523,7 +523,7 @@ class MetadataStore:
             auto_delete=existing.auto_delete,
             arguments=existing.arguments,
         )
-        _scratch_queue(
+        declare_recorded_queue(
             check,
             name,
             owner=owner_of(owner),
@@ -556,7 +556,7 @@ class MetadataStore:
             record = QueueRecord.from_value(vhost, name, decode(found.kvs[0].value))
             if record.exclusive and record.owner != owner and owner is not None:
                 check = VirtualHost(vhost)
-                _scratch_queue(check, name, owner=object(), exclusive=True)
+                declare_recorded_queue(check, name, owner=object(), exclusive=True)
                 check.queue(name, object())  # 405, with the model's text
             count = self._check_local(record, if_unused=if_unused, if_empty=if_empty)
             compare = [created_at(key, found.kvs[0].create_revision)]
@@ -731,7 +731,7 @@ class MetadataStore:
             else:
                 if dest_kv is not None:
                     record = QueueRecord.from_value(vhost, destination, decode(dest_kv.value))
-                    _scratch_queue(
+                    declare_recorded_queue(
                         check,
                         destination,
                         owner=owners.setdefault(record.owner, object()),
@@ -880,13 +880,3 @@ def queue_value(record: QueueRecord) -> bytes:
 
 
 __all__ = ["Conflict", "EtcdUnavailable", "MetadataStore", "queue_value"]
-
-
-def _scratch_queue(check: VirtualHost, name: str, **declared: Any) -> None:
-    """Queue ``name`` as it is in etcd, on a scratch vhost the model's checks run on: a
-    server-named one (``amq.gen-``) made as its server made it, not refused as a client's
-    ``amq.`` name."""
-    if name.startswith("amq."):
-        check.declare_queue("", generated_name=name, **declared)
-    else:
-        check.declare_queue(name, **declared)

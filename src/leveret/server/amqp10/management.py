@@ -197,14 +197,7 @@ class ManagementNode:
                 arguments=arguments,
             )
         if method == "POST" and segments == ["bindings"]:
-            props = _map(
-                body,
-                ("source", "destination_queue", "destination_exchange", "binding_key", "arguments"),
-                "binding",
-            )
-            source = str(props.get("source", ""))
-            key = str(props.get("binding_key", ""))
-            arguments = _arguments(props.get("arguments"))
+            props, source, key, arguments = _binding_request(body)
             if not source:
                 return None
             if "destination_queue" in props:
@@ -339,14 +332,7 @@ class ManagementNode:
         return "204", None
 
     def _bind(self, body: Value) -> None:
-        props = _map(
-            body,
-            ("source", "destination_queue", "destination_exchange", "binding_key", "arguments"),
-            "binding",
-        )
-        source = str(props.get("source", ""))
-        key = str(props.get("binding_key", ""))
-        arguments = _arguments(props.get("arguments"))
+        props, source, key, arguments = _binding_request(body)
         if not source:
             raise HttpError("403", "operation not permitted on the default exchange")
         vhost = self.session.vhost
@@ -499,3 +485,18 @@ def _binding_uri(
 
 def _raise(error: Exception) -> tuple[str, Value]:
     raise error
+
+
+def _binding_request(body: Value) -> tuple[dict[str, object], str, str, dict[str, object]]:
+    """A ``POST /bindings`` body: its fields, source, binding key and arguments."""
+    props = _map(
+        body,
+        ("source", "destination_queue", "destination_exchange", "binding_key", "arguments"),
+        "binding",
+    )
+    return (
+        props,
+        str(props.get("source", "")),
+        str(props.get("binding_key", "")),
+        _arguments(props.get("arguments")),
+    )

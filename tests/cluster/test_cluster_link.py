@@ -411,6 +411,30 @@ def test_the_link_is_read_again_once_a_large_delivery_has_drained(
     assert nodes.eventually(lambda: b_count(b, "q.meanwhile") == sent[0], timeout=5)
 
 
+def test_deleting_an_auto_delete_queue_its_cancel_removed_on_its_leader_is_ok(
+    three_nodes: list[Node],
+) -> None:
+    """basic.cancel of an auto-delete queue's last consumer deletes it on its leader; a
+    queue.delete right after (aiormq's own test does so) gets delete-ok with 0, as on
+    one node, not the leader's 404 for a queue it no longer has."""
+    a, b, _c = three_nodes
+    conn = connect(a)
+    try:
+        for round_ in range(5):
+            name = f"q.gone-{round_}-{uuid.uuid4().hex[:6]}"
+            declarer = connect(b)
+            declarer.channel().queue_declare(name, auto_delete=True)
+            declarer.close()
+            nodes.eventually(functools.partial(visible, a, name))
+            ch = conn.channel()
+            tag = ch.basic_consume(name, lambda *_: None)
+            ch.basic_cancel(tag)
+            assert ch.queue_delete(name).method.message_count == 0
+            ch.close()
+    finally:
+        conn.close()
+
+
 def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(
     three_nodes: list[Node], etcd_server: EtcdServer
 ) -> None:

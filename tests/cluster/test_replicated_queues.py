@@ -44,6 +44,10 @@ def three_nodes(etcd_server: EtcdServer) -> Iterator[tuple[str, list[Node]]]:
         for node in started:
             if node.broker.process is not None and node.broker.process.poll() is None:
                 node.broker.stop()
+        # Shown by pytest only when the test failed: what each node said, for a failover
+        # that went wrong once in a hundred runs.
+        for node in started:
+            print(f"--- {node.name} ---", *node.broker.log[-80:], sep="\n")
 
 
 @pytest.fixture

@@ -831,13 +831,19 @@ class MetadataStore:
             return record
         return replace(record, members=members, epoch=1, in_sync=members)
 
-    async def replace_queue_record(self, record: QueueRecord) -> bool:
+    async def replace_queue_record(self, record: QueueRecord, base: QueueRecord) -> bool:
         """Write a replicated queue's record as this node's role allows it (a leader
-        changing its in-sync set, a member elected): fenced by this node's lease and the
-        revision of the record it read. False when either changed."""
+        changing its in-sync set or handing the queue over, a member elected): fenced by
+        this node's lease and the revision of the record this node holds, which must still
+        name ``base``'s leader and epoch (the record the change was worked out from: a
+        write started before an election was applied here must not undo it). False when
+        any of them changed."""
         key = self.layout.queue(record.vhost, record.name)
         entry = self.applier.entries.get(key)
         if entry is None:
+            return False
+        held = QueueRecord.from_value(record.vhost, record.name, entry.value)
+        if (held.leader, held.epoch) != (base.leader, base.epoch):
             return False
         compare = [mod_is(key, entry.mod_revision), *self._fence()]
         try:

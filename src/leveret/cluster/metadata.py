@@ -848,6 +848,13 @@ class MetadataStore:
             )
             return False
 
+    @_available
+    async def change_queue_record(self, record: QueueRecord, compare: Sequence[Compare]) -> bool:
+        """Write a queue's record if ``compare`` holds (an operator's membership change,
+        ``cluster/members.py``); etcd's unavailability is ``ClusterUnavailable``."""
+        key = self.layout.queue(record.vhost, record.name)
+        return await self._commit(compare, {key: queue_value(record)}, []) is not None
+
     async def put_if_absent(self, key: bytes, value: bytes) -> bool:
         return await self._commit([absent(key)], {key: value}, []) is not None
 

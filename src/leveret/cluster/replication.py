@@ -463,7 +463,12 @@ class Replication:
         if record is None or not record.replicated or self.node not in record.members:
             leading = self.leading.pop(ident, None)
             if leading is not None:
-                leading.fail()
+                if record is not None and record.leader == self.node:
+                    # Shrunk to this node alone (cluster/members.py): its journal holds
+                    # the queue, what waited is committed there.
+                    self._unreplicate(leading)
+                else:
+                    leading.fail()
             replica = self.replicas.pop(ident, None)
             if replica is not None:
                 replica.close(remove=True)
@@ -480,6 +485,50 @@ class Replication:
             replica = self.replicas[ident] = Replica(self._path(ident))
             replica.load()
         replica.epoch = max(replica.epoch, record.epoch)
+
+    def _unreplicate(self, leading: Leading) -> None:
+        queue = leading.queue
+        queue.store = JOURNAL_STORE
+        queue.gate = None
+        if isinstance(queue, QuorumQueue):
+            queue.serve(math.inf)
+        waits, leading.waits = leading.waits, deque()
+        for _offset, done in waits:
+            done.resolve(True)
+        log.info("queue '%s' in '%s': one member left, not replicated", *reversed(leading.ident))
+
+    def prune(self) -> int:
+        """Remove the copies of queues this node is no longer a member of (removed while
+        it was down: ``delete_member``, ``shrink``); run once the records are loaded. How
+        many went."""
+        kept = {replica.path for replica in self.replicas.values()}
+        gone = 0
+        for path in self.directory.glob("*.log"):
+            if path not in kept:
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone
+
+    def status(self, ident: tuple[str, str]) -> dict[str, dict[str, Any]]:
+        """What this node knows of a replicated queue's members' logs (``quorum_status``):
+        the leader's node knows every member's acknowledged offset and the committed one,
+        a follower's node its own copy's offset."""
+        leading = self.leading.get(ident)
+        if leading is not None:
+            committed = leading.committed()
+            known: dict[str, dict[str, Any]] = {
+                self.node: {"log_offset": leading.offset, "committed_offset": committed}
+            }
+            for node in leading.followers():
+                known[node] = {
+                    "log_offset": leading.acked.get(node, 0) if node in leading.following else 0,
+                    "committed_offset": committed,
+                }
+            return known
+        replica = self.replicas.get(ident)
+        if replica is not None:
+            return {self.node: {"log_offset": replica.offset, "epoch": replica.epoch}}
+        return {}
 
     def _path(self, ident: tuple[str, str]) -> Path:
         digest = sha256(encode(list(ident))).hexdigest()[:32]
@@ -677,6 +726,12 @@ class Replication:
             since = leading.behind_since.setdefault(node, now)
             if node in record.in_sync and now - since > LAG_BOUND:
                 self._spawn(self._in_sync(leading, node, False))
+            elif node not in leading.acked and now - since > LAG_BOUND:
+                # Nothing acknowledged since the state was sent: it reached a node that did
+                # not know yet it is a member (an operator's add_member applied there after
+                # here) and was dropped. Send it again.
+                leading.behind_since[node] = now
+                leading.sync(node)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

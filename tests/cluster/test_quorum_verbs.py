@@ -23,7 +23,7 @@ from tests.cluster.test_replicated_queues import (  # noqa: F401 (the fixture)
     queue_info,
     three_nodes,
 )
-from tests.integration.ctl_support import ctl, ok
+from tests.integration.ctl_support import ctl, new_data_dir, ok, start
 
 if TYPE_CHECKING:
     import subprocess
@@ -180,3 +180,13 @@ def test_members_change_and_confirmed_messages_follow(
     out = ok(b.data_dir, "shrink", "b@test", "--errors-only", "--formatter", "json")
     assert list(rows(out)) == ["q3"]
     assert "last member" in rows(out)["q3"]["result"]
+
+
+def test_a_single_node_says_it_is_not_in_a_cluster() -> None:
+    data_dir = new_data_dir()
+    broker = start(data_dir)
+    try:
+        for args in (("add_member", "q", "b@test"), ("shrink", "b@test"), ("quorum_status", "q")):
+            refused(ctl(data_dir, *args), "not part of a cluster")
+    finally:
+        broker.stop()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import subprocess
     from pathlib import Path
 
+    from leveret.testing.etcd import EtcdServer
     from tests.cluster.nodes import Node
 
 pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
@@ -86,9 +87,10 @@ def drain(node: Node, queue: str, expected: set[bytes]) -> set[bytes]:
 
 
 def test_members_change_and_confirmed_messages_follow(
+    etcd_server: EtcdServer,
     three_nodes: tuple[str, list[Node]],  # noqa: F811
 ) -> None:
-    _prefix, (a, b, c) = three_nodes
+    prefix, (a, b, c) = three_nodes
     conn = connect(a)
     setup = conn.channel()
     setup.queue_declare(
@@ -180,6 +182,21 @@ def test_members_change_and_confirmed_messages_follow(
     out = ok(b.data_dir, "shrink", "b@test", "--errors-only", "--formatter", "json")
     assert list(rows(out)) == ["q3"]
     assert "last member" in rows(out)["q3"]["result"]
+
+    # a comes back: a copy of a queue it was removed from while down goes from its disk
+    # (one planted here), and its own old messages of q1 (it led it) are not the queue.
+    stale = copy_file(a, "q1")
+    stale.parent.mkdir(exist_ok=True)
+    stale.write_bytes(b"stale")
+    a2 = nodes.start_node(etcd_server, prefix, "a@test", a.data_dir)
+    three_nodes[1][0] = a2
+    assert not stale.exists()
+    conn = connect(a2)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    assert publish(ch, "q1", b"back")
+    conn.close()
+    assert drain(a2, "q1", {b"back"}) == {b"back"}
 
 
 def test_a_single_node_says_it_is_not_in_a_cluster() -> None:

@@ -241,9 +241,18 @@ class ReplicatingStore:
 
     def requeued(self, queue: Queue, entry: QueuedMessage) -> None:
         JOURNAL_STORE.requeued(queue, entry)
-        if entry.sid:
+        if not entry.sid:
+            return
+        mirror = self.leading.mirror
+        if entry.sid in mirror.messages:
             self.leading.ship(encode_record(REQUEUED, entry.sid, entry.deliveries))
-            self.leading.mirror.requeued(entry.sid, entry.deliveries)
+            mirror.requeued(entry.sid, entry.deliveries)
+        else:
+            # Out to a consumer when the queue became replicated (an operator's
+            # add_member): the copies never had it; now they do.
+            message = _stored(entry.message)
+            self.leading.ship(encode_record(ENQUEUE, entry.sid, entry.deliveries, message))
+            mirror.enqueued(entry.sid, message, entry.deliveries, False)
 
     def dead_lettered(self, queue: Queue, entry: QueuedMessage, reason: str) -> None:
         JOURNAL_STORE.dead_lettered(queue, entry, reason)

@@ -146,8 +146,6 @@ def test_members_change_and_confirmed_messages_follow(
     nodes.eventually(lambda: members(b, "q1") == ["a@test", "c@test"], timeout=10)
     nodes.eventually(lambda: not copy.exists(), timeout=10)
     assert copy_file(b, "q3").exists()
-    # The leader of a queue of two members is not removed (nobody would be left to follow).
-    refused(ctl(c.data_dir, "delete_member", "q1", "a@test"), "two members")
 
     # delete_member of the leader of q3 (three members): b, in sync, takes over with every
     # confirmed message; a's copy is no longer the queue.
@@ -176,12 +174,18 @@ def test_members_change_and_confirmed_messages_follow(
     ch.confirm_delivery()
     assert publish(ch, "q1", b"after")
     conn.close()
-    assert drain(c, "q1", {b"after"}) == {b"after"}
-    # The last member is not removed: shrink reports it, --errors-only lists only it.
+    # The leader of a queue of two removed: the other member takes it over alone.
+    ok(b.data_dir, "delete_member", "q1", "c@test")
+    nodes.eventually(lambda: list(status(b, "q1")) == ["b@test"], timeout=10)
+    assert status(b, "q1")["b@test"]["role"] == "leader"
+    assert drain(c, "q1", {b"after"}) == {b"after"}, logs(b, c)
+    # The last member is not removed: shrink reports it, --errors-only lists only errors.
     ok(b.data_dir, "delete_member", "q3", "c@test")
+    refused(ctl(b.data_dir, "delete_member", "q3", "b@test"), "last member")
     out = ok(b.data_dir, "shrink", "b@test", "--errors-only", "--formatter", "json")
-    assert list(rows(out)) == ["q3"]
-    assert "last member" in rows(out)["q3"]["result"]
+    assert list(rows(out)) == ["q1", "q3"]
+    assert all("last member" in row["result"] for row in rows(out).values())
+    assert ok(b.data_dir, "shrink", "c@test", "--formatter", "json").strip() == "[]"
 
     # a comes back: a copy of a queue it was removed from while down goes from its disk
     # (one planted here), and its own old messages of q1 (it led it) are not the queue.

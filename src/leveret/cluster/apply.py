@@ -437,7 +437,7 @@ class Applier:
                 vhost is not None
                 and local is not None
                 and not local.forwards
-                and record.replicated
+                and (record.replicated or (before is not None and before.replicated))
                 and (
                     self.node in record.members
                     or (before is not None and before.leader == self.node and before.replicated)

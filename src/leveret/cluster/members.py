@@ -16,7 +16,8 @@ learns it from the watch. What follows is the nodes' own work (``cluster/replica
   be removed. Removing the leader hands leadership over, as RabbitMQ's Raft leader steps
   down when it is removed: to a running member of the in-sync set, with the next epoch
   (an election made by the operator; refused when no such member runs). A queue left
-  with one member is a queue of one node again (its leader's journal alone).
+  with one member is a queue of one node again (its leader's journal alone; an heir
+  takes it over from its copy first).
 """
 
 from __future__ import annotations
@@ -102,15 +103,11 @@ def removed(record: QueueRecord, node: str, view: View) -> QueueRecord:
                 f"node '{node}' leads queue '{record.name}' and no other in-sync member is "
                 "running to take over: wait until one is in sync"
             )
-        if len(rest) == 1:
-            raise MemberError(
-                f"node '{node}' leads queue '{record.name}', which has two members: add a "
-                "member first (its leadership goes to a follower only while two remain)"
-            )
         leader, epoch = heirs[0], epoch + 1
     if len(rest) == 1:
-        # One member left, the leader: a queue of one node (its journal holds it).
-        return replace(record, members=(), epoch=0, in_sync=())
+        # One member left, the leader (the heir takes the queue over from its copy): a
+        # queue of one node, its journal alone holds it.
+        return replace(record, leader=leader, members=(), epoch=0, in_sync=())
     return replace(record, leader=leader, epoch=epoch, members=rest, in_sync=in_sync)
 
 

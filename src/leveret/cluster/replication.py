@@ -469,6 +469,17 @@ class Replication:
 
     def on_record(self, ident: tuple[str, str], record: QueueRecord | None) -> None:
         """The applier's hook: a queue record applied (None: removed)."""
+        if (
+            record is not None
+            and not record.replicated
+            and record.leader == self.node
+            and ident in self.replicas
+            and ident not in self.leading
+        ):
+            # Handed this queue as its one member left (its leader removed from a queue
+            # of two, cluster/members.py): take it over from the copy, as an elected
+            # leader does, then keep it in the journal alone (below).
+            self._lead(ident, record)
         if record is None or not record.replicated or self.node not in record.members:
             leading = self.leading.pop(ident, None)
             if leading is not None:

@@ -80,8 +80,10 @@ def test_removed_leader_without_a_running_in_sync_heir_is_refused() -> None:
 def test_two_members_left_one_is_a_queue_of_one_node() -> None:
     new = removed(record(("a", "b"), in_sync=("a", "b")), "b", view())
     assert (new.members, new.in_sync, new.epoch, new.leader) == ((), (), 0, "a")
-    with pytest.raises(MemberError, match="two members"):
-        removed(record(("a", "b"), in_sync=("a", "b")), "a", view())
+    handed = removed(record(("a", "b"), in_sync=("a", "b")), "a", view())
+    assert (handed.members, handed.in_sync, handed.epoch, handed.leader) == ((), (), 0, "b")
+    with pytest.raises(MemberError, match="no other in-sync member"):
+        removed(record(("a", "b"), in_sync=("a",)), "a", view())
 
 
 @pytest.mark.parametrize(

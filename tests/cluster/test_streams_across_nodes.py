@@ -19,6 +19,7 @@ from rstream import (
     Producer,
     amqp_decoder,
 )
+from rstream.exceptions import PreconditionFailed, StreamAlreadyExists
 
 from tests.cluster import nodes
 from tests.integration.test_stream_protocol import stream_port_of
@@ -121,3 +122,38 @@ def test_an_amqp091_consumer_on_a_reads_a_stream_led_by_b_from_its_offset(
 def _declared(ch: pika.adapters.blocking_connection.BlockingChannel, stream: str) -> bool:
     ch.queue_declare(stream, passive=True)
     return True
+
+
+async def _create(port: int, stream: str, arguments: dict[str, object]) -> str:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        try:
+            await producer.create_stream(stream, arguments=arguments)
+        except StreamAlreadyExists:
+            return "exists"
+        except PreconditionFailed:
+            return "precondition failed"
+        return "ok"
+
+
+async def _create_on_both(ports: tuple[int, int], stream: str) -> list[str]:
+    return list(
+        await asyncio.gather(
+            _create(ports[0], stream, {"max-length-bytes": 1_000_000}),
+            _create(ports[1], stream, {"max-length-bytes": 1_000_000}),
+        )
+    )
+
+
+def test_a_stream_created_on_both_nodes_at_once_is_made_once(two: tuple[Node, Node]) -> None:
+    """The stream protocol's create goes to etcd before it is answered: of two nodes'
+    clients creating the same stream at once, one is told OK and the other that it exists
+    (each node used to make its own and answer OK), and both nodes name one leader."""
+    a, b = two
+    ports = (stream_port_of(a.broker), stream_port_of(b.broker))
+    for round_ in range(3):
+        stream = f"both-{round_}-{uuid.uuid4().hex[:6]}"
+        answers = asyncio.run(_create_on_both(ports, stream))
+        assert sorted(answers) == ["exists", "ok"], answers
+        leaders = {asyncio.run(_leader_port(port, stream)) for port in ports}
+        assert len(leaders) == 1
+        assert leaders <= set(ports)

@@ -409,3 +409,26 @@ def test_corruption_in_the_middle_stops_the_broker_with_a_clear_error(
     assert "00000001.seg is damaged at offset" in last
     assert "listening on" not in result.stderr
     assert segment.read_bytes() == bytes(data)
+
+
+def test_a_quorum_queue_keeps_its_transient_messages_too(node: Restarting) -> None:
+    """RabbitMQ's quorum queues keep every message, whatever its delivery mode (a classic
+    queue keeps the persistent ones only): a kill -9 after the confirms loses none, and
+    each comes back as it was published, delivery mode 1 included."""
+    with Opened(connect(node.broker)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("qq", durable=True, arguments={"x-queue-type": "quorum"})
+        ch.queue_declare("classic", durable=True)
+        for i in range(10):
+            mode = 1 if i % 2 else 2
+            props = pika.BasicProperties(delivery_mode=mode, message_id=f"m{i}")
+            ch.basic_publish("", "qq", b"q%d" % i, props)
+            ch.basic_publish("", "classic", b"c%d" % i, props)
+    node.restart(signal.SIGKILL)
+    with Opened(connect(node.broker)) as conn:
+        ch = conn.channel()
+        got = drain(ch, "qq")
+        assert [b for _m, _p, b in got] == [b"q%d" % i for i in range(10)]
+        assert [p.delivery_mode for _m, p, _b in got] == [1 if i % 2 else 2 for i in range(10)]
+        assert [b for _m, _p, b in drain(ch, "classic")] == [b"c%d" % i for i in range(0, 10, 2)]

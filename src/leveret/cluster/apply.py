@@ -24,7 +24,7 @@ from leveret.cluster.keys import AUTH_SECTIONS, Layout, decode, decode_arguments
 from leveret.errors import AMQPError
 from leveret.model.consumer import CallbackOwner
 from leveret.model.policies import PolicyError, make_policy
-from leveret.model.queues.base import JOURNAL_STORE
+from leveret.model.queues.base import EVERY_MESSAGE_STORE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -457,7 +457,7 @@ class Applier:
                 # Its removal purges it: from this node's journal only, never as an
                 # operation of the queue's log (followers that have not yet applied this
                 # record would take it from the deposed leader and lose their copy).
-                local.store, local.gate = JOURNAL_STORE, None
+                local.store, local.gate = EVERY_MESSAGE_STORE, None
                 vhost.remove_queue(local)
                 local = None
             if self.make_remote is not None:

@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.auth.users import AdminError
 from leveret.errors import AMQPError, InternalError, NotFound
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from leveret.model.vhost import VirtualHost
 
 log = logging.getLogger("leveret.cluster")
+
+T = TypeVar("T")
 
 # Seconds a declaration waits for the node chosen to lead the queue to have it.
 LEADER_CATCH_UP = 5.0
@@ -91,16 +93,16 @@ class SharedDeclarations:
         exclusive: bool,
         auto_delete: bool,
         arguments: Mapping[str, object],
-    ) -> Completion[None] | None:
+    ) -> Completion[bool] | None:
         server_named = not name
         name = name or generated_name
         key = self.store.layout.queue(self.vhost.name, name)
 
-        async def write() -> None:
+        async def write() -> bool:
             removal = self._removals.get(name)
             if removal is not None:
                 await asyncio.wait([removal])
-            record, _made = await self.store.declare_queue(
+            record, made = await self.store.declare_queue(
                 self.vhost.name,
                 "" if server_named else name,
                 generated_name=generated_name,
@@ -111,11 +113,12 @@ class SharedDeclarations:
                 owner=self.owner_token(owner) if exclusive else None,
             )
             if record.exclusive:
-                return  # the front end makes it (its connection owns it), or refuses
+                return made  # the front end makes it (its connection owns it), or refuses
             if self.vhost.find_queue(name) is None:
                 await self._applied(key)
             if record.leader != self.store.node:
                 await self._led_there(name)
+            return made
 
         return self._run(write())
 
@@ -230,12 +233,12 @@ class SharedDeclarations:
         found = await self.store.client.get(key)
         await self.store.wait_applied(found.revision)
 
-    def _run(self, write: Coroutine[Any, Any, None]) -> Completion[None]:
-        done: Completion[None] = Completion()
+    def _run(self, write: Coroutine[Any, Any, T]) -> Completion[T]:
+        done: Completion[T] = Completion()
 
         async def run() -> None:
             try:
-                await write
+                result = await write
             except AMQPError as exc:
                 done.fail(exc)
             except AdminError as exc:
@@ -245,7 +248,7 @@ class SharedDeclarations:
                 done.fail(InternalError(f"the declaration failed: {exc}"))
                 raise
             else:
-                done.resolve(None)
+                done.resolve(result)
 
         self.spawn(run())
         return done

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from leveret.config import peer_addresses
 from leveret.convert.formats import stored_message
-from leveret.errors import BY_CODE, AMQPError, InternalError
+from leveret.errors import BY_CODE, AMQPError, InternalError, NotFound
 from leveret.model.completion import Completion
 from leveret.model.consumer import UNLIMITED
 from leveret.model.entry import QueuedMessage
@@ -84,6 +84,10 @@ HIGH_WATER: Final = 1 << 20
 PUBLISH_WINDOW: Final = 256 << 10
 # Seconds publishers held by the window before it is logged (the leader stopped taking).
 HELD_WARNING: Final = 10.0
+# A replicated queue's consumer refused by its newly elected leader (which had not yet
+# applied its own election) is consumed again this often, this many times (3 s in all).
+REFUSED_RETRY_DELAY: Final = 0.1
+REFUSED_RETRIES: Final = 30
 # The window while the queue published to falls behind on its leader (its consumers do not
 # keep up: ``Backlog``): small, so that the publisher goes at about their pace, as a paced
 # publisher does on one node.
@@ -169,6 +173,10 @@ class Peer:
         # Requests waiting for the leader's answer (gets, inspections), by id.
         self.requests: dict[int, tuple[Completion[Any], RemoteQueue]] = {}
         self.settles: dict[int, list[int]] = {}
+        # Consumers of replicated queues this node was told to find here but did not yet
+        # lead (its election's own record not applied when the consume came): how often
+        # each was refused in a row.
+        self.refused: dict[Consumer, int] = {}
         self.task: asyncio.Task[None] | None = None
         self.became_up = asyncio.Event()
 
@@ -251,6 +259,22 @@ class Peer:
                 # queue consumers do; what was in flight is requeued there.
                 continue
             self._end(remote)
+
+    def _consume_again(self, remote: _Remote) -> bool:
+        """A replicated queue's consumer refused for want of the queue by the node its
+        record names as leader: that node won the election and this node's watch brought
+        the record before the node's own did. Consumed again shortly, a bounded number of
+        times (the consumer is cancelled after that, as for a queue that is gone)."""
+        consumer = remote.consumer
+        queue = remote.queue
+        if not queue.replicated or queue.leader is not self or consumer not in queue.consumers:
+            return False
+        tries = self.refused.get(consumer, 0) + 1
+        if tries > REFUSED_RETRIES:
+            return False
+        self.refused[consumer] = tries
+        asyncio.get_running_loop().call_later(REFUSED_RETRY_DELAY, self.resume)
+        return True
 
     def _end(self, remote: _Remote) -> None:
         """The leader ended a consumer (its queue went, or the link): the client is told."""
@@ -344,11 +368,16 @@ class Peer:
             if self.links.replication is not None:
                 self.links.replication.appended(self.node, op)
         elif isinstance(op, c.ConsumeOk):
-            pass
+            remote = self.consumers.get(op.cid)
+            if remote is not None:
+                self.refused.pop(remote.consumer, None)
         elif isinstance(op, c.Cancelled):
             remote = self.consumers.pop(op.cid, None)
             if remote is not None:
                 self.cids.pop(remote.consumer, None)
+                if op.code == NotFound.reply_code and self._consume_again(remote):
+                    return
+                self.refused.pop(remote.consumer, None)
                 if op.code:
                     log.info(
                         "consumer of %s refused by its leader: %s", remote.queue.resource, op.text
@@ -531,6 +560,7 @@ class Peer:
         self._advertise(remote)
 
     def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        self.refused.pop(consumer, None)
         cid = self.cids.pop(consumer, None)
         if cid is None:
             return

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from leveret.cluster.keys import encode
 from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
-from leveret.model.queues.base import JOURNAL_STORE
+from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE
 from leveret.model.queues.quorum import QuorumQueue
 from leveret.model.replication import ReplicaState, committed
 from leveret.protocol.cluster import codec as c
@@ -214,7 +214,7 @@ class ReplicatingStore:
         self.restoring: tuple[int, bool] | None = None
 
     def enqueued(self, queue: Queue, entry: QueuedMessage) -> None:
-        JOURNAL_STORE.enqueued(queue, entry)
+        EVERY_MESSAGE_STORE.enqueued(queue, entry)
         restoring = self.restoring
         if restoring is not None:
             entry.deliveries, entry.redelivered = restoring
@@ -508,7 +508,7 @@ class Replication:
 
     def _unreplicate(self, leading: Leading) -> None:
         queue = leading.queue
-        queue.store = JOURNAL_STORE
+        queue.store = EVERY_MESSAGE_STORE  # a quorum queue's own (model/queues/quorum.py)
         queue.gate = None
         if isinstance(queue, QuorumQueue):
             queue.serve(math.inf)

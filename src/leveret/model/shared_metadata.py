@@ -10,7 +10,8 @@ exclusive queues and their bindings are known to every node, as in RabbitMQ. Eac
 answers a ``Completion`` that is done once the change is in the store and in this node's
 model (then the front end makes the same declaration on the model, which finds it there, or
 makes the exclusive queue its connection owns, and answers as on one node), or None when
-there is nothing to wait for. ``owner``: the declaring connection's owner object (what the
+there is nothing to wait for (a queue's: whether this declaration made the record, rather
+than finding one another made). ``owner``: the declaring connection's owner object (what the
 model's exclusivity compares), for exclusive queues and bindings to them.
 """
 
@@ -35,7 +36,7 @@ class SharedMetadata(Protocol):
         exclusive: bool,
         auto_delete: bool,
         arguments: Mapping[str, object],
-    ) -> Completion[None] | None: ...
+    ) -> Completion[bool] | None: ...
 
     def declare_exchange(
         self,

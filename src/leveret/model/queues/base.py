@@ -181,11 +181,17 @@ class Gate(Protocol):
 
 class JournalStore:
     """The persistent messages of a durable queue, in the broker's journal (the queue's
-    ``journal`` and ``store_id``; a transient queue has no store id and keeps nothing)."""
+    ``journal`` and ``store_id``; a transient queue has no store id and keeps nothing).
+    ``every_message``: the transient ones too (a quorum queue's: RabbitMQ's quorum queues
+    keep every message whatever its delivery mode, and a replicated one ships what its
+    store keeps)."""
+
+    def __init__(self, *, every_message: bool = False) -> None:
+        self.every_message = every_message
 
     def enqueued(self, queue: Queue, entry: QueuedMessage) -> None:
         message = entry.message
-        if queue.store_id and message.hints & HINT_PERSISTENT:
+        if queue.store_id and (self.every_message or message.hints & HINT_PERSISTENT):
             entry.sid = queue.journal.enqueued(queue.store_id, message)
 
     def delivered(self, queue: Queue, entry: QueuedMessage) -> None:
@@ -211,6 +217,7 @@ class JournalStore:
 
 
 JOURNAL_STORE = JournalStore()
+EVERY_MESSAGE_STORE = JournalStore(every_message=True)
 
 
 class QueueType:

@@ -8,9 +8,10 @@ log of every operation). The queue's state changes only through the operations o
 ``Queue`` interface, and each one it keeps writes through ``self.store`` (``QueueStore``):
 ``enqueued``, ``delivered``, ``removed`` (settled), ``requeued`` (with the delivery count),
 ``dead_lettered`` (with the reason: rejected, expired, over a limit) and ``purged``. Today the
-store is the broker's journal, which keeps the persistent messages. A replicated quorum queue
-gives every entry a place in its log (``entry.sid``, whatever its delivery mode: RabbitMQ's
-quorum queues keep every message) and a store that appends each of those calls to it, with
+store is the broker's journal, which keeps every message of a quorum queue, the transient
+ones too (``EVERY_MESSAGE_STORE``: RabbitMQ's quorum queues keep every message whatever
+its delivery mode). A replicated quorum queue gives every entry a place in its log
+(``entry.sid``) and a store that appends each of those calls to it, with
 the leader's epoch; a follower rebuilds the queue by applying the same records in order,
 without consumers (docs/architecture.md, "Adding a queue type").
 
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from leveret.model import dead_letter as dl
 from leveret.model.queues.args import PLAIN
-from leveret.model.queues.base import Queue, QueueType, register
+from leveret.model.queues.base import EVERY_MESSAGE_STORE, Queue, QueueType, register
 from leveret.model.queues.classic import CLASSIC_ONLY
 from leveret.model.queues.fifo import ClassicQueue
 
@@ -128,6 +129,7 @@ class QuorumQueue(ClassicQueue):
             timers=timers,
             queue_type=QUORUM,
         )
+        self.store = EVERY_MESSAGE_STORE
         self.serve_until = math.inf
         # Settles (None) and discards (the reason) taken while not serving, applied in
         # order once it serves again.

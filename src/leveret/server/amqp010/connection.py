@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import platform
 import weakref
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from leveret import __version__
 from leveret.auth import authn
@@ -55,7 +55,10 @@ from leveret.server.amqp010.session import Session
 from leveret.server.shell.info import ChannelInfo
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.model.broker import Broker, Client
+    from leveret.model.completion import Completion
     from leveret.model.publisher import Publisher
     from leveret.protocol.amqp010._generated.commands import MessageTransfer
     from leveret.protocol.amqp010.session import Session as ProtocolSession
@@ -270,6 +273,9 @@ class AMQP010Connection:
             # with its session, released when the session closes.
             return -1
         return self.conn.send_command(channel, command, header=header, body=body)
+
+    def defer(self, completion: Completion[Any], then: Callable[[Completion[Any]], None]) -> None:
+        self.shell.defer(completion, then)
 
     def complete(self, channel: int, command_id: int) -> None:
         ssn = self.conn.session(channel)

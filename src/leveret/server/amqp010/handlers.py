@@ -37,7 +37,7 @@ from leveret.protocol.amqp010._generated.structs import (
     XaResult,
     Xid,
 )
-from leveret.protocol.amqp010.errors import ExecutionError
+from leveret.protocol.amqp010.errors import DecodeError, ExecutionError
 from leveret.protocol.amqp010.ops import decode_header
 from leveret.protocol.amqp010.sequence import SequenceSet
 from leveret.server.amqp010.session import DLX, delete_rerouting
@@ -45,6 +45,7 @@ from leveret.server.amqp010.session import DLX, delete_rerouting
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.model.completion import Completion
     from leveret.model.dtx import Xid as CoreXid
     from leveret.model.publisher import Publisher
     from leveret.protocol.amqp010.events import CommandReceived
@@ -70,8 +71,42 @@ class Commands(Protocol):
 
     def fail_command(self, ssn: Session, ev: CommandReceived, exc: Exception) -> None: ...
 
+    def complete(self, channel: int, command_id: int) -> None: ...
+
+    def defer(self, completion: Completion[Any], then: Callable[[Completion[Any]], None]) -> None:
+        """The shell's deferral: the connection's input waits for ``completion``."""
+
 
 Handler = "Callable[[Commands, Session, CommandReceived], bool]"
+
+
+def _shared_first(
+    conn: Commands,
+    ssn: Session,
+    ev: CommandReceived,
+    written: Completion[Any] | None,
+    then: Callable[[], bool],
+) -> bool:
+    """``then()`` (the handler's own work) once ``written``, a declaration in a cluster's
+    metadata store (``VirtualHost.shared``), is there and in this node's model; at once
+    when there is nothing to wait for. What the handler returns: whether it is done."""
+    if written is None:
+        return then()
+
+    def go_on(done: Completion[Any]) -> None:
+        if ssn.closed:
+            return
+        try:
+            done.result()
+            finished = then()
+        except (AMQPError, ExecutionError, DecodeError) as exc:
+            conn.fail_command(ssn, ev, exc)
+            return
+        if finished:
+            conn.complete(ev.channel, ev.command_id)
+
+    conn.defer(written, go_on)
+    return False
 
 
 def _fail(code: ExecutionErrorCode, text: str) -> ExecutionError:
@@ -384,6 +419,27 @@ def exchange_declare(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
         _guard(conn).exchange_declare(name, type_name, passive=False, arguments=arguments)
     if alternate:
         vhost.exchange(alternate)
+    shared = vhost.shared
+    written = None
+    if shared is not None and name and name not in vhost.exchanges:
+        written = shared.declare_exchange(
+            name,
+            type_name,
+            durable=command.durable,
+            auto_delete=command.auto_delete,
+            internal=False,
+            arguments=arguments,
+        )
+    return _shared_first(conn, ssn, ev, written, lambda: _declare_exchange(ssn, command, arguments))
+
+
+def _declare_exchange(
+    ssn: Session, command: c.ExchangeDeclare, arguments: dict[str, object]
+) -> bool:
+    vhost = ssn.vhost
+    name = command.exchange or ""
+    type_name = command.type or ""
+    alternate = command.alternate_exchange
     existing = vhost.exchanges.get(name)
     if existing is not None and (name.startswith("amq.") or name == ""):
         if existing.type_name != type_name:
@@ -472,6 +528,23 @@ def exchange_bind(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     target = ssn.vhost.exchange(exchange)
     if target.type_name == "headers" and "x-match" not in arguments and arguments:
         raise _fail(ExecutionErrorCode.INTERNAL_ERROR, "headers binding needs x-match")
+    vhost = ssn.vhost
+    shared = vhost.shared
+    destination = vhost.find_queue(queue)
+    written = None
+    if shared is not None and (destination is None or destination.exclusive_owner is None):
+        # (A 0-10 exclusive queue is its node's alone, as are its bindings: below.)
+        written = shared.bind(exchange, "queue", queue, key, arguments, owner=conn)
+    return _shared_first(
+        conn,
+        ssn,
+        ev,
+        written,
+        lambda: _bind(ssn, queue, exchange, key, arguments),
+    )
+
+
+def _bind(ssn: Session, queue: str, exchange: str, key: str, arguments: dict[str, object]) -> bool:
     ssn.vhost.bind_queue(queue, exchange, key, arguments, owner=ssn)
     return True
 
@@ -546,6 +619,30 @@ def queue_declare(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
         if command.exclusive and queue.exclusive_owner is not ssn:
             raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, f"queue '{name}' is not exclusive here")
         return True
+    shared = ssn.vhost.shared
+    written = None
+    if shared is not None and not command.exclusive and ssn.vhost.find_queue(name) is None:
+        # On a cluster node, into etcd first (its leader chosen by its locator, every node
+        # knowing it, transient or durable). An exclusive queue stays its node's alone: a
+        # 0-10 session, which owns it, outlives its connection and has no name in the
+        # cluster's records.
+        written = shared.declare_queue(
+            name,
+            generated_name=name,
+            owner=conn,
+            durable=command.durable,
+            exclusive=False,
+            auto_delete=command.auto_delete,
+            arguments=arguments,
+        )
+    return _shared_first(
+        conn, ssn, ev, written, lambda: _declare_queue(ssn, command, name, arguments)
+    )
+
+
+def _declare_queue(
+    ssn: Session, command: c.QueueDeclare, name: str, arguments: dict[str, object]
+) -> bool:
     existing = ssn.vhost.find_queue(name)
     if existing is not None:
         # Qpid: a redeclaration succeeds whatever its other fields, unless exclusivity says no.

@@ -57,7 +57,7 @@ def ignore(channel: Channel, method: Any) -> None:
 def _shared_first(
     channel: Channel,
     method: Any,
-    written: Completion[None] | None,
+    written: Completion[Any] | None,
     then: Callable[[], None],
 ) -> None:
     """``then()`` once ``written`` (the declaration in the cluster's metadata store, and

@@ -21,7 +21,7 @@ import base64
 import logging
 import zlib
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from leveret.convert.amqp10 import field_value, value_of_field
@@ -154,7 +154,7 @@ class ManagementNode:
             reply.answers.append(payload)
             reply.flush()
 
-    def _shared_first(self, method: str, target: str, body: Value) -> Completion[None] | None:
+    def _shared_first(self, method: str, target: str, body: Value) -> Completion[Any] | None:
         """On a cluster node, a declaration of a queue or exchange this node does not know,
         or a binding, written to etcd first (``VirtualHost.shared``): what to wait for."""
         vhost = self.session.vhost

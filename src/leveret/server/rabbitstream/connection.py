@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from leveret.auth import authn
 from leveret.auth.access import OpenRefused
 from leveret.errors import AccessRefused, AMQPError, PreconditionFailed
+from leveret.model.completion import Completion
 from leveret.model.queues.stream import ChunkConsumer, ChunkOwner, OffsetSpec, StreamQueue
 from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
@@ -379,19 +380,52 @@ class StreamConnection:
             self._send(c.Response(Key.CREATE, cid, code))
             return
         arguments = {"x-queue-type": "stream", **stream_queue_arguments(command.arguments)}
-        assert self.vhost is not None
+        vhost = self.vhost
+        assert vhost is not None
         access = self.shell.access
         assert access is not None
-        existing = self.vhost.queues.get(name)
+        # find_queue: on a cluster node, a stream led by another node is its proxy here.
+        existing = vhost.find_queue(name)
+        written = None
         try:
             if existing is None:
-                access.check_queue_limit(name, len(self.vhost.queues))
+                access.check_queue_limit(name, len(vhost.queues))
+                if vhost.shared is not None:
+                    # On a cluster node, into etcd first: of two nodes creating the same
+                    # stream at once, one is answered OK, the other that it exists.
+                    written = vhost.shared.declare_queue(
+                        name,
+                        generated_name=name,
+                        owner=self,
+                        durable=True,
+                        exclusive=False,
+                        auto_delete=False,
+                        arguments=arguments,
+                    )
+        except AMQPError as exc:
+            self._send(c.Response(Key.CREATE, cid, _code_of(exc)))
+            return
+        if written is None:
+            self._declare_stream(cid, name, arguments, made=existing is None)
+            return
+        self.shell.defer(
+            written, lambda done: self._declare_stream(cid, name, arguments, made=done)
+        )
+
+    def _declare_stream(
+        self, cid: int, name: str, arguments: dict[str, object], made: bool | Completion[bool]
+    ) -> None:
+        """The model's declaration of stream ``name`` (on a cluster node, once etcd holds
+        it: ``made`` says whether this connection's create made the record)."""
+        assert self.vhost is not None
+        try:
+            if isinstance(made, Completion):
+                made = made.result()
             self.vhost.declare_queue(name, owner=self, durable=True, arguments=arguments)
         except AMQPError as exc:
             self._send(c.Response(Key.CREATE, cid, _code_of(exc)))
             return
-        code = Code.STREAM_ALREADY_EXISTS if existing is not None else Code.OK
-        self._send(c.Response(Key.CREATE, cid, code))
+        self._send(c.Response(Key.CREATE, cid, Code.OK if made else Code.STREAM_ALREADY_EXISTS))
 
     def _delete(self, command: c.Delete) -> None:
         cid, name = command.correlation_id, command.stream

@@ -1,0 +1,95 @@
+"""A 0-10 client's declarations on a cluster node go to etcd before they complete, as a
+0-9-1 client's do (``test_shared_declarations.py``): a transient exchange, a transient
+queue and the binding between them, declared over 0-10 on node a, are every node's, so a
+0-9-1 publisher on node b routes into the queue (before, node b knew none of them: they
+were a's alone). A 0-10 exclusive queue stays its node's (its owner, a session, outlives
+its connection and has no name in the cluster's records): other nodes list it (the
+journal writes its record behind) but do not serve it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+import pika
+import pika.exceptions
+import pytest
+
+from leveret.protocol.amqp010._generated.commands import (
+    ExchangeBind,
+    ExchangeDeclare,
+    QueueDeclare,
+    QueueQuery,
+)
+from leveret.protocol.amqp010._generated.structs import QueueQueryResult
+from tests.cluster import nodes
+from tests.integration.test_amqp010 import Client010
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from leveret.testing.etcd import EtcdServer
+    from tests.cluster.nodes import Node
+
+pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+
+@pytest.fixture(scope="module")
+def two(etcd_server: EtcdServer) -> Iterator[tuple[Node, Node]]:
+    yield from nodes.two_nodes(etcd_server, f"/leveret-test/shared010-{uuid.uuid4().hex[:8]}/")
+
+
+def test_transient_declarations_over_0_10_are_every_nodes(two: tuple[Node, Node]) -> None:
+    a, b = two
+    suffix = uuid.uuid4().hex[:6]
+    exchange, queue = f"x010-{suffix}", f"q010-{suffix}"
+    client = Client010(a.broker)
+    try:
+        client.conn.send_command(1, ExchangeDeclare(exchange=exchange, type="direct"))
+        client.conn.send_command(1, QueueDeclare(queue=queue))
+        client.conn.send_command(1, ExchangeBind(queue=queue, exchange=exchange, binding_key="k"))
+        # Answered after the three: the connection's input waits while each is written.
+        query = client.result(QueueQuery(queue=queue))
+        assert isinstance(query, QueueQueryResult)
+        assert query.queue == queue
+        assert not query.durable
+
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            # Mandatory: unroutable on b (no binding there) would come back as an error.
+            ch.basic_publish(exchange, "k", b"from b", mandatory=True)
+        finally:
+            conn.close()
+
+        def counted() -> bool:
+            result = client.result(QueueQuery(queue=queue))
+            return isinstance(result, QueueQueryResult) and result.message_count == 1
+
+        nodes.eventually(counted, timeout=10)
+    finally:
+        client.close()
+
+
+def test_an_exclusive_0_10_queue_stays_its_nodes(two: tuple[Node, Node]) -> None:
+    a, b = two
+    queue = f"excl010-{uuid.uuid4().hex[:6]}"
+    client = Client010(a.broker)
+    try:
+        client.conn.send_command(1, QueueDeclare(queue=queue, exclusive=True))
+        query = client.result(QueueQuery(queue=queue))
+        assert isinstance(query, QueueQueryResult)
+        assert query.queue == queue
+        assert query.exclusive
+        # Node b does not have it (a 0-9-1 exclusive queue is refused there with 405).
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+        try:
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                conn.channel().queue_declare(queue, passive=True)
+            assert refused.value.reply_code == 404
+        finally:
+            if conn.is_open:
+                conn.close()
+    finally:
+        client.close()

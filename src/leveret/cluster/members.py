@@ -80,8 +80,11 @@ def added(record: QueueRecord, node: str, view: View) -> QueueRecord:
         raise MemberError(f"node '{node}' is not running")
     if record.members:
         return replace(record, members=(*record.members, node))
-    # A queue of one node: its leader, in sync by itself, and the new member.
-    return replace(record, members=(record.leader, node), epoch=1, in_sync=(record.leader,))
+    # A queue of one node: its leader, in sync by itself, and the new member; a new epoch
+    # (one past any it had while replicated).
+    return replace(
+        record, members=(record.leader, node), epoch=record.epoch + 1, in_sync=(record.leader,)
+    )
 
 
 def removed(record: QueueRecord, node: str, view: View) -> QueueRecord:
@@ -107,7 +110,7 @@ def removed(record: QueueRecord, node: str, view: View) -> QueueRecord:
     if len(rest) == 1:
         # One member left, the leader (the heir takes the queue over from its copy): a
         # queue of one node, its journal alone holds it.
-        return replace(record, leader=leader, members=(), epoch=0, in_sync=())
+        return replace(record, leader=leader, members=(), epoch=epoch, in_sync=())
     return replace(record, leader=leader, epoch=epoch, members=rest, in_sync=in_sync)
 
 

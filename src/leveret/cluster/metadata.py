@@ -879,6 +879,10 @@ def _queue_value(record: QueueRecord) -> dict[str, Any]:
         value["members"] = list(record.members)
         value["epoch"] = record.epoch
         value["in_sync"] = list(record.in_sync)
+    elif record.epoch:
+        # Shrunk to one node (cluster/members.py): the epoch stays, so that a deposed
+        # leader's log is never taken as newer once the queue is replicated again.
+        value["epoch"] = record.epoch
     return value
 
 

@@ -42,6 +42,9 @@ def test_a_queue_of_one_node_gets_its_leader_and_the_new_member() -> None:
     assert members_of(single) == ("a",)
     new = added(single, "b", view())
     assert (new.members, new.in_sync, new.epoch) == (("a", "b"), ("a",), 1)
+    # Shrunk to one node before: the epoch goes on from where it was.
+    again = added(replace(single, epoch=4), "b", view())
+    assert again.epoch == 5
 
 
 @pytest.mark.parametrize(
@@ -79,9 +82,9 @@ def test_removed_leader_without_a_running_in_sync_heir_is_refused() -> None:
 
 def test_two_members_left_one_is_a_queue_of_one_node() -> None:
     new = removed(record(("a", "b"), in_sync=("a", "b")), "b", view())
-    assert (new.members, new.in_sync, new.epoch, new.leader) == ((), (), 0, "a")
+    assert (new.members, new.in_sync, new.epoch, new.leader) == ((), (), 3, "a")
     handed = removed(record(("a", "b"), in_sync=("a", "b")), "a", view())
-    assert (handed.members, handed.in_sync, handed.epoch, handed.leader) == ((), (), 0, "b")
+    assert (handed.members, handed.in_sync, handed.epoch, handed.leader) == ((), (), 4, "b")
     with pytest.raises(MemberError, match="no other in-sync member"):
         removed(record(("a", "b"), in_sync=("a",)), "a", view())
 

@@ -282,6 +282,8 @@ class Leading:
     following: set[str] = field(default_factory=set)
     waits: deque[tuple[int, Completion[bool]]] = field(default_factory=deque)
     behind_since: dict[str, float] = field(default_factory=dict)
+    # How many times in a row the state was sent again to a follower that acknowledged none.
+    resent: dict[str, int] = field(default_factory=dict)
     busy: bool = False  # an etcd write about the in-sync set is under way
     # Led under this node's current lease: False from a lost lease until a fenced rewrite
     # of the record under the new one (nothing is served or confirmed meanwhile).
@@ -614,6 +616,7 @@ class Replication:
             return
         if op.offset >= leading.acked.get(node, 0):
             leading.acked[node] = op.offset
+            leading.resent.pop(node, None)
         leading.advance()
 
     def append(self, front: LinkFrontEnd, op: c.Append) -> None:
@@ -746,12 +749,16 @@ class Replication:
             since = leading.behind_since.setdefault(node, now)
             if node in record.in_sync and now - since > LAG_BOUND:
                 self._spawn(self._in_sync(leading, node, False))
-            elif node not in leading.acked and now - since > LAG_BOUND:
+            elif node in leading.following and node not in leading.acked:
                 # Nothing acknowledged since the state was sent: it reached a node that did
                 # not know yet it is a member (an operator's add_member applied there after
-                # here) and was dropped. Send it again.
-                leading.behind_since[node] = now
-                leading.sync(node)
+                # here) and was dropped. Send it again, waiting twice as long each time (a
+                # large state may just be slow to sync).
+                resent = leading.resent.get(node, 0)
+                if now - since > LAG_BOUND * 2**resent:
+                    leading.resent[node] = min(resent + 1, 5)
+                    leading.behind_since[node] = now
+                    leading.sync(node)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -161,3 +161,39 @@ def test_a_message_out_when_the_queue_became_replicated_reaches_the_copies_on_re
     assert copy.messages == leading.mirror.messages
     assert copy.messages[2][1:] == [1, False]
     assert len(peers["b"].sent) == 4  # the state, the ready one, the whole one, a requeue
+
+
+def test_a_state_nobody_acknowledged_is_sent_again_less_and_less_often() -> None:
+    """The state reached a node that did not know yet it is a member (add_member applied
+    there after the leader's node) and was dropped: the leader sends it again after
+    ``LAG_BOUND``, then twice as long each time, until the follower answers."""
+    from leveret.cluster.replication import LAG_BOUND, Replication
+
+    leading, peers, _ = _leading()
+    leading.record = replace(leading.record, in_sync=("a", "c"))
+    _ack(leading, "c", 0)
+    spawned: list[Any] = []
+    checker: Any = type(
+        "Checker",
+        (),
+        {
+            "_spawn": lambda self, change: spawned.append(change),
+            "_in_sync": lambda self, leading, node, add: (node, add),
+        },
+    )()
+
+    def check(now: float) -> int:
+        before = len(peers["b"].sent)
+        Replication._check_followers(checker, leading, now)
+        return len(peers["b"].sent) - before
+
+    assert check(100.0) == 0  # behind since now
+    assert check(100.0 + LAG_BOUND / 2) == 0
+    assert check(100.0 + LAG_BOUND * 1.1) == 1  # the state again
+    assert check(100.0 + LAG_BOUND * 2.5) == 0  # next after twice the bound
+    assert check(100.0 + LAG_BOUND * 3.2) == 1
+    checker.leading = {("/", "q"): leading}
+    Replication.appended(checker, "b", c.Appended("/", "q", 3, leading.offset))
+    assert leading.resent == {}
+    assert check(200.0) == 0
+    assert spawned == [("b", True)]  # b answered for the state: back into the in-sync set

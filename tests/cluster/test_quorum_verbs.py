@@ -158,6 +158,9 @@ def test_members_change_and_confirmed_messages_follow(
     a.broker.stop(signal.SIGKILL)
     nodes.eventually(lambda: status(b, "q1")["c@test"]["role"] == "leader", timeout=20)
     assert drain(b, "q1", set(first)) == set(first), logs(b, c)
+    nodes.eventually(lambda: not status(b, "q1")["a@test"]["running"], timeout=10)
+    refused(ctl(b.data_dir, "add_member", "q3", "a@test"), "not running")
+    refused(ctl(b.data_dir, "grow", "a@test", "all"), "not running")
 
     # shrink: a (down) leaves q1 (c alone: a queue of one node again) and leaves nothing
     # else; grow b even skips q1 (one member), grow b all adds it back.

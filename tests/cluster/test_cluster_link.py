@@ -6,6 +6,7 @@ RabbitMQ 3.10 answers for a classic queue on a down node, then back with its nod
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import subprocess
@@ -359,6 +360,79 @@ def test_a_publish_flood_leaves_the_consumers_across_the_link_their_share(
         stop.set()
         thread.join(30)
     assert not failure
+
+
+def test_the_link_is_read_again_once_a_large_delivery_has_drained(
+    three_nodes: list[Node],
+) -> None:
+    """b writes a 20 MiB delivery to a over the link, which fills the transport's buffer:
+    b stops reading the link from a meanwhile (as any connection whose peer does not read
+    what it is sent) and must start again as soon as the buffer drains: the link has no
+    heartbeat, and without another tick what a publishes to b's queues would wait for good
+    (a publisher held by the link's window, a queue.delete or a get waiting for b)."""
+    a, b, _c = three_nodes
+    declare_on(b, "q.big", a)
+    declare_on(b, "q.meanwhile", a)
+    consumer = connect(a)
+    got: list[bytes] = []
+    consumer.channel().basic_consume(
+        "q.big", lambda _ch, _m, _p, body: got.append(body), auto_ack=True
+    )
+    sent = [0]
+    done = threading.Event()
+
+    def flood() -> None:
+        # Publishes through a to b's queue while the delivery goes the other way.
+        conn = connect(a)
+        ch = conn.channel()
+        with contextlib.suppress(pika.exceptions.AMQPError):  # the nodes stopped (failed)
+            while not done.is_set() and sent[0] < 50_000:
+                ch.basic_publish("", "q.meanwhile", b"m")
+                sent[0] += 1
+            conn.close()
+
+    flooding = threading.Thread(target=flood, daemon=True)
+    flooding.start()
+    nodes.eventually(lambda: sent[0] > 100)
+    big = bytes(range(251)) * (20 * 1024 * 1024 // 251)
+    publisher = connect(b)
+    publisher.channel().basic_publish("", "q.big", big)
+    publisher.close()
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        consumer.process_data_events(time_limit=0.05)
+    done.set()
+    consumer.close()
+    assert got == [big]
+    # A few ms once b reads again; the stall lasted until some other tick of the link
+    # (its handshake deadline, 10 s after it connected) or for good.
+    flooding.join(5)
+    assert not flooding.is_alive(), "the publisher through a is still held"
+    assert nodes.eventually(lambda: b_count(b, "q.meanwhile") == sent[0], timeout=5)
+
+
+def test_deleting_an_auto_delete_queue_its_cancel_removed_on_its_leader_is_ok(
+    three_nodes: list[Node],
+) -> None:
+    """basic.cancel of an auto-delete queue's last consumer deletes it on its leader; a
+    queue.delete right after (aiormq's own test does so) gets delete-ok with 0, as on
+    one node, not the leader's 404 for a queue it no longer has."""
+    a, b, _c = three_nodes
+    conn = connect(a)
+    try:
+        for round_ in range(5):
+            name = f"q.gone-{round_}-{uuid.uuid4().hex[:6]}"
+            declarer = connect(b)
+            declarer.channel().queue_declare(name, auto_delete=True)
+            declarer.close()
+            nodes.eventually(functools.partial(visible, a, name))
+            ch = conn.channel()
+            tag = ch.basic_consume(name, lambda *_: None)
+            ch.basic_cancel(tag)
+            assert ch.queue_delete(name).method.message_count == 0
+            ch.close()
+    finally:
+        conn.close()
 
 
 def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(

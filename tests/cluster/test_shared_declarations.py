@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pika
 import pika.exceptions
 import pytest
+import requests
 
 from tests.cluster import nodes
 
@@ -331,3 +332,40 @@ def test_the_exclusive_queues_of_a_killed_node_go_once_its_lease_expires(
             conn.close()  # its socket, whose peer was killed
         if c.broker.process is not None and c.broker.process.poll() is None:
             c.broker.stop()
+
+
+def test_a_bind_the_queue_type_refuses_is_refused_by_the_cluster(
+    two: tuple[Node, Node],
+) -> None:
+    """The store checks a bind on a scratch copy of the queue of its real type: a quorum
+    queue bound to an ``x-local-random`` exchange gets the single node's 406 (the HTTP
+    API's 400), and etcd gets no binding that every node's applier would then refuse."""
+    a, b = two
+    name = f"typed-{uuid.uuid4().hex[:6]}"
+    queue = f"{name}.q"
+    refusal = "Queue type rabbit_quorum_queue not valid for this exchange type"
+    conn = connect(a)
+    try:
+        ch = conn.channel()
+        ch.exchange_declare(name, "x-local-random")
+        ch.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    finally:
+        conn.close()
+    nodes.eventually(lambda: _queue_of(b, queue))
+    response = requests.post(
+        b.api(f"bindings/%2F/e/{name}/q/{queue}"), json={}, auth=nodes.AUTH, timeout=10
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["reason"] == refusal
+    conn = connect(b)
+    try:
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.queue_bind(queue, name, "")
+        assert refused.value.reply_code == 406
+        assert refused.value.reply_text == f"PRECONDITION_FAILED - {refusal}"
+        ch = conn.channel()
+        ch.exchange_delete(name, if_unused=True)  # 406 "in use" if etcd has the binding
+        ch.queue_delete(queue)
+    finally:
+        conn.close()

@@ -9,6 +9,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pika
+import pika.exceptions
 import pytest
 from rstream import (
     AMQPMessage,
@@ -122,6 +123,34 @@ def test_an_amqp091_consumer_on_a_reads_a_stream_led_by_b_from_its_offset(
 def _declared(ch: pika.adapters.blocking_connection.BlockingChannel, stream: str) -> bool:
     ch.queue_declare(stream, passive=True)
     return True
+
+
+def test_a_bad_stream_offset_through_another_node_is_406_and_the_link_goes_on(
+    two: tuple[Node, Node],
+) -> None:
+    """As on one node: basic.consume with an unusable x-stream-offset closes the channel
+    with 406; the leader, had it been asked, would refuse the consumer without dropping
+    the link that every other queue of b uses from a."""
+    a, b = two
+    stream = f"sbad-{uuid.uuid4().hex[:6]}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", a.broker.port))
+    try:
+        ch = conn.channel()
+        nodes.eventually(lambda: _declared(ch, stream))
+        ch.basic_qos(prefetch_count=10)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.basic_consume(stream, lambda *_: None, arguments={"x-stream-offset": "5X"})
+        assert refused.value.reply_code == 406
+        assert '{invalid_stream_offset_arg,{longstr,<<"5X">>}}' in refused.value.reply_text
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", stream, b"after")  # confirmed by b: the link is up
+    finally:
+        conn.close()
+    assert not any("internal error" in line for line in b.broker.log)
 
 
 async def _create(port: int, stream: str, arguments: dict[str, object]) -> str:

@@ -731,11 +731,16 @@ class MetadataStore:
             else:
                 if dest_kv is not None:
                     record = QueueRecord.from_value(vhost, destination, decode(dest_kv.value))
+                    # Of its real type and arguments: some exchange types refuse a
+                    # queue type (x-local-random a quorum queue), as every node would.
                     declare_recorded_queue(
                         check,
                         destination,
                         owner=owners.setdefault(record.owner, object()),
+                        durable=record.durable,
                         exclusive=record.exclusive,
+                        auto_delete=record.auto_delete,
+                        arguments=record.arguments,
                     )
                 check.bind_queue(
                     destination,

@@ -6,7 +6,9 @@ the protocol header names it), which the shell then drives. From then on ``data_
 feeds the shell synchronously and writes what it produced with one ``writelines`` per
 event-loop turn. Writes produced by other connections (deliveries to this one's consumers)
 are flushed with one ``call_soon`` per turn. A full transport buffer (``pause_writing``)
-stops deliveries to this connection until it drains.
+stops deliveries to this connection, and reading it, until it drains (``resume_writing``
+starts both again at once: a connection without heartbeats, such as a peer node's link,
+has no later tick that would).
 
 Reading stops while a turn of this connection waits (more input than one turn's share, or
 a paced publisher), while the memory alarm blocks it, and while a deferral holds more input
@@ -271,11 +273,16 @@ class ConnectionProtocol(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self.shell is not None:
             self.shell.set_writable(False)
+            self._set_reading()
 
     def resume_writing(self) -> None:
         if self.shell is not None:
             self.shell.set_writable(True, self.loop.time())
             self._flush()
+            # Reading stopped while the buffer was full (``Shell.reading``): it starts
+            # again here, not at the next input or tick, which a connection without
+            # heartbeats (a peer node's link) never has: it would stall for good.
+            self._set_reading()
 
     def shutdown(self, reason: str) -> None:
         """Close with 320 CONNECTION_FORCED, as RabbitMQ does on shutdown."""

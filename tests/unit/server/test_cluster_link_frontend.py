@@ -141,3 +141,19 @@ def test_the_consumers_operations_go_ahead_of_publishes_waiting_for_a_turn() -> 
     out = send(front, c.Get(7, "/", "q", True))
     [got] = [op for op in out if isinstance(op, c.Got)]
     assert got.remaining == front.turn_budget + 100 - 1
+
+
+def test_a_consumer_with_a_bad_stream_offset_is_refused_and_the_link_goes_on() -> None:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("s", owner=None, durable=True, arguments={"x-queue-type": "stream"})
+    vhost.declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    out = send(front, c.Consume(1, "/", "s", False, False, 10, 0, {"x-stream-offset": "5X"}))
+    [refused] = out
+    assert isinstance(refused, c.Cancelled)
+    assert (refused.cid, refused.code) == (1, 406)
+    assert '{invalid_stream_offset_arg,{longstr,<<"5X">>}}' in refused.text
+    assert not front.should_close_transport
+    assert send(front, c.Get(2, "/", "q", True)) == [c.Empty(2, 0)]

@@ -21,8 +21,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.errors import NotFound
+from leveret.model.consumer import UNLIMITED
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.base import Queue, QueueHost, type_of
+from leveret.model.queues.stream import parse_offset_spec
 
 if TYPE_CHECKING:
     from leveret.model.queues.args import QueueConfig
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from leveret.model.completion import Completion
-    from leveret.model.consumer import Consumer
+    from leveret.model.consumer import Consumer, ConsumerOwner
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
 
@@ -156,6 +158,36 @@ class RemoteQueue(Queue):
         return self.leader.room(self.behind)
 
     # -- consumers ------------------------------------------------------------------------
+
+    def consumer(
+        self,
+        tag: str,
+        owner: ConsumerOwner,
+        *,
+        auto_settle: bool,
+        exclusive: bool = False,
+        credit: int = UNLIMITED,
+        arguments: Mapping[str, object] | None = None,
+        priority: int = 0,
+        timeout: float | None = None,
+    ) -> Consumer:
+        if self.type.name == "stream":
+            # The leader's check of where a stream consumer starts, made here too: the
+            # client gets its 406 at basic.consume, as on one node, not a basic.cancel
+            # once the leader has refused it.
+            parse_offset_spec(
+                arguments, where=f"for {self.resource}", wall_ms=int(self.timers.wall * 1000)
+            )
+        return super().consumer(
+            tag,
+            owner,
+            auto_settle=auto_settle,
+            exclusive=exclusive,
+            credit=credit,
+            arguments=arguments,
+            priority=priority,
+            timeout=timeout,
+        )
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.reachable()

@@ -358,15 +358,21 @@ class LinkFrontEnd:
         if op.cid in self.consumers:
             self._refuse(f"consumer {op.cid} reused")
             return
-        consumer = queue.consumer(
-            f"link:{self.peer.node if self.peer else '?'}:{op.cid}",
-            self.owner,
-            auto_settle=op.auto_settle,
-            exclusive=op.exclusive,
-            credit=op.credit,
-            priority=op.priority,
-            arguments=op.arguments,
-        )
+        try:
+            consumer = queue.consumer(
+                f"link:{self.peer.node if self.peer else '?'}:{op.cid}",
+                self.owner,
+                auto_settle=op.auto_settle,
+                exclusive=op.exclusive,
+                credit=op.credit,
+                priority=op.priority,
+                arguments=op.arguments,
+            )
+        except AMQPError as exc:
+            # A client's bad argument (a stream's x-stream-offset): its consumer is
+            # refused, the link (every other queue's traffic) goes on.
+            self._write(c.Cancelled(op.cid, exc.reply_code, exc.reply_text))
+            return
         self.consumers[op.cid] = consumer
         self.ids[consumer] = op.cid
         self.sent[op.cid] = 0

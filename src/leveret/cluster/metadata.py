@@ -859,6 +859,13 @@ class MetadataStore:
             )
             return False
 
+    @_available
+    async def change_queue_record(self, record: QueueRecord, compare: Sequence[Compare]) -> bool:
+        """Write a queue's record if ``compare`` holds (an operator's membership change,
+        ``cluster/members.py``); etcd's unavailability is ``ClusterUnavailable``."""
+        key = self.layout.queue(record.vhost, record.name)
+        return await self._commit(compare, {key: queue_value(record)}, []) is not None
+
     async def put_if_absent(self, key: bytes, value: bytes) -> bool:
         return await self._commit([absent(key)], {key: value}, []) is not None
 
@@ -883,6 +890,10 @@ def _queue_value(record: QueueRecord) -> dict[str, Any]:
         value["members"] = list(record.members)
         value["epoch"] = record.epoch
         value["in_sync"] = list(record.in_sync)
+    elif record.epoch:
+        # Shrunk to one node (cluster/members.py): the epoch stays, so that a deposed
+        # leader's log is never taken as newer once the queue is replicated again.
+        value["epoch"] = record.epoch
     return value
 
 

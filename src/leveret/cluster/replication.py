@@ -268,9 +268,18 @@ class ReplicatingStore:
 
     def requeued(self, queue: Queue, entry: QueuedMessage) -> None:
         JOURNAL_STORE.requeued(queue, entry)
-        if entry.sid:
+        if not entry.sid:
+            return
+        mirror = self.leading.mirror
+        if entry.sid in mirror.messages:
             self.leading.ship(encode_record(REQUEUED, entry.sid, entry.deliveries))
-            self.leading.mirror.requeued(entry.sid, entry.deliveries)
+            mirror.requeued(entry.sid, entry.deliveries)
+        else:
+            # Out to a consumer when the queue became replicated (an operator's
+            # add_member): the copies never had it; now they do.
+            message = _stored(entry.message)
+            self.leading.ship(encode_record(ENQUEUE, entry.sid, entry.deliveries, message))
+            mirror.enqueued(entry.sid, message, entry.deliveries, False)
 
     def dead_lettered(self, queue: Queue, entry: QueuedMessage, reason: str) -> None:
         JOURNAL_STORE.dead_lettered(queue, entry, reason)
@@ -309,6 +318,10 @@ class Leading:
     heard: dict[str, float] = field(default_factory=dict)
     led_since: float = field(default_factory=time.monotonic)
     beat: float = 0.0  # the last heartbeat (time.monotonic)
+    # When the state was last sent to each follower, and how many times in a row it was
+    # sent again to a follower that acknowledged none.
+    sent_at: dict[str, float] = field(default_factory=dict)
+    resent: dict[str, int] = field(default_factory=dict)
     busy: bool = False  # an etcd write about the in-sync set is under way
     # Led under this node's current lease: False from a lost lease until a fenced rewrite
     # of the record under the new one (nothing is served or confirmed meanwhile).
@@ -359,6 +372,7 @@ class Leading:
             )
         )
         self.following.add(node)
+        self.sent_at[node] = time.monotonic()
         # In sync only once it acknowledged this state (or later): never on an old answer.
         self.acked.pop(node, None)
 
@@ -511,10 +525,26 @@ class Replication:
 
     def on_record(self, ident: tuple[str, str], record: QueueRecord | None) -> None:
         """The applier's hook: a queue record applied (None: removed)."""
+        if (
+            record is not None
+            and not record.replicated
+            and record.leader == self.node
+            and ident in self.replicas
+            and ident not in self.leading
+        ):
+            # Handed this queue as its one member left (its leader removed from a queue
+            # of two, cluster/members.py): take it over from the copy, as an elected
+            # leader does, then keep it in the journal alone (below).
+            self._lead(ident, record)
         if record is None or not record.replicated or self.node not in record.members:
             leading = self.leading.pop(ident, None)
             if leading is not None:
-                leading.fail()
+                if record is not None and record.leader == self.node:
+                    # Shrunk to this node alone (cluster/members.py): its journal holds
+                    # the queue, what waited is committed there.
+                    self._unreplicate(leading)
+                else:
+                    leading.fail()
             replica = self.replicas.pop(ident, None)
             if replica is not None:
                 replica.close(remove=True)
@@ -531,6 +561,50 @@ class Replication:
             replica = self.replicas[ident] = Replica(self._path(ident))
             replica.load()
         replica.epoch = max(replica.epoch, record.epoch)
+
+    def _unreplicate(self, leading: Leading) -> None:
+        queue = leading.queue
+        queue.store = EVERY_MESSAGE_STORE  # a quorum queue's own (model/queues/quorum.py)
+        queue.gate = None
+        if isinstance(queue, QuorumQueue):
+            queue.serve(math.inf)
+        waits, leading.waits = leading.waits, deque()
+        for _offset, done in waits:
+            done.resolve(True)
+        log.info("queue '%s' in '%s': one member left, not replicated", *reversed(leading.ident))
+
+    def prune(self) -> int:
+        """Remove the copies of queues this node is no longer a member of (removed while
+        it was down: ``delete_member``, ``shrink``); run once the records are loaded. How
+        many went."""
+        kept = {replica.path for replica in self.replicas.values()}
+        gone = 0
+        for path in self.directory.glob("*.log"):
+            if path not in kept:
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone
+
+    def status(self, ident: tuple[str, str]) -> dict[str, dict[str, Any]]:
+        """What this node knows of a replicated queue's members' logs (``quorum_status``):
+        the leader's node knows every member's acknowledged offset and the committed one,
+        a follower's node its own copy's offset."""
+        leading = self.leading.get(ident)
+        if leading is not None:
+            committed = leading.committed()
+            known: dict[str, dict[str, Any]] = {
+                self.node: {"log_offset": leading.offset, "committed_offset": committed}
+            }
+            for node in leading.followers():
+                known[node] = {
+                    "log_offset": leading.acked.get(node, 0) if node in leading.following else 0,
+                    "committed_offset": committed,
+                }
+            return known
+        replica = self.replicas.get(ident)
+        if replica is not None:
+            return {self.node: {"log_offset": replica.offset, "epoch": replica.epoch}}
+        return {}
 
     def _path(self, ident: tuple[str, str]) -> Path:
         digest = sha256(encode(list(ident))).hexdigest()[:32]
@@ -596,6 +670,7 @@ class Replication:
             return
         if op.offset >= leading.acked.get(node, 0):
             leading.acked[node] = op.offset
+            leading.resent.pop(node, None)
         now = time.monotonic()
         leading.heard[node] = now
         if op.offset >= leading.mark:
@@ -745,6 +820,15 @@ class Replication:
                 continue
             if node in record.in_sync and leading.behind(node, now):
                 lagging.append(node)
+            elif node in leading.following and node not in leading.acked:
+                # Nothing acknowledged since the state was sent: it reached a node that did
+                # not know yet it is a member (an operator's add_member applied there after
+                # here) and was dropped. Send it again, waiting twice as long each time (a
+                # large state may just be slow to sync).
+                resent = leading.resent.get(node, 0)
+                if now - leading.sent_at.get(node, leading.led_since) > LAG_BOUND * 2**resent:
+                    leading.resent[node] = min(resent + 1, 5)
+                    leading.sync(node)
         if not lagging:
             return
         reachable = self._reachable(leading, now)

@@ -372,7 +372,7 @@ class Leading:
             )
         )
         self.following.add(node)
-        self.sent_at[node] = time.monotonic()
+        self.sent_at.pop(node, None)  # (the next check's clock: when it was sent)
         # In sync only once it acknowledged this state (or later): never on an old answer.
         self.acked.pop(node, None)
 
@@ -826,9 +826,10 @@ class Replication:
                 # here) and was dropped. Send it again, waiting twice as long each time (a
                 # large state may just be slow to sync).
                 resent = leading.resent.get(node, 0)
-                if now - leading.sent_at.get(node, leading.led_since) > LAG_BOUND * 2**resent:
+                if now - leading.sent_at.setdefault(node, now) > LAG_BOUND * 2**resent:
                     leading.resent[node] = min(resent + 1, 5)
                     leading.sync(node)
+                    leading.sent_at[node] = now
         if not lagging:
             return
         reachable = self._reachable(leading, now)

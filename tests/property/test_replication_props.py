@@ -7,6 +7,9 @@
 - The commit rule: a committed offset is held by a majority (the leader and in-sync
   followers that acknowledged it), never past an in-sync follower's acknowledgement, and
   nothing is committed while the in-sync set is below a majority.
+- The hand-over: a leader hands its queue only to an in-sync member whose node runs, only
+  when it hears from no follower, and its heir holds every offset the leader committed
+  (so a hand-over loses nothing confirmed).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.model.replication import EpochLog, ReplicaState, committed, majority
+from leveret.model.replication import EpochLog, ReplicaState, committed, majority, successor
 
 
 def _epochs(log: EpochLog) -> list[int]:
@@ -106,6 +109,39 @@ def test_commit_rule(case: tuple[tuple[str, ...], int, dict[str, int], set[str]]
     assert len(holders) >= majority(len(members))  # ...and they are a majority
     # It is the highest such offset.
     assert offset == leader_end or any(acked.get(n, 0) == offset for n in in_sync if n != leader)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda n: st.tuples(
+            st.just(_nodes[:n]),
+            st.integers(0, 50),
+            st.dictionaries(st.sampled_from(_nodes[:n]), st.integers(0, 60)),
+            st.sets(st.sampled_from(_nodes[:n])),
+            st.sets(st.sampled_from(_nodes[:n])),
+            st.sets(st.sampled_from(_nodes[:n])),
+        )
+    )
+)
+def test_the_heir_is_in_sync_running_and_holds_every_commit(
+    case: tuple[tuple[str, ...], int, dict[str, int], set[str], set[str], set[str]],
+) -> None:
+    members, leader_end, acked, in_sync, running, reachable = case
+    leader = members[0]
+    reachable.discard(leader)
+    # What the leader acknowledged itself is its own end; the others' acks cannot pass it.
+    acked = {n: min(v, leader_end) for n, v in acked.items() if n != leader}
+    heir = successor(leader, in_sync, members, running, acked, reachable)
+    candidates = {m for m in members if m != leader and m in in_sync and m in running}
+    if reachable or not candidates:
+        assert heir is None
+        return
+    assert heir in candidates
+    assert acked.get(heir, -1) == max(acked.get(m, -1) for m in candidates)
+    upto = committed(leader, leader_end, acked, in_sync, members)
+    if upto is not None:
+        assert acked.get(heir, 0) >= upto  # nothing the leader confirmed is behind it
 
 
 def test_takeover_counts_a_delivery_that_was_out() -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from leveret.cli import ctl_links
+from leveret.cli import ctl_links, ctl_quorum
 from leveret.config import ConfigError, default_data_dir, load
 from leveret.server.ctl.unix_socket import socket_path
 
@@ -310,6 +310,8 @@ VERBS: dict[str, tuple[str, tuple[Arg | OneOf, ...]]] = {
 }
 # The runtime-parameter, shovel and federation verbs (cli/ctl_links.py).
 VERBS.update(ctl_links.SPECS)
+# rabbitmq-queues' verbs for quorum queues (cli/ctl_quorum.py).
+VERBS.update(ctl_quorum.SPECS)
 
 
 def _add(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, arg: Arg) -> None:
@@ -483,6 +485,8 @@ _DEFAULT_COLUMNS = {
 }
 _BANNERS.update(ctl_links.BANNERS)
 _DEFAULT_COLUMNS.update(ctl_links.DEFAULT_COLUMNS)
+_BANNERS.update(ctl_quorum.BANNERS)
+_DEFAULT_COLUMNS.update(ctl_quorum.DEFAULT_COLUMNS)
 _EMPTY_COLUMNS = {
     "list_users": ["user", "tags"],
     "list_permissions": ["user", "configure", "write", "read"],
@@ -509,6 +513,8 @@ def _request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
             return ctl_links.request_args(verb, a)
         except ctl_links.LinkArgumentError as exc:
             raise CtlError(str(exc), 65) from None
+    if verb in ctl_quorum.VERBS:
+        return ctl_quorum.request_args(verb, a)
     if verb in ("add_user", "change_password", "authenticate_user"):
         return {"user": a.username, "password": _password(a)}
     if verb in ("delete_user", "clear_password", "list_user_permissions"):

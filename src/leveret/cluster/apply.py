@@ -24,6 +24,7 @@ from leveret.cluster.keys import AUTH_SECTIONS, Layout, decode, decode_arguments
 from leveret.errors import AMQPError
 from leveret.model.consumer import CallbackOwner
 from leveret.model.policies import PolicyError, make_policy
+from leveret.model.queues.base import EVERY_MESSAGE_STORE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -429,17 +430,22 @@ class Applier:
             return
         record = QueueRecord.from_value(vhost_name, name, entry.value)
         if record.leader != self.node:
+            before = self.view.queues.get(ident)
             self.view.queues[ident] = record
             kept: list[Consumer] = []
             if (
                 vhost is not None
                 and local is not None
                 and not local.forwards
-                and record.replicated
-                and self.node in record.members
+                and (record.replicated or (before is not None and before.replicated))
+                and (
+                    self.node in record.members
+                    or (before is not None and before.leader == self.node and before.replicated)
+                )
             ):
                 # A replicated queue this node led and another member was elected to lead
-                # (this node lost its lease): its copy here is no longer the queue.
+                # (this node lost its lease), or that an operator removed this node from
+                # (cluster/members.py): its copy here is no longer the queue.
                 log.warning("queue '%s' in '%s': now led by '%s'", name, vhost_name, record.leader)
                 # This node's clients' consumers follow the queue to its new leader. Peers'
                 # consumers (through the inter-node link) stay behind: each peer's proxy
@@ -448,6 +454,10 @@ class Applier:
                 # way round.
                 kept = [c for c in local.consumers if not isinstance(c.owner, CallbackOwner)]
                 local.consumers.clear()
+                # Its removal purges it: from this node's journal only, never as an
+                # operation of the queue's log (followers that have not yet applied this
+                # record would take it from the deposed leader and lose their copy).
+                local.store, local.gate = EVERY_MESSAGE_STORE, None
                 vhost.remove_queue(local)
                 local = None
             if self.make_remote is not None:

@@ -836,13 +836,19 @@ class MetadataStore:
             return record
         return replace(record, members=members, epoch=1, in_sync=members)
 
-    async def replace_queue_record(self, record: QueueRecord) -> bool:
+    async def replace_queue_record(self, record: QueueRecord, base: QueueRecord) -> bool:
         """Write a replicated queue's record as this node's role allows it (a leader
-        changing its in-sync set, a member elected): fenced by this node's lease and the
-        revision of the record it read. False when either changed."""
+        changing its in-sync set or handing the queue over, a member elected): fenced by
+        this node's lease and the revision of the record this node holds, which must still
+        name ``base``'s leader and epoch (the record the change was worked out from: a
+        write started before an election was applied here must not undo it). False when
+        any of them changed."""
         key = self.layout.queue(record.vhost, record.name)
         entry = self.applier.entries.get(key)
         if entry is None:
+            return False
+        held = QueueRecord.from_value(record.vhost, record.name, entry.value)
+        if (held.leader, held.epoch) != (base.leader, base.epoch):
             return False
         compare = [mod_is(key, entry.mod_revision), *self._fence()]
         try:
@@ -852,6 +858,13 @@ class MetadataStore:
                 "queue '%s' in '%s': record not written: %s", record.name, record.vhost, exc
             )
             return False
+
+    @_available
+    async def change_queue_record(self, record: QueueRecord, compare: Sequence[Compare]) -> bool:
+        """Write a queue's record if ``compare`` holds (an operator's membership change,
+        ``cluster/members.py``); etcd's unavailability is ``ClusterUnavailable``."""
+        key = self.layout.queue(record.vhost, record.name)
+        return await self._commit(compare, {key: queue_value(record)}, []) is not None
 
     async def put_if_absent(self, key: bytes, value: bytes) -> bool:
         return await self._commit([absent(key)], {key: value}, []) is not None
@@ -877,6 +890,10 @@ def _queue_value(record: QueueRecord) -> dict[str, Any]:
         value["members"] = list(record.members)
         value["epoch"] = record.epoch
         value["in_sync"] = list(record.in_sync)
+    elif record.epoch:
+        # Shrunk to one node (cluster/members.py): the epoch stays, so that a deposed
+        # leader's log is never taken as newer once the queue is replicated again.
+        value["epoch"] = record.epoch
     return value
 
 

@@ -40,6 +40,7 @@ from leveret.cluster.etcd import EtcdClient, EtcdError, Put, absent
 from leveret.cluster.journal import ClusterJournal
 from leveret.cluster.keys import Layout, decode, encode, encode_arguments
 from leveret.cluster.link import Links
+from leveret.cluster.member_verbs import member_verbs
 from leveret.cluster.membership import Membership, NameInUse
 from leveret.cluster.metadata import MetadataStore, queue_value
 from leveret.cluster.replication import Replication
@@ -152,6 +153,8 @@ class ClusterNode:
             await self._upload_entities()
         self.replication.start()
         await self.store.load()
+        if self.replication.prune():
+            log.info("removed the copies of queues this node is no longer a member of")
         if mode.kind == "seed":
             await self.store.change_auth(lambda users: load_store(users, local_auth))
             await self.store.change_runtime(lambda runtime: runtime.load(local_runtime))
@@ -164,6 +167,7 @@ class ClusterNode:
         # From now on what front ends declare durably here is written behind to etcd.
         server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
         server.admin.changer = self.store.change_auth
+        server.admin.register(member_verbs(server.admin))  # rabbitmq-queues' verbs
         server.stream_server.stream_leader = self.stream_leader
         server.runtime.changer = self.store.change_runtime
         self.store.start_watch()

@@ -35,6 +35,19 @@ leader's ``epoch`` and the ``in_sync`` set. Every node runs one :class:`Replicat
   out of the in-sync set). The winner serves the queue from its copy: each message in
   order, those that were out unsettled redelivered with their delivery count one higher;
   the other nodes' proxies follow the record.
+- **Hand-over.** A leader cut off from every follower but not from etcd keeps its lease,
+  so no member elects itself. Once an in-sync follower has not kept up for ``LAG_BOUND``
+  while no follower answers at all (none within ``HEARD_WITHIN``), it hands the queue to
+  an in-sync member whose node runs
+  (``model/replication.successor``), with the next epoch and itself out of the in-sync
+  set, in the same fenced transaction an election makes, and stops serving: as a Raft
+  leader on the minority side steps down. Cut off from every follower, it takes none of
+  them out of the in-sync set (one of them is to take the queue). A leader that still
+  hears from a follower keeps the queue and takes those that did not keep up out of the
+  in-sync set. Keeping up is Kafka's rule: a follower acknowledged, within ``LAG_BOUND``,
+  the log as it stood at one of the leader's checks (``Leading.mark``, every ``TICK``).
+  Leaders send a heartbeat (an empty ``Append``) every ``HEARTBEAT_INTERVAL``, so that
+  silence is noticed while no operation is shipped.
 """
 
 from __future__ import annotations
@@ -55,7 +68,7 @@ from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
 from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE
 from leveret.model.queues.quorum import QuorumQueue
-from leveret.model.replication import ReplicaState, committed
+from leveret.model.replication import ReplicaState, committed, successor
 from leveret.protocol.cluster import codec as c
 
 if TYPE_CHECKING:
@@ -77,6 +90,9 @@ log = logging.getLogger("leveret.cluster")
 
 # Seconds a follower may stay behind before the leader takes it out of the in-sync set.
 LAG_BOUND: Final = 2.0
+# Seconds a leader leads before it may hand its queue over (``_hand_over``): members cut
+# off from each other pass it on at most this often.
+HAND_OVER_AFTER: Final = 2 * LAG_BOUND
 # Bytes past which a follower's file is rewritten as one snapshot of its copy (and past
 # four times the size of the last such snapshot).
 COMPACT_AT: Final = 64 << 20
@@ -93,6 +109,15 @@ REMOVED: Final = 3
 REQUEUED: Final = 4
 PURGED: Final = 5
 SNAPSHOT: Final = 6
+# Not in the log: a leader's heartbeat, an ``Append`` at its current offset that a follower
+# holding that offset (synced) acknowledges at once, so that a leader hears from its
+# followers while no operation is shipped.
+HEARTBEAT: Final = 7
+HEARTBEAT_RECORD: Final = struct.pack(">BQ", HEARTBEAT, 0)
+# Seconds between a leader's heartbeats, and within which a follower it hears from
+# answered (two of them).
+HEARTBEAT_INTERVAL: Final = 0.5
+HEARD_WITHIN: Final = 2 * HEARTBEAT_INTERVAL
 
 _HEAD = struct.Struct(">BQ")
 _ENTRY = struct.Struct(">QIB")
@@ -191,6 +216,8 @@ def apply_record(state: ReplicaState, record: bytes) -> None:
             state.requeued(sid, deliveries)
         elif kind == PURGED:
             state.purged(struct.unpack_from(f">{sid}Q", record, pos))
+        elif kind == HEARTBEAT:
+            pass  # never shipped as a record; harmless if it were
         elif kind == SNAPSHOT:
             state.reset()
             for _ in range(sid):
@@ -241,9 +268,18 @@ class ReplicatingStore:
 
     def requeued(self, queue: Queue, entry: QueuedMessage) -> None:
         JOURNAL_STORE.requeued(queue, entry)
-        if entry.sid:
+        if not entry.sid:
+            return
+        mirror = self.leading.mirror
+        if entry.sid in mirror.messages:
             self.leading.ship(encode_record(REQUEUED, entry.sid, entry.deliveries))
-            self.leading.mirror.requeued(entry.sid, entry.deliveries)
+            mirror.requeued(entry.sid, entry.deliveries)
+        else:
+            # Out to a consumer when the queue became replicated (an operator's
+            # add_member): the copies never had it; now they do.
+            message = _stored(entry.message)
+            self.leading.ship(encode_record(ENQUEUE, entry.sid, entry.deliveries, message))
+            mirror.enqueued(entry.sid, message, entry.deliveries, False)
 
     def dead_lettered(self, queue: Queue, entry: QueuedMessage, reason: str) -> None:
         JOURNAL_STORE.dead_lettered(queue, entry, reason)
@@ -272,7 +308,20 @@ class Leading:
     # Followers that were sent the state and follow the log from it.
     following: set[str] = field(default_factory=set)
     waits: deque[tuple[int, Completion[bool]]] = field(default_factory=deque)
-    behind_since: dict[str, float] = field(default_factory=dict)
+    # When each follower last acknowledged the log as it was at a check (``mark``, set by
+    # each check): a follower that did not for ``LAG_BOUND`` is behind.
+    caught_up: dict[str, float] = field(default_factory=dict)
+    mark: int = 0
+    # When each follower last acknowledged anything (time.monotonic), and when this node
+    # began to lead (a hand-over waits a while, so that partitioned members do not pass
+    # the queue back and forth).
+    heard: dict[str, float] = field(default_factory=dict)
+    led_since: float = field(default_factory=time.monotonic)
+    beat: float = 0.0  # the last heartbeat (time.monotonic)
+    # When the state was last sent to each follower, and how many times in a row it was
+    # sent again to a follower that acknowledged none.
+    sent_at: dict[str, float] = field(default_factory=dict)
+    resent: dict[str, int] = field(default_factory=dict)
     busy: bool = False  # an etcd write about the in-sync set is under way
     # Led under this node's current lease: False from a lost lease until a fenced rewrite
     # of the record under the new one (nothing is served or confirmed meanwhile).
@@ -296,6 +345,21 @@ class Leading:
                 else:
                     self.following.discard(node)
 
+    def behind(self, node: str, now: float) -> bool:
+        """Whether ``node`` has not kept up with the log for ``LAG_BOUND``."""
+        return now - self.caught_up.get(node, self.led_since) > LAG_BOUND
+
+    def heartbeat(self) -> None:
+        """An ``Append`` of nothing at the current offset to each follower that follows
+        the log: those that hold it answer (``Replication.append``)."""
+        record = self.record
+        op = c.Append(record.vhost, record.name, record.epoch, self.offset, HEARTBEAT_RECORD)
+        for node in self.followers():
+            if node in self.following:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
+
     def sync(self, node: str) -> None:
         """Send ``node`` the whole state at the current offset; it follows from there."""
         peer = self.replication.links.peer(node)
@@ -308,6 +372,7 @@ class Leading:
             )
         )
         self.following.add(node)
+        self.sent_at.pop(node, None)  # (the next check's clock: when it was sent)
         # In sync only once it acknowledged this state (or later): never on an old answer.
         self.acked.pop(node, None)
 
@@ -460,10 +525,26 @@ class Replication:
 
     def on_record(self, ident: tuple[str, str], record: QueueRecord | None) -> None:
         """The applier's hook: a queue record applied (None: removed)."""
+        if (
+            record is not None
+            and not record.replicated
+            and record.leader == self.node
+            and ident in self.replicas
+            and ident not in self.leading
+        ):
+            # Handed this queue as its one member left (its leader removed from a queue
+            # of two, cluster/members.py): take it over from the copy, as an elected
+            # leader does, then keep it in the journal alone (below).
+            self._lead(ident, record)
         if record is None or not record.replicated or self.node not in record.members:
             leading = self.leading.pop(ident, None)
             if leading is not None:
-                leading.fail()
+                if record is not None and record.leader == self.node:
+                    # Shrunk to this node alone (cluster/members.py): its journal holds
+                    # the queue, what waited is committed there.
+                    self._unreplicate(leading)
+                else:
+                    leading.fail()
             replica = self.replicas.pop(ident, None)
             if replica is not None:
                 replica.close(remove=True)
@@ -480,6 +561,50 @@ class Replication:
             replica = self.replicas[ident] = Replica(self._path(ident))
             replica.load()
         replica.epoch = max(replica.epoch, record.epoch)
+
+    def _unreplicate(self, leading: Leading) -> None:
+        queue = leading.queue
+        queue.store = EVERY_MESSAGE_STORE  # a quorum queue's own (model/queues/quorum.py)
+        queue.gate = None
+        if isinstance(queue, QuorumQueue):
+            queue.serve(math.inf)
+        waits, leading.waits = leading.waits, deque()
+        for _offset, done in waits:
+            done.resolve(True)
+        log.info("queue '%s' in '%s': one member left, not replicated", *reversed(leading.ident))
+
+    def prune(self) -> int:
+        """Remove the copies of queues this node is no longer a member of (removed while
+        it was down: ``delete_member``, ``shrink``); run once the records are loaded. How
+        many went."""
+        kept = {replica.path for replica in self.replicas.values()}
+        gone = 0
+        for path in self.directory.glob("*.log"):
+            if path not in kept:
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone
+
+    def status(self, ident: tuple[str, str]) -> dict[str, dict[str, Any]]:
+        """What this node knows of a replicated queue's members' logs (``quorum_status``):
+        the leader's node knows every member's acknowledged offset and the committed one,
+        a follower's node its own copy's offset."""
+        leading = self.leading.get(ident)
+        if leading is not None:
+            committed = leading.committed()
+            known: dict[str, dict[str, Any]] = {
+                self.node: {"log_offset": leading.offset, "committed_offset": committed}
+            }
+            for node in leading.followers():
+                known[node] = {
+                    "log_offset": leading.acked.get(node, 0) if node in leading.following else 0,
+                    "committed_offset": committed,
+                }
+            return known
+        replica = self.replicas.get(ident)
+        if replica is not None:
+            return {self.node: {"log_offset": replica.offset, "epoch": replica.epoch}}
+        return {}
 
     def _path(self, ident: tuple[str, str]) -> Path:
         digest = sha256(encode(list(ident))).hexdigest()[:32]
@@ -545,6 +670,11 @@ class Replication:
             return
         if op.offset >= leading.acked.get(node, 0):
             leading.acked[node] = op.offset
+            leading.resent.pop(node, None)
+        now = time.monotonic()
+        leading.heard[node] = now
+        if op.offset >= leading.mark:
+            leading.caught_up[node] = now
         leading.advance()
 
     def append(self, front: LinkFrontEnd, op: c.Append) -> None:
@@ -553,6 +683,10 @@ class Replication:
         replica = self.replicas.get(ident)
         if replica is None or op.epoch < replica.epoch:
             return  # not a member, or a deposed leader's write
+        if op.record == HEARTBEAT_RECORD:
+            if op.epoch == replica.epoch and op.offset == replica.offset and not replica.dirty:
+                front.send(c.Appended(op.vhost, op.queue, op.epoch, op.offset))
+            return  # (behind, or not synced yet: the next sync answers)
         snapshot = bool(op.record) and op.record[0] == SNAPSHOT
         if not snapshot and op.offset != replica.offset + 1:
             return  # a gap: the leader sends the state again when the link returns
@@ -621,7 +755,7 @@ class Replication:
         (a fenced rewrite of it: an election meanwhile changed its revision)."""
         leading.busy = True
         try:
-            done = await self.store.replace_queue_record(leading.record)
+            done = await self.store.replace_queue_record(leading.record, leading.record)
         finally:
             leading.busy = False
         if done and self.leading.get(leading.ident) is leading and self.membership.held:
@@ -663,20 +797,97 @@ class Replication:
 
     def _check_followers(self, leading: Leading, now: float) -> None:
         record = leading.record
+        if now - leading.beat >= HEARTBEAT_INTERVAL:
+            leading.beat = now
+            leading.heartbeat()
+        # What a follower must acknowledge from now on to count as keeping up: the log
+        # as it is at this check (Kafka's "caught up to the log end within the bound").
+        leading.mark = leading.offset
         if leading.busy:
             return
+        lagging: list[str] = []
         for node in leading.followers():
             if node not in leading.following:
                 leading.sync(node)
-            acked = leading.acked.get(node, -1)
-            if acked >= leading.offset and node in leading.following:
-                leading.behind_since.pop(node, None)
+            if node not in leading.following:
+                if node in record.in_sync and leading.behind(node, now):
+                    lagging.append(node)
+                continue
+            if leading.acked.get(node, -1) >= leading.offset:
+                leading.caught_up[node] = now
                 if node not in record.in_sync:
                     self._spawn(self._in_sync(leading, node, True))
                 continue
-            since = leading.behind_since.setdefault(node, now)
-            if node in record.in_sync and now - since > LAG_BOUND:
-                self._spawn(self._in_sync(leading, node, False))
+            if node in record.in_sync and leading.behind(node, now):
+                lagging.append(node)
+            elif node in leading.following and node not in leading.acked:
+                # Nothing acknowledged since the state was sent: it reached a node that did
+                # not know yet it is a member (an operator's add_member applied there after
+                # here) and was dropped. Send it again, waiting twice as long each time (a
+                # large state may just be slow to sync).
+                resent = leading.resent.get(node, 0)
+                if now - leading.sent_at.setdefault(node, now) > LAG_BOUND * 2**resent:
+                    leading.resent[node] = min(resent + 1, 5)
+                    leading.sync(node)
+                    leading.sent_at[node] = now
+        if not lagging:
+            return
+        reachable = self._reachable(leading, now)
+        if not reachable:
+            # Cut off from every follower: the in-sync set stays as it is (each of its
+            # members holds every commit, and one of them takes the queue, now or once this
+            # node has led long enough not to pass it back and forth).
+            if now - leading.led_since > HAND_OVER_AFTER:
+                heir = successor(
+                    self.node,
+                    record.in_sync,
+                    record.members,
+                    set(self.applier.view.nodes),
+                    leading.acked,
+                    reachable,
+                )
+                if heir is not None:
+                    self._spawn(self._hand_over(leading, heir))
+            return
+        for node in lagging:
+            self._spawn(self._in_sync(leading, node, False))
+
+    @staticmethod
+    def _reachable(leading: Leading, now: float) -> set[str]:
+        """The followers this leader hears from: those that acknowledged something (an
+        operation or a heartbeat) within ``HEARD_WITHIN``, two heartbeats."""
+        return {
+            node
+            for node in leading.followers()
+            if now - leading.heard.get(node, -math.inf) <= HEARD_WITHIN
+        }
+
+    async def _hand_over(self, leading: Leading, heir: str) -> None:
+        """Cut off from every follower but not from etcd (so no member elects itself while
+        this node's lease holds), hand the queue to ``heir``, an in-sync member whose node
+        runs, with the next epoch and this node out of the in-sync set: as an election
+        does, fenced the same way. This node stops serving at once; its copy goes and its
+        clients' consumers follow the queue when the record is applied here."""
+        record = leading.record
+        in_sync = tuple(m for m in record.in_sync if m != self.node)
+        new = replace(record, leader=heir, epoch=record.epoch + 1, in_sync=in_sync)
+        leading.busy = True
+        try:
+            done = await self.store.replace_queue_record(new, record)
+        finally:
+            leading.busy = False
+        if not done:
+            return
+        log.warning(
+            "queue '%s' in '%s': handed to node '%s' (epoch %d): no follower answers",
+            record.name,
+            record.vhost,
+            heir,
+            new.epoch,
+        )
+        leading.fenced = False
+        leading.fail()
+        self._serve(leading)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -692,7 +903,7 @@ class Replication:
         in_sync = tuple(m for m in record.members if m in members)
         leading.busy = True
         try:
-            done = await self.store.replace_queue_record(replace(record, in_sync=in_sync))
+            done = await self.store.replace_queue_record(replace(record, in_sync=in_sync), record)
         finally:
             leading.busy = False
         if done:
@@ -712,7 +923,7 @@ class Replication:
         try:
             in_sync = tuple(m for m in record.in_sync if m != record.leader)
             new = replace(record, leader=self.node, epoch=record.epoch + 1, in_sync=in_sync)
-            if await self.store.replace_queue_record(new):
+            if await self.store.replace_queue_record(new, record):
                 log.info(
                     "queue '%s' in '%s': elected leader (epoch %d), node '%s' is down",
                     record.name,

@@ -14,6 +14,9 @@ by offset.
   epoch cache). A returning replica truncates to the end the leader's log gives its last
   epoch (:meth:`EpochLog.divergence`, KIP-101), never to a high watermark: truncating by
   high watermark lost acknowledged writes in Kafka.
+- :func:`successor`: the in-sync member a leader cut off from every follower (but not
+  from etcd, so its lease holds and no member elects itself) hands the queue to, as a
+  Raft leader on the minority side of a partition steps down.
 - :class:`ReplicaState`: what a follower keeps of the queue: every live message by the
   leader's store id, with its delivery count and whether it is out unsettled, in order.
 """
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Set
 
-__all__ = ["EpochLog", "ReplicaState", "committed", "majority"]
+__all__ = ["EpochLog", "ReplicaState", "committed", "majority", "successor"]
 
 
 def majority(members: int) -> int:
@@ -56,6 +59,35 @@ def committed(
         if node != leader:
             low = min(low, acked.get(node, 0))
     return low
+
+
+def successor(
+    leader: str,
+    in_sync: Iterable[str],
+    members: Iterable[str],
+    running: Set[str],
+    acked: Mapping[str, int],
+    reachable: Set[str],
+) -> str | None:
+    """The member ``leader`` hands its queue to, or None to keep it.
+
+    Only a leader that hears from none of its followers (``reachable`` empty: none has
+    acknowledged what it was sent for a while) hands over, and only to an in-sync member
+    whose node is ``running`` (its lease held): an in-sync member has every committed
+    offset (each waited for it), so the handover loses nothing confirmed. Of those, the one
+    that acknowledged the most. A leader that still hears from a follower keeps the queue:
+    the followers it does not hear from leave the in-sync set instead, and those it hears
+    from catch up (a member it cannot hear from may be dead with its lease not yet run
+    out, and one handed the queue then would hold it until it came back)."""
+    if reachable:
+        return None
+    members = list(members)
+    in_sync = set(in_sync)
+    candidates = [m for m in members if m != leader and m in in_sync and m in running]
+    if not candidates:
+        return None
+    order = {m: i for i, m in enumerate(members)}
+    return max(candidates, key=lambda m: (acked.get(m, -1), -order[m]))
 
 
 @dataclass

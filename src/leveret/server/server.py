@@ -44,6 +44,7 @@ from leveret.server.ctl.admin import Admin
 from leveret.server.ctl.entities import entity_verbs
 from leveret.server.ctl.messages import message_verbs
 from leveret.server.ctl.parameters import parameter_verbs
+from leveret.server.ctl.quorum import quorum_verbs
 from leveret.server.ctl.streams import super_stream_verbs
 from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
@@ -183,6 +184,7 @@ class Server:
         self.admin.register(message_verbs(self.admin))
         self.admin.register(super_stream_verbs(self.admin))  # rabbitmq-streams' verbs
         self.admin.register(parameter_verbs(self.admin))
+        self.admin.register(quorum_verbs())  # rabbitmq-queues' (a cluster node's replace them)
         self.management: ManagementPlane | None = None
         self.plugins: list[Plugin] = [make(self) for make in plugins]
 

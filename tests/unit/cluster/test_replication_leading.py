@@ -134,3 +134,71 @@ def test_a_follower_sent_the_state_is_not_in_sync_on_an_older_answer() -> None:
     leading.ship(b"\x02" + bytes(8))
     leading.sync("b")  # its link came back: the state again, at offset 1
     assert "b" not in leading.acked  # until it answers for that state
+
+
+def test_a_message_out_when_the_queue_became_replicated_reaches_the_copies_on_requeue() -> None:
+    """A queue of one node made replicated (add_member) mirrors its ready messages only: one
+    out to a consumer then is unknown to the copies until it comes back; its requeue ships
+    it whole rather than as a requeue of nothing."""
+    from leveret.cluster.replication import ENQUEUE, ReplicatingStore, encode_record
+    from leveret.convert.formats import stored_message
+    from leveret.model.entry import QueuedMessage
+
+    leading, peers, _ = _leading()
+    known = ("", "q", 0, b"", b"ready")
+    leading.ship(encode_record(ENQUEUE, 1, 0, known))
+    leading.mirror.enqueued(1, known, 0, False)
+    store = ReplicatingStore(leading)
+    out = QueuedMessage(7, stored_message("", "q", b"", b"was out", 0))
+    out.sid, out.deliveries = 2, 1
+    store.requeued(None, out)  # type: ignore[arg-type]
+    # Known now: a plain requeue.
+    store.requeued(None, out)  # type: ignore[arg-type]
+    copy = ReplicaState()
+    for op in peers["b"].sent:
+        assert isinstance(op, c.Append)
+        apply_record(copy, op.record)
+    assert copy.messages == leading.mirror.messages
+    assert copy.messages[2][1:] == [1, False]
+    assert len(peers["b"].sent) == 4  # the state, the ready one, the whole one, a requeue
+
+
+def test_a_state_nobody_acknowledged_is_sent_again_less_and_less_often() -> None:
+    """The state reached a node that did not know yet it is a member (add_member applied
+    there after the leader's node) and was dropped: the leader sends it again after
+    ``LAG_BOUND``, then twice as long each time, until the follower answers."""
+    from leveret.cluster.replication import HEARTBEAT_RECORD, LAG_BOUND, Replication
+
+    leading, peers, _ = _leading()
+    leading.record = replace(leading.record, in_sync=("a", "c"))
+    _ack(leading, "c", 0)
+    spawned: list[Any] = []
+    checker: Any = type(
+        "Checker",
+        (),
+        {
+            "_spawn": lambda self, change: spawned.append(change),
+            "_in_sync": lambda self, leading, node, add: (node, add),
+        },
+    )()
+
+    def check(now: float) -> int:
+        before = len(peers["b"].sent)
+        Replication._check_followers(checker, leading, now)
+        # The states sent (not the heartbeats, an Append of nothing).
+        return sum(
+            1
+            for op in peers["b"].sent[before:]
+            if isinstance(op, c.Append) and op.record != HEARTBEAT_RECORD
+        )
+
+    assert check(100.0) == 0  # behind since now
+    assert check(100.0 + LAG_BOUND / 2) == 0
+    assert check(100.0 + LAG_BOUND * 1.1) == 1  # the state again
+    assert check(100.0 + LAG_BOUND * 2.5) == 0  # next after twice the bound
+    assert check(100.0 + LAG_BOUND * 3.2) == 1
+    checker.leading = {("/", "q"): leading}
+    Replication.appended(checker, "b", c.Appended("/", "q", 3, leading.offset))
+    assert leading.resent == {}
+    assert check(200.0) == 0
+    assert spawned == [("b", True)]  # b answered for the state: back into the in-sync set

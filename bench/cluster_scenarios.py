@@ -232,8 +232,10 @@ def wait_running(port: int, nodes: Sequence[str], timeout: float = 120) -> None:
     """Until the node behind ``port`` sees every node running: a quorum queue declared
     sooner gets as members only the nodes running then."""
     deadline = time.monotonic() + timeout
+    running: set[str] = set()
     while True:
-        running = {n["name"] for n in _api_get(port, "/api/nodes") if n.get("running")}
+        with contextlib.suppress(OSError):  # the API may listen after the AMQP port
+            running = {n["name"] for n in _api_get(port, "/api/nodes") if n.get("running")}
         if running >= set(nodes):
             return
         if time.monotonic() > deadline:

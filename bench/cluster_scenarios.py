@@ -65,7 +65,7 @@ from bench.run import (
 from bench.run import Broker as _Broker
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 __all__ = ["build_parser", "main", "render"]
 
@@ -181,10 +181,28 @@ def start_single(out: Path, pythonpath: str) -> Setup:
 def start_nodes(out: Path, pythonpath: str, name: str, nodes: Sequence[str]) -> Setup:
     """An etcd of its own and one Leveret node per name, all of one cluster; the clients on
     the first node, the queues led by the second."""
+    s = Setup(name, 0, 0)
+    with _stopped_on_error(s):
+        _start_nodes(s, out, pythonpath, nodes)
+    return s
+
+
+@contextlib.contextmanager
+def _stopped_on_error(setup: Setup) -> Iterator[None]:
+    """Stops what a setup started so far if its start fails (``main`` only stops the setups
+    that started)."""
+    try:
+        yield
+    except BaseException:
+        setup.stop()
+        raise
+
+
+def _start_nodes(s: Setup, out: Path, pythonpath: str, nodes: Sequence[str]) -> None:
     from leveret.testing.etcd import EtcdServer
 
+    name = s.name
     etcd = EtcdServer().start()
-    s = Setup(name, 0, 0)
     s.stops.append(etcd.stop)
     assert etcd.process is not None
     s.pids.append(etcd.process.pid)
@@ -213,7 +231,6 @@ def start_nodes(out: Path, pythonpath: str, name: str, nodes: Sequence[str]) -> 
     s.client_port, s.leader_port = ports[nodes[0]], ports[nodes[1]]
     s.leader_api = (api[nodes[1]], f"{nodes[1]}@bench")
     wait_running(api[nodes[1]], [f"{node}@bench" for node in nodes])
-    return s
 
 
 def _api_get(port: int, path: str) -> Any:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench import cluster_scenarios, loadgen
 
 
@@ -68,3 +70,15 @@ def test_the_quorum_setups_follow_the_classic_ones_in_the_table() -> None:
     ]
     rows = [line.split(" | ")[1] for line in cluster_scenarios.render(runs).splitlines()[2:]]
     assert rows == ["single", "rabbit-quorum", "quorum-remote", "quorum-leader"]
+
+
+def test_a_setup_that_fails_to_start_stops_what_it_started() -> None:
+    stopped: list[str] = []
+    setup = cluster_scenarios.Setup("quorum-remote", 0, 0)
+    setup.stops += [lambda: stopped.append("etcd"), lambda: stopped.append("node a")]
+    with pytest.raises(RuntimeError), cluster_scenarios._stopped_on_error(setup):
+        raise RuntimeError("node b never answered")
+    assert stopped == ["node a", "etcd"]
+    with cluster_scenarios._stopped_on_error(setup):
+        pass
+    assert stopped == ["node a", "etcd"]

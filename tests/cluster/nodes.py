@@ -46,7 +46,14 @@ class Node:
         return requests.put(self.api(path), json=body, auth=AUTH, timeout=10)
 
 
-def start_node(etcd: EtcdServer, prefix: str, name: str, data_dir: Path | None = None) -> Node:
+def start_node(
+    etcd: EtcdServer,
+    prefix: str,
+    name: str,
+    data_dir: Path | None = None,
+    *,
+    lease_ttl: int = LEASE_TTL,
+) -> Node:
     data_dir = data_dir or Path(tempfile.mkdtemp(dir=_DATA_ROOT))
     broker = start_broker(
         "--data-dir",
@@ -63,13 +70,13 @@ def start_node(etcd: EtcdServer, prefix: str, name: str, data_dir: Path | None =
         "0",
         env={
             "LEVERET_ETCD_PREFIX": prefix,
-            "LEVERET_CLUSTER_LEASE_TTL": str(LEASE_TTL),
+            "LEVERET_CLUSTER_LEASE_TTL": str(lease_ttl),
             "LEVERET_COLLECT_STATISTICS_INTERVAL": "200",
         },
     )
     try:
         url = _wait_for(broker, _URL)
-        _wait_for(broker, _REGISTERED, timeout=3 * LEASE_TTL + 10)
+        _wait_for(broker, _REGISTERED, timeout=3 * lease_ttl + 10)
     except Exception:
         broker.stop()
         raise

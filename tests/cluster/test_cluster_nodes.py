@@ -262,3 +262,30 @@ def test_etcd_restarted_under_load_converges(
     for node in (a, b):
         eventually(lambda node=node: set(made) <= queue_names(node), 20)  # type: ignore[misc]
     assert set(failed) <= {503}  # "service_unavailable": the cluster's store did not answer
+
+
+def test_a_killed_node_is_down_at_once_not_when_its_lease_expires(
+    etcd_server: EtcdServer, etcd_prefix: str
+) -> None:
+    """kill -9 of a node closes its inter-node link and its port refuses the next dial:
+    the other node revokes its lease (30 s here) instead of waiting it out, so the killed
+    node is down for the cluster within a moment, and its restart registers at once (it
+    does not wait for its old lease either)."""
+    a = start_node(etcd_server, etcd_prefix, "a@test", lease_ttl=30)
+    b = start_node(etcd_server, etcd_prefix, "b@test", lease_ttl=30)
+    try:
+        eventually(lambda: {n["name"]: n for n in a.get("nodes")}["b@test"]["running"])
+        eventually(lambda: any("inter-node link to node 'b@test' is up" in x for x in a.broker.log))
+        b.broker.stop(signal.SIGKILL)
+        killed = time.monotonic()
+        eventually(lambda: not {n["name"]: n for n in a.get("nodes")}["b@test"]["running"], 10)
+        assert time.monotonic() - killed < 10  # its lease had 30 s to run
+        assert any("its lease" in x and "revoked" in x for x in a.broker.log)
+        started = time.monotonic()
+        b = start_node(etcd_server, etcd_prefix, "b@test", b.data_dir, lease_ttl=30)
+        assert time.monotonic() - started < 20
+        eventually(lambda: {n["name"]: n for n in a.get("nodes")}["b@test"]["running"])
+    finally:
+        for node in (a, b):
+            if node.broker.process is not None and node.broker.process.poll() is None:
+                node.broker.stop()

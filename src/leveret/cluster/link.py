@@ -59,7 +59,7 @@ from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, Rep
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from leveret.cluster.apply import QueueRecord, View
     from leveret.model.consumer import Consumer
@@ -118,6 +118,7 @@ class _Connection(asyncio.Protocol):
         self.peer = peer
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.Event()
+        self.reset = False  # closed by a reset (RST), not an orderly close
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -127,6 +128,7 @@ class _Connection(asyncio.Protocol):
         self.peer.received(self, data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.reset = isinstance(exc, ConnectionResetError)
         self.closed.set()
         self.peer.lost(self)
 
@@ -179,6 +181,8 @@ class Peer:
         self.refused: dict[Consumer, int] = {}
         self.task: asyncio.Task[None] | None = None
         self.became_up = asyncio.Event()
+        # The link was up since the peer last refused a connection (``Links.on_refused``).
+        self.was_up = False
 
     def __repr__(self) -> str:
         return f"Peer({self.node!r}, up={self.up})"
@@ -197,22 +201,41 @@ class Peer:
             if address is not None:
                 try:
                     _, conn = await loop.create_connection(lambda: _Connection(self), *address)
+                except ConnectionRefusedError:
+                    self._refused()
                 except OSError:
                     pass
                 else:
-                    try:
-                        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                            await self.became_up.wait()
-                    except TimeoutError:
-                        log.warning("inter-node link to '%s': no handshake", self.node)
-                        if conn.transport is not None:
-                            conn.transport.abort()
+                    up = loop.create_task(self.became_up.wait())
+                    closed = loop.create_task(conn.closed.wait())
+                    await asyncio.wait(
+                        (up, closed), timeout=HANDSHAKE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    up.cancel()
+                    closed.cancel()
+                    if not self.became_up.is_set():
+                        if conn.closed.is_set():
+                            if conn.reset:
+                                # Reset before the handshake: what a proxy in front of a
+                                # closed port answers.
+                                self._refused()
+                        else:
+                            log.warning("inter-node link to '%s': no handshake", self.node)
+                            if conn.transport is not None:
+                                conn.transport.abort()
                     started = loop.time()
                     await conn.closed.wait()
                     if loop.time() - started > 1.0:
                         delay = 0.05
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def _refused(self) -> None:
+        if self.was_up:
+            # Up, then closed, now refused: no process listens there any more.
+            self.was_up = False
+            if self.links.on_refused is not None:
+                self.links.on_refused(self.node)
 
     def connected(self, conn: _Connection) -> None:
         self.conn = conn
@@ -428,6 +451,7 @@ class Peer:
         if not hmac.compare_digest(op.mac, expected):
             raise HandshakeRefused(f"node '{hello.node}' could not prove the cluster's secret")
         self.up = True
+        self.was_up = True
         self.became_up.set()
         log.info("inter-node link to node '%s' is up", self.node)
         if self.links.replication is not None:
@@ -700,6 +724,9 @@ class Links:
         self.port = 0
         # Replicated queues (``cluster/replication.py``), set by the node.
         self.replication: ReplicationHooks | None = None
+        # Told the name of a peer whose link was up and whose port now refuses connections
+        # (its process is gone, as after kill -9), set by the node.
+        self.on_refused: Callable[[str], None] | None = None
 
     def set_secret(self, secret: str) -> None:
         self.secret = secret

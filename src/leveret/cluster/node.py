@@ -108,6 +108,7 @@ class ClusterNode:
         # once rather than answering "down" while the link connects.
         self.applier.on_node_running = self._node_running
         self.applier.on_node_gone = self._node_gone
+        self.links.on_refused = self._link_refused
         # Replicated quorum queues: leading, following, elections.
         self.replication = Replication(
             self.name,
@@ -453,6 +454,32 @@ class ClusterNode:
     def _node_gone(self, name: str) -> None:
         if name != self.name:
             self._spawn(self.store.exclusive_of_gone_node(name))
+
+    def _link_refused(self, name: str) -> None:
+        """The link to ``name`` was up, closed, and its port now refuses connections: no
+        process listens there (killed, crashed). Its lease is revoked rather than waited
+        out, so its record goes now and the members of the queues it led elect at once
+        (as RabbitMQ's Erlang distribution sees a dead node's connection close)."""
+        if name != self.name and not self.links.closing:
+            self._spawn(self._revoke_lease_of(name))
+
+    async def _revoke_lease_of(self, name: str) -> None:
+        try:
+            found = await self.client.get(self.layout.node(name))
+            kv = found.kvs[0] if found.kvs else None
+            if kv is None or not kv.lease:
+                return  # gone already
+            if self.links.peer(name).up:
+                return  # back (restarted) meanwhile: its record is its new lease's
+            await self.client.revoke(kv.lease)
+        except EtcdError as exc:
+            log.warning("node '%s' refuses the inter-node link; its lease stays: %s", name, exc)
+            return
+        log.warning(
+            "node '%s' refuses the inter-node link (its process is gone): its lease %x revoked",
+            name,
+            kv.lease,
+        )
 
     def _queue_removed(self, shared: SharedDeclarations, queue: Queue) -> None:
         if self.applier.applying:

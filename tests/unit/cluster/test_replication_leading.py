@@ -143,6 +143,7 @@ def test_a_message_out_when_the_queue_became_replicated_reaches_the_copies_on_re
     from leveret.cluster.replication import ENQUEUE, ReplicatingStore, encode_record
     from leveret.convert.formats import stored_message
     from leveret.model.entry import QueuedMessage
+    from leveret.model.queues.quorum import QuorumQueue
 
     leading, peers, _ = _leading()
     known = ("", "q", 0, b"", b"ready")
@@ -151,9 +152,11 @@ def test_a_message_out_when_the_queue_became_replicated_reaches_the_copies_on_re
     store = ReplicatingStore(leading)
     out = QueuedMessage(7, stored_message("", "q", b"", b"was out", 0))
     out.sid, out.deliveries = 2, 1
-    store.requeued(None, out)  # type: ignore[arg-type]
+    # A real queue: the compiled build's journal store takes nothing else.
+    queue = QuorumQueue("/", "q")
+    store.requeued(queue, out)
     # Known now: a plain requeue.
-    store.requeued(None, out)  # type: ignore[arg-type]
+    store.requeued(queue, out)
     copy = ReplicaState()
     for op in peers["b"].sent:
         assert isinstance(op, c.Append)

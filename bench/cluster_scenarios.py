@@ -13,6 +13,11 @@ Starts, once, on free loopback ports and in directories of its own:
   client on node 1;
 - ``rabbit-quorum`` (scenario c only, ``--quorum``): the same with quorum queues (leader on
   node 2, members on all three);
+- ``quorum-remote`` (scenario c only, ``--quorum``): an etcd and three Leveret nodes ``a``,
+  ``b``, ``c``; each run's queues are replicated quorum queues of three members declared on
+  ``b`` (client-local placement: ``b`` leads them), every client on ``a``: each publish
+  crosses the link to ``b``, which replicates it to ``a`` and ``c`` before confirming;
+- ``quorum-leader`` (scenario c only, ``--quorum``): the same cluster, the clients on ``b``;
 - ``workers`` (scenario e only, ``--workers N``): ``leveret serve --workers N`` with a
   ``queue-leader-locator: balanced`` policy, the load generator on its shared port (the
   kernel spreads the connections, the policy the queue leaders): what a user of one
@@ -21,7 +26,8 @@ Starts, once, on free loopback ports and in directories of its own:
 Then, round after round, every scenario on every setup in turn (``single``, ``forwarded``,
 ``rabbit``, ...), each run ``python -m bench.loadgen`` with the scenario's flags of
 ``bench.run``. The CPU per message is the sum over every process of the broker (both
-Leveret nodes and their etcd; the three ``beam.smp``; the workers and their etcd) over the
+Leveret nodes and their etcd; the three ``beam.smp``; the three quorum nodes and their
+etcd; the workers and their etcd) over the
 measured window, divided by the messages consumed in it. ``uptime``'s load average is read
 before and after each run. Raw JSON lines go to ``OUT/runs.jsonl``, the table of medians to
 ``OUT/table.md``.
@@ -40,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,11 +65,12 @@ from bench.run import (
 from bench.run import Broker as _Broker
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 __all__ = ["build_parser", "main", "render"]
 
 ROOT = Path(__file__).resolve().parent.parent
+QUORUM_SETUPS = ("rabbit-quorum", "quorum-remote", "quorum-leader")  # scenario c only
 RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -92,6 +99,7 @@ class Setup:
     pids: list[int] = field(default_factory=list)
     pid_names: dict[int, str] = field(default_factory=dict)
     queue_type: str = ""
+    leader_api: tuple[int, str] | None = None  # the leader's management port, its node name
     stops: list[Any] = field(default_factory=list)  # callables, run in reverse at the end
 
     def stop(self) -> None:
@@ -121,7 +129,11 @@ def _leveret_env(pythonpath: str) -> dict[str, str]:
 
 
 def start_leveret_node(
-    workdir: Path, pythonpath: str, *extra: str, env: dict[str, str] | None = None
+    workdir: Path,
+    pythonpath: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    management_port: int = 0,
 ) -> tuple[int, subprocess.Popen[bytes]]:
     """``leveret serve`` with every listener on a free loopback port of its own."""
     port = free_port()
@@ -138,7 +150,7 @@ def start_leveret_node(
         "--stream-port",
         str(free_port()),
         "--management-port",
-        str(free_port()),
+        str(management_port or free_port()),
         "--prometheus-port",
         str(free_port()),
         "--log-level",
@@ -166,37 +178,102 @@ def start_single(out: Path, pythonpath: str) -> Setup:
     return s
 
 
-def start_pair(out: Path, pythonpath: str) -> Setup:
-    """etcd and nodes a, b: clients on a, queues led by b."""
+def start_nodes(out: Path, pythonpath: str, name: str, nodes: Sequence[str]) -> Setup:
+    """An etcd of its own and one Leveret node per name, all of one cluster; the clients on
+    the first node, the queues led by the second."""
+    s = Setup(name, 0, 0)
+    with _stopped_on_error(s):
+        _start_nodes(s, out, pythonpath, nodes)
+    return s
+
+
+@contextlib.contextmanager
+def _stopped_on_error(setup: Setup) -> Iterator[None]:
+    """Stops what a setup started so far if its start fails (``main`` only stops the setups
+    that started)."""
+    try:
+        yield
+    except BaseException:
+        setup.stop()
+        raise
+
+
+def _start_nodes(s: Setup, out: Path, pythonpath: str, nodes: Sequence[str]) -> None:
     from leveret.testing.etcd import EtcdServer
 
+    name = s.name
     etcd = EtcdServer().start()
-    s = Setup("forwarded", 0, 0)
     s.stops.append(etcd.stop)
     assert etcd.process is not None
     s.pids.append(etcd.process.pid)
     s.pid_names[etcd.process.pid] = "etcd"
-    env = {"LEVERET_ETCD_PREFIX": "/bench-cluster/"}
-    ports = {}
-    for name in ("a", "b"):
+    env = {"LEVERET_ETCD_PREFIX": f"/bench-{name}/"}
+    ports, api = {}, {}
+    for node in nodes:
+        api[node] = free_port()
         port, proc = start_leveret_node(
-            out / f"node-{name}",
+            out / f"{name}-{node}",
             pythonpath,
             "--etcd",
             etcd.url,
             "--node-name",
-            f"{name}@bench",
+            f"{node}@bench",
             "--cluster-port",
             str(free_port()),
             env=env,
+            management_port=api[node],
         )
         s.stops.append(lambda proc=proc: _stop_proc(proc))
         s.procs.append(proc)
         s.pids.append(proc.pid)
-        s.pid_names[proc.pid] = f"node {name}"
-        ports[name] = port
-    s.client_port, s.leader_port = ports["a"], ports["b"]
-    return s
+        s.pid_names[proc.pid] = f"node {node}"
+        ports[node] = port
+    s.client_port, s.leader_port = ports[nodes[0]], ports[nodes[1]]
+    s.leader_api = (api[nodes[1]], f"{nodes[1]}@bench")
+    wait_running(api[nodes[1]], [f"{node}@bench" for node in nodes])
+
+
+def _api_get(port: int, path: str) -> Any:
+    import base64
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+        return json.load(response)
+
+
+def wait_running(port: int, nodes: Sequence[str], timeout: float = 120) -> None:
+    """Until the node behind ``port`` sees every node running: a quorum queue declared
+    sooner gets as members only the nodes running then."""
+    deadline = time.monotonic() + timeout
+    running: set[str] = set()
+    while True:
+        with contextlib.suppress(OSError):  # the API may listen after the AMQP port
+            running = {n["name"] for n in _api_get(port, "/api/nodes") if n.get("running")}
+        if running >= set(nodes):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cluster: running {sorted(running)}, wanted {list(nodes)}")
+        time.sleep(0.2)
+
+
+def start_pair(out: Path, pythonpath: str) -> Setup:
+    """etcd and nodes a, b: clients on a, queues led by b."""
+    return start_nodes(out, pythonpath, "forwarded", ("a", "b"))
+
+
+def start_quorum(out: Path, pythonpath: str) -> tuple[Setup, Setup]:
+    """etcd and nodes a, b, c; replicated quorum queues led by b: ``quorum-remote`` with the
+    clients on a, ``quorum-leader`` with them on b (one cluster, so one set of processes
+    whose CPU both count)."""
+    remote = start_nodes(out, pythonpath, "quorum-remote", ("a", "b", "c"))
+    remote.queue_type = "quorum"
+    assert remote.leader_port is not None
+    leader = replace(remote, name="quorum-leader", client_port=remote.leader_port, stops=[])
+    return remote, leader
 
 
 def start_workers(out: Path, pythonpath: str, workers: int) -> Setup:
@@ -353,7 +430,7 @@ def predeclare(setup: Setup, flags: Sequence[str], prefix: str, queues: int) -> 
             ch = conn.channel()
             for i in range(queues):
                 ch.queue_declare(f"{prefix}-{i}", passive=True)
-            return
+            break
         except pika.exceptions.ChannelClosedByBroker:
             if time.monotonic() > deadline:
                 raise
@@ -361,6 +438,23 @@ def predeclare(setup: Setup, flags: Sequence[str], prefix: str, queues: int) -> 
         finally:
             if conn.is_open:
                 conn.close()
+    if setup.queue_type == "quorum" and setup.leader_api:
+        for i in range(queues):
+            check_replicas(setup.leader_api, f"{prefix}-{i}")
+
+
+def check_replicas(api: tuple[int, str], queue: str, members: int = 3) -> None:
+    """The queue is led by the node it was declared on and has its members, as the leader's
+    management API shows it: else the setup would not measure what it says."""
+    import urllib.parse
+
+    port, leader = api
+    row = _api_get(port, f"/api/queues/%2F/{urllib.parse.quote(queue, safe='')}")
+    if row.get("leader") != leader or len(row.get("members") or ()) != members:
+        raise RuntimeError(
+            f"{queue}: leader {row.get('leader')}, members {row.get('members')}; "
+            f"wanted {leader} and {members} members"
+        )
 
 
 def one_run(
@@ -433,7 +527,7 @@ def render(runs: list[dict[str, Any]]) -> str:
         "|" + "---|" * 9,
     ]
     keys = sorted({r["scenario"] for r in runs})
-    order = ["single", "forwarded", "rabbit", "rabbit-quorum"]
+    order = ["single", "forwarded", "rabbit", *QUORUM_SETUPS]
     setups = sorted(
         {r["setup"] for r in runs},
         key=lambda s: (s not in order, order.index(s) if s in order else 0, s),
@@ -463,11 +557,27 @@ def render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def chosen_setups(setups: str, quorum: bool) -> list[str]:
+    """The setups a run measures: ``--setups``' names, and with ``--quorum`` the quorum
+    setups it names, or all of them when it names none."""
+    names = [s for s in setups.split(",") if s]
+    if not quorum:
+        return [n for n in names if n not in QUORUM_SETUPS]
+    if not any(n in QUORUM_SETUPS for n in names):
+        names += QUORUM_SETUPS
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.cluster_scenarios", description=__doc__)
     p.add_argument("--scenarios", default="abcde")
     p.add_argument("--setups", default="single,forwarded,rabbit", help="comma-separated")
-    p.add_argument("--quorum", action="store_true", help="also c on RabbitMQ quorum queues")
+    p.add_argument(
+        "--quorum",
+        action="store_true",
+        help="also c on quorum queues: " + ", ".join(QUORUM_SETUPS) + " (all of them unless "
+        "--setups names some)",
+    )
     p.add_argument("--workers", type=int, default=0, help="also e on leveret serve --workers N")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=10.0)
@@ -494,7 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render([json.loads(line) for line in lines if line]))
         return 0
     keys = [k for k in args.scenarios if k in "abcde"]
-    names = [s for s in args.setups.split(",") if s]
+    names = chosen_setups(args.setups, args.quorum)
     _raise_nofile()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     out = Path(args.out or tempfile.mkdtemp(prefix="leveret-cluster-bench-"))
@@ -511,13 +621,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             setups["single"] = start_single(work, args.leveret_pythonpath)
         if "forwarded" in names:
             setups["forwarded"] = start_pair(work, args.leveret_pythonpath)
-        if "rabbit" in names or args.quorum:
-            setups["rabbit"] = start_rabbit_cluster(work, args.rabbit_nodes)
-            if args.quorum:
-                quorum = Setup(**{**setups["rabbit"].__dict__, "name": "rabbit-quorum"})
-                quorum.stops = []
-                quorum.queue_type = "quorum"
-                setups["rabbit-quorum"] = quorum
+        if "rabbit" in names or "rabbit-quorum" in names:
+            rabbit = start_rabbit_cluster(work, args.rabbit_nodes)
+            setups["rabbit"] = rabbit
+            if "rabbit-quorum" in names:
+                setups["rabbit-quorum"] = replace(
+                    rabbit, name="rabbit-quorum", queue_type="quorum", stops=[]
+                )
+        if "quorum-remote" in names or "quorum-leader" in names:
+            remote, leader = start_quorum(work, args.leveret_pythonpath)
+            setups["quorum-remote"] = remote  # it owns the processes: stopped even if unused
+            if "quorum-leader" in names:
+                setups["quorum-leader"] = leader
         if args.workers:
             setups[f"workers{args.workers}"] = start_workers(
                 work, args.leveret_pythonpath, args.workers
@@ -527,8 +642,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rnd in range(1, args.rounds + 1):
             for key in keys:
                 for name, setup in setups.items():
-                    if name == "rabbit-quorum" and key != "c":
+                    if name in QUORUM_SETUPS and key != "c":
                         continue
+                    if name not in names and name != "single":
+                        continue  # started for a setup that shares its processes
                     if name.startswith("workers") and key != "e":
                         continue
                     if name == "single" and "single" not in names and key != "e":

@@ -1,9 +1,12 @@
 """bench.cluster_scenarios' table: the whole run's CPU per routed message, its ratio to the
-single node, and the window's figure beside it; bench.loadgen's --queue-type."""
+single node, and the window's figure beside it; which setups --quorum adds; bench.loadgen's
+--queue-type."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from bench import cluster_scenarios, loadgen
 
@@ -51,3 +54,31 @@ def test_loadgen_declares_the_queue_type() -> None:
     cfg = loadgen.parse_args(["--queue-type", "quorum", "--durable"])
     assert cfg.queue_type == "quorum"
     assert loadgen.parse_args([]).queue_type == ""
+
+
+def test_quorum_adds_every_quorum_setup_unless_some_are_named() -> None:
+    every = ["single", "forwarded", "rabbit", "rabbit-quorum", "quorum-remote", "quorum-leader"]
+    assert cluster_scenarios.chosen_setups("single,forwarded,rabbit", quorum=True) == every
+    assert cluster_scenarios.chosen_setups("quorum-leader", quorum=True) == ["quorum-leader"]
+    assert cluster_scenarios.chosen_setups("single,quorum-remote", quorum=False) == ["single"]
+
+
+def test_the_quorum_setups_follow_the_classic_ones_in_the_table() -> None:
+    runs = [
+        {**_run(name, 1.0, 100_000), "scenario": "c"}
+        for name in ("quorum-leader", "rabbit-quorum", "quorum-remote", "single")
+    ]
+    rows = [line.split(" | ")[1] for line in cluster_scenarios.render(runs).splitlines()[2:]]
+    assert rows == ["single", "rabbit-quorum", "quorum-remote", "quorum-leader"]
+
+
+def test_a_setup_that_fails_to_start_stops_what_it_started() -> None:
+    stopped: list[str] = []
+    setup = cluster_scenarios.Setup("quorum-remote", 0, 0)
+    setup.stops += [lambda: stopped.append("etcd"), lambda: stopped.append("node a")]
+    with pytest.raises(RuntimeError), cluster_scenarios._stopped_on_error(setup):
+        raise RuntimeError("node b never answered")
+    assert stopped == ["node a", "etcd"]
+    with cluster_scenarios._stopped_on_error(setup):
+        pass
+    assert stopped == ["node a", "etcd"]

@@ -23,8 +23,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from collections.abc import Mapping  # noqa: TC003
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from leveret.errors import AMQPError
 from leveret.protocol.amqp091.fieldtable import (
@@ -34,8 +35,8 @@ from leveret.protocol.amqp091.fieldtable import (
     encode_table,
 )
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
+# Mapping is imported at run time: the compiled build (mypyc) reads a dataclass's field
+# types when the module loads (Consume.arguments).
 
 __all__ = [
     "MAX_FRAME",

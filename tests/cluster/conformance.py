@@ -1,15 +1,16 @@
 """The client suites against a cluster node: ``python -m tests.cluster.conformance [FILES]``.
 
-Starts an etcd and two ``leveret serve`` nodes (``a@test``, ``b@test``), sets a policy
+Starts an etcd and three ``leveret serve`` nodes (``a@test``, ``b@test``, ``c@test``; the
+issue's three-node cluster; ``--nodes N`` for another count), sets a policy
 ``queue-leader-locator: balanced`` on every queue of ``/`` (so the suites' named queues are
-spread over both nodes and about half of what they do crosses the inter-node link), and
+spread over the nodes and about two thirds of what they do crosses the inter-node link), and
 runs the given test files (by default ``SUITES``) with ``LEVERET_TEST_AMQP_URL`` pointing
 at node ``a``: the way they run against RabbitMQ. Tests marked ``leveret_only`` skip, as
 they do against any external broker. Exits with pytest's code; every process it started
 is stopped. ``tests/cluster/test_conformance_on_cluster.py`` runs a short part of it in
 the suite; docs/cluster.md has the whole run's figures. ``--ballast N`` (first): N queues
-led by ``a`` declared first, so that the suites' queues land on ``b`` and every operation
-on them crosses the link.
+led by ``a`` declared first, so that the suites' queues land on the other nodes and every
+operation on them crosses the link.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ SUITES = [
 ]
 
 
-def run(pytest_args: list[str], *, ballast: int = 0) -> int:
+NAMES = ("a@test", "b@test", "c@test", "d@test", "e@test")
+
+
+def run(pytest_args: list[str], *, ballast: int = 0, nodes_count: int = 3) -> int:
     """``ballast``: durable queues declared through node a first, so that the balanced
     locator puts the suites' next ``ballast`` queues on b and every operation on them
     crosses the link."""
@@ -69,9 +73,11 @@ def run(pytest_args: list[str], *, ballast: int = 0) -> int:
     started: list[nodes.Node] = []
     try:
         prefix = f"/leveret-conformance/{uuid.uuid4().hex[:8]}/"
-        for name in ("a@test", "b@test"):
+        if not 2 <= nodes_count <= len(NAMES):
+            raise ValueError(f"--nodes: 2 to {len(NAMES)}")
+        for name in NAMES[:nodes_count]:
             started.append(nodes.start_node(etcd, prefix, name))  # noqa: PERF401 - one by one: a failed start stops those before it
-        a, b = started
+        a, b = started[0], started[1]
         if ballast:
             with pika.BlockingConnection(
                 pika.ConnectionParameters("127.0.0.1", a.broker.port)
@@ -109,12 +115,16 @@ def run(pytest_args: list[str], *, ballast: int = 0) -> int:
 
 def main() -> int:
     args = sys.argv[1:]
-    ballast = 0
-    if args[:1] == ["--ballast"]:
-        ballast, args = int(args[1]), args[2:]
+    ballast, count = 0, 3
+    while args[:1] in (["--ballast"], ["--nodes"]):
+        if args[0] == "--ballast":
+            ballast = int(args[1])
+        else:
+            count = int(args[1])
+        args = args[2:]
     if not any(not a.startswith("-") for a in args):
         args = [*args, *SUITES]
-    return run(args, ballast=ballast)
+    return run(args, ballast=ballast, nodes_count=count)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """A short part of ``python -m tests.cluster.conformance``: pika's queue and exchange suites
-against a node of a two-node cluster whose queues are spread over both nodes (a balanced
+against a node of a three-node cluster whose queues are spread over the nodes (a balanced
 leader locator), as they run against RabbitMQ. The whole run's figures are in
 docs/cluster.md."""
 

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,17 +85,21 @@ def test_an_older_epoch_is_refused() -> None:
 _nodes = ("a", "b", "c", "d", "e")
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.integers(1, 5).flatmap(
+def _queues(node_sets: int) -> st.SearchStrategy[tuple[Any, ...]]:
+    """A queue's members (the first leads), the leader's end, each node's acknowledged
+    offset, and ``node_sets`` sets of members (the in-sync set first)."""
+    return st.integers(1, 5).flatmap(
         lambda n: st.tuples(
             st.just(_nodes[:n]),
             st.integers(0, 50),
             st.dictionaries(st.sampled_from(_nodes[:n]), st.integers(0, 60)),
-            st.sets(st.sampled_from(_nodes[:n])),
+            *(st.sets(st.sampled_from(_nodes[:n])) for _ in range(node_sets)),
         )
     )
-)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_queues(1))
 def test_commit_rule(case: tuple[tuple[str, ...], int, dict[str, int], set[str]]) -> None:
     members, leader_end, acked, in_sync = case
     leader = members[0]
@@ -112,18 +118,7 @@ def test_commit_rule(case: tuple[tuple[str, ...], int, dict[str, int], set[str]]
 
 
 @settings(max_examples=500, deadline=None)
-@given(
-    st.integers(1, 5).flatmap(
-        lambda n: st.tuples(
-            st.just(_nodes[:n]),
-            st.integers(0, 50),
-            st.dictionaries(st.sampled_from(_nodes[:n]), st.integers(0, 60)),
-            st.sets(st.sampled_from(_nodes[:n])),
-            st.sets(st.sampled_from(_nodes[:n])),
-            st.sets(st.sampled_from(_nodes[:n])),
-        )
-    )
-)
+@given(_queues(3))
 def test_the_heir_is_in_sync_running_and_holds_every_commit(
     case: tuple[tuple[str, ...], int, dict[str, int], set[str], set[str], set[str]],
 ) -> None:

@@ -300,3 +300,44 @@ def test_a_leader_paused_past_its_lease_delivers_nothing_on_waking(
     assert [body for held in got for _m, _p, body in held] == [b"after"]
     for sub in subs:
         sub.close()
+
+
+def test_a_client_of_a_dead_node_reconnects_to_another_and_carries_on(
+    three_nodes: tuple[str, list[Node]], opened: list[pika.BlockingConnection]
+) -> None:
+    """pika given every node's address (docs/cluster.md, "Clients of a dead node"): its
+    node killed, the same list connects it to the next node, and its consumer of a quorum
+    queue led elsewhere carries on from there; every confirmed message is consumed."""
+    _prefix, (a, b, c) = three_nodes
+    queue = f"reconnect-{uuid.uuid4().hex[:6]}"
+    pub = connect(c)  # the queue is led by c
+    opened.append(pub)
+    ch = pub.channel()
+    ch.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    ch.confirm_delivery()
+    bodies = [f"m{i}".encode() for i in range(20)]
+    for body in bodies:
+        assert publish(ch, queue, body)
+    hosts = [
+        pika.ConnectionParameters("127.0.0.1", node.broker.port, heartbeat=0) for node in (a, b)
+    ]
+    got: list[bytes] = []
+
+    def consume_some(limit: int) -> None:
+        conn = pika.BlockingConnection(hosts)  # the first node that answers
+        opened.append(conn)
+        sch = conn.channel()
+        sch.basic_qos(prefetch_count=5)
+        for method, _props, body in sch.consume(queue, inactivity_timeout=5):
+            if method is None:
+                break
+            got.append(body)
+            sch.basic_ack(method.delivery_tag)
+            if len(set(got)) >= limit:
+                break
+        sch.cancel()
+
+    consume_some(5)
+    a.broker.stop(signal.SIGKILL)  # the node the client was connected to
+    consume_some(len(bodies))
+    assert set(got) == set(bodies)

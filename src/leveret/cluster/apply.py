@@ -432,16 +432,15 @@ class Applier:
         if record.leader != self.node:
             before = self.view.queues.get(ident)
             self.view.queues[ident] = record
+            was_replicated = before is not None and before.replicated
+            led_it = was_replicated and before is not None and before.leader == self.node
             kept: list[Consumer] = []
             if (
                 vhost is not None
                 and local is not None
                 and not local.forwards
-                and (record.replicated or (before is not None and before.replicated))
-                and (
-                    self.node in record.members
-                    or (before is not None and before.leader == self.node and before.replicated)
-                )
+                and (record.replicated or was_replicated)
+                and (self.node in record.members or led_it)
             ):
                 # A replicated queue this node led and another member was elected to lead
                 # (this node lost its lease), or that an operator removed this node from

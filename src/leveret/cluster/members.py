@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from leveret.auth.users import AdminError
 from leveret.cluster.etcd import Compare, exists, mod_is
 from leveret.cluster.metadata import ATTEMPTS, Conflict
+from leveret.model.replication import successor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,13 +101,15 @@ def removed(record: QueueRecord, node: str, view: View) -> QueueRecord:
     in_sync = tuple(m for m in record.in_sync if m != node)
     leader, epoch = record.leader, record.epoch
     if node == leader:
-        heirs = [m for m in in_sync if m in view.nodes]
-        if not heirs:
+        # The hand-over's rule (an in-sync member whose node runs), the leader's own
+        # acknowledgements unknown here: the first such member.
+        heir = successor(node, in_sync, members, set(view.nodes), {}, set())
+        if heir is None:
             raise MemberError(
                 f"node '{node}' leads queue '{record.name}' and no other in-sync member is "
                 "running to take over: wait until one is in sync"
             )
-        leader, epoch = heirs[0], epoch + 1
+        leader, epoch = heir, epoch + 1
     if len(rest) == 1:
         # One member left, the leader (the heir takes the queue over from its copy): a
         # queue of one node, its journal alone holds it.

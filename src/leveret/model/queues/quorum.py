@@ -135,11 +135,6 @@ class QuorumQueue(ClassicQueue):
         # order once it serves again.
         self._held: list[tuple[QueuedMessage, str | None]] = []
 
-    @property
-    def serving(self) -> bool:
-        """Whether the queue may deliver and settle now (see the module docstring)."""
-        return self.timers.now < self.serve_until
-
     def serve(self, until: float) -> None:
         """Serve until ``until`` (model clock): -inf stops at once; while serving, the
         settles held meanwhile are applied and what waits is delivered."""

@@ -813,7 +813,12 @@ class Replication:
                 if node in record.in_sync and leading.behind(node, now):
                     lagging.append(node)
                 continue
-            if leading.acked.get(node, -1) >= leading.offset:
+            if (
+                leading.acked.get(node, -1) >= leading.offset
+                and now - leading.heard.get(node, leading.led_since) <= LAG_BOUND
+            ):
+                # Holding the offset and answering (its heartbeats, while nothing is
+                # shipped): a follower silent that long is not kept up with, idle or not.
                 leading.caught_up[node] = now
                 if node not in record.in_sync:
                     self._spawn(self._in_sync(leading, node, True))

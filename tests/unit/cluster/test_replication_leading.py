@@ -205,3 +205,31 @@ def test_a_state_nobody_acknowledged_is_sent_again_less_and_less_often() -> None
     assert leading.resent == {}
     assert check(200.0) == 0
     assert spawned == [("b", True)]  # b answered for the state: back into the in-sync set
+
+
+def test_an_idle_follower_that_stopped_answering_leaves_the_in_sync_set() -> None:
+    """Nothing shipped, both followers hold the leader's offset: the one that answers the
+    heartbeats stays in sync, the one silent for longer than ``LAG_BOUND`` is taken out."""
+    from leveret.cluster.replication import LAG_BOUND, Replication
+
+    leading, _peers, _ = _leading()
+    for node in ("b", "c"):
+        _ack(leading, node, 0)
+    start = leading.led_since
+    leading.heard = {"b": start, "c": start}
+    spawned: list[Any] = []
+    checker: Any = type(
+        "Checker",
+        (),
+        {
+            "_spawn": lambda self, change: spawned.append(change),
+            "_in_sync": lambda self, leading, node, add: (node, add),
+            "_reachable": staticmethod(Replication._reachable),
+        },
+    )()
+    Replication._check_followers(checker, leading, start + 1.0)
+    assert spawned == []
+    later = start + 1.0 + LAG_BOUND + 0.5  # past the bound since b last kept up
+    leading.heard["c"] = later  # c answered a heartbeat; b did not
+    Replication._check_followers(checker, leading, later)
+    assert spawned == [("b", False)]

@@ -56,6 +56,7 @@ import asyncio
 import logging
 import math
 import os
+import shutil
 import struct
 import time
 from collections import deque
@@ -64,12 +65,24 @@ from hashlib import sha256
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from leveret.cluster.keys import encode
+from leveret.cluster.stream_replication import (
+    STREAM_APPEND,
+    STREAM_RESET,
+    StreamAppend,
+    StreamReplica,
+    StreamShipping,
+    apply_append,
+    decode_append,
+    decode_reset,
+)
 from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
 from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE
 from leveret.model.queues.quorum import QuorumQueue
+from leveret.model.queues.stream import StreamQueue
 from leveret.model.replication import ReplicaState, committed, successor
 from leveret.protocol.cluster import codec as c
+from leveret.store.stream_log import FileStreamLog
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -82,7 +95,9 @@ if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
     from leveret.model.queues.base import Queue
+    from leveret.model.queues.stream_log import StreamLog
     from leveret.server.cluster_link.frontend import LinkFrontEnd
+    from leveret.store.stream_log import StreamStore
 
 __all__ = ["LAG_BOUND", "Replication"]
 
@@ -326,6 +341,8 @@ class Leading:
     # Led under this node's current lease: False from a lost lease until a fenced rewrite
     # of the record under the new one (nothing is served or confirmed meanwhile).
     fenced: bool = True
+    # A replicated stream's shipping (``stream_replication.py``); None: a quorum queue.
+    stream: StreamShipping | None = None
 
     @property
     def ident(self) -> tuple[str, str]:
@@ -344,6 +361,52 @@ class Leading:
                     peer.write_op(op)
                 else:
                     self.following.discard(node)
+
+    def tapped(
+        self,
+        start: int,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None,
+    ) -> None:
+        """A replicated stream's log stored an append (``FileStreamLog.tap``): ship it to
+        each follower that has everything before it (the others catch up, ``pump``)."""
+        stream = self.stream
+        assert stream is not None
+        append = StreamAppend(start, data, entries, records, timestamp, producer, sequence, ids)
+        record = stream.tapped(append)
+        end = self.offset = append.end
+        op = c.Append(self.record.vhost, self.record.name, self.record.epoch, end, record)
+        cursor = stream.cursor
+        for node in self.followers():
+            if node in self.following and cursor.get(node) == start:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
+                    cursor[node] = end
+                else:
+                    self.following.discard(node)
+
+    def pump(self) -> None:
+        """Send the followers of a replicated stream that are behind its log the next
+        appends (``StreamShipping.pump``)."""
+        stream = self.stream
+        if stream is None:
+            return
+        record = self.record
+        for node in self.followers():
+            if node not in self.following or stream.cursor.get(node, -1) >= stream.log.next_offset:
+                continue
+            peer = self.replication.links.peer(node)
+            if not peer.up:
+                self.following.discard(node)
+                continue
+            for end, data in stream.pump(node):
+                peer.write_op(c.Append(record.vhost, record.name, record.epoch, end, data))
 
     def behind(self, node: str, now: float) -> bool:
         """Whether ``node`` has not kept up with the log for ``LAG_BOUND``."""
@@ -366,11 +429,16 @@ class Leading:
         if not peer.up:
             return
         record = self.record
-        peer.write_op(
-            c.Append(
-                record.vhost, record.name, record.epoch, self.offset, encode_snapshot(self.mirror)
-            )
-        )
+        if self.stream is not None:
+            # A stream's follower starts over from the first retained offset.
+            data = self.stream.reset(node)
+            offset = self.stream.log.first_offset
+        else:
+            data, offset = encode_snapshot(self.mirror), self.offset
+        peer.write_op(c.Append(record.vhost, record.name, record.epoch, offset, data))
+        if self.stream is not None:
+            for end, appended in self.stream.pump(node):
+                peer.write_op(c.Append(record.vhost, record.name, record.epoch, end, appended))
         self.following.add(node)
         self.sent_at.pop(node, None)  # (the next check's clock: when it was sent)
         # In sync only once it acknowledged this state (or later): never on an old answer.
@@ -392,13 +460,18 @@ class Leading:
         record = self.record
         if not self.fenced or not self.replication.membership.held:
             return -1
+        # A stream's leader counts what its own log synced (a quorum queue's journal
+        # commit is waited for by the confirm anyway).
+        end = self.offset if self.stream is None else self.stream.log.committed_offset
         upto = committed(
-            self.replication.node, self.offset, self.acked, set(record.in_sync), record.members
+            self.replication.node, end, self.acked, set(record.in_sync), record.members
         )
         return -1 if upto is None else upto
 
     def advance(self) -> None:
         upto = self.committed()
+        if self.stream is not None and upto >= 0 and isinstance(self.queue, StreamQueue):
+            self.queue.capped(upto)  # its readers get what is committed
         waits = self.waits
         while waits and waits[0][0] <= upto:
             waits.popleft()[1].resolve(True)
@@ -500,8 +573,9 @@ class Replication:
         self.links = links
         self.directory = directory
         self.leading: dict[tuple[str, str], Leading] = {}
-        self.replicas: dict[tuple[str, str], Replica] = {}
+        self.replicas: dict[tuple[str, str], Replica | StreamReplica] = {}
         self._sync_scheduled = False
+        self._acks_scheduled = False
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[Any]] = set()
         membership.on_lost.append(self._lease_lost)
@@ -553,18 +627,33 @@ class Replication:
             self._lead(ident, record)
             return
         leading = self.leading.pop(ident, None)
+        deposed: Path | None = None
         if leading is not None:
             log.warning("queue '%s' in '%s': no longer led here", record.name, record.vhost)
             leading.fail()
+            stream_log = leading.stream.log if leading.stream is not None else None
+            if isinstance(stream_log, FileStreamLog):
+                deposed, stream_log.tap = stream_log.path, None
         replica = self.replicas.get(ident)
         if replica is None:
-            replica = self.replicas[ident] = Replica(self._path(ident))
-            replica.load()
+            if _is_stream(record):
+                copy = StreamReplica(self._stream_base(ident), self._streams(), record.name)
+                copy.load(avoid=deposed)
+                replica = self.replicas[ident] = copy
+            else:
+                replica = self.replicas[ident] = Replica(self._path(ident))
+                replica.load()
         replica.epoch = max(replica.epoch, record.epoch)
 
     def _unreplicate(self, leading: Leading) -> None:
         queue = leading.queue
-        queue.store = EVERY_MESSAGE_STORE  # a quorum queue's own (model/queues/quorum.py)
+        if leading.stream is not None and isinstance(queue, StreamQueue):
+            if isinstance(leading.stream.log, FileStreamLog):
+                leading.stream.log.tap = None
+            queue.readable_upto = None
+            queue.dispatch()
+        else:
+            queue.store = EVERY_MESSAGE_STORE  # a quorum queue's own (model/queues/quorum.py)
         queue.gate = None
         if isinstance(queue, QuorumQueue):
             queue.serve(math.inf)
@@ -577,12 +666,24 @@ class Replication:
         """Remove the copies of queues this node is no longer a member of (removed while
         it was down: ``delete_member``, ``shrink``); run once the records are loaded. How
         many went."""
-        kept = {replica.path for replica in self.replicas.values()}
+        kept = {r.path for r in self.replicas.values() if isinstance(r, Replica)}
         gone = 0
         for path in self.directory.glob("*.log"):
             if path not in kept:
                 path.unlink(missing_ok=True)
                 gone += 1
+        # A stream's copies: those of streams this node follows or leads stay.
+        streams = {
+            self._stream_base(ident).name
+            for ident, record in self.applier.view.queues.items()
+            if record.replicated and self.node in record.members and _is_stream(record)
+        }
+        directory = self.directory / "streams"
+        if directory.is_dir():
+            for path in directory.iterdir():
+                if path.name.rpartition(".")[0] not in streams:
+                    shutil.rmtree(path, ignore_errors=True)
+                    gone += 1
         return gone
 
     def status(self, ident: tuple[str, str]) -> dict[str, dict[str, Any]]:
@@ -610,6 +711,17 @@ class Replication:
         digest = sha256(encode(list(ident))).hexdigest()[:32]
         return self.directory / f"{digest}.log"
 
+    def _stream_base(self, ident: tuple[str, str]) -> Path:
+        """Where a stream's copies are: ``<base>.<generation>`` directories."""
+        digest = sha256(encode(list(ident))).hexdigest()[:32]
+        return self.directory / "streams" / digest
+
+    def _streams(self) -> StreamStore:
+        streams = self.links.server.streams
+        if streams is None:
+            raise RuntimeError("a replicated stream needs the node's data directory")
+        return streams
+
     def _lead(self, ident: tuple[str, str], record: QueueRecord) -> None:
         leading = self.leading.get(ident)
         if leading is not None:
@@ -620,9 +732,15 @@ class Replication:
         queue = vhost.queues.get(record.name) if vhost is not None else None
         if queue is None:
             return
+        if isinstance(queue, StreamQueue):
+            self._lead_stream(ident, record, queue)
+            return
         leading = self.leading[ident] = Leading(self, record, queue, fenced=self.membership.held)
         store = ReplicatingStore(leading)
         replica = self.replicas.pop(ident, None)
+        if isinstance(replica, StreamReplica):
+            replica.close()
+            replica = None
         if replica is not None:
             taken = replica.state.takeover()
             log.info(
@@ -649,6 +767,53 @@ class Replication:
         for node in leading.followers():
             leading.sync(node)
         self._serve(leading)
+
+    def _lead_stream(self, ident: tuple[str, str], record: QueueRecord, queue: StreamQueue) -> None:
+        """Lead a replicated stream: the log is this node's copy when it was a follower
+        (elected, or a restart after that: epoch above 1), the stream's own log when it
+        declared it (epoch 1); each append is shipped (``Leading.tapped``)."""
+        replica = self.replicas.pop(ident, None)
+        stream_log: FileStreamLog | StreamLog
+        if isinstance(replica, StreamReplica):
+            stream_log = replica.fresh()
+            replica.log = None  # the queue's now
+            log.info(
+                "queue '%s' in '%s': leading it (epoch %d) from offset %d of this node's copy",
+                record.name,
+                record.vhost,
+                record.epoch,
+                stream_log.next_offset,
+            )
+            queue.adopt(stream_log)
+        elif record.epoch > 1:
+            copy = StreamReplica(self._stream_base(ident), self._streams(), record.name)
+            copy.load()
+            stream_log = copy.fresh()
+            queue.adopt(stream_log)
+        else:
+            stream_log = queue.log
+        leading = self.leading[ident] = Leading(
+            self,
+            record,
+            queue,
+            fenced=self.membership.held,
+            stream=StreamShipping(stream_log),
+            offset=stream_log.next_offset,
+        )
+        if isinstance(stream_log, FileStreamLog):
+            stream_log.tap = leading.tapped
+        queue_committed = stream_log.on_committed
+
+        def synced() -> None:
+            leading.advance()
+            if queue_committed is not None:
+                queue_committed()
+
+        stream_log.on_committed = synced
+        queue.readable_upto = max(leading.committed(), 0)
+        queue.gate = leading.gate
+        for node in leading.followers():
+            leading.sync(node)
 
     @staticmethod
     def _mirror_queue(leading: Leading, queue: Queue) -> None:
@@ -683,6 +848,9 @@ class Replication:
         replica = self.replicas.get(ident)
         if replica is None or op.epoch < replica.epoch:
             return  # not a member, or a deposed leader's write
+        if isinstance(replica, StreamReplica):
+            self._append_stream(front, op, replica)
+            return
         if op.record == HEARTBEAT_RECORD:
             if op.epoch == replica.epoch and op.offset == replica.offset and not replica.dirty:
                 front.send(c.Appended(op.vhost, op.queue, op.epoch, op.offset))
@@ -702,12 +870,64 @@ class Replication:
             self._sync_scheduled = True
             asyncio.get_running_loop().call_soon(self._sync)
 
+    def _append_stream(self, front: LinkFrontEnd, op: c.Append, replica: StreamReplica) -> None:
+        """A stream's leader's ``Append`` (``stream_replication.py``): a reset or an
+        append to this node's copy, acknowledged once the copy is synced."""
+        if op.record == HEARTBEAT_RECORD:
+            if op.epoch == replica.epoch and op.offset == replica.offset == replica.synced:
+                front.send(c.Appended(op.vhost, op.queue, op.epoch, op.offset))
+            return
+        kind = op.record[0] if op.record else 0
+        try:
+            if kind == STREAM_RESET:
+                replica.reset(decode_reset(op.record))
+            elif kind == STREAM_APPEND:
+                copy = replica.log
+                if copy is None or not apply_append(copy, decode_append(op.record)):
+                    return  # a gap: the leader resets the copy when the link returns
+            else:
+                raise ValueError(f"unknown stream record kind {kind}")
+        except ValueError as exc:
+            log.warning("stream '%s' in '%s': %s", op.queue, op.vhost, exc)
+            return
+        replica.epoch = op.epoch
+        replica.ackers.add(front)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            asyncio.get_running_loop().call_soon(self._stream_acks)
+
+    def _stream_acks(self) -> None:
+        """Acknowledge what the streams' copies hold once it is synced (one store sync for
+        every copy written in this loop turn)."""
+        self._acks_scheduled = False
+        due: list[tuple[str, str, StreamReplica, FileStreamLog, int, int, set[LinkFrontEnd]]]
+        due = []
+        for (vhost, name), replica in self.replicas.items():
+            if isinstance(replica, StreamReplica) and replica.ackers and replica.log is not None:
+                fronts, replica.ackers = replica.ackers, set()
+                due.append(
+                    (vhost, name, replica, replica.log, replica.epoch, replica.offset, fronts)
+                )
+        if not due:
+            return
+
+        def synced() -> None:
+            for vhost, name, replica, copy, epoch, offset, fronts in due:
+                if replica.log is not copy:
+                    continue  # reset or taken over meanwhile
+                replica.synced = max(replica.synced, offset)
+                ack = c.Appended(vhost, name, epoch, offset)
+                for front in fronts:
+                    front.send(ack)
+
+        self._streams().after_sync(synced)
+
     def _sync(self) -> None:
         """Sync every copy written since the last call, then acknowledge (one fsync per
         copy per loop turn)."""
         self._sync_scheduled = False
         for (vhost, name), replica in self.replicas.items():
-            if not replica.dirty or replica.file is None:
+            if not isinstance(replica, Replica) or not replica.dirty or replica.file is None:
                 continue
             replica.file.flush()
             os.fdatasync(replica.file.fileno())
@@ -800,6 +1020,7 @@ class Replication:
         if now - leading.beat >= HEARTBEAT_INTERVAL:
             leading.beat = now
             leading.heartbeat()
+        leading.pump()
         # What a follower must acknowledge from now on to count as keeping up: the log
         # as it is at this check (Kafka's "caught up to the log end within the bound").
         leading.mark = leading.offset
@@ -921,7 +1142,9 @@ class Replication:
             )
         leading.advance()
 
-    async def _elect(self, ident: tuple[str, str], record: QueueRecord, replica: Replica) -> None:
+    async def _elect(
+        self, ident: tuple[str, str], record: QueueRecord, replica: Replica | StreamReplica
+    ) -> None:
         if replica.electing:
             return
         replica.electing = True
@@ -938,6 +1161,10 @@ class Replication:
                 )
         finally:
             replica.electing = False
+
+
+def _is_stream(record: QueueRecord) -> bool:
+    return record.arguments.get("x-queue-type") in ("stream", b"stream")
 
 
 def _entries(queue: Queue) -> list[QueuedMessage]:

@@ -1,0 +1,387 @@
+"""Replicated streams (docs/cluster.md, "Replicated streams"): what a stream's leader ships
+and how a follower's copy takes it.
+
+A replicated stream uses the quorum queues' machinery (``replication.py``: the record's
+members, epoch and in-sync set, ``Append``/``Appended`` over the inter-node link,
+heartbeats, the lag bound, elections, hand-over) with the **stream's own offsets** as the
+log's offsets: an ``Append`` carries one append of the leader's log (``FileStreamLog.tap``:
+the entries' bytes as stored, their counts, the timestamp, the producer and sequence, the
+publishing ids) and the offset one past it; a follower's copy is a ``FileStreamLog`` of
+its own that calls ``append_entries`` with exactly those, so it holds the same entries at
+the same offsets (its chunk boundaries, made by its own group commit, may differ). The
+follower acknowledges the copy's next offset once the copy is synced (its store's
+``after_sync``). The leader's own end is its log's synced offset, so ``committed`` waits
+for the leader's disk too.
+
+Following starts with a **reset** (``STREAM_RESET``: the leader's first retained offset,
+its producers' sequences and stored consumer offsets): the follower discards whatever copy
+it had and starts a new one there, and the leader sends it every retained entry again
+(``StreamShipping.pump``: synced chunks from the leader's files, then the appends not yet
+synced, kept in ``tail``), then each new append as it comes. That costs a full copy per
+(re)connection: no truncation by epoch (KIP-101) yet, and never by high watermark.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, split_entries
+from leveret.store.stream_log import FileStreamLog
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+    from leveret.model.queues.stream_log import StreamLog
+    from leveret.server.cluster_link.frontend import LinkFrontEnd
+    from leveret.store.stream_log import StreamStore
+
+__all__ = [
+    "STREAM_APPEND",
+    "STREAM_RESET",
+    "StreamAppend",
+    "StreamReplica",
+    "StreamReset",
+    "StreamShipping",
+    "apply_append",
+    "decode_append",
+    "decode_reset",
+    "encode_append",
+    "encode_reset",
+]
+
+# Record kinds (after replication.py's quorum-queue kinds, 1..7).
+STREAM_APPEND: Final = 8
+STREAM_RESET: Final = 9
+
+# Bytes a leader ships to one follower catching up per check (``pump``).
+PUMP_BYTES: Final = 4 << 20
+# Chunks read from the leader's files at once while catching a follower up.
+PUMP_CHUNKS: Final = 32
+
+_HEAD = struct.Struct(">BQ")
+_COUNTS = struct.Struct(">IIqq")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_NO_IDS: Final = 0xFFFFFFFF
+
+
+class StreamAppend(NamedTuple):
+    """One append of the leader's log: entries from offset ``start``."""
+
+    start: int
+    data: bytes
+    entries: int
+    records: int
+    timestamp: int
+    producer: str
+    sequence: int
+    ids: list[int] | None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.records
+
+
+class StreamReset(NamedTuple):
+    """Start the copy again at ``first`` with this tracking state."""
+
+    first: int
+    producers: dict[str, int]
+    offsets: dict[str, int]
+
+
+def encode_append(a: StreamAppend) -> bytes:
+    producer = a.producer.encode()
+    ids = b"" if a.ids is None else struct.pack(f">{len(a.ids)}q", *a.ids)
+    return b"".join(
+        (
+            _HEAD.pack(STREAM_APPEND, a.start),
+            _COUNTS.pack(a.entries, a.records, a.timestamp, a.sequence),
+            _U16.pack(len(producer)),
+            producer,
+            _U32.pack(_NO_IDS if a.ids is None else len(a.ids)),
+            ids,
+            a.data,
+        )
+    )
+
+
+def decode_append(record: bytes) -> StreamAppend:
+    """The append in ``record`` (ValueError when it is not a well-formed one)."""
+    try:
+        kind, start = _HEAD.unpack_from(record, 0)
+        if kind != STREAM_APPEND:
+            raise ValueError(f"not a stream append (kind {kind})")
+        pos = _HEAD.size
+        entries, records, timestamp, sequence = _COUNTS.unpack_from(record, pos)
+        pos += _COUNTS.size
+        (length,) = _U16.unpack_from(record, pos)
+        pos += 2
+        if pos + length > len(record):
+            raise ValueError("truncated stream append")
+        producer = record[pos : pos + length].decode()
+        pos += length
+        (count,) = _U32.unpack_from(record, pos)
+        pos += 4
+        ids: list[int] | None = None
+        if count != _NO_IDS:
+            ids = list(struct.unpack_from(f">{count}q", record, pos))
+            pos += 8 * count
+        data = record[pos:]
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed stream append: {exc}") from None
+    if entries < 1 or records < entries or not data or (ids is not None and len(ids) != entries):
+        raise ValueError("inconsistent stream append")
+    return StreamAppend(start, data, entries, records, timestamp, producer, sequence, ids)
+
+
+def _pack_map(values: Mapping[str, int]) -> bytes:
+    parts = [_U32.pack(len(values))]
+    for name, value in values.items():
+        encoded = name.encode()
+        parts += (_U16.pack(len(encoded)), encoded, _I64.pack(value))
+    return b"".join(parts)
+
+
+def _unpack_map(record: bytes, pos: int) -> tuple[dict[str, int], int]:
+    (count,) = _U32.unpack_from(record, pos)
+    pos += 4
+    out: dict[str, int] = {}
+    for _ in range(count):
+        (length,) = _U16.unpack_from(record, pos)
+        pos += 2
+        if pos + length > len(record):
+            raise ValueError("truncated stream reset")
+        name = record[pos : pos + length].decode()
+        pos += length
+        (out[name],) = _I64.unpack_from(record, pos)
+        pos += 8
+    return out, pos
+
+
+def encode_reset(reset: StreamReset) -> bytes:
+    return b"".join(
+        (
+            _HEAD.pack(STREAM_RESET, reset.first),
+            _pack_map(reset.producers),
+            _pack_map(reset.offsets),
+        )
+    )
+
+
+def decode_reset(record: bytes) -> StreamReset:
+    try:
+        kind, first = _HEAD.unpack_from(record, 0)
+        if kind != STREAM_RESET:
+            raise ValueError(f"not a stream reset (kind {kind})")
+        producers, pos = _unpack_map(record, _HEAD.size)
+        offsets, pos = _unpack_map(record, pos)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed stream reset: {exc}") from None
+    if pos != len(record):
+        raise ValueError("trailing bytes in a stream reset")
+    return StreamReset(first, producers, offsets)
+
+
+def apply_append(log: StreamLog, append: StreamAppend) -> bool:
+    """Append ``append`` to a follower's copy; False (nothing done) when it does not start
+    at the copy's next offset (a gap or a repeat: the leader resets the copy)."""
+    if append.start != log.next_offset:
+        return False
+    log.append_entries(
+        append.data,
+        append.entries,
+        append.records,
+        append.timestamp,
+        append.producer,
+        append.sequence,
+        append.ids,
+    )
+    return True
+
+
+@dataclass
+class StreamShipping:
+    """A replicated stream's leader side: its log, where each follower is in it, and the
+    appends not yet synced here (a follower catching up reads synced ones from the files)."""
+
+    log: StreamLog
+    # The next offset each following node is sent.
+    cursor: dict[str, int] = field(default_factory=dict)
+    # (start, end, record) of the appends above the log's synced offset, in order.
+    tail: deque[tuple[int, int, bytes]] = field(default_factory=deque)
+
+    def tapped(self, append: StreamAppend) -> bytes:
+        record = encode_append(append)
+        self.tail.append((append.start, append.end, record))
+        self.prune()
+        return record
+
+    def prune(self) -> None:
+        synced = self.log.committed_offset
+        tail = self.tail
+        while tail and tail[0][1] <= synced:
+            tail.popleft()
+
+    def reset(self, node: str) -> bytes:
+        """Start ``node`` over: the reset record; what follows is ``pump``'s."""
+        log = self.log
+        first = log.first_offset
+        self.cursor[node] = first
+        return encode_reset(StreamReset(first, dict(log.producers), dict(log.offsets)))
+
+    def pump(self, node: str, budget: int = PUMP_BYTES) -> list[tuple[int, bytes]]:
+        """The next records (end offset, record) for ``node`` behind the log's end, about
+        ``budget`` bytes: synced chunks from the files, then the tail."""
+        log = self.log
+        self.prune()
+        cursor = self.cursor.get(node)
+        if cursor is None:
+            return []
+        cursor = max(cursor, log.first_offset)
+        out: list[tuple[int, bytes]] = []
+        size = 0
+        while cursor < log.next_offset and size < budget:
+            if cursor < log.committed_offset:
+                chunks = log.read_chunks(cursor, PUMP_CHUNKS)
+                if not chunks:
+                    break
+                for chunk in chunks:
+                    if chunk.first + chunk.records <= cursor:
+                        continue
+                    append = _from_chunk(chunk.first, chunk.data, cursor)
+                    record = encode_append(append)
+                    out.append((append.end, record))
+                    size += len(record)
+                    cursor = append.end
+                    if size >= budget:
+                        break
+                continue
+            shipped = False
+            for start, end, record in self.tail:
+                if start == cursor:
+                    out.append((end, record))
+                    size += len(record)
+                    cursor = end
+                    shipped = True
+                    if size >= budget:
+                        break
+                elif start > cursor:
+                    break
+            if not shipped:
+                break
+        self.cursor[node] = cursor
+        return out
+
+
+def _from_chunk(first: int, data: bytes, cursor: int) -> StreamAppend:
+    """A stored chunk (header and entries) as an append, from offset ``cursor`` on."""
+    header = parse_header(data)
+    entries = data[HEADER_SIZE:]
+    if first >= cursor:
+        return StreamAppend(
+            first, entries, header.num_entries, header.num_records, header.timestamp, "", -1, None
+        )
+    offset = first
+    kept: list[bytes] = []
+    records = 0
+    for entry, count in split_entries(entries, header.num_entries):
+        if offset >= cursor:
+            kept.append(entry)
+            records += count
+        offset += count
+    if not kept:
+        raise ValueError("a chunk ends before the cursor")
+    start = first + header.num_records - records
+    return StreamAppend(start, b"".join(kept), len(kept), records, header.timestamp, "", -1, None)
+
+
+@dataclass
+class StreamReplica:
+    """This node's copy of a replicated stream it follows: a ``FileStreamLog`` in a
+    directory of its own, ``<base>.<generation>`` (a reset starts the next generation, so
+    a new copy never shares a directory with one the writer is still removing)."""
+
+    base: Path
+    store: StreamStore
+    name: str
+    epoch: int = 0
+    log: FileStreamLog | None = None
+    generation: int = 0
+    electing: bool = False
+    # The copy's offset last known synced (a heartbeat at it is answered at once).
+    synced: int = -1
+    ackers: set[LinkFrontEnd] = field(default_factory=set)
+
+    @property
+    def offset(self) -> int:
+        """The copy's next offset (-1: no copy yet)."""
+        return -1 if self.log is None else self.log.next_offset
+
+    def _directory(self, generation: int) -> Path:
+        return self.base.with_name(f"{self.base.name}.{generation}")
+
+    def generations(self) -> list[tuple[int, Path]]:
+        found = []
+        parent = self.base.parent
+        if parent.is_dir():
+            prefix = self.base.name + "."
+            for path in parent.iterdir():
+                suffix = path.name[len(prefix) :]
+                if path.name.startswith(prefix) and suffix.isdigit():
+                    found.append((int(suffix), path))
+        return sorted(found)
+
+    def load(self, avoid: Path | None = None) -> None:
+        """Open the newest copy on disk (a restart), unless it is ``avoid`` (a log of
+        this node's being removed: a deposed leader's)."""
+        found = self.generations()
+        if found:
+            self.generation = found[-1][0]
+            if found[-1][1] != avoid and self.log is None:
+                self.log = self._open(found[-1][1])
+
+    def _open(self, path: Path) -> FileStreamLog:
+        store = self.store
+        return FileStreamLog(store, path, store.segment_bytes, store.codec, self.name)
+
+    def reset(self, reset: StreamReset) -> None:
+        """Discard the copy; a new, empty one starts at ``reset.first``."""
+        old = self.log
+        if old is not None:
+            old.destroy()
+        for _generation, path in self.generations():
+            if old is None or path != old.path:
+                _remove_tree(path)
+        self.generation += 1
+        self.synced = -1
+        log = self._open(self._directory(self.generation))
+        log.start_at(reset.first, reset.producers, reset.offsets)
+        self.log = log
+
+    def fresh(self) -> FileStreamLog:
+        """The copy, made empty at offset 0 if there is none (a member elected before any
+        reset reached it: it acknowledged nothing, so nothing was committed)."""
+        if self.log is None:
+            self.reset(StreamReset(0, {}, {}))
+        assert self.log is not None
+        return self.log
+
+    def close(self, *, remove: bool = False) -> None:
+        if remove:
+            if self.log is not None:
+                self.log.destroy()
+            for _generation, path in self.generations():
+                if self.log is None or path != self.log.path:
+                    _remove_tree(path)
+        self.log = None
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

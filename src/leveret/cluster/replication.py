@@ -74,6 +74,7 @@ from leveret.cluster.stream_replication import (
     apply_append,
     decode_append,
     decode_reset,
+    retention,
 )
 from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
@@ -774,6 +775,7 @@ class Replication:
         declared it (epoch 1); each append is shipped (``Leading.tapped``)."""
         replica = self.replicas.pop(ident, None)
         stream_log: FileStreamLog | StreamLog
+        queue.readable_upto = 0  # (until the first commit under this epoch)
         if isinstance(replica, StreamReplica):
             stream_log = replica.fresh()
             replica.log = None  # the queue's now
@@ -883,8 +885,12 @@ class Replication:
                 replica.reset(decode_reset(op.record))
             elif kind == STREAM_APPEND:
                 copy = replica.log
-                if copy is None or not apply_append(copy, decode_append(op.record)):
+                closed = None if copy is None else apply_append(copy, decode_append(op.record))
+                if closed is None:
                     return  # a gap: the leader resets the copy when the link returns
+                record = self.applier.view.queues.get((op.vhost, op.queue))
+                if closed and copy is not None and record is not None:
+                    copy.retain(*retention(record.arguments, time.time()))
             else:
                 raise ValueError(f"unknown stream record kind {kind}")
         except ValueError as exc:

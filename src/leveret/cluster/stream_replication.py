@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from leveret.model.queues.args import parse_age
 from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, split_entries
 from leveret.store.stream_log import FileStreamLog
 
@@ -189,12 +190,25 @@ def decode_reset(record: bytes) -> StreamReset:
     return StreamReset(first, producers, offsets)
 
 
-def apply_append(log: StreamLog, append: StreamAppend) -> bool:
-    """Append ``append`` to a follower's copy; False (nothing done) when it does not start
-    at the copy's next offset (a gap or a repeat: the leader resets the copy)."""
+def retention(arguments: Mapping[str, object], wall: float) -> tuple[int | None, int | None]:
+    """A follower's retention of its copy, from the stream's arguments
+    (``x-max-length-bytes``, ``x-max-age``): ``StreamLog.retain``'s bounds at ``wall``."""
+    size = arguments.get("x-max-length-bytes")
+    max_bytes = size if isinstance(size, int) and not isinstance(size, bool) else None
+    age = arguments.get("x-max-age")
+    if isinstance(age, bytes):
+        age = age.decode(errors="replace")
+    seconds = parse_age(age) if isinstance(age, str) else None
+    return max_bytes, None if seconds is None else int((wall - seconds) * 1000)
+
+
+def apply_append(log: StreamLog, append: StreamAppend) -> bool | None:
+    """Append ``append`` to a follower's copy: None (nothing done) when it does not start
+    at the copy's next offset (a gap or a repeat: the leader resets the copy), else
+    whether it closed a segment (time to apply retention)."""
     if append.start != log.next_offset:
-        return False
-    log.append_entries(
+        return None
+    return log.append_entries(
         append.data,
         append.entries,
         append.records,
@@ -203,7 +217,6 @@ def apply_append(log: StreamLog, append: StreamAppend) -> bool:
         append.sequence,
         append.ids,
     )
-    return True
 
 
 @dataclass

@@ -28,6 +28,7 @@ from leveret.cluster.stream_replication import (
     decode_reset,
     encode_append,
     encode_reset,
+    retention,
 )
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.vhost import VirtualHost
@@ -87,7 +88,7 @@ def test_a_cut_record_is_refused_not_misread(append_: StreamAppend, data: st.Dat
     with pytest.raises(ValueError, match="stream append"):
         decode_append(record[:cut])
     with pytest.raises(ValueError, match="stream reset"):
-        decode_reset(encode_reset(StreamReset(1, {"p": 1}, {}))[:cut % 20])
+        decode_reset(encode_reset(StreamReset(1, {"p": 1}, {}))[: cut % 20])
 
 
 # -- a follower's copy ---------------------------------------------------------------------
@@ -130,10 +131,12 @@ def test_a_copy_applied_from_the_taps_holds_the_same_entries_at_the_same_offsets
     replica.reset(StreamReset(0, {}, {}))
     assert replica.log is not None
     for one in shipped:
-        assert apply_append(replica.log, decode_append(encode_append(one)))
+        assert apply_append(replica.log, decode_append(encode_append(one))) is not None
     # A repeat or a gap is not applied.
-    assert not apply_append(replica.log, shipped[0])
-    assert not apply_append(replica.log, shipped[-1]._replace(start=replica.log.next_offset + 1))
+    assert apply_append(replica.log, shipped[0]) is None
+    assert (
+        apply_append(replica.log, shipped[-1]._replace(start=replica.log.next_offset + 1)) is None
+    )
     h.sync()
     assert replica.log.next_offset == leader.log.next_offset == 16
     assert bodies(replica.log) == bodies(leader.log)
@@ -155,7 +158,8 @@ def test_a_reset_starts_a_new_copy_where_the_leader_starts(h: Harness, tmp_path:
     old = replica.log
     replica.reset(StreamReset(40, {"p": 9}, {"ref": 3}))
     assert old.destroyed
-    assert replica.log is not old and replica.log.path != old.path
+    assert replica.log is not old
+    assert replica.log.path != old.path
     assert replica.log.first_offset == replica.log.next_offset == 40
     assert replica.log.producers == {"p": 9}
     assert replica.log.offsets == {"ref": 3}
@@ -206,7 +210,7 @@ def test_a_follower_caught_up_from_files_and_tail_holds_the_leaders_prefix(
             pending.clear()
             if step == "p":
                 for _end, record in shipping.pump("b", budget=60 * count):
-                    assert apply_append(copy, decode_append(record))
+                    assert apply_append(copy, decode_append(record)) is not None
             got = bodies(copy)
             assert got == bodies(leader.log)[: len(got)]
         h.sync()
@@ -215,7 +219,7 @@ def test_a_follower_caught_up_from_files_and_tail_holds_the_leaders_prefix(
             if not out:
                 break
             for _end, record in out:
-                assert apply_append(copy, decode_append(record))
+                assert apply_append(copy, decode_append(record)) is not None
         assert bodies(copy) == bodies(leader.log)
         assert copy.next_offset == leader.log.next_offset == n
         assert not shipping.tail
@@ -299,7 +303,8 @@ def test_a_stream_confirm_and_its_readers_wait_for_the_in_sync_followers_and_the
     queue.append_entries([entry(b"a"), entry(b"b")], None, "", [0, 0])
     assert leading.offset == 2
     done = leading.gate()
-    assert done is not None and not done.done
+    assert done is not None
+    assert not done.done
     # Shipped to both (each had everything before it): the reset, then the append.
     for node in ("b", "c"):
         kinds = [op.record[0] for op in peers[node].sent if isinstance(op, c.Append)]
@@ -382,3 +387,9 @@ def test_shipping_survives_random_interleavings_of_appends_and_syncs(h: Harness)
         if isinstance(op, c.Append) and op.record[0] == STREAM_APPEND
     ]
     assert starts == sorted(set(starts))
+
+
+def test_a_followers_retention_comes_from_the_streams_arguments() -> None:
+    assert retention({"x-queue-type": "stream"}, 1000.0) == (None, None)
+    assert retention({"x-max-length-bytes": 5000, "x-max-age": "10s"}, 1000.0) == (5000, 990_000)
+    assert retention({"x-max-age": b"1m", "x-max-length-bytes": True}, 100.0) == (None, 40_000)

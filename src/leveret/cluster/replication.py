@@ -893,7 +893,7 @@ class Replication:
                     copy.retain(*retention(record.arguments, time.time()))
             else:
                 raise ValueError(f"unknown stream record kind {kind}")
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:
             log.warning("stream '%s' in '%s': %s", op.queue, op.vhost, exc)
             return
         replica.epoch = op.epoch

@@ -6,8 +6,10 @@ follower's synced copy and the leader's own sync)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveret.cluster.apply import QueueRecord
-from leveret.cluster.replication import Leading
+from leveret.cluster.replication import HEARTBEAT_RECORD, Leading, Replication
 from leveret.cluster.stream_replication import (
     STREAM_APPEND,
     STREAM_RESET,
@@ -393,3 +395,67 @@ def test_a_followers_retention_comes_from_the_streams_arguments() -> None:
     assert retention({"x-queue-type": "stream"}, 1000.0) == (None, None)
     assert retention({"x-max-length-bytes": 5000, "x-max-age": "10s"}, 1000.0) == (5000, 990_000)
     assert retention({"x-max-age": b"1m", "x-max-length-bytes": True}, 100.0) == (None, 40_000)
+
+
+# -- a follower node's side (``Replication.append``) ----------------------------------------
+
+
+@dataclass(eq=False)
+class _Front:
+    sent: list[c.Op] = field(default_factory=list)
+
+    def send(self, op: c.Op) -> None:
+        self.sent.append(op)
+
+
+def _follower(h: Harness, tmp_path: Path) -> Replication:
+    record = QueueRecord(
+        "/", "s", True, False, False, {"x-queue-type": "stream"}, "a",
+        members=("a", "b", "c"), epoch=2, in_sync=("a", "b", "c"),
+    )  # fmt: skip
+    applier: Any = SimpleNamespace(view=SimpleNamespace(queues={("/", "s"): record}, nodes={}))
+    links: Any = SimpleNamespace(server=SimpleNamespace(streams=h.store))
+    membership: Any = SimpleNamespace(on_lost=[], on_extended=[], held=True)
+    replication = Replication("b", applier, None, membership, links, tmp_path / "replicas")  # type: ignore[arg-type]
+    replication.on_record(("/", "s"), record)
+    return replication
+
+
+def test_a_follower_acknowledges_an_append_once_its_copy_is_synced(
+    h: Harness, tmp_path: Path
+) -> None:
+    replication = _follower(h, tmp_path)
+    front = _Front()
+    beat = c.Append("/", "s", 2, 2, HEARTBEAT_RECORD)
+
+    def one(epoch: int, offset: int, record: bytes) -> None:
+        replication.append(front, c.Append("/", "s", epoch, offset, record))  # type: ignore[arg-type]
+
+    async def run() -> None:
+        one(2, 0, encode_reset(StreamReset(0, {}, {})))
+        data = entry(b"a") + entry(b"b")
+        one(2, 2, encode_append(StreamAppend(0, data, 2, 2, 5, "p", 2, [1, 2])))
+        await asyncio.sleep(0)  # the turn ends: the acknowledgement waits for the sync
+        assert front.sent == []
+        replication.append(front, beat)  # type: ignore[arg-type]
+        assert front.sent == []  # not synced yet: a heartbeat is not answered
+        for _ in range(2000):
+            if front.sent:
+                break
+            await asyncio.sleep(0.001)
+        assert front.sent == [c.Appended("/", "s", 2, 2)]
+        replication.append(front, beat)  # type: ignore[arg-type]
+        assert front.sent[-1] == c.Appended("/", "s", 2, 2)
+        # A gap, and a deposed leader's (older epoch) append, are not applied.
+        gap = encode_append(StreamAppend(3, entry(b"x"), 1, 1, 5, "", -1, None))
+        one(2, 4, gap)
+        one(1, 3, encode_append(StreamAppend(2, entry(b"x"), 1, 1, 5, "", -1, None)))
+        await asyncio.sleep(0.05)
+        replica = replication.replicas[("/", "s")]
+        assert isinstance(replica, StreamReplica)
+        assert replica.log is not None
+        assert replica.log.next_offset == 2
+        assert replica.log.producers == {"p": 2}
+        assert bodies(replica.log) == [b"a", b"b"]
+
+    h.loop.run_until_complete(run())

@@ -68,13 +68,17 @@ from leveret.cluster.keys import encode
 from leveret.cluster.stream_replication import (
     STREAM_APPEND,
     STREAM_RESET,
+    Epochs,
     StreamAppend,
     StreamReplica,
     StreamShipping,
     apply_append,
     decode_append,
     decode_reset,
+    held_epochs,
+    load_epochs,
     retention,
+    save_epochs,
 )
 from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
@@ -431,15 +435,12 @@ class Leading:
             return
         record = self.record
         if self.stream is not None:
-            # A stream's follower starts over from the first retained offset.
+            # A stream's follower answers where its copy ends (``Replication.positioned``).
             data = self.stream.reset(node)
             offset = self.stream.log.first_offset
         else:
             data, offset = encode_snapshot(self.mirror), self.offset
         peer.write_op(c.Append(record.vhost, record.name, record.epoch, offset, data))
-        if self.stream is not None:
-            for end, appended in self.stream.pump(node):
-                peer.write_op(c.Append(record.vhost, record.name, record.epoch, end, appended))
         self.following.add(node)
         self.sent_at.pop(node, None)  # (the next check's clock: when it was sent)
         # In sync only once it acknowledged this state (or later): never on an old answer.
@@ -794,12 +795,21 @@ class Replication:
             queue.adopt(stream_log)
         else:
             stream_log = queue.log
+        # The log's epochs: this one starts at its next offset.
+        epochs: Epochs = []
+        if isinstance(stream_log, FileStreamLog):
+            epochs = held_epochs(load_epochs(stream_log.path)[0], stream_log.next_offset)
+            if not epochs:
+                epochs = [(record.epoch, stream_log.first_offset)]
+            if epochs[-1][0] != record.epoch:
+                epochs.append((record.epoch, stream_log.next_offset))
+            save_epochs(stream_log.path, epochs)
         leading = self.leading[ident] = Leading(
             self,
             record,
             queue,
             fenced=self.membership.held,
-            stream=StreamShipping(stream_log),
+            stream=StreamShipping(stream_log, epochs),
             offset=stream_log.next_offset,
         )
         if isinstance(stream_log, FileStreamLog):
@@ -844,6 +854,26 @@ class Replication:
             leading.caught_up[node] = now
         leading.advance()
 
+    def positioned(self, node: str, op: c.Positioned) -> None:
+        """A stream's follower answered a reset: its copy (on disk) ends at ``op.offset``;
+        it is sent what follows."""
+        leading = self.leading.get((op.vhost, op.queue))
+        if leading is None or leading.stream is None or op.epoch != leading.record.epoch:
+            return
+        taken = leading.stream.positioned(node, op.sync, op.offset)
+        if taken is None:
+            return
+        if not taken:
+            leading.sync(node)
+            return
+        leading.acked[node] = op.offset
+        now = time.monotonic()
+        leading.heard[node] = now
+        if op.offset >= leading.mark:
+            leading.caught_up[node] = now
+        leading.pump()
+        leading.advance()
+
     def append(self, front: LinkFrontEnd, op: c.Append) -> None:
         """A leader's ``Append`` reached this node (the link's front end)."""
         ident = (op.vhost, op.queue)
@@ -882,7 +912,9 @@ class Replication:
         kind = op.record[0] if op.record else 0
         try:
             if kind == STREAM_RESET:
-                replica.reset(decode_reset(op.record))
+                reset = decode_reset(op.record)
+                replica.follow(reset)
+                replica.positions.append((front, reset.sync))
             elif kind == STREAM_APPEND:
                 copy = replica.log
                 closed = None if copy is None else apply_append(copy, decode_append(op.record))
@@ -897,7 +929,8 @@ class Replication:
             log.warning("stream '%s' in '%s': %s", op.queue, op.vhost, exc)
             return
         replica.epoch = op.epoch
-        replica.ackers.add(front)
+        if kind == STREAM_APPEND:
+            replica.ackers.add(front)
         if not self._acks_scheduled:
             self._acks_scheduled = True
             asyncio.get_running_loop().call_soon(self._stream_acks)
@@ -908,16 +941,27 @@ class Replication:
         self._acks_scheduled = False
         due: list[tuple[str, str, StreamReplica, FileStreamLog, int, int, set[LinkFrontEnd]]]
         due = []
+        positions: list[tuple[str, str, StreamReplica, FileStreamLog, int, int, Any]] = []
         for (vhost, name), replica in self.replicas.items():
-            if isinstance(replica, StreamReplica) and replica.ackers and replica.log is not None:
+            if not isinstance(replica, StreamReplica) or replica.log is None:
+                continue
+            copy, epoch, offset = replica.log, replica.epoch, replica.offset
+            if replica.positions:
+                positions.append((vhost, name, replica, copy, epoch, offset, replica.positions))
+                replica.positions = []
+            if replica.ackers:
                 fronts, replica.ackers = replica.ackers, set()
-                due.append(
-                    (vhost, name, replica, replica.log, replica.epoch, replica.offset, fronts)
-                )
-        if not due:
+                due.append((vhost, name, replica, copy, epoch, offset, fronts))
+        if not due and not positions:
             return
 
         def synced() -> None:
+            # Answers to resets first: the leader learns where the copy is.
+            for vhost, name, replica, copy, epoch, offset, answers in positions:
+                if replica.log is copy:
+                    replica.synced = max(replica.synced, offset)
+                    for front, sync in answers:
+                        front.send(c.Positioned(vhost, name, epoch, sync, offset))
             for vhost, name, replica, copy, epoch, offset, fronts in due:
                 if replica.log is not copy:
                     continue  # reset or taken over meanwhile
@@ -1018,6 +1062,7 @@ class Replication:
                 and record.leader not in running
                 and self.node in record.in_sync
                 and record.leader != self.node
+                and (not isinstance(replica, StreamReplica) or replica.electable)
             ):
                 self._spawn(self._elect(ident, record, replica))
 

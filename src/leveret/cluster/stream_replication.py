@@ -23,6 +23,8 @@ synced, kept in ``tail``), then each new append as it comes. That costs a full c
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import struct
 from collections import deque
@@ -90,11 +92,64 @@ class StreamAppend(NamedTuple):
 
 
 class StreamReset(NamedTuple):
-    """Start the copy again at ``first`` with this tracking state."""
+    """The leader's log as a follower (re)starts following it: its first and next
+    offsets, its epochs, its tracking state, and the number of this (re)start (answered
+    with ``Positioned``)."""
 
     first: int
     producers: dict[str, int]
     offsets: dict[str, int]
+    epochs: list[tuple[int, int]] = []
+    next: int = 0
+    sync: int = 0
+
+
+# A log's epochs: (epoch, first offset written in it), in order (Kafka's leader epoch cache).
+Epochs = list[tuple[int, int]]
+EPOCHS_FILE: Final = "epochs"
+
+
+def held_epochs(epochs: Epochs, next_offset: int) -> Epochs:
+    """The epochs of the entries below ``next_offset``."""
+    return [(e, s) for e, s in epochs if s < next_offset]
+
+
+def keeps(mine: Epochs, first: int, end: int, reset: StreamReset) -> bool:
+    """Whether a copy holding ``first`` .. ``end - 1`` labelled ``mine`` is a prefix of the
+    leader's log described by ``reset``, so that it follows on from ``end`` rather than
+    starting again. Entries of one epoch are written by that epoch's one leader, in order:
+    two logs whose epochs agree below ``end`` hold the same entries there (KIP-101's rule,
+    kept conservative: any difference in the labels starts the copy again)."""
+    if end < reset.first or end > reset.next:
+        return False  # the leader no longer has what follows, or the copy is longer
+    if end == first:
+        return True  # an empty copy: it follows on from where it is
+    held = held_epochs(mine, end)
+    if not held or reset.epochs[: len(held)] != held:
+        return False
+    following = reset.epochs[len(held) : len(held) + 1]
+    return end <= (following[0][1] if following else reset.next)
+
+
+def load_epochs(directory: Path) -> tuple[Epochs, int]:
+    """A log's epochs and the offset from which a copy holds every committed entry
+    (``StreamReplica.complete_at``); ([], 0) when there is no readable file."""
+    try:
+        raw = json.loads((directory / EPOCHS_FILE).read_text())
+        return [(int(e), int(s)) for e, s in raw["epochs"]], int(raw.get("complete_at", 0))
+    except (OSError, ValueError, TypeError, KeyError):
+        return [], 0
+
+
+def save_epochs(directory: Path, epochs: Epochs, complete_at: int = 0) -> None:
+    """Write the epochs file (synced, then renamed over the old one: before any entry
+    labelled by it is acknowledged)."""
+    temporary = directory / (EPOCHS_FILE + ".new")
+    with open(temporary, "w") as out:
+        out.write(json.dumps({"epochs": epochs, "complete_at": complete_at}))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, directory / EPOCHS_FILE)
 
 
 def encode_append(a: StreamAppend) -> bytes:
@@ -166,10 +221,16 @@ def _unpack_map(record: bytes, pos: int) -> tuple[dict[str, int], int]:
     return out, pos
 
 
+_RESET = struct.Struct(">qQI")
+_EPOCH = struct.Struct(">Qq")
+
+
 def encode_reset(reset: StreamReset) -> bytes:
     return b"".join(
         (
             _HEAD.pack(STREAM_RESET, reset.first),
+            _RESET.pack(reset.next, reset.sync, len(reset.epochs)),
+            b"".join(_EPOCH.pack(e, s) for e, s in reset.epochs),
             _pack_map(reset.producers),
             _pack_map(reset.offsets),
         )
@@ -181,13 +242,18 @@ def decode_reset(record: bytes) -> StreamReset:
         kind, first = _HEAD.unpack_from(record, 0)
         if kind != STREAM_RESET:
             raise ValueError(f"not a stream reset (kind {kind})")
-        producers, pos = _unpack_map(record, _HEAD.size)
+        next_offset, sync, count = _RESET.unpack_from(record, _HEAD.size)
+        pos = _HEAD.size + _RESET.size
+        if pos + count * _EPOCH.size > len(record):
+            raise ValueError("truncated stream reset")
+        epochs = [_EPOCH.unpack_from(record, pos + i * _EPOCH.size) for i in range(count)]
+        producers, pos = _unpack_map(record, pos + count * _EPOCH.size)
         offsets, pos = _unpack_map(record, pos)
     except (struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed stream reset: {exc}") from None
     if pos != len(record):
         raise ValueError("trailing bytes in a stream reset")
-    return StreamReset(first, producers, offsets)
+    return StreamReset(first, producers, offsets, epochs, next_offset, sync)
 
 
 def retention(arguments: Mapping[str, object], wall: float) -> tuple[int | None, int | None]:
@@ -225,8 +291,12 @@ class StreamShipping:
     appends not yet synced here (a follower catching up reads synced ones from the files)."""
 
     log: StreamLog
-    # The next offset each following node is sent.
+    # The log's epochs (``keeps``), this leader's the last.
+    epochs: Epochs = field(default_factory=list)
+    # The next offset each following node is sent (none until it answered its reset).
     cursor: dict[str, int] = field(default_factory=dict)
+    # The number of the last reset sent to each node.
+    syncs: dict[str, int] = field(default_factory=dict)
     # (start, end, record) of the appends above the log's synced offset, in order.
     tail: deque[tuple[int, int, bytes]] = field(default_factory=deque)
 
@@ -243,11 +313,32 @@ class StreamShipping:
             tail.popleft()
 
     def reset(self, node: str) -> bytes:
-        """Start ``node`` over: the reset record; what follows is ``pump``'s."""
+        """(Re)start ``node``: the reset record. It answers where its copy ends
+        (``positioned``); ``pump`` sends it what follows."""
         log = self.log
-        first = log.first_offset
-        self.cursor[node] = first
-        return encode_reset(StreamReset(first, dict(log.producers), dict(log.offsets)))
+        self.cursor.pop(node, None)
+        sync = self.syncs[node] = self.syncs.get(node, 0) + 1
+        return encode_reset(
+            StreamReset(
+                log.first_offset,
+                dict(log.producers),
+                dict(log.offsets),
+                list(self.epochs),
+                log.next_offset,
+                sync,
+            )
+        )
+
+    def positioned(self, node: str, sync: int, offset: int) -> bool | None:
+        """``node`` answered reset ``sync``: its copy ends at ``offset``. True: it follows
+        from there; None: an older answer (ignored); False: reset it again (the log no
+        longer holds what follows)."""
+        if sync != self.syncs.get(node) or node in self.cursor:
+            return None
+        if offset < self.log.first_offset or offset > self.log.next_offset:
+            return False
+        self.cursor[node] = offset
+        return True
 
     def pump(self, node: str, budget: int = PUMP_BYTES) -> list[tuple[int, bytes]]:
         """The next records (end offset, record) for ``node`` behind the log's end, about
@@ -331,6 +422,17 @@ class StreamReplica:
     # The copy's offset last known synced (a heartbeat at it is answered at once).
     synced: int = -1
     ackers: set[LinkFrontEnd] = field(default_factory=set)
+    # The copy's epochs (the leader's, as of the last reset it took).
+    epochs: Epochs = field(default_factory=list)
+    # Resets to answer once synced: (front, number).
+    positions: list[tuple[LinkFrontEnd, int]] = field(default_factory=list)
+    # A copy started again holds committed entries only from this offset on: it is not
+    # elected before (the leader's next offset when it was reset).
+    complete_at: int = 0
+
+    @property
+    def electable(self) -> bool:
+        return self.log is not None and self.log.next_offset >= self.complete_at
 
     @property
     def offset(self) -> int:
@@ -359,10 +461,25 @@ class StreamReplica:
             self.generation = found[-1][0]
             if found[-1][1] != avoid and self.log is None:
                 self.log = self._open(found[-1][1])
+                self.epochs, self.complete_at = load_epochs(found[-1][1])
 
     def _open(self, path: Path) -> FileStreamLog:
         store = self.store
         return FileStreamLog(store, path, store.segment_bytes, store.codec, self.name)
+
+    def follow(self, reset: StreamReset) -> None:
+        """Take the leader's reset: keep the copy when it is a prefix of the leader's log
+        (``keeps``), else start a new one; its epochs are the leader's from now on."""
+        log = self.log
+        if log is None or not keeps(self.epochs, log.first_offset, log.next_offset, reset):
+            self.reset(reset)
+            self.complete_at = reset.next
+        else:
+            self.complete_at = max(self.complete_at, 0)
+            log.track(reset.producers, reset.offsets)
+        assert self.log is not None
+        self.epochs = list(reset.epochs)
+        save_epochs(self.log.path, self.epochs, self.complete_at)
 
     def reset(self, reset: StreamReset) -> None:
         """Discard the copy; a new, empty one starts at ``reset.first``."""

@@ -351,6 +351,14 @@ class FileStreamLog:
         self._producers.update(producers)
         self._offsets.update(offsets)
 
+    def track(self, producers: Mapping[str, int], offsets: Mapping[str, int]) -> None:
+        """Take these producers' sequences and consumer offsets where they are higher (a
+        replicated stream's copy told its leader's)."""
+        for producer, sequence in producers.items():
+            if sequence > self._producers.get(producer, -1):
+                self._producers[producer] = sequence
+        self._offsets.update(offsets)
+
     def _append_entries(
         self,
         data: bytes,

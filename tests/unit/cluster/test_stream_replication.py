@@ -30,6 +30,7 @@ from leveret.cluster.stream_replication import (
     decode_reset,
     encode_append,
     encode_reset,
+    keeps,
     retention,
 )
 from leveret.model.queues.stream import StreamQueue
@@ -193,9 +194,11 @@ def test_a_follower_caught_up_from_files_and_tail_holds_the_leaders_prefix(
 
         leader.log.tap = tapped  # type: ignore[attr-defined]
         replica = _replica(h, tmp_path)
-        replica.reset(decode_reset(shipping.reset("b")))
+        reset = decode_reset(shipping.reset("b"))
+        replica.follow(reset)
         copy = replica.log
         assert copy is not None
+        assert shipping.positioned("b", reset.sync, copy.next_offset)
         n = 0
         for step, count in steps:
             if step in "ag":
@@ -289,7 +292,15 @@ def _leading(queue: StreamQueue) -> tuple[Leading, dict[str, _Peer], _Membership
     queue.readable_upto = 0
     for node in ("b", "c"):
         leading.sync(node)
+        _position(leading, node, 0)
     return leading, peers, membership
+
+
+def _position(leading: Leading, node: str, offset: int) -> None:
+    """``node`` answers its last reset: its copy ends at ``offset``."""
+    assert leading.stream is not None
+    assert leading.stream.positioned(node, leading.stream.syncs[node], offset)
+    leading.pump()
 
 
 def _ack(leading: Leading, node: str, offset: int) -> None:
@@ -361,7 +372,9 @@ def test_a_follower_behind_is_sent_what_it_missed_then_follows_live(h: Harness) 
     h.sync()
     peers["c"].up = True
     peers["c"].sent.clear()
-    leading.sync("c")  # its link came back: a reset, then everything from the files
+    leading.sync("c")  # its link came back: a reset; it has nothing
+    assert [op.record[0] for op in peers["c"].sent] == [STREAM_RESET]  # type: ignore[union-attr]
+    _position(leading, "c", 0)  # then everything from the files
     queue.append_entries([entry(b"c")], None, "", [0])
     sent = [op for op in peers["c"].sent if isinstance(op, c.Append)]
     assert [op.record[0] for op in sent] == [STREAM_RESET, STREAM_APPEND, STREAM_APPEND]
@@ -443,7 +456,8 @@ def test_a_follower_acknowledges_an_append_once_its_copy_is_synced(
             if front.sent:
                 break
             await asyncio.sleep(0.001)
-        assert front.sent == [c.Appended("/", "s", 2, 2)]
+        # The reset's answer (where the copy ends), then the append's.
+        assert front.sent == [c.Positioned("/", "s", 2, 0, 2), c.Appended("/", "s", 2, 2)]
         replication.append(front, beat)  # type: ignore[arg-type]
         assert front.sent[-1] == c.Appended("/", "s", 2, 2)
         # A gap, and a deposed leader's (older epoch) append, are not applied.
@@ -459,3 +473,70 @@ def test_a_follower_acknowledges_an_append_once_its_copy_is_synced(
         assert bodies(replica.log) == [b"a", b"b"]
 
     h.loop.run_until_complete(run())
+
+
+# -- keeping a copy across a reset (KIP-101's rule) ----------------------------------------
+
+
+def _reset(epochs: list[tuple[int, int]], first: int, next_: int) -> StreamReset:
+    return StreamReset(first, {}, {}, epochs, next_, 1)
+
+
+def test_a_copy_is_kept_only_when_its_epochs_are_a_prefix_of_the_leaders() -> None:
+    leader = _reset([(1, 0), (2, 8)], 0, 20)
+    assert keeps([(1, 0)], 0, 8, leader)  # all of epoch 1: follows on
+    assert keeps([(1, 0), (2, 8)], 0, 15, leader)
+    assert keeps([(1, 0)], 0, 5, leader)
+    assert not keeps([(1, 0)], 0, 10, leader)  # epoch 1 past where the leader's ended
+    assert not keeps([(1, 0), (3, 8)], 0, 9, leader)  # another leader's epoch
+    assert not keeps([(1, 0), (2, 8)], 0, 21, leader)  # longer than the leader's log
+    assert not keeps([], 0, 3, leader)  # entries without epochs
+    assert keeps([], 7, 7, leader)  # empty: follows on from where it is
+    assert not keeps([(1, 0)], 0, 3, _reset([(1, 0)], 5, 20))  # the leader dropped 3, 4
+    # Epochs the copy was told of but holds no entry of do not count.
+    assert keeps([(1, 0), (2, 8), (3, 30)], 0, 8, _reset([(1, 0), (4, 8)], 0, 9))
+
+
+def test_a_follower_keeps_a_prefix_copy_and_starts_a_diverged_one_again(
+    h: Harness, tmp_path: Path
+) -> None:
+    replica = _replica(h, tmp_path)
+    replica.follow(_reset([(1, 0)], 0, 0))
+    assert replica.log is not None
+    kept = replica.log
+    apply_append(kept, StreamAppend(0, entry(b"a") + entry(b"b"), 2, 2, 0, "", -1, None))
+    # A new leader (epoch 2 from offset 2) whose log has both: the copy follows on.
+    replica.follow(_reset([(1, 0), (2, 2)], 0, 5))
+    assert replica.log is kept
+    assert replica.electable
+    assert replica.epochs == [(1, 0), (2, 2)]
+    # A leader whose epoch 1 ended at 1 (it never had b): the copy starts again, and is
+    # not elected before it holds what that leader had.
+    replica.follow(_reset([(1, 0), (3, 1)], 0, 4))
+    started: Any = replica.log
+    assert started is not kept
+    assert started.next_offset == 0
+    assert not replica.electable
+    h.sync()
+    again = _replica(h, tmp_path)
+    again.load()
+    assert (again.epochs, again.complete_at) == ([(1, 0), (3, 1)], 4)
+    assert not again.electable
+    assert again.log is not None
+    apply_append(again.log, StreamAppend(0, entry(b"a") * 4, 4, 4, 0, "", -1, None))
+    assert again.electable
+
+
+def test_a_leader_takes_one_answer_per_reset() -> None:
+    log: Any = SimpleNamespace(first_offset=3, next_offset=9, producers={}, offsets={})
+    shipping = StreamShipping(log)
+    first = decode_reset(shipping.reset("b"))
+    second = decode_reset(shipping.reset("b"))
+    assert second.sync == first.sync + 1
+    assert shipping.positioned("b", first.sync, 5) is None  # an older answer
+    assert "b" not in shipping.cursor
+    assert shipping.positioned("b", second.sync, 2) is False  # below what the log holds
+    assert shipping.positioned("b", second.sync, 10) is False  # beyond its end
+    assert shipping.positioned("b", second.sync, 9) is True
+    assert shipping.cursor["b"] == 9
+    assert shipping.positioned("b", second.sync, 4) is None  # answered already

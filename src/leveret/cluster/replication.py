@@ -845,6 +845,8 @@ class Replication:
         leading = self.leading.get((op.vhost, op.queue))
         if leading is None or op.epoch != leading.record.epoch:
             return
+        if leading.stream is not None and node not in leading.stream.cursor:
+            return  # a stream's follower that has not answered its reset yet
         if op.offset >= leading.acked.get(node, 0):
             leading.acked[node] = op.offset
             leading.resent.pop(node, None)

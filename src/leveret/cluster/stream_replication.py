@@ -13,12 +13,14 @@ follower acknowledges the copy's next offset once the copy is synced (its store'
 ``after_sync``). The leader's own end is its log's synced offset, so ``committed`` waits
 for the leader's disk too.
 
-Following starts with a **reset** (``STREAM_RESET``: the leader's first retained offset,
-its producers' sequences and stored consumer offsets): the follower discards whatever copy
-it had and starts a new one there, and the leader sends it every retained entry again
+Following starts with a **reset** (``STREAM_RESET``: the leader's first and next offsets,
+its epochs, its producers' sequences and stored consumer offsets, the reset's number): the
+follower keeps its copy when its epochs are a prefix of the leader's (``keeps``, KIP-101's
+rule; never truncation by high watermark), else starts a new one at the leader's first
+offset, and answers where its copy ends (``Positioned``); the leader sends it what follows
 (``StreamShipping.pump``: synced chunks from the leader's files, then the appends not yet
-synced, kept in ``tail``), then each new append as it comes. That costs a full copy per
-(re)connection: no truncation by epoch (KIP-101) yet, and never by high watermark.
+synced, kept in ``tail``), then each new append as it comes. A copy that must be cut back
+is copied again whole (no tail truncation of a stream log yet).
 """
 
 from __future__ import annotations

@@ -410,7 +410,13 @@ class Leading:
             if not peer.up:
                 self.following.discard(node)
                 continue
-            for end, data in stream.pump(node):
+            try:
+                shipped = stream.pump(node)
+            except Exception:  # a damaged chunk: logged, the follower stays behind
+                log.exception("stream '%s' in '%s': catching up '%s'", record.name,
+                              record.vhost, node)  # fmt: skip
+                continue
+            for end, data in shipped:
                 peer.write_op(c.Append(record.vhost, record.name, record.epoch, end, data))
 
     def behind(self, node: str, now: float) -> bool:

@@ -354,6 +354,7 @@ class StreamShipping:
         out: list[tuple[int, bytes]] = []
         size = 0
         while cursor < log.next_offset and size < budget:
+            before = cursor
             if cursor < log.committed_offset:
                 chunks = log.read_chunks(cursor, PUMP_CHUNKS)
                 if not chunks:
@@ -368,6 +369,8 @@ class StreamShipping:
                     cursor = append.end
                     if size >= budget:
                         break
+                if cursor == before:
+                    break  # nothing readable there (yet)
                 continue
             shipped = False
             for start, end, record in self.tail:

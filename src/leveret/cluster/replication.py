@@ -79,6 +79,7 @@ from leveret.cluster.stream_replication import (
     load_epochs,
     retention,
     save_epochs,
+    segment_bytes,
 )
 from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
@@ -645,7 +646,7 @@ class Replication:
         replica = self.replicas.get(ident)
         if replica is None:
             if _is_stream(record):
-                copy = StreamReplica(self._stream_base(ident), self._streams(), record.name)
+                copy = self._stream_replica(ident, record)
                 copy.load(avoid=deposed)
                 replica = self.replicas[ident] = copy
             else:
@@ -724,6 +725,14 @@ class Replication:
         digest = sha256(encode(list(ident))).hexdigest()[:32]
         return self.directory / "streams" / digest
 
+    def _stream_replica(self, ident: tuple[str, str], record: QueueRecord) -> StreamReplica:
+        return StreamReplica(
+            self._stream_base(ident),
+            self._streams(),
+            record.name,
+            segment_bytes(record.arguments),
+        )
+
     def _streams(self) -> StreamStore:
         streams = self.links.server.streams
         if streams is None:
@@ -795,7 +804,7 @@ class Replication:
             )
             queue.adopt(stream_log)
         elif record.epoch > 1:
-            copy = StreamReplica(self._stream_base(ident), self._streams(), record.name)
+            copy = self._stream_replica(ident, record)
             copy.load()
             stream_log = copy.fresh()
             queue.adopt(stream_log)

@@ -258,6 +258,12 @@ def decode_reset(record: bytes) -> StreamReset:
     return StreamReset(first, producers, offsets, epochs, next_offset, sync)
 
 
+def segment_bytes(arguments: Mapping[str, object]) -> int:
+    """The stream's ``x-stream-max-segment-size-bytes`` (0: not given)."""
+    size = arguments.get("x-stream-max-segment-size-bytes")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
+
+
 def retention(arguments: Mapping[str, object], wall: float) -> tuple[int | None, int | None]:
     """A follower's retention of its copy, from the stream's arguments
     (``x-max-length-bytes``, ``x-max-age``): ``StreamLog.retain``'s bounds at ``wall``."""
@@ -420,6 +426,8 @@ class StreamReplica:
     base: Path
     store: StreamStore
     name: str
+    # The stream's x-stream-max-segment-size-bytes (0: the store's).
+    segment_bytes: int = 0
     epoch: int = 0
     log: FileStreamLog | None = None
     generation: int = 0
@@ -470,7 +478,8 @@ class StreamReplica:
 
     def _open(self, path: Path) -> FileStreamLog:
         store = self.store
-        return FileStreamLog(store, path, store.segment_bytes, store.codec, self.name)
+        size = self.segment_bytes or store.segment_bytes
+        return FileStreamLog(store, path, size, store.codec, self.name)
 
     def follow(self, reset: StreamReset) -> None:
         """Take the leader's reset: keep the copy when it is a prefix of the leader's log

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from rstream import Producer
+from rstream import AMQPMessage, Producer
 
 from tests.cluster import nodes
 from tests.cluster.test_replicated_queues import (  # noqa: F401 (a fixture)
@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from tests.cluster.nodes import Node
 
 pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+
+async def _publish_confirmed(port: int, stream: str, body: bytes) -> None:
+    """One stream-protocol publish, waiting for its publish_confirm."""
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        await producer.send_wait(stream, AMQPMessage(body=body), timeout=10)
 
 
 async def _leader_and_replicas(port: int, stream: str) -> tuple[int, list[int]]:
@@ -131,7 +137,9 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     kept = iter(bodies)
     assert all(any(body == seen for seen in kept) for body in confirmed), "a confirm lost"
 
-    # The new leader's metadata: the survivor is its one running replica.
+    # The new leader's metadata: the survivor is its one running replica; a stream-protocol
+    # publish (through the survivor's port: the client goes to the leader) is confirmed.
     leader, replicas = asyncio.run(_leader_and_replicas(ports[survivor.name], stream))
     assert leader == ports[info["leader"]]
     assert replicas == [ports[survivor.name]]
+    asyncio.run(_publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))

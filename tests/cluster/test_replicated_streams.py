@@ -143,3 +143,13 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     assert leader == ports[info["leader"]]
     assert replicas == [ports[survivor.name]]
     asyncio.run(_publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
+
+    # a comes back: its old log (epoch 1, perhaps with a tail nobody else has) is not the
+    # stream; it follows the new leader with a copy of its own and is in sync again, and a
+    # consumer through it reads the same stream.
+    a2 = nodes.start_node(etcd_server, prefix, "a@test", a.data_dir)
+    three_nodes[1][0] = a2
+    nodes.eventually(lambda: "a@test" in record(etcd_server, prefix, stream)["in_sync"], timeout=15)
+    assert queue_info(a2, stream)["online"] == list(NAMES)
+    again = _consume_all(a2, stream, b"by the stream protocol")
+    assert again[: len(got)] == got

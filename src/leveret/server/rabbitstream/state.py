@@ -100,9 +100,6 @@ class StreamServer:
     # On a cluster node: (vhost, stream) -> the other node leading that stream, with its
     # stream listener's host and port (``metadata`` names it); None on a single node.
     stream_leader: Callable[[str, str], tuple[str, str, int] | None] | None = None
-    # On a cluster node: (vhost, stream) -> its running replicas besides the leader, as
-    # (node, host, port); node "" is this node.
-    stream_replicas: Callable[[str, str], list[tuple[str, str, int]]] | None = None
 
     def join(self, vhost: str, stream: str, name: str, member: Member, partition: int = -1) -> None:
         """Add ``member`` to its group (``partition``: see the module docstring); it, or

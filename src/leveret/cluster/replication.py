@@ -411,6 +411,9 @@ class Leading:
             if not peer.up:
                 self.following.discard(node)
                 continue
+            if stream.cursor.get(node, math.inf) < stream.log.first_offset:
+                self.sync(node)  # retention dropped what it lacks: it starts again
+                continue
             try:
                 shipped = stream.pump(node)
             except Exception:  # a damaged chunk: logged, the follower stays behind

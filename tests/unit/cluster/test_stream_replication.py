@@ -544,3 +544,26 @@ def test_a_leader_takes_one_answer_per_reset() -> None:
     assert shipping.positioned("b", second.sync, 9) is True
     assert shipping.cursor["b"] == 9
     assert shipping.positioned("b", second.sync, 4) is None  # answered already
+
+
+def test_a_follower_behind_what_retention_dropped_starts_again(h: Harness) -> None:
+    vhost = VirtualHost("/")
+    vhost.stream_backend = h.store
+    arguments = {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 100}
+    queue = vhost.declare_queue("s", owner=None, durable=True, arguments=arguments)
+    assert isinstance(queue, StreamQueue)
+    queue.store_id = 1
+    leading, peers, _ = _leading(queue)
+    peers["c"].up = False
+    for i in range(6):
+        queue.append_entries([entry(b"m%d" % i * 20)], None, "", [0])
+    h.sync()
+    peers["c"].up = True
+    leading.following.add("c")  # (as if the link had stayed up: c is at 0)
+    assert queue.log.retain(1, None) > 0
+    assert queue.log.first_offset > 0
+    peers["c"].sent.clear()
+    leading.pump()
+    sent = [op for op in peers["c"].sent if isinstance(op, c.Append)]
+    assert [op.record[0] for op in sent] == [STREAM_RESET]
+    assert decode_reset(sent[0].record).first == queue.log.first_offset

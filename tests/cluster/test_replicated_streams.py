@@ -1,9 +1,10 @@
 """Replicated streams through real clients: three ``leveret serve`` nodes on one etcd (lease
 2 s), a stream declared with pika on node a, members on all three. The stream protocol's
-``metadata`` names the leader (rstream); a publisher with confirms on b, then ``kill -9``
-of a: a member is elected within seconds, publishing goes on (0-9-1 and the stream
-protocol), and a 0-9-1 consumer on a surviving node reads every confirmed message, in
-order, at offsets without a gap; a comes back, follows and is in sync again."""
+``metadata`` names the leader and the replicas (rstream); a publisher with confirms on b,
+then ``kill -9`` of a: a member is elected within seconds, publishing goes on (0-9-1 and
+the stream protocol), a 0-9-1 consumer on a surviving node reads every confirmed message,
+in order, at offsets without a gap, and so does rstream's consumer from the surviving
+replica's copy; a comes back, follows and is in sync again."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from rstream import AMQPMessage, Producer
+from rstream import (
+    AMQPMessage,
+    Consumer,
+    ConsumerOffsetSpecification,
+    MessageContext,
+    OffsetType,
+    Producer,
+    amqp_decoder,
+)
 
 from tests.cluster import nodes
 from tests.cluster.test_replicated_queues import (  # noqa: F401 (a fixture)
@@ -37,6 +46,30 @@ async def _publish_confirmed(port: int, stream: str, body: bytes) -> None:
     """One stream-protocol publish, waiting for its publish_confirm."""
     async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
         await producer.send_wait(stream, AMQPMessage(body=body), timeout=10)
+
+
+async def _read_stream(port: int, stream: str, last: bytes) -> list[tuple[int, bytes]]:
+    """(offset, body) of every message from the first until ``last``, by rstream's
+    consumer (it subscribes on a replica when metadata lists one)."""
+    got: list[tuple[int, bytes]] = []
+    done = asyncio.Event()
+
+    async def on_message(message: AMQPMessage, context: MessageContext) -> None:
+        body = b"".join(message.body) if isinstance(message.body, list) else bytes(message.body)
+        got.append((context.offset, body))
+        if body == last:
+            done.set()
+
+    consumer = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+    async with consumer:
+        await consumer.subscribe(
+            stream,
+            on_message,
+            decoder=amqp_decoder,
+            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST),
+        )
+        await asyncio.wait_for(done.wait(), 20)
+    return got
 
 
 async def _leader_and_replicas(port: int, stream: str) -> tuple[int, list[int]]:
@@ -84,13 +117,11 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     saved = record(etcd_server, prefix, stream)
     assert (saved["members"], saved["epoch"], saved["in_sync"]) == (list(NAMES), 1, list(NAMES))
 
-    # metadata (asked of c) names a's stream listener as the leader, and no replica: rstream
-    # (as RabbitMQ's other clients) would read from a replica, and a replica's node does not
-    # serve its copy (docs/cluster.md, "Replicated streams").
+    # metadata (asked of c) names a's stream listener as the leader, b's and c's as replicas.
     ports = {n.name: stream_port_of(n.broker) for n in (a, b, c)}
     leader, replicas = asyncio.run(_leader_and_replicas(ports["c@test"], stream))
     assert leader == ports["a@test"]
-    assert replicas == []
+    assert replicas == sorted((ports["b@test"], ports["c@test"]))
 
     # Publisher on b (not the leader), with confirms.
     pub = connect(b)
@@ -139,11 +170,16 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     kept = iter(bodies)
     assert all(any(body == seen for seen in kept) for body in confirmed), "a confirm lost"
 
-    # metadata names the new leader; a stream-protocol publish (through the survivor's
-    # port: the client goes to the leader) is confirmed.
+    # metadata names the new leader and the survivor as its one running replica; a
+    # stream-protocol publish (the client goes to the leader) is confirmed, and rstream's
+    # consumer, which subscribes on a replica, reads the same stream from the survivor's copy.
     leader, replicas = asyncio.run(_leader_and_replicas(ports[survivor.name], stream))
     assert leader == ports[info["leader"]]
+    assert replicas == [ports[survivor.name]]
     asyncio.run(_publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
+    read = asyncio.run(_read_stream(ports[survivor.name], stream, b"by the stream protocol"))
+    assert [(offset, body) for offset, body in read[: len(got)]] == got
+    assert read[-1] == (len(read) - 1, b"by the stream protocol")
 
     # a comes back: its old log (epoch 1, perhaps with a tail nobody else has) is not the
     # stream; it follows the new leader with a copy of its own and is in sync again, and a

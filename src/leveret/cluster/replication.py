@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from leveret.cluster.keys import encode
 from leveret.cluster.stream_replication import (
     STREAM_APPEND,
+    STREAM_COMMIT,
     STREAM_RESET,
     Epochs,
     StreamAppend,
@@ -74,7 +75,9 @@ from leveret.cluster.stream_replication import (
     StreamShipping,
     apply_append,
     decode_append,
+    decode_commit,
     decode_reset,
+    encode_commit,
     held_epochs,
     load_epochs,
     retention,
@@ -88,6 +91,7 @@ from leveret.model.queues.quorum import QuorumQueue
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.replication import ReplicaState, committed, successor
 from leveret.protocol.cluster import codec as c
+from leveret.server.rabbitstream.connection import streams_gone
 from leveret.store.stream_log import FileStreamLog
 
 if TYPE_CHECKING:
@@ -397,6 +401,17 @@ class Leading:
                 else:
                     self.following.discard(node)
 
+    def tell(self, data: bytes) -> None:
+        """Send a record that is not in the log to each follower that follows it."""
+        record = self.record
+        op = c.Append(record.vhost, record.name, record.epoch, self.offset, data)
+        cursor = self.stream.cursor if self.stream is not None else {}
+        for node in self.followers():
+            if node in self.following and node in cursor:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
+
     def pump(self) -> None:
         """Send the followers of a replicated stream that are behind its log the next
         appends (``StreamShipping.pump``)."""
@@ -484,6 +499,9 @@ class Leading:
         upto = self.committed()
         if self.stream is not None and upto >= 0 and isinstance(self.queue, StreamQueue):
             self.queue.capped(upto)  # its readers get what is committed
+            if upto > self.stream.told:
+                self.stream.told = upto
+                self.tell(encode_commit(upto))  # and the followers' readers
         waits = self.waits
         while waits and waits[0][0] <= upto:
             waits.popleft()[1].resolve(True)
@@ -632,6 +650,8 @@ class Replication:
                 else:
                     leading.fail()
             replica = self.replicas.pop(ident, None)
+            if isinstance(replica, StreamReplica):
+                self._reader_gone(replica)
             if replica is not None:
                 replica.close(remove=True)
             return
@@ -728,6 +748,24 @@ class Replication:
         digest = sha256(encode(list(ident))).hexdigest()[:32]
         return self.directory / "streams" / digest
 
+    def reader(self, vhost: str, name: str) -> StreamQueue | None:
+        """Stream ``name`` of ``vhost`` as this node reads it from its copy (a member
+        that does not lead it: the stream protocol's subscriptions on a replica), capped
+        at the leader's commit offset; None when this node holds no copy of it."""
+        replica = self.replicas.get((vhost, name))
+        record = self.applier.view.queues.get((vhost, name))
+        if not isinstance(replica, StreamReplica) or record is None:
+            return None
+        return replica.read(vhost, record.arguments)
+
+    def _reader_gone(self, replica: StreamReplica) -> None:
+        """The copy is no longer read here (taken over, or this node is no longer a
+        member): its subscribers are told, as of a deleted stream, and locate it again."""
+        reader, replica.reader = replica.reader, None
+        if reader is not None:
+            reader.deleted = True
+            streams_gone(self.links.server.stream_server, [reader])
+
     def _stream_replica(self, ident: tuple[str, str], record: QueueRecord) -> StreamReplica:
         return StreamReplica(
             self._stream_base(ident),
@@ -796,6 +834,7 @@ class Replication:
         stream_log: FileStreamLog | StreamLog
         queue.readable_upto = 0  # (until the first commit under this epoch)
         if isinstance(replica, StreamReplica):
+            self._reader_gone(replica)
             stream_log = replica.fresh()
             replica.log = None  # the queue's now
             log.info(
@@ -931,6 +970,10 @@ class Replication:
             return
         kind = op.record[0] if op.record else 0
         try:
+            if kind == STREAM_COMMIT:
+                if op.epoch == replica.epoch:
+                    replica.commit(decode_commit(op.record))
+                return
             if kind == STREAM_RESET:
                 reset = decode_reset(op.record)
                 replica.follow(reset)

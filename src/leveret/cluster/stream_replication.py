@@ -21,6 +21,10 @@ offset, and answers where its copy ends (``Positioned``); the leader sends it wh
 (``StreamShipping.pump``: synced chunks from the leader's files, then the appends not yet
 synced, kept in ``tail``), then each new append as it comes. A copy that must be cut back
 is copied again whole (no tail truncation of a stream log yet).
+
+Reading from a replica: the leader sends its commit offset as it moves (``STREAM_COMMIT``,
+not in the log); a follower's ``StreamReplica.reader`` serves the stream protocol's
+subscriptions on its node from the copy, capped there.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from leveret.model.queues.args import parse_age
+from leveret.model.queues.args import QueueConfig, parse_age
+from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, split_entries
 from leveret.store.stream_log import FileStreamLog
 
@@ -62,6 +67,8 @@ __all__ = [
 # Record kinds (after replication.py's quorum-queue kinds, 1..7).
 STREAM_APPEND: Final = 8
 STREAM_RESET: Final = 9
+# The leader's commit offset (not in the log): a follower's readers are capped at it.
+STREAM_COMMIT: Final = 10
 
 # Bytes a leader ships to one follower catching up per check (``pump``).
 PUMP_BYTES: Final = 4 << 20
@@ -152,6 +159,20 @@ def save_epochs(directory: Path, epochs: Epochs, complete_at: int = 0) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(temporary, directory / EPOCHS_FILE)
+
+
+def encode_commit(upto: int) -> bytes:
+    return _HEAD.pack(STREAM_COMMIT, upto)
+
+
+def decode_commit(record: bytes) -> int:
+    try:
+        kind, upto = _HEAD.unpack_from(record, 0)
+    except struct.error as exc:
+        raise ValueError(f"malformed stream commit: {exc}") from None
+    if kind != STREAM_COMMIT or len(record) != _HEAD.size:
+        raise ValueError("not a stream commit")
+    return int(upto)
 
 
 def encode_append(a: StreamAppend) -> bytes:
@@ -301,6 +322,8 @@ class StreamShipping:
     log: StreamLog
     # The log's epochs (``keeps``), this leader's the last.
     epochs: Epochs = field(default_factory=list)
+    # The commit offset last told to the followers (``STREAM_COMMIT``).
+    told: int = 0
     # The next offset each following node is sent (none until it answered its reset).
     cursor: dict[str, int] = field(default_factory=dict)
     # The number of the last reset sent to each node.
@@ -442,6 +465,29 @@ class StreamReplica:
     # A copy started again holds committed entries only from this offset on: it is not
     # elected before (the leader's next offset when it was reset).
     complete_at: int = 0
+    # The leader's commit offset as last told (``STREAM_COMMIT``).
+    committed: int = 0
+    # The stream as this node's stream-protocol subscribers read it from the copy (made
+    # on the first subscription here), capped at ``committed``.
+    reader: StreamQueue | None = None
+
+    def read(self, vhost: str, arguments: Mapping[str, object]) -> StreamQueue:
+        """The reader of the copy (a copy made empty at 0 when there is none yet)."""
+        if self.reader is None:
+            log = self.fresh()
+            reader = StreamQueue(
+                vhost, self.name, backend=self.store, arguments=arguments,
+                config=QueueConfig(queue_type="stream"),
+            )  # fmt: skip
+            reader.readable_upto = self.committed
+            reader.adopt(log)
+            self.reader = reader
+        return self.reader
+
+    def commit(self, upto: int) -> None:
+        self.committed = max(self.committed, upto)
+        if self.reader is not None:
+            self.reader.capped(self.committed)
 
     @property
     def electable(self) -> bool:
@@ -508,6 +554,8 @@ class StreamReplica:
         log = self._open(self._directory(self.generation))
         log.start_at(reset.first, reset.producers, reset.offsets)
         self.log = log
+        if self.reader is not None:
+            self.reader.adopt(log)
 
     def fresh(self) -> FileStreamLog:
         """The copy, made empty at offset 0 if there is none (a member elected before any

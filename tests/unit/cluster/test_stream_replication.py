@@ -20,6 +20,7 @@ from leveret.cluster.apply import QueueRecord
 from leveret.cluster.replication import HEARTBEAT_RECORD, Leading, Replication
 from leveret.cluster.stream_replication import (
     STREAM_APPEND,
+    STREAM_COMMIT,
     STREAM_RESET,
     StreamAppend,
     StreamReplica,
@@ -27,8 +28,10 @@ from leveret.cluster.stream_replication import (
     StreamShipping,
     apply_append,
     decode_append,
+    decode_commit,
     decode_reset,
     encode_append,
+    encode_commit,
     encode_reset,
     keeps,
     retention,
@@ -567,3 +570,52 @@ def test_a_follower_behind_what_retention_dropped_starts_again(h: Harness) -> No
     sent = [op for op in peers["c"].sent if isinstance(op, c.Append)]
     assert [op.record[0] for op in sent] == [STREAM_RESET]
     assert decode_reset(sent[0].record).first == queue.log.first_offset
+
+
+def test_a_replicas_readers_get_what_the_leader_says_is_committed(
+    h: Harness, tmp_path: Path
+) -> None:
+    replication = _follower(h, tmp_path)
+    replication.links.server.stream_server = SimpleNamespace(connections=set())  # type: ignore[assignment]
+    front = _Front()
+
+    def one(epoch: int, record: bytes) -> None:
+        async def run() -> None:
+            replication.append(front, c.Append("/", "s", epoch, 0, record))  # type: ignore[arg-type]
+
+        h.loop.run_until_complete(run())
+
+    one(2, encode_reset(StreamReset(0, {}, {})))
+    one(2, encode_append(StreamAppend(0, entry(b"a") + entry(b"b"), 2, 2, 5, "", -1, None)))
+    h.sync()
+    reader = replication.reader("/", "s")
+    assert reader is not None
+    assert [b.position for b in reader.browse()] == []  # nothing committed yet
+    one(2, encode_commit(1))
+    assert [b.position for b in reader.browse()] == [0]
+    one(1, encode_commit(2))  # a deposed leader's word is not taken
+    assert [b.position for b in reader.browse()] == [0]
+    one(2, encode_commit(2))
+    assert [b.position for b in reader.browse()] == [0, 1]
+    # Elected: the readers here are told the stream moved (their clients locate it again).
+    replica = replication.replicas[("/", "s")]
+    assert isinstance(replica, StreamReplica)
+    replication._reader_gone(replica)
+    assert reader.deleted
+    assert replica.reader is None
+
+
+def test_the_leader_tells_its_followers_each_commit(h: Harness) -> None:
+    queue = _stream(h, "s", 1)
+    leading, peers, _ = _leading(queue)
+    queue.append_entries([entry(b"a")], None, "", [0])
+    h.sync()
+    _ack(leading, "b", 1)
+    _ack(leading, "c", 1)
+    for node in ("b", "c"):
+        told = [
+            decode_commit(op.record)
+            for op in peers[node].sent
+            if isinstance(op, c.Append) and op.record[0] == STREAM_COMMIT
+        ]
+        assert told == [1]

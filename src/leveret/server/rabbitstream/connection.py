@@ -458,24 +458,35 @@ class StreamConnection:
         entries = []
         brokers = [c.Broker(0, settings.host, settings.port)]
         others: dict[str, int] = {}  # node -> its reference in brokers
-        for name in command.streams:
-            if self._stream(name) is not None:
-                entries.append(c.StreamMetadata(name, Code.OK, 0, []))
-                continue
-            # A stream another node of the cluster leads: named with that node's stream
-            # listener, as RabbitMQ names the leader's, so the client connects there. A
-            # replicated stream's replicas are not listed: RabbitMQ's clients read from a
-            # replica when one is, and a replica's node does not serve its copy.
-            led = leader_of(self.vhost.name, name) if leader_of is not None else None
-            if led is None:
-                entries.append(c.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
-                continue
-            node, host, port = led
+        replicas_of = self.server.stream_replicas
+
+        def refer(node: str, host: str, port: int) -> int:
+            if not node:
+                return 0  # this node
             reference = others.get(node)
             if reference is None:
                 reference = others[node] = len(brokers)
                 brokers.append(c.Broker(reference, host, port))
-            entries.append(c.StreamMetadata(name, Code.OK, reference, []))
+            return reference
+
+        for name in command.streams:
+            if self._stream(name) is not None:
+                leader = 0
+            else:
+                # A stream another node of the cluster leads: named with that node's stream
+                # listener, as RabbitMQ names the leader's, so the client connects there.
+                led = leader_of(self.vhost.name, name) if leader_of is not None else None
+                if led is None:
+                    entries.append(c.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
+                    continue
+                leader = refer(*led)
+            # A replicated stream's replicas, as RabbitMQ lists them: RabbitMQ's clients
+            # subscribe there, and a replica's node reads from its copy (``stream_reader``).
+            replicas = [
+                refer(*replica)
+                for replica in (replicas_of(self.vhost.name, name) if replicas_of else [])
+            ]
+            entries.append(c.StreamMetadata(name, Code.OK, leader, replicas))
         self._send(c.MetadataResponse(command.correlation_id, brokers, entries))
 
     def _stream_stats(self, command: c.StreamStats) -> None:
@@ -594,6 +605,10 @@ class StreamConnection:
     def _subscribe(self, command: c.Subscribe) -> None:
         cid, sid, stream = command.correlation_id, command.subscription_id, command.stream
         queue = self._stream(stream)
+        reader = self.server.stream_reader
+        if queue is None and reader is not None:
+            assert self.vhost is not None
+            queue = reader(self.vhost.name, stream)  # a replica here: read from its copy
         code: int
         if sid in self._subscriptions:
             code = Code.SUBSCRIPTION_ID_ALREADY_EXISTS

@@ -1,5 +1,6 @@
-"""Replicated quorum queues on a cluster node: the leader's log shipping and commit rule,
-the followers' copies, elections (docs/cluster.md, "Replicated queues").
+"""Replicated quorum queues and streams on a cluster node: the leader's log shipping and
+commit rule, the followers' copies, elections (docs/cluster.md, "Replicated queues"; what
+differs for a stream, whose log is the stream's own, is ``stream_replication.py``'s).
 
 A quorum queue's record (``QueueRecord``) names its ``members``, its ``leader``, the
 leader's ``epoch`` and the ``in_sync`` set. Every node runs one :class:`Replication`:

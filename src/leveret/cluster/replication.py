@@ -757,7 +757,8 @@ class Replication:
         record = self.applier.view.queues.get((vhost, name))
         if not isinstance(replica, StreamReplica) or record is None:
             return None
-        return replica.read(vhost, record.arguments)
+        host = self.links.server.broker.vhosts.get(vhost)
+        return replica.read(vhost, record.arguments, host.timers if host is not None else None)
 
     def _reader_gone(self, replica: StreamReplica) -> None:
         """The copy is no longer read here (taken over, or this node is no longer a

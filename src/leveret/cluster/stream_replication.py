@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from leveret.model.queues.stream_log import StreamLog
+    from leveret.model.timers import Timers
     from leveret.server.cluster_link.frontend import LinkFrontEnd
     from leveret.store.stream_log import StreamStore
 
@@ -471,13 +472,15 @@ class StreamReplica:
     # on the first subscription here), capped at ``committed``.
     reader: StreamQueue | None = None
 
-    def read(self, vhost: str, arguments: Mapping[str, object]) -> StreamQueue:
+    def read(
+        self, vhost: str, arguments: Mapping[str, object], timers: Timers | None = None
+    ) -> StreamQueue:
         """The reader of the copy (a copy made empty at 0 when there is none yet)."""
         if self.reader is None:
             log = self.fresh()
             reader = StreamQueue(
                 vhost, self.name, backend=self.store, arguments=arguments,
-                config=QueueConfig(queue_type="stream"),
+                config=QueueConfig(queue_type="stream"), timers=timers,
             )  # fmt: skip
             reader.readable_upto = self.committed
             reader.adopt(log)

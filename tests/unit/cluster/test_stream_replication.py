@@ -430,7 +430,8 @@ def _follower(h: Harness, tmp_path: Path) -> Replication:
         members=("a", "b", "c"), epoch=2, in_sync=("a", "b", "c"),
     )  # fmt: skip
     applier: Any = SimpleNamespace(view=SimpleNamespace(queues={("/", "s"): record}, nodes={}))
-    links: Any = SimpleNamespace(server=SimpleNamespace(streams=h.store))
+    server = SimpleNamespace(streams=h.store, broker=SimpleNamespace(vhosts={}))
+    links: Any = SimpleNamespace(server=server)
     membership: Any = SimpleNamespace(on_lost=[], on_extended=[], held=True)
     replication = Replication("b", applier, None, membership, links, tmp_path / "replicas")  # type: ignore[arg-type]
     replication.on_record(("/", "s"), record)

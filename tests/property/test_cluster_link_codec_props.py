@@ -50,6 +50,7 @@ ops = st.one_of(
     st.builds(c.Inspect, u32, text, text, st.booleans()),
     st.builds(c.Counted, u32, u32, u32),
     st.builds(c.Taken, u64),
+    st.builds(c.Positioned, text, text, u64, u64, u64),
 )
 
 

@@ -25,6 +25,7 @@ from leveret.errors import AMQPError
 from leveret.model.consumer import CallbackOwner
 from leveret.model.policies import PolicyError, make_policy
 from leveret.model.queues.base import EVERY_MESSAGE_STORE
+from leveret.model.queues.stream import StreamConsumer, StreamQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -507,7 +508,11 @@ class Applier:
         if moved:
             queue = vhost.queues.get(name)
             for consumer in moved:
-                if queue is None:
+                if queue is None or (
+                    isinstance(queue, StreamQueue) and not isinstance(consumer, StreamConsumer)
+                ):
+                    # (A stream's consumer through the old leader's proxy is cancelled:
+                    # a local stream keeps its readers' offsets in its own consumers.)
                     consumer.owner.consumer_removed(consumer)
                     continue
                 consumer.queue = queue

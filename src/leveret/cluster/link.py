@@ -390,6 +390,9 @@ class Peer:
         elif isinstance(op, c.Appended):
             if self.links.replication is not None:
                 self.links.replication.appended(self.node, op)
+        elif isinstance(op, c.Positioned):
+            if self.links.replication is not None:
+                self.links.replication.positioned(self.node, op)
         elif isinstance(op, c.ConsumeOk):
             remote = self.consumers.get(op.cid)
             if remote is not None:
@@ -673,6 +676,8 @@ class ReplicationHooks(ReplicaSink, Protocol):
     """What the link tells replicated queues (``cluster/replication.py``)."""
 
     def appended(self, node: str, op: c.Appended) -> None: ...
+
+    def positioned(self, node: str, op: c.Positioned) -> None: ...
 
     def peer_up(self, node: str) -> None: ...
 

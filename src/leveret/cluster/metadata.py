@@ -824,14 +824,20 @@ class MetadataStore:
     # -- uploading what a node held before it joined -------------------------------------
 
     def with_members(self, record: QueueRecord) -> QueueRecord:
-        """``record`` with its members if it is a quorum queue (replicated: its leader and
-        ``x-quorum-initial-group-size - 1`` other running nodes), epoch 1, all in sync."""
-        if record.arguments.get("x-queue-type") not in ("quorum", b"quorum") or record.members:
+        """``record`` with its members if it is a quorum queue or a stream (replicated: its
+        leader and ``x-quorum-initial-group-size - 1`` other running nodes, a stream's
+        ``x-initial-cluster-size - 1``), epoch 1, all in sync."""
+        kind = record.arguments.get("x-queue-type")
+        if isinstance(kind, bytes):
+            kind = kind.decode(errors="replace")
+        if kind not in ("quorum", "stream") or record.members:
             return record
         view = self.applier.view
-        members = choose_members(
-            record.leader, group_size(record.arguments), view.nodes, view.leaders()
+        size = group_size(
+            record.arguments,
+            "x-quorum-initial-group-size" if kind == "quorum" else "x-initial-cluster-size",
         )
+        members = choose_members(record.leader, size, view.nodes, view.leaders())
         if len(members) < 2:
             return record
         return replace(record, members=members, epoch=1, in_sync=members)

@@ -170,6 +170,8 @@ class ClusterNode:
         server.admin.changer = self.store.change_auth
         server.admin.register(member_verbs(server.admin))  # rabbitmq-queues' verbs
         server.stream_server.stream_leader = self.stream_leader
+        server.stream_server.stream_replicas = self.stream_replicas
+        server.stream_server.stream_reader = self.replication.reader
         server.runtime.changer = self.store.change_runtime
         self.store.start_watch()
 
@@ -438,6 +440,30 @@ class ClusterNode:
             return None
         address = view.stream_address(record.leader)
         return None if address is None else (record.leader, *address)
+
+    def stream_replicas(self, vhost: str, name: str) -> list[tuple[str, str, int]]:
+        """A replicated stream's running members besides its leader, with their stream
+        listeners (node "" for this node): the ``replicas`` of the stream protocol's
+        ``metadata``, as RabbitMQ lists them (their nodes serve subscriptions from their
+        copies: ``Replication.reader``)."""
+        view = self.applier.view
+        record = view.queues.get((vhost, name))
+        if record is None or not record.replicated:
+            return []
+        kind = record.arguments.get("x-queue-type")
+        if (kind.decode() if isinstance(kind, bytes) else kind) != "stream":
+            return []
+        out: list[tuple[str, str, int]] = []
+        for member in record.members:
+            if member == record.leader or member not in view.nodes:
+                continue
+            if member == self.name:
+                out.append(("", "", 0))
+                continue
+            address = view.stream_address(member)
+            if address is not None:
+                out.append((member, *address))
+        return out
 
     # -- what the applier and the model tell it -------------------------------------------
 

@@ -76,9 +76,12 @@ def choose_leader(
 DEFAULT_GROUP_SIZE = 3
 
 
-def group_size(arguments: Mapping[str, object]) -> int:
-    """``x-quorum-initial-group-size`` (RabbitMQ's), or the default."""
-    value = arguments.get("x-quorum-initial-group-size")
+def group_size(
+    arguments: Mapping[str, object], argument: str = "x-quorum-initial-group-size"
+) -> int:
+    """``x-quorum-initial-group-size`` (RabbitMQ's; a stream's ``x-initial-cluster-size``),
+    or the default."""
+    value = arguments.get(argument)
     return (
         value
         if isinstance(value, int) and not isinstance(value, bool) and value > 0

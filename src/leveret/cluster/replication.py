@@ -1,5 +1,6 @@
-"""Replicated quorum queues on a cluster node: the leader's log shipping and commit rule,
-the followers' copies, elections (docs/cluster.md, "Replicated queues").
+"""Replicated quorum queues and streams on a cluster node: the leader's log shipping and
+commit rule, the followers' copies, elections (docs/cluster.md, "Replicated queues"; what
+differs for a stream, whose log is the stream's own, is ``stream_replication.py``'s).
 
 A quorum queue's record (``QueueRecord``) names its ``members``, its ``leader``, the
 leader's ``epoch`` and the ``in_sync`` set. Every node runs one :class:`Replication`:
@@ -56,6 +57,7 @@ import asyncio
 import logging
 import math
 import os
+import shutil
 import struct
 import time
 from collections import deque
@@ -64,12 +66,34 @@ from hashlib import sha256
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from leveret.cluster.keys import encode
+from leveret.cluster.stream_replication import (
+    STREAM_APPEND,
+    STREAM_COMMIT,
+    STREAM_RESET,
+    Epochs,
+    StreamAppend,
+    StreamReplica,
+    StreamShipping,
+    apply_append,
+    decode_append,
+    decode_commit,
+    decode_reset,
+    encode_commit,
+    held_epochs,
+    load_epochs,
+    retention,
+    save_epochs,
+    segment_bytes,
+)
 from leveret.convert.formats import stored_message
 from leveret.model.completion import Completion
 from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE
 from leveret.model.queues.quorum import QuorumQueue
+from leveret.model.queues.stream import StreamQueue
 from leveret.model.replication import ReplicaState, committed, successor
 from leveret.protocol.cluster import codec as c
+from leveret.server.rabbitstream.connection import streams_gone
+from leveret.store.stream_log import FileStreamLog
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -82,7 +106,9 @@ if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
     from leveret.model.queues.base import Queue
+    from leveret.model.queues.stream_log import StreamLog
     from leveret.server.cluster_link.frontend import LinkFrontEnd
+    from leveret.store.stream_log import StreamStore
 
 __all__ = ["LAG_BOUND", "Replication"]
 
@@ -326,6 +352,8 @@ class Leading:
     # Led under this node's current lease: False from a lost lease until a fenced rewrite
     # of the record under the new one (nothing is served or confirmed meanwhile).
     fenced: bool = True
+    # A replicated stream's shipping (``stream_replication.py``); None: a quorum queue.
+    stream: StreamShipping | None = None
 
     @property
     def ident(self) -> tuple[str, str]:
@@ -344,6 +372,72 @@ class Leading:
                     peer.write_op(op)
                 else:
                     self.following.discard(node)
+
+    def tapped(
+        self,
+        start: int,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None,
+    ) -> None:
+        """A replicated stream's log stored an append (``FileStreamLog.tap``): ship it to
+        each follower that has everything before it (the others catch up, ``pump``)."""
+        stream = self.stream
+        assert stream is not None
+        append = StreamAppend(start, data, entries, records, timestamp, producer, sequence, ids)
+        record = stream.tapped(append)
+        end = self.offset = append.end
+        op = c.Append(self.record.vhost, self.record.name, self.record.epoch, end, record)
+        cursor = stream.cursor
+        for node in self.followers():
+            if node in self.following and cursor.get(node) == start:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
+                    cursor[node] = end
+                else:
+                    self.following.discard(node)
+
+    def tell(self, data: bytes) -> None:
+        """Send a record that is not in the log to each follower that follows it."""
+        record = self.record
+        op = c.Append(record.vhost, record.name, record.epoch, self.offset, data)
+        cursor = self.stream.cursor if self.stream is not None else {}
+        for node in self.followers():
+            if node in self.following and node in cursor:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
+
+    def pump(self) -> None:
+        """Send the followers of a replicated stream that are behind its log the next
+        appends (``StreamShipping.pump``)."""
+        stream = self.stream
+        if stream is None:
+            return
+        record = self.record
+        for node in self.followers():
+            if node not in self.following or stream.cursor.get(node, -1) >= stream.log.next_offset:
+                continue
+            peer = self.replication.links.peer(node)
+            if not peer.up:
+                self.following.discard(node)
+                continue
+            if stream.cursor.get(node, math.inf) < stream.log.first_offset:
+                self.sync(node)  # retention dropped what it lacks: it starts again
+                continue
+            try:
+                shipped = stream.pump(node)
+            except Exception:  # a damaged chunk: logged, the follower stays behind
+                log.exception("stream '%s' in '%s': catching up '%s'", record.name,
+                              record.vhost, node)  # fmt: skip
+                continue
+            for end, data in shipped:
+                peer.write_op(c.Append(record.vhost, record.name, record.epoch, end, data))
 
     def behind(self, node: str, now: float) -> bool:
         """Whether ``node`` has not kept up with the log for ``LAG_BOUND``."""
@@ -366,11 +460,13 @@ class Leading:
         if not peer.up:
             return
         record = self.record
-        peer.write_op(
-            c.Append(
-                record.vhost, record.name, record.epoch, self.offset, encode_snapshot(self.mirror)
-            )
-        )
+        if self.stream is not None:
+            # A stream's follower answers where its copy ends (``Replication.positioned``).
+            data = self.stream.reset(node)
+            offset = self.stream.log.first_offset
+        else:
+            data, offset = encode_snapshot(self.mirror), self.offset
+        peer.write_op(c.Append(record.vhost, record.name, record.epoch, offset, data))
         self.following.add(node)
         self.sent_at.pop(node, None)  # (the next check's clock: when it was sent)
         # In sync only once it acknowledged this state (or later): never on an old answer.
@@ -392,13 +488,21 @@ class Leading:
         record = self.record
         if not self.fenced or not self.replication.membership.held:
             return -1
+        # A stream's leader counts what its own log synced (a quorum queue's journal
+        # commit is waited for by the confirm anyway).
+        end = self.offset if self.stream is None else self.stream.log.committed_offset
         upto = committed(
-            self.replication.node, self.offset, self.acked, set(record.in_sync), record.members
+            self.replication.node, end, self.acked, set(record.in_sync), record.members
         )
         return -1 if upto is None else upto
 
     def advance(self) -> None:
         upto = self.committed()
+        if self.stream is not None and upto >= 0 and isinstance(self.queue, StreamQueue):
+            self.queue.capped(upto)  # its readers get what is committed
+            if upto > self.stream.told:
+                self.stream.told = upto
+                self.tell(encode_commit(upto))  # and the followers' readers
         waits = self.waits
         while waits and waits[0][0] <= upto:
             waits.popleft()[1].resolve(True)
@@ -500,8 +604,9 @@ class Replication:
         self.links = links
         self.directory = directory
         self.leading: dict[tuple[str, str], Leading] = {}
-        self.replicas: dict[tuple[str, str], Replica] = {}
+        self.replicas: dict[tuple[str, str], Replica | StreamReplica] = {}
         self._sync_scheduled = False
+        self._acks_scheduled = False
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[Any]] = set()
         membership.on_lost.append(self._lease_lost)
@@ -546,6 +651,8 @@ class Replication:
                 else:
                     leading.fail()
             replica = self.replicas.pop(ident, None)
+            if isinstance(replica, StreamReplica):
+                self._reader_gone(replica)
             if replica is not None:
                 replica.close(remove=True)
             return
@@ -553,18 +660,33 @@ class Replication:
             self._lead(ident, record)
             return
         leading = self.leading.pop(ident, None)
+        deposed: Path | None = None
         if leading is not None:
             log.warning("queue '%s' in '%s': no longer led here", record.name, record.vhost)
             leading.fail()
+            stream_log = leading.stream.log if leading.stream is not None else None
+            if isinstance(stream_log, FileStreamLog):
+                deposed, stream_log.tap = stream_log.path, None
         replica = self.replicas.get(ident)
         if replica is None:
-            replica = self.replicas[ident] = Replica(self._path(ident))
-            replica.load()
+            if _is_stream(record):
+                copy = self._stream_replica(ident, record)
+                copy.load(avoid=deposed)
+                replica = self.replicas[ident] = copy
+            else:
+                replica = self.replicas[ident] = Replica(self._path(ident))
+                replica.load()
         replica.epoch = max(replica.epoch, record.epoch)
 
     def _unreplicate(self, leading: Leading) -> None:
         queue = leading.queue
-        queue.store = EVERY_MESSAGE_STORE  # a quorum queue's own (model/queues/quorum.py)
+        if leading.stream is not None and isinstance(queue, StreamQueue):
+            if isinstance(leading.stream.log, FileStreamLog):
+                leading.stream.log.tap = None
+            queue.readable_upto = None
+            queue.dispatch()
+        else:
+            queue.store = EVERY_MESSAGE_STORE  # a quorum queue's own (model/queues/quorum.py)
         queue.gate = None
         if isinstance(queue, QuorumQueue):
             queue.serve(math.inf)
@@ -577,12 +699,24 @@ class Replication:
         """Remove the copies of queues this node is no longer a member of (removed while
         it was down: ``delete_member``, ``shrink``); run once the records are loaded. How
         many went."""
-        kept = {replica.path for replica in self.replicas.values()}
+        kept = {r.path for r in self.replicas.values() if isinstance(r, Replica)}
         gone = 0
         for path in self.directory.glob("*.log"):
             if path not in kept:
                 path.unlink(missing_ok=True)
                 gone += 1
+        # A stream's copies: those of streams this node follows or leads stay.
+        streams = {
+            self._stream_base(ident).name
+            for ident, record in self.applier.view.queues.items()
+            if record.replicated and self.node in record.members and _is_stream(record)
+        }
+        directory = self.directory / "streams"
+        if directory.is_dir():
+            for path in directory.iterdir():
+                if path.name.rpartition(".")[0] not in streams:
+                    shutil.rmtree(path, ignore_errors=True)
+                    gone += 1
         return gone
 
     def status(self, ident: tuple[str, str]) -> dict[str, dict[str, Any]]:
@@ -610,6 +744,44 @@ class Replication:
         digest = sha256(encode(list(ident))).hexdigest()[:32]
         return self.directory / f"{digest}.log"
 
+    def _stream_base(self, ident: tuple[str, str]) -> Path:
+        """Where a stream's copies are: ``<base>.<generation>`` directories."""
+        digest = sha256(encode(list(ident))).hexdigest()[:32]
+        return self.directory / "streams" / digest
+
+    def reader(self, vhost: str, name: str) -> StreamQueue | None:
+        """Stream ``name`` of ``vhost`` as this node reads it from its copy (a member
+        that does not lead it: the stream protocol's subscriptions on a replica), capped
+        at the leader's commit offset; None when this node holds no copy of it."""
+        replica = self.replicas.get((vhost, name))
+        record = self.applier.view.queues.get((vhost, name))
+        if not isinstance(replica, StreamReplica) or record is None:
+            return None
+        host = self.links.server.broker.vhosts.get(vhost)
+        return replica.read(vhost, record.arguments, host.timers if host is not None else None)
+
+    def _reader_gone(self, replica: StreamReplica) -> None:
+        """The copy is no longer read here (taken over, or this node is no longer a
+        member): its subscribers are told, as of a deleted stream, and locate it again."""
+        reader, replica.reader = replica.reader, None
+        if reader is not None:
+            reader.deleted = True
+            streams_gone(self.links.server.stream_server, [reader])
+
+    def _stream_replica(self, ident: tuple[str, str], record: QueueRecord) -> StreamReplica:
+        return StreamReplica(
+            self._stream_base(ident),
+            self._streams(),
+            record.name,
+            segment_bytes(record.arguments),
+        )
+
+    def _streams(self) -> StreamStore:
+        streams = self.links.server.streams
+        if streams is None:
+            raise RuntimeError("a replicated stream needs the node's data directory")
+        return streams
+
     def _lead(self, ident: tuple[str, str], record: QueueRecord) -> None:
         leading = self.leading.get(ident)
         if leading is not None:
@@ -620,9 +792,15 @@ class Replication:
         queue = vhost.queues.get(record.name) if vhost is not None else None
         if queue is None:
             return
+        if isinstance(queue, StreamQueue):
+            self._lead_stream(ident, record, queue)
+            return
         leading = self.leading[ident] = Leading(self, record, queue, fenced=self.membership.held)
         store = ReplicatingStore(leading)
         replica = self.replicas.pop(ident, None)
+        if isinstance(replica, StreamReplica):
+            replica.close()
+            replica = None
         if replica is not None:
             taken = replica.state.takeover()
             log.info(
@@ -650,6 +828,64 @@ class Replication:
             leading.sync(node)
         self._serve(leading)
 
+    def _lead_stream(self, ident: tuple[str, str], record: QueueRecord, queue: StreamQueue) -> None:
+        """Lead a replicated stream: the log is this node's copy when it was a follower
+        (elected, or a restart after that: epoch above 1), the stream's own log when it
+        declared it (epoch 1); each append is shipped (``Leading.tapped``)."""
+        replica = self.replicas.pop(ident, None)
+        stream_log: FileStreamLog | StreamLog
+        queue.readable_upto = 0  # (until the first commit under this epoch)
+        if isinstance(replica, StreamReplica):
+            self._reader_gone(replica)
+            stream_log = replica.fresh()
+            replica.log = None  # the queue's now
+            log.info(
+                "queue '%s' in '%s': leading it (epoch %d) from offset %d of this node's copy",
+                record.name,
+                record.vhost,
+                record.epoch,
+                stream_log.next_offset,
+            )
+            queue.adopt(stream_log)
+        elif record.epoch > 1:
+            copy = self._stream_replica(ident, record)
+            copy.load()
+            stream_log = copy.fresh()
+            queue.adopt(stream_log)
+        else:
+            stream_log = queue.log
+        # The log's epochs: this one starts at its next offset.
+        epochs: Epochs = []
+        if isinstance(stream_log, FileStreamLog):
+            epochs = held_epochs(load_epochs(stream_log.path)[0], stream_log.next_offset)
+            if not epochs:
+                epochs = [(record.epoch, stream_log.first_offset)]
+            if epochs[-1][0] != record.epoch:
+                epochs.append((record.epoch, stream_log.next_offset))
+            save_epochs(stream_log.path, epochs)
+        leading = self.leading[ident] = Leading(
+            self,
+            record,
+            queue,
+            fenced=self.membership.held,
+            stream=StreamShipping(stream_log, epochs),
+            offset=stream_log.next_offset,
+        )
+        if isinstance(stream_log, FileStreamLog):
+            stream_log.tap = leading.tapped
+        queue_committed = stream_log.on_committed
+
+        def synced() -> None:
+            leading.advance()
+            if queue_committed is not None:
+                queue_committed()
+
+        stream_log.on_committed = synced
+        queue.readable_upto = max(leading.committed(), 0)
+        queue.gate = leading.gate
+        for node in leading.followers():
+            leading.sync(node)
+
     @staticmethod
     def _mirror_queue(leading: Leading, queue: Queue) -> None:
         for entry in _entries(queue):
@@ -668,6 +904,8 @@ class Replication:
         leading = self.leading.get((op.vhost, op.queue))
         if leading is None or op.epoch != leading.record.epoch:
             return
+        if leading.stream is not None and node not in leading.stream.cursor:
+            return  # a stream's follower that has not answered its reset yet
         if op.offset >= leading.acked.get(node, 0):
             leading.acked[node] = op.offset
             leading.resent.pop(node, None)
@@ -677,12 +915,35 @@ class Replication:
             leading.caught_up[node] = now
         leading.advance()
 
+    def positioned(self, node: str, op: c.Positioned) -> None:
+        """A stream's follower answered a reset: its copy (on disk) ends at ``op.offset``;
+        it is sent what follows."""
+        leading = self.leading.get((op.vhost, op.queue))
+        if leading is None or leading.stream is None or op.epoch != leading.record.epoch:
+            return
+        taken = leading.stream.positioned(node, op.sync, op.offset)
+        if taken is None:
+            return
+        if not taken:
+            leading.sync(node)
+            return
+        leading.acked[node] = op.offset
+        now = time.monotonic()
+        leading.heard[node] = now
+        if op.offset >= leading.mark:
+            leading.caught_up[node] = now
+        leading.pump()
+        leading.advance()
+
     def append(self, front: LinkFrontEnd, op: c.Append) -> None:
         """A leader's ``Append`` reached this node (the link's front end)."""
         ident = (op.vhost, op.queue)
         replica = self.replicas.get(ident)
         if replica is None or op.epoch < replica.epoch:
             return  # not a member, or a deposed leader's write
+        if isinstance(replica, StreamReplica):
+            self._append_stream(front, op, replica)
+            return
         if op.record == HEARTBEAT_RECORD:
             if op.epoch == replica.epoch and op.offset == replica.offset and not replica.dirty:
                 front.send(c.Appended(op.vhost, op.queue, op.epoch, op.offset))
@@ -702,12 +963,86 @@ class Replication:
             self._sync_scheduled = True
             asyncio.get_running_loop().call_soon(self._sync)
 
+    def _append_stream(self, front: LinkFrontEnd, op: c.Append, replica: StreamReplica) -> None:
+        """A stream's leader's ``Append`` (``stream_replication.py``): a reset or an
+        append to this node's copy, acknowledged once the copy is synced."""
+        if op.record == HEARTBEAT_RECORD:
+            if op.epoch == replica.epoch and op.offset == replica.offset == replica.synced:
+                front.send(c.Appended(op.vhost, op.queue, op.epoch, op.offset))
+            return
+        kind = op.record[0] if op.record else 0
+        try:
+            if kind == STREAM_COMMIT:
+                if op.epoch == replica.epoch:
+                    replica.commit(decode_commit(op.record))
+                return
+            if kind == STREAM_RESET:
+                reset = decode_reset(op.record)
+                replica.follow(reset)
+                replica.positions.append((front, reset.sync))
+            elif kind == STREAM_APPEND:
+                copy = replica.log
+                closed = None if copy is None else apply_append(copy, decode_append(op.record))
+                if closed is None:
+                    return  # a gap: the leader resets the copy when the link returns
+                record = self.applier.view.queues.get((op.vhost, op.queue))
+                if closed and copy is not None and record is not None:
+                    copy.retain(*retention(record.arguments, time.time()))
+            else:
+                raise ValueError(f"unknown stream record kind {kind}")
+        except (ValueError, OSError) as exc:
+            log.warning("stream '%s' in '%s': %s", op.queue, op.vhost, exc)
+            return
+        replica.epoch = op.epoch
+        if kind == STREAM_APPEND:
+            replica.ackers.add(front)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            asyncio.get_running_loop().call_soon(self._stream_acks)
+
+    def _stream_acks(self) -> None:
+        """Acknowledge what the streams' copies hold once it is synced (one store sync for
+        every copy written in this loop turn)."""
+        self._acks_scheduled = False
+        due: list[tuple[str, str, StreamReplica, FileStreamLog, int, int, set[LinkFrontEnd]]]
+        due = []
+        positions: list[tuple[str, str, StreamReplica, FileStreamLog, int, int, Any]] = []
+        for (vhost, name), replica in self.replicas.items():
+            if not isinstance(replica, StreamReplica) or replica.log is None:
+                continue
+            copy, epoch, offset = replica.log, replica.epoch, replica.offset
+            if replica.positions:
+                positions.append((vhost, name, replica, copy, epoch, offset, replica.positions))
+                replica.positions = []
+            if replica.ackers:
+                fronts, replica.ackers = replica.ackers, set()
+                due.append((vhost, name, replica, copy, epoch, offset, fronts))
+        if not due and not positions:
+            return
+
+        def synced() -> None:
+            # Answers to resets first: the leader learns where the copy is.
+            for vhost, name, replica, copy, epoch, offset, answers in positions:
+                if replica.log is copy:
+                    replica.synced = max(replica.synced, offset)
+                    for front, sync in answers:
+                        front.send(c.Positioned(vhost, name, epoch, sync, offset))
+            for vhost, name, replica, copy, epoch, offset, fronts in due:
+                if replica.log is not copy:
+                    continue  # reset or taken over meanwhile
+                replica.synced = max(replica.synced, offset)
+                ack = c.Appended(vhost, name, epoch, offset)
+                for front in fronts:
+                    front.send(ack)
+
+        self._streams().after_sync(synced)
+
     def _sync(self) -> None:
         """Sync every copy written since the last call, then acknowledge (one fsync per
         copy per loop turn)."""
         self._sync_scheduled = False
         for (vhost, name), replica in self.replicas.items():
-            if not replica.dirty or replica.file is None:
+            if not isinstance(replica, Replica) or not replica.dirty or replica.file is None:
                 continue
             replica.file.flush()
             os.fdatasync(replica.file.fileno())
@@ -792,6 +1127,7 @@ class Replication:
                 and record.leader not in running
                 and self.node in record.in_sync
                 and record.leader != self.node
+                and (not isinstance(replica, StreamReplica) or replica.electable)
             ):
                 self._spawn(self._elect(ident, record, replica))
 
@@ -800,6 +1136,7 @@ class Replication:
         if now - leading.beat >= HEARTBEAT_INTERVAL:
             leading.beat = now
             leading.heartbeat()
+        leading.pump()
         # What a follower must acknowledge from now on to count as keeping up: the log
         # as it is at this check (Kafka's "caught up to the log end within the bound").
         leading.mark = leading.offset
@@ -921,7 +1258,9 @@ class Replication:
             )
         leading.advance()
 
-    async def _elect(self, ident: tuple[str, str], record: QueueRecord, replica: Replica) -> None:
+    async def _elect(
+        self, ident: tuple[str, str], record: QueueRecord, replica: Replica | StreamReplica
+    ) -> None:
         if replica.electing:
             return
         replica.electing = True
@@ -938,6 +1277,10 @@ class Replication:
                 )
         finally:
             replica.electing = False
+
+
+def _is_stream(record: QueueRecord) -> bool:
+    return record.arguments.get("x-queue-type") in ("stream", b"stream")
 
 
 def _entries(queue: Queue) -> list[QueuedMessage]:

@@ -79,6 +79,8 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.queues.stream_log import RecordCodec, StreamLog
 
+    Tap = Callable[[int, bytes, int, int, int, str, int, list[int] | None], None]
+
 log = logging.getLogger("leveret.store")
 
 SEGMENT_BYTES = 64 << 20
@@ -194,6 +196,10 @@ class FileStreamLog:
         self.codec = codec
         self.name = name
         self.on_committed: Callable[[], None] | None = None
+        # Told every append once stored (a replicated stream's leader ships it):
+        # (first offset, entries' bytes as stored, entries, records, timestamp, producer,
+        # sequence, ids).
+        self.tap: Tap | None = None
         self._segments: list[_Segment] = []
         self._firsts: list[int] = []
         self._producers: dict[str, int] = {}
@@ -308,7 +314,11 @@ class FileStreamLog:
             building.timestamp = timestamp  # it held only a stored offset so far
         building.messages.append(message)
         building.parts.extend(pieces)
-        return self._appended(building, size, 1, 1, producer, sequence)
+        start = self._next
+        closed = self._appended(building, size, 1, 1, producer, sequence)
+        if self.tap is not None:
+            self.tap(start, b"".join(pieces), 1, 1, timestamp, producer, sequence, None)
+        return closed
 
     def append_entries(
         self,
@@ -319,6 +329,45 @@ class FileStreamLog:
         producer: str,
         sequence: int,
         ids: list[int] | None = None,
+    ) -> bool:
+        start = self._next
+        closed = self._append_entries(data, entries, records, timestamp, producer, sequence, ids)
+        if self.tap is not None:
+            self.tap(start, data, entries, records, timestamp, producer, sequence, ids)
+        return closed
+
+    def start_at(
+        self, offset: int, producers: Mapping[str, int], offsets: Mapping[str, int]
+    ) -> None:
+        """An empty log (just made) whose first offset is ``offset``, with this tracking
+        state: a replicated stream's new copy (its leader's log may no longer hold the
+        offsets before it)."""
+        if self._next or self._building or len(self._segments) != 1 or self._segments[0].size:
+            raise ValueError("only an empty new log starts at another offset")
+        self._segments.clear()
+        self._firsts.clear()
+        self._add_segment(_Segment(offset))
+        self._next = self._committed = self._last_chunk = offset
+        self._producers.update(producers)
+        self._offsets.update(offsets)
+
+    def track(self, producers: Mapping[str, int], offsets: Mapping[str, int]) -> None:
+        """Take these producers' sequences and consumer offsets where they are higher (a
+        replicated stream's copy told its leader's)."""
+        for producer, sequence in producers.items():
+            if sequence > self._producers.get(producer, -1):
+                self._producers[producer] = sequence
+        self._offsets.update(offsets)
+
+    def _append_entries(
+        self,
+        data: bytes,
+        entries: int,
+        records: int,
+        timestamp: int,
+        producer: str,
+        sequence: int,
+        ids: list[int] | None,
     ) -> bool:
         size = len(data)
         if size > CHUNK_DATA_MAX and entries > 1:
@@ -352,13 +401,17 @@ class FileStreamLog:
                 joined = b"".join(group)
                 piece = producer if ids is not None else ""
                 last = ids[i - 1] if ids is not None else -1
-                closed |= self.append_entries(joined, len(group), records, timestamp, piece, last)
+                closed |= self._append_entries(
+                    joined, len(group), records, timestamp, piece, last, None
+                )
                 group, size, records = [], 0, 0
             group.append(entry)
             size += len(entry)
             records += count
         joined = b"".join(group)
-        closed |= self.append_entries(joined, len(group), records, timestamp, producer, sequence)
+        closed |= self._append_entries(
+            joined, len(group), records, timestamp, producer, sequence, None
+        )
         return closed
 
     def _appended(

@@ -302,6 +302,9 @@ class StreamQueue(Queue):
         self._log: StreamLog | None = None
         self._last_timestamp = 0
         self._age_check_pending = False
+        # A replicated stream's commit point on its leader (cluster/stream_replication.py):
+        # readers get offsets below it only; None: every appended (or synced) offset.
+        self.readable_upto: int | None = None
 
     @property
     def log(self) -> StreamLog:
@@ -311,13 +314,35 @@ class StreamQueue(Queue):
             log = self._log = self.backend.open(
                 self.vhost_name, self.name, self.store_id, self.config.segment_bytes
             )
-            log.on_committed = self._committed
-            if log.next_offset > log.first_offset:
-                # Timestamps stay ordered across a restart even if the clock went back.
-                self._last_timestamp = log.read(log.next_offset - 1, 1)[0].timestamp
-            self._retain()
-            self._schedule_age_check()
+            self._opened(log)
         return log
+
+    def _opened(self, log: StreamLog) -> None:
+        log.on_committed = self._committed
+        if log.next_offset > log.first_offset:
+            # Timestamps stay ordered across a restart even if the clock went back.
+            self._last_timestamp = max(
+                self._last_timestamp, log.read(log.next_offset - 1, 1)[0].timestamp
+            )
+        self._retain()
+        self._schedule_age_check()
+
+    def adopt(self, log: StreamLog) -> None:
+        """Serve ``log`` from now on (a replicated stream's copy, taken over by this node
+        as its new leader); the log opened before, if any, is left as it is."""
+        self._log = log
+        self._opened(log)
+        if self.consumers:
+            self.dispatch()
+
+    def capped(self, upto: int) -> None:
+        """Readers may get offsets below ``upto`` (a replicated stream's commit point)."""
+        before = self.readable_upto
+        if before is not None and upto <= before:
+            return
+        self.readable_upto = upto
+        if self.consumers and not self.deleted:
+            self.dispatch()
 
     @property
     def message_count(self) -> int:
@@ -403,6 +428,9 @@ class StreamQueue(Queue):
     def dispatch(self) -> None:
         log = self.log
         end = log.next_offset
+        cap = self.readable_upto
+        if cap is not None and cap < end:
+            end = cap
         for consumer in self.consumers:
             assert isinstance(consumer, StreamConsumer)
             if isinstance(consumer, ChunkConsumer):
@@ -415,13 +443,15 @@ class StreamQueue(Queue):
                 entries = log.read(consumer.offset, min(credit, READ_BATCH))
                 if not entries:
                     break
-                if not self._hand_out(consumer, entries):
+                if not self._hand_out(consumer, entries, end):
                     break
 
-    def _hand_out(self, consumer: StreamConsumer, entries: list[StreamEntry]) -> bool:
-        """Deliver ``entries`` in order while ``consumer`` can take them."""
+    def _hand_out(self, consumer: StreamConsumer, entries: list[StreamEntry], end: int) -> bool:
+        """Deliver ``entries`` below ``end`` in order while ``consumer`` can take them."""
         owner = consumer.owner
         for entry in entries:
+            if entry.offset >= end:
+                return False
             if not consumer.can_take(entry.message):
                 return False
             consumer.offset = entry.offset + 1
@@ -432,11 +462,17 @@ class StreamQueue(Queue):
     def _dispatch_chunks(self, consumer: ChunkConsumer, log: StreamLog) -> None:
         owner = consumer.owner
         assert isinstance(owner, ChunkOwner)
-        while consumer.credit > 0 and owner.writable and consumer.offset < log.committed_offset:
+        end = log.committed_offset
+        cap = self.readable_upto
+        if cap is not None and cap < end:
+            end = cap
+        while consumer.credit > 0 and owner.writable and consumer.offset < end:
             chunks = log.read_chunks(consumer.offset, consumer.credit)
             if not chunks:
                 return
             for chunk in chunks:
+                if chunk.first + chunk.records > end:
+                    return  # not all of it is committed yet (a replicated stream)
                 consumer.offset = chunk.first + chunk.records
                 owner.deliver_chunk(consumer, chunk)
                 if consumer.credit <= 0 or not owner.writable:
@@ -545,6 +581,8 @@ class StreamQueue(Queue):
         log = self.log
         offset = max(start, log.first_offset)
         end = log.committed_offset
+        if self.readable_upto is not None:
+            end = min(end, self.readable_upto)
         while offset < end:
             entries = log.read(offset, READ_BATCH)
             if not entries:

@@ -59,6 +59,7 @@ __all__ = [
     "Inspect",
     "LinkError",
     "Op",
+    "Positioned",
     "Proof",
     "Publish",
     "Reader",
@@ -285,6 +286,18 @@ class Appended:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class Positioned:
+    """A replicated stream's follower answers the leader's reset ``sync``: its copy holds
+    the leader's log up to ``offset`` (kept, or started again), on disk."""
+
+    vhost: str
+    queue: str
+    epoch: int
+    sync: int
+    offset: int
+
+
 Op = (
     Hello
     | Proof
@@ -307,6 +320,7 @@ Op = (
     | Append
     | Appended
     | Taken
+    | Positioned
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -504,6 +518,11 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 20, _s(op.vhost) + _s(op.queue) + _U64.pack(op.epoch) + _U64.pack(op.offset)
     if isinstance(op, Taken):
         return 21, _U64.pack(op.upto)
+    if isinstance(op, Positioned):
+        return 22, b"".join(
+            (_s(op.vhost), _s(op.queue), _U64.pack(op.epoch), _U64.pack(op.sync),
+             _U64.pack(op.offset))
+        )  # fmt: skip
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -670,6 +689,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Appended(c.s(), c.s(), c.u64(), c.u64())
     elif code == 21:
         op = Taken(c.u64())
+    elif code == 22:
+        op = Positioned(c.s(), c.s(), c.u64(), c.u64(), c.u64())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

@@ -458,22 +458,35 @@ class StreamConnection:
         entries = []
         brokers = [c.Broker(0, settings.host, settings.port)]
         others: dict[str, int] = {}  # node -> its reference in brokers
-        for name in command.streams:
-            if self._stream(name) is not None:
-                entries.append(c.StreamMetadata(name, Code.OK, 0, []))
-                continue
-            # A stream another node of the cluster leads: named with that node's stream
-            # listener, as RabbitMQ names the leader's, so the client connects there.
-            led = leader_of(self.vhost.name, name) if leader_of is not None else None
-            if led is None:
-                entries.append(c.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
-                continue
-            node, host, port = led
+        replicas_of = self.server.stream_replicas
+
+        def refer(node: str, host: str, port: int) -> int:
+            if not node:
+                return 0  # this node
             reference = others.get(node)
             if reference is None:
                 reference = others[node] = len(brokers)
                 brokers.append(c.Broker(reference, host, port))
-            entries.append(c.StreamMetadata(name, Code.OK, reference, []))
+            return reference
+
+        for name in command.streams:
+            if self._stream(name) is not None:
+                leader = 0
+            else:
+                # A stream another node of the cluster leads: named with that node's stream
+                # listener, as RabbitMQ names the leader's, so the client connects there.
+                led = leader_of(self.vhost.name, name) if leader_of is not None else None
+                if led is None:
+                    entries.append(c.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
+                    continue
+                leader = refer(*led)
+            # A replicated stream's replicas, as RabbitMQ lists them: RabbitMQ's clients
+            # subscribe there, and a replica's node reads from its copy (``stream_reader``).
+            replicas = [
+                refer(*replica)
+                for replica in (replicas_of(self.vhost.name, name) if replicas_of else [])
+            ]
+            entries.append(c.StreamMetadata(name, Code.OK, leader, replicas))
         self._send(c.MetadataResponse(command.correlation_id, brokers, entries))
 
     def _stream_stats(self, command: c.StreamStats) -> None:
@@ -552,8 +565,23 @@ class StreamConnection:
             return
         # The frame's entries as one batch: one append, one chunk piece, one checksum.
         queue.append_entries(command.entries, command.counts, publisher.reference, ids)
-        publisher.pending.extend(ids)
+        gate = queue.gate() if queue.gate is not None else None
+        if gate is None:
+            publisher.pending.extend(ids)
+        else:
+            # A replicated stream (cluster/stream_replication.py): confirmed once committed
+            # on its in-sync followers too.
+            gate.on_done(lambda done: self._committed(publisher.id, ids, done))
         self.shell.published = True
+
+    def _committed(self, pid: int, ids: list[int], done: Completion[bool]) -> None:
+        if self.machine.finished:
+            return
+        if done.error is None and done.result():
+            self.broker.journal.after_commit(self._confirmer(pid, ids))
+        else:
+            errors = [(i, int(Code.STREAM_NOT_AVAILABLE)) for i in ids]
+            self._send(c.PublishError(pid, errors))
 
     def _confirm_published(self) -> None:
         """Confirm what was published in this turn once the store has it (one callback per
@@ -577,6 +605,10 @@ class StreamConnection:
     def _subscribe(self, command: c.Subscribe) -> None:
         cid, sid, stream = command.correlation_id, command.subscription_id, command.stream
         queue = self._stream(stream)
+        reader = self.server.stream_reader
+        if queue is None and reader is not None:
+            assert self.vhost is not None
+            queue = reader(self.vhost.name, stream)  # a replica here: read from its copy
         code: int
         if sid in self._subscriptions:
             code = Code.SUBSCRIPTION_ID_ALREADY_EXISTS

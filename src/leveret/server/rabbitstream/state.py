@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
+    from leveret.model.queues.stream import StreamQueue
 
 
 class Member(Protocol):
@@ -100,6 +101,12 @@ class StreamServer:
     # On a cluster node: (vhost, stream) -> the other node leading that stream, with its
     # stream listener's host and port (``metadata`` names it); None on a single node.
     stream_leader: Callable[[str, str], tuple[str, str, int] | None] | None = None
+    # On a cluster node: (vhost, stream) -> its running replicas besides the leader, as
+    # (node, host, port); node "" is this node.
+    stream_replicas: Callable[[str, str], list[tuple[str, str, int]]] | None = None
+    # On a cluster node: (vhost, stream) -> the stream as this node reads it from its copy
+    # when it is a replica (subscriptions only), else None.
+    stream_reader: Callable[[str, str], StreamQueue | None] | None = None
 
     def join(self, vhost: str, stream: str, name: str, member: Member, partition: int = -1) -> None:
         """Add ``member`` to its group (``partition``: see the module docstring); it, or

@@ -191,3 +191,80 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     assert queue_info(a2, stream)["online"] == list(NAMES)
     again = _consume_all(a2, stream, b"by the stream protocol")
     assert again[: len(got)] == got
+
+
+def test_stream_readers_go_on_after_their_offset_when_the_leader_is_killed(
+    three_nodes: tuple[str, list[Node]],  # noqa: F811 (the fixture)
+) -> None:
+    """0-9-1 readers of the stream on b and on c, attached while a leads it: after ``kill
+    -9`` of a, one of them is on the new leader (its reader moves into that node's copy)
+    and the other reads through the link from the new leader; neither is cancelled, and
+    each gets every offset once, in order, from where it was."""
+    _prefix, (a, b, c) = three_nodes
+    stream = "rs-readers"
+    conn = connect(a)
+    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    nodes.eventually(lambda: queue_info(c, stream).get("online") == list(NAMES), timeout=10)
+
+    readers = {node.name: connect(node) for node in (b, c)}
+    got: dict[str, list[tuple[object, bytes]]] = {name: [] for name in readers}
+    cancelled: list[str] = []
+    for name, reader in readers.items():
+        ch = reader.channel()
+        ch.basic_qos(prefetch_count=20)
+
+        def on_message(
+            ch: object, method: object, props: object, body: bytes, name: str = name
+        ) -> None:
+            got[name].append(((props.headers or {}).get("x-stream-offset"), body))  # type: ignore[attr-defined]
+            ch.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
+
+        ch.add_on_cancel_callback(lambda _frame, name=name: cancelled.append(name))
+        ch.basic_consume(stream, on_message, arguments={"x-stream-offset": "first"})
+
+    def pump(until: bytes, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not all(
+            got[n] and got[n][-1][1] == until for n in readers
+        ):
+            for reader in readers.values():
+                reader.process_data_events(time_limit=0.02)
+
+    pub = connect(b)
+    ch = pub.channel()
+    ch.confirm_delivery()
+    confirmed: list[bytes] = []
+    for i in range(60):
+        body = f"r{i}".encode()
+        assert publish(ch, stream, body)
+        confirmed.append(body)
+    pump(confirmed[-1], 10)
+    assert all(len(got[n]) == 60 for n in readers), {n: len(v) for n, v in got.items()}
+
+    a.broker.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    i = 60
+    while time.monotonic() - killed < 20 and len(confirmed) < 100:
+        body = f"r{i}".encode()
+        i += 1
+        if publish(ch, stream, body):
+            confirmed.append(body)
+        else:
+            time.sleep(0.05)
+        for reader in readers.values():
+            reader.process_data_events(time_limit=0)
+    pub.close()
+    assert len(confirmed) == 100, "publishing did not go on after the leader was killed"
+    pump(confirmed[-1], 20)
+    for reader in readers.values():
+        reader.close()
+
+    assert cancelled == []
+    for name, seen in got.items():
+        offsets = [offset for offset, _body in seen]
+        assert offsets == list(range(len(seen))), f"{name}: offsets {offsets}"
+        bodies = [body for _offset, body in seen]
+        assert bodies[:60] == confirmed[:60]
+        left = iter(bodies)
+        assert all(any(m == body for body in left) for m in confirmed), f"{name}: a confirm lost"

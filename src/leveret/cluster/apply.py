@@ -25,7 +25,7 @@ from leveret.errors import AMQPError
 from leveret.model.consumer import CallbackOwner
 from leveret.model.policies import PolicyError, make_policy
 from leveret.model.queues.base import EVERY_MESSAGE_STORE
-from leveret.model.queues.stream import StreamConsumer, StreamQueue
+from leveret.model.queues.stream import ChunkConsumer, OffsetSpec, StreamConsumer, StreamQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -453,6 +453,15 @@ class Applier:
                 # node's proxy they would feed the peer the new leader's messages a second
                 # way round.
                 kept = [c for c in local.consumers if not isinstance(c.owner, CallbackOwner)]
+                for reader in [c for c in kept if isinstance(c, StreamConsumer)]:
+                    if isinstance(reader, ChunkConsumer):
+                        # A stream-protocol subscription is told its stream moved (its
+                        # client asks the metadata again and subscribes where it is).
+                        kept.remove(reader)
+                        reader.owner.consumer_removed(reader)
+                    else:
+                        # A 0-9-1 or 1.0 reader resumes at the new leader where it was.
+                        reader.spec = OffsetSpec("offset", reader.offset)
                 local.consumers.clear()
                 # Its removal purges it: from this node's journal only, never as an
                 # operation of the queue's log (followers that have not yet applied this
@@ -511,8 +520,10 @@ class Applier:
                 if queue is None or (
                     isinstance(queue, StreamQueue) and not isinstance(consumer, StreamConsumer)
                 ):
-                    # (A stream's consumer through the old leader's proxy is cancelled:
-                    # a local stream keeps its readers' offsets in its own consumers.)
+                    # (A stream's consumer through the old leader's proxy that is not a
+                    # StreamConsumer, one with automatic acks, is cancelled: it has no
+                    # offset to resume from. The others go on after the last offset they
+                    # were given, RemoteQueue.consumer.)
                     consumer.owner.consumer_removed(consumer)
                     continue
                 consumer.queue = queue

@@ -53,6 +53,7 @@ from leveret.model.entry import QueuedMessage
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
 from leveret.model.queues.remote import RemoteQueue
+from leveret.model.queues.stream import OFFSET_HEADER, OffsetSpec, StreamConsumer
 from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, ReplicaSink
@@ -498,6 +499,8 @@ class Peer:
                 self.settles.setdefault(c.REQUEUE, []).append(op.did)
             return
         consumer = remote.consumer
+        if type(consumer) is StreamConsumer:
+            _passed(consumer, entry)
         if remote.buffer or not consumer.can_take(entry.message):
             remote.buffer.append(entry)
             return
@@ -571,7 +574,7 @@ class Peer:
                 consumer.exclusive,
                 credit,
                 consumer.priority,
-                _carried(consumer.arguments),
+                _carried(consumer.arguments, consumer),
             )
         )
 
@@ -691,7 +694,7 @@ class HandshakeRefused(Exception):
 _CARRIED_ARGUMENTS: Final = ("x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered")
 
 
-def _carried(arguments: Mapping[str, object]) -> Mapping[str, FieldValue]:
+def _carried(arguments: Mapping[str, object], consumer: object = None) -> Mapping[str, FieldValue]:
     carried: dict[str, FieldValue] = {}
     for key in _CARRIED_ARGUMENTS:
         if key not in arguments:
@@ -702,7 +705,19 @@ def _carried(arguments: Mapping[str, object]) -> Mapping[str, FieldValue]:
         except AMQPError:
             continue  # a value 0-9-1 cannot carry (another protocol's type): left out
         carried[key] = value
+    if isinstance(consumer, StreamConsumer) and consumer.spec.kind == "offset":
+        # A stream consumer consumed again (its stream's new leader): from the offset
+        # after the last it was given, not from where it first asked.
+        carried[OFFSET_HEADER] = consumer.spec.value
     return carried
+
+
+def _passed(consumer: StreamConsumer, entry: QueuedMessage) -> None:
+    """A stream consumer through the link was given ``entry``: it resumes after it."""
+    headers = entry.message.headers
+    offset = headers.get(OFFSET_HEADER) if headers else None
+    if isinstance(offset, int) and not isinstance(offset, bool):
+        consumer.spec = OffsetSpec("offset", offset + 1)
 
 
 def _error(code: int, text: str) -> AMQPError:

@@ -24,7 +24,7 @@ from leveret.errors import NotFound
 from leveret.model.consumer import UNLIMITED
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.base import Queue, QueueHost, type_of
-from leveret.model.queues.stream import parse_offset_spec
+from leveret.model.queues.stream import StreamConsumer, parse_offset_spec
 
 if TYPE_CHECKING:
     from leveret.model.queues.args import QueueConfig
@@ -175,9 +175,24 @@ class RemoteQueue(Queue):
             # The leader's check of where a stream consumer starts, made here too: the
             # client gets its 406 at basic.consume, as on one node, not a basic.cancel
             # once the leader has refused it.
-            parse_offset_spec(
+            spec = parse_offset_spec(
                 arguments, where=f"for {self.resource}", wall_ms=int(self.timers.wall * 1000)
             )
+            if not auto_settle:
+                # A stream consumer, which the link moves on to the offset after each
+                # delivery (``Peer._deliver``): when the stream's leader changes, it
+                # resumes there, at the new leader or in this node's own copy.
+                return StreamConsumer(
+                    tag,
+                    self,
+                    owner,
+                    spec=spec,
+                    credit=credit,
+                    exclusive=exclusive,
+                    arguments=arguments,
+                    priority=priority,
+                    timeout=timeout,
+                )
         return super().consumer(
             tag,
             owner,

@@ -5,42 +5,17 @@ the lease, and a follower's copy rebuilt from what was shipped is the leader's."
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from leveret.cluster.apply import QueueRecord
 from leveret.cluster.replication import Leading, apply_record
 from leveret.model.replication import ReplicaState
 from leveret.protocol.cluster import codec as c
-
-
-@dataclass
-class _Peer:
-    up: bool = True
-    sent: list[c.Op] = field(default_factory=list)
-
-    def write_op(self, op: c.Op) -> None:
-        self.sent.append(op)
-
-
-@dataclass
-class _Links:
-    peers: dict[str, _Peer]
-
-    def peer(self, node: str) -> _Peer:
-        return self.peers[node]
-
-
-@dataclass
-class _Membership:
-    held: bool = True
-
-
-@dataclass
-class _Replication:
-    node: str
-    links: _Links
-    membership: _Membership
+from tests.unit.cluster.leading_stand_ins import Links as _Links
+from tests.unit.cluster.leading_stand_ins import Membership as _Membership
+from tests.unit.cluster.leading_stand_ins import Peer as _Peer
+from tests.unit.cluster.leading_stand_ins import Replication as _Replication
 
 
 def _leading() -> tuple[Leading, dict[str, _Peer], _Membership]:

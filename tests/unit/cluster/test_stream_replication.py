@@ -39,6 +39,10 @@ from leveret.cluster.stream_replication import (
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.cluster import codec as c
+from tests.unit.cluster.leading_stand_ins import Links as _Links
+from tests.unit.cluster.leading_stand_ins import Membership as _Membership
+from tests.unit.cluster.leading_stand_ins import Peer as _Peer
+from tests.unit.cluster.leading_stand_ins import Replication as _Replication
 from tests.unit.store.test_stream_batch import bodies, entry
 from tests.unit.store.test_stream_log import Harness, append
 
@@ -247,35 +251,6 @@ def test_catching_up_from_inside_a_chunk_takes_its_later_entries(h: Harness) -> 
 
 
 # -- the commit gate -----------------------------------------------------------------------
-
-
-@dataclass
-class _Peer:
-    up: bool = True
-    sent: list[c.Op] = field(default_factory=list)
-
-    def write_op(self, op: c.Op) -> None:
-        self.sent.append(op)
-
-
-@dataclass
-class _Links:
-    peers: dict[str, _Peer]
-
-    def peer(self, node: str) -> _Peer:
-        return self.peers[node]
-
-
-@dataclass
-class _Membership:
-    held: bool = True
-
-
-@dataclass
-class _Replication:
-    node: str
-    links: _Links
-    membership: _Membership
 
 
 def _leading(queue: StreamQueue) -> tuple[Leading, dict[str, _Peer], _Membership]:

@@ -57,6 +57,9 @@ def _params() -> list[object]:
         marks = []
         if name in DIFFERENCES:
             marks.append(pytest.mark.xfail(strict=True, reason=DIFFERENCES[name]))
+        if name.startswith("auth-"):
+            # auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested").
+            marks.append(pytest.mark.pure_only)
         out.append(pytest.param(name, id=name, marks=marks))
     return out
 

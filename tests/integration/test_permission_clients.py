@@ -108,6 +108,8 @@ def test_aio_pika_refusals(clients: Target) -> None:
     _run(main)
 
 
+# pure_only: auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested")
+@pytest.mark.pure_only
 def test_aio_pika_refused_logins(clients: Target) -> None:
     async def main() -> None:
         with pytest.raises(aiormq.exceptions.ProbableAuthenticationError):
@@ -141,6 +143,8 @@ def test_kombu_refusals(clients: Target) -> None:
         assert info.value.reply_text == refused("queue 'no-q'")
 
 
+# pure_only: auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested")
+@pytest.mark.pure_only
 def test_kombu_refused_login(clients: Target) -> None:
     conn = _kombu(clients, password="wrong")
     with pytest.raises(amqp.exceptions.AccessRefused) as info:

@@ -66,6 +66,8 @@ def test_pika_sees_confirm_support(conn: Any) -> None:
 # --------------------------------------------------------------------------- authentication
 
 
+# pure_only: auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested")
+@pytest.mark.pure_only
 @pytest.mark.parametrize(
     ("user", "password"), [("guest", "wrong"), ("no-such-user", "guest"), ("guest", "")]
 )
@@ -89,6 +91,8 @@ def test_default_vhost_explicit(broker: Broker) -> None:
         c.channel().queue_declare(queue="", exclusive=True)
 
 
+# pure_only: auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested")
+@pytest.mark.pure_only
 def test_broker_survives_refused_logins(broker: Broker) -> None:
     def refused() -> None:
         with pytest.raises(pika.exceptions.ProbableAuthenticationError):

@@ -366,6 +366,8 @@ def test_amqplain_login(raw: RawClient) -> None:
     assert raw.open().method == CONNECTION_OPEN_OK
 
 
+# pure_only: auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested")
+@pytest.mark.pure_only
 def test_plain_login_wrong_password_is_403(raw: RawClient) -> None:
     raw.start()
     raw.start_ok(response=b"\x00guest\x00wrong")
@@ -375,6 +377,8 @@ def test_plain_login_wrong_password_is_403(raw: RawClient) -> None:
     )  # ACCESS_REFUSED, as the client asked authentication_failure_close
 
 
+# pure_only: auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested")
+@pytest.mark.pure_only
 def test_wrong_password_without_capability_closes_silently(raw: RawClient) -> None:
     """A client that did not advertise authentication_failure_close just sees the socket close."""
     raw.start()
@@ -383,6 +387,8 @@ def test_wrong_password_without_capability_closes_silently(raw: RawClient) -> No
     assert raw.buffer == b""
 
 
+# pure_only: auth/'s refusal, 3 s each (docs/architecture.md, "How it is tested")
+@pytest.mark.pure_only
 def test_unknown_mechanism_closes_without_reply(raw: RawClient) -> None:
     """The 0-9-1 text: a mechanism the server did not offer makes it close the connection
     without sending any further data (RabbitMQ closes the socket after a short delay)."""

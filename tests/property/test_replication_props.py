@@ -19,7 +19,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.model.replication import EpochLog, ReplicaState, committed, majority, successor
+from leveret.model.replication import (
+    EpochLog,
+    ReplicaState,
+    committed,
+    least_in_sync,
+    majority,
+    successor,
+)
 
 
 def _epochs(log: EpochLog) -> list[int]:
@@ -149,3 +156,20 @@ def test_takeover_counts_a_delivery_that_was_out() -> None:
     state.requeued(2, 1)
     state.removed(3)
     assert state.takeover() == [("m1", 1, True), ("m2", 1, True)]
+
+
+@given(
+    configured=st.one_of(st.none(), st.integers(min_value=1, max_value=9)),
+    members=st.integers(min_value=1, max_value=7),
+)
+def test_least_in_sync_is_the_majority_unless_lowered_and_never_past_the_members(
+    configured: int | None, members: int
+) -> None:
+    least = least_in_sync(configured, members)
+    if configured is None:
+        assert least is None
+    else:
+        assert least == min(configured, members)
+    # With a minimum of 1 the leader alone commits what it has on disk.
+    assert committed("a", 5, {}, {"a"}, ["a", "b", "c"], least_in_sync(1, 3)) == 5
+    assert committed("a", 5, {}, {"a"}, ["a", "b", "c"], least_in_sync(None, 3)) is None

@@ -90,7 +90,13 @@ from leveret.model.completion import Completion
 from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE
 from leveret.model.queues.quorum import QuorumQueue
 from leveret.model.queues.stream import StreamQueue
-from leveret.model.replication import ReplicaState, committed, successor
+from leveret.model.replication import (
+    ReplicaState,
+    committed,
+    least_in_sync,
+    majority,
+    successor,
+)
 from leveret.protocol.cluster import codec as c
 from leveret.server.rabbitstream.connection import streams_gone
 from leveret.store.stream_log import FileStreamLog
@@ -492,7 +498,12 @@ class Leading:
         # commit is waited for by the confirm anyway).
         end = self.offset if self.stream is None else self.stream.log.committed_offset
         upto = committed(
-            self.replication.node, end, self.acked, set(record.in_sync), record.members
+            self.replication.node,
+            end,
+            self.acked,
+            set(record.in_sync),
+            record.members,
+            least_in_sync(self.queue.config.min_in_sync, len(record.members)),
         )
         return -1 if upto is None else upto
 
@@ -1117,6 +1128,7 @@ class Replication:
         for leading in list(self.leading.values()):
             if leading.fenced:
                 self._check_followers(leading, now)
+                leading.advance()  # (a policy may have changed the minimum)
             elif not leading.busy:
                 self._spawn(self._fence(leading))
         running = self.applier.view.nodes
@@ -1176,6 +1188,16 @@ class Replication:
             return
         reachable = self._reachable(leading, now)
         if not reachable:
+            running = self.applier.view.nodes
+            down = [node for node in lagging if node not in running]
+            least = least_in_sync(leading.queue.config.min_in_sync, len(record.members))
+            if down and least is not None and least < majority(len(record.members)):
+                # An operator lowered the minimum (docs/cluster.md): followers whose nodes
+                # are down (no lease, so none of them can be elected) leave the in-sync set
+                # and the leader confirms with fewer, as Kafka's min.insync.replicas allows.
+                for node in down:
+                    self._spawn(self._in_sync(leading, node, False))
+                return
             # Cut off from every follower: the in-sync set stays as it is (each of its
             # members holds every commit, and one of them takes the queue, now or once this
             # node has led long enough not to pass it back and forth).

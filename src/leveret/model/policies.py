@@ -56,7 +56,7 @@ _NON_NEGATIVE = frozenset(
         "max-in-memory-bytes",
     )
 )
-_POSITIVE = frozenset(("expires",))
+_POSITIVE = frozenset(("expires", "min-in-sync"))
 _STRINGS = frozenset(
     (
         "dead-letter-exchange",

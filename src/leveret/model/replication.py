@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Set
 
-__all__ = ["EpochLog", "ReplicaState", "committed", "majority", "successor"]
+__all__ = ["EpochLog", "ReplicaState", "committed", "least_in_sync", "majority", "successor"]
 
 
 def majority(members: int) -> int:
@@ -59,6 +59,12 @@ def committed(
         if node != leader:
             low = min(low, acked.get(node, 0))
     return low
+
+
+def least_in_sync(configured: int | None, members: int) -> int | None:
+    """The least in-sync set (the leader counted) ``committed`` asks for: None (a majority)
+    unless an operator set ``min-in-sync`` (argument or policy), at most every member."""
+    return None if configured is None else max(1, min(configured, members))
 
 
 def successor(

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from leveret.model.queues.args import QueueConfig
+
 if TYPE_CHECKING:
     from leveret.protocol.cluster import codec as c
 
@@ -38,3 +40,10 @@ class Replication:
     node: str
     links: Links
     membership: Membership
+
+
+@dataclass
+class Queue:
+    """What a quorum queue's ``Leading`` reads of its queue: its configuration."""
+
+    config: QueueConfig = field(default_factory=QueueConfig)

@@ -15,6 +15,7 @@ from leveret.protocol.cluster import codec as c
 from tests.unit.cluster.leading_stand_ins import Links as _Links
 from tests.unit.cluster.leading_stand_ins import Membership as _Membership
 from tests.unit.cluster.leading_stand_ins import Peer as _Peer
+from tests.unit.cluster.leading_stand_ins import Queue as _Queue
 from tests.unit.cluster.leading_stand_ins import Replication as _Replication
 
 
@@ -26,7 +27,7 @@ def _leading() -> tuple[Leading, dict[str, _Peer], _Membership]:
         members=("a", "b", "c"), epoch=3, in_sync=("a", "b", "c"),
     )  # fmt: skip
     replication: Any = _Replication("a", _Links(peers), membership)
-    leading = Leading(replication, record, queue=None)  # type: ignore[arg-type]
+    leading = Leading(replication, record, queue=_Queue())  # type: ignore[arg-type]
     for node in ("b", "c"):
         leading.sync(node)
     return leading, peers, membership

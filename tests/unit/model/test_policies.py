@@ -66,6 +66,7 @@ def test_pattern_apply_to_and_priority_choose_one_policy() -> None:
     [
         ({"max-length": "5"}, {}, "max-length value must be an integer"),
         ({"expires": 0}, {}, "expires value must be positive"),
+        ({"min-in-sync": 0}, {}, "min-in-sync value must be positive"),
         ({"overflow": "sideways"}, {}, "overflow value"),
         ({"dead-letter-routing-key": "k"}, {}, "requires dead-letter-exchange"),
         ({"dead-letter-exchange": "dlx"}, {"operator": True}, "not an operator policy key"),
@@ -175,3 +176,24 @@ def test_stream_retention_from_a_policy() -> None:
     config = w.vhost.queues["events"].config
     assert config.max_age is None
     assert config.max_length_bytes == 1000
+
+
+def test_min_in_sync_reaches_replicated_queues_by_argument_or_policy_not_classic_ones() -> None:
+    w = World()
+    w.vhost.declare_queue("q1", owner=w.owner, durable=True, arguments={"x-queue-type": "quorum"})
+    w.vhost.declare_queue("s1", owner=w.owner, durable=True, arguments={"x-queue-type": "stream"})
+    w.vhost.declare_queue("c1", owner=w.owner)
+
+    def least(name: str) -> int | None:
+        return w.vhost.queues[name].config.min_in_sync
+
+    assert least("q1") is None  # a majority
+    w.policy("least", ".*", {"min-in-sync": 1})
+    assert (least("q1"), least("s1"), least("c1")) == (1, 1, None)
+    w.vhost.declare_queue(
+        "q2",
+        owner=w.owner,
+        durable=True,
+        arguments={"x-queue-type": "quorum", "x-min-in-sync": 2},
+    )
+    assert least("q2") == 2

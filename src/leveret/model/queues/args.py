@@ -45,6 +45,9 @@ class QueueConfig:
     single_active_consumer: bool = False
     delivery_limit: int | None = None
     consumer_timeout: float | None = None
+    # A replicated queue's least in-sync set (the leader counted) for a confirm: None is a
+    # majority of its members (docs/cluster.md, "Lowering the minimum").
+    min_in_sync: int | None = None
     # Streams: retention by age (seconds) and the size at which a segment is closed.
     max_age: float | None = None
     segment_bytes: int | None = None
@@ -246,6 +249,12 @@ def parse_values(
             limit = args[key]
             if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
                 values["delivery_limit"] = limit
+        key = "x-min-in-sync"
+        if key in args:
+            least = args[key]
+            if isinstance(least, bool) or not isinstance(least, int) or least < 1:
+                raise _Invalid(f"{{value_must_be_positive_integer,{least!r}}}")
+            values["min_in_sync"] = least
         key = "x-consumer-timeout"
         if key in args:
             # RabbitMQ 3.10 ignores a value it cannot use; later versions read positive ms.

@@ -39,6 +39,7 @@ class ClassicType(QueueType):
         "x-max-age",
         "x-stream-max-segment-size-bytes",
         "x-initial-cluster-size",
+        "x-min-in-sync",
     )
     policy_keys: tuple[str, ...] = (
         "expires",

@@ -74,6 +74,7 @@ class QuorumType(QueueType):
         "dead-letter-routing-key",
         "delivery-limit",
         "dead-letter-strategy",
+        "min-in-sync",
     )
 
     def create(

@@ -89,7 +89,12 @@ class StreamType(QueueType):
         "x-quorum-initial-group-size",
         *CLASSIC_ONLY,
     )
-    policy_keys: tuple[str, ...] = ("max-length-bytes", "max-age", "stream-max-segment-size-bytes")
+    policy_keys: tuple[str, ...] = (
+        "max-length-bytes",
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "min-in-sync",
+    )
     gets = False
     purges = False
     rejects = False

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
+import requests
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -23,8 +25,10 @@ from rstream import (
     Producer,
     amqp_decoder,
 )
+from rstream.exceptions import OffsetNotFound, ServerError
 
 from tests.cluster import nodes
+from tests.cluster.nodes import AUTH
 from tests.cluster.test_replicated_queues import (  # noqa: F401 (a fixture)
     NAMES,
     connect,
@@ -268,3 +272,74 @@ def test_stream_readers_go_on_after_their_offset_when_the_leader_is_killed(
         assert bodies[:60] == confirmed[:60]
         left = iter(bodies)
         assert all(any(m == body for body in left) for m in confirmed), f"{name}: a confirm lost"
+
+
+async def _store_offset(port: int, stream: str, reference: str, offset: int) -> None:
+    """rstream's store_offset through the node at ``port``, then its query on the same
+    connection (the stream protocol's store has no answer: the query shows it landed)."""
+    consumer = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+    async with consumer:
+        await consumer.store_offset(stream, reference, offset)
+        assert await consumer.query_offset(stream, reference) == offset
+
+
+async def _query_offset(port: int, stream: str, reference: str) -> int | None:
+    consumer = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+    async with consumer:
+        try:
+            return await consumer.query_offset(stream, reference)
+        except OffsetNotFound:
+            return None
+
+
+def _elected(node: Node, stream: str) -> str | None:
+    """The stream's leader once a surviving member leads it and both survivors are online
+    (None meanwhile: the management API answers 503 while the dead leader is asked)."""
+    response = requests.get(node.api(f"queues/%2F/{stream}"), auth=AUTH, timeout=10)
+    if response.status_code != 200:
+        return None
+    info = response.json()
+    ok = info.get("online") == ["b@test", "c@test"] and info.get("leader") != "a@test"
+    return str(info["leader"]) if ok else None
+
+
+def _answered(port: int, stream: str, reference: str) -> int | None:
+    """The query's answer, None while the stream is not available (a failover)."""
+    try:
+        return asyncio.run(_query_offset(port, stream, reference))
+    except ServerError:
+        return None
+
+
+def test_consumer_offsets_are_kept_through_any_node_and_survive_the_leader(
+    three_nodes: tuple[str, list[Node]],  # noqa: F811 (the fixture)
+) -> None:
+    """Server-side offset tracking (rstream's store_offset/query_offset) through replicas'
+    nodes goes to the leader's log, as RabbitMQ's does; the followers' copies keep the
+    offsets too, so after ``kill -9`` of the leader the elected member answers them."""
+    _prefix, (a, b, c) = three_nodes
+    stream = "tracked"
+    conn = connect(a)
+    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    nodes.eventually(lambda: queue_info(c, stream).get("online") == list(NAMES), timeout=10)
+    ports = {n.name: stream_port_of(n.broker) for n in (a, b, c)}
+
+    # Stored through b and through a; read back through c (not the leader either).
+    asyncio.run(_store_offset(ports["b@test"], stream, "app", 7))
+    asyncio.run(_store_offset(ports["a@test"], stream, "other", 3))
+    assert asyncio.run(_query_offset(ports["c@test"], stream, "app")) == 7
+    assert asyncio.run(_query_offset(ports["c@test"], stream, "other")) == 3
+    assert asyncio.run(_query_offset(ports["b@test"], stream, "never stored")) is None
+    asyncio.run(_store_offset(ports["c@test"], stream, "app", 8))
+    time.sleep(1)  # (the leader sends each store to its followers as it stores it)
+
+    a.broker.stop(signal.SIGKILL)
+    leader = nodes.eventually(lambda: _elected(c, stream), timeout=20)
+    for survivor in ("b@test", "c@test"):  # the new leader, and through the link to it
+        got = nodes.eventually(partial(_answered, ports[survivor], stream, "app"), timeout=10)
+        assert got == 8
+        assert asyncio.run(_query_offset(ports[survivor], stream, "other")) == 3
+    follower = "b@test" if leader == "c@test" else "c@test"
+    asyncio.run(_store_offset(ports[follower], stream, "app", 9))
+    assert asyncio.run(_query_offset(ports[leader], stream, "app")) == 9

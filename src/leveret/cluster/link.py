@@ -380,6 +380,10 @@ class Peer:
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
                 pending[0].resolve((op.messages, op.consumers))
+        elif isinstance(op, c.StoredOffset):
+            pending = self.requests.pop(op.rid, None)
+            if pending is not None:
+                pending[0].resolve(op.offset if op.found else None)
         elif isinstance(op, c.Failed):
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
@@ -637,6 +641,25 @@ class Peer:
         self.next_rid = rid + 1
         self.requests[rid] = (done, queue)
         self._write(c.Inspect(rid, queue.vhost_name, queue.name, purge))
+        return done
+
+    def store_offset(self, queue: RemoteQueue, reference: str, offset: int) -> None:
+        """A stream-protocol client here stores a consumer offset: the leader's log keeps
+        it (lost, as RabbitMQ's, while the leader is unreachable)."""
+        if self.up:
+            self._write(c.StoreOffset(queue.vhost_name, queue.name, reference, offset))
+
+    def query_offset(self, queue: RemoteQueue, reference: str) -> Completion[int | None]:
+        """The offset the leader's log keeps for ``reference`` (None: none). It follows
+        every store sent before it on this link: a client reads what it stored."""
+        done: Completion[int | None] = Completion()
+        if not self.up:
+            done.fail(queue.down())
+            return done
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        self.requests[rid] = (done, queue)
+        self._write(c.QueryOffset(rid, queue.vhost_name, queue.name, reference))
         return done
 
     def backlogged(self) -> bool:

@@ -70,6 +70,7 @@ from leveret.cluster.stream_replication import (
     STREAM_APPEND,
     STREAM_COMMIT,
     STREAM_RESET,
+    STREAM_TRACK,
     Epochs,
     StreamAppend,
     StreamReplica,
@@ -78,7 +79,9 @@ from leveret.cluster.stream_replication import (
     decode_append,
     decode_commit,
     decode_reset,
+    decode_track,
     encode_commit,
+    encode_track,
     held_epochs,
     load_epochs,
     retention,
@@ -408,6 +411,19 @@ class Leading:
                 else:
                     self.following.discard(node)
 
+    def tracked(self, reference: str, offset: int) -> None:
+        """A replicated stream's log stored a consumer offset (``FileStreamLog.tracked``):
+        each follower sent its reset keeps it too (a later reset carries it anyway)."""
+        record = self.record
+        op = c.Append(
+            record.vhost, record.name, record.epoch, self.offset, encode_track(reference, offset)
+        )
+        for node in self.followers():
+            if node in self.following:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
+
     def tell(self, data: bytes) -> None:
         """Send a record that is not in the log to each follower that follows it."""
         record = self.record
@@ -678,6 +694,7 @@ class Replication:
             stream_log = leading.stream.log if leading.stream is not None else None
             if isinstance(stream_log, FileStreamLog):
                 deposed, stream_log.tap = stream_log.path, None
+                stream_log.tracked = None
         replica = self.replicas.get(ident)
         if replica is None:
             if _is_stream(record):
@@ -694,6 +711,7 @@ class Replication:
         if leading.stream is not None and isinstance(queue, StreamQueue):
             if isinstance(leading.stream.log, FileStreamLog):
                 leading.stream.log.tap = None
+                leading.stream.log.tracked = None
             queue.readable_upto = None
             queue.dispatch()
         else:
@@ -884,6 +902,7 @@ class Replication:
         )
         if isinstance(stream_log, FileStreamLog):
             stream_log.tap = leading.tapped
+            stream_log.tracked = leading.tracked
         queue_committed = stream_log.on_committed
 
         def synced() -> None:
@@ -986,6 +1005,10 @@ class Replication:
             if kind == STREAM_COMMIT:
                 if op.epoch == replica.epoch:
                     replica.commit(decode_commit(op.record))
+                return
+            if kind == STREAM_TRACK:
+                if op.epoch == replica.epoch and replica.log is not None:
+                    replica.log.store_offset(*decode_track(op.record))
                 return
             if kind == STREAM_RESET:
                 reset = decode_reset(op.record)

@@ -24,7 +24,10 @@ is copied again whole (no tail truncation of a stream log yet).
 
 Reading from a replica: the leader sends its commit offset as it moves (``STREAM_COMMIT``,
 not in the log); a follower's ``StreamReplica.reader`` serves the stream protocol's
-subscriptions on its node from the copy, capped there.
+subscriptions on its node from the copy, capped there. Consumer offsets stored on the
+leader (the stream protocol's store_offset, from a client of any node: the link's
+``StoreOffset``) are sent to the followers as they are stored (``STREAM_TRACK``), and a
+reset carries them all: an elected copy knows where its readers were.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STREAM_APPEND",
     "STREAM_RESET",
+    "STREAM_TRACK",
     "StreamAppend",
     "StreamReplica",
     "StreamReset",
@@ -61,8 +65,10 @@ __all__ = [
     "apply_append",
     "decode_append",
     "decode_reset",
+    "decode_track",
     "encode_append",
     "encode_reset",
+    "encode_track",
 ]
 
 # Record kinds (after replication.py's quorum-queue kinds, 1..7).
@@ -70,6 +76,9 @@ STREAM_APPEND: Final = 8
 STREAM_RESET: Final = 9
 # The leader's commit offset (not in the log): a follower's readers are capped at it.
 STREAM_COMMIT: Final = 10
+# A consumer offset the leader's log stored (the stream protocol's store_offset): the
+# copies keep it too, so a reader finds it after a failover.
+STREAM_TRACK: Final = 11
 
 # Bytes a leader ships to one follower catching up per check (``pump``).
 PUMP_BYTES: Final = 4 << 20
@@ -174,6 +183,24 @@ def decode_commit(record: bytes) -> int:
     if kind != STREAM_COMMIT or len(record) != _HEAD.size:
         raise ValueError("not a stream commit")
     return int(upto)
+
+
+def encode_track(reference: str, offset: int) -> bytes:
+    return bytes((STREAM_TRACK,)) + _pack_map({reference: offset})
+
+
+def decode_track(record: bytes) -> tuple[str, int]:
+    """(reference, offset) of a ``STREAM_TRACK`` record."""
+    if not record or record[0] != STREAM_TRACK:
+        raise ValueError("not a stream offset")
+    try:
+        values, end = _unpack_map(record, 1)
+    except (struct.error, ValueError) as exc:  # (a cut map says "stream reset")
+        raise ValueError(f"malformed stream offset: {exc}") from None
+    if len(values) != 1 or end != len(record):
+        raise ValueError("malformed stream offset")
+    ((reference, offset),) = values.items()
+    return reference, offset
 
 
 def encode_append(a: StreamAppend) -> bytes:

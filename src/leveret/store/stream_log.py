@@ -200,6 +200,8 @@ class FileStreamLog:
         # (first offset, entries' bytes as stored, entries, records, timestamp, producer,
         # sequence, ids).
         self.tap: Tap | None = None
+        # Told every consumer offset stored (a replicated stream's leader sends it on).
+        self.tracked: Callable[[str, int], None] | None = None
         self._segments: list[_Segment] = []
         self._firsts: list[int] = []
         self._producers: dict[str, int] = {}
@@ -453,6 +455,8 @@ class FileStreamLog:
         self._offsets[reference] = offset
         self._open(max(self._segments[-1].last_ts, 0)).offsets[reference] = offset
         self.store.appended(self, 0)
+        if self.tracked is not None:
+            self.tracked(reference, offset)
 
     def _close(self, building: _Building) -> None:
         """Turn an open chunk into the pieces the writer appends (and a cached chunk)."""

@@ -22,6 +22,7 @@ from leveret.cluster.stream_replication import (
     STREAM_APPEND,
     STREAM_COMMIT,
     STREAM_RESET,
+    STREAM_TRACK,
     StreamAppend,
     StreamReplica,
     StreamReset,
@@ -30,9 +31,11 @@ from leveret.cluster.stream_replication import (
     decode_append,
     decode_commit,
     decode_reset,
+    decode_track,
     encode_append,
     encode_commit,
     encode_reset,
+    encode_track,
     keeps,
     retention,
 )
@@ -88,6 +91,18 @@ def test_a_reset_record_round_trips(first: int, producers: dict[str, int]) -> No
     record = encode_reset(reset)
     assert record[0] == STREAM_RESET
     assert decode_reset(record) == reset
+
+
+@given(st.text(max_size=40), st.integers(-1, 2**62))
+def test_a_consumer_offset_record_round_trips(reference: str, offset: int) -> None:
+    record = encode_track(reference, offset)
+    assert record[0] == STREAM_TRACK
+    assert decode_track(record) == (reference, offset)
+    for cut in range(len(record)):
+        with pytest.raises(ValueError, match="stream offset"):
+            decode_track(record[:cut])
+    with pytest.raises(ValueError, match="stream offset"):
+        decode_track(record + b"x")
 
 
 @given(appends, st.data())
@@ -595,3 +610,35 @@ def test_the_leader_tells_its_followers_each_commit(h: Harness) -> None:
             if isinstance(op, c.Append) and op.record[0] == STREAM_COMMIT
         ]
         assert told == [1]
+
+
+def test_stored_consumer_offsets_reach_the_followers_copies(h: Harness, tmp_path: Path) -> None:
+    queue = _stream(h, "s", 1)
+    leading, peers, _ = _leading(queue)
+    queue.log.tracked = leading.tracked  # type: ignore[attr-defined]
+    queue.log.store_offset("app", 5)
+    queue.log.store_offset("app", 6)
+    for node in ("b", "c"):
+        told = [
+            decode_track(op.record)
+            for op in peers[node].sent
+            if isinstance(op, c.Append) and op.record[0] == STREAM_TRACK
+        ]
+        assert told == [("app", 5), ("app", 6)]
+
+    replication = _follower(h, tmp_path)
+    front = _Front()
+
+    def one(epoch: int, record: bytes) -> None:
+        async def run() -> None:
+            replication.append(front, c.Append("/", "s", epoch, 0, record))  # type: ignore[arg-type]
+
+        h.loop.run_until_complete(run())
+
+    one(2, encode_reset(StreamReset(0, {}, {"old": 1})))
+    one(2, encode_track("app", 6))
+    one(1, encode_track("app", 99))  # a deposed leader's word is not taken
+    replica = replication.replicas[("/", "s")]
+    assert isinstance(replica, StreamReplica)
+    assert replica.log is not None
+    assert dict(replica.log.offsets) == {"old": 1, "app": 6}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from leveret.convert.formats import stored_message
 from leveret.model.broker import Broker
+from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
 from leveret.testing.client import feed, new_shell
@@ -157,3 +158,30 @@ def test_a_consumer_with_a_bad_stream_offset_is_refused_and_the_link_goes_on() -
     assert '{invalid_stream_offset_arg,{longstr,<<"5X">>}}' in refused.text
     assert not front.should_close_transport
     assert send(front, c.Get(2, "/", "q", True)) == [c.Empty(2, 0)]
+
+
+def test_consumer_offsets_are_stored_and_queried_in_the_leaders_log() -> None:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    stream = vhost.declare_queue(
+        "s", owner=None, durable=True, arguments={"x-queue-type": "stream"}
+    )
+    vhost.declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    out = send(
+        front,
+        c.StoreOffset("/", "s", "app", 41),
+        c.StoreOffset("/", "s", "app", 42),
+        c.StoreOffset("/", "q", "app", 1),  # not a stream: nothing to keep
+        c.StoreOffset("/", "gone", "app", 1),
+        c.QueryOffset(1, "/", "s", "app"),
+        c.QueryOffset(2, "/", "s", "never"),
+    )
+    assert out == [c.StoredOffset(1, True, 42), c.StoredOffset(2, False, 0)]
+    assert isinstance(stream, StreamQueue)
+    assert dict(stream.log.offsets) == {"app": 42}
+    [refused] = send(front, c.QueryOffset(3, "/", "q", "app"))
+    assert isinstance(refused, c.Failed)
+    assert (refused.rid, refused.code) == (3, 404)
+    assert not front.should_close_transport

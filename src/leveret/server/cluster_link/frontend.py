@@ -28,6 +28,7 @@ from leveret.errors import AMQPError
 from leveret.model.confirms import Confirms
 from leveret.model.consumer import CallbackOwner, Consumer, Source
 from leveret.model.dead_letter import REJECTED
+from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
 
 if TYPE_CHECKING:
@@ -303,6 +304,12 @@ class LinkFrontEnd:
             self._get(op)
         elif isinstance(op, c.Inspect):
             self._inspect(op)
+        elif isinstance(op, c.StoreOffset):
+            stream = self._queue(op.vhost, op.queue)
+            if isinstance(stream, StreamQueue) and not stream.deleted:
+                stream.log.store_offset(op.reference, op.offset)
+        elif isinstance(op, c.QueryOffset):
+            self._query_offset(op)
         elif isinstance(op, c.Append):
             if self.identity.replicas is not None:
                 self.identity.replicas.append(self, op)
@@ -482,6 +489,14 @@ class LinkFrontEnd:
                 message.body,
             )
         )
+
+    def _query_offset(self, op: c.QueryOffset) -> None:
+        stream = self._queue(op.vhost, op.queue)
+        if not isinstance(stream, StreamQueue) or stream.deleted:
+            self._write(c.Failed(op.rid, 404, f"no stream '{op.queue}' in vhost '{op.vhost}'"))
+            return
+        stored = stream.log.offsets.get(op.reference)
+        self._write(c.StoredOffset(op.rid, stored is not None, stored or 0))
 
     def _inspect(self, op: c.Inspect) -> None:
         queue = self._queue(op.vhost, op.queue)

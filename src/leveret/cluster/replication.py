@@ -86,11 +86,12 @@ from leveret.cluster.stream_replication import (
     load_epochs,
     retention,
     save_epochs,
-    segment_bytes,
 )
 from leveret.convert.formats import stored_message
+from leveret.errors import AMQPError
 from leveret.model.completion import Completion
-from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE
+from leveret.model.queues.args import PLAIN, QueueConfig
+from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE, type_of
 from leveret.model.queues.quorum import QuorumQueue
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.replication import (
@@ -802,8 +803,24 @@ class Replication:
             self._stream_base(ident),
             self._streams(),
             record.name,
-            segment_bytes(record.arguments),
+            self._stream_config(record).segment_bytes or 0,
         )
+
+    def _stream_config(self, record: QueueRecord) -> QueueConfig:
+        """A stream's config on this node (its arguments, this node's policies)."""
+        host = self.links.server.broker.vhosts.get(record.vhost)
+        try:
+            if host is not None:
+                return host.configured(
+                    record.name, record.arguments, record.durable, record.exclusive,
+                    record.auto_delete,
+                )  # fmt: skip
+            return type_of(record.arguments, queue=record.name, vhost=record.vhost).parse(
+                record.arguments, queue=record.name, vhost=record.vhost, durable=record.durable,
+                exclusive=record.exclusive, auto_delete=record.auto_delete,
+            )  # fmt: skip
+        except AMQPError:
+            return PLAIN  # the leader accepted them; its rules may be newer than ours
 
     def _streams(self) -> StreamStore:
         streams = self.links.server.streams
@@ -1021,7 +1038,7 @@ class Replication:
                     return  # a gap: the leader resets the copy when the link returns
                 record = self.applier.view.queues.get((op.vhost, op.queue))
                 if closed and copy is not None and record is not None:
-                    copy.retain(*retention(record.arguments, time.time()))
+                    copy.retain(*retention(self._stream_config(record), time.time()))
             else:
                 raise ValueError(f"unknown stream record kind {kind}")
         except (ValueError, OSError) as exc:

@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from leveret.model.queues.args import QueueConfig, parse_age
+from leveret.model.queues.args import QueueConfig
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, split_entries
 from leveret.store.stream_log import FileStreamLog
@@ -307,22 +307,12 @@ def decode_reset(record: bytes) -> StreamReset:
     return StreamReset(first, producers, offsets, epochs, next_offset, sync)
 
 
-def segment_bytes(arguments: Mapping[str, object]) -> int:
-    """The stream's ``x-stream-max-segment-size-bytes`` (0: not given)."""
-    size = arguments.get("x-stream-max-segment-size-bytes")
-    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
-
-
-def retention(arguments: Mapping[str, object], wall: float) -> tuple[int | None, int | None]:
-    """A follower's retention of its copy, from the stream's arguments
-    (``x-max-length-bytes``, ``x-max-age``): ``StreamLog.retain``'s bounds at ``wall``."""
-    size = arguments.get("x-max-length-bytes")
-    max_bytes = size if isinstance(size, int) and not isinstance(size, bool) else None
-    age = arguments.get("x-max-age")
-    if isinstance(age, bytes):
-        age = age.decode(errors="replace")
-    seconds = parse_age(age) if isinstance(age, str) else None
-    return max_bytes, None if seconds is None else int((wall - seconds) * 1000)
+def retention(config: QueueConfig, wall: float) -> tuple[int | None, int | None]:
+    """A follower's retention of its copy, from the stream's config (its arguments and
+    the policies on its node: ``max-length-bytes``, ``max-age``): ``StreamLog.retain``'s
+    bounds at ``wall``."""
+    age = config.max_age
+    return config.max_length_bytes, None if age is None else int((wall - age) * 1000)
 
 
 def apply_append(log: StreamLog, append: StreamAppend) -> bool | None:

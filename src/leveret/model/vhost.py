@@ -530,6 +530,29 @@ class VirtualHost:
 
     # -- policies (model/policies.py) ---------------------------------------------------
 
+    def configured(
+        self,
+        name: str,
+        arguments: Mapping[str, object],
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+    ) -> QueueConfig:
+        """The config a queue ``name`` with ``arguments`` has here, the vhost's policies
+        applied (a replicated stream's follower keeps its copy by it: it holds no queue)."""
+        queue_type = type_of(arguments, queue=name, vhost=self.name)
+        base = queue_type.parse(
+            arguments,
+            queue=name,
+            vhost=self.name,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+        )
+        return self._policy_config(
+            queue_type, name, arguments, base, durable, exclusive, auto_delete
+        )[2]
+
     def _policy_config(
         self,
         queue_type: QueueType,

@@ -39,6 +39,7 @@ from leveret.cluster.stream_replication import (
     keeps,
     retention,
 )
+from leveret.model.policies import make_policy
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.cluster import codec as c
@@ -397,10 +398,25 @@ def test_shipping_survives_random_interleavings_of_appends_and_syncs(h: Harness)
     assert starts == sorted(set(starts))
 
 
-def test_a_followers_retention_comes_from_the_streams_arguments() -> None:
-    assert retention({"x-queue-type": "stream"}, 1000.0) == (None, None)
-    assert retention({"x-max-length-bytes": 5000, "x-max-age": "10s"}, 1000.0) == (5000, 990_000)
-    assert retention({"x-max-age": b"1m", "x-max-length-bytes": True}, 100.0) == (None, 40_000)
+def test_a_followers_retention_comes_from_the_streams_arguments_and_policies() -> None:
+    vhost = VirtualHost("/")
+
+    def kept(name: str, arguments: dict[str, object], wall: float) -> tuple[int | None, ...]:
+        return retention(vhost.configured(name, arguments, True, False, False), wall)
+
+    stream: dict[str, object] = {"x-queue-type": "stream"}
+    assert kept("s", stream, 1000.0) == (None, None)
+    assert kept("s", {**stream, "x-max-length-bytes": 5000, "x-max-age": "10s"}, 1000.0) == (
+        5000,
+        990_000,
+    )
+    assert kept("s", {**stream, "x-max-age": b"1m"}, 100.0) == (None, 40_000)
+    # A policy on this node applies to the copy as it does to the leader's stream.
+    vhost.policies["keep"] = make_policy(
+        "/", "keep", "^s", {"max-age": "2s", "max-length-bytes": 700}, apply_to="streams"
+    )
+    assert kept("s", stream, 1000.0) == (700, 998_000)
+    assert kept("other", stream, 1000.0) == (None, None)
 
 
 # -- a follower node's side (``Replication.append``) ----------------------------------------

@@ -389,6 +389,24 @@ class Server:
         settings = self.settings
         port = settings.stream_tls_port if tls else settings.stream_port
         host = (settings.tls_host or settings.host) if tls else settings.host
+        scheme = "rabbitmq-stream+tls" if tls else "rabbitmq-stream"
+        if settings.reuse_port and not tls:
+            # A worker of --workers: the shared port reaches any worker, but a stream
+            # client is told where a stream's leader is (metadata) and must reach that
+            # worker, so each worker also listens on a port of its own, named first in
+            # its record (``View.stream_address``) and in its own metadata answers.
+            own = await self._stream_listener(loop, host, 0, tls=False, shared=False)
+            if own is None:
+                return
+            self._listening_on(own, scheme)
+        server = await self._stream_listener(loop, host, port, tls=tls, shared=True)
+        if server is not None:
+            self._listening_on(server, scheme)
+
+    async def _stream_listener(
+        self, loop: asyncio.AbstractEventLoop, host: str, port: int, *, tls: bool, shared: bool
+    ) -> asyncio.Server | None:
+        settings = self.settings
         try:
             server = await loop.create_server(
                 lambda: ConnectionProtocol(
@@ -402,22 +420,28 @@ class Server:
                 host=host,
                 port=port,
                 reuse_address=True,
-                reuse_port=settings.reuse_port or None,
+                reuse_port=(settings.reuse_port and shared) or None,
                 ssl=self.tls.listening if tls and self.tls is not None else None,
             )
         except OSError as exc:
             log.error("stream protocol listener on %s:%d not started: %s", host, port, exc)
-            return
+            return None
         self.servers.append(server)
-        scheme = "rabbitmq-stream+tls" if tls else "rabbitmq-stream"
+        return server
+
+    def _listening_on(self, server: asyncio.Server, scheme: str) -> None:
+        advertise = not scheme.endswith("+tls") and not any(
+            url.startswith("rabbitmq-stream://") for url in self.listening
+        )
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             bound_host, bound_port = sock.getsockname()[:2]
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             self.listening.append(f"{scheme}://{shown}:{bound_port}")
             log.info("listening on %s://%s:%d", scheme, shown, bound_port)
-            if not tls:
+            if advertise:  # (the first socket's: port 0 on a wildcard host binds several)
                 self.stream_server.settings.port = bound_port
+                advertise = False
 
     async def _start_tls(self, loop: asyncio.AbstractEventLoop) -> None:
         """The amqps listener beside the plain one: same front end, TLS first."""

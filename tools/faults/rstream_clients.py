@@ -208,6 +208,13 @@ class StreamReader(StreamClient):
 @dataclass(eq=False)
 class StreamPublisher(StreamClient):
     seq: int = 0
+    # publish_error codes received (the stream protocol's response codes), and how often.
+    errors: dict[int, int] = field(default_factory=dict)
+    metadata_updates: int = 0
+
+    def _on_close(self, info: OnClosedErrorInfo) -> None:
+        self.metadata_updates += info.reason == "Metadata Update"
+        super()._on_close(info)
 
     async def open(self) -> rstream.Producer:
         self._lost = asyncio.Event()
@@ -245,6 +252,9 @@ class StreamPublisher(StreamClient):
             timer = timers.pop(status.message_id, None)
             if timer is not None:
                 timer.cancel()
+            if not status.is_confirmed:
+                code = status.response_code
+                self.errors[code] = self.errors.get(code, 0) + 1
             if message_id is not None:
                 settle(message_id, Outcome.CONFIRMED if status.is_confirmed else Outcome.NACKED)
                 if not status.is_confirmed and status.response_code < 0:

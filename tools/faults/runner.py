@@ -433,6 +433,7 @@ async def _run(config: RunConfig, workdir: Path, tag: str) -> RunResult:
             else {},
         },
         "stream_readers": _stream_readers(current.workload),
+        "stream_publishers": _stream_publishers(current.workload),
     }
     await asyncio.to_thread(_save, config, report, current.history, workdir)
     return RunResult(verdict, report, config.out, target)
@@ -465,6 +466,22 @@ def _stream_readers(workload: Workload | None) -> dict[str, dict[str, int]]:
             "went_back": r.went_back,
         }
         for r in readers
+    }
+
+
+def _stream_publishers(workload: Workload | None) -> dict[str, dict[str, Any]]:
+    """Each stream-protocol publisher's connections, publish_error codes (code -> count;
+    -1: rstream's own, for a lost connection) and metadata updates heard."""
+    from tools.faults.rstream_clients import StreamPublisher
+
+    writers = [c for c in workload.publishers if isinstance(c, StreamPublisher)] if workload else []
+    return {
+        w.name: {
+            "connections": w.connects,
+            "errors": {str(code): n for code, n in sorted(w.errors.items())},
+            "metadata_updates": w.metadata_updates,
+        }
+        for w in writers
     }
 
 

@@ -9,6 +9,7 @@ replica's copy; a comes back, follows and is in sync again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from functools import partial
@@ -26,6 +27,7 @@ from rstream import (
     amqp_decoder,
 )
 from rstream.exceptions import OffsetNotFound, ServerError
+from rstream.recovery import BackOffRecoveryStrategy
 
 from tests.cluster import nodes
 from tests.cluster.nodes import AUTH
@@ -40,6 +42,10 @@ from tests.cluster.test_replicated_queues import (  # noqa: F401 (a fixture)
 from tests.integration.test_stream_protocol import stream_port_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rstream.utils import OnClosedErrorInfo
+
     from leveret.testing.etcd import EtcdServer
     from tests.cluster.nodes import Node
 
@@ -343,3 +349,73 @@ def test_consumer_offsets_are_kept_through_any_node_and_survive_the_leader(
     follower = "b@test" if leader == "c@test" else "c@test"
     asyncio.run(_store_offset(ports[follower], stream, "app", 9))
     assert asyncio.run(_query_offset(ports[leader], stream, "app")) == 9
+
+
+async def _publish_through_a_deposition(
+    port: int, stream: str, depose: Callable[[], None]
+) -> tuple[list[str], float]:
+    """An rstream Producer (rstream's own recovery off: the application's part) publishes
+    with confirms to the stream's leader, ``depose`` runs (in a thread: the client goes on
+    meanwhile), then the same Producer publishes again. What its ``on_close_handler``
+    heard, and how long after ``depose`` the second publish was confirmed."""
+    heard: list[str] = []
+    moved = asyncio.Event()
+
+    def on_close(info: OnClosedErrorInfo) -> None:
+        heard.append(info.reason)
+        if info.reason == "Metadata Update":
+            moved.set()
+
+    producer = Producer(
+        "127.0.0.1",
+        port=port,
+        username="guest",
+        password="guest",
+        on_close_handler=on_close,
+        recovery_strategy=BackOffRecoveryStrategy(False),
+    )
+    async with producer:
+        await producer.send_wait(stream, AMQPMessage(body=b"before"), timeout=10)
+        await asyncio.to_thread(depose)
+        deposed = time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(moved.wait(), 10)
+        await producer.send_wait(stream, AMQPMessage(body=b"after"), timeout=10)
+        return heard, time.monotonic() - deposed
+
+
+def test_a_deposed_leaders_stream_publishers_are_told_the_stream_moved(
+    etcd_server: EtcdServer,
+    three_nodes: tuple[str, list[Node]],  # noqa: F811 (the fixture)
+) -> None:
+    """A stream-protocol connection that only publishes, to the leader's node, gets
+    ``metadata_update`` when that node is deposed (paused past its lease while another
+    member is elected), as RabbitMQ's publishers do when a stream's leader moves, and its
+    client publishes on at the new leader. Before, each of its publishes got "stream does
+    not exist" for as long as it stayed (found by the fault harness's stream-protocol
+    publishers: docs/faults.md, "Replicated streams")."""
+    prefix, (a, _b, c) = three_nodes
+    stream = "moved"
+    conn = connect(a)
+    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    nodes.eventually(lambda: queue_info(c, stream).get("online") == list(NAMES), timeout=10)
+    port = stream_port_of(a.broker)
+    assert asyncio.run(_leader_and_replicas(port, stream))[0] == port
+    process = a.broker.process
+    assert process is not None
+
+    def depose() -> None:
+        process.send_signal(signal.SIGSTOP)
+        try:
+            nodes.eventually(
+                lambda: record(etcd_server, prefix, stream)["leader"] != "a@test",
+                timeout=5 * nodes.LEASE_TTL + 10,
+            )
+        finally:
+            process.send_signal(signal.SIGCONT)
+
+    heard, after = asyncio.run(_publish_through_a_deposition(port, stream, depose))
+    assert "Metadata Update" in heard, heard
+    assert after < 10
+    assert b"after" in [body for _offset, body in asyncio.run(_read_stream(port, stream, b"after"))]

@@ -696,6 +696,13 @@ class Replication:
             if isinstance(stream_log, FileStreamLog):
                 deposed, stream_log.tap = stream_log.path, None
                 stream_log.tracked = None
+            if isinstance(leading.queue, StreamQueue):
+                # Its stream-protocol publishers here are told, as RabbitMQ's are when a
+                # stream's leader moves (metadata update): else a connection that only
+                # publishes gets "stream does not exist" for each publish for as long as it
+                # stays, and never locates the stream again (subscriptions were told when
+                # the applier removed the queue: cluster/apply.py).
+                streams_gone(self.links.server.stream_server, [leading.queue])
         replica = self.replicas.get(ident)
         if replica is None:
             if _is_stream(record):

@@ -12,6 +12,9 @@ run's :class:`~tools.faults.history.History`.
 - A **consumer** records each delivery (id, redelivered flag) before it acks it, and on a
   lost connection (heartbeats: ``heartbeat`` seconds) dials the next node. A stream
   queue's consumer resumes after the last offset it saw.
+
+A stream's readers and publishers may also speak the stream protocol (rstream:
+``rstream_clients.py``; ``WorkloadSettings.stream_readers`` and ``stream_publishers``).
 """
 
 from __future__ import annotations

@@ -90,9 +90,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--stream-readers",
         type=_stream_clients,
-        default=("amqp",),
+        default=None,
         help="a stream's readers: amqp (0-9-1), rstream (the stream protocol, with "
-        "server-side offset tracking), or both; --consumers of each kind",
+        "server-side offset tracking), or both; --consumers of each kind (default: both "
+        "where the target serves the stream protocol, Leveret; else amqp)",
     )
     p.add_argument(
         "--stream-publishers",

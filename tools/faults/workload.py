@@ -73,7 +73,9 @@ class WorkloadSettings:
     # A stream's readers and publishers, by protocol: "amqp" (0-9-1, aio-pika) and
     # "rstream" (the stream protocol, ``rstream_clients.py``); each kind listed gets
     # ``consumers_per_queue`` readers (``publishers_per_queue`` publishers) of each queue.
-    stream_readers: tuple[str, ...] = ("amqp",)
+    # Readers None: both where the target has stream listeners (the run decides), else
+    # 0-9-1 only.
+    stream_readers: tuple[str, ...] | None = None
     stream_publishers: tuple[str, ...] = ("amqp",)
     # A stream-protocol reader stores its offset on the server every this many messages.
     store_every: int = 50
@@ -361,7 +363,7 @@ class Workload:
         from tools.faults.rstream_clients import StreamPublisher, StreamReader
 
         s = self.settings
-        readers = s.stream_readers if s.stream else ("amqp",)
+        readers = (s.stream_readers or ("amqp",)) if s.stream else ("amqp",)
         writers = s.stream_publishers if s.stream else ("amqp",)
         for q in queues:
             # Numbered after the publishers: they start on other nodes than those.

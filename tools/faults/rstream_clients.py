@@ -145,7 +145,14 @@ class StreamReader(StreamClient):
 
     async def open(self) -> rstream.Consumer:
         self._lost = asyncio.Event()
-        return rstream.Consumer(**self._where())
+        consumer = rstream.Consumer(**self._where())
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout):
+                await consumer.default_client  # its locator connection
+        except BaseException:
+            await self.release(consumer)
+            raise
+        return consumer
 
     async def serve(self, consumer: rstream.Consumer) -> None:
         stream, name = self.queue.name, f"{self.name}.{self.session}"

@@ -380,6 +380,10 @@ class Peer:
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
                 pending[0].resolve((op.messages, op.consumers))
+        elif isinstance(op, c.Stats):
+            pending = self.requests.pop(op.rid, None)
+            if pending is not None:
+                pending[0].resolve((op.ready, op.unacked, op.consumers))
         elif isinstance(op, c.StoredOffset):
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
@@ -660,6 +664,18 @@ class Peer:
         self.next_rid = rid + 1
         self.requests[rid] = (done, queue)
         self._write(c.QueryOffset(rid, queue.vhost_name, queue.name, reference))
+        return done
+
+    def stats(self, queue: RemoteQueue) -> Completion[tuple[int, int, int]]:
+        """The queue's counters at its leader: ready, unacknowledged, consumers."""
+        done: Completion[tuple[int, int, int]] = Completion()
+        if not self.up:
+            done.fail(queue.down())
+            return done
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        self.requests[rid] = (done, queue)
+        self._write(c.Stat(rid, queue.vhost_name, queue.name))
         return done
 
     def backlogged(self) -> bool:

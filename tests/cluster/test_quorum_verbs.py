@@ -23,6 +23,7 @@ from tests.cluster.test_replicated_queues import (  # noqa: F401 (the fixture)
     queue_info,
     three_nodes,
 )
+from tests.cluster.test_replicated_streams import consume_all
 from tests.integration.ctl_support import ctl, new_data_dir, ok, start
 
 if TYPE_CHECKING:
@@ -233,28 +234,6 @@ def stream_copies(node: Node, stream: str, vhost: str = "/") -> list[Path]:
     return sorted((node.data_dir / "replicas" / "streams").glob(f"{digest}.*"))
 
 
-def read_stream(node: Node, stream: str, count: int) -> list[tuple[object, bytes]]:
-    """(offset, body) of the stream's first ``count`` messages, read through ``node``."""
-    conn = connect(node)
-    got: list[tuple[object, bytes]] = []
-    try:
-        ch = conn.channel()
-        ch.basic_qos(prefetch_count=100)
-        for method, props, body in ch.consume(
-            stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=10
-        ):
-            if method is None:
-                break
-            got.append(((props.headers or {}).get("x-stream-offset"), body))
-            ch.basic_ack(method.delivery_tag)
-            if len(got) == count:
-                break
-        ch.cancel()
-    finally:
-        conn.close()
-    return got
-
-
 def test_stream_replicas_are_added_and_removed_with_rabbitmq_streams_verbs(
     three_nodes: tuple[str, list[Node]],  # noqa: F811
 ) -> None:
@@ -298,7 +277,7 @@ def test_stream_replicas_are_added_and_removed_with_rabbitmq_streams_verbs(
     ok(other.data_dir, "delete_replica", "st", "a@test")
     nodes.eventually(lambda: queue_info(c, "st").get("leader") in (b.name, c.name), 10)
     assert sorted(members(a, "st")) == sorted((b.name, c.name))
-    assert read_stream(a, "st", len(bodies)) == list(enumerate(bodies)), logs(a, b, c)
+    assert consume_all(a, "st", bodies[-1]) == list(enumerate(bodies)), logs(a, b, c)
 
     # delete_replica of a replica: its copy goes from its disk; the last member stays.
     replica = b if queue_info(c, "st")["leader"] == c.name else c
@@ -307,4 +286,4 @@ def test_stream_replicas_are_added_and_removed_with_rabbitmq_streams_verbs(
     nodes.eventually(lambda: members(a, "st") in ([], [writer.name]), timeout=10)
     nodes.eventually(lambda: not stream_copies(replica, "st"), timeout=10)
     refused(ctl(a.data_dir, "delete_replica", "st", writer.name), "last member")
-    assert read_stream(replica, "st", len(bodies)) == list(enumerate(bodies)), logs(a, b, c)
+    assert consume_all(replica, "st", bodies[-1]) == list(enumerate(bodies)), logs(a, b, c)

@@ -8,8 +8,9 @@ runs beside it)."""
 from __future__ import annotations
 
 import random
-import socket
 from pathlib import Path
+
+from leveret.cluster.etcd_process import port_is_free
 
 __all__ = ["kept_port"]
 
@@ -26,16 +27,6 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def kept_port() -> int:
     """A free port on 127.0.0.1 below the ephemeral range, not given before by this run."""
     high = _ephemeral_low() - 1
@@ -43,7 +34,7 @@ def kept_port() -> int:
         raise RuntimeError(f"no ports below the ephemeral range (it starts at {high + 1})")
     for _ in range(_ATTEMPTS):
         port = random.randint(_LOWEST, high)
-        if port not in _given and _free(port):
+        if port not in _given and port_is_free(port):
             _given.add(port)
             return port
     raise RuntimeError(f"no free port found in {_LOWEST}-{high}")

@@ -4,19 +4,18 @@
 then ``kill -9`` of a: a member is elected within seconds, publishing goes on (0-9-1 and
 the stream protocol), a 0-9-1 consumer on a surviving node reads every confirmed message,
 in order, at offsets without a gap, and so does rstream's consumer from the surviving
-replica's copy; a comes back, follows and is in sync again."""
+replica's copy; consumer offsets stored and queried (rstream) through any node are the
+leader's and survive it; a comes back, follows and is in sync again."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import time
 from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
-import requests
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -27,10 +26,8 @@ from rstream import (
     amqp_decoder,
 )
 from rstream.exceptions import OffsetNotFound, ServerError
-from rstream.recovery import BackOffRecoveryStrategy
 
 from tests.cluster import nodes
-from tests.cluster.nodes import AUTH
 from tests.cluster.test_replicated_queues import (  # noqa: F401 (a fixture)
     NAMES,
     connect,
@@ -42,23 +39,19 @@ from tests.cluster.test_replicated_queues import (  # noqa: F401 (a fixture)
 from tests.integration.test_stream_protocol import stream_port_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from rstream.utils import OnClosedErrorInfo
-
     from leveret.testing.etcd import EtcdServer
     from tests.cluster.nodes import Node
 
 pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
 
 
-async def _publish_confirmed(port: int, stream: str, body: bytes) -> None:
+async def publish_confirmed(port: int, stream: str, body: bytes) -> None:
     """One stream-protocol publish, waiting for its publish_confirm."""
     async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
         await producer.send_wait(stream, AMQPMessage(body=body), timeout=10)
 
 
-async def _read_stream(port: int, stream: str, last: bytes) -> list[tuple[int, bytes]]:
+async def read_stream(port: int, stream: str, last: bytes) -> list[tuple[int, bytes]]:
     """(offset, body) of every message from the first until ``last``, by rstream's
     consumer (it subscribes on a replica when metadata lists one)."""
     got: list[tuple[int, bytes]] = []
@@ -89,7 +82,7 @@ async def _leader_and_replicas(port: int, stream: str) -> tuple[int, list[int]]:
         return int(leader.port), sorted(int(r.port) for r in replicas)
 
 
-def _consume_all(node: Node, stream: str, last: bytes) -> list[tuple[object, bytes]]:
+def consume_all(node: Node, stream: str, last: bytes) -> list[tuple[object, bytes]]:
     """(offset, body) of every message from the first until ``last`` is read."""
     conn = connect(node)
     got: list[tuple[object, bytes]] = []
@@ -133,6 +126,16 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     assert leader == ports["a@test"]
     assert replicas == sorted((ports["b@test"], ports["c@test"]))
 
+    # Server-side offset tracking (rstream's store_offset/query_offset) through replicas'
+    # nodes goes to the leader's log, as RabbitMQ's does: stored through b and through a,
+    # read back through c (not the leader either); the leader sends each to its followers.
+    asyncio.run(_store_offset(ports["b@test"], stream, "app", 7))
+    asyncio.run(_store_offset(ports["a@test"], stream, "other", 3))
+    assert asyncio.run(_query_offset(ports["c@test"], stream, "app")) == 7
+    assert asyncio.run(_query_offset(ports["c@test"], stream, "other")) == 3
+    assert asyncio.run(_query_offset(ports["b@test"], stream, "never stored")) is None
+    asyncio.run(_store_offset(ports["c@test"], stream, "app", 8))
+
     # Publisher on b (not the leader), with confirms.
     pub = connect(b)
     ch = pub.channel()
@@ -169,11 +172,20 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     saved = record(etcd_server, prefix, stream)
     assert saved["epoch"] == 2
     assert "a@test" not in saved["in_sync"]
+    # The followers' copies kept the stored offsets: the elected member answers them,
+    # through its own node and through the link to it; a store through the other goes on.
+    for name in ("b@test", "c@test"):
+        answer = nodes.eventually(partial(_answered, ports[name], stream, "app"), timeout=10)
+        assert answer == 8
+        assert asyncio.run(_query_offset(ports[name], stream, "other")) == 3
+    follower = "b@test" if info["leader"] == "c@test" else "c@test"
+    asyncio.run(_store_offset(ports[follower], stream, "app", 9))
+    assert asyncio.run(_query_offset(ports[info["leader"]], stream, "app")) == 9
 
     # Read through the node that does not lead it now: every confirmed message, in
     # publishing order, at offsets 0, 1, 2, ... (what was refused may be there too).
     survivor = c if info["leader"] == "b@test" else b
-    got = _consume_all(survivor, stream, confirmed[-1])
+    got = consume_all(survivor, stream, confirmed[-1])
     offsets = [offset for offset, _body in got]
     assert offsets == list(range(len(got)))
     bodies = [body for _offset, body in got]
@@ -187,8 +199,8 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     leader, replicas = asyncio.run(_leader_and_replicas(ports[survivor.name], stream))
     assert leader == ports[info["leader"]]
     assert replicas == [ports[survivor.name]]
-    asyncio.run(_publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
-    read = asyncio.run(_read_stream(ports[survivor.name], stream, b"by the stream protocol"))
+    asyncio.run(publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
+    read = asyncio.run(read_stream(ports[survivor.name], stream, b"by the stream protocol"))
     assert [(offset, body) for offset, body in read[: len(got)]] == got
     assert read[-1] == (len(read) - 1, b"by the stream protocol")
 
@@ -199,7 +211,7 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     three_nodes[1][0] = a2
     nodes.eventually(lambda: "a@test" in record(etcd_server, prefix, stream)["in_sync"], timeout=15)
     assert queue_info(a2, stream)["online"] == list(NAMES)
-    again = _consume_all(a2, stream, b"by the stream protocol")
+    again = consume_all(a2, stream, b"by the stream protocol")
     assert again[: len(got)] == got
 
 
@@ -298,124 +310,9 @@ async def _query_offset(port: int, stream: str, reference: str) -> int | None:
             return None
 
 
-def _elected(node: Node, stream: str) -> str | None:
-    """The stream's leader once a surviving member leads it and both survivors are online
-    (None meanwhile: the management API answers 503 while the dead leader is asked)."""
-    response = requests.get(node.api(f"queues/%2F/{stream}"), auth=AUTH, timeout=10)
-    if response.status_code != 200:
-        return None
-    info = response.json()
-    ok = info.get("online") == ["b@test", "c@test"] and info.get("leader") != "a@test"
-    return str(info["leader"]) if ok else None
-
-
 def _answered(port: int, stream: str, reference: str) -> int | None:
     """The query's answer, None while the stream is not available (a failover)."""
     try:
         return asyncio.run(_query_offset(port, stream, reference))
     except ServerError:
         return None
-
-
-def test_consumer_offsets_are_kept_through_any_node_and_survive_the_leader(
-    three_nodes: tuple[str, list[Node]],  # noqa: F811 (the fixture)
-) -> None:
-    """Server-side offset tracking (rstream's store_offset/query_offset) through replicas'
-    nodes goes to the leader's log, as RabbitMQ's does; the followers' copies keep the
-    offsets too, so after ``kill -9`` of the leader the elected member answers them."""
-    _prefix, (a, b, c) = three_nodes
-    stream = "tracked"
-    conn = connect(a)
-    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
-    conn.close()
-    nodes.eventually(lambda: queue_info(c, stream).get("online") == list(NAMES), timeout=10)
-    ports = {n.name: stream_port_of(n.broker) for n in (a, b, c)}
-
-    # Stored through b and through a; read back through c (not the leader either).
-    asyncio.run(_store_offset(ports["b@test"], stream, "app", 7))
-    asyncio.run(_store_offset(ports["a@test"], stream, "other", 3))
-    assert asyncio.run(_query_offset(ports["c@test"], stream, "app")) == 7
-    assert asyncio.run(_query_offset(ports["c@test"], stream, "other")) == 3
-    assert asyncio.run(_query_offset(ports["b@test"], stream, "never stored")) is None
-    asyncio.run(_store_offset(ports["c@test"], stream, "app", 8))
-    time.sleep(1)  # (the leader sends each store to its followers as it stores it)
-
-    a.broker.stop(signal.SIGKILL)
-    leader = nodes.eventually(lambda: _elected(c, stream), timeout=20)
-    for survivor in ("b@test", "c@test"):  # the new leader, and through the link to it
-        got = nodes.eventually(partial(_answered, ports[survivor], stream, "app"), timeout=10)
-        assert got == 8
-        assert asyncio.run(_query_offset(ports[survivor], stream, "other")) == 3
-    follower = "b@test" if leader == "c@test" else "c@test"
-    asyncio.run(_store_offset(ports[follower], stream, "app", 9))
-    assert asyncio.run(_query_offset(ports[leader], stream, "app")) == 9
-
-
-async def _publish_through_a_deposition(
-    port: int, stream: str, depose: Callable[[], None]
-) -> tuple[list[str], float]:
-    """An rstream Producer (rstream's own recovery off: the application's part) publishes
-    with confirms to the stream's leader, ``depose`` runs (in a thread: the client goes on
-    meanwhile), then the same Producer publishes again. What its ``on_close_handler``
-    heard, and how long after ``depose`` the second publish was confirmed."""
-    heard: list[str] = []
-    moved = asyncio.Event()
-
-    def on_close(info: OnClosedErrorInfo) -> None:
-        heard.append(info.reason)
-        if info.reason == "Metadata Update":
-            moved.set()
-
-    producer = Producer(
-        "127.0.0.1",
-        port=port,
-        username="guest",
-        password="guest",
-        on_close_handler=on_close,
-        recovery_strategy=BackOffRecoveryStrategy(False),
-    )
-    async with producer:
-        await producer.send_wait(stream, AMQPMessage(body=b"before"), timeout=10)
-        await asyncio.to_thread(depose)
-        deposed = time.monotonic()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(moved.wait(), 10)
-        await producer.send_wait(stream, AMQPMessage(body=b"after"), timeout=10)
-        return heard, time.monotonic() - deposed
-
-
-def test_a_deposed_leaders_stream_publishers_are_told_the_stream_moved(
-    etcd_server: EtcdServer,
-    three_nodes: tuple[str, list[Node]],  # noqa: F811 (the fixture)
-) -> None:
-    """A stream-protocol connection that only publishes, to the leader's node, gets
-    ``metadata_update`` when that node is deposed (paused past its lease while another
-    member is elected), as RabbitMQ's publishers do when a stream's leader moves, and its
-    client publishes on at the new leader. Before, each of its publishes got "stream does
-    not exist" for as long as it stayed (found by the fault harness's stream-protocol
-    publishers: docs/faults.md, "Replicated streams")."""
-    prefix, (a, _b, c) = three_nodes
-    stream = "moved"
-    conn = connect(a)
-    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
-    conn.close()
-    nodes.eventually(lambda: queue_info(c, stream).get("online") == list(NAMES), timeout=10)
-    port = stream_port_of(a.broker)
-    assert asyncio.run(_leader_and_replicas(port, stream))[0] == port
-    process = a.broker.process
-    assert process is not None
-
-    def depose() -> None:
-        process.send_signal(signal.SIGSTOP)
-        try:
-            nodes.eventually(
-                lambda: record(etcd_server, prefix, stream)["leader"] != "a@test",
-                timeout=5 * nodes.LEASE_TTL + 10,
-            )
-        finally:
-            process.send_signal(signal.SIGCONT)
-
-    heard, after = asyncio.run(_publish_through_a_deposition(port, stream, depose))
-    assert "Metadata Update" in heard, heard
-    assert after < 10
-    assert b"after" in [body for _offset, body in asyncio.run(_read_stream(port, stream, b"after"))]

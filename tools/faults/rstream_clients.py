@@ -91,6 +91,13 @@ class StreamClient(Client):
     addresses: Sequence[tuple[str, int]] = ()
     # Set by the rstream handlers when a connection is lost or the stream moved.
     _lost: asyncio.Event = field(default_factory=asyncio.Event)
+    # Why each of its connections was given up, and when (run seconds): the report's.
+    endings: list[tuple[float, str]] = field(default_factory=list)
+
+    def _give_up(self, why: str) -> None:
+        if not self._lost.is_set():
+            self.endings.append((round(self.clock.now(), 2), why))
+        self._lost.set()
 
     def _where(self) -> dict[str, Any]:
         """The node it uses now, and the credentials of its AMQP URL."""
@@ -108,7 +115,7 @@ class StreamClient(Client):
         }
 
     def _on_close(self, info: OnClosedErrorInfo) -> None:
-        self._lost.set()
+        self._give_up(info.reason)
 
     async def _wait_out(self) -> None:
         """Until the run stops it, sends it home, or its connection or stream is lost."""
@@ -122,9 +129,13 @@ class StreamClient(Client):
             raise ConnectionError("connection lost or stream moved")
 
     async def release(self, connection: Any) -> None:
+        started = self.clock.now()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(3):
                 await connection.close()
+        took = self.clock.now() - started
+        if took > 1:
+            self.endings.append((round(started, 2), f"close took {took:.1f} s"))
 
 
 @dataclass(eq=False)
@@ -142,6 +153,8 @@ class StreamReader(StreamClient):
     went_back: int = 0
     last_stored: int | None = None
     seen: set[str] = field(default_factory=set)
+    # Deliveries recorded after it gave its connection up (while rstream closed it).
+    late: int = 0
 
     async def open(self) -> rstream.Consumer:
         self._lost = asyncio.Event()
@@ -190,13 +203,15 @@ class StreamReader(StreamClient):
             if message_id is not None:
                 self.seen.add(message_id)
             self.delivered += 1
+            self.late += self._lost.is_set()
             count += 1
             if count % self.store_every == 0:
                 try:
                     async with asyncio.timeout(limit):
                         await consumer.store_offset(stream, self.name, context.offset)
-                except Exception:
-                    self._lost.set()  # its locator is gone: on to the next node
+                except Exception as exc:
+                    # Its locator is gone: on to the next node.
+                    self._give_up(f"store_offset: {type(exc).__name__}")
                 else:
                     self.stores += 1
                     self.last_stored = context.offset

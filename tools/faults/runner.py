@@ -455,7 +455,7 @@ def _save(config: RunConfig, report: dict[str, Any], history: History, workdir: 
                 shutil.copy(path, logs / path.name)
 
 
-def _stream_readers(workload: Workload | None) -> dict[str, dict[str, int]]:
+def _stream_readers(workload: Workload | None) -> dict[str, dict[str, Any]]:
     """What each stream-protocol reader's server-side offset tracking did."""
     from tools.faults.rstream_clients import StreamReader
 
@@ -469,6 +469,8 @@ def _stream_readers(workload: Workload | None) -> dict[str, dict[str, int]]:
             "started_from_first": r.from_first,
             "forgotten": r.forgotten,
             "went_back": r.went_back,
+            "endings": r.endings,
+            "late_deliveries": r.late,
         }
         for r in readers
     }

@@ -4,6 +4,7 @@ gives for EXTERNAL: real handshakes on 127.0.0.1 port 0 with a CA made by trustm
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 from importlib.metadata import version
 from pathlib import Path
@@ -12,14 +13,17 @@ from typing import Any
 import pytest
 import trustme
 
+from leveret.cluster.link_tls import LinkTls, LinkTlsError
 from leveret.config import Settings
 from leveret.server.listeners import (
     TlsContexts,
     TlsError,
     certificate_identity,
     format_subject,
+    link_contexts,
     make_context,
 )
+from leveret.server.server import StartupError
 
 # Left out of the compiled pass (scripts/test): the listeners and TLS contexts are not compiled.
 pytestmark = pytest.mark.pure_only
@@ -158,3 +162,88 @@ def test_minimum_version_and_ciphers(tmp_path: Path) -> None:
 )
 def test_subject_format(subject: Any, dn: str) -> None:
     assert format_subject(subject) == dn
+
+
+def _link_settings(
+    tmp_path: Path, name: str, signer: trustme.CA, trusted: trustme.CA, **extra: Any
+) -> Settings:
+    """A node's cluster TLS settings: its certificate from ``signer``, trusting ``trusted``."""
+    certfile, keyfile, _ = _files(tmp_path, signer, name)
+    cafile = tmp_path / f"{name}.trusted"
+    trusted.cert_pem.write_to_path(str(cafile))
+    return Settings(
+        cluster_tls_certfile=str(certfile),
+        cluster_tls_keyfile=str(keyfile),
+        cluster_tls_cacertfile=str(cafile),
+        **extra,
+    )
+
+
+async def _link_handshake(listener: Settings, dialer: Settings) -> object:
+    """One link connection from ``dialer``'s node to ``listener``'s: the certificate the
+    listener saw (the dialer's), or the handshake's error."""
+    _Peer.seen = []
+    server_context, _ = link_contexts(listener)
+    _, client_context = link_contexts(dialer)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_Peer, "127.0.0.1", 0, ssl=server_context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context, server_hostname=""
+        )
+        writer.write(b"\0")
+        await reader.read()  # TLS 1.3: a refused client certificate is learnt here
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    return _Peer.seen[0]
+
+
+def _subject_cn(peercert: object) -> str:
+    assert isinstance(peercert, dict)
+    return next(v for rdn in peercert["subject"] for k, v in rdn if k == "commonName")
+
+
+def test_link_tls_is_mutual_and_each_side_verifies_the_other(tmp_path: Path) -> None:
+    ca, stranger = trustme.CA(), trustme.CA()
+    a = _link_settings(tmp_path, "a", ca, ca)
+    b = _link_settings(tmp_path, "b", ca, ca)
+    # Both signed by the cluster's CA: the listener sees the dialer's certificate (no
+    # name is checked: peers are dialled at addresses, the HMAC says which node it is).
+    assert _subject_cn(asyncio.run(_link_handshake(a, b))) == "b"
+    # A dialer whose certificate another CA signed is refused by the listener...
+    outsider = _link_settings(tmp_path, "outsider", stranger, ca)
+    with pytest.raises((ssl.SSLError, ConnectionError, IndexError)):
+        asyncio.run(_link_handshake(a, outsider))
+    assert _Peer.seen == []
+    # ... and it refuses to link to a listener its own CA did not sign, either way round.
+    with pytest.raises(ssl.SSLCertVerificationError):
+        asyncio.run(_link_handshake(_link_settings(tmp_path, "c", stranger, stranger), a))
+
+
+def test_link_tls_without_verification_encrypts_only(tmp_path: Path) -> None:
+    ca, stranger = trustme.CA(), trustme.CA()
+    a = _link_settings(tmp_path, "a", ca, ca, cluster_tls_verify_peer=False)
+    b = _link_settings(tmp_path, "b", stranger, stranger, cluster_tls_verify_peer=False)
+    asyncio.run(_link_handshake(a, b))
+    asyncio.run(_link_handshake(b, a))
+
+
+def test_link_tls_files_that_cannot_be_used_stop_the_node_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    ca = trustme.CA()
+    missing = dataclasses.replace(
+        _link_settings(tmp_path, "a", ca, ca), cluster_tls_cacertfile=str(tmp_path / "none.pem")
+    )
+    with pytest.raises(TlsError, match="cluster TLS settings cannot be used: cannot read"):
+        link_contexts(missing)
+    with pytest.raises(StartupError, match="cannot read"):
+        LinkTls(missing)
+    wrong_key = dataclasses.replace(
+        _link_settings(tmp_path, "b", ca, ca), cluster_tls_keyfile=str(_files(tmp_path, ca, "k")[1])
+    )
+    with pytest.raises(LinkTlsError, match="cluster TLS settings cannot be used"):
+        LinkTls(wrong_key)

@@ -24,6 +24,7 @@ import pika
 import pika.exceptions
 import pytest
 import requests
+import trustme
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -50,7 +51,7 @@ MESSAGES = 5
 _READY = re.compile(rf"({WORKERS}) workers ready")
 
 
-def start_workers(data_dir: Path) -> Broker:
+def start_workers(data_dir: Path, env: dict[str, str] | None = None) -> Broker:
     broker = start_broker(
         "--workers",
         str(WORKERS),
@@ -62,7 +63,7 @@ def start_workers(data_dir: Path) -> Broker:
         "0",
         "--prometheus-port",
         "0",
-        env={"LEVERET_CLUSTER_LEASE_TTL": "2"},
+        env={"LEVERET_CLUSTER_LEASE_TTL": "2", **(env or {})},
     )
     try:
         _wait_for(broker, _READY, timeout=90)
@@ -286,5 +287,40 @@ def test_stream_clients_reach_the_worker_metadata_names() -> None:
         port = int(state(data_dir)["ports"]["stream_port"])
         got = asyncio.run(_stream_round_trip(port, "events", 8))
         assert got == [b"m%d" % i for i in range(8)]
+    finally:
+        broker.stop(timeout=60)
+
+
+def test_every_worker_links_over_tls_with_the_cluster_tls_settings(tmp_path: Path) -> None:
+    """The cluster TLS settings reach every worker: each listens with TLS on its own
+    cluster port and dials the others with TLS (one certificate for the machine's nodes)."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", common_name="this-machine")
+    certfile, keyfile, cafile = (tmp_path / name for name in ("node.crt", "node.key", "ca.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    ca.cert_pem.write_to_path(str(cafile))
+    data_dir = new_data_dir()
+    broker = start_workers(
+        data_dir,
+        {
+            "LEVERET_CLUSTER_TLS_CERTFILE": str(certfile),
+            "LEVERET_CLUSTER_TLS_KEYFILE": str(keyfile),
+            "LEVERET_CLUSTER_TLS_CACERTFILE": str(cafile),
+        },
+    )
+    try:
+        names = [node["name"] for node in state(data_dir)["nodes"]]
+
+        def linked() -> bool:
+            text = broker.log_text()
+            return text.count("(TLS)") >= WORKERS and all(
+                f"inter-node link to node '{name}' is up" in text for name in names
+            )
+
+        eventually(linked, 30, "every worker linked over TLS")
+        assert len(re.findall(r"inter-node link listening on \S+ \(TLS\)", broker.log_text())) == (
+            WORKERS
+        )
     finally:
         broker.stop(timeout=60)

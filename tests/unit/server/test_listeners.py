@@ -203,7 +203,7 @@ async def _link_handshake(listener: Settings, dialer: Settings) -> object:
 
 def _subject_cn(peercert: object) -> str:
     assert isinstance(peercert, dict)
-    return next(v for rdn in peercert["subject"] for k, v in rdn if k == "commonName")
+    return str(next(v for rdn in peercert["subject"] for k, v in rdn if k == "commonName"))
 
 
 def test_link_tls_is_mutual_and_each_side_verifies_the_other(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ resolves the deferred ``basic.get``.
   is dialled again after 50 ms, doubling up to 1 s while it keeps failing. The handshake
   proves the cluster's secret both ways (etcd's cluster id: only nodes that can read the
   cluster's etcd know it) and names each side's incarnation (the node's start time in ns),
-  so a restarted node's old link is closed by the listener.
+  so a restarted node's old link is closed by the listener. With ``cluster_tls_*`` the
+  connection is mutual TLS (``cluster/link_tls.py``) and the handshake runs inside it.
 - **Credit.** A consumer's credit on the leader is what its owner here can take: its
   prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
   at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once

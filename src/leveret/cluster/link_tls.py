@@ -91,21 +91,20 @@ class DialNotes:
         hint = (
             "is this node's certificate refused there?"
             if tls
-            else "does that node have cluster TLS on (cluster_tls_certfile) and this one not?"
+            else "its log says why: has that node cluster TLS on (cluster_tls_certfile) "
+            "and this one not?"
         )
         self.note(node, f"closed by the peer before the handshake ({hint})")
 
 
 class LinkTls:
-    """The link's TLS contexts, the listener's handshakes and the dialer's options."""
+    """The link's TLS contexts and what the listener and the dialer pass asyncio."""
 
     def __init__(self, settings: Settings) -> None:
         try:
             self.server, self.client = link_contexts(settings)
         except TlsError as exc:
             raise LinkTlsError(str(exc)) from None
-        self.certfile = settings.cluster_tls_certfile
-        self.verify = settings.cluster_tls_verify_peer
 
     def dial_options(self) -> dict[str, Any]:
         """``create_connection``'s TLS arguments (no name sent or checked: see

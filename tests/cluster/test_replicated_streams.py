@@ -46,13 +46,13 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
 
 
-async def _publish_confirmed(port: int, stream: str, body: bytes) -> None:
+async def publish_confirmed(port: int, stream: str, body: bytes) -> None:
     """One stream-protocol publish, waiting for its publish_confirm."""
     async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
         await producer.send_wait(stream, AMQPMessage(body=body), timeout=10)
 
 
-async def _read_stream(port: int, stream: str, last: bytes) -> list[tuple[int, bytes]]:
+async def read_stream(port: int, stream: str, last: bytes) -> list[tuple[int, bytes]]:
     """(offset, body) of every message from the first until ``last``, by rstream's
     consumer (it subscribes on a replica when metadata lists one)."""
     got: list[tuple[int, bytes]] = []
@@ -83,7 +83,7 @@ async def _leader_and_replicas(port: int, stream: str) -> tuple[int, list[int]]:
         return int(leader.port), sorted(int(r.port) for r in replicas)
 
 
-def _consume_all(node: Node, stream: str, last: bytes) -> list[tuple[object, bytes]]:
+def consume_all(node: Node, stream: str, last: bytes) -> list[tuple[object, bytes]]:
     """(offset, body) of every message from the first until ``last`` is read."""
     conn = connect(node)
     got: list[tuple[object, bytes]] = []
@@ -167,7 +167,7 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     # Read through the node that does not lead it now: every confirmed message, in
     # publishing order, at offsets 0, 1, 2, ... (what was refused may be there too).
     survivor = c if info["leader"] == "b@test" else b
-    got = _consume_all(survivor, stream, confirmed[-1])
+    got = consume_all(survivor, stream, confirmed[-1])
     offsets = [offset for offset, _body in got]
     assert offsets == list(range(len(got)))
     bodies = [body for _offset, body in got]
@@ -181,8 +181,8 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     leader, replicas = asyncio.run(_leader_and_replicas(ports[survivor.name], stream))
     assert leader == ports[info["leader"]]
     assert replicas == [ports[survivor.name]]
-    asyncio.run(_publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
-    read = asyncio.run(_read_stream(ports[survivor.name], stream, b"by the stream protocol"))
+    asyncio.run(publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
+    read = asyncio.run(read_stream(ports[survivor.name], stream, b"by the stream protocol"))
     assert [(offset, body) for offset, body in read[: len(got)]] == got
     assert read[-1] == (len(read) - 1, b"by the stream protocol")
 
@@ -193,7 +193,7 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     three_nodes[1][0] = a2
     nodes.eventually(lambda: "a@test" in record(etcd_server, prefix, stream)["in_sync"], timeout=15)
     assert queue_info(a2, stream)["online"] == list(NAMES)
-    again = _consume_all(a2, stream, b"by the stream protocol")
+    again = consume_all(a2, stream, b"by the stream protocol")
     assert again[: len(got)] == got
 
 

@@ -25,17 +25,10 @@ import pika.exceptions
 import pytest
 import requests
 import trustme
-from rstream import (
-    AMQPMessage,
-    Consumer,
-    ConsumerOffsetSpecification,
-    MessageContext,
-    OffsetType,
-    Producer,
-    amqp_decoder,
-)
+from rstream import Producer
 
 from leveret.cli.supervisor import node_names
+from tests.cluster.test_replicated_streams import publish_confirmed, read_stream
 from tests.integration.conftest import Broker, start_broker
 from tests.integration.ctl_support import new_data_dir, ok
 from tests.integration.mgmt_support import _wait_for
@@ -249,32 +242,15 @@ def test_a_port_another_program_listens_on_is_refused_not_shared(tmp_path: Path)
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
 
 
-async def _stream_round_trip(port: int, stream: str, count: int) -> list[bytes]:
+async def _stream_round_trip(port: int, stream: str, count: int) -> list[tuple[int, bytes]]:
     """``count`` confirmed stream-protocol publishes, each on a new connection to the
     shared port (rstream asks ``metadata`` and connects where the stream's leader is),
     then everything read back by rstream's consumer (it subscribes on a replica)."""
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
+        await p.create_stream(stream, exists_ok=True)
     for i in range(count):
-        async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
-            if i == 0:
-                await p.create_stream(stream, exists_ok=True)
-            await p.send_wait(stream, AMQPMessage(body=b"m%d" % i), timeout=10)
-    got: list[bytes] = []
-    done = asyncio.Event()
-
-    async def on_message(message: AMQPMessage, context: MessageContext) -> None:
-        got.append(bytes(message.body))
-        if len(got) == count:
-            done.set()
-
-    async with Consumer("127.0.0.1", port=port, username="guest", password="guest") as c:
-        await c.subscribe(
-            stream,
-            on_message,
-            decoder=amqp_decoder,
-            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST),
-        )
-        await asyncio.wait_for(done.wait(), 20)
-    return got
+        await publish_confirmed(port, stream, b"m%d" % i)
+    return await read_stream(port, stream, b"m%d" % (count - 1))
 
 
 def test_stream_clients_reach_the_worker_metadata_names() -> None:
@@ -286,7 +262,7 @@ def test_stream_clients_reach_the_worker_metadata_names() -> None:
     try:
         port = int(state(data_dir)["ports"]["stream_port"])
         got = asyncio.run(_stream_round_trip(port, "events", 8))
-        assert got == [b"m%d" % i for i in range(8)]
+        assert got == [(i, b"m%d" % i) for i in range(8)]
     finally:
         broker.stop(timeout=60)
 

@@ -54,6 +54,8 @@ ops = st.one_of(
     st.builds(c.StoreOffset, text, text, text, u64),
     st.builds(c.QueryOffset, u32, text, text, text),
     st.builds(c.StoredOffset, u32, st.booleans(), u64),
+    st.builds(c.Stat, u32, text, text),
+    st.builds(c.Stats, u32, u64, u64, u32),
 )
 
 

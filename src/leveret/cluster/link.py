@@ -43,7 +43,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 from leveret.cluster.link_tls import DialNotes, LinkTls
 from leveret.config import peer_addresses
@@ -75,6 +75,8 @@ if TYPE_CHECKING:
 __all__ = ["WINDOW", "Links", "Peer"]
 
 log = logging.getLogger("leveret.cluster")
+
+T = TypeVar("T")
 
 # Deliveries a consumer nobody limits may have in flight from its leader.
 WINDOW: Final = 1000
@@ -392,6 +394,10 @@ class Peer:
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
                 pending[0].resolve((op.messages, op.consumers))
+        elif isinstance(op, c.Stats):
+            pending = self.requests.pop(op.rid, None)
+            if pending is not None:
+                pending[0].resolve((op.ready, op.unacked, op.consumers))
         elif isinstance(op, c.StoredOffset):
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
@@ -631,29 +637,29 @@ class Peer:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def _ask(
+        self, queue: RemoteQueue, done: Completion[T], op: Callable[[int], c.Op]
+    ) -> Completion[T]:
+        """Send the request ``op(request id)``; ``done`` is resolved by its answer (failed
+        with the queue's down error when the link is down, or when it drops)."""
+        if not self.up:
+            done.fail(queue.down())
+            return done
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        self.requests[rid] = (done, queue)
+        self._write(op(rid))
+        return done
+
     def get(
         self, queue: RemoteQueue, auto_settle: bool
     ) -> Completion[tuple[QueuedMessage | None, int]]:
-        done: Completion[tuple[QueuedMessage | None, int]] = Completion()
-        if not self.up:
-            done.fail(queue.down())
-            return done
-        rid = self.next_rid
-        self.next_rid = rid + 1
-        self.requests[rid] = (done, queue)
-        self._write(c.Get(rid, queue.vhost_name, queue.name, auto_settle))
-        return done
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.Get(rid, v, name, auto_settle))
 
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]:
-        done: Completion[tuple[int, int]] = Completion()
-        if not self.up:
-            done.fail(queue.down())
-            return done
-        rid = self.next_rid
-        self.next_rid = rid + 1
-        self.requests[rid] = (done, queue)
-        self._write(c.Inspect(rid, queue.vhost_name, queue.name, purge))
-        return done
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.Inspect(rid, v, name, purge))
 
     def store_offset(self, queue: RemoteQueue, reference: str, offset: int) -> None:
         """A stream-protocol client here stores a consumer offset: the leader's log keeps
@@ -664,15 +670,13 @@ class Peer:
     def query_offset(self, queue: RemoteQueue, reference: str) -> Completion[int | None]:
         """The offset the leader's log keeps for ``reference`` (None: none). It follows
         every store sent before it on this link: a client reads what it stored."""
-        done: Completion[int | None] = Completion()
-        if not self.up:
-            done.fail(queue.down())
-            return done
-        rid = self.next_rid
-        self.next_rid = rid + 1
-        self.requests[rid] = (done, queue)
-        self._write(c.QueryOffset(rid, queue.vhost_name, queue.name, reference))
-        return done
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.QueryOffset(rid, v, name, reference))
+
+    def stats(self, queue: RemoteQueue) -> Completion[tuple[int, int, int]]:
+        """The queue's counters at its leader: ready, unacknowledged, consumers."""
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.Stat(rid, v, name))
 
     def backlogged(self) -> bool:
         return self.paused or self.size > HIGH_WATER

@@ -383,22 +383,12 @@ class Leading:
                 else:
                     self.following.discard(node)
 
-    def tapped(
-        self,
-        start: int,
-        data: bytes,
-        entries: int,
-        records: int,
-        timestamp: int,
-        producer: str,
-        sequence: int,
-        ids: list[int] | None,
-    ) -> None:
+    def tapped(self, append: StreamAppend) -> None:
         """A replicated stream's log stored an append (``FileStreamLog.tap``): ship it to
         each follower that has everything before it (the others catch up, ``pump``)."""
         stream = self.stream
         assert stream is not None
-        append = StreamAppend(start, data, entries, records, timestamp, producer, sequence, ids)
+        start = append.start
         record = stream.tapped(append)
         end = self.offset = append.end
         op = c.Append(self.record.vhost, self.record.name, self.record.epoch, end, record)

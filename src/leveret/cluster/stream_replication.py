@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from leveret.model.queues.args import QueueConfig
 from leveret.model.queues.stream import StreamQueue
+from leveret.model.queues.stream_log import StreamAppend
 from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, split_entries
 from leveret.store.stream_log import FileStreamLog
 
@@ -91,23 +92,6 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 _NO_IDS: Final = 0xFFFFFFFF
-
-
-class StreamAppend(NamedTuple):
-    """One append of the leader's log: entries from offset ``start``."""
-
-    start: int
-    data: bytes
-    entries: int
-    records: int
-    timestamp: int
-    producer: str
-    sequence: int
-    ids: list[int] | None
-
-    @property
-    def end(self) -> int:
-        return self.start + self.records
 
 
 class StreamReset(NamedTuple):

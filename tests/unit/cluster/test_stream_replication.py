@@ -121,10 +121,7 @@ def test_a_cut_record_is_refused_not_misread(append_: StreamAppend, data: st.Dat
 
 
 def _tap(stream_log: FileStreamLog, into: list[StreamAppend]) -> None:
-    def tapped(start: int, data: bytes, *rest: Any) -> None:
-        into.append(StreamAppend(start, data, *rest))
-
-    stream_log.tap = tapped
+    stream_log.tap = into.append
 
 
 def _stream(h: Harness, name: str, store_id: int) -> StreamQueue:
@@ -209,11 +206,11 @@ def test_a_follower_caught_up_from_files_and_tail_holds_the_leaders_prefix(
         shipping = StreamShipping(leader.log)
         pending: list[tuple[int, bytes]] = []
 
-        def tapped(start: int, data: bytes, *rest: Any) -> None:
-            record = shipping.tapped(StreamAppend(start, data, *rest))
-            if shipping.cursor.get("b") == start:
-                pending.append((start, record))
-                shipping.cursor["b"] = start + rest[1]
+        def tapped(append: StreamAppend) -> None:
+            record = shipping.tapped(append)
+            if shipping.cursor.get("b") == append.start:
+                pending.append((append.start, record))
+                shipping.cursor["b"] = append.end
 
         leader.log.tap = tapped  # type: ignore[attr-defined]
         replica = _replica(h, tmp_path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from leveret.convert.formats import stored_message
 from leveret.model.broker import Broker
+from leveret.model.queues.features import FeatureMixin
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
@@ -185,6 +186,25 @@ def test_consumer_offsets_are_stored_and_queried_in_the_leaders_log() -> None:
     assert isinstance(refused, c.Failed)
     assert (refused.rid, refused.code) == (3, 404)
     assert not front.should_close_transport
+
+
+def test_a_queues_counters_are_a_look_not_a_use() -> None:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("q", owner=None, arguments={"x-expires": 1000})
+    assert isinstance(queue, FeatureMixin)
+    front, _ = link(broker)
+    handshake(front)
+    send(front, c.Publish(0, "/", "q", "", "q", 0, PROPS, b"one"))
+    used = queue.last_used
+    assert send(front, c.Stat(1, "/", "q")) == [c.Stats(1, 1, 0, 0)]
+    assert queue.last_used == used
+    [refused] = send(front, c.Stat(2, "/", "gone"))
+    assert isinstance(refused, c.Failed)
+    assert (refused.rid, refused.code) == (2, 404)
+    queue.timers.now += 5.0
+    send(front, c.Inspect(3, "/", "q", False))  # a passive declaration's: a use
+    assert queue.last_used == queue.timers.now != used
 
 
 def test_a_tls_client_hello_at_a_plain_link_port_is_refused_at_once() -> None:

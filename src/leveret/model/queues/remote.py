@@ -76,6 +76,8 @@ class Leader(Protocol):
 
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]: ...
 
+    def stats(self, queue: RemoteQueue) -> Completion[tuple[int, int, int]]: ...
+
     def store_offset(self, queue: RemoteQueue, reference: str, offset: int) -> None: ...
 
     def query_offset(self, queue: RemoteQueue, reference: str) -> Completion[int | None]: ...
@@ -235,6 +237,11 @@ class RemoteQueue(Queue):
     def inspect(self, *, purge: bool) -> Completion[tuple[int, int]]:
         self.reachable()
         return self.leader.inspect(self, purge)
+
+    def stats(self) -> Completion[tuple[int, int, int]]:
+        """The counters at the leader (ready, unacknowledged, consumers): a look, not a
+        use (``inspect`` is a declaration's)."""
+        return self.leader.stats(self)
 
     def store_offset(self, reference: str, offset: int) -> None:
         """A stream's consumer offset, kept by the leader's log (the stream protocol's

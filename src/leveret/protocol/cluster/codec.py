@@ -333,6 +333,27 @@ class StoredOffset:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """Ask for the queue's counters (``leveret ctl list_queues`` on another node): not a
+    use of the queue, unlike :class:`Inspect`. Answered with :class:`Stats` (or
+    :class:`Failed`)."""
+
+    rid: int
+    vhost: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """The answer to :class:`Stat`: ready and unacknowledged messages, consumers."""
+
+    rid: int
+    ready: int
+    unacked: int
+    consumers: int
+
+
 Op = (
     Hello
     | Proof
@@ -359,6 +380,8 @@ Op = (
     | StoreOffset
     | QueryOffset
     | StoredOffset
+    | Stat
+    | Stats
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -567,6 +590,13 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 24, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue) + _s(op.reference)
     if isinstance(op, StoredOffset):
         return 25, _U32.pack(op.rid) + _U8.pack(op.found) + _U64.pack(op.offset)
+    if isinstance(op, Stat):
+        return 26, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue)
+    if isinstance(op, Stats):
+        return 27, b"".join(
+            (_U32.pack(op.rid), _U64.pack(op.ready), _U64.pack(op.unacked),
+             _U32.pack(op.consumers))
+        )  # fmt: skip
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -741,6 +771,10 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = QueryOffset(c.u32(), c.s(), c.s(), c.s())
     elif code == 25:
         op = StoredOffset(c.u32(), c.flag(), c.u64())
+    elif code == 26:
+        op = Stat(c.u32(), c.s(), c.s())
+    elif code == 27:
+        op = Stats(c.u32(), c.u64(), c.u64(), c.u32())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

@@ -326,6 +326,14 @@ class LinkFrontEnd:
                 stream.log.store_offset(op.reference, op.offset)
         elif isinstance(op, c.QueryOffset):
             self._query_offset(op)
+        elif isinstance(op, c.Stat):
+            queue = self._queue(op.vhost, op.queue)
+            if queue is None:
+                self._write(c.Failed(op.rid, 404, f"no queue '{op.queue}' in vhost '{op.vhost}'"))
+            else:
+                self._write(
+                    c.Stats(op.rid, queue.message_count, queue.unacked_count, queue.consumer_count)
+                )
         elif isinstance(op, c.Append):
             if self.identity.replicas is not None:
                 self.identity.replicas.append(self, op)

@@ -7,10 +7,11 @@ down node's, and every node keeps running. Certificates are made at test time (t
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import ssl
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pika
 import pika.exceptions
@@ -19,6 +20,7 @@ import trustme
 
 from tests.cluster import nodes
 from tests.cluster.test_cluster_link import connect, consume, declare_on, publish_confirmed
+from tests.integration.ctl_support import ok
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -53,12 +55,16 @@ def ca() -> trustme.CA:
 
 
 @pytest.fixture(scope="module")
-def tls_nodes(
-    etcd_server: EtcdServer, ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[Node]]:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where a and b keep their certificates (``NAME.crt``, ``NAME.key``, ``NAME.ca``)."""
+    return tmp_path_factory.mktemp("pki")
+
+
+@pytest.fixture(scope="module")
+def tls_nodes(etcd_server: EtcdServer, ca: trustme.CA, pki: Path) -> Iterator[list[Node]]:
     """Nodes a and b with link TLS, their certificates signed by ``ca``."""
     prefix = f"/leveret-test/linktls-{uuid.uuid4().hex[:8]}/"
-    directory = tmp_path_factory.mktemp("pki")
+    directory = pki
     started: list[Node] = []
     try:
         for name in ("a@test", "b@test"):
@@ -94,9 +100,24 @@ def _alive(*running: Node) -> None:
         assert node.broker.process.poll() is None
 
 
-def test_two_nodes_link_over_mutual_tls(
-    tls_nodes: list[Node], ca: trustme.CA, tmp_path: Path
-) -> None:
+def _shown(port: int, ca: trustme.CA) -> str:
+    """The common name of the certificate the link port at ``port`` presents to a client
+    with a certificate ``ca`` signed."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    ca.configure_trust(client)
+    ca.issue_cert("client").configure_cert(client)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        client.wrap_socket(raw) as tls,
+    ):
+        peercert = tls.getpeercert()
+        assert peercert is not None
+        subject = cast("tuple[tuple[tuple[str, str], ...], ...]", peercert["subject"])
+        return next(value for rdn in subject for key, value in rdn if key == "commonName")
+
+
+def test_two_nodes_link_over_mutual_tls(tls_nodes: list[Node], ca: trustme.CA, pki: Path) -> None:
     a, b = tls_nodes
     declare_on(b, "q.tls", a)
     bodies = [b"m%d" % i for i in range(200)]
@@ -107,6 +128,7 @@ def test_two_nodes_link_over_mutual_tls(
     match = _TLS_PORT.search(b.broker.log_text())
     assert match is not None
     port = int(match.group(1))
+    assert _shown(port, ca) == "b@test"
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname = False
     ca.configure_trust(client)
@@ -115,9 +137,6 @@ def test_two_nodes_link_over_mutual_tls(
         socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
         client.wrap_socket(raw) as accepted,
     ):
-        peercert = accepted.getpeercert()
-        assert peercert is not None
-        assert (("commonName", "b@test"),) in peercert["subject"]
         # Accepted: the link waits for the rest of a frame.
         accepted.settimeout(0.5)
         accepted.sendall(b"\0")
@@ -139,6 +158,18 @@ def test_two_nodes_link_over_mutual_tls(
         except (ssl.SSLError, ConnectionResetError):
             data = b""
         assert data == b""
+    # Renewed certificates are read again on SIGHUP and by ctl reload_tls, as the amqps
+    # listener's; the link goes on.
+    renewed = ca.issue_cert("127.0.0.1", common_name="b-renewed")
+    renewed.cert_chain_pems[0].write_to_path(str(pki / "b@test.crt"))
+    renewed.private_key_pem.write_to_path(str(pki / "b@test.key"))
+    assert b.broker.process is not None
+    b.broker.process.send_signal(signal.SIGHUP)
+    nodes.eventually(lambda: _in_log(b, "cluster link TLS certificates reloaded"))
+    assert _shown(port, ca) == "b-renewed"
+    assert "cluster_reloads: 2" in ok(b.data_dir, "reload_tls")
+    publish_confirmed(a, "q.tls", [b"after"])
+    assert consume(a, "q.tls", 1) == [b"after"]
 
 
 def test_a_node_whose_certificate_the_ca_did_not_sign_is_not_linked(

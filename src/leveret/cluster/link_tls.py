@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
 from typing import TYPE_CHECKING, Any, Final
 
-from leveret.server.listeners import TlsError, link_contexts
+from leveret.server.listeners import TlsError, TlsState, link_contexts
 from leveret.server.server import StartupError
 
 if TYPE_CHECKING:
@@ -98,13 +99,36 @@ class DialNotes:
 
 
 class LinkTls:
-    """The link's TLS contexts and what the listener and the dialer pass asyncio."""
+    """The link's TLS contexts and what the listener and the dialer pass asyncio.
+
+    Reload (SIGHUP, ``leveret ctl reload_tls``) as the amqps listener's: the listening
+    context only chooses, by its SNI callback (run on every ClientHello), the server
+    context loaded last; a dial takes the client context loaded last. A reload builds both
+    first and keeps the old ones if anything is wrong (:class:`TlsError`); links already up
+    keep their sessions."""
 
     def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         try:
             self.server, self.client = link_contexts(settings)
+            self.listening, _ = link_contexts(settings)
         except TlsError as exc:
             raise LinkTlsError(str(exc)) from None
+        self.listening.sni_callback = self._choose
+        self.state = TlsState(settings.cluster_tls_certfile, time.time())
+
+    def _choose(
+        self, sslobj: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext
+    ) -> None:
+        if sslobj.context is not self.server:
+            sslobj.context = self.server
+
+    def reload(self) -> TlsState:
+        """Read the certificate, key and CA files again (same paths)."""
+        self.server, self.client = link_contexts(self.settings)
+        self.state = TlsState(self.state.certfile, time.time(), self.state.reloads + 1)
+        log.info("cluster link TLS certificates reloaded from %s", self.state.certfile)
+        return self.state
 
     def dial_options(self) -> dict[str, Any]:
         """``create_connection``'s TLS arguments (no name sent or checked: see
@@ -124,4 +148,4 @@ class LinkTls:
 
     def listen_options(self) -> dict[str, Any]:
         """``create_server``'s TLS arguments for the link's listener."""
-        return {"ssl": self.server, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
+        return {"ssl": self.listening, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}

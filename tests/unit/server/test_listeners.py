@@ -247,3 +247,46 @@ def test_link_tls_files_that_cannot_be_used_stop_the_node_with_a_clear_error(
     )
     with pytest.raises(LinkTlsError, match="cluster TLS settings cannot be used"):
         LinkTls(wrong_key)
+
+
+async def _served(listener: LinkTls, dialer: Settings) -> dict[str, Any]:
+    """The certificate a dialer with ``dialer``'s settings is shown by ``listener``."""
+    _, client_context = link_contexts(dialer)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_Peer, "127.0.0.1", 0, **listener.listen_options())
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context, server_hostname=""
+        )
+        seen: dict[str, Any] = writer.get_extra_info("peercert")
+        await reader.read()
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    return seen
+
+
+def test_link_tls_reload_serves_the_new_certificate_and_keeps_the_old_if_bad(
+    tmp_path: Path,
+) -> None:
+    ca = trustme.CA()
+    a = _link_settings(tmp_path, "a", ca, ca)
+    b = _link_settings(tmp_path, "b", ca, ca)
+    tls = LinkTls(a)
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a"
+    # Renewed in place (same paths): served once reloaded, by the same listening context.
+    renewed = ca.issue_cert("127.0.0.1", common_name="a-renewed")
+    renewed.private_key_pem.write_to_path(a.cluster_tls_keyfile)
+    renewed.cert_chain_pems[0].write_to_path(a.cluster_tls_certfile)
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a"
+    dialing = tls.client
+    assert tls.reload().reloads == 1
+    assert tls.client is not dialing  # the next dial presents the new certificate too
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a-renewed"
+    Path(a.cluster_tls_keyfile).write_text("not a key")
+    with pytest.raises(TlsError, match="cluster TLS settings cannot be used"):
+        tls.reload()
+    assert tls.state.reloads == 1
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a-renewed"

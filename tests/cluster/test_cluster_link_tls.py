@@ -1,7 +1,7 @@
 """TLS on the inter-node link (``cluster_tls_*``) through real nodes: two nodes whose
 certificates one CA signed link over mutual TLS (pika publishes on one to a queue the other
 leads and consumes it back); a node whose certificate that CA did not sign, and a node
-without link TLS, are refused both ways, logged by each dialer, their queues answering as a
+without link TLS, are refused both ways, logged on both sides, their queues answering as a
 down node's, and every node keeps running. Certificates are made at test time (trustme)."""
 
 from __future__ import annotations
@@ -184,10 +184,11 @@ def test_a_node_whose_certificate_the_ca_did_not_sign_is_not_linked(
         conn.channel().queue_declare("q.stranger", durable=True)
         conn.close()
         nodes.eventually(lambda: _refused_as_down(a, "q.stranger", "c@test"))
-        # Refused both ways, and said so by both dialers.
+        # Refused both ways, and said so on both sides.
         nodes.eventually(
             lambda: (
                 _in_log(a, "link to node 'c@test' failed: TLS handshake", "not signed by")
+                and _in_log(a, "link from 127.0.0.1:", "refused: TLS handshake", "not signed")
                 and _in_log(c, "inter-node link to node 'a@test' failed")
             )
         )
@@ -215,6 +216,7 @@ def test_a_node_without_link_tls_is_not_linked(
         nodes.eventually(
             lambda: (
                 _in_log(a, "inter-node link to node 'd@test' failed", "TLS handshake")
+                and _in_log(a, "refused: TLS handshake", "does not speak TLS")
                 and _in_log(d, "refused: it speaks TLS")
                 and _in_log(d, "inter-node link to node 'a@test' failed", "cluster TLS on")
             )

@@ -45,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
-from leveret.cluster.link_tls import DialNotes, LinkTls
+from leveret.cluster.link_tls import DialNotes, LinkTls, TlsListener
 from leveret.config import peer_addresses
 from leveret.convert.formats import stored_message
 from leveret.errors import BY_CODE, AMQPError, InternalError, NotFound
@@ -781,7 +781,7 @@ class Links:
         self.peers: dict[str, Peer] = {}
         self.closing = False
         self.identity: LinkIdentity | None = None
-        self.listener: asyncio.Server | None = None
+        self.listener: asyncio.Server | TlsListener | None = None
         self.connections: set[ConnectionProtocol] = set()
         self.port = 0
         # Replicated queues (``cluster/replication.py``), set by the node.
@@ -861,13 +861,12 @@ class Links:
                 front_end=front_end,
             )
 
-        self.listener = await loop.create_server(
-            connection,
-            host=settings.host,
-            port=settings.cluster_port,
-            reuse_address=True,
-            **(self.tls.listen_options() if self.tls is not None else {}),
-        )
+        if self.tls is not None:
+            self.listener = await self.tls.listen(connection, settings.host, settings.cluster_port)
+        else:
+            self.listener = await loop.create_server(
+                connection, host=settings.host, port=settings.cluster_port, reuse_address=True
+            )
         sockets = self.listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else settings.cluster_port
         log.info(

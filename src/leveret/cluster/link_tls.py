@@ -5,19 +5,21 @@ With ``cluster_tls_certfile`` set, the link's listener accepts only TLS and the 
 The contexts are ``server/listeners.py``'s (``link_contexts``): mutual, each side presenting
 the node's certificate and requiring the other's, signed by ``cluster_tls_cacertfile``.
 
-A refused peer is logged by the dialing side of each pair (both nodes dial each other):
-asyncio and uvloop end a failed server-side handshake without a word (only in debug mode),
-so the listener says nothing of a peer whose certificate its CA did not sign; that peer's
-own log says its certificate was refused, and this node's says the peer's was when it
-dials it. A plain peer's Hello at a TLS port is such a failed handshake; a TLS
-ClientHello at a plain port is refused by the plain listener's front end, which says so.
-A dialer logs each trouble once, until it changes or the link comes up (a peer that keeps
-failing redials every second).
+A refused peer is logged on both sides. The listener (:class:`TlsListener`) accepts and
+does each handshake itself (``loop.connect_accepted_socket``) rather than giving
+``create_server`` the context, because asyncio and uvloop end a failed server-side
+handshake without a word (only in debug mode): here a peer whose certificate the CA did
+not sign, or a plain peer's Hello, is logged with OpenSSL's reason, at most once a minute
+per address and reason. A TLS ClientHello at a plain port is refused by the plain
+listener's front end, which says so. A dialer logs each trouble once, until it changes or
+the link comes up (a peer that keeps failing redials every second).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 import ssl
 import time
 from typing import TYPE_CHECKING, Any, Final
@@ -26,12 +28,18 @@ from leveret.server.listeners import TlsError, TlsState, link_contexts
 from leveret.server.server import StartupError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.config import Settings
 
 log = logging.getLogger("leveret.cluster")
 
 # Seconds a link connection has to finish its TLS handshake (either side).
 TLS_HANDSHAKE_TIMEOUT: Final = 5.0
+# Seconds the listener stays quiet about an address that keeps failing the same way.
+REFUSAL_QUIET: Final = 60.0
+# Connections waiting to be accepted (asyncio's create_server default).
+BACKLOG: Final = 100
 
 # OpenSSL's reasons, and what they mean on the link.
 _NOT_TLS: Final = frozenset(
@@ -54,7 +62,7 @@ def _reason(exc: BaseException) -> str:
     return ""
 
 
-def _hint(exc: BaseException) -> str:
+def _hint(exc: BaseException, *, listener: bool = False) -> str:
     reason = _reason(exc)
     if reason in _NOT_TLS:
         return "the peer does not speak TLS: is cluster TLS off on its node?"
@@ -62,7 +70,7 @@ def _hint(exc: BaseException) -> str:
         return "its certificate is not signed by this node's cluster_tls_cacertfile CA"
     if reason.startswith(("TLSV1_ALERT_", "SSLV3_ALERT_")):
         return "the peer refused this node's certificate (not signed by its CA?)"
-    if isinstance(exc, ssl.SSLEOFError | ConnectionResetError):
+    if not listener and isinstance(exc, ssl.SSLEOFError | ConnectionResetError):
         return "closed during the TLS handshake: is cluster TLS off on that node?"
     return ""
 
@@ -116,6 +124,7 @@ class LinkTls:
             raise LinkTlsError(str(exc)) from None
         self.listening.sni_callback = self._choose
         self.state = TlsState(settings.cluster_tls_certfile, time.time())
+        self._refusals: dict[tuple[str, str], float] = {}
 
     def _choose(
         self, sslobj: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext
@@ -146,6 +155,101 @@ class LinkTls:
             return ""
         return "TLS handshake: " + _describe(exc, _hint(exc))
 
-    def listen_options(self) -> dict[str, Any]:
-        """``create_server``'s TLS arguments for the link's listener."""
-        return {"ssl": self.listening, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
+    async def listen(
+        self, factory: Callable[[], asyncio.Protocol], host: str, port: int
+    ) -> TlsListener:
+        """The link's listener on ``host:port`` (a socket per address, as
+        ``create_server``'s), each accepted connection ``factory``'s once its handshake
+        is done."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        sockets: list[socket.socket] = []
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind(address)
+                except OSError as exc:
+                    raise OSError(
+                        exc.errno,
+                        f"error while attempting to bind on address {address!r}: {exc.strerror}",
+                    ) from None
+                sock.listen(BACKLOG)
+                sock.setblocking(False)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        return TlsListener(self, factory, sockets)
+
+    def refused(self, peer: object, exc: BaseException) -> None:
+        """A handshake the listener refused: logged, once a minute per address and why."""
+        host = peer[0] if isinstance(peer, tuple) and peer else peer
+        key = (str(host), _reason(exc) or type(exc).__name__)
+        now = time.monotonic()
+        if now - self._refusals.get(key, -REFUSAL_QUIET) < REFUSAL_QUIET:
+            return
+        self._refusals[key] = now
+        shown = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) > 1 else peer
+        log.warning(
+            "inter-node link from %s refused: TLS handshake: %s",
+            shown,
+            _describe(exc, _hint(exc, listener=True)),
+        )
+
+
+class TlsListener:
+    """The link's listening sockets with TLS: accepts, and logs the handshakes it refuses
+    (the module docstring). What ``cluster/link.py`` uses of an ``asyncio.Server``."""
+
+    def __init__(
+        self, tls: LinkTls, factory: Callable[[], asyncio.Protocol], sockets: list[socket.socket]
+    ) -> None:
+        self.tls = tls
+        self.factory = factory
+        self.sockets = sockets
+        self._tasks: set[asyncio.Task[None]] = set()
+        for sock in sockets:
+            self._spawn(self._accept(sock))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, peer = await loop.sock_accept(sock)
+            except OSError as exc:  # out of file descriptors, ...: as asyncio, a pause
+                log.warning("inter-node link listener: accept failed: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            self._spawn(self._handshake(conn, peer))
+
+    async def _handshake(self, conn: socket.socket, peer: object) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.connect_accepted_socket(
+                self.factory,
+                conn,
+                ssl=self.tls.listening,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
+            )
+        except OSError as exc:  # ssl.SSLError, a reset, the handshake's timeout
+            self.tls.refused(peer, exc)
+            conn.close()
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for sock in self.sockets:
+            sock.close()

@@ -4,7 +4,9 @@ gives for EXTERNAL: real handshakes on 127.0.0.1 port 0 with a CA made by trustm
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import ssl
 from importlib.metadata import version
 from pathlib import Path
@@ -15,6 +17,7 @@ import trustme
 
 from leveret.cluster.link_tls import LinkTls, LinkTlsError
 from leveret.config import Settings
+from leveret.protocol.cluster import codec as c
 from leveret.server.listeners import (
     TlsContexts,
     TlsError,
@@ -252,8 +255,7 @@ def test_link_tls_files_that_cannot_be_used_stop_the_node_with_a_clear_error(
 async def _served(listener: LinkTls, dialer: Settings) -> dict[str, Any]:
     """The certificate a dialer with ``dialer``'s settings is shown by ``listener``."""
     _, client_context = link_contexts(dialer)
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(_Peer, "127.0.0.1", 0, **listener.listen_options())
+    server = await listener.listen(_Peer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         reader, writer = await asyncio.open_connection(
@@ -264,7 +266,6 @@ async def _served(listener: LinkTls, dialer: Settings) -> dict[str, Any]:
         writer.close()
     finally:
         server.close()
-        await server.wait_closed()
     return seen
 
 
@@ -290,3 +291,48 @@ def test_link_tls_reload_serves_the_new_certificate_and_keeps_the_old_if_bad(
         tls.reload()
     assert tls.state.reloads == 1
     assert _subject_cn(asyncio.run(_served(tls, b))) == "a-renewed"
+
+
+def test_the_link_listener_logs_the_handshakes_it_refuses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca, stranger = trustme.CA(), trustme.CA()
+    listener = LinkTls(_link_settings(tmp_path, "a", ca, ca))
+    _, outsider = link_contexts(_link_settings(tmp_path, "outsider", stranger, ca))
+    hello = c.encode(c.Hello("plain", 1, b"n" * 16, c.cluster_tag("secret")))
+
+    def said(part: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if part in r.getMessage()]
+
+    async def attempts() -> None:
+        _Peer.seen = []
+        server = await listener.listen(_Peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            for _ in range(2):  # a peer redialling: the same refusal is logged once
+                with contextlib.suppress(ssl.SSLError, ConnectionError):
+                    reader, writer = await asyncio.open_connection(
+                        "127.0.0.1", port, ssl=outsider, server_hostname=""
+                    )
+                    writer.write(b"\0")
+                    await reader.read()
+                    writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(hello)  # a node without link TLS
+            await reader.read()
+            writer.close()
+            for _ in range(100):
+                if said("does not speak TLS"):
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            server.close()
+
+    with caplog.at_level(logging.WARNING, logger="leveret.cluster"):
+        asyncio.run(attempts())
+    untrusted = said("not signed by this node's cluster_tls_cacertfile CA")
+    assert len(untrusted) == 1
+    assert untrusted[0].startswith("inter-node link from 127.0.0.1:")
+    assert "refused: TLS handshake: [SSL: CERTIFICATE_VERIFY_FAILED]" in untrusted[0]
+    assert len(said("does not speak TLS")) == 1
+    assert _Peer.seen == []  # no connection reached the link's front end

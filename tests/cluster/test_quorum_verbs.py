@@ -6,6 +6,7 @@ queue to an in-sync member with every confirmed message), ``quorum_status``, ``g
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import signal
@@ -13,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from rstream import AMQPMessage, Producer
 
 from leveret.cluster.keys import encode
 from tests.cluster import nodes
@@ -25,9 +27,11 @@ from tests.cluster.test_replicated_queues import (  # noqa: F401 (the fixture)
 )
 from tests.cluster.test_replicated_streams import consume_all
 from tests.integration.ctl_support import ctl, new_data_dir, ok, start
+from tests.integration.test_stream_protocol import stream_port_of
 
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
     from pathlib import Path
 
     from leveret.testing.etcd import EtcdServer
@@ -234,6 +238,28 @@ def stream_copies(node: Node, stream: str, vhost: str = "/") -> list[Path]:
     return sorted((node.data_dir / "replicas" / "streams").glob(f"{digest}.*"))
 
 
+async def _publish_across_a_handover(port: int, hand_over: Callable[[], None]) -> list[bytes]:
+    """Confirmed stream-protocol publishes before and after ``hand_over`` (the stream's
+    leader changes), through one rstream producer connected to the old leader's node."""
+    confirmed: list[bytes] = []
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
+        for i in range(5):
+            await p.send_wait("st", AMQPMessage(body=b"before-%d" % i), timeout=10)
+            confirmed.append(b"before-%d" % i)
+        await asyncio.get_running_loop().run_in_executor(None, hand_over)
+        deadline = time.monotonic() + 20
+        attempt = 0
+        while len(confirmed) < 10 and time.monotonic() < deadline:
+            attempt += 1
+            body = b"after-%d" % attempt
+            try:
+                await p.send_wait("st", AMQPMessage(body=body), timeout=3)
+                confirmed.append(body)
+            except Exception:
+                await asyncio.sleep(0.2)
+    return confirmed
+
+
 def test_stream_replicas_are_added_and_removed_with_rabbitmq_streams_verbs(
     three_nodes: tuple[str, list[Node]],  # noqa: F811
 ) -> None:
@@ -272,12 +298,22 @@ def test_stream_replicas_are_added_and_removed_with_rabbitmq_streams_verbs(
     assert stream_status(other, "st")[other.name]["log_offset"] == len(bodies)
     assert stream_copies(other, "st")
 
-    # delete_replica of the writer: an in-sync replica takes the stream over with every
-    # confirmed message at its offset; a's own log is no longer the stream.
-    ok(other.data_dir, "delete_replica", "st", "a@test")
-    nodes.eventually(lambda: queue_info(c, "st").get("leader") in (b.name, c.name), 10)
+    # delete_replica of the writer, while an rstream producer publishes on its node: an
+    # in-sync replica takes the stream over with every confirmed message at its offset;
+    # the producer is told (metadata_update, as RabbitMQ tells it) and publishes on at the
+    # new writer; a's own log is no longer the stream.
+    def hand_over() -> None:
+        ok(other.data_dir, "delete_replica", "st", "a@test")
+        nodes.eventually(lambda: queue_info(c, "st").get("leader") in (b.name, c.name), 10)
+
+    confirmed = asyncio.run(_publish_across_a_handover(stream_port_of(a.broker), hand_over))
+    assert len(confirmed) == 10, logs(a, b, c)
     assert sorted(members(a, "st")) == sorted((b.name, c.name))
-    assert consume_all(a, "st", bodies[-1]) == list(enumerate(bodies)), logs(a, b, c)
+    got = consume_all(a, "st", confirmed[-1])
+    assert got[: len(bodies) + 5] == list(enumerate(bodies + confirmed[:5])), logs(a, b, c)
+    kept = iter(body for _offset, body in got)
+    assert all(any(body == seen for seen in kept) for body in confirmed[5:]), got
+    bodies = [body for _offset, body in got]
 
     # delete_replica of a replica: its copy goes from its disk; the last member stays.
     replica = b if queue_info(c, "st")["leader"] == c.name else c

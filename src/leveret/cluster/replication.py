@@ -667,7 +667,7 @@ class Replication:
                     # the queue, what waited is committed there.
                     self._unreplicate(leading)
                 else:
-                    leading.fail()
+                    self._deposed(leading)
             replica = self.replicas.pop(ident, None)
             if isinstance(replica, StreamReplica):
                 self._reader_gone(replica)
@@ -681,11 +681,7 @@ class Replication:
         deposed: Path | None = None
         if leading is not None:
             log.warning("queue '%s' in '%s': no longer led here", record.name, record.vhost)
-            leading.fail()
-            stream_log = leading.stream.log if leading.stream is not None else None
-            if isinstance(stream_log, FileStreamLog):
-                deposed, stream_log.tap = stream_log.path, None
-                stream_log.tracked = None
+            deposed = self._deposed(leading)
         replica = self.replicas.get(ident)
         if replica is None:
             if _is_stream(record):
@@ -696,6 +692,20 @@ class Replication:
                 replica = self.replicas[ident] = Replica(self._path(ident))
                 replica.load()
         replica.epoch = max(replica.epoch, record.epoch)
+
+    def _deposed(self, leading: Leading) -> Path | None:
+        """No longer the leader (another member elected, or this node removed): what
+        waits for a commit is refused; a stream's log is no longer shipped, and its
+        stream-protocol publishers here are told it moved (metadata_update, as RabbitMQ
+        tells them), so their clients find the new leader. The log's path (a stream's)."""
+        leading.fail()
+        path = None
+        stream_log = leading.stream.log if leading.stream is not None else None
+        if isinstance(stream_log, FileStreamLog):
+            path, stream_log.tap, stream_log.tracked = stream_log.path, None, None
+        if isinstance(leading.queue, StreamQueue):
+            streams_gone(self.links.server.stream_server, [leading.queue])
+        return path
 
     def _unreplicate(self, leading: Leading) -> None:
         queue = leading.queue

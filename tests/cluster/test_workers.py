@@ -24,6 +24,7 @@ import pika
 import pika.exceptions
 import pytest
 import requests
+import trustme
 from rstream import Producer
 
 from leveret.cli.supervisor import node_names
@@ -43,7 +44,7 @@ MESSAGES = 5
 _READY = re.compile(rf"({WORKERS}) workers ready")
 
 
-def start_workers(data_dir: Path) -> Broker:
+def start_workers(data_dir: Path, env: dict[str, str] | None = None) -> Broker:
     broker = start_broker(
         "--workers",
         str(WORKERS),
@@ -55,7 +56,7 @@ def start_workers(data_dir: Path) -> Broker:
         "0",
         "--prometheus-port",
         "0",
-        env={"LEVERET_CLUSTER_LEASE_TTL": "2"},
+        env={"LEVERET_CLUSTER_LEASE_TTL": "2", **(env or {})},
     )
     try:
         _wait_for(broker, _READY, timeout=90)
@@ -252,13 +253,42 @@ async def _stream_round_trip(port: int, stream: str, count: int) -> list[tuple[i
     return await read_stream(port, stream, b"m%d" % (count - 1))
 
 
-def test_stream_clients_reach_the_worker_metadata_names() -> None:
-    """Each worker listens for the stream protocol on a port of its own besides the shared
-    one, and ``metadata`` names it: a stream client that reached any worker is sent to
-    the one leading (or holding a replica of) its stream, never to a random one."""
+def test_every_worker_links_over_tls_and_stream_clients_reach_the_worker_named(
+    tmp_path: Path,
+) -> None:
+    """The cluster TLS settings reach every worker: each listens with TLS on its own
+    cluster port and dials the others with TLS (one certificate for the machine's nodes).
+    Each worker listens for the stream protocol on a port of its own besides the shared
+    one, and ``metadata`` names it: a stream client that reached any worker is sent to the
+    one leading (or holding a replica of) its stream, never to a random one."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", common_name="this-machine")
+    certfile, keyfile, cafile = (tmp_path / name for name in ("node.crt", "node.key", "ca.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    ca.cert_pem.write_to_path(str(cafile))
     data_dir = new_data_dir()
-    broker = start_workers(data_dir)
+    broker = start_workers(
+        data_dir,
+        {
+            "LEVERET_CLUSTER_TLS_CERTFILE": str(certfile),
+            "LEVERET_CLUSTER_TLS_KEYFILE": str(keyfile),
+            "LEVERET_CLUSTER_TLS_CACERTFILE": str(cafile),
+        },
+    )
     try:
+        names = [node["name"] for node in state(data_dir)["nodes"]]
+
+        def linked() -> bool:
+            text = broker.log_text()
+            return text.count("(TLS)") >= WORKERS and all(
+                f"inter-node link to node '{name}' is up" in text for name in names
+            )
+
+        eventually(linked, 30, "every worker linked over TLS")
+        assert len(re.findall(r"inter-node link listening on \S+ \(TLS\)", broker.log_text())) == (
+            WORKERS
+        )
         port = int(state(data_dir)["ports"]["stream_port"])
         got = asyncio.run(_stream_round_trip(port, "events", 8))
         assert got == [(i, b"m%d" % i) for i in range(8)]

@@ -48,7 +48,7 @@ from leveret.server.ctl.quorum import quorum_verbs
 from leveret.server.ctl.streams import super_stream_verbs
 from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
-from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.listeners import TlsContexts, TlsError, TlsState
 from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
 from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
@@ -107,6 +107,12 @@ class Plugin(Protocol):
     async def close(self) -> None: ...
 
 
+class Reloadable(Protocol):
+    """TLS files read again on SIGHUP and ``leveret ctl reload_tls``."""
+
+    def reload(self) -> TlsState: ...
+
+
 class ClusterPart(Protocol):
     """What the server needs of its part in a cluster (``cluster/node.py``'s
     ``ClusterNode``): join once recovered, register once listening, leave."""
@@ -146,6 +152,9 @@ class Server:
         self.users.anonymous_user = settings.anonymous_login_user
         self.data_path = Path(settings.data_dir or default_data_dir())
         self.tls: TlsContexts | None = None
+        # The inter-node link's TLS (``cluster/link_tls.py``), set by the cluster part when
+        # cluster_tls_certfile is: reloaded with the amqps certificates.
+        self.link_tls: Reloadable | None = None
         self.listening: list[str] = []
         self.started_at = time.time()
         self.control: ControlChannel | None = None
@@ -527,13 +536,16 @@ class Server:
         await self.stop()
 
     def _on_hup(self) -> None:
-        if self.tls is None:
+        if self.tls is None and self.link_tls is None:
             log.info("received SIGHUP: no TLS listener, nothing to reload")
             return
-        try:
-            self.tls.reload()
-        except TlsError as exc:
-            log.error("received SIGHUP: %s; the certificates in use are kept", exc)
+        for tls in (self.tls, self.link_tls):
+            if tls is None:
+                continue
+            try:
+                tls.reload()
+            except TlsError as exc:
+                log.error("received SIGHUP: %s; the certificates in use are kept", exc)
 
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)

@@ -205,3 +205,13 @@ def test_a_queues_counters_are_a_look_not_a_use() -> None:
     queue.timers.now += 5.0
     send(front, c.Inspect(3, "/", "q", False))  # a passive declaration's: a use
     assert queue.last_used == queue.timers.now != used
+
+
+def test_a_tls_client_hello_at_a_plain_link_port_is_refused_at_once() -> None:
+    # A node with cluster TLS dialling one without: its ClientHello's record header
+    # (handshake, TLS 1.0 record version) read as a frame's length would be a 369 MB frame
+    # to wait for; refused at once, saying why.
+    front, _ = link()
+    feed(front.shell, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32), 1.0)
+    assert front.should_close_transport
+    assert "speaks TLS" in front.close_reason

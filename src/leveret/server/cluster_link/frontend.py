@@ -57,6 +57,10 @@ OUTPUT_HIGH_WATER: Final = 1 << 20
 # Gets and inspections stay in order with the publishes (a get sees what was published
 # before it, as on one node).
 _CONTROL: Final = (c.Credit, c.Settle, c.Consume, c.Cancel)
+# Seconds between log lines about peers that dial this plain port with TLS (each redials
+# every second while the configurations differ), and when the last was written.
+TLS_REFUSAL_QUIET: Final = 60.0
+_tls_refused_at: list[float] = []
 
 
 @dataclass
@@ -130,6 +134,17 @@ class LinkFrontEnd:
 
     def receive(self, data: bytes, now: float) -> None:
         if self.should_close_transport:
+            return
+        if self.peer is None and not self.reader.buffered and data[:2] == b"\x16\x03":
+            # A TLS handshake record (a Hello's length never starts with 0x16): read as a
+            # frame's length it would be waited for, hundreds of MB, until the peer gave up.
+            quiet = bool(_tls_refused_at) and now - _tls_refused_at[0] < TLS_REFUSAL_QUIET
+            if not quiet:
+                _tls_refused_at[:] = [now]
+            self._refuse(
+                "it speaks TLS: cluster TLS (cluster_tls_certfile) is on there and not here",
+                quiet=quiet,
+            )
             return
         try:
             decoded = self.reader.feed(data)
@@ -230,8 +245,9 @@ class LinkFrontEnd:
         if not self.should_close_transport:
             self._write(op)
 
-    def _refuse(self, reason: str) -> None:
-        log.warning("inter-node link from %s refused: %s", self.shell.peer, reason)
+    def _refuse(self, reason: str, *, quiet: bool = False) -> None:
+        level = logging.DEBUG if quiet else logging.WARNING
+        log.log(level, "inter-node link from %s refused: %s", self.shell.peer, reason)
         self.should_close_transport = True
         self.close_reason = reason
         self.ops.clear()

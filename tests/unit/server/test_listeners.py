@@ -28,9 +28,6 @@ from leveret.server.listeners import (
 )
 from leveret.server.server import StartupError
 
-# Left out of the compiled pass (scripts/test): the listeners and TLS contexts are not compiled.
-pytestmark = pytest.mark.pure_only
-
 
 def _files(tmp_path: Path, ca: trustme.CA, name: str = "server") -> tuple[Path, Path, Path]:
     cert = ca.issue_cert("127.0.0.1", "localhost", common_name=name)

@@ -14,7 +14,8 @@ every 50) run at once in two threads. Prints per run: consumed msg/s (first deli
 the last) and the brokers' CPU per message (user + system time of both node processes,
 from ``/proc``, summed), then medians. The clients are pika, in this process: on a busy or
 small machine they are part of the limit; the CPU per message is the brokers' alone.
-Quote figures with the machine's load (``os.getloadavg`` is printed).
+Quote figures with the machine's load (``os.getloadavg`` is printed). ``--tls``: the link
+between the nodes runs over mutual TLS (``cluster_tls_*``, certificates made by trustme).
 """
 
 from __future__ import annotations
@@ -39,7 +40,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def start_node(etcd: EtcdServer, name: str, prefix: str) -> tuple[int, object]:
+def tls_env() -> dict[str, str]:
+    """The cluster TLS settings of a node whose certificate a fresh CA signed (one for
+    both nodes: names are not checked on the link)."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", common_name="bench")
+    directory = Path(tempfile.mkdtemp(prefix="leveret-bench-tls-"))
+    files = {name: directory / name for name in ("node.crt", "node.key", "ca.pem")}
+    cert.cert_chain_pems[0].write_to_path(str(files["node.crt"]))
+    cert.private_key_pem.write_to_path(str(files["node.key"]))
+    ca.cert_pem.write_to_path(str(files["ca.pem"]))
+    return {
+        "LEVERET_CLUSTER_TLS_CERTFILE": str(files["node.crt"]),
+        "LEVERET_CLUSTER_TLS_KEYFILE": str(files["node.key"]),
+        "LEVERET_CLUSTER_TLS_CACERTFILE": str(files["ca.pem"]),
+    }
+
+
+def start_node(
+    etcd: EtcdServer, name: str, prefix: str, env: dict[str, str] | None = None
+) -> tuple[int, object]:
     from tests.integration.conftest import start_broker
 
     data = tempfile.mkdtemp(prefix=f"leveret-bench-{name}-")
@@ -52,7 +74,7 @@ def start_node(etcd: EtcdServer, name: str, prefix: str) -> tuple[int, object]:
         name,
         "--cluster-port",
         "0",
-        env={"LEVERET_ETCD_PREFIX": prefix, "LEVERET_CLUSTER_LEASE_TTL": "5"},
+        env={"LEVERET_ETCD_PREFIX": prefix, "LEVERET_CLUSTER_LEASE_TTL": "5", **(env or {})},
     )
     deadline = time.monotonic() + 30
     while "registered as cluster node" not in broker.log_text():
@@ -120,13 +142,15 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--confirms", action="store_true")
+    parser.add_argument("--tls", action="store_true", help="the link over mutual TLS")
     args = parser.parse_args()
+    env = tls_env() if args.tls else None
     etcd = EtcdServer().start()
     brokers = []
     try:
-        a_port, a = start_node(etcd, "a@bench", "/bench-link/")
+        a_port, a = start_node(etcd, "a@bench", "/bench-link/", env)
         brokers.append(a)
-        b_port, b = start_node(etcd, "b@bench", "/bench-link/")
+        b_port, b = start_node(etcd, "b@bench", "/bench-link/", env)
         brokers.append(b)
         pids = [x.process.pid for x in brokers]  # type: ignore[attr-defined]
         conn = connect(b_port)

@@ -101,6 +101,15 @@ class Settings:
     # NODE=HOST:PORT entries: a node behind NAT, or the fault harness putting a proxy on
     # each path between nodes (tools/faults, docs/faults.md). Read by cluster_address().
     cluster_peer_addresses: tuple[str, ...] = ()
+    # TLS on the inter-node link (RabbitMQ's inter-node TLS): off unless
+    # cluster_tls_certfile is set; then the node listens on cluster_port with TLS and dials
+    # its peers with TLS, presenting this certificate both ways, and (verify_peer, on by
+    # default) refuses a peer whose certificate is not signed by cluster_tls_cacertfile's CA.
+    # tls_min_version and tls_ciphers apply as on the amqps listener.
+    cluster_tls_certfile: str = ""
+    cluster_tls_keyfile: str = ""
+    cluster_tls_cacertfile: str = ""
+    cluster_tls_verify_peer: bool = True
     # Nodes of one broker on this machine (``leveret serve --workers N``): a supervisor runs
     # N processes sharing the ports, each a cluster node with its own data_dir/node-K, on an
     # etcd of its own unless etcd is given (cli/workers.py, docs/cluster.md). 1 = one process.
@@ -224,12 +233,37 @@ def _validate(settings: Settings) -> Settings:
             f"cluster_lease_ttl must be at least 2 (seconds), got {settings.cluster_lease_ttl}"
         )
     peer_addresses(settings)  # each entry NODE=HOST:PORT
+    _validate_cluster_tls(settings)
     for url in settings.etcd:
         if not url.startswith(("http://", "https://")) or url.count(":") < 2:
             raise ConfigError(f"etcd must be http://HOST:PORT URLs, got {url!r}")
     if not (settings.etcd_prefix.startswith("/") and settings.etcd_prefix.endswith("/")):
         raise ConfigError(f"etcd_prefix must start and end with '/', got {settings.etcd_prefix!r}")
     return settings
+
+
+def _validate_cluster_tls(settings: Settings) -> None:
+    if settings.cluster_tls_certfile and not settings.cluster_tls_keyfile:
+        raise ConfigError(
+            "cluster_tls_certfile needs cluster_tls_keyfile (the certificate's private key)"
+        )
+    if settings.cluster_tls_keyfile and not settings.cluster_tls_certfile:
+        raise ConfigError("cluster_tls_keyfile needs cluster_tls_certfile")
+    if settings.cluster_tls_cacertfile and not settings.cluster_tls_certfile:
+        raise ConfigError(
+            "cluster_tls_cacertfile needs cluster_tls_certfile and cluster_tls_keyfile "
+            "(the node's own certificate: link TLS is on when they are set)"
+        )
+    if (
+        settings.cluster_tls_certfile
+        and settings.cluster_tls_verify_peer
+        and not settings.cluster_tls_cacertfile
+    ):
+        raise ConfigError(
+            "cluster_tls_certfile needs cluster_tls_cacertfile, the CA that signs every "
+            "node's certificate (cluster_tls_verify_peer is on by default; set it to false "
+            "to encrypt the link without checking the peers' certificates)"
+        )
 
 
 def peer_addresses(settings: Settings) -> dict[str, tuple[str, int]]:

@@ -53,6 +53,7 @@ def start_node(
     data_dir: Path | None = None,
     *,
     lease_ttl: int = LEASE_TTL,
+    env: dict[str, str] | None = None,
 ) -> Node:
     data_dir = data_dir or Path(tempfile.mkdtemp(dir=_DATA_ROOT))
     broker = start_broker(
@@ -72,6 +73,7 @@ def start_node(
             "LEVERET_ETCD_PREFIX": prefix,
             "LEVERET_CLUSTER_LEASE_TTL": str(lease_ttl),
             "LEVERET_COLLECT_STATISTICS_INTERVAL": "200",
+            **(env or {}),
         },
     )
     try:

@@ -23,6 +23,7 @@ from proton import Message as ProtonMessage
 from proton.utils import BlockingConnection as ProtonConnection
 
 from tests.cluster import down_node, nodes
+from tests.integration.ctl_support import ok
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -170,6 +171,11 @@ def test_counts_purge_and_a_transaction_across_nodes(three_nodes: list[Node]) ->
     nodes.eventually(lambda: watcher.process_data_events(time_limit=0.05) or held)
     declared = ch.queue_declare("q.counts", durable=True).method
     assert (declared.message_count, declared.consumer_count) == (6, 1)
+    # leveret ctl list_queues on a node that does not lead it shows the leader's counters.
+    listed = ok(a.data_dir, "list_queues", "--formatter", "json")
+    row = next(r for r in json.loads(listed) if r["name"] == "q.counts")
+    counted = ("messages", "messages_ready", "messages_unacknowledged", "consumers", "node")
+    assert [row[k] for k in counted] == [7, 6, 1, 1, "b@test"]
     watcher.close()
     assert ch.queue_purge("q.counts").method.message_count == 7
     # tx.commit-ok once the leader has the messages.

@@ -6,6 +6,7 @@ queue to an in-sync member with every confirmed message), ``quorum_status``, ``g
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import signal
@@ -13,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from rstream import AMQPMessage, Producer
 
 from leveret.cluster.keys import encode
 from tests.cluster import nodes
@@ -23,10 +25,13 @@ from tests.cluster.test_replicated_queues import (  # noqa: F401 (the fixture)
     queue_info,
     three_nodes,
 )
+from tests.cluster.test_replicated_streams import consume_all
 from tests.integration.ctl_support import ctl, new_data_dir, ok, start
+from tests.integration.test_stream_protocol import stream_port_of
 
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
     from pathlib import Path
 
     from leveret.testing.etcd import EtcdServer
@@ -210,7 +215,111 @@ def test_a_single_node_says_it_is_not_in_a_cluster() -> None:
     data_dir = new_data_dir()
     broker = start(data_dir)
     try:
-        for args in (("add_member", "q", "b@test"), ("shrink", "b@test"), ("quorum_status", "q")):
+        for args in (
+            ("add_member", "q", "b@test"),
+            ("shrink", "b@test"),
+            ("quorum_status", "q"),
+            ("add_replica", "s", "b@test"),
+            ("stream_status", "s"),
+        ):
             refused(ctl(data_dir, *args), "not part of a cluster")
     finally:
         broker.stop()
+
+
+def stream_status(node: Node, stream: str) -> dict[str, dict[str, Any]]:
+    out = ok(node.data_dir, "stream_status", stream, "--formatter", "json")
+    return {row["node"]: row for row in json.loads(out)}
+
+
+def stream_copies(node: Node, stream: str, vhost: str = "/") -> list[Path]:
+    """``node``'s copies of a stream it follows (``<digest>.<generation>`` directories)."""
+    digest = hashlib.sha256(encode([vhost, stream])).hexdigest()[:32]
+    return sorted((node.data_dir / "replicas" / "streams").glob(f"{digest}.*"))
+
+
+async def _publish_across_a_handover(port: int, hand_over: Callable[[], None]) -> list[bytes]:
+    """Confirmed stream-protocol publishes before and after ``hand_over`` (the stream's
+    leader changes), through one rstream producer connected to the old leader's node."""
+    confirmed: list[bytes] = []
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
+        for i in range(5):
+            await p.send_wait("st", AMQPMessage(body=b"before-%d" % i), timeout=10)
+            confirmed.append(b"before-%d" % i)
+        await asyncio.get_running_loop().run_in_executor(None, hand_over)
+        deadline = time.monotonic() + 20
+        attempt = 0
+        while len(confirmed) < 10 and time.monotonic() < deadline:
+            attempt += 1
+            body = b"after-%d" % attempt
+            try:
+                await p.send_wait("st", AMQPMessage(body=body), timeout=3)
+                confirmed.append(body)
+            except Exception:
+                await asyncio.sleep(0.2)
+    return confirmed
+
+
+def test_stream_replicas_are_added_and_removed_with_rabbitmq_streams_verbs(
+    three_nodes: tuple[str, list[Node]],  # noqa: F811
+) -> None:
+    _prefix, (a, b, c) = three_nodes
+    conn = connect(a)
+    setup = conn.channel()
+    setup.queue_declare(
+        "st", durable=True, arguments={"x-queue-type": "stream", "x-initial-cluster-size": 2}
+    )
+    setup.queue_declare("qq", durable=True, arguments={"x-queue-type": "quorum"})
+    ch = conn.channel()
+    ch.confirm_delivery()
+    bodies = [f"s-{i}".encode() for i in range(50)]
+    for body in bodies:
+        assert publish(ch, "st", body)
+    conn.close()
+    nodes.eventually(lambda: len(members(c, "st")) == 2, timeout=10)
+    other = next(n for n in (b, c) if n.name not in members(c, "st"))
+    follower = b if other is c else c
+
+    refused(ctl(a.data_dir, "add_replica", "qq", other.name), "quorum", "only streams")
+    refused(ctl(a.data_dir, "add_member", "st", other.name), "stream", "only quorum")
+    refused(ctl(a.data_dir, "add_replica", "st", follower.name), "already a member")
+    refused(ctl(a.data_dir, "stream_status", "qq"), "only streams")
+
+    # add_replica: the new member is sent the stream (a reset, then the leader's files) and
+    # joins the in-sync set; its node knows its copy's offset.
+    out = ok(a.data_dir, "add_replica", "st", other.name)
+    assert f"Adding a replica for stream st on node {other.name}" in out
+    nodes.eventually(lambda: len(stream_status(a, "st")) == 3, timeout=10)
+    nodes.eventually(lambda: all(r["in_sync"] for r in stream_status(a, "st").values()), 15)
+    shown = stream_status(a, "st")
+    assert shown["a@test"]["role"] == "writer"
+    assert {shown[n.name]["role"] for n in (b, c)} == {"replica"}
+    assert {r["log_offset"] for r in shown.values()} == {len(bodies)}
+    assert stream_status(other, "st")[other.name]["log_offset"] == len(bodies)
+    assert stream_copies(other, "st")
+
+    # delete_replica of the writer, while an rstream producer publishes on its node: an
+    # in-sync replica takes the stream over with every confirmed message at its offset;
+    # the producer is told (metadata_update, as RabbitMQ tells it) and publishes on at the
+    # new writer; a's own log is no longer the stream.
+    def hand_over() -> None:
+        ok(other.data_dir, "delete_replica", "st", "a@test")
+        nodes.eventually(lambda: queue_info(c, "st").get("leader") in (b.name, c.name), 10)
+
+    confirmed = asyncio.run(_publish_across_a_handover(stream_port_of(a.broker), hand_over))
+    assert len(confirmed) == 10, logs(a, b, c)
+    assert sorted(members(a, "st")) == sorted((b.name, c.name))
+    got = consume_all(a, "st", confirmed[-1])
+    assert got[: len(bodies) + 5] == list(enumerate(bodies + confirmed[:5])), logs(a, b, c)
+    kept = iter(body for _offset, body in got)
+    assert all(any(body == seen for seen in kept) for body in confirmed[5:]), got
+    bodies = [body for _offset, body in got]
+
+    # delete_replica of a replica: its copy goes from its disk; the last member stays.
+    replica = b if queue_info(c, "st")["leader"] == c.name else c
+    writer = c if replica is b else b
+    ok(a.data_dir, "delete_replica", "st", replica.name)
+    nodes.eventually(lambda: members(a, "st") in ([], [writer.name]), timeout=10)
+    nodes.eventually(lambda: not stream_copies(replica, "st"), timeout=10)
+    refused(ctl(a.data_dir, "delete_replica", "st", writer.name), "last member")
+    assert consume_all(replica, "st", bodies[-1]) == list(enumerate(bodies)), logs(a, b, c)

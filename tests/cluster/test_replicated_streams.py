@@ -4,13 +4,15 @@
 then ``kill -9`` of a: a member is elected within seconds, publishing goes on (0-9-1 and
 the stream protocol), a 0-9-1 consumer on a surviving node reads every confirmed message,
 in order, at offsets without a gap, and so does rstream's consumer from the surviving
-replica's copy; a comes back, follows and is in sync again."""
+replica's copy; consumer offsets stored and queried (rstream) through any node are the
+leader's and survive it; a comes back, follows and is in sync again."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
@@ -23,6 +25,7 @@ from rstream import (
     Producer,
     amqp_decoder,
 )
+from rstream.exceptions import OffsetNotFound, ServerError
 
 from tests.cluster import nodes
 from tests.cluster.test_replicated_queues import (  # noqa: F401 (a fixture)
@@ -42,13 +45,13 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
 
 
-async def _publish_confirmed(port: int, stream: str, body: bytes) -> None:
+async def publish_confirmed(port: int, stream: str, body: bytes) -> None:
     """One stream-protocol publish, waiting for its publish_confirm."""
     async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
         await producer.send_wait(stream, AMQPMessage(body=body), timeout=10)
 
 
-async def _read_stream(port: int, stream: str, last: bytes) -> list[tuple[int, bytes]]:
+async def read_stream(port: int, stream: str, last: bytes) -> list[tuple[int, bytes]]:
     """(offset, body) of every message from the first until ``last``, by rstream's
     consumer (it subscribes on a replica when metadata lists one)."""
     got: list[tuple[int, bytes]] = []
@@ -79,7 +82,7 @@ async def _leader_and_replicas(port: int, stream: str) -> tuple[int, list[int]]:
         return int(leader.port), sorted(int(r.port) for r in replicas)
 
 
-def _consume_all(node: Node, stream: str, last: bytes) -> list[tuple[object, bytes]]:
+def consume_all(node: Node, stream: str, last: bytes) -> list[tuple[object, bytes]]:
     """(offset, body) of every message from the first until ``last`` is read."""
     conn = connect(node)
     got: list[tuple[object, bytes]] = []
@@ -123,6 +126,16 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     assert leader == ports["a@test"]
     assert replicas == sorted((ports["b@test"], ports["c@test"]))
 
+    # Server-side offset tracking (rstream's store_offset/query_offset) through replicas'
+    # nodes goes to the leader's log, as RabbitMQ's does: stored through b and through a,
+    # read back through c (not the leader either); the leader sends each to its followers.
+    asyncio.run(_store_offset(ports["b@test"], stream, "app", 7))
+    asyncio.run(_store_offset(ports["a@test"], stream, "other", 3))
+    assert asyncio.run(_query_offset(ports["c@test"], stream, "app")) == 7
+    assert asyncio.run(_query_offset(ports["c@test"], stream, "other")) == 3
+    assert asyncio.run(_query_offset(ports["b@test"], stream, "never stored")) is None
+    asyncio.run(_store_offset(ports["c@test"], stream, "app", 8))
+
     # Publisher on b (not the leader), with confirms.
     pub = connect(b)
     ch = pub.channel()
@@ -159,11 +172,20 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     saved = record(etcd_server, prefix, stream)
     assert saved["epoch"] == 2
     assert "a@test" not in saved["in_sync"]
+    # The followers' copies kept the stored offsets: the elected member answers them,
+    # through its own node and through the link to it; a store through the other goes on.
+    for name in ("b@test", "c@test"):
+        answer = nodes.eventually(partial(_answered, ports[name], stream, "app"), timeout=10)
+        assert answer == 8
+        assert asyncio.run(_query_offset(ports[name], stream, "other")) == 3
+    follower = "b@test" if info["leader"] == "c@test" else "c@test"
+    asyncio.run(_store_offset(ports[follower], stream, "app", 9))
+    assert asyncio.run(_query_offset(ports[info["leader"]], stream, "app")) == 9
 
     # Read through the node that does not lead it now: every confirmed message, in
     # publishing order, at offsets 0, 1, 2, ... (what was refused may be there too).
     survivor = c if info["leader"] == "b@test" else b
-    got = _consume_all(survivor, stream, confirmed[-1])
+    got = consume_all(survivor, stream, confirmed[-1])
     offsets = [offset for offset, _body in got]
     assert offsets == list(range(len(got)))
     bodies = [body for _offset, body in got]
@@ -177,8 +199,8 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     leader, replicas = asyncio.run(_leader_and_replicas(ports[survivor.name], stream))
     assert leader == ports[info["leader"]]
     assert replicas == [ports[survivor.name]]
-    asyncio.run(_publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
-    read = asyncio.run(_read_stream(ports[survivor.name], stream, b"by the stream protocol"))
+    asyncio.run(publish_confirmed(ports[survivor.name], stream, b"by the stream protocol"))
+    read = asyncio.run(read_stream(ports[survivor.name], stream, b"by the stream protocol"))
     assert [(offset, body) for offset, body in read[: len(got)]] == got
     assert read[-1] == (len(read) - 1, b"by the stream protocol")
 
@@ -189,7 +211,7 @@ def test_stream_leader_killed_goes_on_from_a_replica_and_nothing_confirmed_is_lo
     three_nodes[1][0] = a2
     nodes.eventually(lambda: "a@test" in record(etcd_server, prefix, stream)["in_sync"], timeout=15)
     assert queue_info(a2, stream)["online"] == list(NAMES)
-    again = _consume_all(a2, stream, b"by the stream protocol")
+    again = consume_all(a2, stream, b"by the stream protocol")
     assert again[: len(got)] == got
 
 
@@ -268,3 +290,29 @@ def test_stream_readers_go_on_after_their_offset_when_the_leader_is_killed(
         assert bodies[:60] == confirmed[:60]
         left = iter(bodies)
         assert all(any(m == body for body in left) for m in confirmed), f"{name}: a confirm lost"
+
+
+async def _store_offset(port: int, stream: str, reference: str, offset: int) -> None:
+    """rstream's store_offset through the node at ``port``, then its query on the same
+    connection (the stream protocol's store has no answer: the query shows it landed)."""
+    consumer = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+    async with consumer:
+        await consumer.store_offset(stream, reference, offset)
+        assert await consumer.query_offset(stream, reference) == offset
+
+
+async def _query_offset(port: int, stream: str, reference: str) -> int | None:
+    consumer = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+    async with consumer:
+        try:
+            return await consumer.query_offset(stream, reference)
+        except OffsetNotFound:
+            return None
+
+
+def _answered(port: int, stream: str, reference: str) -> int | None:
+    """The query's answer, None while the stream is not available (a failover)."""
+    try:
+        return asyncio.run(_query_offset(port, stream, reference))
+    except ServerError:
+        return None

@@ -6,6 +6,7 @@ clear error."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import functools
 import json
@@ -23,8 +24,11 @@ import pika
 import pika.exceptions
 import pytest
 import requests
+import trustme
+from rstream import Producer
 
 from leveret.cli.supervisor import node_names
+from tests.cluster.test_replicated_streams import publish_confirmed, read_stream
 from tests.integration.conftest import Broker, start_broker
 from tests.integration.ctl_support import new_data_dir, ok
 from tests.integration.mgmt_support import _wait_for
@@ -40,7 +44,7 @@ MESSAGES = 5
 _READY = re.compile(rf"({WORKERS}) workers ready")
 
 
-def start_workers(data_dir: Path) -> Broker:
+def start_workers(data_dir: Path, env: dict[str, str] | None = None) -> Broker:
     broker = start_broker(
         "--workers",
         str(WORKERS),
@@ -52,7 +56,7 @@ def start_workers(data_dir: Path) -> Broker:
         "0",
         "--prometheus-port",
         "0",
-        env={"LEVERET_CLUSTER_LEASE_TTL": "2"},
+        env={"LEVERET_CLUSTER_LEASE_TTL": "2", **(env or {})},
     )
     try:
         _wait_for(broker, _READY, timeout=90)
@@ -236,3 +240,63 @@ def test_a_port_another_program_listens_on_is_refused_not_shared(tmp_path: Path)
         )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+async def _stream_round_trip(port: int, stream: str, count: int) -> list[tuple[int, bytes]]:
+    """``count`` confirmed stream-protocol publishes, each on a new connection to the
+    shared port (rstream asks ``metadata`` and connects where the stream's leader is),
+    then everything read back by rstream's consumer (it subscribes on a replica)."""
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
+        await p.create_stream(stream, exists_ok=True)
+    for i in range(count):
+        await publish_confirmed(port, stream, b"m%d" % i)
+    return await read_stream(port, stream, b"m%d" % (count - 1))
+
+
+def test_stream_clients_reach_the_worker_metadata_names() -> None:
+    """Each worker listens for the stream protocol on a port of its own besides the shared
+    one, and ``metadata`` names it: a stream client that reached any worker is sent to
+    the one leading (or holding a replica of) its stream, never to a random one."""
+    data_dir = new_data_dir()
+    broker = start_workers(data_dir)
+    try:
+        port = int(state(data_dir)["ports"]["stream_port"])
+        got = asyncio.run(_stream_round_trip(port, "events", 8))
+        assert got == [(i, b"m%d" % i) for i in range(8)]
+    finally:
+        broker.stop(timeout=60)
+
+
+def test_every_worker_links_over_tls_with_the_cluster_tls_settings(tmp_path: Path) -> None:
+    """The cluster TLS settings reach every worker: each listens with TLS on its own
+    cluster port and dials the others with TLS (one certificate for the machine's nodes)."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", common_name="this-machine")
+    certfile, keyfile, cafile = (tmp_path / name for name in ("node.crt", "node.key", "ca.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    ca.cert_pem.write_to_path(str(cafile))
+    data_dir = new_data_dir()
+    broker = start_workers(
+        data_dir,
+        {
+            "LEVERET_CLUSTER_TLS_CERTFILE": str(certfile),
+            "LEVERET_CLUSTER_TLS_KEYFILE": str(keyfile),
+            "LEVERET_CLUSTER_TLS_CACERTFILE": str(cafile),
+        },
+    )
+    try:
+        names = [node["name"] for node in state(data_dir)["nodes"]]
+
+        def linked() -> bool:
+            text = broker.log_text()
+            return text.count("(TLS)") >= WORKERS and all(
+                f"inter-node link to node '{name}' is up" in text for name in names
+            )
+
+        eventually(linked, 30, "every worker linked over TLS")
+        assert len(re.findall(r"inter-node link listening on \S+ \(TLS\)", broker.log_text())) == (
+            WORKERS
+        )
+    finally:
+        broker.stop(timeout=60)

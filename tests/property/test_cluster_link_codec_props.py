@@ -51,6 +51,11 @@ ops = st.one_of(
     st.builds(c.Counted, u32, u32, u32),
     st.builds(c.Taken, u64),
     st.builds(c.Positioned, text, text, u64, u64, u64),
+    st.builds(c.StoreOffset, text, text, text, u64),
+    st.builds(c.QueryOffset, u32, text, text, text),
+    st.builds(c.StoredOffset, u32, st.booleans(), u64),
+    st.builds(c.Stat, u32, text, text),
+    st.builds(c.Stats, u32, u64, u64, u32),
 )
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.config import ConfigError, Settings, load, peer_addresses
+from leveret.config import ConfigError, Settings, from_document, load, peer_addresses, to_document
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -515,3 +515,49 @@ def test_peer_addresses_name_where_to_reach_each_peer() -> None:
 def test_bad_cluster_settings(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(environ=environ)
+
+
+def test_cluster_tls_settings_from_toml_variables_and_defaults(tmp_path: Path) -> None:
+    # Off by default; when on, the peers' certificates are verified unless told otherwise.
+    assert load(environ=NO_ENV).cluster_tls_certfile == ""
+    assert load(environ=NO_ENV).cluster_tls_verify_peer is True
+    path = tmp_path / "c.toml"
+    path.write_text(
+        "[leveret]\n"
+        'cluster-tls-certfile = "node.pem"\n'
+        'cluster_tls_keyfile = "node.key"\n'
+        'cluster_tls_cacertfile = "ca.pem"\n'
+    )
+    settings = load(path, environ={})
+    assert (settings.cluster_tls_certfile, settings.cluster_tls_keyfile) == ("node.pem", "node.key")
+    assert settings.cluster_tls_cacertfile == "ca.pem"
+    assert settings.cluster_tls_verify_peer is True
+    unverified = load(
+        environ={
+            "LEVERET_CLUSTER_TLS_CERTFILE": "n.pem",
+            "LEVERET_CLUSTER_TLS_KEYFILE": "n.key",
+            "LEVERET_CLUSTER_TLS_VERIFY_PEER": "false",
+        }
+    )
+    assert unverified.cluster_tls_verify_peer is False
+    assert unverified.cluster_tls_cacertfile == ""
+    # What ``leveret serve --workers`` hands each worker keeps them.
+    assert from_document(to_document(settings)) == settings
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LEVERET_CLUSTER_TLS_CERTFILE": "c.pem"}, "needs cluster_tls_keyfile"),
+        ({"LEVERET_CLUSTER_TLS_KEYFILE": "k.pem"}, "needs cluster_tls_certfile"),
+        ({"LEVERET_CLUSTER_TLS_CACERTFILE": "ca.pem"}, "needs cluster_tls_certfile"),
+        (
+            {"LEVERET_CLUSTER_TLS_CERTFILE": "c.pem", "LEVERET_CLUSTER_TLS_KEYFILE": "k.pem"},
+            "needs cluster_tls_cacertfile",
+        ),
+        ({"LEVERET_CLUSTER_TLS_VERIFY_PEER": "sometimes"}, "must be true or false"),
+    ],
+)
+def test_bad_cluster_tls_settings(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(environ=env)

@@ -306,7 +306,10 @@ VERBS: dict[str, tuple[str, tuple[Arg | OneOf, ...]]] = {
         (_a("node"),),
     ),
     "await_startup": ("wait until the broker accepts commands", NONE),
-    "reload_tls": ("reload the TLS certificate, key and CA files", NONE),
+    "reload_tls": (
+        "reload the TLS certificate, key and CA files (amqps and the inter-node link)",
+        NONE,
+    ),
 }
 # The runtime-parameter, shovel and federation verbs (cli/ctl_links.py).
 VERBS.update(ctl_links.SPECS)

@@ -1,7 +1,9 @@
 """``leveret ctl``'s commands for quorum queues, with ``rabbitmq-queues``' names and
 argument order: ``add_member [-p vhost] queue node``, ``delete_member [-p vhost] queue
 node``, ``grow node all|even [--vhost-pattern P] [--queue-pattern P] [--errors-only]``,
-``shrink node [--errors-only]``, ``quorum_status [-p vhost] queue``.
+``shrink node [--errors-only]``, ``quorum_status [-p vhost] queue``; and
+``rabbitmq-streams``' for streams: ``add_replica [-p vhost] stream node``,
+``delete_replica [-p vhost] stream node``, ``stream_status [-p vhost] stream``.
 
 ``cli/ctl.py`` merges these into its tables (verbs, banners, columns, request arguments);
 ``server/ctl/quorum.py`` answers them.
@@ -57,6 +59,13 @@ SPECS: dict[str, tuple[str, tuple[_Arg, ...]]] = {
         "show a quorum queue's members: role, in sync, log offsets",
         (_VHOST, (("queue",), {})),
     ),
+    # rabbitmq-streams' verbs.
+    "add_replica": ("add a replica on a node to a stream", _QUEUE_NODE),
+    "delete_replica": ("remove a stream's replica on a node", _QUEUE_NODE),
+    "stream_status": (
+        "show a stream's members: role (writer, replica), in sync, offsets",
+        (_VHOST, (("queue",), {})),
+    ),
 }
 
 VERBS = frozenset(SPECS)
@@ -67,26 +76,32 @@ BANNERS = {
     "grow": "Growing {strategy} quorum queues on {node}...",
     "shrink": "Shrinking quorum queues on {node}...",
     "quorum_status": "Status of quorum queue {queue} on node ...",
+    "add_replica": "Adding a replica for stream {queue} on node {node}...",
+    "delete_replica": "Removing a replica of stream {queue} on node {node}...",
+    "stream_status": "Status of stream {queue} ...",
 }
+
+_STATUS_COLUMNS = [
+    "node",
+    "role",
+    "running",
+    "in_sync",
+    "epoch",
+    "log_offset",
+    "committed_offset",
+]
 
 DEFAULT_COLUMNS = {
     "grow": ["vhost", "name", "size", "result"],
     "shrink": ["vhost", "name", "size", "result"],
-    "quorum_status": [
-        "node",
-        "role",
-        "running",
-        "in_sync",
-        "epoch",
-        "log_offset",
-        "committed_offset",
-    ],
+    "quorum_status": _STATUS_COLUMNS,
+    "stream_status": _STATUS_COLUMNS,
 }
 
 
 def request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
     """The control request's arguments for one of :data:`VERBS`."""
-    if verb in ("add_member", "delete_member"):
+    if verb in ("add_member", "delete_member", "add_replica", "delete_replica"):
         return {"vhost": a.vhost, "queue": a.queue, "node": a.node}
     if verb == "grow":
         return {
@@ -98,6 +113,6 @@ def request_args(verb: str, a: argparse.Namespace) -> dict[str, Any]:
         }
     if verb == "shrink":
         return {"node": a.node, "errors_only": a.errors_only}
-    if verb == "quorum_status":
+    if verb in ("quorum_status", "stream_status"):
         return {"vhost": a.vhost, "queue": a.queue}
     return {}

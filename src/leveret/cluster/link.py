@@ -15,7 +15,8 @@ resolves the deferred ``basic.get``.
   is dialled again after 50 ms, doubling up to 1 s while it keeps failing. The handshake
   proves the cluster's secret both ways (etcd's cluster id: only nodes that can read the
   cluster's etcd know it) and names each side's incarnation (the node's start time in ns),
-  so a restarted node's old link is closed by the listener.
+  so a restarted node's old link is closed by the listener. With ``cluster_tls_*`` the
+  connection is mutual TLS (``cluster/link_tls.py``) and the handshake runs inside it.
 - **Credit.** A consumer's credit on the leader is what its owner here can take: its
   prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
   at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once
@@ -42,8 +43,9 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
+from leveret.cluster.link_tls import DialNotes, LinkTls, TlsListener
 from leveret.config import peer_addresses
 from leveret.convert.formats import stored_message
 from leveret.errors import BY_CODE, AMQPError, InternalError, NotFound
@@ -73,6 +75,8 @@ if TYPE_CHECKING:
 __all__ = ["WINDOW", "Links", "Peer"]
 
 log = logging.getLogger("leveret.cluster")
+
+T = TypeVar("T")
 
 # Deliveries a consumer nobody limits may have in flight from its leader.
 WINDOW: Final = 1000
@@ -200,12 +204,18 @@ class Peer:
         while not self.links.closing:
             address = self.links.address(self.node)
             if address is not None:
+                tls = self.links.tls
                 try:
-                    _, conn = await loop.create_connection(lambda: _Connection(self), *address)
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(self), *address, **(tls.dial_options() if tls else {})
+                    )
                 except ConnectionRefusedError:
                     self._refused()
-                except OSError:
-                    pass
+                except OSError as exc:
+                    if tls is not None:
+                        if isinstance(exc, ConnectionResetError):  # in the TLS handshake
+                            self._refused()
+                        self.links.notes.note(self.node, tls.dial_failed(exc))
                 else:
                     up = loop.create_task(self.became_up.wait())
                     closed = loop.create_task(conn.closed.wait())
@@ -220,10 +230,14 @@ class Peer:
                                 # Reset before the handshake: what a proxy in front of a
                                 # closed port answers.
                                 self._refused()
+                            else:
+                                self.links.notes.closed_early(self.node, tls=tls is not None)
                         else:
                             log.warning("inter-node link to '%s': no handshake", self.node)
                             if conn.transport is not None:
                                 conn.transport.abort()
+                    else:
+                        self.links.notes.clear(self.node)
                     started = loop.time()
                     await conn.closed.wait()
                     if loop.time() - started > 1.0:
@@ -380,6 +394,14 @@ class Peer:
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
                 pending[0].resolve((op.messages, op.consumers))
+        elif isinstance(op, c.Stats):
+            pending = self.requests.pop(op.rid, None)
+            if pending is not None:
+                pending[0].resolve((op.ready, op.unacked, op.consumers))
+        elif isinstance(op, c.StoredOffset):
+            pending = self.requests.pop(op.rid, None)
+            if pending is not None:
+                pending[0].resolve(op.offset if op.found else None)
         elif isinstance(op, c.Failed):
             pending = self.requests.pop(op.rid, None)
             if pending is not None:
@@ -615,29 +637,46 @@ class Peer:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def _ask(
+        self, queue: RemoteQueue, done: Completion[T], op: Callable[[int], c.Op]
+    ) -> Completion[T]:
+        """Send the request ``op(request id)``; ``done`` is resolved by its answer (failed
+        with the queue's down error when the link is down, or when it drops)."""
+        if not self.up:
+            done.fail(queue.down())
+            return done
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        self.requests[rid] = (done, queue)
+        self._write(op(rid))
+        return done
+
     def get(
         self, queue: RemoteQueue, auto_settle: bool
     ) -> Completion[tuple[QueuedMessage | None, int]]:
-        done: Completion[tuple[QueuedMessage | None, int]] = Completion()
-        if not self.up:
-            done.fail(queue.down())
-            return done
-        rid = self.next_rid
-        self.next_rid = rid + 1
-        self.requests[rid] = (done, queue)
-        self._write(c.Get(rid, queue.vhost_name, queue.name, auto_settle))
-        return done
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.Get(rid, v, name, auto_settle))
 
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]:
-        done: Completion[tuple[int, int]] = Completion()
-        if not self.up:
-            done.fail(queue.down())
-            return done
-        rid = self.next_rid
-        self.next_rid = rid + 1
-        self.requests[rid] = (done, queue)
-        self._write(c.Inspect(rid, queue.vhost_name, queue.name, purge))
-        return done
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.Inspect(rid, v, name, purge))
+
+    def store_offset(self, queue: RemoteQueue, reference: str, offset: int) -> None:
+        """A stream-protocol client here stores a consumer offset: the leader's log keeps
+        it (lost, as RabbitMQ's, while the leader is unreachable)."""
+        if self.up:
+            self._write(c.StoreOffset(queue.vhost_name, queue.name, reference, offset))
+
+    def query_offset(self, queue: RemoteQueue, reference: str) -> Completion[int | None]:
+        """The offset the leader's log keeps for ``reference`` (None: none). It follows
+        every store sent before it on this link: a client reads what it stored."""
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.QueryOffset(rid, v, name, reference))
+
+    def stats(self, queue: RemoteQueue) -> Completion[tuple[int, int, int]]:
+        """The queue's counters at its leader: ready, unacknowledged, consumers."""
+        v, name = queue.vhost_name, queue.name
+        return self._ask(queue, Completion(), lambda rid: c.Stat(rid, v, name))
 
     def backlogged(self) -> bool:
         return self.paused or self.size > HIGH_WATER
@@ -733,13 +772,16 @@ class Links:
         self.node = node
         self.view = view
         self.overrides = peer_addresses(server.settings)
+        # TLS on the link (``cluster_tls_*``, ``cluster/link_tls.py``); None = plain TCP.
+        self.tls = LinkTls(server.settings) if server.settings.cluster_tls_certfile else None
+        self.notes = DialNotes()
         self.incarnation = time.time_ns()
         # The cluster's id in etcd, known once the node joined (``set_secret``).
         self.secret = ""
         self.peers: dict[str, Peer] = {}
         self.closing = False
         self.identity: LinkIdentity | None = None
-        self.listener: asyncio.Server | None = None
+        self.listener: asyncio.Server | TlsListener | None = None
         self.connections: set[ConnectionProtocol] = set()
         self.port = 0
         # Replicated queues (``cluster/replication.py``), set by the node.
@@ -809,25 +851,33 @@ class Links:
             assert self.identity is not None
             return LinkFrontEnd(shell, self.identity)
 
-        self.listener = await loop.create_server(
-            lambda: ConnectionProtocol(
+        def connection() -> asyncio.Protocol:
+            return ConnectionProtocol(
                 server.broker,
                 server.users,
                 server.limits,
                 self.connections,
                 server.alarm,
                 front_end=front_end,
-            ),
-            host=settings.host,
-            port=settings.cluster_port,
-            reuse_address=True,
-        )
+            )
+
+        if self.tls is not None:
+            self.listener = await self.tls.listen(connection, settings.host, settings.cluster_port)
+        else:
+            self.listener = await loop.create_server(
+                connection, host=settings.host, port=settings.cluster_port, reuse_address=True
+            )
         # Read untyped: uvloop's server gives a list where asyncio's gives the tuple the
         # stubs name, and the compiled build checks what the stubs say.
         listener: Any = self.listener
         sockets = listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else settings.cluster_port
-        log.info("inter-node link listening on %s:%d", settings.host, self.port)
+        log.info(
+            "inter-node link listening on %s:%d%s",
+            settings.host,
+            self.port,
+            "" if self.tls is None else " (TLS)",
+        )
         return self.port
 
     async def close(self) -> None:

@@ -1,6 +1,7 @@
 """``rabbitmq-queues``' verbs for quorum queues on a cluster node: ``add_member``,
-``delete_member``, ``grow``, ``shrink`` and ``quorum_status`` (``cli/ctl_quorum.py`` is
-the command line). The changes are written to etcd by ``cluster/members.py``; the status
+``delete_member``, ``grow``, ``shrink`` and ``quorum_status``, and ``rabbitmq-streams``'
+for streams: ``add_replica``, ``delete_replica``, ``stream_status`` (``cli/ctl_quorum.py``
+is the command line). The changes are written to etcd by ``cluster/members.py``; the status
 comes from the queue's record and what this node's replication knows of the members' logs
 (every member's on the leader's node, its own copy's elsewhere).
 
@@ -59,7 +60,7 @@ def _pattern(args: dict[str, Any], name: str) -> re.Pattern[str]:
         raise InvalidArgument(f"{name.replace('_', '-')} '{text}' is not a regex: {exc}") from None
 
 
-async def add_member(admin: Admin, args: dict[str, Any]) -> None:
+async def add_member(admin: Admin, args: dict[str, Any], kind: str = "quorum") -> None:
     cluster, m = _cluster(admin), members
     node = _str(args, "node")
     view = cluster.applier.view
@@ -69,10 +70,11 @@ async def add_member(admin: Admin, args: dict[str, Any]) -> None:
         _str(args, "queue"),
         lambda record: m.added(record, node, view),
         running=node,
+        kind=kind,
     )
 
 
-async def delete_member(admin: Admin, args: dict[str, Any]) -> None:
+async def delete_member(admin: Admin, args: dict[str, Any], kind: str = "quorum") -> None:
     cluster, m = _cluster(admin), members
     node = _str(args, "node")
     view = cluster.applier.view
@@ -81,6 +83,7 @@ async def delete_member(admin: Admin, args: dict[str, Any]) -> None:
         _str(args, "vhost", "/"),
         _str(args, "queue"),
         lambda record: m.removed(record, node, view),
+        kind=kind,
     )
 
 
@@ -159,23 +162,27 @@ def _errors(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row for row in rows if row["result"] != "ok"]
 
 
-async def quorum_status(admin: Admin, args: dict[str, Any]) -> list[dict[str, Any]]:
+async def quorum_status(
+    admin: Admin, args: dict[str, Any], kind: str = "quorum"
+) -> list[dict[str, Any]]:
     """One row per member: its role, whether its node runs and is in the in-sync set, its
     log's offset and the committed offset where this node knows them (on the leader's
-    node: every member's; elsewhere: its own copy's)."""
+    node: every member's; elsewhere: its own copy's). A stream's (``stream_status``) name
+    the roles as RabbitMQ's do: ``writer`` and ``replica``."""
     cluster, m = _cluster(admin), members
     vhost, name = _str(args, "vhost", "/"), _str(args, "queue")
     view = cluster.applier.view
-    record = m.quorum_record(view, vhost, name)
+    record = m.quorum_record(view, vhost, name, kind)
     known = cluster.replication.status((vhost, name))
     in_sync = set(record.in_sync) if record.members else {record.leader}
+    roles = ("writer", "replica") if kind == "stream" else ("leader", "follower")
     rows = []
     for node in m.members_of(record):
         logs = known.get(node, {})
         rows.append(
             {
                 "node": node,
-                "role": "leader" if node == record.leader else "follower",
+                "role": roles[0] if node == record.leader else roles[1],
                 "running": node in view.nodes,
                 "in_sync": node in in_sync,
                 "epoch": record.epoch,
@@ -193,4 +200,8 @@ def member_verbs(admin: Admin) -> dict[str, Verb]:
         "grow": partial(grow, admin),
         "shrink": partial(shrink, admin),
         "quorum_status": partial(quorum_status, admin),
+        # rabbitmq-streams' verbs: the same changes, for streams.
+        "add_replica": partial(add_member, admin, kind="stream"),
+        "delete_replica": partial(delete_member, admin, kind="stream"),
+        "stream_status": partial(quorum_status, admin, kind="stream"),
     }

@@ -1,5 +1,6 @@
-"""An operator's changes to a replicated queue's members (``rabbitmq-queues``' verbs,
-``server/ctl/quorum.py`` answers them; docs/cluster.md, "Changing a queue's members").
+"""An operator's changes to a replicated queue's members (``rabbitmq-queues``' verbs for
+quorum queues, ``rabbitmq-streams``' ``add_replica``/``delete_replica`` for streams;
+``cluster/member_verbs.py`` answers them; docs/cluster.md, "Changing a queue's members").
 
 Each change is a new record written to etcd with a transaction that compares the record's
 revision (what the change was computed from; a concurrent election or in-sync change makes
@@ -36,7 +37,16 @@ if TYPE_CHECKING:
     from leveret.cluster.apply import QueueRecord, View
     from leveret.cluster.metadata import MetadataStore
 
-__all__ = ["MemberError", "added", "change", "is_quorum", "members_of", "removed"]
+__all__ = [
+    "MemberError",
+    "added",
+    "change",
+    "is_quorum",
+    "is_stream",
+    "members_of",
+    "quorum_record",
+    "removed",
+]
 
 
 class MemberError(AdminError):
@@ -56,17 +66,24 @@ def members_of(record: QueueRecord) -> tuple[str, ...]:
     return record.members or (record.leader,)
 
 
-def quorum_record(view: View, vhost: str, name: str) -> QueueRecord:
+def is_stream(record: QueueRecord) -> bool:
+    return record.arguments.get("x-queue-type") in ("stream", b"stream")
+
+
+def quorum_record(view: View, vhost: str, name: str, kind: str = "quorum") -> QueueRecord:
+    """The record of a replicated queue of ``kind``: ``quorum`` (``rabbitmq-queues``'
+    verbs) or ``stream`` (``rabbitmq-streams``')."""
     record = view.queues.get((vhost, name))
     if record is None:
         raise QueueNotFound(f"queue '{name}' in vhost '{vhost}' does not exist")
-    if not is_quorum(record):
-        kind = record.arguments.get("x-queue-type") or "classic"
-        if isinstance(kind, bytes):
-            kind = kind.decode(errors="replace")
-        raise MemberError(
-            f"queue '{name}' in vhost '{vhost}' is a {kind} queue: only quorum queues have members"
+    if not (is_stream(record) if kind == "stream" else is_quorum(record)):
+        found = record.arguments.get("x-queue-type") or "classic"
+        if isinstance(found, bytes):
+            found = found.decode(errors="replace")
+        has = (
+            "only streams have replicas" if kind == "stream" else "only quorum queues have members"
         )
+        raise MemberError(f"queue '{name}' in vhost '{vhost}' is a {found} queue: {has}")
     return record
 
 
@@ -124,6 +141,7 @@ async def change(
     compute: Callable[[QueueRecord], QueueRecord],
     *,
     running: str | None = None,
+    kind: str = "quorum",
 ) -> QueueRecord:
     """Write ``compute(record)`` of the queue's current record, fenced by the record's
     revision (and ``running``'s key existing, and the new leader's when it changes);
@@ -132,7 +150,7 @@ async def change(
     view = store.applier.view
     key = store.layout.queue(vhost, name)
     for _attempt in range(ATTEMPTS):
-        record = quorum_record(view, vhost, name)
+        record = quorum_record(view, vhost, name, kind)
         entry = store.applier.entries.get(key)
         if entry is None:
             raise QueueNotFound(f"queue '{name}' in vhost '{vhost}' does not exist")

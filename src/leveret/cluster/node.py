@@ -102,6 +102,7 @@ class ClusterNode:
         self.store = MetadataStore(self.client, self.applier, self.membership)
         # The inter-node link: proxies of the queues led elsewhere, the peers' listener.
         self.links = Links(server, self.name, self.applier.view)
+        server.link_tls = self.links.tls  # reloaded with the amqps certificates
         self.applier.make_remote = self.links.make_remote
         # Each running node's link is dialled as soon as its record is known, not at the
         # first use of a queue it leads: a queue declared there is reachable from here at

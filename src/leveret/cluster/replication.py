@@ -70,6 +70,7 @@ from leveret.cluster.stream_replication import (
     STREAM_APPEND,
     STREAM_COMMIT,
     STREAM_RESET,
+    STREAM_TRACK,
     Epochs,
     StreamAppend,
     StreamReplica,
@@ -78,16 +79,19 @@ from leveret.cluster.stream_replication import (
     decode_append,
     decode_commit,
     decode_reset,
+    decode_track,
     encode_commit,
+    encode_track,
     held_epochs,
     load_epochs,
     retention,
     save_epochs,
-    segment_bytes,
 )
 from leveret.convert.formats import stored_message
+from leveret.errors import AMQPError
 from leveret.model.completion import Completion
-from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE
+from leveret.model.queues.args import PLAIN, QueueConfig
+from leveret.model.queues.base import EVERY_MESSAGE_STORE, JOURNAL_STORE, type_of
 from leveret.model.queues.quorum import QuorumQueue
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.replication import (
@@ -379,22 +383,12 @@ class Leading:
                 else:
                     self.following.discard(node)
 
-    def tapped(
-        self,
-        start: int,
-        data: bytes,
-        entries: int,
-        records: int,
-        timestamp: int,
-        producer: str,
-        sequence: int,
-        ids: list[int] | None,
-    ) -> None:
+    def tapped(self, append: StreamAppend) -> None:
         """A replicated stream's log stored an append (``FileStreamLog.tap``): ship it to
         each follower that has everything before it (the others catch up, ``pump``)."""
         stream = self.stream
         assert stream is not None
-        append = StreamAppend(start, data, entries, records, timestamp, producer, sequence, ids)
+        start = append.start
         record = stream.tapped(append)
         end = self.offset = append.end
         op = c.Append(self.record.vhost, self.record.name, self.record.epoch, end, record)
@@ -407,6 +401,19 @@ class Leading:
                     cursor[node] = end
                 else:
                     self.following.discard(node)
+
+    def tracked(self, reference: str, offset: int) -> None:
+        """A replicated stream's log stored a consumer offset (``FileStreamLog.tracked``):
+        each follower sent its reset keeps it too (a later reset carries it anyway)."""
+        record = self.record
+        op = c.Append(
+            record.vhost, record.name, record.epoch, self.offset, encode_track(reference, offset)
+        )
+        for node in self.followers():
+            if node in self.following:
+                peer = self.replication.links.peer(node)
+                if peer.up:
+                    peer.write_op(op)
 
     def tell(self, data: bytes) -> None:
         """Send a record that is not in the log to each follower that follows it."""
@@ -660,7 +667,7 @@ class Replication:
                     # the queue, what waited is committed there.
                     self._unreplicate(leading)
                 else:
-                    leading.fail()
+                    self._deposed(leading)
             replica = self.replicas.pop(ident, None)
             if isinstance(replica, StreamReplica):
                 self._reader_gone(replica)
@@ -674,10 +681,7 @@ class Replication:
         deposed: Path | None = None
         if leading is not None:
             log.warning("queue '%s' in '%s': no longer led here", record.name, record.vhost)
-            leading.fail()
-            stream_log = leading.stream.log if leading.stream is not None else None
-            if isinstance(stream_log, FileStreamLog):
-                deposed, stream_log.tap = stream_log.path, None
+            deposed = self._deposed(leading)
         replica = self.replicas.get(ident)
         if replica is None:
             if _is_stream(record):
@@ -689,11 +693,26 @@ class Replication:
                 replica.load()
         replica.epoch = max(replica.epoch, record.epoch)
 
+    def _deposed(self, leading: Leading) -> Path | None:
+        """No longer the leader (another member elected, or this node removed): what
+        waits for a commit is refused; a stream's log is no longer shipped, and its
+        stream-protocol publishers here are told it moved (metadata_update, as RabbitMQ
+        tells them), so their clients find the new leader. The log's path (a stream's)."""
+        leading.fail()
+        path = None
+        stream_log = leading.stream.log if leading.stream is not None else None
+        if isinstance(stream_log, FileStreamLog):
+            path, stream_log.tap, stream_log.tracked = stream_log.path, None, None
+        if isinstance(leading.queue, StreamQueue):
+            streams_gone(self.links.server.stream_server, [leading.queue])
+        return path
+
     def _unreplicate(self, leading: Leading) -> None:
         queue = leading.queue
         if leading.stream is not None and isinstance(queue, StreamQueue):
             if isinstance(leading.stream.log, FileStreamLog):
                 leading.stream.log.tap = None
+                leading.stream.log.tracked = None
             queue.readable_upto = None
             queue.dispatch()
         else:
@@ -784,8 +803,24 @@ class Replication:
             self._stream_base(ident),
             self._streams(),
             record.name,
-            segment_bytes(record.arguments),
+            self._stream_config(record).segment_bytes or 0,
         )
+
+    def _stream_config(self, record: QueueRecord) -> QueueConfig:
+        """A stream's config on this node (its arguments, this node's policies)."""
+        host = self.links.server.broker.vhosts.get(record.vhost)
+        try:
+            if host is not None:
+                return host.configured(
+                    record.name, record.arguments, record.durable, record.exclusive,
+                    record.auto_delete,
+                )  # fmt: skip
+            return type_of(record.arguments, queue=record.name, vhost=record.vhost).parse(
+                record.arguments, queue=record.name, vhost=record.vhost, durable=record.durable,
+                exclusive=record.exclusive, auto_delete=record.auto_delete,
+            )  # fmt: skip
+        except AMQPError:
+            return PLAIN  # the leader accepted them; its rules may be newer than ours
 
     def _streams(self) -> StreamStore:
         streams = self.links.server.streams
@@ -884,6 +919,7 @@ class Replication:
         )
         if isinstance(stream_log, FileStreamLog):
             stream_log.tap = leading.tapped
+            stream_log.tracked = leading.tracked
         queue_committed = stream_log.on_committed
 
         def synced() -> None:
@@ -987,6 +1023,10 @@ class Replication:
                 if op.epoch == replica.epoch:
                     replica.commit(decode_commit(op.record))
                 return
+            if kind == STREAM_TRACK:
+                if op.epoch == replica.epoch and replica.log is not None:
+                    replica.log.store_offset(*decode_track(op.record))
+                return
             if kind == STREAM_RESET:
                 reset = decode_reset(op.record)
                 replica.follow(reset)
@@ -998,7 +1038,7 @@ class Replication:
                     return  # a gap: the leader resets the copy when the link returns
                 record = self.applier.view.queues.get((op.vhost, op.queue))
                 if closed and copy is not None and record is not None:
-                    copy.retain(*retention(record.arguments, time.time()))
+                    copy.retain(*retention(self._stream_config(record), time.time()))
             else:
                 raise ValueError(f"unknown stream record kind {kind}")
         except (ValueError, OSError) as exc:

@@ -24,7 +24,10 @@ is copied again whole (no tail truncation of a stream log yet).
 
 Reading from a replica: the leader sends its commit offset as it moves (``STREAM_COMMIT``,
 not in the log); a follower's ``StreamReplica.reader`` serves the stream protocol's
-subscriptions on its node from the copy, capped there.
+subscriptions on its node from the copy, capped there. Consumer offsets stored on the
+leader (the stream protocol's store_offset, from a client of any node: the link's
+``StoreOffset``) are sent to the followers as they are stored (``STREAM_TRACK``), and a
+reset carries them all: an elected copy knows where its readers were.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from leveret.model.queues.args import QueueConfig, parse_age
+from leveret.model.queues.args import QueueConfig
 from leveret.model.queues.stream import StreamQueue
+from leveret.model.queues.stream_log import StreamAppend
 from leveret.protocol.rabbitstream.chunk import HEADER_SIZE, parse_header, split_entries
 from leveret.store.stream_log import FileStreamLog
 
@@ -54,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STREAM_APPEND",
     "STREAM_RESET",
+    "STREAM_TRACK",
     "StreamAppend",
     "StreamReplica",
     "StreamReset",
@@ -61,8 +66,10 @@ __all__ = [
     "apply_append",
     "decode_append",
     "decode_reset",
+    "decode_track",
     "encode_append",
     "encode_reset",
+    "encode_track",
 ]
 
 # Record kinds (after replication.py's quorum-queue kinds, 1..7).
@@ -70,6 +77,9 @@ STREAM_APPEND: Final = 8
 STREAM_RESET: Final = 9
 # The leader's commit offset (not in the log): a follower's readers are capped at it.
 STREAM_COMMIT: Final = 10
+# A consumer offset the leader's log stored (the stream protocol's store_offset): the
+# copies keep it too, so a reader finds it after a failover.
+STREAM_TRACK: Final = 11
 
 # Bytes a leader ships to one follower catching up per check (``pump``).
 PUMP_BYTES: Final = 4 << 20
@@ -82,23 +92,6 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 _NO_IDS: Final = 0xFFFFFFFF
-
-
-class StreamAppend(NamedTuple):
-    """One append of the leader's log: entries from offset ``start``."""
-
-    start: int
-    data: bytes
-    entries: int
-    records: int
-    timestamp: int
-    producer: str
-    sequence: int
-    ids: list[int] | None
-
-    @property
-    def end(self) -> int:
-        return self.start + self.records
 
 
 class StreamReset(NamedTuple):
@@ -174,6 +167,24 @@ def decode_commit(record: bytes) -> int:
     if kind != STREAM_COMMIT or len(record) != _HEAD.size:
         raise ValueError("not a stream commit")
     return int(upto)
+
+
+def encode_track(reference: str, offset: int) -> bytes:
+    return bytes((STREAM_TRACK,)) + _pack_map({reference: offset})
+
+
+def decode_track(record: bytes) -> tuple[str, int]:
+    """(reference, offset) of a ``STREAM_TRACK`` record."""
+    if not record or record[0] != STREAM_TRACK:
+        raise ValueError("not a stream offset")
+    try:
+        values, end = _unpack_map(record, 1)
+    except (struct.error, ValueError) as exc:  # (a cut map says "stream reset")
+        raise ValueError(f"malformed stream offset: {exc}") from None
+    if len(values) != 1 or end != len(record):
+        raise ValueError("malformed stream offset")
+    ((reference, offset),) = values.items()
+    return reference, offset
 
 
 def encode_append(a: StreamAppend) -> bytes:
@@ -280,22 +291,12 @@ def decode_reset(record: bytes) -> StreamReset:
     return StreamReset(first, producers, offsets, epochs, next_offset, sync)
 
 
-def segment_bytes(arguments: Mapping[str, object]) -> int:
-    """The stream's ``x-stream-max-segment-size-bytes`` (0: not given)."""
-    size = arguments.get("x-stream-max-segment-size-bytes")
-    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
-
-
-def retention(arguments: Mapping[str, object], wall: float) -> tuple[int | None, int | None]:
-    """A follower's retention of its copy, from the stream's arguments
-    (``x-max-length-bytes``, ``x-max-age``): ``StreamLog.retain``'s bounds at ``wall``."""
-    size = arguments.get("x-max-length-bytes")
-    max_bytes = size if isinstance(size, int) and not isinstance(size, bool) else None
-    age = arguments.get("x-max-age")
-    if isinstance(age, bytes):
-        age = age.decode(errors="replace")
-    seconds = parse_age(age) if isinstance(age, str) else None
-    return max_bytes, None if seconds is None else int((wall - seconds) * 1000)
+def retention(config: QueueConfig, wall: float) -> tuple[int | None, int | None]:
+    """A follower's retention of its copy, from the stream's config (its arguments and
+    the policies on its node: ``max-length-bytes``, ``max-age``): ``StreamLog.retain``'s
+    bounds at ``wall``."""
+    age = config.max_age
+    return config.max_length_bytes, None if age is None else int((wall - age) * 1000)
 
 
 def apply_append(log: StreamLog, append: StreamAppend) -> bool | None:

@@ -345,20 +345,9 @@ class VirtualHost:
         if existing is not None:
             self._redeclare(existing, owner, durable, exclusive, auto_delete, arguments)
             return existing
-        queue_type = type_of(arguments, queue=name, vhost=self.name)
-        config = queue_type.parse(
-            arguments,
-            queue=name,
-            vhost=self.name,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
+        queue_type, policy, operator, config = self._configured(
+            name, arguments, durable, exclusive, auto_delete
         )
-        policy = operator = None
-        if self.policies or self.operator_policies:
-            policy, operator, config = self._policy_config(
-                queue_type, name, arguments, config, durable, exclusive, auto_delete
-            )
         queue = queue_type.create(
             self,
             name,
@@ -529,6 +518,44 @@ class VirtualHost:
             self.on_queue_removed(queue)
 
     # -- policies (model/policies.py) ---------------------------------------------------
+
+    def configured(
+        self,
+        name: str,
+        arguments: Mapping[str, object],
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+    ) -> QueueConfig:
+        """The config a queue ``name`` with ``arguments`` has here, the vhost's policies
+        applied (a replicated stream's follower keeps its copy by it: it holds no queue)."""
+        return self._configured(name, arguments, durable, exclusive, auto_delete)[3]
+
+    def _configured(
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+    ) -> tuple[QueueType, Policy | None, Policy | None, QueueConfig]:
+        """Queue ``name``'s type, policy, operator policy and the config they give with
+        its arguments."""
+        queue_type = type_of(arguments, queue=name, vhost=self.name)
+        config = queue_type.parse(
+            arguments,
+            queue=name,
+            vhost=self.name,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+        )
+        if not (self.policies or self.operator_policies):
+            return queue_type, None, None, config
+        policy, operator, config = self._policy_config(
+            queue_type, name, arguments, config, durable, exclusive, auto_delete
+        )
+        return queue_type, policy, operator, config
 
     def _policy_config(
         self,

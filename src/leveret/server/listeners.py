@@ -1,6 +1,7 @@
 """TLS for the ``amqps`` listener: the server's ``ssl.SSLContext`` from the settings,
 certificate reload without a restart, and the user name a client certificate gives for
-SASL EXTERNAL. ``server/server.py`` starts the listener and reloads on SIGHUP;
+SASL EXTERNAL; and the inter-node link's contexts (``cluster/link_tls.py``).
+``server/server.py`` starts the listener and reloads on SIGHUP;
 ``server/ctl/admin.py`` reloads on ``leveret ctl reload_tls``.
 
 Reload: the listening socket keeps one context for its whole life (asyncio has no way to
@@ -57,26 +58,45 @@ class TlsError(Exception):
     """The TLS settings cannot be used (unreadable files, a key that does not match...)."""
 
 
-def make_context(settings: Settings) -> ssl.SSLContext:
-    """The server context the settings describe."""
-    for path in (settings.tls_certfile, settings.tls_keyfile, settings.tls_cacertfile):
+def _context(
+    purpose: ssl._SSLMethod,
+    settings: Settings,
+    certfile: str,
+    keyfile: str,
+    cafile: str,
+    what: str = "TLS settings",
+) -> ssl.SSLContext:
+    """A context with this certificate and CA, ``tls_min_version`` and ``tls_ciphers``."""
+    for path in (certfile, keyfile, cafile):
         if path and not os.access(path, os.R_OK):
-            raise TlsError(f"TLS settings cannot be used: cannot read {path}")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            raise TlsError(f"{what} cannot be used: cannot read {path}")
+    context = ssl.SSLContext(purpose)
     context.minimum_version = _VERSIONS[settings.tls_min_version]
     context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     try:
-        context.load_cert_chain(settings.tls_certfile, settings.tls_keyfile)
-        if settings.tls_cacertfile:
-            context.load_verify_locations(cafile=settings.tls_cacertfile)
+        context.load_cert_chain(certfile, keyfile)
+        if cafile:
+            context.load_verify_locations(cafile=cafile)
         if settings.tls_ciphers:
             context.set_ciphers(settings.tls_ciphers)
     except ssl.SSLError as exc:
         # set_ciphers raises an SSLError without a reason attribute.
         reason = getattr(exc, "reason", None) or exc
-        raise TlsError(f"TLS settings cannot be used: {reason}") from None
+        raise TlsError(f"{what} cannot be used: {reason}") from None
     except OSError as exc:
-        raise TlsError(f"TLS settings cannot be used: {exc.strerror}") from None
+        raise TlsError(f"{what} cannot be used: {exc.strerror}") from None
+    return context
+
+
+def make_context(settings: Settings) -> ssl.SSLContext:
+    """The server context the settings describe."""
+    context = _context(
+        ssl.PROTOCOL_TLS_SERVER,
+        settings,
+        settings.tls_certfile,
+        settings.tls_keyfile,
+        settings.tls_cacertfile,
+    )
     if settings.tls_verify_peer:
         # fail_if_no_peer_cert: a client without a certificate fails the handshake;
         # otherwise a certificate is asked for, verified if sent, and not required.
@@ -84,6 +104,32 @@ def make_context(settings: Settings) -> ssl.SSLContext:
             ssl.CERT_REQUIRED if settings.tls_fail_if_no_peer_cert else ssl.CERT_OPTIONAL
         )
     return context
+
+
+def link_contexts(settings: Settings) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """The inter-node link's contexts (``cluster_tls_*``): the listener's and the dialer's.
+
+    Mutual, as RabbitMQ's inter-node TLS: each side presents the node's certificate, and
+    with ``cluster_tls_verify_peer`` (the default) each requires the other's, signed by
+    the CA. Names are not checked: peers are dialled at addresses (records, overrides,
+    the fault harness's proxies), the CA is the cluster's and the HMAC handshake on top
+    says which node answered."""
+    made = []
+    for purpose in (ssl.PROTOCOL_TLS_SERVER, ssl.PROTOCOL_TLS_CLIENT):
+        context = _context(
+            purpose,
+            settings,
+            settings.cluster_tls_certfile,
+            settings.cluster_tls_keyfile,
+            settings.cluster_tls_cacertfile,
+            "cluster TLS settings",
+        )
+        context.check_hostname = False
+        context.verify_mode = (
+            ssl.CERT_REQUIRED if settings.cluster_tls_verify_peer else ssl.CERT_NONE
+        )
+        made.append(context)
+    return made[0], made[1]
 
 
 @dataclass

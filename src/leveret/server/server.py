@@ -48,7 +48,7 @@ from leveret.server.ctl.quorum import quorum_verbs
 from leveret.server.ctl.streams import super_stream_verbs
 from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
-from leveret.server.listeners import TlsContexts, TlsError
+from leveret.server.listeners import TlsContexts, TlsError, TlsState
 from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
 from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
@@ -107,6 +107,12 @@ class Plugin(Protocol):
     async def close(self) -> None: ...
 
 
+class Reloadable(Protocol):
+    """TLS files read again on SIGHUP and ``leveret ctl reload_tls``."""
+
+    def reload(self) -> TlsState: ...
+
+
 class ClusterPart(Protocol):
     """What the server needs of its part in a cluster (``cluster/node.py``'s
     ``ClusterNode``): join once recovered, register once listening, leave."""
@@ -146,6 +152,9 @@ class Server:
         self.users.anonymous_user = settings.anonymous_login_user
         self.data_path = Path(settings.data_dir or default_data_dir())
         self.tls: TlsContexts | None = None
+        # The inter-node link's TLS (``cluster/link_tls.py``), set by the cluster part when
+        # cluster_tls_certfile is: reloaded with the amqps certificates.
+        self.link_tls: Reloadable | None = None
         self.listening: list[str] = []
         self.started_at = time.time()
         self.control: ControlChannel | None = None
@@ -389,6 +398,24 @@ class Server:
         settings = self.settings
         port = settings.stream_tls_port if tls else settings.stream_port
         host = (settings.tls_host or settings.host) if tls else settings.host
+        scheme = "rabbitmq-stream+tls" if tls else "rabbitmq-stream"
+        if settings.reuse_port and not tls:
+            # A worker of --workers: the shared port reaches any worker, but a stream
+            # client is told where a stream's leader is (metadata) and must reach that
+            # worker, so each worker also listens on a port of its own, named first in
+            # its record (``View.stream_address``) and in its own metadata answers.
+            own = await self._stream_listener(loop, host, 0, tls=False, shared=False)
+            if own is None:
+                return
+            self._listening_on(own, scheme)
+        server = await self._stream_listener(loop, host, port, tls=tls, shared=True)
+        if server is not None:
+            self._listening_on(server, scheme)
+
+    async def _stream_listener(
+        self, loop: asyncio.AbstractEventLoop, host: str, port: int, *, tls: bool, shared: bool
+    ) -> asyncio.Server | None:
+        settings = self.settings
         try:
             server = await loop.create_server(
                 lambda: ConnectionProtocol(
@@ -402,22 +429,28 @@ class Server:
                 host=host,
                 port=port,
                 reuse_address=True,
-                reuse_port=settings.reuse_port or None,
+                reuse_port=(settings.reuse_port and shared) or None,
                 ssl=self.tls.listening if tls and self.tls is not None else None,
             )
         except OSError as exc:
             log.error("stream protocol listener on %s:%d not started: %s", host, port, exc)
-            return
+            return None
         self.servers.append(server)
-        scheme = "rabbitmq-stream+tls" if tls else "rabbitmq-stream"
+        return server
+
+    def _listening_on(self, server: asyncio.Server, scheme: str) -> None:
+        advertise = not scheme.endswith("+tls") and not any(
+            url.startswith("rabbitmq-stream://") for url in self.listening
+        )
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             bound_host, bound_port = sock.getsockname()[:2]
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             self.listening.append(f"{scheme}://{shown}:{bound_port}")
             log.info("listening on %s://%s:%d", scheme, shown, bound_port)
-            if not tls:
+            if advertise:  # (the first socket's: port 0 on a wildcard host binds several)
                 self.stream_server.settings.port = bound_port
+                advertise = False
 
     async def _start_tls(self, loop: asyncio.AbstractEventLoop) -> None:
         """The amqps listener beside the plain one: same front end, TLS first."""
@@ -503,13 +536,16 @@ class Server:
         await self.stop()
 
     def _on_hup(self) -> None:
-        if self.tls is None:
+        if self.tls is None and self.link_tls is None:
             log.info("received SIGHUP: no TLS listener, nothing to reload")
             return
-        try:
-            self.tls.reload()
-        except TlsError as exc:
-            log.error("received SIGHUP: %s; the certificates in use are kept", exc)
+        for tls in (self.tls, self.link_tls):
+            if tls is None:
+                continue
+            try:
+                tls.reload()
+            except TlsError as exc:
+                log.error("received SIGHUP: %s; the certificates in use are kept", exc)
 
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)

@@ -51,7 +51,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.model.queues.stream_log import MemoryStreamLog, StoredChunk, StreamEntry
+from leveret.model.queues.stream_log import MemoryStreamLog, StoredChunk, StreamAppend, StreamEntry
 from leveret.protocol.rabbitstream.chunk import (
     CHUNK_TRACKING_DELTA,
     CHUNK_TRACKING_SNAPSHOT,
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from leveret.model.message import Message
     from leveret.model.queues.stream_log import RecordCodec, StreamLog
 
-    Tap = Callable[[int, bytes, int, int, int, str, int, list[int] | None], None]
+    Tap = Callable[[StreamAppend], None]
 
 log = logging.getLogger("leveret.store")
 
@@ -196,10 +196,10 @@ class FileStreamLog:
         self.codec = codec
         self.name = name
         self.on_committed: Callable[[], None] | None = None
-        # Told every append once stored (a replicated stream's leader ships it):
-        # (first offset, entries' bytes as stored, entries, records, timestamp, producer,
-        # sequence, ids).
+        # Told every append once stored (a replicated stream's leader ships it).
         self.tap: Tap | None = None
+        # Told every consumer offset stored (a replicated stream's leader sends it on).
+        self.tracked: Callable[[str, int], None] | None = None
         self._segments: list[_Segment] = []
         self._firsts: list[int] = []
         self._producers: dict[str, int] = {}
@@ -317,7 +317,9 @@ class FileStreamLog:
         start = self._next
         closed = self._appended(building, size, 1, 1, producer, sequence)
         if self.tap is not None:
-            self.tap(start, b"".join(pieces), 1, 1, timestamp, producer, sequence, None)
+            self.tap(
+                StreamAppend(start, b"".join(pieces), 1, 1, timestamp, producer, sequence, None)
+            )
         return closed
 
     def append_entries(
@@ -333,7 +335,9 @@ class FileStreamLog:
         start = self._next
         closed = self._append_entries(data, entries, records, timestamp, producer, sequence, ids)
         if self.tap is not None:
-            self.tap(start, data, entries, records, timestamp, producer, sequence, ids)
+            self.tap(
+                StreamAppend(start, data, entries, records, timestamp, producer, sequence, ids)
+            )
         return closed
 
     def start_at(
@@ -453,6 +457,8 @@ class FileStreamLog:
         self._offsets[reference] = offset
         self._open(max(self._segments[-1].last_ts, 0)).offsets[reference] = offset
         self.store.appended(self, 0)
+        if self.tracked is not None:
+            self.tracked(reference, offset)
 
     def _close(self, building: _Building) -> None:
         """Turn an open chunk into the pieces the writer appends (and a cached chunk)."""

@@ -4,11 +4,15 @@ worker is handed (``config.to_document`` / ``from_document``)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.cli.supervisor import node_names
+from leveret.cli.supervisor import Supervisor, node_names
 from leveret.config import ConfigError, Settings, from_document, load, to_document
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.pure_only
 
@@ -46,3 +50,23 @@ def test_workers_is_bounded() -> None:
     for bad in ("0", "257"):
         with pytest.raises(ConfigError, match="workers must be from 1 to 256"):
             load(environ={"LEVERET_WORKERS": bad})
+
+
+def test_every_worker_is_handed_the_links_tls_settings(tmp_path: Path) -> None:
+    settings = load(
+        environ={
+            "LEVERET_DATA_DIR": str(tmp_path),
+            "LEVERET_WORKERS": "2",
+            "LEVERET_CLUSTER_TLS_CERTFILE": "/etc/leveret/node.pem",
+            "LEVERET_CLUSTER_TLS_KEYFILE": "/etc/leveret/node.key",
+            "LEVERET_CLUSTER_TLS_CACERTFILE": "/etc/leveret/ca.pem",
+        }
+    )
+    supervisor = Supervisor(settings)
+    for index in (1, 2):
+        worker = from_document(to_document(supervisor._worker_settings(index, f"n-{index}@h")))
+        assert worker.cluster_tls_certfile == "/etc/leveret/node.pem"
+        assert worker.cluster_tls_keyfile == "/etc/leveret/node.key"
+        assert worker.cluster_tls_cacertfile == "/etc/leveret/ca.pem"
+        assert worker.cluster_tls_verify_peer is True
+        assert worker.workers == 1

@@ -22,6 +22,7 @@ from leveret.cluster.stream_replication import (
     STREAM_APPEND,
     STREAM_COMMIT,
     STREAM_RESET,
+    STREAM_TRACK,
     StreamAppend,
     StreamReplica,
     StreamReset,
@@ -30,12 +31,15 @@ from leveret.cluster.stream_replication import (
     decode_append,
     decode_commit,
     decode_reset,
+    decode_track,
     encode_append,
     encode_commit,
     encode_reset,
+    encode_track,
     keeps,
     retention,
 )
+from leveret.model.policies import make_policy
 from leveret.model.queues.stream import StreamQueue
 from leveret.model.vhost import VirtualHost
 from leveret.protocol.cluster import codec as c
@@ -90,6 +94,18 @@ def test_a_reset_record_round_trips(first: int, producers: dict[str, int]) -> No
     assert decode_reset(record) == reset
 
 
+@given(st.text(max_size=40), st.integers(-1, 2**62))
+def test_a_consumer_offset_record_round_trips(reference: str, offset: int) -> None:
+    record = encode_track(reference, offset)
+    assert record[0] == STREAM_TRACK
+    assert decode_track(record) == (reference, offset)
+    for cut in range(len(record)):
+        with pytest.raises(ValueError, match="stream offset"):
+            decode_track(record[:cut])
+    with pytest.raises(ValueError, match="stream offset"):
+        decode_track(record + b"x")
+
+
 @given(appends, st.data())
 def test_a_cut_record_is_refused_not_misread(append_: StreamAppend, data: st.DataObject) -> None:
     record = encode_append(append_)
@@ -105,10 +121,7 @@ def test_a_cut_record_is_refused_not_misread(append_: StreamAppend, data: st.Dat
 
 
 def _tap(stream_log: FileStreamLog, into: list[StreamAppend]) -> None:
-    def tapped(start: int, data: bytes, *rest: Any) -> None:
-        into.append(StreamAppend(start, data, *rest))
-
-    stream_log.tap = tapped
+    stream_log.tap = into.append
 
 
 def _stream(h: Harness, name: str, store_id: int) -> StreamQueue:
@@ -193,11 +206,11 @@ def test_a_follower_caught_up_from_files_and_tail_holds_the_leaders_prefix(
         shipping = StreamShipping(leader.log)
         pending: list[tuple[int, bytes]] = []
 
-        def tapped(start: int, data: bytes, *rest: Any) -> None:
-            record = shipping.tapped(StreamAppend(start, data, *rest))
-            if shipping.cursor.get("b") == start:
-                pending.append((start, record))
-                shipping.cursor["b"] = start + rest[1]
+        def tapped(append: StreamAppend) -> None:
+            record = shipping.tapped(append)
+            if shipping.cursor.get("b") == append.start:
+                pending.append((append.start, record))
+                shipping.cursor["b"] = append.end
 
         leader.log.tap = tapped  # type: ignore[attr-defined]
         replica = _replica(h, tmp_path)
@@ -382,10 +395,25 @@ def test_shipping_survives_random_interleavings_of_appends_and_syncs(h: Harness)
     assert starts == sorted(set(starts))
 
 
-def test_a_followers_retention_comes_from_the_streams_arguments() -> None:
-    assert retention({"x-queue-type": "stream"}, 1000.0) == (None, None)
-    assert retention({"x-max-length-bytes": 5000, "x-max-age": "10s"}, 1000.0) == (5000, 990_000)
-    assert retention({"x-max-age": b"1m", "x-max-length-bytes": True}, 100.0) == (None, 40_000)
+def test_a_followers_retention_comes_from_the_streams_arguments_and_policies() -> None:
+    vhost = VirtualHost("/")
+
+    def kept(name: str, arguments: dict[str, object], wall: float) -> tuple[int | None, ...]:
+        return retention(vhost.configured(name, arguments, True, False, False), wall)
+
+    stream: dict[str, object] = {"x-queue-type": "stream"}
+    assert kept("s", stream, 1000.0) == (None, None)
+    assert kept("s", {**stream, "x-max-length-bytes": 5000, "x-max-age": "10s"}, 1000.0) == (
+        5000,
+        990_000,
+    )
+    assert kept("s", {**stream, "x-max-age": b"1m"}, 100.0) == (None, 40_000)
+    # A policy on this node applies to the copy as it does to the leader's stream.
+    vhost.policies["keep"] = make_policy(
+        "/", "keep", "^s", {"max-age": "2s", "max-length-bytes": 700}, apply_to="streams"
+    )
+    assert kept("s", stream, 1000.0) == (700, 998_000)
+    assert kept("other", stream, 1000.0) == (None, None)
 
 
 # -- a follower node's side (``Replication.append``) ----------------------------------------
@@ -595,3 +623,35 @@ def test_the_leader_tells_its_followers_each_commit(h: Harness) -> None:
             if isinstance(op, c.Append) and op.record[0] == STREAM_COMMIT
         ]
         assert told == [1]
+
+
+def test_stored_consumer_offsets_reach_the_followers_copies(h: Harness, tmp_path: Path) -> None:
+    queue = _stream(h, "s", 1)
+    leading, peers, _ = _leading(queue)
+    queue.log.tracked = leading.tracked  # type: ignore[attr-defined]
+    queue.log.store_offset("app", 5)
+    queue.log.store_offset("app", 6)
+    for node in ("b", "c"):
+        told = [
+            decode_track(op.record)
+            for op in peers[node].sent
+            if isinstance(op, c.Append) and op.record[0] == STREAM_TRACK
+        ]
+        assert told == [("app", 5), ("app", 6)]
+
+    replication = _follower(h, tmp_path)
+    front = _Front()
+
+    def one(epoch: int, record: bytes) -> None:
+        async def run() -> None:
+            replication.append(front, c.Append("/", "s", epoch, 0, record))  # type: ignore[arg-type]
+
+        h.loop.run_until_complete(run())
+
+    one(2, encode_reset(StreamReset(0, {}, {"old": 1})))
+    one(2, encode_track("app", 6))
+    one(1, encode_track("app", 99))  # a deposed leader's word is not taken
+    replica = replication.replicas[("/", "s")]
+    assert isinstance(replica, StreamReplica)
+    assert replica.log is not None
+    assert dict(replica.log.offsets) == {"old": 1, "app": 6}

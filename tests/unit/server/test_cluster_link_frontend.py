@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from leveret.convert.formats import stored_message
 from leveret.model.broker import Broker
+from leveret.model.queues.features import FeatureMixin
+from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
 from leveret.testing.client import feed, new_shell
@@ -157,3 +159,59 @@ def test_a_consumer_with_a_bad_stream_offset_is_refused_and_the_link_goes_on() -
     assert '{invalid_stream_offset_arg,{longstr,<<"5X">>}}' in refused.text
     assert not front.should_close_transport
     assert send(front, c.Get(2, "/", "q", True)) == [c.Empty(2, 0)]
+
+
+def test_consumer_offsets_are_stored_and_queried_in_the_leaders_log() -> None:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    stream = vhost.declare_queue(
+        "s", owner=None, durable=True, arguments={"x-queue-type": "stream"}
+    )
+    vhost.declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    out = send(
+        front,
+        c.StoreOffset("/", "s", "app", 41),
+        c.StoreOffset("/", "s", "app", 42),
+        c.StoreOffset("/", "q", "app", 1),  # not a stream: nothing to keep
+        c.StoreOffset("/", "gone", "app", 1),
+        c.QueryOffset(1, "/", "s", "app"),
+        c.QueryOffset(2, "/", "s", "never"),
+    )
+    assert out == [c.StoredOffset(1, True, 42), c.StoredOffset(2, False, 0)]
+    assert isinstance(stream, StreamQueue)
+    assert dict(stream.log.offsets) == {"app": 42}
+    [refused] = send(front, c.QueryOffset(3, "/", "q", "app"))
+    assert isinstance(refused, c.Failed)
+    assert (refused.rid, refused.code) == (3, 404)
+    assert not front.should_close_transport
+
+
+def test_a_queues_counters_are_a_look_not_a_use() -> None:
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("q", owner=None, arguments={"x-expires": 1000})
+    assert isinstance(queue, FeatureMixin)
+    front, _ = link(broker)
+    handshake(front)
+    send(front, c.Publish(0, "/", "q", "", "q", 0, PROPS, b"one"))
+    used = queue.last_used
+    assert send(front, c.Stat(1, "/", "q")) == [c.Stats(1, 1, 0, 0)]
+    assert queue.last_used == used
+    [refused] = send(front, c.Stat(2, "/", "gone"))
+    assert isinstance(refused, c.Failed)
+    assert (refused.rid, refused.code) == (2, 404)
+    queue.timers.now += 5.0
+    send(front, c.Inspect(3, "/", "q", False))  # a passive declaration's: a use
+    assert queue.last_used == queue.timers.now != used
+
+
+def test_a_tls_client_hello_at_a_plain_link_port_is_refused_at_once() -> None:
+    # A node with cluster TLS dialling one without: its ClientHello's record header
+    # (handshake, TLS 1.0 record version) read as a frame's length would be a 369 MB frame
+    # to wait for; refused at once, saying why.
+    front, _ = link()
+    feed(front.shell, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32), 1.0)
+    assert front.should_close_transport
+    assert "speaks TLS" in front.close_reason

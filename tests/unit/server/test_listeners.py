@@ -4,6 +4,9 @@ gives for EXTERNAL: real handshakes on 127.0.0.1 port 0 with a CA made by trustm
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import logging
 import ssl
 from importlib.metadata import version
 from pathlib import Path
@@ -12,14 +15,18 @@ from typing import Any
 import pytest
 import trustme
 
+from leveret.cluster.link_tls import LinkTls, LinkTlsError
 from leveret.config import Settings
+from leveret.protocol.cluster import codec as c
 from leveret.server.listeners import (
     TlsContexts,
     TlsError,
     certificate_identity,
     format_subject,
+    link_contexts,
     make_context,
 )
+from leveret.server.server import StartupError
 
 # Left out of the compiled pass (scripts/test): the listeners and TLS contexts are not compiled.
 pytestmark = pytest.mark.pure_only
@@ -158,3 +165,174 @@ def test_minimum_version_and_ciphers(tmp_path: Path) -> None:
 )
 def test_subject_format(subject: Any, dn: str) -> None:
     assert format_subject(subject) == dn
+
+
+def _link_settings(
+    tmp_path: Path, name: str, signer: trustme.CA, trusted: trustme.CA, **extra: Any
+) -> Settings:
+    """A node's cluster TLS settings: its certificate from ``signer``, trusting ``trusted``."""
+    certfile, keyfile, _ = _files(tmp_path, signer, name)
+    cafile = tmp_path / f"{name}.trusted"
+    trusted.cert_pem.write_to_path(str(cafile))
+    return Settings(
+        cluster_tls_certfile=str(certfile),
+        cluster_tls_keyfile=str(keyfile),
+        cluster_tls_cacertfile=str(cafile),
+        **extra,
+    )
+
+
+async def _link_handshake(listener: Settings, dialer: Settings) -> object:
+    """One link connection from ``dialer``'s node to ``listener``'s: the certificate the
+    listener saw (the dialer's), or the handshake's error."""
+    _Peer.seen = []
+    server_context, _ = link_contexts(listener)
+    _, client_context = link_contexts(dialer)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_Peer, "127.0.0.1", 0, ssl=server_context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context, server_hostname=""
+        )
+        writer.write(b"\0")
+        await reader.read()  # TLS 1.3: a refused client certificate is learnt here
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    return _Peer.seen[0]
+
+
+def _subject_cn(peercert: object) -> str:
+    assert isinstance(peercert, dict)
+    return str(next(v for rdn in peercert["subject"] for k, v in rdn if k == "commonName"))
+
+
+def test_link_tls_is_mutual_and_each_side_verifies_the_other(tmp_path: Path) -> None:
+    ca, stranger = trustme.CA(), trustme.CA()
+    a = _link_settings(tmp_path, "a", ca, ca)
+    b = _link_settings(tmp_path, "b", ca, ca)
+    # Both signed by the cluster's CA: the listener sees the dialer's certificate (no
+    # name is checked: peers are dialled at addresses, the HMAC says which node it is).
+    assert _subject_cn(asyncio.run(_link_handshake(a, b))) == "b"
+    # A dialer whose certificate another CA signed is refused by the listener...
+    outsider = _link_settings(tmp_path, "outsider", stranger, ca)
+    with pytest.raises((ssl.SSLError, ConnectionError, IndexError)):
+        asyncio.run(_link_handshake(a, outsider))
+    assert _Peer.seen == []
+    # ... and it refuses to link to a listener its own CA did not sign, either way round.
+    with pytest.raises(ssl.SSLCertVerificationError):
+        asyncio.run(_link_handshake(_link_settings(tmp_path, "c", stranger, stranger), a))
+
+
+def test_link_tls_without_verification_encrypts_only(tmp_path: Path) -> None:
+    ca, stranger = trustme.CA(), trustme.CA()
+    a = _link_settings(tmp_path, "a", ca, ca, cluster_tls_verify_peer=False)
+    b = _link_settings(tmp_path, "b", stranger, stranger, cluster_tls_verify_peer=False)
+    asyncio.run(_link_handshake(a, b))
+    asyncio.run(_link_handshake(b, a))
+
+
+def test_link_tls_files_that_cannot_be_used_stop_the_node_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    ca = trustme.CA()
+    missing = dataclasses.replace(
+        _link_settings(tmp_path, "a", ca, ca), cluster_tls_cacertfile=str(tmp_path / "none.pem")
+    )
+    with pytest.raises(TlsError, match="cluster TLS settings cannot be used: cannot read"):
+        link_contexts(missing)
+    with pytest.raises(StartupError, match="cannot read"):
+        LinkTls(missing)
+    wrong_key = dataclasses.replace(
+        _link_settings(tmp_path, "b", ca, ca), cluster_tls_keyfile=str(_files(tmp_path, ca, "k")[1])
+    )
+    with pytest.raises(LinkTlsError, match="cluster TLS settings cannot be used"):
+        LinkTls(wrong_key)
+
+
+async def _served(listener: LinkTls, dialer: Settings) -> dict[str, Any]:
+    """The certificate a dialer with ``dialer``'s settings is shown by ``listener``."""
+    _, client_context = link_contexts(dialer)
+    server = await listener.listen(_Peer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context, server_hostname=""
+        )
+        seen: dict[str, Any] = writer.get_extra_info("peercert")
+        await reader.read()
+        writer.close()
+    finally:
+        server.close()
+    return seen
+
+
+def test_link_tls_reload_serves_the_new_certificate_and_keeps_the_old_if_bad(
+    tmp_path: Path,
+) -> None:
+    ca = trustme.CA()
+    a = _link_settings(tmp_path, "a", ca, ca)
+    b = _link_settings(tmp_path, "b", ca, ca)
+    tls = LinkTls(a)
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a"
+    # Renewed in place (same paths): served once reloaded, by the same listening context.
+    renewed = ca.issue_cert("127.0.0.1", common_name="a-renewed")
+    renewed.private_key_pem.write_to_path(a.cluster_tls_keyfile)
+    renewed.cert_chain_pems[0].write_to_path(a.cluster_tls_certfile)
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a"
+    dialing = tls.client
+    assert tls.reload().reloads == 1
+    assert tls.client is not dialing  # the next dial presents the new certificate too
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a-renewed"
+    Path(a.cluster_tls_keyfile).write_text("not a key")
+    with pytest.raises(TlsError, match="cluster TLS settings cannot be used"):
+        tls.reload()
+    assert tls.state.reloads == 1
+    assert _subject_cn(asyncio.run(_served(tls, b))) == "a-renewed"
+
+
+def test_the_link_listener_logs_the_handshakes_it_refuses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca, stranger = trustme.CA(), trustme.CA()
+    listener = LinkTls(_link_settings(tmp_path, "a", ca, ca))
+    _, outsider = link_contexts(_link_settings(tmp_path, "outsider", stranger, ca))
+    hello = c.encode(c.Hello("plain", 1, b"n" * 16, c.cluster_tag("secret")))
+
+    def said(part: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if part in r.getMessage()]
+
+    async def attempts() -> None:
+        _Peer.seen = []
+        server = await listener.listen(_Peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            for _ in range(2):  # a peer redialling: the same refusal is logged once
+                with contextlib.suppress(ssl.SSLError, ConnectionError):
+                    reader, writer = await asyncio.open_connection(
+                        "127.0.0.1", port, ssl=outsider, server_hostname=""
+                    )
+                    writer.write(b"\0")
+                    await reader.read()
+                    writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(hello)  # a node without link TLS
+            await reader.read()
+            writer.close()
+            for _ in range(100):
+                if said("does not speak TLS"):
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            server.close()
+
+    with caplog.at_level(logging.WARNING, logger="leveret.cluster"):
+        asyncio.run(attempts())
+    untrusted = said("not signed by this node's cluster_tls_cacertfile CA")
+    assert len(untrusted) == 1
+    assert untrusted[0].startswith("inter-node link from 127.0.0.1:")
+    assert "refused: TLS handshake: [SSL: CERTIFICATE_VERIFY_FAILED]" in untrusted[0]
+    assert len(said("does not speak TLS")) == 1
+    assert _Peer.seen == []  # no connection reached the link's front end

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from leveret import __version__
-from leveret.cluster.etcd_process import free_port
 from leveret.testing.etcd import EtcdServer
 from tools.faults import slowdisk
+from tools.faults.ports import kept_port
 from tools.faults.proxy import FaultProxy, Mode
 from tools.faults.targets.base import Node, Target
 from tools.faults.targets.http import get_json, queue_leader, running_nodes
@@ -120,7 +120,7 @@ class LeveretTarget(Target):
         if slowdisk.available() is not None:
             self.faults = self.faults - {"slowdisk"}
         names = [f"n{i}@{self.tag}" for i in range(1, self.size + 1)]
-        cluster_ports = {name: free_port() for name in names}
+        cluster_ports = {name: kept_port() for name in names}
         if self.clustered:
             self.etcd = EtcdServer(data_dir=self.workdir / "etcd", with_parent=True)
             await self.in_spawner(self.etcd.start)
@@ -140,11 +140,11 @@ class LeveretTarget(Target):
             data_dir.mkdir(parents=True, exist_ok=True)
             node = LeveretNode(
                 name=name,
-                amqp_port=free_port(),
+                amqp_port=kept_port(),
                 data_dir=data_dir,
                 log_path=self.workdir / f"node-{i}.log",
-                management_port=free_port(),
-                stream_port=free_port(),
+                management_port=kept_port(),
+                stream_port=kept_port(),
                 cluster_port=cluster_ports[name],
                 etcd_url=f"http://{self.etcd_paths[name].address}" if self.clustered else None,
                 prefix=prefix,

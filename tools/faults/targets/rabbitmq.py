@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from leveret.cluster.etcd_process import free_port
 from tools.faults import slowdisk
 from tools.faults.epmd import EpmdHub
+from tools.faults.ports import kept_port
 from tools.faults.proxy import FaultProxy
 from tools.faults.targets.base import Node, Target
 from tools.faults.targets.http import queue_leader, running_nodes
@@ -170,12 +170,12 @@ class RabbitMQTarget(Target):
             data_dir.mkdir(parents=True, exist_ok=True)
             node = RabbitNode(
                 name=f"{short}@localhost",
-                amqp_port=free_port(),
+                amqp_port=kept_port(),
                 data_dir=data_dir,
                 log_path=self.workdir / f"rabbit-{i}.log",
                 short=short,
-                dist_port=free_port(),
-                management_port=free_port(),
+                dist_port=kept_port(),
+                management_port=kept_port(),
                 epmd_port=await self.hub.listen(short),
                 net_ticktime=self.net_ticktime,
                 partition_handling=self.partition_handling,

@@ -76,6 +76,12 @@ class Leader(Protocol):
 
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]: ...
 
+    def stats(self, queue: RemoteQueue) -> Completion[tuple[int, int, int]]: ...
+
+    def store_offset(self, queue: RemoteQueue, reference: str, offset: int) -> None: ...
+
+    def query_offset(self, queue: RemoteQueue, reference: str) -> Completion[int | None]: ...
+
     def backlogged(self) -> bool: ...
 
     def room(self, behind: bool) -> Completion[None] | None: ...
@@ -231,6 +237,20 @@ class RemoteQueue(Queue):
     def inspect(self, *, purge: bool) -> Completion[tuple[int, int]]:
         self.reachable()
         return self.leader.inspect(self, purge)
+
+    def stats(self) -> Completion[tuple[int, int, int]]:
+        """The counters at the leader (ready, unacknowledged, consumers): a look, not a
+        use (``inspect`` is a declaration's)."""
+        return self.leader.stats(self)
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        """A stream's consumer offset, kept by the leader's log (the stream protocol's
+        store_offset through this node)."""
+        self.leader.store_offset(self, reference, offset)
+
+    def query_offset(self, reference: str) -> Completion[int | None]:
+        """The consumer offset the leader's log keeps for ``reference`` (None: none)."""
+        return self.leader.query_offset(self, reference)
 
     def purge(self) -> int:
         raise self.unsupported("a synchronous purge")

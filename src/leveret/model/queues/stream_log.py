@@ -30,6 +30,7 @@ __all__ = [
     "MemoryStreamLog",
     "RecordCodec",
     "StoredChunk",
+    "StreamAppend",
     "StreamBackend",
     "StreamEntry",
     "StreamLog",
@@ -53,6 +54,26 @@ class StoredChunk(NamedTuple):
     records: int
     timestamp: int
     data: bytes
+
+
+class StreamAppend(NamedTuple):
+    """One append as a log stored it: entries (their bytes as stored) from offset
+    ``start``, their counts, timestamp, producer, sequence and publishing ids (what a
+    replicated stream's leader ships, ``cluster/stream_replication.py``, and a follower's
+    copy takes with ``append_entries``)."""
+
+    start: int
+    data: bytes
+    entries: int
+    records: int
+    timestamp: int
+    producer: str
+    sequence: int
+    ids: list[int] | None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.records
 
 
 class RecordCodec(Protocol):

@@ -62,8 +62,11 @@ __all__ = [
     "Positioned",
     "Proof",
     "Publish",
+    "QueryOffset",
     "Reader",
     "Settle",
+    "StoreOffset",
+    "StoredOffset",
     "Taken",
     "Writer",
     "encode",
@@ -298,6 +301,59 @@ class Positioned:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class StoreOffset:
+    """A stream-protocol client on the sending node stores a consumer offset of ``queue``
+    (a stream): the leader keeps it in its log, as its own clients' (no answer: the stream
+    protocol has none)."""
+
+    vhost: str
+    queue: str
+    reference: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOffset:
+    """Ask the leader of ``queue`` (a stream) for the offset stored for ``reference``;
+    answered with :class:`StoredOffset` (or :class:`Failed`)."""
+
+    rid: int
+    vhost: str
+    queue: str
+    reference: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffset:
+    """The answer to :class:`QueryOffset` (``found`` False: none stored)."""
+
+    rid: int
+    found: bool
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """Ask for the queue's counters (``leveret ctl list_queues`` on another node): not a
+    use of the queue, unlike :class:`Inspect`. Answered with :class:`Stats` (or
+    :class:`Failed`)."""
+
+    rid: int
+    vhost: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """The answer to :class:`Stat`: ready and unacknowledged messages, consumers."""
+
+    rid: int
+    ready: int
+    unacked: int
+    consumers: int
+
+
 Op = (
     Hello
     | Proof
@@ -321,6 +377,11 @@ Op = (
     | Appended
     | Taken
     | Positioned
+    | StoreOffset
+    | QueryOffset
+    | StoredOffset
+    | Stat
+    | Stats
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -523,6 +584,19 @@ def _payload(op: Op) -> tuple[int, bytes]:
             (_s(op.vhost), _s(op.queue), _U64.pack(op.epoch), _U64.pack(op.sync),
              _U64.pack(op.offset))
         )  # fmt: skip
+    if isinstance(op, StoreOffset):
+        return 23, _s(op.vhost) + _s(op.queue) + _s(op.reference) + _U64.pack(op.offset)
+    if isinstance(op, QueryOffset):
+        return 24, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue) + _s(op.reference)
+    if isinstance(op, StoredOffset):
+        return 25, _U32.pack(op.rid) + _U8.pack(op.found) + _U64.pack(op.offset)
+    if isinstance(op, Stat):
+        return 26, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue)
+    if isinstance(op, Stats):
+        return 27, b"".join(
+            (_U32.pack(op.rid), _U64.pack(op.ready), _U64.pack(op.unacked),
+             _U32.pack(op.consumers))
+        )  # fmt: skip
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -691,6 +765,16 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Taken(c.u64())
     elif code == 22:
         op = Positioned(c.s(), c.s(), c.u64(), c.u64(), c.u64())
+    elif code == 23:
+        op = StoreOffset(c.s(), c.s(), c.s(), c.u64())
+    elif code == 24:
+        op = QueryOffset(c.u32(), c.s(), c.s(), c.s())
+    elif code == 25:
+        op = StoredOffset(c.u32(), c.flag(), c.u64())
+    elif code == 26:
+        op = Stat(c.u32(), c.s(), c.s())
+    elif code == 27:
+        op = Stats(c.u32(), c.u64(), c.u64(), c.u32())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

@@ -28,6 +28,7 @@ from leveret.errors import AMQPError
 from leveret.model.confirms import Confirms
 from leveret.model.consumer import CallbackOwner, Consumer, Source
 from leveret.model.dead_letter import REJECTED
+from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
 
 if TYPE_CHECKING:
@@ -56,6 +57,10 @@ OUTPUT_HIGH_WATER: Final = 1 << 20
 # Gets and inspections stay in order with the publishes (a get sees what was published
 # before it, as on one node).
 _CONTROL: Final = (c.Credit, c.Settle, c.Consume, c.Cancel)
+# Seconds between log lines about peers that dial this plain port with TLS (each redials
+# every second while the configurations differ), and when the last was written.
+TLS_REFUSAL_QUIET: Final = 60.0
+_tls_refused_at: list[float] = []
 
 
 @dataclass
@@ -129,6 +134,17 @@ class LinkFrontEnd:
 
     def receive(self, data: bytes, now: float) -> None:
         if self.should_close_transport:
+            return
+        if self.peer is None and not self.reader.buffered and data[:2] == b"\x16\x03":
+            # A TLS handshake record (a Hello's length never starts with 0x16): read as a
+            # frame's length it would be waited for, hundreds of MB, until the peer gave up.
+            quiet = bool(_tls_refused_at) and now - _tls_refused_at[0] < TLS_REFUSAL_QUIET
+            if not quiet:
+                _tls_refused_at[:] = [now]
+            self._refuse(
+                "it speaks TLS: cluster TLS (cluster_tls_certfile) is on there and not here",
+                quiet=quiet,
+            )
             return
         try:
             decoded = self.reader.feed(data)
@@ -229,8 +245,9 @@ class LinkFrontEnd:
         if not self.should_close_transport:
             self._write(op)
 
-    def _refuse(self, reason: str) -> None:
-        log.warning("inter-node link from %s refused: %s", self.shell.peer, reason)
+    def _refuse(self, reason: str, *, quiet: bool = False) -> None:
+        level = logging.DEBUG if quiet else logging.WARNING
+        log.log(level, "inter-node link from %s refused: %s", self.shell.peer, reason)
         self.should_close_transport = True
         self.close_reason = reason
         self.ops.clear()
@@ -303,6 +320,20 @@ class LinkFrontEnd:
             self._get(op)
         elif isinstance(op, c.Inspect):
             self._inspect(op)
+        elif isinstance(op, c.StoreOffset):
+            stream = self._queue(op.vhost, op.queue)
+            if isinstance(stream, StreamQueue) and not stream.deleted:
+                stream.log.store_offset(op.reference, op.offset)
+        elif isinstance(op, c.QueryOffset):
+            self._query_offset(op)
+        elif isinstance(op, c.Stat):
+            queue = self._queue(op.vhost, op.queue)
+            if queue is None:
+                self._write(c.Failed(op.rid, 404, f"no queue '{op.queue}' in vhost '{op.vhost}'"))
+            else:
+                self._write(
+                    c.Stats(op.rid, queue.message_count, queue.unacked_count, queue.consumer_count)
+                )
         elif isinstance(op, c.Append):
             if self.identity.replicas is not None:
                 self.identity.replicas.append(self, op)
@@ -482,6 +513,14 @@ class LinkFrontEnd:
                 message.body,
             )
         )
+
+    def _query_offset(self, op: c.QueryOffset) -> None:
+        stream = self._queue(op.vhost, op.queue)
+        if not isinstance(stream, StreamQueue) or stream.deleted:
+            self._write(c.Failed(op.rid, 404, f"no stream '{op.queue}' in vhost '{op.vhost}'"))
+            return
+        stored = stream.log.offsets.get(op.reference)
+        self._write(c.StoredOffset(op.rid, stored is not None, stored or 0))
 
     def _inspect(self, op: c.Inspect) -> None:
         queue = self._queue(op.vhost, op.queue)

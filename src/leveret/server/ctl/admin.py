@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from leveret.model.broker import Broker
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.listeners import TlsContexts
+    from leveret.server.server import Reloadable
 
 
 class AdminHost(Protocol):
@@ -43,6 +44,7 @@ class AdminHost(Protocol):
     users: UserStore
     connections: set[ConnectionProtocol]
     tls: TlsContexts | None
+    link_tls: Reloadable | None
     listening: list[str]
     started_at: float
     data_path: Path
@@ -348,14 +350,23 @@ class Admin:
         }
 
     async def reload_tls(self, args: dict[str, Any]) -> dict[str, Any]:
-        tls = self.host.tls
-        if tls is None:
-            raise AdminError("TLS is not configured (tls_certfile is not set)")
-        try:
-            state = await asyncio.to_thread(tls.reload)
-        except TlsError as exc:
-            raise AdminError(f"{exc}; the certificates in use are kept") from None
-        return {"certfile": state.certfile, "reloads": state.reloads}
+        """The amqps listener's files and the inter-node link's (``cluster_tls_*``)."""
+        tls, link_tls = self.host.tls, self.host.link_tls
+        if tls is None and link_tls is None:
+            raise AdminError(
+                "TLS is not configured (tls_certfile and cluster_tls_certfile are not set)"
+            )
+        result: dict[str, Any] = {}
+        for prefix, what in (("", tls), ("cluster_", link_tls)):
+            if what is None:
+                continue
+            try:
+                state = await asyncio.to_thread(what.reload)
+            except TlsError as exc:
+                raise AdminError(f"{exc}; the certificates in use are kept") from None
+            result[f"{prefix}certfile"] = state.certfile
+            result[f"{prefix}reloads"] = state.reloads
+        return result
 
     async def status(self, args: dict[str, Any]) -> dict[str, Any]:
         host = self.host

@@ -18,11 +18,13 @@ of the ``*_COLUMNS`` tables, which is the order of ``leveret ctl``'s table.
 
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError
+from leveret.model.queues.remote import RemoteQueue
 from leveret.server.definitions import export_all, import_document
 from leveret.server.parameters import runtime_of
 from leveret.server.rows import (
@@ -39,12 +41,16 @@ from leveret.server.rows import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
+    from leveret.model.completion import Completion
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.ctl.admin import Admin
     from leveret.server.shell.info import ChannelInfo
 
     Verb = Callable[[dict[str, Any]], Awaitable[Any]]
+
+# Seconds list_queues waits for other nodes' counters of the queues they lead.
+COUNT_TIMEOUT = 2.0
 
 # rabbitmqctl's columns, in its order.
 QUEUE_COLUMNS = (
@@ -136,14 +142,16 @@ async def list_queues(admin: Admin, args: dict[str, Any]) -> list[dict[str, Any]
     found = [queue_row(queue) for queue in vhost.queues.values()]
     cluster = _cluster(admin)
     if cluster is not None:
-        # Queues led by other nodes, from their records (their counters stay on their
-        # leader until the inter-node link).
+        # Queues led by other nodes, from their records, with their leaders' counters
+        # (asked over the inter-node link; a leader that does not answer leaves zeros).
         view = cluster.applier.view
-        found += [
+        remote = [
             queue_record_row(record, record.leader in view.nodes)
             for (vname, _name), record in view.queues.items()
             if vname == vhost.name and record.leader != cluster.name
         ]
+        await _count_at_leaders(vhost, remote)
+        found += remote
     rows = []
     for row in sorted(found, key=lambda r: str(r["name"])):
         # rabbitmqctl shows no policy as an empty cell.
@@ -151,6 +159,42 @@ async def list_queues(admin: Admin, args: dict[str, Any]) -> list[dict[str, Any]
         row["operator_policy"] = row["operator_policy"] or ""
         rows.append(_project(row, QUEUE_COLUMNS))
     return rows
+
+
+async def _count_at_leaders(vhost: VirtualHost, rows: list[dict[str, Any]]) -> None:
+    """Fill the counters of ``rows`` (queues led by other nodes) from their leaders, all
+    asked at once, for at most ``COUNT_TIMEOUT`` seconds."""
+    loop = asyncio.get_running_loop()
+    asked: list[tuple[dict[str, Any], asyncio.Future[tuple[int, int, int]]]] = []
+    for row in rows:
+        proxy = vhost.remote_queues.get(row["name"])
+        if not isinstance(proxy, RemoteQueue) or row["state"] != "running":
+            continue
+        future: asyncio.Future[tuple[int, int, int]] = loop.create_future()
+
+        def done(stats: Completion[tuple[int, int, int]], future: Any = future) -> None:
+            if not future.done():
+                if stats.error is not None:
+                    future.set_exception(stats.error)
+                else:
+                    future.set_result(stats.result())
+
+        proxy.stats().on_done(done)
+        asked.append((row, future))
+    if not asked:
+        return
+    await asyncio.wait([f for _row, f in asked], timeout=COUNT_TIMEOUT)
+    for row, future in asked:
+        if future.done() and future.exception() is None:
+            ready, unacked, consumers = future.result()
+            row.update(
+                messages=ready + unacked,
+                messages_ready=ready,
+                messages_unacknowledged=unacked,
+                consumers=consumers,
+            )
+        elif not future.done():
+            future.cancel()
 
 
 async def list_exchanges(admin: Admin, args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ from leveret.auth import authn
 from leveret.auth.access import OpenRefused
 from leveret.errors import AccessRefused, AMQPError, PreconditionFailed
 from leveret.model.completion import Completion
+from leveret.model.queues.remote import RemoteQueue
 from leveret.model.queues.stream import ChunkConsumer, ChunkOwner, OffsetSpec, StreamQueue
 from leveret.protocol.rabbitstream import commands as c
 from leveret.protocol.rabbitstream.constants import Code, Key, OffsetType
@@ -744,21 +745,49 @@ class StreamConnection:
     # -- offsets ---------------------------------------------------------------------------
 
     def _store_offset(self, command: c.StoreOffset) -> None:
-        queue = self._stream(command.stream)
-        if queue is None or not command.reference:
+        if not command.reference:
             return  # no response exists for store offset: nothing to tell
-        if self._check("read", command.stream) != Code.OK:
+        queue = self._stream(command.stream)
+        remote = None if queue is not None else self._led_elsewhere(command.stream)
+        if (queue is None and remote is None) or self._check("read", command.stream) != Code.OK:
             return
-        queue.log.store_offset(command.reference, command.offset)
+        if queue is not None:
+            queue.log.store_offset(command.reference, command.offset)
+        elif remote is not None:
+            remote.store_offset(command.reference, command.offset)  # its leader keeps it
 
     def _query_offset(self, command: c.QueryOffset) -> None:
+        cid = command.correlation_id
         queue = self._stream(command.stream)
         if queue is None:
+            remote = self._led_elsewhere(command.stream)
+            if remote is not None:
+                asked = remote.query_offset(command.reference)
+                self.shell.defer(asked, lambda done: self._queried(cid, done))
+                return
             code, offset = Code.STREAM_DOES_NOT_EXIST, 0
         else:
             stored = queue.log.offsets.get(command.reference)
             code, offset = (Code.NO_OFFSET, 0) if stored is None else (Code.OK, stored)
-        self._send(c.QueryOffsetResponse(command.correlation_id, code, offset))
+        self._send(c.QueryOffsetResponse(cid, code, offset))
+
+    def _queried(self, cid: int, done: Completion[int | None]) -> None:
+        """The leader's answer to a query_offset through this node (RabbitMQ asks the
+        stream's leader too); its node unreachable: the stream is not available."""
+        if done.error is not None:
+            code, offset = Code.STREAM_NOT_AVAILABLE, 0
+        else:
+            stored = done.result()
+            code, offset = (Code.NO_OFFSET, 0) if stored is None else (Code.OK, stored)
+        self._send(c.QueryOffsetResponse(cid, code, offset))
+
+    def _led_elsewhere(self, name: str) -> RemoteQueue | None:
+        """Stream ``name`` led by another node of the cluster (its proxy here)."""
+        assert self.vhost is not None
+        queue = self.vhost.remote_queues.get(name)
+        if isinstance(queue, RemoteQueue) and queue.type.name == "stream":
+            return queue if not queue.deleted else None
+        return None
 
     # -- super streams (superstream.py) ---------------------------------------------------
 

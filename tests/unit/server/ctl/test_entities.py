@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.listeners import TlsContexts
+    from leveret.server.server import Reloadable
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Host:
     users: UserStore = field(default_factory=UserStore)
     connections: set[ConnectionProtocol] = field(default_factory=set)
     tls: TlsContexts | None = None
+    link_tls: Reloadable | None = None
     listening: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
     data_path: Path = Path("/nonexistent")

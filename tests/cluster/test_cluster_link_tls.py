@@ -1,0 +1,226 @@
+"""TLS on the inter-node link (``cluster_tls_*``) through real nodes: two nodes whose
+certificates one CA signed link over mutual TLS (pika publishes on one to a queue the other
+leads and consumes it back); a node whose certificate that CA did not sign, and a node
+without link TLS, are refused both ways, logged on both sides, their queues answering as a
+down node's, and every node keeps running. Certificates are made at test time (trustme)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import ssl
+import uuid
+from typing import TYPE_CHECKING, cast
+
+import pika
+import pika.exceptions
+import pytest
+import trustme
+
+from tests.cluster import nodes
+from tests.cluster.test_cluster_link import connect, consume, declare_on, publish_confirmed
+from tests.integration.ctl_support import ok
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from leveret.testing.etcd import EtcdServer
+    from tests.cluster.nodes import Node
+
+pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+_TLS_PORT = re.compile(r"inter-node link listening on [^ ]+:(\d+) \(TLS\)")
+
+
+def _tls_env(directory: Path, name: str, signer: trustme.CA, trusted: trustme.CA) -> dict[str, str]:
+    """The cluster TLS settings of a node whose certificate ``signer`` made, trusting the
+    peers ``trusted`` signed."""
+    cert = signer.issue_cert("127.0.0.1", "localhost", common_name=name)
+    certfile, keyfile, cafile = (directory / f"{name}.{x}" for x in ("crt", "key", "ca"))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    trusted.cert_pem.write_to_path(str(cafile))
+    return {
+        "LEVERET_CLUSTER_TLS_CERTFILE": str(certfile),
+        "LEVERET_CLUSTER_TLS_KEYFILE": str(keyfile),
+        "LEVERET_CLUSTER_TLS_CACERTFILE": str(cafile),
+    }
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where a and b keep their certificates (``NAME.crt``, ``NAME.key``, ``NAME.ca``)."""
+    return tmp_path_factory.mktemp("pki")
+
+
+@pytest.fixture(scope="module")
+def tls_nodes(etcd_server: EtcdServer, ca: trustme.CA, pki: Path) -> Iterator[list[Node]]:
+    """Nodes a and b with link TLS, their certificates signed by ``ca``."""
+    prefix = f"/leveret-test/linktls-{uuid.uuid4().hex[:8]}/"
+    directory = pki
+    started: list[Node] = []
+    try:
+        for name in ("a@test", "b@test"):
+            env = _tls_env(directory, name, ca, ca)
+            started.append(nodes.start_node(etcd_server, prefix, name, env=env))
+        yield started
+    finally:
+        for node in started:
+            if node.broker.process is not None and node.broker.process.poll() is None:
+                node.broker.stop()
+
+
+def _refused_as_down(node: Node, queue: str, leader: str) -> bool:
+    """Whether ``node`` answers for ``queue`` as for a queue whose leader is down."""
+    conn = connect(node)
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+        return False
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        return exc.reply_code == 404 and f"home node '{leader}'" in exc.reply_text
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def _in_log(node: Node, *parts: str) -> bool:
+    return any(all(p in line for p in parts) for line in node.broker.log)
+
+
+def _alive(*running: Node) -> None:
+    for node in running:
+        assert node.broker.process is not None
+        assert node.broker.process.poll() is None
+
+
+def _shown(port: int, ca: trustme.CA) -> str:
+    """The common name of the certificate the link port at ``port`` presents to a client
+    with a certificate ``ca`` signed."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    ca.configure_trust(client)
+    ca.issue_cert("client").configure_cert(client)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        client.wrap_socket(raw) as tls,
+    ):
+        peercert = tls.getpeercert()
+        assert peercert is not None
+        subject = cast("tuple[tuple[tuple[str, str], ...], ...]", peercert["subject"])
+        return next(value for rdn in subject for key, value in rdn if key == "commonName")
+
+
+def test_two_nodes_link_over_mutual_tls(tls_nodes: list[Node], ca: trustme.CA, pki: Path) -> None:
+    a, b = tls_nodes
+    declare_on(b, "q.tls", a)
+    bodies = [b"m%d" % i for i in range(200)]
+    publish_confirmed(a, "q.tls", bodies)
+    assert consume(a, "q.tls", len(bodies)) == bodies
+    assert _in_log(a, "inter-node link to node 'b@test' is up")
+    # b's link port speaks TLS only, to a client that presents a certificate its CA signed.
+    match = _TLS_PORT.search(b.broker.log_text())
+    assert match is not None
+    port = int(match.group(1))
+    assert _shown(port, ca) == "b@test"
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    ca.configure_trust(client)
+    ca.issue_cert("client").configure_cert(client)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        client.wrap_socket(raw) as accepted,
+    ):
+        # Accepted: the link waits for the rest of a frame.
+        accepted.settimeout(0.5)
+        accepted.sendall(b"\0")
+        with pytest.raises(TimeoutError):
+            accepted.recv(1)
+    anonymous = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    anonymous.check_hostname = False
+    ca.configure_trust(anonymous)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        anonymous.wrap_socket(raw) as tls,
+    ):
+        # TLS 1.3: the server's refusal of no certificate comes after the client's side
+        # of the handshake, as an alert or the end of the connection (an accepted one
+        # would wait for the rest of a frame: a timeout here).
+        try:
+            tls.sendall(b"\0")
+            data = tls.recv(1)
+        except (ssl.SSLError, ConnectionResetError):
+            data = b""
+        assert data == b""
+    # Renewed certificates are read again on SIGHUP and by ctl reload_tls, as the amqps
+    # listener's; the link goes on.
+    renewed = ca.issue_cert("127.0.0.1", common_name="b-renewed")
+    renewed.cert_chain_pems[0].write_to_path(str(pki / "b@test.crt"))
+    renewed.private_key_pem.write_to_path(str(pki / "b@test.key"))
+    assert b.broker.process is not None
+    b.broker.process.send_signal(signal.SIGHUP)
+    nodes.eventually(lambda: _in_log(b, "cluster link TLS certificates reloaded"))
+    assert _shown(port, ca) == "b-renewed"
+    assert "cluster_reloads: 2" in ok(b.data_dir, "reload_tls")
+    publish_confirmed(a, "q.tls", [b"after"])
+    assert consume(a, "q.tls", 1) == [b"after"]
+
+
+def test_a_node_whose_certificate_the_ca_did_not_sign_is_not_linked(
+    tls_nodes: list[Node], ca: trustme.CA, etcd_server: EtcdServer, tmp_path: Path
+) -> None:
+    a, b = tls_nodes
+    # c trusts the cluster's CA, but its own certificate comes from another.
+    env = _tls_env(tmp_path, "c@test", trustme.CA(), ca)
+    c = nodes.start_node(etcd_server, a.prefix, "c@test", env=env)
+    try:
+        conn = connect(c)
+        conn.channel().queue_declare("q.stranger", durable=True)
+        conn.close()
+        nodes.eventually(lambda: _refused_as_down(a, "q.stranger", "c@test"))
+        # Refused both ways, and said so on both sides.
+        nodes.eventually(
+            lambda: (
+                _in_log(a, "link to node 'c@test' failed: TLS handshake", "not signed by")
+                and _in_log(a, "link from 127.0.0.1:", "refused: TLS handshake", "not signed")
+                and _in_log(c, "inter-node link to node 'a@test' failed")
+            )
+        )
+        assert not _in_log(a, "inter-node link to node 'c@test' is up")
+        assert _refused_as_down(b, "q.stranger", "c@test")
+        _alive(a, b, c)
+        # a and b still link.
+        declare_on(b, "q.still", a)
+        publish_confirmed(a, "q.still", [b"x"])
+        assert consume(a, "q.still", 1) == [b"x"]
+    finally:
+        c.broker.stop()
+
+
+def test_a_node_without_link_tls_is_not_linked(
+    tls_nodes: list[Node], etcd_server: EtcdServer
+) -> None:
+    a, _b = tls_nodes
+    d = nodes.start_node(etcd_server, a.prefix, "d@test")
+    try:
+        conn = connect(d)
+        conn.channel().queue_declare("q.plain", durable=True)
+        conn.close()
+        nodes.eventually(lambda: _refused_as_down(a, "q.plain", "d@test"))
+        nodes.eventually(
+            lambda: (
+                _in_log(a, "inter-node link to node 'd@test' failed", "TLS handshake")
+                and _in_log(a, "refused: TLS handshake", "does not speak TLS")
+                and _in_log(d, "refused: it speaks TLS")
+                and _in_log(d, "inter-node link to node 'a@test' failed", "cluster TLS on")
+            )
+        )
+        _alive(a, d)
+    finally:
+        d.broker.stop()

@@ -253,23 +253,14 @@ async def _stream_round_trip(port: int, stream: str, count: int) -> list[tuple[i
     return await read_stream(port, stream, b"m%d" % (count - 1))
 
 
-def test_stream_clients_reach_the_worker_metadata_names() -> None:
-    """Each worker listens for the stream protocol on a port of its own besides the shared
-    one, and ``metadata`` names it: a stream client that reached any worker is sent to
-    the one leading (or holding a replica of) its stream, never to a random one."""
-    data_dir = new_data_dir()
-    broker = start_workers(data_dir)
-    try:
-        port = int(state(data_dir)["ports"]["stream_port"])
-        got = asyncio.run(_stream_round_trip(port, "events", 8))
-        assert got == [(i, b"m%d" % i) for i in range(8)]
-    finally:
-        broker.stop(timeout=60)
-
-
-def test_every_worker_links_over_tls_with_the_cluster_tls_settings(tmp_path: Path) -> None:
+def test_every_worker_links_over_tls_and_stream_clients_reach_the_worker_named(
+    tmp_path: Path,
+) -> None:
     """The cluster TLS settings reach every worker: each listens with TLS on its own
-    cluster port and dials the others with TLS (one certificate for the machine's nodes)."""
+    cluster port and dials the others with TLS (one certificate for the machine's nodes).
+    Each worker listens for the stream protocol on a port of its own besides the shared
+    one, and ``metadata`` names it: a stream client that reached any worker is sent to the
+    one leading (or holding a replica of) its stream, never to a random one."""
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", common_name="this-machine")
     certfile, keyfile, cafile = (tmp_path / name for name in ("node.crt", "node.key", "ca.pem"))
@@ -298,5 +289,8 @@ def test_every_worker_links_over_tls_with_the_cluster_tls_settings(tmp_path: Pat
         assert len(re.findall(r"inter-node link listening on \S+ \(TLS\)", broker.log_text())) == (
             WORKERS
         )
+        port = int(state(data_dir)["ports"]["stream_port"])
+        got = asyncio.run(_stream_round_trip(port, "events", 8))
+        assert got == [(i, b"m%d" % i) for i in range(8)]
     finally:
         broker.stop(timeout=60)

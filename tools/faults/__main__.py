@@ -29,6 +29,16 @@ def _faults(text: str) -> tuple[str, ...]:
     return kinds
 
 
+STREAM_CLIENTS = ("amqp", "rstream")
+
+
+def _stream_clients(text: str) -> tuple[str, ...]:
+    kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    if not kinds or any(k not in STREAM_CLIENTS for k in kinds):
+        raise argparse.ArgumentTypeError(f"a comma list of {', '.join(STREAM_CLIENTS)}")
+    return kinds
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.faults", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", choices=("leveret", "rabbitmq"), default="leveret")
@@ -77,6 +87,26 @@ def parser() -> argparse.ArgumentParser:
         default="start",
         help="consume during the faults, or only once publishing stopped (a backlog)",
     )
+    p.add_argument(
+        "--stream-readers",
+        type=_stream_clients,
+        default=None,
+        help="a stream's readers: amqp (0-9-1), rstream (the stream protocol, with "
+        "server-side offset tracking), or both; --consumers of each kind (default: both "
+        "where the target serves the stream protocol, Leveret; else amqp)",
+    )
+    p.add_argument(
+        "--stream-publishers",
+        type=_stream_clients,
+        default=("amqp",),
+        help="a stream's publishers: amqp, rstream, or both; --publishers of each kind",
+    )
+    p.add_argument(
+        "--store-every",
+        type=int,
+        default=50,
+        help="a stream-protocol reader stores its offset every this many messages",
+    )
     p.add_argument("--body-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--time-limit", type=float, default=3600.0, help="seconds for the whole run")
@@ -119,6 +149,9 @@ def config_from(args: argparse.Namespace) -> RunConfig:
             confirm_timeout=args.confirm_timeout,
             body_size=args.body_size,
             consumers_from=args.consumers_from,
+            stream_readers=args.stream_readers,
+            stream_publishers=args.stream_publishers,
+            store_every=args.store_every,
         ),
     )
 

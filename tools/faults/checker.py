@@ -5,6 +5,10 @@ little more (issue 25, "Safety, measured as Jepsen measures it"):
 - **unexpected**: delivered, but never published (no id, an unknown id, or delivered from
   another queue than the one it was published to). Must be empty.
 - **duplicated**: delivered more than once (counted, allowed: at-least-once delivery).
+  For a stream, a message one reader got more than once: a stream-protocol reader that
+  resumes after the offset it stored on the server (``store_offset`` every N messages)
+  gets again what it had read after that store. Within one consumer connection a second
+  delivery is an order violation (below), so only a resumption may repeat a message.
 - **recovered**: indeterminate (no confirm within the timeout, connection lost) and delivered;
   **unconfirmed delivered**: nacked or returned, and delivered all the same (reported).
 - **order**: for each consumer connection, the messages of one publisher connection that
@@ -88,6 +92,9 @@ class Verdict:
     per_queue: dict[str, dict[str, int]]
     failovers: list[Failover] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
+    # A stream's readers, each on its own (deliveries, messages, duplicate deliveries,
+    # confirmed messages it never got): which reader lost what.
+    per_reader: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -129,6 +136,7 @@ class Verdict:
             "per_queue": self.per_queue,
             "failovers": [asdict(f) for f in self.failovers],
             "windows": [asdict(w) for w in self.windows],
+            "per_reader": self.per_reader,
             "failover_after_leader_kill": self.failover_summary(),
             "failover_by_kind": {
                 kind: self.failover_summary(frozenset({kind}))
@@ -182,7 +190,9 @@ def check(
             if n > 1:
                 duplicated[i] = max(n, duplicated.get(i, 0))
         extra = sum(n - 1 for n in per_consumer.values())
+        per_reader = _per_reader(history, per_consumer, outcomes[Outcome.CONFIRMED])
     else:
+        per_reader = {}
         lost = [i for i in outcomes[Outcome.CONFIRMED] if i not in delivered]
         duplicated = {i: n for i, n in times_delivered.items() if n > 1}
         extra = sum(n - 1 for n in duplicated.values())
@@ -215,7 +225,26 @@ def check(
         per_queue=_per_queue(history, set(lost), delivered),
         failovers=failovers(history),
         windows=windows(history),
+        per_reader=per_reader,
     )
+
+
+def _per_reader(
+    history: History, per_consumer: Counter[tuple[str, str]], confirmed: list[str]
+) -> dict[str, dict[str, int]]:
+    table: dict[str, Counter[str]] = {name: Counter() for name in history.consumers}
+    for (name, _), n in per_consumer.items():
+        row = table.setdefault(name, Counter())
+        row["deliveries"] += n
+        row["messages"] += 1
+        row["duplicate_deliveries"] += n - 1
+    for name, queue in history.consumers.items():
+        table[name]["lost"] = sum(
+            1
+            for i in confirmed
+            if history.publishes[i].queue == queue and (name, i) not in per_consumer
+        )
+    return {name: dict(row) for name, row in sorted(table.items())}
 
 
 def _consumer(name: str) -> str:

@@ -53,6 +53,35 @@ def summary(report: dict[str, Any]) -> str:
         f"| unconfirmed but delivered (nacked, returned) | {counts['unconfirmed_delivered']} |",
         "",
     ]
+    readers, tracking = verdict.get("per_reader") or {}, report.get("stream_readers") or {}
+    if readers:
+        lines += [
+            "## The stream's readers (each reads it whole)",
+            "",
+            "| reader | deliveries | messages | duplicate deliveries | lost | connections "
+            "| resumed from a stored offset | from the first | offset stores |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, row in readers.items():
+            t = tracking.get(name)
+            kind = "stream protocol" if t is not None else "0-9-1"
+            more = (
+                f"{t['connections']} | {t['resumed_from_stored']} | {t['started_from_first']} "
+                f"| {t['stores']} |"
+                if t is not None
+                else "- | - | - | - |"
+            )
+            lines.append(
+                f"| {name} ({kind}) | {row.get('deliveries', 0)} | {row.get('messages', 0)} | "
+                f"{row.get('duplicate_deliveries', 0)} | {row.get('lost', 0)} | {more}"
+            )
+        odd = {n: t for n, t in tracking.items() if t["forgotten"] or t["went_back"]}
+        for name, t in odd.items():
+            lines.append(
+                f"\n{name}: a stored offset forgotten {t['forgotten']} time(s), answered below "
+                f"the last one stored {t['went_back']} time(s) (duplicates, not losses)."
+            )
+        lines.append("")
     kill = verdict["failover_after_leader_kill"]
     lines += [
         "## Failover (fault on a queue's leader -> first confirm of a message published after it)",

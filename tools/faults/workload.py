@@ -12,6 +12,9 @@ run's :class:`~tools.faults.history.History`.
 - A **consumer** records each delivery (id, redelivered flag) before it acks it, and on a
   lost connection (heartbeats: ``heartbeat`` seconds) dials the next node. A stream
   queue's consumer resumes after the last offset it saw.
+
+A stream's readers and publishers may also speak the stream protocol (rstream:
+``rstream_clients.py``; ``WorkloadSettings.stream_readers`` and ``stream_publishers``).
 """
 
 from __future__ import annotations
@@ -67,6 +70,15 @@ class WorkloadSettings:
     body_size: int = 64
     prefetch: int = 20
     stream: bool = False
+    # A stream's readers and publishers, by protocol: "amqp" (0-9-1, aio-pika) and
+    # "rstream" (the stream protocol, ``rstream_clients.py``); each kind listed gets
+    # ``consumers_per_queue`` readers (``publishers_per_queue`` publishers) of each queue.
+    # Readers None: both where the target has stream listeners (the run decides), else
+    # 0-9-1 only.
+    stream_readers: tuple[str, ...] | None = None
+    stream_publishers: tuple[str, ...] = ("amqp",)
+    # A stream-protocol reader stores its offset on the server every this many messages.
+    store_every: int = 50
     # When consumers start: "start" (with the publishers) or "drain" (once publishing
     # stopped, so every queue holds a backlog through the faults).
     consumers_from: str = "start"
@@ -118,9 +130,8 @@ class Client:
 
     async def run(self) -> None:
         while not self.stop.is_set():
-            url = self.urls[self.at]
             try:
-                connection = await connect(url, self.settings)
+                connection = await self.open()
             except Exception:
                 self.at = (self.at + 1) % len(self.urls)
                 await _wait(self.stop, 0.3)
@@ -134,7 +145,7 @@ class Client:
                 self.failures += 1
                 failed = True
             finally:
-                await _close(connection)
+                await self.release(connection)
             if self.leave.is_set() and not failed:
                 self.leave.clear()
                 self.at = 0
@@ -151,7 +162,14 @@ class Client:
     def leaving(self) -> bool:
         return self.stop.is_set() or self.leave.is_set()
 
-    async def serve(self, connection: Connection) -> None:
+    async def open(self) -> Any:
+        """A connection to the node it uses now (``urls[at]``)."""
+        return await connect(self.urls[self.at], self.settings)
+
+    async def release(self, connection: Any) -> None:
+        await _close(connection)
+
+    async def serve(self, connection: Any) -> None:
         raise NotImplementedError
 
 
@@ -327,23 +345,59 @@ class Workload:
     clock: Clock
     settings: WorkloadSettings
     routes: Callable[[QueueSpec, int], Awaitable[list[str]]]
-    publishers: list[Publisher] = field(default_factory=list)
-    consumers: list[Consumer] = field(default_factory=list)
+    # The stream-protocol listener (host, port) of the node with this AMQP URL (for the
+    # stream-protocol clients; None: the target has none).
+    stream_address: Callable[[str], tuple[str, int] | None] | None = None
+    publishers: list[Client] = field(default_factory=list)
+    consumers: list[Client] = field(default_factory=list)
     _tasks: dict[Client, asyncio.Task[None]] = field(default_factory=dict)
 
+    def _addresses(self, urls: Sequence[str]) -> list[tuple[str, int]]:
+        found = [self.stream_address(u) for u in urls] if self.stream_address else [None]
+        addresses = [a for a in found if a is not None]
+        if len(addresses) != len(found):
+            raise ValueError("the target has no stream-protocol listener for rstream clients")
+        return addresses
+
     async def start(self, queues: Sequence[QueueSpec]) -> None:
+        from tools.faults.rstream_clients import StreamPublisher, StreamReader
+
         s = self.settings
+        readers = (s.stream_readers or ("amqp",)) if s.stream else ("amqp",)
+        writers = s.stream_publishers if s.stream else ("amqp",)
         for q in queues:
-            for k in range(s.consumers_per_queue):
-                # Numbered after the publishers: they start on other nodes than those.
-                urls = await self.routes(q, s.publishers_per_queue + k)
-                c = Consumer(f"c{len(self.consumers) + 1}", q, urls, self.history, self.clock, s)
-                self.consumers.append(c)
-                self.history.consumers[c.name] = q.name
-            for k in range(s.publishers_per_queue):
-                urls = await self.routes(q, k)
-                p = Publisher(f"p{len(self.publishers) + 1}", q, urls, self.history, self.clock, s)
-                self.publishers.append(p)
+            # Numbered after the publishers: they start on other nodes than those.
+            k = len(writers) * s.publishers_per_queue
+            for kind in readers:
+                for _ in range(s.consumers_per_queue):
+                    urls = await self.routes(q, k)
+                    k += 1
+                    c: Client
+                    if kind == "rstream":
+                        c = StreamReader(
+                            f"s{len(self.consumers) + 1}", q, urls, self.history, self.clock, s,
+                            addresses=self._addresses(urls), store_every=s.store_every,
+                        )  # fmt: skip
+                    else:
+                        n = len(self.consumers) + 1
+                        c = Consumer(f"c{n}", q, urls, self.history, self.clock, s)
+                    self.consumers.append(c)
+                    self.history.consumers[c.name] = q.name
+            k = 0
+            for kind in writers:
+                for _ in range(s.publishers_per_queue):
+                    urls = await self.routes(q, k)
+                    k += 1
+                    p: Client
+                    if kind == "rstream":
+                        p = StreamPublisher(
+                            f"t{len(self.publishers) + 1}", q, urls, self.history, self.clock, s,
+                            addresses=self._addresses(urls),
+                        )  # fmt: skip
+                    else:
+                        n = len(self.publishers) + 1
+                        p = Publisher(f"p{n}", q, urls, self.history, self.clock, s)
+                    self.publishers.append(p)
         early = self.consumers if s.consumers_from == "start" else []
         for client in [*early, *self.publishers]:
             self._start(client)
@@ -379,6 +433,20 @@ class Workload:
 
     def last_delivery(self) -> float:
         return max((d.at for d in self.history.deliveries), default=0.0)
+
+    def caught_up(self) -> bool:
+        """Whether every stream-protocol reader got every confirmed message of its queue
+        (so the drain does not end while one is still resuming on another node)."""
+        from tools.faults.rstream_clients import StreamReader
+
+        readers = [c for c in self.consumers if isinstance(c, StreamReader)]
+        if not readers:
+            return True
+        confirmed: dict[str, set[str]] = {}
+        for p in self.history.publishes.values():
+            if p.outcome is Outcome.CONFIRMED:
+                confirmed.setdefault(p.queue, set()).add(p.id)
+        return all(confirmed.get(r.queue.name, set()) <= r.seen for r in readers)
 
 
 __all__ = [

@@ -218,3 +218,25 @@ def test_a_stream_is_read_whole_by_every_consumer() -> None:
     assert verdict.counts["duplicate_deliveries"] == 1
     # Read as a queue, one delivery of each is enough and c1 plus c2 are duplicates.
     assert check(history, {}).lost == []
+
+
+def test_a_streams_readers_are_counted_each_on_its_own() -> None:
+    history = FakeBroker().run(5)
+    history.deliveries.clear()
+    history.consumers = {"c1": "q", "s2": "q"}
+    for seq in range(1, 6):
+        history.delivered(Delivery(f"p1.{seq}", "q", "c1.1", False, 1.0))
+    # s2 resumed on a new connection after the offset it stored (2): 3 comes again.
+    for consumer, seqs in (("s2.1", (1, 2, 3)), ("s2.2", (3, 4))):
+        for seq in seqs:
+            history.delivered(Delivery(f"p1.{seq}", "q", consumer, False, 2.0))
+    verdict = check(history, {}, every_consumer=True)
+    assert verdict.lost == ["p1.5"]  # s2 never got it
+    assert verdict.per_reader == {
+        "c1": {"deliveries": 5, "messages": 5, "duplicate_deliveries": 0, "lost": 0},
+        "s2": {"deliveries": 5, "messages": 4, "duplicate_deliveries": 1, "lost": 1},
+    }
+    assert verdict.order_violations == []  # a repeat on a new connection is allowed
+    # The same repeat within one connection is not (a stream delivers each offset once).
+    history.deliveries[-2].consumer = "s2.1"
+    assert check(history, {}, every_consumer=True).order_violations

@@ -45,3 +45,19 @@ def test_the_command_line_makes_a_run_config() -> None:
     assert config.pause_length() == max(config.fault_seconds, 1.5 * config.lease_ttl + 1)
     with pytest.raises(SystemExit):
         parser().parse_args(["--fault", "kill,flood"])
+
+
+def test_a_streams_clients_are_chosen_by_protocol() -> None:
+    config = config_from(parser().parse_args([]))
+    assert config.workload.stream_readers is None  # both where the target serves them
+    assert config.workload.stream_publishers == ("amqp",)
+    args = parser().parse_args(
+        ["--queue-type", "stream", "--stream-readers", "amqp,rstream",
+         "--stream-publishers", "rstream", "--store-every", "20"]
+    )  # fmt: skip
+    workload = config_from(args).workload
+    assert workload.stream_readers == ("amqp", "rstream")
+    assert workload.stream_publishers == ("rstream",)
+    assert workload.store_every == 20
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--stream-readers", "amqp,mqtt"])

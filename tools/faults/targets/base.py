@@ -70,6 +70,11 @@ class Node(abc.ABC):
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    @property
+    def stream_address(self) -> tuple[str, int] | None:
+        """Its stream-protocol listener (None: it has none)."""
+        return None
+
     @abc.abstractmethod
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of the broker process."""

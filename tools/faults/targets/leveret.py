@@ -54,6 +54,10 @@ class LeveretNode(Node):
     def api(self) -> str:
         return f"http://127.0.0.1:{self.management_port}"
 
+    @property
+    def stream_address(self) -> tuple[str, int] | None:
+        return ("127.0.0.1", self.stream_port)
+
     def command(self) -> tuple[list[str], dict[str, str]]:
         argv = [
             sys.executable, "-m", "leveret", "serve",

@@ -80,10 +80,12 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     # A queue led by another node of a cluster (its proxy, a Queue subclass).
     "leveret.model.queues.remote",
     # The inter-node link's per-message code (a publish forwarded, its delivery back): the
-    # frame codec, and the leader's side of the link (measured: bench.cluster_link,
-    # docs/benchmarks.md "The cluster (issue 24)").
+    # frame codec, the leader's side of the link and the dialling side (its peers: the
+    # proxies' publishes, the deliveries handed to local consumers, the batched writes;
+    # measured: bench.cluster_scenarios, docs/benchmarks.md "The cluster (issue 24)").
     "leveret.protocol.cluster.codec",
     "leveret.server.cluster_link.frontend",
+    "leveret.cluster.link",
     "leveret.model.router",
     "leveret.model.publisher",
     "leveret.model.confirms",

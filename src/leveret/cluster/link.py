@@ -867,7 +867,10 @@ class Links:
             self.listener = await loop.create_server(
                 connection, host=settings.host, port=settings.cluster_port, reuse_address=True
             )
-        sockets = self.listener.sockets
+        # Read untyped: uvloop's server gives a list where asyncio's gives the tuple the
+        # stubs name, and the compiled build checks what the stubs say.
+        listener: Any = self.listener
+        sockets = listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else settings.cluster_port
         log.info(
             "inter-node link listening on %s:%d%s",

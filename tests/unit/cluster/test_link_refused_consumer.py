@@ -7,85 +7,54 @@ only a refusal that lasts is passed on to the client as a cancel."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING
 
 from leveret.cluster.link import REFUSED_RETRIES, REFUSED_RETRY_DELAY, Peer
-from leveret.model.broker import Broker
-from leveret.model.queues.args import PLAIN
-from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.cluster import codec as c
 from leveret.server.amqp091.session import Session
 from leveret.testing import RecordingSink
+from tests.unit.cluster.dialled_link import RecordingTransport, dialled, remote_queue
+
+if TYPE_CHECKING:
+    from leveret.model.queues.remote import RemoteQueue
 
 ARGS: dict[str, object] = {"x-queue-type": "quorum"}
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def abort(self) -> None:
-        raise AssertionError("the link was aborted")
-
-
-def _setup(*, replicated: bool) -> tuple[Peer, Any, RecordingSink, RemoteQueue]:
-    broker = Broker(consumer_timeout=None)
-    vhost = broker.vhosts["/"]
-    links = SimpleNamespace(
-        node="a",
-        incarnation=1,
-        secret="s",
-        now=lambda: None,
-        gauge_add=lambda _n: None,
-        server=SimpleNamespace(broker=broker),
-    )
-    peer = Peer(cast("Any", links), "b")
-    conn = SimpleNamespace(transport=_Transport())
-    peer.conn = cast("Any", conn)
-    peer.up = True
-    queue = RemoteQueue(
-        peer,
-        vhost,
-        "q",
-        durable=True,
-        auto_delete=False,
-        exclusive=False,
-        arguments=ARGS,
-        config=PLAIN,
-    )
+def _setup(*, replicated: bool) -> tuple[Peer, RecordingTransport, RecordingSink, RemoteQueue]:
+    server, peer, _conn, transport = dialled()
+    queue = remote_queue(server, peer, arguments=ARGS)
     queue.replicated = replicated
-    vhost.add_remote_queue(queue)
     sink = RecordingSink()
-    Session(vhost, object(), sink).consume(
+    Session(server.broker.vhosts["/"], object(), sink).consume(
         "q", "client", no_ack=False, exclusive=False, arguments={}
     )
-    return peer, conn, sink, queue
+    return peer, transport, sink, queue
 
 
-def _consumes(conn: Any) -> list[int]:
-    ops = c.Reader().feed(bytes(conn.transport.written))
-    return [op.cid for op in ops if isinstance(op, c.Consume)]
+def _consumes(transport: RecordingTransport) -> list[int]:
+    return [op.cid for op in transport.ops() if isinstance(op, c.Consume)]
+
+
+def _answer(peer: Peer, transport: RecordingTransport, op: c.Op) -> None:
+    """What the leader sends back, received on the link's connection (which stays)."""
+    assert peer.conn is not None
+    peer.received(peer.conn, c.encode(op))
+    assert not transport.aborted, "the link was aborted"
 
 
 def test_a_refused_consumer_of_a_replicated_queue_is_consumed_again() -> None:
     async def run() -> None:
-        peer, conn, sink, queue = _setup(replicated=True)
+        peer, transport, sink, queue = _setup(replicated=True)
         await asyncio.sleep(0)
-        [first] = _consumes(conn)
-        peer.received(conn, c.encode(c.Cancelled(first, 404, "no queue 'q' in vhost '/'")))
+        [first] = _consumes(transport)
+        _answer(peer, transport, c.Cancelled(first, 404, "no queue 'q' in vhost '/'"))
         assert [x.tag for x in queue.consumers] == ["client"]
         await asyncio.sleep(REFUSED_RETRY_DELAY * 2)
-        first_again, second = _consumes(conn)
+        first_again, second = _consumes(transport)
         assert first_again == first
         assert second != first
-        peer.received(conn, c.encode(c.ConsumeOk(second)))
+        _answer(peer, transport, c.ConsumeOk(second))
         assert peer.refused == {}
         assert sink.take("consumer_cancelled") == []
 
@@ -94,17 +63,17 @@ def test_a_refused_consumer_of_a_replicated_queue_is_consumed_again() -> None:
 
 def test_a_refusal_that_lasts_cancels_the_consumer() -> None:
     async def run() -> None:
-        peer, conn, sink, queue = _setup(replicated=True)
+        peer, transport, sink, queue = _setup(replicated=True)
         await asyncio.sleep(0)
-        [cid] = _consumes(conn)
-        peer.received(conn, c.encode(c.Cancelled(cid, 404, "no queue")))
+        [cid] = _consumes(transport)
+        _answer(peer, transport, c.Cancelled(cid, 404, "no queue"))
         assert sink.take("consumer_cancelled") == []
         [consumer] = queue.consumers
         assert peer.refused == {consumer: 1}
         peer.refused[consumer] = REFUSED_RETRIES  # refused that often already
         await asyncio.sleep(REFUSED_RETRY_DELAY * 2)
-        cid = _consumes(conn)[-1]
-        peer.received(conn, c.encode(c.Cancelled(cid, 404, "no queue")))
+        cid = _consumes(transport)[-1]
+        _answer(peer, transport, c.Cancelled(cid, 404, "no queue"))
         assert [e.consumer_tag for e in sink.take("consumer_cancelled")] == ["client"]
         assert queue.consumers == []
         assert peer.refused == {}
@@ -114,10 +83,10 @@ def test_a_refusal_that_lasts_cancels_the_consumer() -> None:
 
 def test_a_classic_queue_consumer_refused_is_cancelled_at_once() -> None:
     async def run() -> None:
-        peer, conn, sink, queue = _setup(replicated=False)
+        peer, transport, sink, queue = _setup(replicated=False)
         await asyncio.sleep(0)
-        [cid] = _consumes(conn)
-        peer.received(conn, c.encode(c.Cancelled(cid, 404, "no queue")))
+        [cid] = _consumes(transport)
+        _answer(peer, transport, c.Cancelled(cid, 404, "no queue"))
         assert [e.consumer_tag for e in sink.take("consumer_cancelled")] == ["client"]
         assert queue.consumers == []
 

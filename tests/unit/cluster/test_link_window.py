@@ -7,47 +7,18 @@ lost link releases everyone, and an account past what was sent is refused."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import pytest
 
 from leveret.cluster.link import BEHIND_WINDOW, PUBLISH_WINDOW, Peer
 from leveret.convert.amqp091 import wire_message
 from leveret.protocol.cluster import codec as c
+from tests.unit.cluster.dialled_link import dialled, remote_queue
 
 if TYPE_CHECKING:
     from leveret.model.completion import Completion
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.aborted = False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def abort(self) -> None:
-        self.aborted = True
-
-
-def _peer() -> tuple[Peer, Any]:
-    links = SimpleNamespace(
-        node="a", incarnation=1, secret="s", now=lambda: None, gauge_add=lambda _n: None
-    )
-    peer = Peer(cast("Any", links), "b")
-    conn = SimpleNamespace(transport=_Transport())
-    peer.conn = cast("Any", conn)
-    peer.up = True
-    return peer, conn
-
-
-def _queue() -> Any:
-    return SimpleNamespace(vhost_name="/", name="q")
+    from leveret.model.queues.remote import RemoteQueue
 
 
 PROPS = b"\x00\x00"  # 0-9-1 basic properties: no flags
@@ -60,19 +31,20 @@ def done(room: Completion[None]) -> bool:
     return room.done
 
 
-def _publish(peer: Peer, n: int) -> None:
+def _publish(peer: Peer, queue: RemoteQueue, n: int) -> None:
     for _ in range(n):
-        peer.publish(_queue(), wire_message("", "q", PROPS, BODY), False)
+        peer.publish(queue, wire_message("", "q", PROPS, BODY), False)
 
 
 def test_the_window_holds_a_publisher_until_the_leader_has_handled_half_of_it() -> None:
     async def run() -> None:
-        peer, conn = _peer()
+        server, peer, conn, _ = dialled()
+        queue = remote_queue(server, peer)
         peer.received(conn, c.encode(c.Taken(0)))  # the leader keeps the account
         fits = PUBLISH_WINDOW // WEIGHT
-        _publish(peer, fits)
+        _publish(peer, queue, fits)
         assert peer.room(False) is None
-        _publish(peer, 1)
+        _publish(peer, queue, 1)
         room = peer.room(False)
         assert room is not None
         assert not room.done
@@ -90,9 +62,10 @@ def test_the_window_holds_a_publisher_until_the_leader_has_handled_half_of_it() 
 
 def test_a_queue_falling_behind_has_the_smaller_window() -> None:
     async def run() -> None:
-        peer, conn = _peer()
+        server, peer, conn, _ = dialled()
+        queue = remote_queue(server, peer)
         peer.received(conn, c.encode(c.Taken(0)))
-        _publish(peer, BEHIND_WINDOW // WEIGHT + 1)
+        _publish(peer, queue, BEHIND_WINDOW // WEIGHT + 1)
         assert peer.room(False) is None
         room = peer.room(True)
         assert room is not None
@@ -106,8 +79,9 @@ def test_a_queue_falling_behind_has_the_smaller_window() -> None:
 
 def test_a_leader_without_the_account_holds_nobody_and_a_lost_link_releases() -> None:
     async def run() -> None:
-        peer, conn = _peer()
-        _publish(peer, 2 * PUBLISH_WINDOW // WEIGHT)
+        server, peer, conn, _ = dialled()
+        queue = remote_queue(server, peer)
+        _publish(peer, queue, 2 * PUBLISH_WINDOW // WEIGHT)
         assert peer.room(False) is None  # no Taken yet: an older leader
         peer.received(conn, c.encode(c.Taken(0)))
         room = peer.room(False)
@@ -124,11 +98,12 @@ def test_a_leader_without_the_account_holds_nobody_and_a_lost_link_releases() ->
 @pytest.mark.parametrize("upto", [1, -1])
 def test_an_account_past_what_was_sent_or_going_back_closes_the_link(upto: int) -> None:
     async def run() -> None:
-        peer, conn = _peer()
-        _publish(peer, 1)
+        server, peer, conn, transport = dialled()
+        queue = remote_queue(server, peer)
+        _publish(peer, queue, 1)
         peer.received(conn, c.encode(c.Taken(WEIGHT)))
         peer.received(conn, c.encode(c.Taken(WEIGHT + upto)))
-        assert conn.transport.aborted
+        assert transport.aborted
         await asyncio.sleep(0)
 
     asyncio.run(run())

@@ -172,7 +172,8 @@ class Peer:
         self._resume = 0
         # Publishes waiting for the leader's confirm, in order.
         self.seq = 0
-        self.waits: deque[tuple[int, Completion[bool]]] = deque()
+        # Confirms awaited from the leader: (publish sequence, its completion, the queue).
+        self.waits: deque[tuple[int, Completion[bool], RemoteQueue]] = deque()
         self.next_cid = 1
         self.consumers: dict[int, _Remote] = {}
         self.cids: dict[Consumer, int] = {}
@@ -282,7 +283,7 @@ class Peer:
         # per connection): those waiting on this one are nacked.
         self.seq = 0
         waits, self.waits = self.waits, deque()
-        for _seq, done in waits:
+        for _seq, done, _queue in waits:
             done.resolve(False)
         requests, self.requests = self.requests, {}
         for request, queue in requests.values():
@@ -561,7 +562,7 @@ class Peer:
         if confirm:
             seq = self.seq = self.seq + 1
             done = Completion()
-            self.waits.append((seq, done))
+            self.waits.append((seq, done, queue))
         self.sent_weight += c.publish_weight(message.raw_properties, message.body)
         self._write_frame(
             c.publish_frame(
@@ -710,8 +711,16 @@ class Peer:
             )
 
     def dropped(self, queue: RemoteQueue) -> None:
+        """The proxy goes: the queue was deleted, or another node leads it now (an
+        election, a hand-over). Its consumers are cancelled here, and the publishes to it
+        still waiting for this leader's confirm are refused at once (the publisher may
+        send them again) rather than when a cut-off leader's link drops or heals: a
+        deposed leader confirms nothing more, and the new leader never had them."""
         for consumer in list(queue.consumers):
             self.cancel(queue, consumer)
+        for _seq, done, waiting in self.waits:
+            if waiting is queue:
+                done.resolve(False)
 
 
 class ReplicationHooks(ReplicaSink, Protocol):

@@ -292,6 +292,8 @@ conn.close()
 """
 
 
+# The pure pass only (the suite's time): the compiled pass keeps the link's other tests.
+@pytest.mark.pure_only
 def test_a_publish_flood_leaves_the_consumers_across_the_link_their_share(
     three_nodes: list[Node],
 ) -> None:
@@ -370,6 +372,8 @@ def test_a_publish_flood_leaves_the_consumers_across_the_link_their_share(
     assert not failure
 
 
+# The pure pass only (the suite's time): the compiled pass keeps the link's other tests.
+@pytest.mark.pure_only
 def test_the_link_is_read_again_once_a_large_delivery_has_drained(
     three_nodes: list[Node],
 ) -> None:
@@ -443,6 +447,8 @@ def test_deleting_an_auto_delete_queue_its_cancel_removed_on_its_leader_is_ok(
         conn.close()
 
 
+# The pure pass only (the suite's time): the compiled pass keeps the link's other tests.
+@pytest.mark.pure_only
 def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(
     three_nodes: list[Node], etcd_server: EtcdServer
 ) -> None:

@@ -121,13 +121,56 @@ def serves_every_queue(conn: pika.BlockingConnection) -> bool:
     return True
 
 
-def test_workers_share_the_ports_restart_a_crashed_one_and_recover_every_node() -> None:
+async def _stream_round_trip(port: int, stream: str, count: int) -> list[tuple[int, bytes]]:
+    """``count`` confirmed stream-protocol publishes, each on a new connection to the
+    shared port (rstream asks ``metadata`` and connects where the stream's leader is),
+    then everything read back by rstream's consumer (it subscribes on a replica)."""
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
+        await p.create_stream(stream, exists_ok=True)
+    for i in range(count):
+        await publish_confirmed(port, stream, b"m%d" % i)
+    return await read_stream(port, stream, b"m%d" % (count - 1))
+
+
+def _link_tls(tmp_path: Path) -> dict[str, str]:
+    """The cluster TLS settings: one certificate for the machine's nodes, and its CA."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", common_name="this-machine")
+    certfile, keyfile, cafile = (tmp_path / name for name in ("node.crt", "node.key", "ca.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    ca.cert_pem.write_to_path(str(cafile))
+    return {
+        "LEVERET_CLUSTER_TLS_CERTFILE": str(certfile),
+        "LEVERET_CLUSTER_TLS_KEYFILE": str(keyfile),
+        "LEVERET_CLUSTER_TLS_CACERTFILE": str(cafile),
+    }
+
+
+def test_workers_share_the_ports_restart_a_crashed_one_and_recover_every_node(
+    tmp_path: Path,
+) -> None:
+    """With the cluster TLS settings, which reach every worker: each listens with TLS on
+    its own cluster port and dials the others with TLS. Each worker also listens for the
+    stream protocol on a port of its own, which ``metadata`` names: a stream client that
+    reached any worker is sent to the one leading (or holding a replica of) its stream."""
     data_dir = new_data_dir()
-    broker = start_workers(data_dir)
+    tls = _link_tls(tmp_path)
+    broker = start_workers(data_dir, tls)
     try:
         first = state(data_dir)
         names = [n["name"] for n in first["nodes"]]
         assert names == node_names(f"leveret@{socket.gethostname()}", WORKERS, [])
+
+        def linked() -> bool:
+            text = broker.log_text()
+            return text.count("(TLS)") >= WORKERS and all(
+                f"inter-node link to node '{name}' is up" in text for name in names
+            )
+
+        eventually(linked, 30, "every worker linked over TLS")
+        listening = re.findall(r"inter-node link listening on \S+ \(TLS\)", broker.log_text())
+        assert len(listening) == WORKERS
         port = first["ports"]["port"]
         # ctl at the top data directory reaches a worker, which sees the whole cluster.
         status = json.loads(ok(data_dir, "cluster_status", "-q", "--formatter", "json"))
@@ -198,10 +241,13 @@ def test_workers_share_the_ports_restart_a_crashed_one_and_recover_every_node() 
             broker.stop(signal.SIGKILL)
 
     # Started again on the same directory: the same nodes, every queue with its messages.
-    broker = start_workers(data_dir)
+    broker = start_workers(data_dir, tls)
     try:
         assert [n["name"] for n in state(data_dir)["nodes"]] == names
         assert local_queues(data_dir) == before
+        stream_port = int(state(data_dir)["ports"]["stream_port"])
+        got = asyncio.run(_stream_round_trip(stream_port, "events", 8))
+        assert got == [(i, b"m%d" % i) for i in range(8)]
         # A supervisor killed with kill -9 takes its workers and its etcd with it.
         running = pids(data_dir)
         broker.stop(signal.SIGKILL)
@@ -240,57 +286,3 @@ def test_a_port_another_program_listens_on_is_refused_not_shared(tmp_path: Path)
         )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
-
-
-async def _stream_round_trip(port: int, stream: str, count: int) -> list[tuple[int, bytes]]:
-    """``count`` confirmed stream-protocol publishes, each on a new connection to the
-    shared port (rstream asks ``metadata`` and connects where the stream's leader is),
-    then everything read back by rstream's consumer (it subscribes on a replica)."""
-    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
-        await p.create_stream(stream, exists_ok=True)
-    for i in range(count):
-        await publish_confirmed(port, stream, b"m%d" % i)
-    return await read_stream(port, stream, b"m%d" % (count - 1))
-
-
-def test_every_worker_links_over_tls_and_stream_clients_reach_the_worker_named(
-    tmp_path: Path,
-) -> None:
-    """The cluster TLS settings reach every worker: each listens with TLS on its own
-    cluster port and dials the others with TLS (one certificate for the machine's nodes).
-    Each worker listens for the stream protocol on a port of its own besides the shared
-    one, and ``metadata`` names it: a stream client that reached any worker is sent to the
-    one leading (or holding a replica of) its stream, never to a random one."""
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", common_name="this-machine")
-    certfile, keyfile, cafile = (tmp_path / name for name in ("node.crt", "node.key", "ca.pem"))
-    cert.cert_chain_pems[0].write_to_path(str(certfile))
-    cert.private_key_pem.write_to_path(str(keyfile))
-    ca.cert_pem.write_to_path(str(cafile))
-    data_dir = new_data_dir()
-    broker = start_workers(
-        data_dir,
-        {
-            "LEVERET_CLUSTER_TLS_CERTFILE": str(certfile),
-            "LEVERET_CLUSTER_TLS_KEYFILE": str(keyfile),
-            "LEVERET_CLUSTER_TLS_CACERTFILE": str(cafile),
-        },
-    )
-    try:
-        names = [node["name"] for node in state(data_dir)["nodes"]]
-
-        def linked() -> bool:
-            text = broker.log_text()
-            return text.count("(TLS)") >= WORKERS and all(
-                f"inter-node link to node '{name}' is up" in text for name in names
-            )
-
-        eventually(linked, 30, "every worker linked over TLS")
-        assert len(re.findall(r"inter-node link listening on \S+ \(TLS\)", broker.log_text())) == (
-            WORKERS
-        )
-        port = int(state(data_dir)["ports"]["stream_port"])
-        got = asyncio.run(_stream_round_trip(port, "events", 8))
-        assert got == [(i, b"m%d" % i) for i in range(8)]
-    finally:
-        broker.stop(timeout=60)

@@ -21,7 +21,7 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from leveret.config import Settings
@@ -139,6 +139,13 @@ class TlsState:
     certfile: str
     loaded_at: float
     reloads: int = 0
+
+
+class Reloadable(Protocol):
+    """TLS files read again on SIGHUP and ``leveret ctl reload_tls`` (the amqps
+    listener's ``TlsContexts``, the inter-node link's ``cluster/link_tls.py``)."""
+
+    def reload(self) -> TlsState: ...
 
 
 class TlsContexts:

@@ -48,7 +48,7 @@ from leveret.server.ctl.quorum import quorum_verbs
 from leveret.server.ctl.streams import super_stream_verbs
 from leveret.server.ctl.unix_socket import ControlChannel, ControlChannelError
 from leveret.server.deadlines import DeadlineTimer
-from leveret.server.listeners import TlsContexts, TlsError, TlsState
+from leveret.server.listeners import Reloadable, TlsContexts, TlsError
 from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
 from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
@@ -105,12 +105,6 @@ class Plugin(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
-
-
-class Reloadable(Protocol):
-    """TLS files read again on SIGHUP and ``leveret ctl reload_tls``."""
-
-    def reload(self) -> TlsState: ...
 
 
 class ClusterPart(Protocol):

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from leveret.config import Settings
     from leveret.model.broker import Broker
     from leveret.server.connection import ConnectionProtocol
-    from leveret.server.listeners import TlsContexts
-    from leveret.server.server import Reloadable
+    from leveret.server.listeners import Reloadable, TlsContexts
 
 
 class AdminHost(Protocol):

@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from leveret.server.connection import ConnectionProtocol
-    from leveret.server.listeners import TlsContexts
-    from leveret.server.server import Reloadable
+    from leveret.server.listeners import Reloadable, TlsContexts
 
 
 @dataclass

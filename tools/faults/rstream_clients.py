@@ -1,5 +1,6 @@
 """The stream workload's clients of RabbitMQ's stream protocol (rstream), beside the 0-9-1
-ones of ``workload.py``; their publishes and deliveries go into the same history.
+ones of ``workload.py`` (both on ``client.py``'s ``Client``); their publishes and
+deliveries go into the same history.
 
 - A **stream reader** (:class:`StreamReader`) is an application with server-side offset
   tracking: an ``rstream.Consumer`` made on one node (its locator), which subscribes
@@ -44,8 +45,8 @@ from rstream import (
 from rstream.exceptions import OffsetNotFound
 from rstream.recovery import IReliableEntity, RecoveryStrategy
 
+from tools.faults.client import Client
 from tools.faults.history import Delivery, Outcome, Publish
-from tools.faults.workload import Client
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -447,6 +447,51 @@ def test_deleting_an_auto_delete_queue_its_cancel_removed_on_its_leader_is_ok(
         conn.close()
 
 
+def test_a_consume_its_leader_refuses_is_the_channel_error_one_node_gives(
+    three_nodes: list[Node],
+) -> None:
+    """An exclusive consumer on c holds a queue led by b: a consume through a gets 403
+    ACCESS_REFUSED as a channel error, with no consume-ok before it (not a basic.cancel of
+    a consume it was told is on); once c's consumer goes, a's consume is accepted and
+    served, consume-ok before its first delivery."""
+    # The holder's close hands its unacked delivery back (pika nacks it, then cancels): b
+    # redelivers it to the holder's consumer on c before the cancel, and c gives it back
+    # at once (it was left unacked on b, for good, until 2026-11-28).
+    a, b, c = three_nodes
+    declare_on(b, "q.exclusive-use", a, c)
+    publish_confirmed(b, "q.exclusive-use", [b"one", b"two"])
+    holder = connect(c)
+    hch = holder.channel()
+    hch.basic_qos(prefetch_count=1)
+    htag = hch.basic_consume("q.exclusive-use", lambda *_: None, exclusive=True)
+    conn = connect(a)
+    try:
+        for exclusive in (False, True):
+            ch = conn.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                ch.basic_consume("q.exclusive-use", lambda *_: None, exclusive=exclusive)
+            assert refused.value.reply_code == 403
+            assert "exclusive use" in refused.value.reply_text
+        hch.basic_cancel(htag)
+        holder.close()  # its unacked delivery goes back
+        ch = conn.channel()
+        got: list[bytes] = []
+        ch.basic_consume(
+            "q.exclusive-use",
+            lambda _ch, _m, _p, body: got.append(body),
+            auto_ack=True,
+            exclusive=True,
+        )
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert sorted(got) == [b"one", b"two"]
+    finally:
+        if holder.is_open:
+            holder.close()
+        conn.close()
+
+
 # The pure pass only (the suite's time): the compiled pass keeps the link's other tests.
 @pytest.mark.pure_only
 def test_a_queue_on_a_down_node_answers_as_rabbitmq_and_returns_with_it(

@@ -117,6 +117,13 @@ class _Remote:
     limit: int
     handed: int = 0
     buffer: deque[QueuedMessage] = field(default_factory=deque)
+    # The leader accepted the consume (``ConsumeOk``); until then, what its owner waits
+    # for (``Peer.answer``), if it does.
+    ok: bool = False
+    answer: Completion[None] | None = None
+    # Deliveries wait in ``buffer`` until the owner told its client the consume is on
+    # (``Peer.release``): a 0-9-1 consume-ok precedes the first delivery.
+    held: bool = False
 
 
 class _Connection(asyncio.Protocol):
@@ -298,7 +305,7 @@ class Peer:
                 # leader (or to this one when the link is back), as RabbitMQ's quorum
                 # queue consumers do; what was in flight is requeued there.
                 continue
-            self._end(remote)
+            self._end(remote, remote.queue.down())
 
     def _consume_again(self, remote: _Remote) -> bool:
         """A replicated queue's consumer refused for want of the queue by the node its
@@ -316,11 +323,46 @@ class Peer:
         asyncio.get_running_loop().call_later(REFUSED_RETRY_DELAY, self.resume)
         return True
 
-    def _end(self, remote: _Remote) -> None:
-        """The leader ended a consumer (its queue went, or the link): the client is told."""
+    def _end(self, remote: _Remote, error: AMQPError) -> None:
+        """The leader ended a consumer (its queue went, or the link): the client is told.
+        A consume whose owner waits for the leader's answer (``answer``: a 0-9-1
+        consume-ok not sent yet) fails with ``error`` instead, as on one node."""
         consumer = remote.consumer
         remote.queue._detach(consumer)
+        answer, remote.answer = remote.answer, None
+        if answer is not None:
+            answer.fail(error)
+            return
         consumer.owner.consumer_removed(consumer)
+
+    def _answered(self, remote: _Remote) -> None:
+        remote.ok = True
+        answer, remote.answer = remote.answer, None
+        if answer is not None:
+            answer.resolve(None)
+
+    def answer(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None:
+        """The leader's answer to ``consumer``'s consume, for an owner that answers its
+        client only then (0-9-1's consume-ok, so that a refusal is the channel error one
+        node gives); None when it came already. A replicated queue's consumer follows the
+        queue from leader to leader, and is answered at once."""
+        cid = self.cids.get(consumer)
+        if cid is None or queue.replicated:
+            return None
+        remote = self.consumers[cid]
+        if remote.ok:
+            return None
+        remote.held = True
+        if remote.answer is None:
+            remote.answer = Completion()
+        return remote.answer
+
+    def release(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        """The owner answered its client (``answer``): deliveries go to the consumer."""
+        cid = self.cids.get(consumer)
+        if cid is not None:
+            self.consumers[cid].held = False
+            self.credit(queue, consumer)
 
     def received(self, conn: _Connection, data: bytes) -> None:
         if conn is not self.conn:
@@ -422,6 +464,7 @@ class Peer:
             remote = self.consumers.get(op.cid)
             if remote is not None:
                 self.refused.pop(remote.consumer, None)
+                self._answered(remote)
         elif isinstance(op, c.Cancelled):
             remote = self.consumers.pop(op.cid, None)
             if remote is not None:
@@ -433,7 +476,7 @@ class Peer:
                     log.info(
                         "consumer of %s refused by its leader: %s", remote.queue.resource, op.text
                     )
-                self._end(remote)
+                self._end(remote, _error(op.code, op.text) if op.code else remote.queue.down())
         elif isinstance(op, c.Hello):
             self._hello(op)
         elif isinstance(op, c.Proof):
@@ -520,23 +563,32 @@ class Peer:
         if remote is None:
             # Cancelled while this was on its way: the leader takes it back.
             if op.did:
-                self.settles.setdefault(c.REQUEUE, []).append(op.did)
+                self._give_back(op.did)
             return
         consumer = remote.consumer
         if type(consumer) is StreamConsumer:
             _passed(consumer, entry)
-        if remote.buffer or not consumer.can_take(entry.message):
+        if remote.buffer or remote.held or not consumer.can_take(entry.message):
             remote.buffer.append(entry)
             return
         remote.handed += 1
         consumer.owner.deliver(consumer, entry)
         self._advertise(remote)
 
+    def _give_back(self, did: int) -> None:
+        """A delivery nobody here takes (its consumer or get is gone): requeued on the
+        leader, now. Left for the next frame, it waited for whatever the link carried next,
+        and on a quiet link it stayed unacked on the leader until the link went."""
+        self.settles.setdefault(c.REQUEUE, []).append(did)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
     def _got(self, op: c.Got) -> None:
         pending = self.requests.pop(op.rid, None)
         if pending is None:
             if op.did:
-                self.settles.setdefault(c.REQUEUE, []).append(op.did)
+                self._give_back(op.did)
             return
         entry = QueuedMessage(self.generation << _GEN_SHIFT | op.did, self._message(op))
         entry.redelivered = op.redelivered
@@ -607,6 +659,8 @@ class Peer:
         if cid is None:
             return
         remote = self.consumers[cid]
+        if remote.held:
+            return
         buffer = remote.buffer
         while buffer and consumer.can_take(buffer[0].message):
             remote.handed += 1

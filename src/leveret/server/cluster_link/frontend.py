@@ -420,9 +420,12 @@ class LinkFrontEnd:
                 priority=op.priority,
                 arguments=op.arguments,
             )
+            # Refused before ConsumeOk, not after: the peer's client then gets the channel
+            # error one node gives (403), not a cancel of a consume it was told is on.
+            queue.check_exclusive_use(op.exclusive)
         except AMQPError as exc:
-            # A client's bad argument (a stream's x-stream-offset): its consumer is
-            # refused, the link (every other queue's traffic) goes on.
+            # A client's bad argument (a stream's x-stream-offset), a queue in exclusive
+            # use: its consumer is refused, the link (every other queue's traffic) goes on.
             self._write(c.Cancelled(op.cid, exc.reply_code, exc.reply_text))
             return
         self.consumers[op.cid] = consumer

@@ -38,6 +38,11 @@ from leveret.protocol.amqp091.fieldtable import (
 # Mapping is imported at run time: the compiled build (mypyc) reads a dataclass's field
 # types when the module loads (Consume.arguments).
 
+# The operations are plain (not frozen) dataclasses: a frozen one keeps the ``__init__``
+# that ``dataclasses`` writes, in Python (an ``object.__setattr__`` a field), in the
+# compiled build, and one ``Deliver`` or ``Publish`` is made per message (1.02 against
+# 0.33 µs, docs/benchmarks.md). Nothing hashes an operation or changes one once made.
+
 __all__ = [
     "MAX_FRAME",
     "Append",
@@ -89,7 +94,7 @@ class LinkError(AMQPError):
     reply_code = 501  # FRAME_ERROR
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hello:
     node: str
     incarnation: int
@@ -97,12 +102,12 @@ class Hello:
     cluster_tag: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Proof:
     mac: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Publish:
     """A message routed on the sender's node to ``queue``, led here. ``seq`` > 0: the
     sender wants a :class:`Confirm` once this node has done what it does before confirming
@@ -118,7 +123,7 @@ class Publish:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Confirm:
     """Publishes up to ``upto`` (all since the last confirm when ``multiple``) confirmed
     (``ack``) or refused."""
@@ -128,7 +133,7 @@ class Confirm:
     ack: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Consume:
     cid: int
     vhost: str
@@ -141,12 +146,12 @@ class Consume:
     arguments: Mapping[str, FieldValue] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConsumeOk:
     cid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Credit:
     """The consumer may have ``credit`` deliveries beyond the first ``received`` of its
     (AMQP 1.0's link credit: deliveries in flight are counted, never lost)."""
@@ -156,12 +161,12 @@ class Credit:
     received: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Cancel:
     cid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Cancelled:
     """The leader ended the consumer (its queue went) or refused it (``code`` > 0)."""
 
@@ -170,7 +175,7 @@ class Cancelled:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Deliver:
     cid: int
     did: int
@@ -182,7 +187,7 @@ class Deliver:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Settle:
     """Deliveries ``dids`` accepted, rejected (dead-lettered where the queue says) or
     requeued."""
@@ -191,7 +196,7 @@ class Settle:
     dids: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Get:
     rid: int
     vhost: str
@@ -199,7 +204,7 @@ class Get:
     auto_settle: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Got:
     rid: int
     did: int
@@ -212,13 +217,13 @@ class Got:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Empty:
     rid: int
     remaining: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Inspect:
     """Ask for the queue's counts (a declaration's answer), or purge it (``purge``)."""
 
@@ -228,7 +233,7 @@ class Inspect:
     purge: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Counted:
     """The answer to :class:`Inspect`: ready messages (purged ones, for a purge) and
     consumers."""
@@ -238,7 +243,7 @@ class Counted:
     consumers: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Backlog:
     """The leader's ``queue`` is falling behind (``behind``: its consumers do not keep up),
     or no longer: the sending node paces the publishers that feed it, as one node does."""
@@ -248,7 +253,7 @@ class Backlog:
     behind: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Taken:
     """The leader has handled the publishes of this connection up to ``upto``, their
     :func:`publish_weight` summed since the handshake: the publishes' flow control (the
@@ -258,7 +263,7 @@ class Taken:
     upto: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Failed:
     """A request (``rid``) failed with an AMQP code and text (404, 405, 540...)."""
 
@@ -267,7 +272,7 @@ class Failed:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Append:
     """A replicated queue's leader ships its log: ``record`` (``cluster/replication.py``'s
     encoding of one operation) at ``offset``, written in ``epoch``, to a follower's node."""
@@ -279,7 +284,7 @@ class Append:
     record: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Appended:
     """The follower has ``queue``'s log up to ``offset`` on disk (``epoch``: its view)."""
 
@@ -289,7 +294,7 @@ class Appended:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Positioned:
     """A replicated stream's follower answers the leader's reset ``sync``: its copy holds
     the leader's log up to ``offset`` (kept, or started again), on disk."""
@@ -301,7 +306,7 @@ class Positioned:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StoreOffset:
     """A stream-protocol client on the sending node stores a consumer offset of ``queue``
     (a stream): the leader keeps it in its log, as its own clients' (no answer: the stream
@@ -313,7 +318,7 @@ class StoreOffset:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueryOffset:
     """Ask the leader of ``queue`` (a stream) for the offset stored for ``reference``;
     answered with :class:`StoredOffset` (or :class:`Failed`)."""
@@ -324,7 +329,7 @@ class QueryOffset:
     reference: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StoredOffset:
     """The answer to :class:`QueryOffset` (``found`` False: none stored)."""
 
@@ -333,7 +338,7 @@ class StoredOffset:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stat:
     """Ask for the queue's counters (``leveret ctl list_queues`` on another node): not a
     use of the queue, unlike :class:`Inspect`. Answered with :class:`Stats` (or
@@ -344,7 +349,7 @@ class Stat:
     queue: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stats:
     """The answer to :class:`Stat`: ready and unacknowledged messages, consumers."""
 

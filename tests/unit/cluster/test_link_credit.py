@@ -169,3 +169,33 @@ def test_the_window_is_exact_and_never_stalls(prefetch: int, steps: list[tuple[s
         assert len(unacked) == prefetch
 
     asyncio.run(run())
+
+
+def test_a_consumer_limited_after_it_consumed_is_not_left_waiting() -> None:
+    # Consumed without a prefetch window (the leader given 1000 at a time), then limited to
+    # 10 (basic.qos): once the 1000 are through, the leader is told of each window again.
+    async def run() -> None:
+        server, peer, conn, transport = dialled()
+        remote_queue(server, peer)
+        sink = RecordingSink()
+        session = Session(server.broker.vhosts["/"], object(), sink)
+        session.consume("q", "client", no_ack=False, exclusive=False, arguments={})
+        await asyncio.sleep(0)
+        leader = Leader(transport)
+        leader.take()
+        session.set_qos(0, 10, False)
+        link = (peer, conn)
+        handed = 0
+        for _ in range(200):
+            await asyncio.sleep(0)
+            leader.take()
+            _deliver(link, leader, 1000)
+            tags = _tags(sink)
+            handed += len(tags)
+            for tag in tags:
+                session.ack(tag)
+            if handed > 1100:
+                break
+        assert handed > 1100
+
+    asyncio.run(run())

@@ -437,30 +437,21 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
     return b"".join((_s(exchange), _s(routing_key), _U8.pack(fmt), _b(raw), _b(body)))
 
 
-_PUBLISH_HEAD = struct.Struct(">IBQ")
-_DELIVER_HEAD = struct.Struct(">IBIQB")
+# The per-message frames' heads, each with the exchange's length (then the exchange, the
+# routing key's length and the key, the form and the properties' length, the properties,
+# the body's length and the body): one ``b"".join`` a frame, few ``pack`` calls.
+_PUBLISH_HEAD = struct.Struct(">IBQH")  # its vhost's length (then the vhost, the queue)
+_DELIVER_HEAD = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL = struct.Struct(">BI")
+# Of a message's encoding beyond its strings, properties and body: the lengths and the form.
+_MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
 
 
-def _message_parts(
-    exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes
-) -> tuple[int, bytes]:
-    """(size, encoded message but its body), for the per-message frames."""
-    e, r = exchange.encode(), routing_key.encode()
-    if len(e) > 0xFFFF or len(r) > 0xFFFF:
+def _short(value: str) -> bytes:
+    data = value.encode()
+    if len(data) > 0xFFFF:
         raise ValueError("string too long for the link")
-    part = b"".join(
-        (
-            _U16.pack(len(e)),
-            e,
-            _U16.pack(len(r)),
-            r,
-            _MESSAGE_TAIL.pack(fmt, len(raw)),
-            raw,
-            _U32.pack(len(body)),
-        )
-    )
-    return len(part) + len(body), part
+    return data
 
 
 def publish_frame(
@@ -474,10 +465,24 @@ def publish_frame(
     body: bytes,
 ) -> bytes:
     """:class:`Publish`'s frame, written directly (once per message forwarded)."""
-    names = _s(vhost) + _s(queue)
-    size, part = _message_parts(exchange, routing_key, fmt, raw, body)
-    head = _PUBLISH_HEAD.pack(1 + 8 + len(names) + size, 3, seq)
-    return b"".join((head, names, part, body))
+    v, q, e, r = _short(vhost), _short(queue), _short(exchange), _short(routing_key)
+    size = 1 + 8 + 4 + len(v) + len(q) + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
+    return b"".join(
+        (
+            _PUBLISH_HEAD.pack(size, 3, seq, len(v)),
+            v,
+            _U16.pack(len(q)),
+            q,
+            _U16.pack(len(e)),
+            e,
+            _U16.pack(len(r)),
+            r,
+            _MESSAGE_TAIL.pack(fmt, len(raw)),
+            raw,
+            _U32.pack(len(body)),
+            body,
+        )
+    )
 
 
 def deliver_frame(
@@ -491,9 +496,20 @@ def deliver_frame(
     body: bytes,
 ) -> bytes:
     """:class:`Deliver`'s frame, written directly (once per message delivered)."""
-    size, part = _message_parts(exchange, routing_key, fmt, raw, body)
-    head = _DELIVER_HEAD.pack(1 + 4 + 8 + 1 + size, 10, cid, did, redelivered)
-    return b"".join((head, part, body))
+    e, r = _short(exchange), _short(routing_key)
+    size = 1 + 4 + 8 + 1 + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
+    return b"".join(
+        (
+            _DELIVER_HEAD.pack(size, 10, cid, did, redelivered, len(e)),
+            e,
+            _U16.pack(len(r)),
+            r,
+            _MESSAGE_TAIL.pack(fmt, len(raw)),
+            raw,
+            _U32.pack(len(body)),
+            body,
+        )
+    )
 
 
 def _payload(op: Op) -> tuple[int, bytes]:

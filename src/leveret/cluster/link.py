@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 from leveret.cluster.link_tls import DialNotes, LinkTls, TlsListener
 from leveret.config import peer_addresses
+from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
 from leveret.errors import BY_CODE, AMQPError, InternalError, NotFound
 from leveret.model.completion import Completion
@@ -519,7 +520,10 @@ class Peer:
             waits.popleft()[1].resolve(op.ack)
 
     def _message(self, op: c.Deliver | c.Got) -> Message:
-        return stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+        if op.format:
+            return stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+        # A 0-9-1 message (most): ``convert/formats.py`` is not compiled, ``wire_message`` is.
+        return wire_message(op.exchange, op.routing_key, op.raw, op.body)
 
     def _deliver(self, op: c.Deliver) -> None:
         remote = self.consumers.get(op.cid)

@@ -38,10 +38,12 @@ from leveret.protocol.amqp091.fieldtable import (
 # Mapping is imported at run time: the compiled build (mypyc) reads a dataclass's field
 # types when the module loads (Consume.arguments).
 
-# The operations are plain (not frozen) dataclasses: a frozen one keeps the ``__init__``
-# that ``dataclasses`` writes, in Python (an ``object.__setattr__`` a field), in the
-# compiled build, and one ``Deliver`` or ``Publish`` is made per message (1.02 against
-# 0.33 µs, docs/benchmarks.md). Nothing hashes an operation or changes one once made.
+# The operations are plain (not frozen) dataclasses: a frozen one's ``__init__`` sets each
+# field with ``object.__setattr__``. The ``__init__`` that ``dataclasses`` writes is Python
+# even in the compiled build, so the per-message and per-turn ones (``Publish``,
+# ``Deliver``, ``Credit``, ``Settle``, ``Confirm``, ``Taken``) write their own, which mypyc
+# compiles: a ``Deliver`` read in 0.16 µs, 0.43 with the generated one (docs/benchmarks.md).
+# Nothing hashes an operation or changes one once made.
 
 __all__ = [
     "MAX_FRAME",
@@ -122,6 +124,26 @@ class Publish:
     raw: bytes
     body: bytes
 
+    def __init__(
+        self,
+        seq: int,
+        vhost: str,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        format: int,
+        raw: bytes,
+        body: bytes,
+    ) -> None:
+        self.seq = seq
+        self.vhost = vhost
+        self.queue = queue
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.format = format
+        self.raw = raw
+        self.body = body
+
 
 @dataclass(slots=True)
 class Confirm:
@@ -131,6 +153,11 @@ class Confirm:
     upto: int
     multiple: bool
     ack: bool
+
+    def __init__(self, upto: int, multiple: bool, ack: bool) -> None:
+        self.upto = upto
+        self.multiple = multiple
+        self.ack = ack
 
 
 @dataclass(slots=True)
@@ -160,6 +187,11 @@ class Credit:
     credit: int
     received: int
 
+    def __init__(self, cid: int, credit: int, received: int) -> None:
+        self.cid = cid
+        self.credit = credit
+        self.received = received
+
 
 @dataclass(slots=True)
 class Cancel:
@@ -186,6 +218,26 @@ class Deliver:
     raw: bytes
     body: bytes
 
+    def __init__(
+        self,
+        cid: int,
+        did: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        format: int,
+        raw: bytes,
+        body: bytes,
+    ) -> None:
+        self.cid = cid
+        self.did = did
+        self.redelivered = redelivered
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.format = format
+        self.raw = raw
+        self.body = body
+
 
 @dataclass(slots=True)
 class Settle:
@@ -194,6 +246,10 @@ class Settle:
 
     kind: int
     dids: tuple[int, ...]
+
+    def __init__(self, kind: int, dids: tuple[int, ...]) -> None:
+        self.kind = kind
+        self.dids = dids
 
 
 @dataclass(slots=True)
@@ -261,6 +317,9 @@ class Taken:
     leader sends ``Taken(0)`` after its ``Proof``, saying it keeps this account."""
 
     upto: int
+
+    def __init__(self, upto: int) -> None:
+        self.upto = upto
 
 
 @dataclass(slots=True)
@@ -398,12 +457,12 @@ def publish_weight(raw: bytes, body: bytes) -> int:
     return len(raw) + len(body) + PUBLISH_OVERHEAD
 
 
-_HEAD = struct.Struct(">IB")
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_I32 = struct.Struct(">i")
+_HEAD: Final = struct.Struct(">IB")
+_U8: Final = struct.Struct(">B")
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_U64: Final = struct.Struct(">Q")
+_I32: Final = struct.Struct(">i")
 
 
 def proof(secret: str, role: str, node: str, nonce: bytes) -> bytes:
@@ -440,11 +499,31 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 # The per-message frames' heads, each with the exchange's length (then the exchange, the
 # routing key's length and the key, the form and the properties' length, the properties,
 # the body's length and the body): one ``b"".join`` a frame, few ``pack`` calls.
-_PUBLISH_HEAD = struct.Struct(">IBQH")  # its vhost's length (then the vhost, the queue)
-_DELIVER_HEAD = struct.Struct(">IBIQBH")
-_MESSAGE_TAIL = struct.Struct(">BI")
+_PUBLISH_HEAD: Final = struct.Struct(">IBQH")  # its vhost's length (then the vhost, the queue)
+_DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
+_MESSAGE_TAIL: Final = struct.Struct(">BI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
 _MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
+
+
+# Lengths under 256 (names, most properties), as 2 and 4 bytes, taken from a table rather
+# than packed: a ``pack`` is a Python method call, even compiled.
+_SMALL16: Final = tuple(_U16.pack(n) for n in range(256))
+_SMALL32: Final = tuple(_U32.pack(n) for n in range(256))
+_TAIL0: Final = tuple(_MESSAGE_TAIL.pack(0, n) for n in range(256))  # a 0-9-1 message's
+
+
+def _len16(n: int) -> bytes:
+    return _SMALL16[n] if n < 256 else _U16.pack(n)
+
+
+def _len32(n: int) -> bytes:
+    return _SMALL32[n] if n < 256 else _U32.pack(n)
+
+
+def _tail(fmt: int, n: int) -> bytes:
+    """The message's form and its properties' length."""
+    return _TAIL0[n] if fmt == 0 and n < 256 else _MESSAGE_TAIL.pack(fmt, n)
 
 
 def _short(value: str) -> bytes:
@@ -471,15 +550,15 @@ def publish_frame(
         (
             _PUBLISH_HEAD.pack(size, 3, seq, len(v)),
             v,
-            _U16.pack(len(q)),
+            _len16(len(q)),
             q,
-            _U16.pack(len(e)),
+            _len16(len(e)),
             e,
-            _U16.pack(len(r)),
+            _len16(len(r)),
             r,
-            _MESSAGE_TAIL.pack(fmt, len(raw)),
+            _tail(fmt, len(raw)),
             raw,
-            _U32.pack(len(body)),
+            _len32(len(body)),
             body,
         )
     )
@@ -502,11 +581,11 @@ def deliver_frame(
         (
             _DELIVER_HEAD.pack(size, 10, cid, did, redelivered, len(e)),
             e,
-            _U16.pack(len(r)),
+            _len16(len(r)),
             r,
-            _MESSAGE_TAIL.pack(fmt, len(raw)),
+            _tail(fmt, len(raw)),
             raw,
-            _U32.pack(len(body)),
+            _len32(len(body)),
             body,
         )
     )

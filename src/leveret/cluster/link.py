@@ -181,6 +181,8 @@ class Peer:
         self.waits: deque[tuple[int, Completion[bool], RemoteQueue]] = deque()
         self.next_cid = 1
         self.consumers: dict[int, _Remote] = {}
+        # Each proxy's names as a Publish frame carries them (``codec.publish_names``).
+        self.names: dict[RemoteQueue, bytes] = {}
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
@@ -601,11 +603,13 @@ class Peer:
             done = Completion()
             self.waits.append((seq, done, queue))
         self.sent_weight += c.publish_weight(message.raw_properties, message.body)
+        names = self.names.get(queue)
+        if names is None:
+            names = self.names[queue] = c.publish_names(queue.vhost_name, queue.name)
         self._write_frame(
-            c.publish_frame(
+            c.named_publish_frame(
                 seq,
-                queue.vhost_name,
-                queue.name,
+                names,
                 message.exchange,
                 message.routing_key,
                 message.format,
@@ -753,6 +757,7 @@ class Peer:
         still waiting for this leader's confirm are refused at once (the publisher may
         send them again) rather than when a cut-off leader's link drops or heals: a
         deposed leader confirms nothing more, and the new leader never had them."""
+        self.names.pop(queue, None)
         for consumer in list(queue.consumers):
             self.cancel(queue, consumer)
         for _seq, done, waiting in self.waits:

@@ -499,7 +499,7 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 # The per-message frames' heads, each with the exchange's length (then the exchange, the
 # routing key's length and the key, the form and the properties' length, the properties,
 # the body's length and the body): one ``b"".join`` a frame, few ``pack`` calls.
-_PUBLISH_HEAD: Final = struct.Struct(">IBQH")  # its vhost's length (then the vhost, the queue)
+_PUBLISH_HEAD: Final = struct.Struct(">IBQ")
 _DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
@@ -533,6 +533,13 @@ def _short(value: str) -> bytes:
     return data
 
 
+def publish_names(vhost: str, queue: str) -> bytes:
+    """A :class:`Publish` frame's names (its vhost and queue), encoded: the same for every
+    publish to one queue, so its sender keeps them."""
+    v, q = _short(vhost), _short(queue)
+    return b"".join((_len16(len(v)), v, _len16(len(q)), q))
+
+
 def publish_frame(
     seq: int,
     vhost: str,
@@ -544,14 +551,27 @@ def publish_frame(
     body: bytes,
 ) -> bytes:
     """:class:`Publish`'s frame, written directly (once per message forwarded)."""
-    v, q, e, r = _short(vhost), _short(queue), _short(exchange), _short(routing_key)
-    size = 1 + 8 + 4 + len(v) + len(q) + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
+    return named_publish_frame(
+        seq, publish_names(vhost, queue), exchange, routing_key, fmt, raw, body
+    )
+
+
+def named_publish_frame(
+    seq: int,
+    names: bytes,
+    exchange: str,
+    routing_key: str,
+    fmt: int,
+    raw: bytes,
+    body: bytes,
+) -> bytes:
+    """:func:`publish_frame` with its names from :func:`publish_names`."""
+    e, r = _short(exchange), _short(routing_key)
+    size = 1 + 8 + len(names) + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
     return b"".join(
         (
-            _PUBLISH_HEAD.pack(size, 3, seq, len(v)),
-            v,
-            _len16(len(q)),
-            q,
+            _PUBLISH_HEAD.pack(size, 3, seq),
+            names,
             _len16(len(e)),
             e,
             _len16(len(r)),

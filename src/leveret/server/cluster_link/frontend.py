@@ -93,6 +93,9 @@ class LinkFrontEnd:
     turn_budget = TURN_OPS
     paced_turn_budget = PACED_TURN_OPS
     output_high_water = OUTPUT_HIGH_WATER
+    # The memory alarm holds the peer's publishes, not the link: the peer's consumers'
+    # credit and acks are what lets this node drain below its watermark.
+    reads_when_blocked = True
 
     def __init__(self, shell: Shell, identity: LinkIdentity) -> None:
         self.shell = shell
@@ -124,12 +127,15 @@ class LinkFrontEnd:
         # publishes handled, and how much of it the peer was told (``Taken``).
         self.taken = 0
         self.reported = 0
+        # The memory alarm blocked the link: publishes wait in ``ops`` (the peer's window
+        # bounds them, as ``Taken`` does not move), everything else goes on in ``control``.
+        self.publishes_held = False
 
     # -- FrontEnd --------------------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return bool(self.ops or self.control)
+        return bool(self.control) or (bool(self.ops) and not self.publishes_held)
 
     @property
     def held_size(self) -> int:
@@ -158,6 +164,10 @@ class LinkFrontEnd:
             self.ops.extend(decoded)
             return
         ops, control = self.ops, self.control
+        if self.publishes_held:
+            for op in decoded:
+                (ops if isinstance(op, c.Publish) else control).append(op)
+            return
         for op in decoded:
             (control if isinstance(op, _CONTROL) else ops).append(op)
 
@@ -168,7 +178,7 @@ class LinkFrontEnd:
         while budget > 0 and control and not self.should_close_transport:
             self._handle(control.popleft())
             budget -= 1
-        while budget > 0 and ops and not self.should_close_transport:
+        while budget > 0 and ops and not self.publishes_held and not self.should_close_transport:
             self._handle(ops.popleft())
             budget -= 1
         self.confirms.flush()
@@ -187,10 +197,21 @@ class LinkFrontEnd:
         return None
 
     def notify_blocked(self, reason: str) -> None:
-        return None
+        # What waits behind the held publishes goes on without them: a get or an
+        # inspection then sees what was published before the alarm, as a get on another
+        # connection does on one node while a publisher is blocked.
+        if not self.proven:  # nothing published yet: only a publish blocks a connection
+            return
+        self.publishes_held = True
+        ops, control = self.ops, self.control
+        publishes = [op for op in ops if isinstance(op, c.Publish)]
+        if len(publishes) != len(ops):
+            control.extend(op for op in ops if not isinstance(op, c.Publish))
+            ops.clear()
+            ops.extend(publishes)
 
     def notify_unblocked(self, now: float) -> None:
-        return None
+        self.publishes_held = False
 
     def writable_changed(self, writable: bool) -> None:
         self.writable = self.owner.writable = writable

@@ -128,6 +128,45 @@ def test_publish_on_a_to_a_queue_led_by_b_consumed_on_c(three_nodes: list[Node])
     assert get_all(b, "q.link") == []  # every one acked away on b
 
 
+def test_a_prefetch_window_across_the_link_is_exact_and_refilled(three_nodes: list[Node]) -> None:
+    """The leader is told of a consumer's acks by quarters of its window, and at once when
+    it has sent all it was allowed: a pika consumer on a (prefetch 20, the queue led by b)
+    that keeps 17 deliveries unacked and acks the rest one by one still gets every message,
+    and never holds more than 20 unacked."""
+    a, b, _c = three_nodes
+    declare_on(b, "q.window", a)
+    bodies = [b"w%d" % i for i in range(120)]
+    publish_confirmed(a, "q.window", bodies)
+    conn = connect(a)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=20)
+    got: list[bytes] = []
+    held: list[int] = []
+    unacked = most = 0
+    deadline = time.monotonic() + 20
+    for method, _props, body in ch.consume("q.window", inactivity_timeout=0.5):
+        if method is None:
+            if time.monotonic() > deadline:
+                break
+            continue
+        got.append(body)
+        unacked += 1
+        most = max(most, unacked)
+        if len(held) < 17:
+            held.append(method.delivery_tag)
+        else:
+            ch.basic_ack(method.delivery_tag)
+            unacked -= 1
+        if len(got) == len(bodies):
+            break
+    assert got == bodies
+    assert most <= 20
+    ch.basic_ack(held[-1], multiple=True)
+    ch.cancel()
+    conn.close()
+    assert get_all(b, "q.window") == []
+
+
 def test_get_ack_reject_and_requeue_across_nodes(three_nodes: list[Node]) -> None:
     a, b, c = three_nodes
     declare_on(c, "q.get", a)

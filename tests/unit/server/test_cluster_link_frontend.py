@@ -10,7 +10,7 @@ from leveret.model.broker import Broker
 from leveret.model.queues.features import FeatureMixin
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
-from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
+from leveret.server.cluster_link.frontend import LOOK, STUCK, LinkFrontEnd, LinkIdentity
 from leveret.testing.client import feed, new_shell, run_turns
 
 SECRET = "cluster-secret"
@@ -25,12 +25,12 @@ def link(broker: Broker | None = None) -> tuple[LinkFrontEnd, LinkIdentity]:
     return front, identity
 
 
-def send(front: LinkFrontEnd, *ops: c.Op) -> list[c.Op]:
+def send(front: LinkFrontEnd, *ops: c.Op, now: float = 1.0) -> list[c.Op]:
     writer = c.Writer()
     for op in ops:
         writer.add(op)
-    feed(front.shell, writer.take(), 1.0)
-    return c.Reader().feed(b"".join(front.shell.take_output(1.0)))
+    feed(front.shell, writer.take(), now)
+    return c.Reader().feed(b"".join(front.shell.take_output(now)))
 
 
 def handshake(front: LinkFrontEnd, secret: str = SECRET) -> list[c.Op]:
@@ -119,6 +119,67 @@ def test_the_peer_is_told_when_a_queue_falls_behind_and_catches_up() -> None:
     assert queue.message_count == 0
     out = send(front, c.Publish(0, "/", "q", "", "q", 0, PROPS, b"y"))
     assert c.Backlog("/", "q", False) in out
+
+
+def _taken(out: list[c.Op]) -> int | None:
+    taken = [op.upto for op in out if isinstance(op, c.Taken)]
+    return taken[-1] if taken else None
+
+
+def test_publishes_into_a_queue_falling_behind_are_accounted_for_as_it_drains() -> None:
+    # The peer's publishers send more only as the account (Taken) grows: paced by what
+    # leaves the queue, they go at its consumers' pace, as a paced publisher on one node,
+    # rather than at this node's enqueue rate while the backlog grows past paging.
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    shell = front.shell
+    send(front, c.Consume(1, "/", "q", True, False, 0, 0))  # a consumer with no credit yet
+    pace = 1024  # ClassicQueue.backlog_pace
+    weight = c.publish_weight(PROPS, b"x")
+    publish = c.Publish(0, "/", "q", "", "q", 0, PROPS, b"x")
+    out = send(front, *(publish for _ in range(pace + 1)))
+    assert c.Backlog("/", "q", True) in out
+    assert _taken(out) == (pace + 1) * weight  # the one that made it fall behind counts
+    # Into a queue the peer knows falls behind: handled, not accounted for.
+    out = send(front, *(publish for _ in range(10)), now=1.05)
+    assert queue.message_count == pace + 11
+    assert _taken(out) is None
+    assert shell.next_deadline(1.05) == 1.05 + LOOK  # looked at without input, too
+    # Three leave the queue: three publishes are accounted for, once a turn.
+    out = send(front, c.Credit(1, 3, 0), now=1.1)
+    assert sum(isinstance(op, c.Deliver) for op in out) == 3
+    assert _taken(out) == (pace + 4) * weight
+    # A consumer on this node takes two: its turn is not this link's, the next look is.
+    local = queue.consumer("local", front.owner, auto_settle=True, credit=2)
+    front.ids[local] = 99
+    front.sent[99] = 0
+    queue.add_consumer(local)
+    shell.tick(1.1 + LOOK)
+    out = c.Reader().feed(b"".join(shell.take_output(1.1 + LOOK)))
+    assert _taken(out) == (pace + 6) * weight
+    queue.remove_consumer(local)
+    # Nothing leaves for STUCK seconds: the consumers stopped taking, the rest counts, and
+    # what follows counts at once until one takes again (one node does not stop a
+    # publisher for a stalled consumer either).
+    later = 1.1 + LOOK + STUCK + 0.01
+    shell.tick(later)
+    assert _taken(c.Reader().feed(b"".join(shell.take_output(later)))) == (pace + 11) * weight
+    assert shell.next_deadline(later) is None
+    out = send(front, publish, now=later + 0.01)
+    assert _taken(out) == (pace + 12) * weight
+    out = send(front, c.Credit(1, 1, 3), now=later + 0.02)  # one taken
+    assert [type(op) for op in out] == [c.Deliver]
+    out = send(front, publish, now=later + 0.03)
+    assert _taken(out) is None  # paced again
+    # Once the queue keeps up, everything still waiting is accounted for.
+    out = send(front, c.Credit(1, 2000, 4), now=later + 0.04)
+    assert queue.message_count == 0
+    assert _taken(out) == (pace + 13) * weight
+    out = send(front, publish, now=later + 0.05)
+    assert c.Backlog("/", "q", False) in out
+    assert _taken(out) == (pace + 14) * weight
 
 
 def test_the_consumers_operations_go_ahead_of_publishes_waiting_for_a_turn() -> None:

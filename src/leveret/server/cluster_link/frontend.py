@@ -12,6 +12,14 @@ type a node leads serves the link as it serves a local channel.
 Driven by the connection's ``Shell`` like any front end (turns, output pacing, the memory
 alarm's blocking, internal errors). When the link goes, its consumers go and every
 delivery it left unsettled is requeued, as when a client's connection closes.
+
+A publish into a queue the peer was told falls behind (``Backlog``) is accounted for
+(``Taken``, which lets the peer's publishers send more) only as messages leave that queue,
+so the peer's publishers go at its consumers' pace and the backlog stays near the queue's
+pace, instead of growing past its paging threshold while the link's window lets them go at
+the leader's enqueue rate. A queue whose consumers take nothing for ``STUCK`` seconds is
+not paced by them (one node does not stop a publisher for a consumer that stopped either)
+until one takes again.
 """
 
 from __future__ import annotations
@@ -52,6 +60,13 @@ PACED_TURN_OPS: Final = 50
 # Bytes of output past which deliveries to the peer pause (the transport's own buffer
 # pauses them too, through the shell).
 OUTPUT_HIGH_WATER: Final = 1 << 20
+# Seconds without a message leaving a queue that falls behind after which the publishes
+# into it are accounted for at once again (its consumers stopped taking: pacing the peer's
+# publishers by them would stop those); and how often, while publishes wait to be
+# accounted for, the queues are looked at when no input brings a turn (consumers on this
+# node, or on a third node, take from the queue without a turn of this link).
+STUCK: Final = 0.2
+LOOK: Final = 0.005
 # What the peer's consumers send (consume, credit, settle, cancel) is handled ahead of its
 # publishes still waiting for a turn: with up to a window of publishes read at once (the
 # peer's ``PUBLISH_WINDOW``), its consumers' credit would otherwise wait for their turns.
@@ -62,6 +77,20 @@ _CONTROL: Final = (c.Credit, c.Settle, c.Consume, c.Cancel)
 # every second while the configurations differ), and when the last was written.
 TLS_REFUSAL_QUIET: Final = 60.0
 _tls_refused_at: list[float] = []
+
+
+@dataclass
+class _Paced:
+    """Publishes into one queue that falls behind, handled but not yet accounted for."""
+
+    # Their weights, oldest first; the queue's depth at the last look and what this link
+    # added to it since; when a message last left it (or it started falling behind).
+    weights: deque[int]
+    depth: int
+    added: int
+    since: float
+    # Its consumers took nothing for ``STUCK``: publishes are accounted for at once.
+    stuck: bool = False
 
 
 @dataclass
@@ -127,6 +156,9 @@ class LinkFrontEnd:
         # publishes handled, and how much of it the peer was told (``Taken``).
         self.taken = 0
         self.reported = 0
+        # Publishes into queues falling behind, accounted for as messages leave them.
+        self.paced: dict[Queue, _Paced] = {}
+        self.now = 0.0
         # The memory alarm blocked the link: publishes wait in ``ops`` (the peer's window
         # bounds them, as ``Taken`` does not move), everything else goes on in ``control``.
         self.publishes_held = False
@@ -174,6 +206,7 @@ class LinkFrontEnd:
     def run(self, budget: int, now: float) -> None:
         # Taken from the front of deques: a backlog of n operations costs a turn its budget,
         # not a copy of the n left (the list's slices did); the consumers' operations first.
+        self.now = now
         control, ops = self.control, self.ops
         while budget > 0 and control and not self.should_close_transport:
             self._handle(control.popleft())
@@ -182,19 +215,52 @@ class LinkFrontEnd:
             self._handle(ops.popleft())
             budget -= 1
         self.confirms.flush()
+        self._report(now)
+
+    def _report(self, now: float) -> None:
+        if self.paced:
+            self._look(now)
         if self.taken != self.reported and not self.should_close_transport:
             # Once a turn: the peer lets its publishers send this much more.
             self.reported = self.taken
             self._write(c.Taken(self.taken))
 
+    def _look(self, now: float) -> None:
+        """Account for the paced publishes of as many messages as left each queue since
+        the last look; all of a queue's once it keeps up again, or stopped taking."""
+        paced = self.paced
+        for queue, p in list(paced.items()):
+            weights = p.weights
+            if queue.deleted or not queue.falling_behind():
+                self.taken += sum(weights)
+                del paced[queue]
+                continue
+            depth = queue.message_count
+            left = p.depth + p.added - depth
+            p.depth = depth
+            p.added = 0
+            if left > 0:
+                p.since = now
+                p.stuck = False
+                while left and weights:
+                    self.taken += weights.popleft()
+                    left -= 1
+            elif weights and now - p.since > STUCK:
+                p.stuck = True
+                self.taken += sum(weights)
+                weights.clear()
+
     def take_output(self, now: float) -> list[bytes]:
         return self.output.take()
 
     def next_tick(self, now: float) -> float | None:
+        if any(p.weights for p in self.paced.values()):
+            return now + LOOK
         return None
 
     def tick(self, now: float) -> None:
-        return None
+        if self.paced and not self.should_close_transport:
+            self._report(now)
 
     def notify_blocked(self, reason: str) -> None:
         # What waits behind the held publishes goes on without them: a get or an
@@ -236,6 +302,7 @@ class LinkFrontEnd:
     def connection_lost(self) -> None:
         """The peer is gone: its consumers go, what it left unsettled is requeued."""
         self.confirms.closed = True
+        self.paced.clear()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
@@ -369,7 +436,7 @@ class LinkFrontEnd:
         return vhost.queues.get(name) if vhost is not None else None
 
     def _publish(self, op: c.Publish) -> None:
-        self.taken += c.publish_weight(op.raw, op.body)
+        weight = c.publish_weight(op.raw, op.body)
         queue = self._queue(op.vhost, op.queue)
         confirms = self.confirms
         if op.seq:
@@ -379,6 +446,7 @@ class LinkFrontEnd:
                 return
         if queue is None:
             # Deleted meanwhile (or no longer led here): as a refused publish.
+            self.taken += weight
             if op.seq:
                 confirms.published(False, False)
             return
@@ -397,7 +465,12 @@ class LinkFrontEnd:
         queue.n_publish += 1
         self.shell.published = True
         behind = queue.falling_behind()
-        if behind != (queue in self.behind):
+        was_behind = queue in self.behind
+        if behind and was_behind:
+            self._pace(queue, weight)
+        else:
+            self.taken += weight
+        if behind != was_behind:
             # The peer paces its publishers into this queue as one node paces its own.
             if behind:
                 self.behind.add(queue)
@@ -407,6 +480,18 @@ class LinkFrontEnd:
         if journal is not None:
             gate = queue.gate() if accepted and queue.gate is not None else None
             confirms.published(accepted, journal.writes != writes, gate)
+
+    def _pace(self, queue: Queue, weight: int) -> None:
+        """A publish into a queue still falling behind: accounted for once a message left
+        it (``_look``), unless its consumers stopped taking."""
+        p = self.paced.get(queue)
+        if p is None:
+            p = self.paced[queue] = _Paced(deque(), queue.message_count - 1, 0, self.now)
+        p.added += 1
+        if p.stuck:
+            self.taken += weight
+        else:
+            p.weights.append(weight)
 
     def confirm(self, upto: int, *, multiple: bool, ack: bool) -> None:
         """``Confirms``' sink: the peer's publishes up to ``upto``."""

@@ -217,6 +217,10 @@ class ConnectionProtocol(asyncio.Protocol):
         shell = self.shell
         if shell is not None and shell.front is not None and self.transport is not None:
             shell.unblock(self.loop.time())
+            if shell.wants_turn:
+                # Input that waited on the alarm without stopping the reads (the link's
+                # held publishes) has no read to bring its turn.
+                self._schedule_turn()
             self._set_reading()
             self._flush()
 

@@ -11,7 +11,7 @@ from leveret.model.queues.features import FeatureMixin
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
 from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity
-from leveret.testing.client import feed, new_shell
+from leveret.testing.client import feed, new_shell, run_turns
 
 SECRET = "cluster-secret"
 PROPS = b"\x00\x00"  # 0-9-1 basic properties: no flags
@@ -215,3 +215,57 @@ def test_a_tls_client_hello_at_a_plain_link_port_is_refused_at_once() -> None:
     feed(front.shell, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32), 1.0)
     assert front.should_close_transport
     assert "speaks TLS" in front.close_reason
+
+
+def test_the_memory_alarm_holds_the_peers_publishes_and_not_its_consumers() -> None:
+    # The link is one connection for every client of the peer: blocked as a publisher,
+    # it would hold the acks and credit of the peer's consumers too, and a leader whose
+    # consumers are all on the peer could never drain below its watermark.
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    for i in range(3):
+        queue.enqueue(stored_message("", "q", PROPS, b"old%d" % i, 0))
+    front, _ = link(broker)
+    handshake(front)
+    shell = front.shell
+    shell.block("low on memory")
+    assert shell.reading  # the socket is still read, unlike a blocked client's
+    publish = c.Publish(0, "/", "q", "", "q", 0, PROPS, b"new")
+    out = send(front, publish, c.Consume(1, "/", "q", False, False, 2, 0), c.Get(5, "/", "q", True))
+    # The publish waits and is not accounted for (the peer's window holds its
+    # publishers); the consumer and the get go on without it.
+    assert not any(isinstance(op, c.Taken) for op in out)
+    delivered = [op for op in out if isinstance(op, c.Deliver)]
+    assert [d.body for d in delivered] == [b"old0", b"old1"]
+    [got] = [op for op in out if isinstance(op, c.Got)]
+    assert got.body == b"old2"
+    assert queue.message_count == 0
+    assert not front.pending  # a held publish asks for no turn
+    out = send(front, c.Settle(c.ACCEPT, tuple(d.did for d in delivered)), c.Credit(1, 2, 2))
+    assert queue.unacked_count == 0
+    # Unblocked, the held publish is handled, and accounted for, and delivered.
+    shell.unblock(2.0)
+    assert shell.wants_turn
+    run_turns(shell, 2.0)
+    out = c.Reader().feed(b"".join(shell.take_output(2.0)))
+    assert c.Taken(c.publish_weight(PROPS, b"new")) in out
+    assert [op.body for op in out if isinstance(op, c.Deliver)] == [b"new"]
+
+
+def test_publishes_read_before_the_alarm_wait_and_what_follows_them_does_not() -> None:
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    queue.enqueue(stored_message("", "q", PROPS, b"old", 0))
+    front, _ = link(broker)
+    handshake(front)
+    writer = c.Writer()
+    writer.add(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"new"))
+    writer.add(c.Get(5, "/", "q", True))
+    front.receive(writer.take(), 1.0)  # decoded, waiting for its turn
+    assert len(front.ops) == 2
+    front.shell.block("low on memory")
+    run_turns(front.shell, 1.0)
+    out = c.Reader().feed(b"".join(front.shell.take_output(1.0)))
+    [got] = [op for op in out if isinstance(op, c.Got)]
+    assert got.body == b"old"
+    assert list(front.ops) == [c.Publish(0, "/", "q", "", "q", 0, PROPS, b"new")]

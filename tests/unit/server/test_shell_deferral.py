@@ -200,6 +200,7 @@ class _Inbox:
     protocol = "inbox"
     turn_budget = paced_turn_budget = 100
     output_high_water = 1 << 20
+    reads_when_blocked = False
     should_close_transport = False
     close_reason = ""
     held_size = 0

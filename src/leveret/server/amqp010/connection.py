@@ -114,6 +114,7 @@ class AMQP010Connection:
     turn_budget = TURN_EVENTS
     paced_turn_budget = PACED_TURN_EVENTS
     output_high_water = OUTPUT_HIGH_WATER
+    reads_when_blocked = False
 
     def __init__(self, shell: Shell, *, max_frame_size: int = 65535) -> None:
         self.shell = shell

@@ -63,6 +63,7 @@ class AMQP091Connection(ServerConnection):
     turn_budget = TURN_FRAMES
     paced_turn_budget = PACED_TURN_FRAMES
     output_high_water = OUTPUT_HIGH_WATER
+    reads_when_blocked = False
 
     def __init__(self, shell: Shell) -> None:
         super().__init__(

@@ -97,6 +97,7 @@ class AMQP10Connection(ConnectionCore):
     turn_budget = TURN_BYTES
     paced_turn_budget = PACED_TURN_BYTES
     output_high_water = OUTPUT_HIGH_WATER
+    reads_when_blocked = False
 
     def __init__(self, shell: Shell) -> None:
         self.shell = shell

@@ -138,6 +138,7 @@ class FastConnection:
     turn_budget = TURN_EVENTS
     paced_turn_budget = PACED_TURN_EVENTS
     output_high_water = OUTPUT_HIGH_WATER
+    reads_when_blocked = False
 
     def __init__(self, shell: Shell) -> None:
         self.shell = shell

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
+from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
 from leveret.errors import AMQPError
 from leveret.model.confirms import Confirms
@@ -92,10 +93,15 @@ class LinkFrontEnd:
     turn_budget = TURN_OPS
     paced_turn_budget = PACED_TURN_OPS
     output_high_water = OUTPUT_HIGH_WATER
+    # The memory alarm holds the peer's publishes, not the link: the peer's consumers'
+    # credit and acks are what lets this node drain below its watermark.
+    reads_when_blocked = True
 
     def __init__(self, shell: Shell, identity: LinkIdentity) -> None:
         self.shell = shell
         self.broker: Broker = shell.broker
+        # The broker's vhosts (a dict it keeps for good): one attribute read less a publish.
+        self.vhosts = self.broker.vhosts
         self.identity = identity
         self.reader = c.Reader()
         self.ops: deque[c.Op] = deque()
@@ -121,12 +127,15 @@ class LinkFrontEnd:
         # publishes handled, and how much of it the peer was told (``Taken``).
         self.taken = 0
         self.reported = 0
+        # The memory alarm blocked the link: publishes wait in ``ops`` (the peer's window
+        # bounds them, as ``Taken`` does not move), everything else goes on in ``control``.
+        self.publishes_held = False
 
     # -- FrontEnd --------------------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return bool(self.ops or self.control)
+        return bool(self.control) or (bool(self.ops) and not self.publishes_held)
 
     @property
     def held_size(self) -> int:
@@ -155,6 +164,10 @@ class LinkFrontEnd:
             self.ops.extend(decoded)
             return
         ops, control = self.ops, self.control
+        if self.publishes_held:
+            for op in decoded:
+                (ops if isinstance(op, c.Publish) else control).append(op)
+            return
         for op in decoded:
             (control if isinstance(op, _CONTROL) else ops).append(op)
 
@@ -165,7 +178,7 @@ class LinkFrontEnd:
         while budget > 0 and control and not self.should_close_transport:
             self._handle(control.popleft())
             budget -= 1
-        while budget > 0 and ops and not self.should_close_transport:
+        while budget > 0 and ops and not self.publishes_held and not self.should_close_transport:
             self._handle(ops.popleft())
             budget -= 1
         self.confirms.flush()
@@ -184,10 +197,21 @@ class LinkFrontEnd:
         return None
 
     def notify_blocked(self, reason: str) -> None:
-        return None
+        # What waits behind the held publishes goes on without them: a get or an
+        # inspection then sees what was published before the alarm, as a get on another
+        # connection does on one node while a publisher is blocked.
+        if not self.proven:  # nothing published yet: only a publish blocks a connection
+            return
+        self.publishes_held = True
+        ops, control = self.ops, self.control
+        publishes = [op for op in ops if isinstance(op, c.Publish)]
+        if len(publishes) != len(ops):
+            control.extend(op for op in ops if not isinstance(op, c.Publish))
+            ops.clear()
+            ops.extend(publishes)
 
     def notify_unblocked(self, now: float) -> None:
-        return None
+        self.publishes_held = False
 
     def writable_changed(self, writable: bool) -> None:
         self.writable = self.owner.writable = writable
@@ -341,7 +365,7 @@ class LinkFrontEnd:
             self._refuse(f"unexpected {type(op).__name__} from the dialing node")
 
     def _queue(self, vhost_name: str, name: str) -> Queue | None:
-        vhost = self.broker.vhosts.get(vhost_name)
+        vhost = self.vhosts.get(vhost_name)
         return vhost.queues.get(name) if vhost is not None else None
 
     def _publish(self, op: c.Publish) -> None:
@@ -358,9 +382,17 @@ class LinkFrontEnd:
             if op.seq:
                 confirms.published(False, False)
             return
-        message = stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
-        journal = self.broker.journal
-        writes = journal.writes
+        # A 0-9-1 message (most) made by the compiled ``wire_message`` directly, not through
+        # ``convert/formats.py`` (interpreted).
+        message = (
+            stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+            if op.format
+            else wire_message(op.exchange, op.routing_key, op.raw, op.body)
+        )
+        # The store's writes are watched for a confirm only (``journal.writes`` is a Python
+        # property, a wrapper's on a cluster node).
+        journal = self.broker.journal if op.seq else None
+        writes = journal.writes if journal is not None else 0
         accepted = queue.enqueue(message)
         queue.n_publish += 1
         self.shell.published = True
@@ -372,7 +404,7 @@ class LinkFrontEnd:
             else:
                 self.behind.discard(queue)
             self._write(c.Backlog(op.vhost, op.queue, behind))
-        if op.seq:
+        if journal is not None:
             gate = queue.gate() if accepted and queue.gate is not None else None
             confirms.published(accepted, journal.writes != writes, gate)
 
@@ -399,9 +431,12 @@ class LinkFrontEnd:
                 priority=op.priority,
                 arguments=op.arguments,
             )
+            # Refused before ConsumeOk, not after: the peer's client then gets the channel
+            # error one node gives (403), not a cancel of a consume it was told is on.
+            queue.check_exclusive_use(op.exclusive)
         except AMQPError as exc:
-            # A client's bad argument (a stream's x-stream-offset): its consumer is
-            # refused, the link (every other queue's traffic) goes on.
+            # A client's bad argument (a stream's x-stream-offset), a queue in exclusive
+            # use: its consumer is refused, the link (every other queue's traffic) goes on.
             self._write(c.Cancelled(op.cid, exc.reply_code, exc.reply_text))
             return
         self.consumers[op.cid] = consumer

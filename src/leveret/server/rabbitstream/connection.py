@@ -174,6 +174,7 @@ class StreamConnection:
     turn_budget = TURN_COMMANDS
     paced_turn_budget = PACED_TURN_COMMANDS
     output_high_water = OUTPUT_HIGH_WATER
+    reads_when_blocked = False
 
     def __init__(self, server: StreamServer, shell: Shell) -> None:
         self.server = server

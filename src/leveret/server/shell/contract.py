@@ -41,6 +41,11 @@ class FrontEnd(Protocol):
     paced_turn_budget: int
     # Message bytes waiting in the output past which deliveries pause (``Output``).
     output_high_water: int
+    # The memory alarm's block holds this front end's publishes itself (``notify_blocked``)
+    # and its socket is still read, for what else it carries: the cluster link, whose
+    # consumers' acks and credit the leader needs to drain. Its peer's window bounds what
+    # it reads meanwhile. False: the shell stops reading the socket.
+    reads_when_blocked: bool
     # The machine's verdict: write what is waiting, then close the socket.
     should_close_transport: bool
     close_reason: str

@@ -161,6 +161,7 @@ class Shell:
         self._last_publisher: Publisher | None = None
         # Flow.
         self.blocked = False
+        self._reads_when_blocked = False
         self._transport_paused = False
         self.writable = True
         # Timers and deferrals.
@@ -254,7 +255,7 @@ class Shell:
         not while the transport's own buffer is full, and not holding more input than
         ``HOLD_BOUND`` for a deferral (counted from the last deferral that found no input
         waiting)."""
-        if self.blocked or self._transport_paused:
+        if (self.blocked and not self._reads_when_blocked) or self._transport_paused:
             # The peer does not read what we write: neither is it read (RabbitMQ's
             # writer blocks its reader the same way), so it cannot make us buffer.
             return False
@@ -384,6 +385,7 @@ class Shell:
             self.info.state = "blocked"
         front = self.front
         if front is not None:
+            self._reads_when_blocked = front.reads_when_blocked
             front.notify_blocked(reason)
 
     def unblock(self, now: float) -> None:

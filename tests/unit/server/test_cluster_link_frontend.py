@@ -81,6 +81,7 @@ def test_publish_confirm_consume_settle_get_and_loss() -> None:
     weight = sum(c.publish_weight(p.raw, p.body) for p in publishes)
     assert out == [c.Confirm(3, True, True), c.Confirm(4, False, False), c.Taken(weight)]
     assert queue.message_count == 3
+    assert queue.n_publish == 3  # the management's publish counter: once each, as locally
     # A consumer with credit 2 gets two, and a third once the credit grows.
     out = send(front, c.Consume(1, "/", "q", False, False, 2, 0))
     assert out[0] == c.ConsumeOk(1)

@@ -462,7 +462,6 @@ class LinkFrontEnd:
         journal = self.broker.journal if op.seq else None
         writes = journal.writes if journal is not None else 0
         accepted = queue.enqueue(message)
-        queue.n_publish += 1
         self.shell.published = True
         behind = queue.falling_behind()
         was_behind = queue in self.behind

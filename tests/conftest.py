@@ -39,3 +39,13 @@ def etcd_server() -> Iterator[EtcdServer]:
 def etcd_prefix(request: pytest.FixtureRequest) -> str:
     """A key prefix of this test's own in the shared etcd."""
     return f"/leveret-test/{request.node.name}-{uuid.uuid4().hex[:8]}/"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``scripts/test`` runs ``-n 2 --dist loadgroup``), a module's tests
+    run on one worker, in order, so its module-scoped brokers and clusters start once; the
+    Spark tests all run on one worker, so one JVM holds one Spark session."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = "spark" if path.startswith("tests/spark/") else path
+        item.add_marker(pytest.mark.xdist_group(group))

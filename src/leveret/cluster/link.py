@@ -25,8 +25,9 @@ resolves the deferred ``basic.get``.
   while its leader says the queue's consumers do not keep up (``Backlog``) or while the
   connection's write buffer is over its high-water mark; the bytes waiting
   count in the broker's memory gauge, so the memory alarm blocks publishers as it does
-  when a local queue grows. The leader's side is a front end like any other: its own
-  memory alarm stops reading the link, which backs up here.
+  when a local queue grows. The leader's side is a front end like any other, but its
+  memory alarm holds the link's publishes, not the link: ``Taken`` stops, and the window
+  holds the publishers here.
 - **Loss.** When the link goes (the leader's node died, a partition), publishes waiting for
   its confirm are nacked, gets fail with 404 "home node ... down or inaccessible", consumers
   are cancelled (the client gets basic.cancel), settlements of deliveries made over the old

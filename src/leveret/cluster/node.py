@@ -110,6 +110,11 @@ class ClusterNode:
         self.applier.on_node_running = self._node_running
         self.applier.on_node_gone = self._node_gone
         self.links.on_refused = self._link_refused
+        # The memory alarm is cluster-wide (RabbitMQ's is): this node's goes into its
+        # record, and the others' records block publishers here (``_node_running``).
+        server.alarm.on_local = self._alarm_changed
+        self._alarm_on = False
+        self._alarm_writer: asyncio.Task[None] | None = None
         # Replicated quorum queues: leading, following, elections.
         self.replication = Replication(
             self.name,
@@ -414,8 +419,8 @@ class ClusterNode:
         return counts
 
     def status(self) -> dict[str, Any]:
-        """``leveret ctl cluster_status``: members, running nodes, their listeners, and the
-        queues each leads."""
+        """``leveret ctl cluster_status``: members, running nodes, their listeners, the
+        queues each leads, their alarms."""
         view = self.applier.view
         leaders = view.leaders()
         return {
@@ -425,6 +430,8 @@ class ClusterNode:
             "running": sorted(view.nodes),
             "listeners": {n: view.nodes[n].get("listeners", []) for n in sorted(view.nodes)},
             "queue_leaders": {n: leaders.get(n, 0) for n in sorted(set(leaders) | set(view.nodes))},
+            # Each running node's resource alarms (RabbitMQ's "Alarms" section).
+            "alarms": {n: list(view.nodes[n].get("alarms") or []) for n in sorted(view.nodes)},
             "lease_held": self.membership.held,
         }
 
@@ -475,12 +482,37 @@ class ClusterNode:
         vhost.on_queue_removed = lambda queue: self._queue_removed(shared, queue)
 
     def _node_running(self, name: str) -> None:
+        """``name``'s record was put: it runs (a new node, or its record changed)."""
         if name != self.name:
             self.links.peer(name)
+            record = self.applier.view.nodes.get(name) or {}
+            alarms = record.get("alarms")
+            self.server.alarm.remote_alarm(name, isinstance(alarms, list) and "memory" in alarms)
 
     def _node_gone(self, name: str) -> None:
         if name != self.name:
+            self.server.alarm.remote_alarm(name, False)
             self._spawn(self.store.exclusive_of_gone_node(name))
+
+    def _alarm_changed(self, on: bool) -> None:
+        self._alarm_on = on
+        if self._alarm_writer is None or self._alarm_writer.done():
+            self._alarm_writer = self._spawn(self._write_alarm())
+
+    async def _write_alarm(self) -> None:
+        """One writer puts the alarm's latest state in the node's record: writes racing
+        each other could leave a cleared alarm set for the whole cluster."""
+        written: bool | None = None
+        while written != self._alarm_on:
+            wanted = self._alarm_on
+            try:
+                await self.membership.update({"alarms": ["memory"] if wanted else []})
+            except EtcdError as exc:
+                # Kept in the record the next registration puts, and tried again.
+                log.warning("could not put the memory alarm in the node's record: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            written = wanted
 
     def _link_refused(self, name: str) -> None:
         """The link to ``name`` was up, closed, and its port now refuses connections: no

@@ -195,7 +195,7 @@ class ObjectsApi(ApiBase):
         node = shapes.node_json(self.admin_host, self.admin_host.started_at, 0, 0)
         node["mem_used"] = self.broker.gauge.bytes
         node["mem_limit"] = alarm.high
-        node["mem_alarm"] = alarm.active
+        node["mem_alarm"] = alarm.local  # this node's own, as RabbitMQ's
         return node
 
     async def nodes(self, request: web.Request) -> web.Response:
@@ -293,12 +293,14 @@ class ObjectsApi(ApiBase):
 
     async def health_alarms(self, request: web.Request) -> web.Response:
         self.who(request)
-        if self.host.alarm.active:
+        alarm = self.host.alarm
+        if alarm.active:
+            nodes = ([shapes.node_name()] if alarm.local else []) + sorted(alarm.remote)
             return json_reply(
                 {
                     "status": "failed",
                     "reason": "resource alarm(s) in effect in the cluster",
-                    "alarms": [{"node": shapes.node_name(), "resource": "memory"}],
+                    "alarms": [{"node": node, "resource": "memory"} for node in nodes],
                 },
                 503,
             )

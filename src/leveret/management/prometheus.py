@@ -115,7 +115,7 @@ class _Collector:
         yield _gauge(
             "rabbitmq_alarms_memory_used_watermark",
             "is 1 if VM memory watermark alarm is in effect",
-            int(server.host.alarm.active),
+            int(server.host.alarm.local),  # this node's, as RabbitMQ's per-node metric
         )
         yield from _link_metrics(server)
         if self.per_object:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -41,11 +41,16 @@ def etcd_prefix(request: pytest.FixtureRequest) -> str:
     return f"/leveret-test/{request.node.name}-{uuid.uuid4().hex[:8]}/"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``scripts/test`` runs ``-n 2 --dist loadgroup``), a module's tests
-    run on one worker, in order, so its module-scoped brokers and clusters start once; the
-    Spark tests all run on one worker, so one JVM holds one Spark session."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = "spark" if path.startswith("tests/spark/") else path
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``scripts/test`` runs two workers): a module's tests run on one
+    worker, in order, so its module-scoped brokers and clusters start once; the Spark tests
+    all run on one worker, so one JVM holds one Spark session."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/spark" if path.startswith("tests/spark/") else path
+
+    return ByModule(config, log)

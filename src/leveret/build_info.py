@@ -88,6 +88,9 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.cluster.link",
     "leveret.model.router",
     "leveret.model.publisher",
+    # What a publish forwarded with a confirm waits on (one a message: made, awaited by
+    # the publisher's confirm, resolved by the leader's Confirm).
+    "leveret.model.completion",
     "leveret.model.confirms",
     "leveret.model.settle",
 )

@@ -128,6 +128,45 @@ def test_publish_on_a_to_a_queue_led_by_b_consumed_on_c(three_nodes: list[Node])
     assert get_all(b, "q.link") == []  # every one acked away on b
 
 
+def test_a_prefetch_window_across_the_link_is_exact_and_refilled(three_nodes: list[Node]) -> None:
+    """The leader is told of a consumer's acks by quarters of its window, and at once when
+    it has sent all it was allowed: a pika consumer on a (prefetch 20, the queue led by b)
+    that keeps 17 deliveries unacked and acks the rest one by one still gets every message,
+    and never holds more than 20 unacked."""
+    a, b, _c = three_nodes
+    declare_on(b, "q.window", a)
+    bodies = [b"w%d" % i for i in range(120)]
+    publish_confirmed(a, "q.window", bodies)
+    conn = connect(a)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=20)
+    got: list[bytes] = []
+    held: list[int] = []
+    unacked = most = 0
+    deadline = time.monotonic() + 20
+    for method, _props, body in ch.consume("q.window", inactivity_timeout=0.5):
+        if method is None:
+            if time.monotonic() > deadline:
+                break
+            continue
+        got.append(body)
+        unacked += 1
+        most = max(most, unacked)
+        if len(held) < 17:
+            held.append(method.delivery_tag)
+        else:
+            ch.basic_ack(method.delivery_tag)
+            unacked -= 1
+        if len(got) == len(bodies):
+            break
+    assert got == bodies
+    assert most <= 20
+    ch.basic_ack(held[-1], multiple=True)
+    ch.cancel()
+    conn.close()
+    assert get_all(b, "q.window") == []
+
+
 def test_get_ack_reject_and_requeue_across_nodes(three_nodes: list[Node]) -> None:
     a, b, c = three_nodes
     declare_on(c, "q.get", a)
@@ -444,6 +483,51 @@ def test_deleting_an_auto_delete_queue_its_cancel_removed_on_its_leader_is_ok(
             assert ch.queue_delete(name).method.message_count == 0
             ch.close()
     finally:
+        conn.close()
+
+
+def test_a_consume_its_leader_refuses_is_the_channel_error_one_node_gives(
+    three_nodes: list[Node],
+) -> None:
+    """An exclusive consumer on c holds a queue led by b: a consume through a gets 403
+    ACCESS_REFUSED as a channel error, with no consume-ok before it (not a basic.cancel of
+    a consume it was told is on); once c's consumer goes, a's consume is accepted and
+    served, consume-ok before its first delivery."""
+    # The holder's close hands its unacked delivery back (pika nacks it, then cancels): b
+    # redelivers it to the holder's consumer on c before the cancel, and c gives it back
+    # at once (it was left unacked on b, for good, until 2026-11-28).
+    a, b, c = three_nodes
+    declare_on(b, "q.exclusive-use", a, c)
+    publish_confirmed(b, "q.exclusive-use", [b"one", b"two"])
+    holder = connect(c)
+    hch = holder.channel()
+    hch.basic_qos(prefetch_count=1)
+    htag = hch.basic_consume("q.exclusive-use", lambda *_: None, exclusive=True)
+    conn = connect(a)
+    try:
+        for exclusive in (False, True):
+            ch = conn.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                ch.basic_consume("q.exclusive-use", lambda *_: None, exclusive=exclusive)
+            assert refused.value.reply_code == 403
+            assert "exclusive use" in refused.value.reply_text
+        hch.basic_cancel(htag)
+        holder.close()  # its unacked delivery goes back
+        ch = conn.channel()
+        got: list[bytes] = []
+        ch.basic_consume(
+            "q.exclusive-use",
+            lambda _ch, _m, _p, body: got.append(body),
+            auto_ack=True,
+            exclusive=True,
+        )
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert sorted(got) == [b"one", b"two"]
+    finally:
+        if holder.is_open:
+            holder.close()
         conn.close()
 
 

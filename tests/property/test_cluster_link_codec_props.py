@@ -117,3 +117,17 @@ def test_oversized_frame_is_refused_before_it_arrives() -> None:
     head = (c.MAX_FRAME + 1).to_bytes(4, "big") + b"\x03"
     with pytest.raises(c.LinkError, match="bytes"):
         c.Reader().feed(head)
+
+
+@pytest.mark.parametrize("size", [255, 256, 70_000])
+def test_long_names_properties_and_bodies_round_trip(size: int) -> None:
+    # Lengths under 256 are written from tables, longer ones packed (the per-message
+    # frames' encoders); names are at most 65,535 bytes, the rest longer.
+    name, blob = "n" * min(size, 0xFFFF), b"\x01" * size
+    batch: list[c.Op] = [
+        c.Publish(2**64 - 1, name, name, name, name, 0, blob, blob),
+        c.Deliver(2**32 - 1, 2**64 - 1, True, name, name, 1, blob, blob),
+    ]
+    assert c.Reader().feed(b"".join(c.encode(op) for op in batch)) == batch
+    with pytest.raises(ValueError, match="too long"):
+        c.encode(c.Deliver(1, 1, False, "x" * 0x10000, "", 0, b"", b""))

@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 from leveret.cluster.link_tls import DialNotes, LinkTls, TlsListener
 from leveret.config import peer_addresses
+from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
 from leveret.errors import BY_CODE, AMQPError, InternalError, NotFound
 from leveret.model.completion import Completion
-from leveret.model.consumer import UNLIMITED
 from leveret.model.entry import QueuedMessage
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
@@ -112,11 +112,23 @@ class _Remote:
 
     consumer: Consumer
     queue: RemoteQueue
+    # At most this much credit on the leader; told again when what it may take grew by
+    # ``threshold``; ``limit``: deliveries (handed here) the leader was last allowed.
     cap: int
     threshold: int
     limit: int
+    # Deliveries handed to the consumer's owner (those waiting in ``buffer`` not counted).
     handed: int = 0
+    # In ``Peer.owed``: its credit is looked at when the turn's frames go out.
+    owed: bool = False
     buffer: deque[QueuedMessage] = field(default_factory=deque)
+    # The leader accepted the consume (``ConsumeOk``); until then, what its owner waits
+    # for (``Peer.answer``), if it does.
+    ok: bool = False
+    answer: Completion[None] | None = None
+    # Deliveries wait in ``buffer`` until the owner told its client the consume is on
+    # (``Peer.release``): a 0-9-1 consume-ok precedes the first delivery.
+    held: bool = False
 
 
 class _Connection(asyncio.Protocol):
@@ -177,11 +189,15 @@ class Peer:
         self.waits: deque[tuple[int, Completion[bool], RemoteQueue]] = deque()
         self.next_cid = 1
         self.consumers: dict[int, _Remote] = {}
+        # Each proxy's names as a Publish frame carries them (``codec.publish_names``).
+        self.names: dict[RemoteQueue, bytes] = {}
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
         self.requests: dict[int, tuple[Completion[Any], RemoteQueue]] = {}
         self.settles: dict[int, list[int]] = {}
+        # Consumers whose credit grew this turn (``_advertise``), told at the flush.
+        self.owed: list[_Remote] = []
         # Consumers of replicated queues this node was told to find here but did not yet
         # lead (its election's own record not applied when the consume came): how often
         # each was refused in a row.
@@ -272,6 +288,7 @@ class Peer:
         self.frames.clear()
         self.size = 0
         self.settles.clear()
+        self.owed.clear()
         self.paused = False
         self.account()
         self.sent_weight = self.taken = 0
@@ -298,7 +315,7 @@ class Peer:
                 # leader (or to this one when the link is back), as RabbitMQ's quorum
                 # queue consumers do; what was in flight is requeued there.
                 continue
-            self._end(remote)
+            self._end(remote, remote.queue.down())
 
     def _consume_again(self, remote: _Remote) -> bool:
         """A replicated queue's consumer refused for want of the queue by the node its
@@ -316,11 +333,46 @@ class Peer:
         asyncio.get_running_loop().call_later(REFUSED_RETRY_DELAY, self.resume)
         return True
 
-    def _end(self, remote: _Remote) -> None:
-        """The leader ended a consumer (its queue went, or the link): the client is told."""
+    def _end(self, remote: _Remote, error: AMQPError) -> None:
+        """The leader ended a consumer (its queue went, or the link): the client is told.
+        A consume whose owner waits for the leader's answer (``answer``: a 0-9-1
+        consume-ok not sent yet) fails with ``error`` instead, as on one node."""
         consumer = remote.consumer
         remote.queue._detach(consumer)
+        answer, remote.answer = remote.answer, None
+        if answer is not None:
+            answer.fail(error)
+            return
         consumer.owner.consumer_removed(consumer)
+
+    def _answered(self, remote: _Remote) -> None:
+        remote.ok = True
+        answer, remote.answer = remote.answer, None
+        if answer is not None:
+            answer.resolve(None)
+
+    def answer(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None:
+        """The leader's answer to ``consumer``'s consume, for an owner that answers its
+        client only then (0-9-1's consume-ok, so that a refusal is the channel error one
+        node gives); None when it came already. A replicated queue's consumer follows the
+        queue from leader to leader, and is answered at once."""
+        cid = self.cids.get(consumer)
+        if cid is None or queue.replicated:
+            return None
+        remote = self.consumers[cid]
+        if remote.ok:
+            return None
+        remote.held = True
+        if remote.answer is None:
+            remote.answer = Completion()
+        return remote.answer
+
+    def release(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        """The owner answered its client (``answer``): deliveries go to the consumer."""
+        cid = self.cids.get(consumer)
+        if cid is not None:
+            self.consumers[cid].held = False
+            self.credit(queue, consumer)
 
     def received(self, conn: _Connection, data: bytes) -> None:
         if conn is not self.conn:
@@ -364,6 +416,8 @@ class Peer:
         conn = self.conn
         if self.settles:
             self._settled()
+        if self.owed:
+            self._credits()
         frames, self.frames = self.frames, []
         self.size = 0
         if conn is None or conn.transport is None or not frames:
@@ -422,6 +476,7 @@ class Peer:
             remote = self.consumers.get(op.cid)
             if remote is not None:
                 self.refused.pop(remote.consumer, None)
+                self._answered(remote)
         elif isinstance(op, c.Cancelled):
             remote = self.consumers.pop(op.cid, None)
             if remote is not None:
@@ -433,7 +488,7 @@ class Peer:
                     log.info(
                         "consumer of %s refused by its leader: %s", remote.queue.resource, op.text
                     )
-                self._end(remote)
+                self._end(remote, _error(op.code, op.text) if op.code else remote.queue.down())
         elif isinstance(op, c.Hello):
             self._hello(op)
         elif isinstance(op, c.Proof):
@@ -511,7 +566,10 @@ class Peer:
             waits.popleft()[1].resolve(op.ack)
 
     def _message(self, op: c.Deliver | c.Got) -> Message:
-        return stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+        if op.format:
+            return stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+        # A 0-9-1 message (most): ``convert/formats.py`` is not compiled, ``wire_message`` is.
+        return wire_message(op.exchange, op.routing_key, op.raw, op.body)
 
     def _deliver(self, op: c.Deliver) -> None:
         remote = self.consumers.get(op.cid)
@@ -520,36 +578,69 @@ class Peer:
         if remote is None:
             # Cancelled while this was on its way: the leader takes it back.
             if op.did:
-                self.settles.setdefault(c.REQUEUE, []).append(op.did)
+                self._give_back(op.did)
             return
         consumer = remote.consumer
         if type(consumer) is StreamConsumer:
             _passed(consumer, entry)
-        if remote.buffer or not consumer.can_take(entry.message):
+        if remote.buffer or remote.held or not consumer.can_take(entry.message):
             remote.buffer.append(entry)
             return
         remote.handed += 1
         consumer.owner.deliver(consumer, entry)
         self._advertise(remote)
 
+    def _give_back(self, did: int) -> None:
+        """A delivery nobody here takes (its consumer or get is gone): requeued on the
+        leader, now. Left for the next frame, it waited for whatever the link carried next,
+        and on a quiet link it stayed unacked on the leader until the link went."""
+        self.settles.setdefault(c.REQUEUE, []).append(did)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
     def _got(self, op: c.Got) -> None:
         pending = self.requests.pop(op.rid, None)
         if pending is None:
             if op.did:
-                self.settles.setdefault(c.REQUEUE, []).append(op.did)
+                self._give_back(op.did)
             return
         entry = QueuedMessage(self.generation << _GEN_SHIFT | op.did, self._message(op))
         entry.redelivered = op.redelivered
         pending[0].resolve((entry, op.remaining))
 
     def _advertise(self, remote: _Remote) -> None:
-        credit = remote.consumer.credit
-        limit = remote.handed + min(credit, remote.cap)
-        if limit - remote.limit >= remote.threshold:
-            remote.limit = limit
-            self._write(
-                c.Credit(self.cids[remote.consumer], min(credit, remote.cap), remote.handed)
-            )
+        """The consumer may take more (an ack, a delivery handed): looked at once the turn
+        is over (``_credits``), so a turn's acks make one ``Credit`` at most."""
+        if not remote.owed:
+            remote.owed = True
+            self.owed.append(remote)
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
+
+    def _credits(self) -> None:
+        """Tell the leader what each consumer of ``owed`` may take now, when that grew by
+        its ``threshold`` (one ``Credit`` frame and one dispatch on the leader a quarter
+        window, not an ack), or at all once everything the leader was allowed has arrived
+        here (it would send nothing more until told). The leader never has more credit
+        than the consumer's owner gives: a prefetch window is exact, its refill coarser."""
+        owed, self.owed = self.owed, []
+        for remote in owed:
+            remote.owed = False
+            cid = self.cids.get(remote.consumer)
+            if cid is None:
+                continue  # cancelled meanwhile
+            credit = min(remote.consumer.credit, remote.cap)
+            limit = remote.handed + credit
+            grown = limit - remote.limit
+            if grown >= remote.threshold or (
+                grown > 0 and remote.handed + len(remote.buffer) >= remote.limit
+            ):
+                remote.limit = limit
+                frame = c.encode(c.Credit(cid, credit, remote.handed))
+                self.frames.append(frame)
+                self.size += len(frame)
 
     # -- Leader: what the proxies ask --------------------------------------------------------
 
@@ -565,11 +656,13 @@ class Peer:
             done = Completion()
             self.waits.append((seq, done, queue))
         self.sent_weight += c.publish_weight(message.raw_properties, message.body)
+        names = self.names.get(queue)
+        if names is None:
+            names = self.names[queue] = c.publish_names(queue.vhost_name, queue.name)
         self._write_frame(
-            c.publish_frame(
+            c.named_publish_frame(
                 seq,
-                queue.vhost_name,
-                queue.name,
+                names,
                 message.exchange,
                 message.routing_key,
                 message.format,
@@ -582,11 +675,11 @@ class Peer:
     def consume(self, queue: RemoteQueue, consumer: Consumer) -> None:
         cid = self.next_cid
         self.next_cid = cid + 1
-        # A consumer whose credit its owner limits (a prefetch window, 1.0 link credit) gets
-        # every change passed on; one nobody limits, a window re-granted by quarters.
-        limited = consumer.credit < UNLIMITED
+        # Credit is re-granted by quarters of the window: a consumer's prefetch window (or
+        # 1.0 link credit) as it was given, ``WINDOW`` for one nobody limits; and at once,
+        # whatever it comes to, when the leader has used all it was given (``_advertise``).
         credit = min(consumer.credit, WINDOW)
-        remote = _Remote(consumer, queue, WINDOW, 1 if limited else WINDOW // 4, credit)
+        remote = _Remote(consumer, queue, WINDOW, max(1, credit // 4), credit)
         self.consumers[cid] = remote
         self.cids[consumer] = cid
         self._write(
@@ -607,6 +700,8 @@ class Peer:
         if cid is None:
             return
         remote = self.consumers[cid]
+        if remote.held:
+            return
         buffer = remote.buffer
         while buffer and consumer.can_take(buffer[0].message):
             remote.handed += 1
@@ -717,6 +812,7 @@ class Peer:
         still waiting for this leader's confirm are refused at once (the publisher may
         send them again) rather than when a cut-off leader's link drops or heals: a
         deposed leader confirms nothing more, and the new leader never had them."""
+        self.names.pop(queue, None)
         for consumer in list(queue.consumers):
             self.cancel(queue, consumer)
         for _seq, done, waiting in self.waits:

@@ -64,6 +64,10 @@ class Leader(Protocol):
 
     def consume(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
 
+    def answer(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None: ...
+
+    def release(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
+
     def credit(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
 
     def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
@@ -215,6 +219,18 @@ class RemoteQueue(Queue):
         self.check_exclusive_use(consumer.exclusive)
         self.consumers.append(consumer)
         self.leader.consume(self, consumer)
+
+    def answer(self, consumer: Consumer) -> Completion[None] | None:
+        """The leader's answer to ``consumer``'s consume (``add_consumer``), when it has not
+        come yet: done once the leader accepted it, failed with its refusal (403 for an
+        exclusive use, as one node answers) or with the node's loss. Until it is done the
+        consumer gets nothing, until ``release``; an owner that waits for it is not told of
+        a refusal by ``consumer_removed``."""
+        return self.leader.answer(self, consumer)
+
+    def release(self, consumer: Consumer) -> None:
+        """The owner told its client the consume is on (after ``answer``): deliver."""
+        self.leader.release(self, consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if self._detach(consumer) >= 0:

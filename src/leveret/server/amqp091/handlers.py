@@ -399,8 +399,10 @@ def basic_consume(channel: Channel, method: m.BasicConsume) -> None:
     # consume-ok must precede the first delivery, so register after replying.
     queue_name = session.queue_name(method.queue)
     channel.guard.consume(queue_name)
+    target = None
     if queue_name != REPLY_TO:
-        queue_name = session.vhost.queue(queue_name, session.owner).name
+        target = session.vhost.queue(queue_name, session.owner)
+        queue_name = target.name
     tag = method.consumer_tag
     if tag and tag in session.consumers:
         raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
@@ -412,6 +414,27 @@ def basic_consume(channel: Channel, method: m.BasicConsume) -> None:
         exclusive=method.exclusive,
         arguments=method.arguments,
     )
+    if isinstance(target, RemoteQueue):
+        # Led by another node: consume-ok once its leader accepted the consume, so that
+        # a refusal (403 for an exclusive use) is the channel error one node gives.
+        consumer = session.consumers[tag]
+        answer = target.answer(consumer)
+        if answer is not None:
+            remote = target
+
+            def accepted(_: None) -> None:
+                if not method.no_wait:
+                    conn.send_method(channel.id, m.BasicConsumeOk(consumer_tag=tag))
+                remote.release(consumer)
+
+            cast("_Defers", conn).defer(
+                channel,
+                answer,
+                accepted,
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            )
+            return
     if not method.no_wait:
         conn.send_method_at(mark, channel.id, m.BasicConsumeOk(consumer_tag=tag))
 

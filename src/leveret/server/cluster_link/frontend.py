@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
+from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
 from leveret.errors import AMQPError
 from leveret.model.confirms import Confirms
@@ -99,6 +100,8 @@ class LinkFrontEnd:
     def __init__(self, shell: Shell, identity: LinkIdentity) -> None:
         self.shell = shell
         self.broker: Broker = shell.broker
+        # The broker's vhosts (a dict it keeps for good): one attribute read less a publish.
+        self.vhosts = self.broker.vhosts
         self.identity = identity
         self.reader = c.Reader()
         self.ops: deque[c.Op] = deque()
@@ -362,7 +365,7 @@ class LinkFrontEnd:
             self._refuse(f"unexpected {type(op).__name__} from the dialing node")
 
     def _queue(self, vhost_name: str, name: str) -> Queue | None:
-        vhost = self.broker.vhosts.get(vhost_name)
+        vhost = self.vhosts.get(vhost_name)
         return vhost.queues.get(name) if vhost is not None else None
 
     def _publish(self, op: c.Publish) -> None:
@@ -379,9 +382,17 @@ class LinkFrontEnd:
             if op.seq:
                 confirms.published(False, False)
             return
-        message = stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
-        journal = self.broker.journal
-        writes = journal.writes
+        # A 0-9-1 message (most) made by the compiled ``wire_message`` directly, not through
+        # ``convert/formats.py`` (interpreted).
+        message = (
+            stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+            if op.format
+            else wire_message(op.exchange, op.routing_key, op.raw, op.body)
+        )
+        # The store's writes are watched for a confirm only (``journal.writes`` is a Python
+        # property, a wrapper's on a cluster node).
+        journal = self.broker.journal if op.seq else None
+        writes = journal.writes if journal is not None else 0
         accepted = queue.enqueue(message)
         queue.n_publish += 1
         self.shell.published = True
@@ -393,7 +404,7 @@ class LinkFrontEnd:
             else:
                 self.behind.discard(queue)
             self._write(c.Backlog(op.vhost, op.queue, behind))
-        if op.seq:
+        if journal is not None:
             gate = queue.gate() if accepted and queue.gate is not None else None
             confirms.published(accepted, journal.writes != writes, gate)
 
@@ -420,9 +431,12 @@ class LinkFrontEnd:
                 priority=op.priority,
                 arguments=op.arguments,
             )
+            # Refused before ConsumeOk, not after: the peer's client then gets the channel
+            # error one node gives (403), not a cancel of a consume it was told is on.
+            queue.check_exclusive_use(op.exclusive)
         except AMQPError as exc:
-            # A client's bad argument (a stream's x-stream-offset): its consumer is
-            # refused, the link (every other queue's traffic) goes on.
+            # A client's bad argument (a stream's x-stream-offset), a queue in exclusive
+            # use: its consumer is refused, the link (every other queue's traffic) goes on.
             self._write(c.Cancelled(op.cid, exc.reply_code, exc.reply_text))
             return
         self.consumers[op.cid] = consumer

@@ -52,6 +52,9 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.server.shell.shell",
     "leveret.protocol.output",
     "leveret.server.guard",
+    # Asked after every read that published (a burst of lone publishes on 1000 sockets
+    # pays it per message: issue 26); the adapter above calls it natively once compiled.
+    "leveret.server.memory_alarm",
     # Not on the per-message path of 0-9-1: compiled because they subclass the 0-9-1 front
     # end's connection and channel (an interpreted class cannot subclass a compiled one).
     "leveret.server.legacy.connection_base",

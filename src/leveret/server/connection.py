@@ -155,16 +155,19 @@ class ConnectionProtocol(asyncio.Protocol):
                 return  # counted when the whole header is handed on
             shell.attach(factory)
             data, self._head = self._head, b""
-        shell.data_received(data, self.loop.time())
-        self._after_turn(shell)
+        # One clock read serves the turn and its flush: a burst of publishes, one on each
+        # of a thousand sockets, pays every per-read cost a thousand times (issue 26).
+        now = self.loop.time()
+        shell.data_received(data, now)
+        self._after_turn(shell, now)
 
-    def _after_turn(self, shell: Shell) -> None:
+    def _after_turn(self, shell: Shell, now: float) -> None:
         if shell.published:
             shell.published = False
             self.alarm.published(self)
         elif self.alarm.active:
             self.alarm.check()
-        self._flush()
+        self._flush_at(now)
         if shell.wants_turn:
             # More input than one turn's share, a paced publisher, or a deferral that
             # completed: read nothing more until the next loop iteration, and let the
@@ -183,17 +186,19 @@ class ConnectionProtocol(asyncio.Protocol):
         shell = self.shell
         if shell is None or self.transport is None:
             return
-        shell.run_turn(self.loop.time())
-        self._after_turn(shell)
+        now = self.loop.time()
+        shell.run_turn(now)
+        self._after_turn(shell, now)
 
     def _set_reading(self) -> None:
         """Read unless a turn is waiting, the memory alarm blocked this connection, or a
         deferral holds as much input as it may."""
         transport, shell = self.transport, self.shell
-        if transport is None or shell is None or transport.is_closing():
+        if transport is None or shell is None:
             return
         want = not self._turn_scheduled and shell.reading
-        if want != self._reading:
+        # Asked after every read: the transport only when there is a change to make.
+        if want != self._reading and not transport.is_closing():
             self._reading = want
             if want:
                 transport.resume_reading()
@@ -225,11 +230,13 @@ class ConnectionProtocol(asyncio.Protocol):
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
+        self._flush_at(self.loop.time())
+
+    def _flush_at(self, now: float) -> None:
         self._flush_scheduled = False
         shell, transport = self.shell, self.transport
         if shell is None or transport is None:
             return
-        now = self.loop.time()
         out = shell.take_output(now)
         if out and not transport.is_closing():
             transport.writelines(out)
@@ -267,7 +274,7 @@ class ConnectionProtocol(asyncio.Protocol):
         shell.tick(now)
         alarm = self.alarm
         alarm.check()
-        self._flush()  # arms the timer for the shell's next deadline
+        self._flush_at(now)  # arms the timer for the shell's next deadline
         if shell.wants_turn:
             self._schedule_turn()
         self._set_reading()

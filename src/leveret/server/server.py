@@ -52,6 +52,7 @@ from leveret.server.listeners import Reloadable, TlsContexts, TlsError
 from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
 from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
+from leveret.server.storm_gc import StormCollector
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
@@ -159,6 +160,9 @@ class Server:
             max_message_size=settings.max_message_size,
         )
         self.connections: set[ConnectionProtocol] = set()
+        # A full collection once a storm of new connections is over (server/storm_gc.py).
+        self.storm_gc = StormCollector()
+        self._storm_timer: asyncio.TimerHandle | None = None
         watermark = settings.memory_high_watermark
         self.alarm = MemoryAlarm(
             self.broker.gauge, default_high_watermark() if watermark is None else watermark
@@ -319,8 +323,10 @@ class Server:
         if self.settings.load_definitions:
             await self._load_definitions(self.settings.load_definitions)
         server = await loop.create_server(
-            lambda: ConnectionProtocol(
-                self.broker, self.users, self.limits, self.connections, self.alarm
+            lambda: self._accepted(
+                ConnectionProtocol(
+                    self.broker, self.users, self.limits, self.connections, self.alarm
+                )
             ),
             host=self.settings.host,
             port=self.settings.port,
@@ -412,13 +418,15 @@ class Server:
         settings = self.settings
         try:
             server = await loop.create_server(
-                lambda: ConnectionProtocol(
-                    self.broker,
-                    self.users,
-                    self.limits,
-                    self.connections,
-                    self.alarm,
-                    front_end=self._stream_front_end,
+                lambda: self._accepted(
+                    ConnectionProtocol(
+                        self.broker,
+                        self.users,
+                        self.limits,
+                        self.connections,
+                        self.alarm,
+                        front_end=self._stream_front_end,
+                    )
                 ),
                 host=host,
                 port=port,
@@ -453,13 +461,15 @@ class Server:
         except TlsError as exc:
             raise StartupError(str(exc)) from None
         server = await loop.create_server(
-            lambda: ConnectionProtocol(
-                self.broker,
-                self.users,
-                self.limits,
-                self.connections,
-                self.alarm,
-                cert_login_from=self.settings.ssl_cert_login_from,
+            lambda: self._accepted(
+                ConnectionProtocol(
+                    self.broker,
+                    self.users,
+                    self.limits,
+                    self.connections,
+                    self.alarm,
+                    cert_login_from=self.settings.ssl_cert_login_from,
+                )
             ),
             host=self.settings.tls_host or self.settings.host,
             port=self.settings.tls_port,
@@ -476,7 +486,24 @@ class Server:
             log.info("listening on amqps://%s:%d", shown, port)
         await self._start_stream(loop, tls=True)
 
+    def _accepted(self, protocol: ConnectionProtocol) -> ConnectionProtocol:
+        """A listener's protocol factory: counts the connection for the storm collector."""
+        due = self.storm_gc.accepted(protocol.loop.time())
+        if due is not None and self._storm_timer is None:
+            # Armed for the storm's earliest end; the check puts it off while accepts go on.
+            self._storm_timer = protocol.loop.call_at(due, self._storm_check, protocol.loop)
+        return protocol
+
+    def _storm_check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._storm_timer = None
+        again = self.storm_gc.check(loop.time())
+        if again is not None:
+            self._storm_timer = loop.call_at(again, self._storm_check, loop)
+
     async def stop(self) -> None:
+        if self._storm_timer is not None:
+            self._storm_timer.cancel()
+            self._storm_timer = None
         for plugin in reversed(self.plugins):
             await plugin.close()
         if self.management is not None:

@@ -263,3 +263,36 @@ def test_error_priority() -> None:
 def test_errors_are_amqp_errors() -> None:
     with pytest.raises(AMQPError):
         FrameDecoder().feed(b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+
+@pytest.mark.parametrize(
+    ("frame", "error"),
+    [
+        (encode_frame(FRAME_METHOD, 5, PUBLISH)[:-1] + b"\x01", "frame_end: expected 0xCE"),
+        (encode_frame(9, 5, b"abc"), "unknown frame type 9 on channel 5"),
+    ],
+)
+def test_a_bad_frame_split_across_reads_gives_the_whole_frames_error(
+    frame: bytes, error: str
+) -> None:
+    """The frame held back from one read is checked as a whole one is, the same error
+    (issue 26: the buffered frame is finished on its own, not by the scan)."""
+    whole = FrameDecoder()
+    with pytest.raises(FrameError, match=error) as once:
+        whole.feed(frame)
+    for cut in range(1, len(frame)):
+        split = FrameDecoder()
+        good = encode_frame(FRAME_HEARTBEAT, 0, b"")
+        assert split.feed(good + frame[:cut]) == [Frame(FRAME_HEARTBEAT, 0, b"")]
+        with pytest.raises(FrameError) as info:
+            split.feed(frame[cut:])
+        assert str(info.value) == str(once.value)
+        assert split.buffered == 0
+
+
+def test_a_frame_split_across_reads_keeps_its_channel_and_type() -> None:
+    decoder = FrameDecoder()
+    frame = encode_frame(FRAME_BODY, 513, b"payload")
+    assert decoder.feed(frame[:4]) == []
+    assert decoder.feed(frame[4:]) == [Frame(FRAME_BODY, 513, b"payload")]
+    assert type(decoder.feed(frame)[0][2]) is bytes

@@ -282,14 +282,15 @@ class ServerConnection:
         """Handle up to ``budget`` waiting frames (the shell's fair share of a turn)."""
         frames, pos = self._pending, self._pending_pos
         end = min(len(frames), pos + budget)
-        handle = self._frame
         closed = _CLOSED
         while pos < end:
             frame = frames[pos]
             pos += 1
             if self.holding and self._hold(frame):
                 continue
-            handle(frame)
+            # Called as a method, not through a local bound method: a native call in the
+            # compiled build (the bound method went through a generic call per frame).
+            self._frame(frame)
             # self.finished, without a property call per frame
             if self.state is closed or self.should_close_transport:
                 break

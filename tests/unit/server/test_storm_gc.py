@@ -1,0 +1,144 @@
+"""The full collection taken once a storm of new connections is over (server/storm_gc.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+from typing import TYPE_CHECKING
+
+from leveret.config import Settings
+from leveret.server.server import Server
+from leveret.server.storm_gc import StormCollector
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+class Recorder:
+    """Stands for the gc module: counts collections, full ones CPython ran too."""
+
+    def __init__(self) -> None:
+        self.ours = 0
+        self.full = 0
+
+    def collect(self) -> None:
+        self.ours += 1
+        self.full += 1
+
+    def full_collections(self) -> int:
+        return self.full
+
+
+def collector(rec: Recorder, storm: int = 3) -> StormCollector:
+    return StormCollector(
+        storm=storm,
+        quiet=0.5,
+        spacing=10.0,
+        collect=rec.collect,
+        full_collections=rec.full_collections,
+    )
+
+
+def test_fewer_than_a_storm_never_collects() -> None:
+    rec = Recorder()
+    c = collector(rec)
+    assert c.accepted(1.0) is None
+    assert c.accepted(1.1) is None
+    assert c.check(100.0) is None
+    assert rec.ours == 0
+
+
+def test_a_storm_is_collected_once_it_is_quiet() -> None:
+    rec = Recorder()
+    c = collector(rec)
+    c.accepted(1.0)
+    c.accepted(1.1)
+    assert c.accepted(1.2) == 1.7  # the storm: due once nothing came for 0.5 s
+    assert c.accepted(1.4) == 1.9  # another accept puts it off
+    assert c.check(1.7) == 1.9  # a timer armed for the first due looks again
+    assert rec.ours == 0
+    assert c.check(1.9) is None
+    assert (rec.ours, c.collections, c.pending) == (1, 1, 0)
+    assert c.check(5.0) is None  # nothing more to do
+    assert rec.ours == 1
+
+
+def test_collections_are_spaced() -> None:
+    rec = Recorder()
+    c = collector(rec)
+    for t in (1.0, 1.1, 1.2):
+        c.accepted(t)
+    c.check(1.7)
+    assert rec.ours == 1
+    for t in (2.0, 2.1):
+        c.accepted(t)
+    assert c.accepted(2.2) == 11.7  # ten seconds after the last collection
+    assert c.check(2.7) == 11.7
+    assert c.check(11.7) is None
+    assert rec.ours == 2
+
+
+def test_a_full_collection_by_cpython_meanwhile_counts() -> None:
+    rec = Recorder()
+    c = collector(rec)
+    for t in (1.0, 1.1, 1.2):
+        c.accepted(t)
+    rec.full += 1  # CPython's own full collection walked the storm's objects
+    assert c.check(1.7) is None
+    assert (rec.ours, c.pending) == (0, 0)
+    c.accepted(2.0)  # counting starts anew from there
+    assert c.pending == 1
+
+
+def test_an_accept_after_cpython_collected_starts_counting_anew() -> None:
+    rec = Recorder()
+    c = collector(rec)
+    c.accepted(1.0)
+    c.accepted(1.1)
+    rec.full += 1
+    assert c.accepted(1.2) is None
+    assert c.pending == 1
+
+
+def test_the_real_gc_module_by_default() -> None:
+    c = StormCollector(storm=1, quiet=0.0, spacing=0.0)
+    before = gc.get_stats()[2]["collections"]
+    c.accepted(1.0)
+    assert c.check(1.0) is None
+    assert c.collections == 1
+    assert gc.get_stats()[2]["collections"] == before + 1
+
+
+def test_the_server_collects_after_a_storm_of_accepted_sockets(tmp_path: Path) -> None:
+    """The listener counts every accepted socket; a timer takes the collection."""
+
+    async def run() -> None:
+        settings = Settings(
+            host="127.0.0.1", port=0, data_dir=str(tmp_path), management=False, stream_port=0
+        )
+        server = Server(settings)
+        await server.start()
+        rec = Recorder()
+        server.storm_gc = StormCollector(
+            storm=3,
+            quiet=0.05,
+            spacing=10.0,
+            collect=rec.collect,
+            full_collections=rec.full_collections,
+        )
+        port = int(server.listening[0].rsplit(":", 1)[1])
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        try:
+            for _ in range(100):
+                await asyncio.sleep(0.02)
+                if rec.ours:
+                    break
+            assert rec.ours == 1
+            assert server.storm_gc.pending == 0
+        finally:
+            for s in socks:
+                s.close()
+            await server.stop()
+
+    asyncio.run(run())

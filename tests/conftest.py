@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -39,3 +39,18 @@ def etcd_server() -> Iterator[EtcdServer]:
 def etcd_prefix(request: pytest.FixtureRequest) -> str:
     """A key prefix of this test's own in the shared etcd."""
     return f"/leveret-test/{request.node.name}-{uuid.uuid4().hex[:8]}/"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``scripts/test`` runs two workers): a module's tests run on one
+    worker, in order, so its module-scoped brokers and clusters start once; the Spark tests
+    all run on one worker, so one JVM holds one Spark session."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/spark" if path.startswith("tests/spark/") else path
+
+    return ByModule(config, log)

@@ -272,6 +272,7 @@ def _lateness(arrivals: list[tuple[float, Any, bytes]]) -> list[float]:
 
 
 @pytest.mark.leveret_only
+@pytest.mark.serial  # its lateness bounds count the client's pace too: not beside other tests
 def test_ten_thousand_pending_messages_survive_kill_9_and_arrive_once_on_time(
     data_dir: str, node: list[Broker]
 ) -> None:

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
     from leveret.config import Settings
     from leveret.server.shell.contract import FrontEnd
-    from leveret.server.shell.shell import Shell
+    from leveret.server.shell.shell import FrontEndFactory, Shell
 
 log = logging.getLogger("leveret.server")
 
@@ -323,11 +323,7 @@ class Server:
         if self.settings.load_definitions:
             await self._load_definitions(self.settings.load_definitions)
         server = await loop.create_server(
-            lambda: self._accepted(
-                ConnectionProtocol(
-                    self.broker, self.users, self.limits, self.connections, self.alarm
-                )
-            ),
+            self._accepted,
             host=self.settings.host,
             port=self.settings.port,
             reuse_address=True,
@@ -418,16 +414,7 @@ class Server:
         settings = self.settings
         try:
             server = await loop.create_server(
-                lambda: self._accepted(
-                    ConnectionProtocol(
-                        self.broker,
-                        self.users,
-                        self.limits,
-                        self.connections,
-                        self.alarm,
-                        front_end=self._stream_front_end,
-                    )
-                ),
+                lambda: self._accepted(front_end=self._stream_front_end),
                 host=host,
                 port=port,
                 reuse_address=True,
@@ -461,16 +448,7 @@ class Server:
         except TlsError as exc:
             raise StartupError(str(exc)) from None
         server = await loop.create_server(
-            lambda: self._accepted(
-                ConnectionProtocol(
-                    self.broker,
-                    self.users,
-                    self.limits,
-                    self.connections,
-                    self.alarm,
-                    cert_login_from=self.settings.ssl_cert_login_from,
-                )
-            ),
+            lambda: self._accepted(cert_login_from=self.settings.ssl_cert_login_from),
             host=self.settings.tls_host or self.settings.host,
             port=self.settings.tls_port,
             reuse_address=True,
@@ -486,8 +464,23 @@ class Server:
             log.info("listening on amqps://%s:%d", shown, port)
         await self._start_stream(loop, tls=True)
 
-    def _accepted(self, protocol: ConnectionProtocol) -> ConnectionProtocol:
-        """A listener's protocol factory: counts the connection for the storm collector."""
+    def _accepted(
+        self,
+        *,
+        cert_login_from: str = "distinguished_name",
+        front_end: FrontEndFactory | None = None,
+    ) -> ConnectionProtocol:
+        """A listener's protocol factory: a new connection, counted for the storm
+        collector."""
+        protocol = ConnectionProtocol(
+            self.broker,
+            self.users,
+            self.limits,
+            self.connections,
+            self.alarm,
+            cert_login_from=cert_login_from,
+            front_end=front_end,
+        )
         due = self.storm_gc.accepted(protocol.loop.time())
         if due is not None and self._storm_timer is None:
             # Armed for the storm's earliest end; the check puts it off while accepts go on.

@@ -399,6 +399,10 @@ class Peer:
             self._settled()  # settlements go before what follows them
         self.frames.append(frame)
         self.size += len(frame)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Frames, settlements and credit go out together once this loop turn is over."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -595,9 +599,7 @@ class Peer:
         leader, now. Left for the next frame, it waited for whatever the link carried next,
         and on a quiet link it stayed unacked on the leader until the link went."""
         self.settles.setdefault(c.REQUEUE, []).append(did)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._schedule_flush()
 
     def _got(self, op: c.Got) -> None:
         pending = self.requests.pop(op.rid, None)
@@ -615,9 +617,7 @@ class Peer:
         if not remote.owed:
             remote.owed = True
             self.owed.append(remote)
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush)
+            self._schedule_flush()
 
     def _credits(self) -> None:
         """Tell the leader what each consumer of ``owed`` may take now, when that grew by
@@ -730,9 +730,8 @@ class Peer:
             if dids is None:
                 dids = self.settles[kind] = []
             dids.append(entry.seq & _DID_MASK)
-        if dids and not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if dids:
+            self._schedule_flush()
 
     def _ask(
         self, queue: RemoteQueue, done: Completion[T], op: Callable[[int], c.Op]

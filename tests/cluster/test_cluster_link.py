@@ -272,6 +272,38 @@ def get_all(node: Node, queue: str) -> list[tuple[Any, bytes]]:
     return found
 
 
+def test_a_fanout_to_several_queues_of_one_leader_reaches_each_confirmed(
+    three_nodes: list[Node],
+) -> None:
+    """A message routed to three queues led by b crosses the link once (a Publish and an
+    Also for each other queue): each still gets every message, in order and confirmed, as
+    on one node; so do a queue of the publisher's node and one of a third node beside them."""
+    a, b, c = three_nodes
+    tag = uuid.uuid4().hex[:8]
+    exchange = f"fan-{tag}"
+    queues: list[str] = []  # b's three first
+    for node, count in ((b, 3), (c, 1), (a, 1)):
+        conn = connect(node)
+        ch = conn.channel()
+        ch.exchange_declare(exchange, "fanout", durable=True)
+        for i in range(count):
+            queue = f"fan-{tag}-{node.name[0]}{i}"
+            ch.queue_declare(queue, durable=True)
+            ch.queue_bind(queue, exchange)
+            queues.append(queue)
+        conn.close()
+    nodes.eventually(lambda: len(a.get(f"exchanges/%2F/{exchange}/bindings/source")) == 5)
+    bodies = [b"f%d" % i for i in range(200)]
+    conn = connect(a)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for body in bodies:
+        ch.basic_publish(exchange, "", body, pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    for queue in queues:
+        assert consume(c, queue, 200, prefetch=100) == bodies, queue
+
+
 def test_amqp10_clients_through_another_node(three_nodes: list[Node]) -> None:
     """Any front end gets the link through the core: proton sends (settled once the
     leader has the messages) on c and receives on a, the queue led by b."""

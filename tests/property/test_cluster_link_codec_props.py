@@ -19,6 +19,7 @@ ops = st.one_of(
     st.builds(c.Hello, text, u64, st.binary(max_size=32), text),
     st.builds(c.Proof, st.binary(min_size=32, max_size=32)),
     st.builds(c.Publish, u64, text, text, text, text, fmt, blob, blob),
+    st.builds(c.Also, u64, text, text),
     st.builds(c.Confirm, u64, st.booleans(), st.booleans()),
     st.builds(
         c.Consume,
@@ -111,6 +112,13 @@ def test_proof_depends_on_secret_role_node_and_nonce() -> None:
     ):
         assert other != base
     assert c.cluster_tag("s") != c.cluster_tag("t")
+
+
+@given(u64, text, text)
+def test_also_frame_is_the_encoded_op(seq: int, vhost: str, queue: str) -> None:
+    frame = c.also_frame(seq, c.publish_names(vhost, queue))
+    assert frame == c.encode(c.Also(seq, vhost, queue))
+    assert c.Reader().feed(frame) == [c.Also(seq, vhost, queue)]
 
 
 def test_oversized_frame_is_refused_before_it_arrives() -> None:

@@ -191,6 +191,9 @@ class Peer:
         self.consumers: dict[int, _Remote] = {}
         # Each proxy's names as a Publish frame carries them (``codec.publish_names``).
         self.names: dict[RemoteQueue, bytes] = {}
+        # The message of the last Publish on this connection: the same message into
+        # another queue of this leader goes as an ``Also`` (a fanout crosses once).
+        self.last_message: Message | None = None
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
@@ -285,6 +288,7 @@ class Peer:
         self.conn = None
         was_up, self.up = self.up, False
         self.generation += 1
+        self.last_message = None
         self.frames.clear()
         self.size = 0
         self.settles.clear()
@@ -659,6 +663,10 @@ class Peer:
         names = self.names.get(queue)
         if names is None:
             names = self.names[queue] = c.publish_names(queue.vhost_name, queue.name)
+        if message is self.last_message:
+            self._write_frame(c.also_frame(seq, names))
+            return done
+        self.last_message = message
         self._write_frame(
             c.named_publish_frame(
                 seq,

@@ -47,6 +47,7 @@ from leveret.protocol.amqp091.fieldtable import (
 
 __all__ = [
     "MAX_FRAME",
+    "Also",
     "Append",
     "Appended",
     "Backlog",
@@ -143,6 +144,22 @@ class Publish:
         self.format = format
         self.raw = raw
         self.body = body
+
+
+@dataclass(slots=True)
+class Also:
+    """The message of the last :class:`Publish` on this link, routed on the sender's node
+    to ``queue`` as well (led here too): a message routed to several queues of one leader
+    (a fanout) crosses the link once. ``seq`` as a :class:`Publish`'s."""
+
+    seq: int
+    vhost: str
+    queue: str
+
+    def __init__(self, seq: int, vhost: str, queue: str) -> None:
+        self.seq = seq
+        self.vhost = vhost
+        self.queue = queue
 
 
 @dataclass(slots=True)
@@ -437,6 +454,7 @@ Op = (
     | Backlog
     | Inspect
     | Counted
+    | Also
     | Append
     | Appended
     | Taken
@@ -499,7 +517,7 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 # The per-message frames' heads, each with the exchange's length (then the exchange, the
 # routing key's length and the key, the form and the properties' length, the properties,
 # the body's length and the body): one ``b"".join`` a frame, few ``pack`` calls.
-_PUBLISH_HEAD: Final = struct.Struct(">IBQ")
+_PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
 _DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
@@ -584,6 +602,11 @@ def named_publish_frame(
     )
 
 
+def also_frame(seq: int, names: bytes) -> bytes:
+    """:class:`Also`'s frame, its names from :func:`publish_names`."""
+    return _PUBLISH_HEAD.pack(1 + 8 + len(names), 28, seq) + names
+
+
 def deliver_frame(
     cid: int,
     did: int,
@@ -630,6 +653,8 @@ def _payload(op: Op) -> tuple[int, bytes]:
                 _message(op.exchange, op.routing_key, op.format, op.raw, op.body),
             )
         )
+    if isinstance(op, Also):
+        return 28, _U64.pack(op.seq) + _s(op.vhost) + _s(op.queue)
     if isinstance(op, Settle):
         return 11, _U8.pack(op.kind) + _U32.pack(len(op.dids)) + b"".join(
             _U64.pack(d) for d in op.dids
@@ -844,6 +869,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Confirm(upto, bool(bits & 1), bool(bits & 2))
     elif code == 7:
         op = Credit(c.u32(), c.u32(), c.u64())
+    elif code == 28:
+        op = Also(c.u64(), c.s(), c.s())
     elif code == 1:
         node, incarnation = c.s(), c.u64()
         nonce = bytes(c.take(c.u8()))

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from leveret.model.broker import Broker
     from leveret.model.entry import QueuedMessage
+    from leveret.model.message import Message
     from leveret.model.queues.base import Queue
     from leveret.server.shell.info import ChannelInfo
     from leveret.server.shell.shell import Shell
@@ -73,6 +74,8 @@ LOOK: Final = 0.005
 # Gets and inspections stay in order with the publishes (a get sees what was published
 # before it, as on one node).
 _CONTROL: Final = (c.Credit, c.Settle, c.Consume, c.Cancel)
+# What the memory alarm holds (an Also is the last Publish's message into another queue).
+_PUBLISHES: Final = (c.Publish, c.Also)
 # Seconds between log lines about peers that dial this plain port with TLS (each redials
 # every second while the configurations differ), and when the last was written.
 TLS_REFUSAL_QUIET: Final = 60.0
@@ -162,6 +165,9 @@ class LinkFrontEnd:
         # The memory alarm blocked the link: publishes wait in ``ops`` (the peer's window
         # bounds them, as ``Taken`` does not move), everything else goes on in ``control``.
         self.publishes_held = False
+        # The last Publish, and its message once made: an ``Also`` puts it in another queue.
+        self.last: c.Publish | None = None
+        self.last_message: Message | None = None
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -198,7 +204,7 @@ class LinkFrontEnd:
         ops, control = self.ops, self.control
         if self.publishes_held:
             for op in decoded:
-                (ops if isinstance(op, c.Publish) else control).append(op)
+                (ops if isinstance(op, _PUBLISHES) else control).append(op)
             return
         for op in decoded:
             (control if isinstance(op, _CONTROL) else ops).append(op)
@@ -270,9 +276,9 @@ class LinkFrontEnd:
             return
         self.publishes_held = True
         ops, control = self.ops, self.control
-        publishes = [op for op in ops if isinstance(op, c.Publish)]
+        publishes = [op for op in ops if isinstance(op, _PUBLISHES)]
         if len(publishes) != len(ops):
-            control.extend(op for op in ops if not isinstance(op, c.Publish))
+            control.extend(op for op in ops if not isinstance(op, _PUBLISHES))
             ops.clear()
             ops.extend(publishes)
 
@@ -399,6 +405,8 @@ class LinkFrontEnd:
             return
         if isinstance(op, c.Publish):
             self._publish(op)
+        elif isinstance(op, c.Also):
+            self._also(op)
         elif isinstance(op, c.Settle):
             self._settle(op)
         elif isinstance(op, c.Credit):
@@ -436,32 +444,53 @@ class LinkFrontEnd:
         return vhost.queues.get(name) if vhost is not None else None
 
     def _publish(self, op: c.Publish) -> None:
-        weight = c.publish_weight(op.raw, op.body)
-        queue = self._queue(op.vhost, op.queue)
+        self.last = op
+        self.last_message = None
+        self._into(op.seq, op.vhost, op.queue, op)
+
+    def _also(self, op: c.Also) -> None:
+        last = self.last
+        if last is None:
+            self._refuse("an Also before any Publish")
+            return
+        self._into(op.seq, op.vhost, op.queue, last)
+
+    def _message(self, op: c.Publish) -> Message:
+        """The last Publish's message, made once for every queue it goes to."""
+        message = self.last_message
+        if message is None:
+            # A 0-9-1 message (most) made by the compiled ``wire_message`` directly, not
+            # through ``convert/formats.py`` (interpreted).
+            message = self.last_message = (
+                stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
+                if op.format
+                else wire_message(op.exchange, op.routing_key, op.raw, op.body)
+            )
+        return message
+
+    def _into(self, seq: int, vhost: str, name: str, publish: c.Publish) -> None:
+        """The message of ``publish`` (the last Publish) into ``vhost``'s queue ``name``.
+        On both nodes a Publish and an Also weigh the whole message: the window then bounds
+        what the leader's queues take in, as before there were Also frames."""
+        weight = c.publish_weight(publish.raw, publish.body)
+        queue = self._queue(vhost, name)
         confirms = self.confirms
-        if op.seq:
+        if seq:
             confirms.seq += 1
-            if confirms.seq != op.seq:
-                self._refuse(f"publish {op.seq} out of order (expected {confirms.seq})")
+            if confirms.seq != seq:
+                self._refuse(f"publish {seq} out of order (expected {confirms.seq})")
                 return
         if queue is None:
             # Deleted meanwhile (or no longer led here): as a refused publish.
             self.taken += weight
-            if op.seq:
+            if seq:
                 confirms.published(False, False)
             return
-        # A 0-9-1 message (most) made by the compiled ``wire_message`` directly, not through
-        # ``convert/formats.py`` (interpreted).
-        message = (
-            stored_message(op.exchange, op.routing_key, op.raw, op.body, op.format)
-            if op.format
-            else wire_message(op.exchange, op.routing_key, op.raw, op.body)
-        )
         # The store's writes are watched for a confirm only (``journal.writes`` is a Python
         # property, a wrapper's on a cluster node).
-        journal = self.broker.journal if op.seq else None
+        journal = self.broker.journal if seq else None
         writes = journal.writes if journal is not None else 0
-        accepted = queue.enqueue(message)
+        accepted = queue.enqueue(self._message(publish))
         self.shell.published = True
         behind = queue.falling_behind()
         was_behind = queue in self.behind
@@ -475,7 +504,7 @@ class LinkFrontEnd:
                 self.behind.add(queue)
             else:
                 self.behind.discard(queue)
-            self._write(c.Backlog(op.vhost, op.queue, behind))
+            self._write(c.Backlog(vhost, name, behind))
         if journal is not None:
             gate = queue.gate() if accepted and queue.gate is not None else None
             confirms.published(accepted, journal.writes != writes, gate)

@@ -20,7 +20,8 @@ resolves the deferred ``basic.get``.
 - **Credit.** A consumer's credit on the leader is what its owner here can take: its
   prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
   at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once
-  (a full socket) wait here, within that credit.
+  (a full socket) wait here, within that credit. A credit that shrinks is passed on; a 1.0
+  drain is the leader's to answer (``Drain``, ``Drained``), as on one node.
 - **Back-pressure.** A proxy falls behind (publishers feeding it are paced, as on one node)
   while its leader says the queue's consumers do not keep up (``Backlog``) or while the
   connection's write buffer is over its high-water mark; the bytes waiting
@@ -640,7 +641,8 @@ class Peer:
             cid = self.cids.get(remote.consumer)
             if cid is None or remote.drains:
                 continue  # cancelled meanwhile; or told once the leader answers the drain
-            credit = min(remote.consumer.credit, remote.cap)
+            # Never below 0: a prefetch lowered under what is unacked leaves it negative.
+            credit = max(0, min(remote.consumer.credit, remote.cap))
             limit = remote.handed + credit
             grown = limit - remote.limit
             if (

@@ -162,5 +162,14 @@ def test_a_credit_that_shrinks_is_passed_on() -> None:
         s.queue.dispatch()
         await asyncio.sleep(0)
         assert s.written() == [c.Credit(1, 0, 3)]
+        s.consumer.credit = 5
+        s.queue.dispatch()
+        await asyncio.sleep(0)
+        assert s.written() == [c.Credit(1, 5, 3)]
+        # A 0-9-1 prefetch lowered under what is unacked leaves the credit negative: 0.
+        s.consumer.credit = -4
+        s.queue.dispatch()
+        await asyncio.sleep(0)
+        assert s.written() == [c.Credit(1, 0, 3)]
 
     _run(test)

@@ -163,11 +163,13 @@ class OutgoingLink(ConsumerOwner):
         consumer = self.consumer
         consumer.credit = event.credit
         self.flows += 1
-        if not event.drain:
+        if not event.drain or event.credit <= 0:
             # Told of less credit too: a queue led by another node tells its leader.
             self.queue.dispatch()
+            if event.drain:
+                self._drained(self.flows)
             return
-        pending = self.queue.drain(consumer) if event.credit > 0 else None
+        pending = self.queue.drain(consumer)
         if pending is None:
             self._drained(self.flows)
             return

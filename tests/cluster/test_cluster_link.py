@@ -330,6 +330,54 @@ def test_amqp10_clients_through_another_node(three_nodes: list[Node]) -> None:
     assert nodes.eventually(lambda: b_count(b, "q.amqp10") == 0 or None) is True
 
 
+@pytest.mark.parametrize("through", ["a", "b"])
+def test_an_amqp10_drain_through_another_node_gets_what_the_leader_holds(
+    three_nodes: list[Node], through: str
+) -> None:
+    """A proton receiver on a, the queue led by b, drains as on b itself (the second
+    case): it gets what b holds up to its credit, then the drain's completion (its credit
+    given back: 0). Before, a answered the drain at once with what had reached it
+    (nothing)."""
+    a, b, _c = three_nodes
+    queue = f"q.drain.{through}"
+    declare_on(b, queue, a)
+    url = "amqp://guest:guest@127.0.0.1:{}"
+    sender_conn = ProtonConnection(url.format(b.broker.port), timeout=10)
+    try:
+        sender = sender_conn.create_sender(f"/queues/{queue}")
+        for i in range(5):
+            sender.send(ProtonMessage(body=f"d{i}", durable=True))
+    finally:
+        sender_conn.close()
+    receiving = a if through == "a" else b
+    receiver_conn = ProtonConnection(url.format(receiving.broker.port), timeout=10)
+    try:
+        # No credit until the drains: nothing reaches a before them.
+        receiver = receiver_conn.create_receiver(f"/queues/{queue}", credit=0)
+        fetcher = receiver.fetcher
+        assert fetcher is not None
+        link = receiver.link
+
+        def drain(credit: int, expected: int) -> list[object]:
+            link.drain(credit)
+            receiver_conn.wait(lambda: not link.draining(), timeout=10, msg="the drain")
+            # The deliveries precede the completion on the session: all here.
+            receiver_conn.wait(lambda: fetcher.has_message >= expected, timeout=2, msg="drained")
+            assert link.credit == 0
+            got: list[object] = []
+            while fetcher.has_message:
+                got.append(fetcher.pop().body)
+                receiver.accept()
+            return got
+
+        assert drain(3, 3) == ["d0", "d1", "d2"]  # less credit than b holds: all of it used
+        assert drain(10, 2) == ["d3", "d4"]  # more: what b holds, then the completion
+        assert drain(4, 0) == []  # nothing left: completed at once
+    finally:
+        receiver_conn.close()
+    assert nodes.eventually(lambda: b_count(b, queue) == 0 or None) is True
+
+
 def _routed(node: Node, exchange: str) -> bool:
     """Whether a mandatory publish to ``exchange`` through ``node`` reaches a queue (its
     bindings have reached that node's copy of the routing table)."""

@@ -57,6 +57,8 @@ ops = st.one_of(
     st.builds(c.StoredOffset, u32, st.booleans(), u64),
     st.builds(c.Stat, u32, text, text),
     st.builds(c.Stats, u32, u64, u64, u32),
+    st.builds(c.Drain, u32, u32, u64),
+    st.builds(c.Drained, u32),
 )
 
 

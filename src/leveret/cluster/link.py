@@ -20,7 +20,8 @@ resolves the deferred ``basic.get``.
 - **Credit.** A consumer's credit on the leader is what its owner here can take: its
   prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
   at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once
-  (a full socket) wait here, within that credit.
+  (a full socket) wait here, within that credit. A credit that shrinks is passed on; a 1.0
+  drain is the leader's to answer (``Drain``, ``Drained``), as on one node.
 - **Back-pressure.** A proxy falls behind (publishers feeding it are paced, as on one node)
   while its leader says the queue's consumers do not keep up (``Backlog``) or while the
   connection's write buffer is over its high-water mark; the bytes waiting
@@ -129,6 +130,11 @@ class _Remote:
     # Deliveries wait in ``buffer`` until the owner told its client the consume is on
     # (``Peer.release``): a 0-9-1 consume-ok precedes the first delivery.
     held: bool = False
+    # Drains asked of the leader (``Drain``), each done by its answer (``Drained``); no
+    # ``Credit`` goes out meanwhile (the last answer tells what the consumer may take).
+    drains: deque[Completion[None]] = field(default_factory=deque)
+    # The last drain asked for less than the consumer's credit (``cap``).
+    capped: bool = False
 
 
 class _Connection(asyncio.Protocol):
@@ -314,6 +320,7 @@ class Peer:
         self.consumers.clear()
         self.cids.clear()
         for remote in remotes:
+            _drains_over(remote)
             if remote.queue.replicated:
                 # A replicated queue's consumer stays: it follows the queue to its next
                 # leader (or to this one when the link is back), as RabbitMQ's quorum
@@ -489,6 +496,7 @@ class Peer:
             remote = self.consumers.pop(op.cid, None)
             if remote is not None:
                 self.cids.pop(remote.consumer, None)
+                _drains_over(remote)
                 if op.code == NotFound.reply_code and self._consume_again(remote):
                     return
                 self.refused.pop(remote.consumer, None)
@@ -497,6 +505,8 @@ class Peer:
                         "consumer of %s refused by its leader: %s", remote.queue.resource, op.text
                     )
                 self._end(remote, _error(op.code, op.text) if op.code else remote.queue.down())
+        elif isinstance(op, c.Drained):
+            self._drained(op)
         elif isinstance(op, c.Hello):
             self._hello(op)
         elif isinstance(op, c.Proof):
@@ -633,13 +643,18 @@ class Peer:
         for remote in owed:
             remote.owed = False
             cid = self.cids.get(remote.consumer)
-            if cid is None:
-                continue  # cancelled meanwhile
-            credit = min(remote.consumer.credit, remote.cap)
+            if cid is None or remote.drains:
+                continue  # cancelled meanwhile; or told once the leader answers the drain
+            # Never below 0: a prefetch lowered under what is unacked leaves it negative.
+            credit = max(0, min(remote.consumer.credit, remote.cap))
             limit = remote.handed + credit
             grown = limit - remote.limit
-            if grown >= remote.threshold or (
-                grown > 0 and remote.handed + len(remote.buffer) >= remote.limit
+            if (
+                grown >= remote.threshold
+                or (grown > 0 and remote.handed + len(remote.buffer) >= remote.limit)
+                # Less than before (a 1.0 flow that lowers the link credit, a smaller
+                # prefetch): the leader stops short of it, as one node would.
+                or grown < 0
             ):
                 remote.limit = limit
                 frame = c.encode(c.Credit(cid, credit, remote.handed))
@@ -716,12 +731,73 @@ class Peer:
             consumer.owner.deliver(consumer, buffer.popleft())
         self._advertise(remote)
 
+    def drain(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None:
+        """``consumer`` drains (``Source.drain``): what waits here for it is handed, then
+        the leader delivers what the queue holds up to its credit and answers (``Drain``,
+        ``Drained``); done on that answer, its deliveries handed before. None: it is not
+        consumed there (cancelled, the link down), nothing to wait for."""
+        cid = self.cids.get(consumer)
+        if cid is None or not self.up:
+            return None
+        remote = self.consumers[cid]
+        done: Completion[None] = Completion()
+        remote.drains.append(done)
+        self._ask_drain(cid, remote)
+        return done
+
+    def _ask_drain(self, cid: int, remote: _Remote) -> None:
+        consumer = remote.consumer
+        self._hand(remote)
+        # At most ``cap`` a request (what may wait here for an owner that cannot take);
+        # the drain asks again while the leader had that much (``_drained``).
+        credit = max(0, min(consumer.credit, remote.cap))
+        remote.capped = consumer.credit > credit
+        remote.limit = remote.handed + credit
+        self._write(c.Drain(cid, credit, remote.handed))
+
+    def _hand(self, remote: _Remote) -> None:
+        """What waits here for the consumer goes to it, while it takes."""
+        if remote.held:
+            return
+        consumer = remote.consumer
+        buffer = remote.buffer
+        while buffer and consumer.can_take(buffer[0].message):
+            remote.handed += 1
+            consumer.owner.deliver(consumer, buffer.popleft())
+
+    def _drained(self, op: c.Drained) -> None:
+        """The leader answered a drain: what it delivered for it came before."""
+        remote = self.consumers.get(op.cid)
+        if remote is None or not remote.drains:
+            return  # cancelled meanwhile (its drains are over)
+        self._hand(remote)
+        last = len(remote.drains) == 1
+        if (
+            last
+            and remote.capped
+            and not remote.buffer
+            and remote.consumer.credit > 0
+            and remote.handed >= remote.limit
+        ):
+            # The leader sent all it was asked for (``cap``) and the consumer can take
+            # more: the queue may hold more.
+            self._ask_drain(op.cid, remote)
+            return
+        done = remote.drains.popleft()
+        if last:
+            # The leader gave up the rest of the consumer's credit; what the consumer may
+            # take still (a flow since the drain) is told again.
+            remote.limit = remote.handed + len(remote.buffer)
+            self._advertise(remote)
+        done.resolve(None)
+
     def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None:
         self.refused.pop(consumer, None)
         cid = self.cids.pop(consumer, None)
         if cid is None:
             return
         remote = self.consumers.pop(cid)
+        _drains_over(remote)
         if self.up:
             self._write(c.Cancel(cid))
         if not consumer.auto_settle and remote.buffer:
@@ -870,6 +946,14 @@ def _passed(consumer: StreamConsumer, entry: QueuedMessage) -> None:
     offset = headers.get(OFFSET_HEADER) if headers else None
     if isinstance(offset, int) and not isinstance(offset, bool):
         consumer.spec = OffsetSpec("offset", offset + 1)
+
+
+def _drains_over(remote: _Remote) -> None:
+    """The consumer is off the leader (cancelled, ended, the link gone): its drains are
+    over with what came."""
+    drains = remote.drains
+    while drains:
+        drains.popleft().resolve(None)
 
 
 def _error(code: int, text: str) -> AMQPError:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from leveret.errors import NotImplemented_
+    from leveret.model.completion import Completion
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
 
@@ -48,6 +49,14 @@ class Source:
     def dispatch(self) -> None:
         """Hand ready entries to consumers that can take them (credit came back)."""
         raise NotImplementedError
+
+    def drain(self, consumer: Consumer) -> Completion[None] | None:
+        """``consumer`` drains (AMQP 1.0's flow with drain): it is handed what the queue
+        holds up to its credit, and then its owner gives up the credit left. None: handed
+        already (``dispatch``); else done once it was (a queue led by another node: its
+        leader's deliveries reached the owner before the completion is done)."""
+        self.dispatch()
+        return None
 
     def settle(self, entry: QueuedMessage) -> None:
         """An unsettled entry was accepted: it leaves the queue."""

@@ -101,6 +101,32 @@ def test_publish_confirm_consume_settle_get_and_loss() -> None:
     assert out == []  # a new link must shake hands first
 
 
+def test_a_drain_delivers_what_the_queue_holds_then_answers_with_no_credit_left() -> None:
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    send(front, *(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"m%d" % i) for i in range(5)))
+    out = send(front, c.Consume(1, "/", "q", False, False, 1, 0))
+    assert [op.body for op in out if isinstance(op, c.Deliver)] == [b"m0"]
+    # Credit 3 beyond the one received: three more, the drain's answer after them.
+    out = send(front, c.Drain(1, 3, 1))
+    assert [type(op) for op in out] == [c.Deliver, c.Deliver, c.Deliver, c.Drained]
+    assert [op.body for op in out if isinstance(op, c.Deliver)] == [b"m1", b"m2", b"m3"]
+    assert out[-1] == c.Drained(1)
+    # The rest of its credit was given up: a message published now waits.
+    out = send(front, c.Publish(0, "/", "q", "", "q", 0, PROPS, b"late"))
+    assert not any(isinstance(op, c.Deliver) for op in out)
+    assert queue.message_count == 2
+    # More credit than the queue holds: what it holds, then the answer.
+    out = send(front, c.Drain(1, 10, 4))
+    assert [op.body for op in out if isinstance(op, c.Deliver)] == [b"m4", b"late"]
+    assert out[-1] == c.Drained(1)
+    assert queue.message_count == 0
+    # A drain of a consumer gone meanwhile is answered (the peer ignores it).
+    assert send(front, c.Cancel(1), c.Drain(1, 5, 6)) == [c.Drained(1)]
+
+
 def test_the_peer_is_told_when_a_queue_falls_behind_and_catches_up() -> None:
     broker = Broker()
     queue = broker.vhosts["/"].declare_queue("q", owner=None)

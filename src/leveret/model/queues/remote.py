@@ -70,6 +70,8 @@ class Leader(Protocol):
 
     def credit(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
 
+    def drain(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None: ...
+
     def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
 
     def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None: ...
@@ -240,6 +242,11 @@ class RemoteQueue(Queue):
         """Credit came back: the link tells the leader what each consumer may take."""
         for consumer in self.consumers:
             self.leader.credit(self, consumer)
+
+    def drain(self, consumer: Consumer) -> Completion[None] | None:
+        """The leader delivers what it holds up to ``consumer``'s credit and answers; done
+        then, with those deliveries handed (None: nothing to ask, the link is down)."""
+        return self.leader.drain(self, consumer)
 
     # -- taking and settling --------------------------------------------------------------
 

@@ -59,6 +59,8 @@ __all__ = [
     "Counted",
     "Credit",
     "Deliver",
+    "Drain",
+    "Drained",
     "Empty",
     "Failed",
     "Get",
@@ -435,6 +437,27 @@ class Stats:
     consumers: int
 
 
+@dataclass(slots=True)
+class Drain:
+    """The consumer drains (AMQP 1.0's flow with drain): it may have ``credit`` deliveries
+    beyond the first ``received`` of its, as :class:`Credit` says; the leader delivers what
+    the queue holds up to that, then gives up the rest (its credit 0) and answers
+    :class:`Drained`, after those deliveries. Taken in order with the publishes before it,
+    as a get is (a drain sees what was published before it)."""
+
+    cid: int
+    credit: int
+    received: int
+
+
+@dataclass(slots=True)
+class Drained:
+    """The answer to :class:`Drain`: the leader delivered what it held for it (those
+    deliveries came before this) and the consumer has no credit left there."""
+
+    cid: int
+
+
 Op = (
     Hello
     | Proof
@@ -464,6 +487,8 @@ Op = (
     | StoredOffset
     | Stat
     | Stats
+    | Drain
+    | Drained
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -742,6 +767,10 @@ def _payload(op: Op) -> tuple[int, bytes]:
             (_U32.pack(op.rid), _U64.pack(op.ready), _U64.pack(op.unacked),
              _U32.pack(op.consumers))
         )  # fmt: skip
+    if isinstance(op, Drain):
+        return 29, _U32.pack(op.cid) + _U32.pack(op.credit) + _U64.pack(op.received)
+    if isinstance(op, Drained):
+        return 31, _U32.pack(op.cid)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -922,6 +951,10 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Stat(c.u32(), c.s(), c.s())
     elif code == 27:
         op = Stats(c.u32(), c.u64(), c.u64(), c.u32())
+    elif code == 29:
+        op = Drain(c.u32(), c.u32(), c.u64())
+    elif code == 31:
+        op = Drained(c.u32())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

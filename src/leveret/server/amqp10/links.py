@@ -4,13 +4,14 @@
 
 - Outgoing: link credit is the consumer's credit (a ``flow`` sets it; every transfer spends
   one; settling gives none back, unlike 0-9-1's prefetch). A drain hands out what is ready
-  and then gives up the rest (``drained``). Sender settle mode ``settled`` is at-most-once:
-  the consumer settles automatically and transfers go pre-settled; otherwise each delivery
-  stays unsettled in its queue until the peer's disposition says accepted (it leaves),
-  rejected (dead-lettered where the queue says), released (back to its place, as
-  redelivered), or modified (``settle.modify``: its ``x-`` message annotations merged into
-  the queue's copy, a failed delivery counted in ``delivery-count``, released, or rejected
-  when ``undeliverable-here``, as RabbitMQ 4).
+  and then gives up the rest (``drained``): at once, or once the queue says it handed what
+  it held (``Source.drain``: a queue led by another node asks its leader). Sender settle
+  mode ``settled`` is at-most-once: the consumer settles automatically and transfers go
+  pre-settled; otherwise each delivery stays unsettled in its queue until the peer's
+  disposition says accepted (it leaves), rejected (dead-lettered where the queue says),
+  released (back to its place, as redelivered), or modified (``settle.modify``: its ``x-``
+  message annotations merged into the queue's copy, a failed delivery counted in
+  ``delivery-count``, released, or rejected when ``undeliverable-here``, as RabbitMQ 4).
 - Incoming: every message is published through the core with confirms, so an unsettled
   transfer is settled (``accepted``) once the store has what it routed, ``released`` when
   no queue took it (RabbitMQ 4's answer to an unroutable message), ``rejected`` with the
@@ -103,6 +104,9 @@ class OutgoingLink(ConsumerOwner):
         # goes out only while it can take one, even when the events saying it cannot (a
         # detach later in the same read) are not handled yet.
         self.wire: WireLink | None = None
+        # Flows granted so far: a drain answered later (a queue led by another node) is
+        # completed only if no flow came since.
+        self.flows = 0
         # ``arguments``: what the queue's type reads (a stream: where the link starts).
         self.consumer = queue.consumer(
             name, self, auto_settle=settled, credit=0, arguments=arguments
@@ -158,12 +162,31 @@ class OutgoingLink(ConsumerOwner):
     def credit_granted(self, event: CreditGranted) -> None:
         consumer = self.consumer
         consumer.credit = event.credit
-        if event.credit > 0:
+        self.flows += 1
+        if not event.drain or event.credit <= 0:
+            # Told of less credit too: a queue led by another node tells its leader.
             self.queue.dispatch()
-        if event.drain:
-            if consumer.credit > 0:
-                self.session.drained(self.handle)
-            consumer.credit = 0
+            if event.drain:
+                self._drained(self.flows)
+            return
+        pending = self.queue.drain(consumer)
+        if pending is None:
+            self._drained(self.flows)
+            return
+        flow = self.flows
+        pending.on_done(lambda _done: self._drained(flow))
+
+    def _drained(self, flow: int) -> None:
+        """The queue handed what it held for the drain of flow number ``flow``: the credit
+        left is given up, unless a later flow came meanwhile (it stands) or the link
+        went."""
+        if flow != self.flows or self.closed:
+            return
+        consumer = self.consumer
+        wire = self.wire
+        if consumer.credit > 0 and wire is not None and wire.sending:
+            self.session.drained(self.handle)
+        consumer.credit = 0
 
     def close(self) -> None:
         """The link is detached (or its session ended): stop consuming. Its unsettled

@@ -433,6 +433,8 @@ class LinkFrontEnd:
                 self._write(
                     c.Stats(op.rid, queue.message_count, queue.unacked_count, queue.consumer_count)
                 )
+        elif isinstance(op, c.Drain):
+            self._drain(op)
         elif isinstance(op, c.Append):
             if self.identity.replicas is not None:
                 self.identity.replicas.append(self, op)
@@ -575,6 +577,18 @@ class LinkFrontEnd:
             return  # cancelled meanwhile
         consumer.credit = max(0, op.received + op.credit - self.sent[op.cid])
         consumer.queue.dispatch()
+
+    def _drain(self, op: c.Drain) -> None:
+        """The peer's consumer drains: it is given what the queue holds up to its credit
+        (as ``_credit`` reckons it), then the rest of its credit is given up, and the peer
+        is told after those deliveries (one node's drain, ``Source.drain``)."""
+        consumer = self.consumers.get(op.cid)
+        if consumer is not None:
+            consumer.credit = max(0, op.received + op.credit - self.sent[op.cid])
+            consumer.queue.dispatch()
+            consumer.credit = 0
+        # Answered for a consumer gone meanwhile too: the peer ignores what it does not wait for.
+        self._write(c.Drained(op.cid))
 
     def _cancel(self, op: c.Cancel) -> None:
         consumer = self._forget(op.cid)

@@ -6,6 +6,7 @@ RabbitMQ 3.10 answers for a classic queue on a down node, then back with its nod
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pika
@@ -21,6 +23,7 @@ import pika.exceptions
 import pytest
 from proton import Message as ProtonMessage
 from proton.utils import BlockingConnection as ProtonConnection
+from tools.qpid import ensure
 
 from tests.cluster import down_node, nodes
 from tests.integration.ctl_support import ok
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
 # In both passes: the link's both sides and its codec are compiled (a type the compiled
 # build checks and uvloop does not give shows only here).
 pytestmark = pytest.mark.leveret_only
+
+# qpid.messaging (Python 2.7) in a subprocess, as the conversion tests run it.
+QPID_CLIENT = Path(__file__).parents[1] / "integration" / "qpid_messaging_client.py2"
 
 
 @pytest.fixture(scope="module")
@@ -409,6 +415,35 @@ while time.monotonic() - start < seconds:
 print(published, flush=True)
 conn.close()
 """
+
+
+def test_a_0_10_fetch_through_another_node_gets_what_the_leader_holds(
+    three_nodes: list[Node],
+) -> None:
+    """qpid.messaging's ``fetch(timeout=0)`` with no capacity grants one credit and, when
+    nothing has come yet, flushes (``message.flush``, then a sync): the flush is completed
+    once the leader b handed what it held, so each fetch through a gets a message (before,
+    a completed the flush at once, with what had reached it: nothing)."""
+    py2 = ensure()
+    if py2 is None:
+        pytest.skip("Python 2.7 with qpid-python is not available")
+    a, b, _ = three_nodes
+    queue = f"fetch-{uuid.uuid4().hex[:8]}"
+    declare_on(b, queue, a)
+    bodies = [b"q%d" % i for i in range(5)]
+    publish_confirmed(b, queue, bodies)
+    done = subprocess.run(
+        [py2.python, str(QPID_CLIENT), "127.0.0.1", str(a.broker.port), "fetch", queue],
+        capture_output=True,
+        text=True,
+        env=py2.env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    fetched = json.loads(done.stdout.strip().splitlines()[-1])["bodies"]
+    assert [base64.b64decode(body) for body in fetched] == bodies
+    assert get_all(b, queue) == []  # each acknowledged on b
 
 
 # The pure pass only (the suite's time): the compiled pass keeps the link's other tests.

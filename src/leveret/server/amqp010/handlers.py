@@ -227,8 +227,18 @@ def message_flow(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
 
 def message_flush(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageFlush)
-    ssn.flush(ev.command.destination or "")
-    return True
+    pending = ssn.flush(ev.command.destination or "")
+    if pending is None:
+        return True
+
+    # A queue led by another node: complete once its leader handed what it held (its
+    # transfers go out first), the connection's input waiting meanwhile.
+    def flushed(_done: Completion[None]) -> None:
+        if not ssn.closed:
+            conn.complete(ev.channel, ev.command_id)
+
+    conn.defer(pending, flushed)
+    return False
 
 
 def message_stop(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:

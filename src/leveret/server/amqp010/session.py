@@ -52,6 +52,7 @@ from leveret.protocol.amqp010._generated.commands import MessageTransfer
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from leveret.model.completion import Completion
     from leveret.model.dtx import Branch, Coordinator
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
@@ -453,14 +454,28 @@ class Session(ConsumerOwner):
         sub = self.subscription(destination)
         sub.window = mode == 1
 
-    def flush(self, destination: str) -> None:
-        """Use up the credit on what is there now, then have none (spec: message.flush)."""
+    def flush(self, destination: str) -> Completion[None] | None:
+        """Use up the credit on what is there now, then have none (spec: message.flush).
+        None: done; else done once the queue handed what it held (a queue led by another
+        node asks its leader: ``Source.drain``), the credit given up then."""
         sub = self.subscription(destination)
-        self._kick(sub)
-        self._zero(sub)
+        consumer = sub.consumer
+        if consumer is None:
+            self.browse(sub)
+            self._zero(sub)
+            return None
+        pending = sub.queue.drain(consumer)
+        if pending is None:
+            self._zero(sub)
+            return None
+        pending.on_done(lambda _done: self._zero(sub))
+        return pending
 
     def stop(self, destination: str) -> None:
-        self._zero(self.subscription(destination))
+        sub = self.subscription(destination)
+        self._zero(sub)
+        if sub.consumer is not None:
+            sub.queue.dispatch()  # a queue led by another node tells its leader
 
     def _zero(self, sub: Subscription) -> None:
         """No credit, and none coming back from transfers already sent (Qpid C++)."""

@@ -17,10 +17,12 @@ import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pika
 import pika.exceptions
 import pytest
+import requests
 from proton import Message as ProtonMessage
 from proton.utils import BlockingConnection as ProtonConnection
 from tools.qpid import ensure
@@ -334,6 +336,58 @@ def test_amqp10_clients_through_another_node(three_nodes: list[Node]) -> None:
         receiver_conn.close()
     assert got == [f"p{i}" for i in range(5)]
     assert nodes.eventually(lambda: b_count(b, "q.amqp10") == 0 or None) is True
+
+
+def test_an_amqp10_dynamic_node_and_v1_queue_are_in_etcd_when_attached(
+    etcd_server: EtcdServer, three_nodes: list[Node]
+) -> None:
+    """A proton receiver's dynamic node (its reply queue) and a v1 queue address that
+    declares its queue are in the cluster's metadata store once the attach is answered,
+    as a 0-9-1 declaration is at declare-ok (before, a wrote them to etcd behind the
+    answer): a reply sent to the dynamic node through b reaches the receiver on a."""
+    a, b, _ = three_nodes
+    v1 = f"v1-{uuid.uuid4().hex[:8]}"
+    conn = ProtonConnection(f"amqp://guest:guest@127.0.0.1:{a.broker.port}", timeout=10)
+    try:
+        receiver = conn.create_receiver(None, dynamic=True, credit=1)
+        address = receiver.link.remote_source.address
+        assert address is not None
+        name = unquote(address.rsplit("/", 1)[-1])
+        assert stored(etcd_server, a.prefix, name)["exclusive"] is True
+        conn.create_receiver(f"/queue/{v1}", credit=0)
+        # Proton's source durability is none: a transient classic queue, as RabbitMQ's.
+        assert stored(etcd_server, a.prefix, v1)["durable"] is False
+        nodes.eventually(functools.partial(visible_to_publish, b, name))
+        received = receiver.receive(timeout=10)
+        assert bytes(received.body) == b"reply"
+    finally:
+        conn.close()
+
+
+def stored(etcd: EtcdServer, prefix: str, name: str) -> dict[str, Any]:
+    """Queue ``name``'s record in etcd (KeyError: none)."""
+    key = f"{prefix}entities/queues/%2F/{name}".encode()
+    answer = requests.post(
+        f"{etcd.url}/v3/kv/range", json={"key": base64.b64encode(key).decode()}, timeout=5
+    ).json()
+    if not answer.get("kvs"):
+        raise KeyError(name)
+    return dict(json.loads(base64.b64decode(answer["kvs"][0]["value"])))
+
+
+def visible_to_publish(node: Node, queue: str) -> bool:
+    """Whether a mandatory, confirmed publish of "reply" to ``queue`` through ``node``
+    routes (its record has reached that node's copy)."""
+    conn = connect(node)
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", queue, b"reply", mandatory=True)
+        return True
+    except pika.exceptions.UnroutableError:
+        return False
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("through", ["a", "b"])

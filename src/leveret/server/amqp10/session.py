@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
@@ -49,6 +49,7 @@ from leveret.server.amqp10.session_core import SessionCore
 from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS
 
 if TYPE_CHECKING:
+    from leveret.model.completion import Completion
     from leveret.model.settle import Delivery
     from leveret.protocol.amqp10.events import (
         DispositionReceived,
@@ -72,11 +73,20 @@ class Session(SessionCore):
 
     # -- attach --------------------------------------------------------------------------
 
-    def attach(self, event: LinkAttachRequested) -> None:
+    def attach(
+        self,
+        event: LinkAttachRequested,
+        written: Completion[Any] | None = None,
+        declared: str = "",
+    ) -> None:
+        """``written``, ``declared``: attached again once a queue it declares (the name
+        ``declared`` for a dynamic node) is in the cluster's metadata store (``_shared``)."""
         machine = self.conn.machine
         try:
+            if written is not None:
+                written.result()  # etcd could not be reached: refused, as 0-9-1's 541
             if event.role == Role.SENDER:
-                self._attach_outgoing(event)
+                self._attach_outgoing(event, declared)
             else:
                 self._attach_incoming(event)
         except AMQPError as exc:
@@ -95,7 +105,36 @@ class Session(SessionCore):
             )
         self.conn.wrote()
 
-    def _attach_outgoing(self, event: LinkAttachRequested) -> None:
+    def _shared(
+        self,
+        event: LinkAttachRequested,
+        name: str,
+        *,
+        durable: bool,
+        exclusive: bool,
+        server_named: bool = False,
+    ) -> bool:
+        """On a cluster node, the queue ``name`` this link declares goes to etcd first, as
+        0-9-1's do, and the attach is answered once it is there and in this node's copy
+        (a reply sent to a dynamic node through any node then routes): whether it waits."""
+        shared = self.vhost.shared
+        if shared is None or self.vhost.find_queue(name) is not None:
+            return False
+        written = shared.declare_queue(
+            "" if server_named else name,
+            generated_name=name,
+            owner=self.client,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=False,
+            arguments={},
+        )
+        if written is None:
+            return False
+        self.conn.defer(written, lambda: self.attach(event, written, name))
+        return True
+
+    def _attach_outgoing(self, event: LinkAttachRequested, declared: str = "") -> None:
         source = event.source
         machine = self.conn.machine
         if source is None:
@@ -106,8 +145,12 @@ class Session(SessionCore):
         temporary = False
         guard = self.guard
         if source.dynamic:
-            name = guard.queue_declare("", passive=False, arguments=None)
+            name = declared or guard.queue_declare("", passive=False, arguments=None)
             guard.consume(name)
+            if not declared and self._shared(
+                event, name, durable=False, exclusive=True, server_named=True
+            ):
+                return
             queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
             answer = dataclasses.replace(source, address=queue_address(queue.name))
             temporary = True
@@ -134,8 +177,8 @@ class Session(SessionCore):
                 temporary = True
             else:
                 assert where.queue is not None
-                if where.declare:
-                    self._declare_v1(where.queue, source.durable)
+                if where.declare and self._declare_v1(event, where.queue, source.durable):
+                    return
                 guard.consume(where.queue)
                 queue = vhost.queue(where.queue, owner)
         arguments: dict[str, object] | None = None
@@ -226,11 +269,12 @@ class Session(SessionCore):
                 self.links[event.handle] = node
                 return
             if where.queue is not None:
-                if where.declare:
-                    self._declare_v1(
-                        where.queue,
-                        target.durable if target is not None else TerminusDurability.NONE,
-                    )
+                if where.declare and self._declare_v1(
+                    event,
+                    where.queue,
+                    target.durable if target is not None else TerminusDurability.NONE,
+                ):
+                    return
                 self.guard.access.write_exchange("")
                 # Existence only: publishing to another connection's exclusive queue is
                 # allowed (a request/reply server answers into the client's reply queue).
@@ -253,17 +297,20 @@ class Session(SessionCore):
         machine.accept_link(self.channel, event.handle, credit=INCOMING_CREDIT, auto_credit=True)
         self.links[event.handle] = link
 
-    def _declare_v1(self, name: str, durability: int) -> None:
+    def _declare_v1(self, event: LinkAttachRequested, name: str, durability: int) -> bool:
         """A v1 queue address (``/queue/:queue``, a bare name): RabbitMQ declares the queue
         at attach (configure permission), a classic queue, durable unless the terminus's
-        durability is ``none``; an existing queue is taken as it is."""
+        durability is ``none``; an existing queue is taken as it is. Whether the attach
+        waits for it to be in the cluster's metadata store (``_shared``)."""
         access, vhost = self.guard.access, self.vhost
         access.configure_queue(name)
         if vhost.find_queue(name) is None:
             access.check_queue_limit(name, len(vhost.queues))
-            vhost.declare_queue(
-                name, owner=self.client, durable=durability != TerminusDurability.NONE
-            )
+            durable = durability != TerminusDurability.NONE
+            if self._shared(event, name, durable=durable, exclusive=False):
+                return True
+            vhost.declare_queue(name, owner=self.client, durable=durable)
+        return False
 
     def detached(self, handle: int) -> None:
         link = self.links.pop(handle, None)

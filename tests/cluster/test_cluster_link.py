@@ -359,7 +359,14 @@ def test_an_amqp10_dynamic_node_and_v1_queue_are_in_etcd_when_attached(
         assert stored(etcd_server, a.prefix, v1)["durable"] is False
         nodes.eventually(functools.partial(visible_to_publish, b, name))
         received = receiver.receive(timeout=10)
-        assert bytes(received.body) == b"reply"
+        assert received.body == b"reply"
+        # A v1 exchange source: a server-named queue, and its binding, in etcd too.
+        key = f"k-{v1}"
+        conn.create_receiver(f"/exchange/amq.direct/{key}", credit=0)
+        [binding] = [
+            v for v in stored_bindings(etcd_server, a.prefix) if v.get("routing_key") == key
+        ]
+        assert binding["source"] == "amq.direct"
     finally:
         conn.close()
 
@@ -373,6 +380,21 @@ def stored(etcd: EtcdServer, prefix: str, name: str) -> dict[str, Any]:
     if not answer.get("kvs"):
         raise KeyError(name)
     return dict(json.loads(base64.b64decode(answer["kvs"][0]["value"])))
+
+
+def stored_bindings(etcd: EtcdServer, prefix: str) -> list[dict[str, Any]]:
+    """The records of every binding to a queue of vhost ``/`` in etcd."""
+    start = f"{prefix}entities/bindings/%2F/q/".encode()
+    end = start[:-1] + bytes([start[-1] + 1])
+    answer = requests.post(
+        f"{etcd.url}/v3/kv/range",
+        json={
+            "key": base64.b64encode(start).decode(),
+            "range_end": base64.b64encode(end).decode(),
+        },
+        timeout=5,
+    ).json()
+    return [dict(json.loads(base64.b64decode(kv["value"]))) for kv in answer.get("kvs", [])]
 
 
 def visible_to_publish(node: Node, queue: str) -> bool:

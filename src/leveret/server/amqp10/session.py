@@ -78,15 +78,17 @@ class Session(SessionCore):
         event: LinkAttachRequested,
         written: Completion[Any] | None = None,
         declared: str = "",
+        bound: bool = False,
     ) -> None:
-        """``written``, ``declared``: attached again once a queue it declares (the name
-        ``declared`` for a dynamic node) is in the cluster's metadata store (``_shared``)."""
+        """``written``, ``declared``, ``bound``: attached again once a queue it declares
+        (a server-named one: ``declared``) or its binding (``bound``) is in the cluster's
+        metadata store (``_shared``, ``_again``)."""
         machine = self.conn.machine
         try:
             if written is not None:
                 written.result()  # etcd could not be reached: refused, as 0-9-1's 541
             if event.role == Role.SENDER:
-                self._attach_outgoing(event, declared)
+                self._attach_outgoing(event, declared, bound)
             else:
                 self._attach_incoming(event)
         except AMQPError as exc:
@@ -106,21 +108,16 @@ class Session(SessionCore):
         self.conn.wrote()
 
     def _shared(
-        self,
-        event: LinkAttachRequested,
-        name: str,
-        *,
-        durable: bool,
-        exclusive: bool,
-        server_named: bool = False,
-    ) -> bool:
+        self, name: str, *, durable: bool, exclusive: bool, server_named: bool = False
+    ) -> Completion[Any] | None:
         """On a cluster node, the queue ``name`` this link declares goes to etcd first, as
         0-9-1's do, and the attach is answered once it is there and in this node's copy
-        (a reply sent to a dynamic node through any node then routes): whether it waits."""
+        (``_again``; a reply sent to a dynamic node through any node then routes): what
+        to wait for, None if nothing."""
         shared = self.vhost.shared
         if shared is None or self.vhost.find_queue(name) is not None:
-            return False
-        written = shared.declare_queue(
+            return None
+        return shared.declare_queue(
             "" if server_named else name,
             generated_name=name,
             owner=self.client,
@@ -129,12 +126,21 @@ class Session(SessionCore):
             auto_delete=False,
             arguments={},
         )
-        if written is None:
-            return False
-        self.conn.defer(written, lambda: self.attach(event, written, name))
-        return True
 
-    def _attach_outgoing(self, event: LinkAttachRequested, declared: str = "") -> None:
+    def _again(
+        self,
+        event: LinkAttachRequested,
+        written: Completion[Any],
+        declared: str = "",
+        bound: bool = False,
+    ) -> None:
+        """The attach again once ``written`` (``_shared``), the connection's input waiting
+        meanwhile."""
+        self.conn.defer(written, lambda: self.attach(event, written, declared, bound))
+
+    def _attach_outgoing(
+        self, event: LinkAttachRequested, declared: str = "", bound: bool = False
+    ) -> None:
         source = event.source
         machine = self.conn.machine
         if source is None:
@@ -147,9 +153,13 @@ class Session(SessionCore):
         if source.dynamic:
             name = declared or guard.queue_declare("", passive=False, arguments=None)
             guard.consume(name)
-            if not declared and self._shared(
-                event, name, durable=False, exclusive=True, server_named=True
-            ):
+            written = (
+                None
+                if declared
+                else self._shared(name, durable=False, exclusive=True, server_named=True)
+            )
+            if written is not None:
+                self._again(event, written, name)
                 return
             queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
             answer = dataclasses.replace(source, address=queue_address(queue.name))
@@ -169,10 +179,25 @@ class Session(SessionCore):
                 vhost.exchange(where.exchange)
                 key = where.routing_key or ""
                 # RabbitMQ 3's plugin: a server-named queue, bound, consumed.
-                name = guard.queue_declare("", passive=False, arguments=None)
+                name = declared or guard.queue_declare("", passive=False, arguments=None)
                 guard.queue_bind(name, where.exchange, key)
                 guard.consume(name)
+                written = (
+                    None
+                    if declared
+                    else self._shared(name, durable=False, exclusive=True, server_named=True)
+                )
+                if written is not None:
+                    self._again(event, written, name)
+                    return
                 queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
+                shared = vhost.shared
+                if shared is not None and not bound:
+                    # Its binding next, in etcd before the attach is answered too.
+                    written = shared.bind(where.exchange, "queue", name, key, {}, owner=owner)
+                    if written is not None:
+                        self._again(event, written, name, bound=True)
+                        return
                 vhost.bind_queue(queue.name, where.exchange, key, {}, owner=owner)
                 temporary = True
             else:
@@ -307,7 +332,9 @@ class Session(SessionCore):
         if vhost.find_queue(name) is None:
             access.check_queue_limit(name, len(vhost.queues))
             durable = durability != TerminusDurability.NONE
-            if self._shared(event, name, durable=durable, exclusive=False):
+            written = self._shared(name, durable=durable, exclusive=False)
+            if written is not None:
+                self._again(event, written)
                 return True
             vhost.declare_queue(name, owner=self.client, durable=durable)
         return False

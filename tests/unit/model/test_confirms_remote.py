@@ -103,7 +103,7 @@ def test_a_batch_confirmed_in_order_waits_on_its_last_publish_alone() -> None:
     sink = Sink()
     confirms = Confirms(Store(), sink)
     pending = _remote_batch(confirms, 100)
-    assert [len(done._callbacks) for done in pending] == [0] * 99 + [1]
+    assert [len(done._callbacks or ()) for done in pending] == [0] * 99 + [1]
     for done in pending[:-1]:
         done.resolve(True)
     assert sink.sent == []
@@ -119,7 +119,7 @@ def test_a_batch_whose_last_publish_is_confirmed_first_waits_for_the_others() ->
     pending[4].resolve(True)
     pending[3].resolve(True)
     assert sink.sent == []
-    assert [len(done._callbacks) for done in pending] == [0, 0, 1, 0, 0]
+    assert [len(done._callbacks or ()) for done in pending] == [0, 0, 1, 0, 0]
     pending[0].resolve(True)
     pending[2].fail(ConnectionError("the leader's node went"))
     assert sink.sent == []

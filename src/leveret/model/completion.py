@@ -37,7 +37,9 @@ class Completion(Generic[T]):
         self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
-        self._callbacks: list[Callable[[Completion[T]], None]] = []
+        # Made by the first ``on_done``: most completions (a forwarded publish's confirm)
+        # are resolved with no callback, or one, and a list each was two allocations.
+        self._callbacks: list[Callable[[Completion[T]], None]] | None = None
 
     @classmethod
     def of(cls, value: T) -> Completion[T]:
@@ -81,11 +83,16 @@ class Completion(Generic[T]):
         """Call ``callback(self)`` once done (at once when it is done already)."""
         if self._done:
             callback(self)
+        elif self._callbacks is None:
+            self._callbacks = [callback]
         else:
             self._callbacks.append(callback)
 
     def _run(self) -> None:
-        callbacks, self._callbacks = self._callbacks, []
+        callbacks = self._callbacks
+        if callbacks is None:
+            return
+        self._callbacks = None
         for callback in callbacks:
             callback(self)
 

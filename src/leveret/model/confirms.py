@@ -45,7 +45,7 @@ class JournalSource(Protocol):
 class _Send:
     """A confirm send waiting for its gates: the store's commit, remote completions."""
 
-    __slots__ = ("ack", "gates", "remote", "start", "upto")
+    __slots__ = ("ack", "gates", "pending", "remote", "start", "upto")
 
     def __init__(self, start: int, upto: int, ack: bool) -> None:
         self.start = start
@@ -53,6 +53,8 @@ class _Send:
         self.ack = ack
         self.gates = 0
         self.remote: list[tuple[int, Completion[bool]]] = []
+        # ``remote[pending:]`` are done (``Confirms._await_remote``).
+        self.pending = 0
 
 
 class Confirms:
@@ -123,15 +125,35 @@ class Confirms:
             else:
                 send.remote = [r for r in remote if r[0] <= upto]
                 self._remote = [r for r in remote if r[0] > upto]
-            for _seq, completion in send.remote:
-                if not completion.done:
-                    send.gates += 1
-                    completion.on_done(lambda _done: self._opened(send))
+            send.pending = len(send.remote)
+            if self._await_remote(send):
+                send.gates += 1
         if sync:
             # Some of these publishes are being written: confirm after the commit.
             send.gates += 1
             self.store.journal.after_commit(lambda: self._committed(send))
         self._drain()
+
+    def _await_remote(self, send: _Send) -> bool:
+        """Wait for the last of ``send``'s remote completions still pending, if any. One
+        callback a send, not one a publish: a leader confirms in order, so when the last
+        is done the others are too; any still pending then (another leader's) is waited
+        for the same way. Each completion is looked at once (``pending`` only falls)."""
+        remote = send.remote
+        i = send.pending
+        while i > 0:
+            completion = remote[i - 1][1]
+            if not completion.done:
+                send.pending = i - 1
+                completion.on_done(lambda _done: self._remote_done(send))
+                return True
+            i -= 1
+        send.pending = 0
+        return False
+
+    def _remote_done(self, send: _Send) -> None:
+        if not self._await_remote(send):
+            self._opened(send)
 
     def _committed(self, send: _Send) -> None:
         # Negative if the commit failed (the store's ``ok`` is False while the callbacks

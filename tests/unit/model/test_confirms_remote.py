@@ -85,3 +85,43 @@ def test_every_publish_gets_its_verdict_in_order(script: list[str], rng: object)
     for done, ack in waiting:
         done.resolve(ack)
     assert outcome(sink.sent) == expected
+
+
+def _remote_batch(confirms: Confirms, count: int) -> list[Completion[bool]]:
+    pending: list[Completion[bool]] = []
+    for _ in range(count):
+        confirms.seq += 1
+        done: Completion[bool] = Completion()
+        pending.append(done)
+        confirms.published(True, False, done)
+    confirms.flush()
+    return pending
+
+
+def test_a_batch_confirmed_in_order_waits_on_its_last_publish_alone() -> None:
+    # One callback a confirm send, not one a publish: the leader confirms in order.
+    sink = Sink()
+    confirms = Confirms(Store(), sink)
+    pending = _remote_batch(confirms, 100)
+    assert [len(done._callbacks or ()) for done in pending] == [0] * 99 + [1]
+    for done in pending[:-1]:
+        done.resolve(True)
+    assert sink.sent == []
+    pending[-1].resolve(True)
+    assert sink.sent == [(100, True, True)]
+
+
+def test_a_batch_whose_last_publish_is_confirmed_first_waits_for_the_others() -> None:
+    # Two leaders: the last publish's confirm comes before an earlier one's (a failure).
+    sink = Sink()
+    confirms = Confirms(Store(), sink)
+    pending = _remote_batch(confirms, 5)
+    pending[4].resolve(True)
+    pending[3].resolve(True)
+    assert sink.sent == []
+    assert [len(done._callbacks or ()) for done in pending] == [0, 0, 1, 0, 0]
+    pending[0].resolve(True)
+    pending[2].fail(ConnectionError("the leader's node went"))
+    assert sink.sent == []
+    pending[1].resolve(True)
+    assert sink.sent == [(2, True, True), (3, False, False), (5, True, True)]

@@ -357,3 +357,19 @@ def test_publishes_read_before_the_alarm_wait_and_what_follows_them_does_not() -
     [got] = [op for op in out if isinstance(op, c.Got)]
     assert got.body == b"old"
     assert list(front.ops) == [c.Publish(0, "/", "q", "", "q", 0, PROPS, b"new")]
+
+
+def test_deliveries_pause_past_the_output_high_water_until_it_is_taken() -> None:
+    # Output counted as a client connection's is: a peer with plenty of credit is not
+    # sent a deep queue of large messages encoded into memory in one turn.
+    broker = Broker()
+    broker.vhosts["/"].declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    body = bytes(front.output_high_water // 2 + 1)
+    send(front, *(c.Publish(0, "/", "q", "", "q", 0, PROPS, body) for _ in range(3)))
+    out = send(front, c.Consume(1, "/", "q", True, False, 10, 0))
+    assert out[0] == c.ConsumeOk(1)
+    assert sum(isinstance(op, c.Deliver) for op in out) == 2  # the second crossed it
+    rest = c.Reader().feed(b"".join(front.shell.take_output(2.0)))
+    assert [type(op) for op in rest] == [c.Deliver]

@@ -604,7 +604,10 @@ class LinkFrontEnd:
         consumer.credit -= 1
         self.sent[cid] += 1
         message = entry.message
-        self.output.append(
+        # Counted (``add``, not ``append``): past ``OUTPUT_HIGH_WATER`` the shell stops the
+        # deliveries until the turn's output is taken, instead of encoding a deep queue
+        # of large messages into memory in one turn.
+        self.output.add(
             c.deliver_frame(
                 cid,
                 did,

@@ -319,9 +319,7 @@ def test_a_large_body_split_into_reads_of_every_size(read: int) -> None:
         chunk = bytearray(data[off : off + read])
         got += decoder.feed(chunk)
         chunk[:] = b"\xff" * len(chunk)  # the caller reuses its buffer
-        assert decoder.buffered == (off + len(chunk)) - sum(
-            len(encode_frame(*f)) for f in got
-        )
+        assert decoder.buffered == (off + len(chunk)) - sum(len(encode_frame(*f)) for f in got)
     assert got == frames * 3
     assert all(type(f.payload) is bytes for f in got)
     assert decoder.buffered == 0

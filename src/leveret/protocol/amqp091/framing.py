@@ -121,9 +121,10 @@ class FrameDecoder:
         # The frame held back from the last read: its header while fewer than 7 octets of
         # it are known (``_head``), then its type, channel and payload size, and the
         # payload octets read so far as views of the reads that brought them (``_parts``,
-        # ``_held`` of them). A large body straddles nearly every read: its pieces are
-        # joined once when the frame completes, one copy, where a growing buffer copied
-        # them in and then out again (and again whenever it grew).
+        # ``_held`` of them; small pieces copied together, ``_keep``). A large body
+        # straddles nearly every read: its pieces are joined once when the frame completes,
+        # one copy, where a growing buffer copied them in and then out again (and again
+        # whenever it grew).
         self._head = b""
         self._held_type = 0
         self._held_channel = 0
@@ -157,10 +158,10 @@ class FrameDecoder:
         if n - off >= FRAME_OVERHEAD:
             off = self._scan(src, off, frames)
         if off < n:
-            self._hold(src, off, frames)
+            self._hold(src, off)
         return frames
 
-    def _hold(self, src: bytes, off: int, frames: list[Frame]) -> None:
+    def _hold(self, src: bytes, off: int) -> None:
         """Keep the incomplete frame at ``off`` (the end of ``src``) for the next read."""
         if len(src) - off <= FRAME_HEADER_SIZE:
             # A header alone waits as it is: its size is checked when the next read comes

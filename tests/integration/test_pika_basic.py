@@ -717,6 +717,25 @@ def test_user_id_mismatch_is_406(ch: Any, queue: str) -> None:
 # --------------------------------------------------------------------------- large bodies
 
 
+def test_many_64_kib_bodies_straddling_reads(conn: Any, ch: Any, queue: str) -> None:
+    """Scenario f's traffic in small: 64 KiB bodies published back to back (the broker's
+    reads cut nearly every one of them, and it holds the cut frame across reads), each
+    consumed whole and in order with manual acks and a prefetch window."""
+    bodies = [bytes([i]) * 17 + bytes(range(251)) * 261 + bytes([i]) * 8 for i in range(60)]
+    for body in bodies:
+        ch.basic_publish(exchange="", routing_key=queue, body=body)
+    ch.basic_qos(prefetch_count=10)
+    got: list[bytes] = []
+
+    def on_message(channel: Any, method: Any, _props: Any, body: bytes) -> None:
+        got.append(body)
+        channel.basic_ack(method.delivery_tag)
+
+    ch.basic_consume(queue=queue, on_message_callback=on_message)
+    assert pump(conn, lambda: len(got) == len(bodies), timeout=30)
+    assert got == bodies
+
+
 @pytest.mark.parametrize("size", [1 << 20, 20 << 20], ids=["1MiB", "20MiB"])
 def test_large_body_split_across_frames(conn: Any, ch: Any, queue: str, size: int) -> None:
     pattern = bytes(range(251))  # a prime length so frame boundaries never align with it

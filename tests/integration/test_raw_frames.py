@@ -743,6 +743,37 @@ def test_body_split_into_many_small_frames(ready: RawClient) -> None:
     assert received == body
 
 
+def test_a_large_body_frame_dribbled_over_many_reads(ready: RawClient) -> None:
+    """A 64 KiB body frame and the publish after it, written in pieces of many sizes with
+    a pause between them (each a read of its own, or a few: the broker holds the frame
+    across them, tiny pieces and large), arrive whole and in order."""
+    ready.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    queue = ready.declare_queue(1)
+    bodies = [bytes(range(251)) * 261 + bytes(range(25)), b"after"]  # 65,536 octets, then 5
+    data = b"".join(
+        method_frame(1, BASIC_PUBLISH, publish_args("", queue))
+        + header_frame(1, len(body))
+        + frame(FRAME_BODY, 1, body)
+        for body in bodies
+    )
+    offset = 0
+    for size in (3, 1, 5, 9000, 2, 1, 30000, 4095, 4097, 7):
+        ready.send(data[offset : offset + size])
+        offset += size
+        time.sleep(0.005)
+    ready.send(data[offset:])
+    for body in bodies:
+        ready.send(method_frame(1, BASIC_GET, basic_get_args(queue)))
+        ready.expect(BASIC_GET_OK, channel=1)
+        assert ready.read_non_heartbeat().kind == FRAME_HEADER
+        received = b""
+        while len(received) < len(body):
+            chunk = ready.read_non_heartbeat()
+            assert chunk.kind == FRAME_BODY
+            received += chunk.payload
+        assert received == body
+
+
 def test_interleaved_content_on_two_channels(ready: RawClient) -> None:
     ready.open_channel(2)
     queue = ready.declare_queue(1)

@@ -93,3 +93,24 @@ def test_random_bytes_only_raise_amqp_errors(chunks: list[bytes], frame_max: int
             decoder.feed(chunk)
         except AMQPError:
             pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 70_000), min_size=1, max_size=3),
+    st.lists(st.integers(1, 70_000), max_size=30),
+)
+def test_large_bodies_in_reads_of_any_size(sizes: list[int], reads: list[int]) -> None:
+    """Large body frames (up to the default frame_max) split at any points: small reads
+    are copied together and large ones held as views, and each payload comes out whole."""
+    frames = [Frame(FRAME_BODY, i + 1, bytes([i % 256]) * size) for i, size in enumerate(sizes)]
+    data = _encode(frames)
+    decoder = FrameDecoder()
+    got: list[Frame] = []
+    off = 0
+    for size in reads:
+        got += decoder.feed(data[off : off + size])
+        off += size
+    got += decoder.feed(data[off:])
+    assert got == frames
+    assert decoder.buffered == 0

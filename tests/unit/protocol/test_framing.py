@@ -296,3 +296,83 @@ def test_a_frame_split_across_reads_keeps_its_channel_and_type() -> None:
     assert decoder.feed(frame[:4]) == []
     assert decoder.feed(frame[4:]) == [Frame(FRAME_BODY, 513, b"payload")]
     assert type(decoder.feed(frame)[0][2]) is bytes
+
+
+def _body(size: int) -> bytes:
+    return bytes(range(251)) * (size // 251) + bytes(range(size % 251))
+
+
+@pytest.mark.parametrize("read", [1, 7, 8, 4095, 4096, 4097, 65536, 256_000])
+def test_a_large_body_split_into_reads_of_every_size(read: int) -> None:
+    """A 64 KiB body frame fed in reads of ``read`` octets, tiny ones (copied together)
+    and large ones (kept as views of their reads): the same frames, payloads as bytes
+    that outlive the reads, and what is held counted whole."""
+    frames = [
+        Frame(FRAME_METHOD, 1, PUBLISH),
+        Frame(FRAME_HEADER, 1, b"\x00\x3c\x00\x00" + struct.pack(">Q", 65536) + PROPS),
+        Frame(FRAME_BODY, 1, _body(65536)),
+    ]
+    data = b"".join(encode_frame(*f) for f in frames) * 3
+    decoder = FrameDecoder()
+    got: list[Frame] = []
+    for off in range(0, len(data), read):
+        chunk = bytearray(data[off : off + read])
+        got += decoder.feed(chunk)
+        chunk[:] = b"\xff" * len(chunk)  # the caller reuses its buffer
+        assert decoder.buffered == (off + len(chunk)) - sum(len(encode_frame(*f)) for f in got)
+    assert got == frames * 3
+    assert all(type(f.payload) is bytes for f in got)
+    assert decoder.buffered == 0
+
+
+@pytest.mark.parametrize("frame_max", [4096, 131072])
+@pytest.mark.parametrize("cut", [1, 6, 7, 8, 100, 4103])
+def test_a_payload_of_frame_max_split_across_reads(frame_max: int, cut: int) -> None:
+    """The payload may fill frame_max (RabbitMQ's leniency) however it is split; one
+    octet more is rejected as soon as its header is whole, before its payload comes."""
+    fits = encode_frame(FRAME_BODY, 3, _body(frame_max))
+    decoder = FrameDecoder(frame_max)
+    assert decoder.feed(fits[:cut]) == []
+    assert decoder.feed(fits[cut:]) == [Frame(FRAME_BODY, 3, _body(frame_max))]
+    over = encode_frame(FRAME_BODY, 3, _body(frame_max + 1))
+    decoder = FrameDecoder(frame_max)
+    if cut < FRAME_HEADER_SIZE + 1:
+        assert decoder.feed(over[:cut]) == []
+        with pytest.raises(FrameError, match="too large"):
+            decoder.feed(over[cut : FRAME_HEADER_SIZE + 1])
+    else:
+        with pytest.raises(FrameError, match="too large"):
+            decoder.feed(over[:cut])
+    assert decoder.buffered == 0
+
+
+def test_a_held_header_alone_is_checked_with_the_next_read() -> None:
+    """A read that ends with exactly a frame's header: the frames before it are returned,
+    and the header's size is judged when the next read comes (as before the pieces)."""
+    decoder = FrameDecoder(frame_max=4096)
+    beat = encode_frame(FRAME_HEARTBEAT, 0, b"")
+    header = b"\x03\x00\x01\x00\x00\x20\x00"  # a body frame of 8192 octets
+    assert decoder.feed(beat + header) == [Frame(FRAME_HEARTBEAT, 0, b"")]
+    assert decoder.buffered == FRAME_HEADER_SIZE
+    with pytest.raises(FrameError, match="too large"):
+        decoder.feed(b"x")
+
+
+def test_frame_max_lowered_while_a_frame_is_held() -> None:
+    decoder = FrameDecoder(frame_max=0)
+    frame = encode_frame(FRAME_BODY, 1, _body(200_000))
+    assert decoder.feed(frame[:70_000]) == []
+    decoder.frame_max = 131072
+    with pytest.raises(FrameError, match="too large"):
+        decoder.feed(frame[70_000:140_000])
+    assert decoder.buffered == 0
+
+
+def test_a_held_large_frame_with_a_bad_end() -> None:
+    frame = encode_frame(FRAME_BODY, 2, _body(65536))[:-1] + b"\x00"
+    decoder = FrameDecoder()
+    assert decoder.feed(frame[:5000]) == []
+    assert decoder.feed(frame[5000:9000]) == []
+    with pytest.raises(FrameError, match="frame_end"):
+        decoder.feed(frame[9000:])
+    assert decoder.buffered == 0

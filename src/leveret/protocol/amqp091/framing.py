@@ -51,6 +51,9 @@ FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT
 # The frame-end octet as bytes, for joins (the front end's pre-encoded deliveries too).
 FRAME_END_BYTES = b"\xce"
 _MAX_SIZE: Final = 0xFFFFFFFF
+# A held frame's pieces from this size on are kept as views of their reads; smaller ones
+# are copied together (``FrameDecoder._keep``).
+_SMALL_PIECE: Final = 4096
 
 _HEADER: Final = struct.Struct(">BHI")  # type, channel, payload size
 _CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size
@@ -99,19 +102,44 @@ class FrameDecoder:
     frames have the same layout, pass their larger sets.
     """
 
-    __slots__ = ("_buf", "_error", "_frame_types", "frame_max", "salvaged")
+    __slots__ = (
+        "_error",
+        "_frame_types",
+        "_head",
+        "_held",
+        "_held_channel",
+        "_held_size",
+        "_held_type",
+        "_parts",
+        "frame_max",
+        "salvaged",
+    )
 
     def __init__(self, frame_max: int = 131072, frame_types: frozenset[int] = FRAME_TYPES) -> None:
         self.frame_max = frame_max
         self._frame_types = frame_types
-        self._buf = bytearray()
+        # The frame held back from the last read: its header while fewer than 7 octets of
+        # it are known (``_head``), then its type, channel and payload size, and the
+        # payload octets read so far as views of the reads that brought them (``_parts``,
+        # ``_held`` of them; small pieces copied together, ``_keep``). A large body
+        # straddles nearly every read: its pieces are joined once when the frame completes,
+        # one copy, where a growing buffer copied them in and then out again (and again
+        # whenever it grew).
+        self._head = b""
+        self._held_type = 0
+        self._held_channel = 0
+        self._held_size = -1  # -1: no header held
+        self._parts: list[memoryview | bytearray] = []
+        self._held = 0
         self._error: FrameError | None = None
         self.salvaged: list[Frame] = []
 
     @property
     def buffered(self) -> int:
         """Bytes held back waiting for the rest of a frame."""
-        return len(self._buf)
+        if self._held_size < 0:
+            return len(self._head)
+        return FRAME_HEADER_SIZE + self._held
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """Add ``data``; return every frame now complete, in order (possibly ``[]``)."""
@@ -120,11 +148,9 @@ class FrameDecoder:
         src = data if type(data) is bytes else bytes(data)
         frames: list[Frame] = []
         off = 0
-        if self._buf:
-            # Only the frame held back from the last read goes through the buffer: it takes
-            # the bytes it lacks, and the rest of this read is parsed where it lies (a large
-            # body straddles nearly every read; copying whole reads into the buffer cost
-            # two more copies of every frame after it).
+        if self._held_size >= 0 or len(self._head):
+            # Only the frame held back from the last read waits for this one: it takes the
+            # bytes it lacks, and the rest of this read is parsed where it lies.
             off = self._complete(src, frames)
             if off < 0:
                 return frames
@@ -132,35 +158,81 @@ class FrameDecoder:
         if n - off >= FRAME_OVERHEAD:
             off = self._scan(src, off, frames)
         if off < n:
-            self._buf += memoryview(src)[off:]
+            self._hold(src, off)
         return frames
 
+    def _hold(self, src: bytes, off: int) -> None:
+        """Keep the incomplete frame at ``off`` (the end of ``src``) for the next read."""
+        if len(src) - off <= FRAME_HEADER_SIZE:
+            # A header alone waits as it is: its size is checked when the next read comes
+            # (an oversized one longer was rejected by ``_scan``).
+            self._head = src[off:]
+            return
+        self._start(src, off)
+        start = off + FRAME_HEADER_SIZE
+        if start < len(src):
+            self._keep(memoryview(src)[start:])
+
+    def _start(self, header: bytes, off: int) -> None:
+        """The held frame's header is known: 7 octets of ``header`` at ``off``."""
+        ftype, channel, size = _HEADER.unpack_from(header, off)
+        self._held_type = ftype
+        self._held_channel = channel
+        self._held_size = size
+        self._held = 0
+
+    def _keep(self, piece: memoryview) -> None:
+        """Hold ``piece`` of the held frame's payload. A small one is copied onto the
+        small ones before it: a peer trickling a frame in tiny reads must not make us keep
+        an object per read."""
+        parts = self._parts
+        self._held += len(piece)
+        if len(piece) >= _SMALL_PIECE:
+            parts.append(piece)
+        elif parts and type(last := parts[-1]) is bytearray:
+            last += piece
+        else:
+            parts.append(bytearray(piece))
+
     def _complete(self, src: bytes, frames: list[Frame]) -> int:
-        """Finish the buffered frame from ``src``: the offset in ``src`` after it, or -1
-        when ``src`` did not finish it (then all of ``src`` is buffered)."""
-        buf = self._buf
+        """Finish the held frame from ``src``: the offset in ``src`` after it, or -1 when
+        ``src`` did not finish it (then all of ``src`` is held)."""
         taken = 0
-        if len(buf) < FRAME_HEADER_SIZE:
-            taken = min(FRAME_HEADER_SIZE - len(buf), len(src))
-            buf += src[:taken]
-            if len(buf) < FRAME_HEADER_SIZE:
+        if self._held_size < 0:
+            head = self._head
+            taken = min(FRAME_HEADER_SIZE - len(head), len(src))
+            head += src[:taken]
+            if len(head) < FRAME_HEADER_SIZE:
+                self._head = head
                 return -1
-        ftype, channel, size = _HEADER.unpack_from(buf, 0)
+            self._head = b""
+            self._start(head, 0)
+        size = self._held_size
+        # Checked at every read, as frame_max may have changed since the header came: an
+        # oversized frame is rejected without buffering its payload, as RabbitMQ does.
         limit = self.frame_max if self.frame_max > 0 else _MAX_SIZE
         if size > limit:
             self._fail(self._too_large(size), frames)
-        need: int = FRAME_OVERHEAD + size - len(buf)
-        if len(src) - taken < need:
-            buf += memoryview(src)[taken:]
+        # What the frame lacks: the rest of its payload and the frame-end octet.
+        need = size - self._held + 1
+        n = len(src)
+        if n - taken < need:
+            if n > taken:
+                self._keep(memoryview(src)[taken:])
             return -1
-        buf += memoryview(src)[taken : taken + need]
-        end = FRAME_HEADER_SIZE + size
-        if buf[end] != FRAME_END or ftype not in self._frame_types:
-            self._reject(ftype, channel, size, buf[end], frames)
-        with memoryview(buf) as mv:
-            frames.append(_new_tuple(Frame, (ftype, channel, mv[FRAME_HEADER_SIZE:end].tobytes())))
-        self._buf = bytearray()
-        return taken + need
+        end = taken + need - 1
+        ftype = self._held_type
+        if src[end] != FRAME_END or ftype not in self._frame_types:
+            self._reject(ftype, self._held_channel, size, src[end], frames)
+        parts = self._parts
+        if end > taken:
+            parts.append(memoryview(src)[taken:end])
+        payload = b"".join(parts)
+        frames.append(_new_tuple(Frame, (ftype, self._held_channel, payload)))
+        self._parts = []
+        self._held_size = -1
+        self._held = 0
+        return end + 1
 
     def _scan(self, src: bytes, off: int, frames: list[Frame]) -> int:
         """Append every complete frame of ``src`` from ``off``; the offset after them."""
@@ -218,7 +290,10 @@ class FrameDecoder:
     def _fail(self, error: FrameError, frames: list[Frame]) -> None:
         self._error = error
         self.salvaged = frames
-        self._buf = bytearray()
+        self._head = b""
+        self._parts = []
+        self._held_size = -1
+        self._held = 0
         raise error
 
 

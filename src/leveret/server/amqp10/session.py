@@ -50,6 +50,7 @@ from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS
 
 if TYPE_CHECKING:
     from leveret.model.completion import Completion
+    from leveret.model.queues.base import Queue
     from leveret.model.settle import Delivery
     from leveret.protocol.amqp10.events import (
         DispositionReceived,
@@ -127,6 +128,20 @@ class Session(SessionCore):
             arguments={},
         )
 
+    def _temporary(self, event: LinkAttachRequested, name: str, declared: str) -> Queue | None:
+        """The link's server-named exclusive queue ``name`` (a dynamic node's, a v1
+        exchange source's), declared as on one node; None while its declaration goes to
+        etcd first (``_shared``: ``declared`` names it when the attach comes again)."""
+        written = (
+            None
+            if declared
+            else self._shared(name, durable=False, exclusive=True, server_named=True)
+        )
+        if written is not None:
+            self._again(event, written, name)
+            return None
+        return self.vhost.declare_queue("", owner=self.client, exclusive=True, generated_name=name)
+
     def _again(
         self,
         event: LinkAttachRequested,
@@ -153,15 +168,9 @@ class Session(SessionCore):
         if source.dynamic:
             name = declared or guard.queue_declare("", passive=False, arguments=None)
             guard.consume(name)
-            written = (
-                None
-                if declared
-                else self._shared(name, durable=False, exclusive=True, server_named=True)
-            )
-            if written is not None:
-                self._again(event, written, name)
+            queue = self._temporary(event, name, declared)
+            if queue is None:
                 return
-            queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
             answer = dataclasses.replace(source, address=queue_address(queue.name))
             temporary = True
         else:
@@ -182,15 +191,9 @@ class Session(SessionCore):
                 name = declared or guard.queue_declare("", passive=False, arguments=None)
                 guard.queue_bind(name, where.exchange, key)
                 guard.consume(name)
-                written = (
-                    None
-                    if declared
-                    else self._shared(name, durable=False, exclusive=True, server_named=True)
-                )
-                if written is not None:
-                    self._again(event, written, name)
+                queue = self._temporary(event, name, declared)
+                if queue is None:
                     return
-                queue = vhost.declare_queue("", owner=owner, exclusive=True, generated_name=name)
                 shared = vhost.shared
                 if shared is not None and not bound:
                     # Its binding next, in etcd before the attach is answered too.

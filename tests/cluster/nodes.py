@@ -3,6 +3,8 @@ management API, wait for a condition (the fixture ``two_nodes`` is in ``conftest
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import tempfile
 import time
@@ -83,6 +85,17 @@ def start_node(
         broker.stop()
         raise
     return Node(name, data_dir, broker, url, prefix)
+
+
+def etcd_values(etcd: EtcdServer, key: str, *, prefix: bool = False) -> list[dict[str, Any]]:
+    """The JSON values etcd holds at ``key`` (or under it, with ``prefix``), read through its
+    JSON gateway: what a node wrote, which no node's API shows (its fencing, its order)."""
+    start = key.encode()
+    body = {"key": base64.b64encode(start).decode()}
+    if prefix:
+        body["range_end"] = base64.b64encode(start[:-1] + bytes([start[-1] + 1])).decode()
+    answer = requests.post(f"{etcd.url}/v3/kv/range", json=body, timeout=5).json()
+    return [dict(json.loads(base64.b64decode(kv["value"]))) for kv in answer.get("kvs", [])]
 
 
 def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:

@@ -22,7 +22,6 @@ from urllib.parse import unquote
 import pika
 import pika.exceptions
 import pytest
-import requests
 from proton import Message as ProtonMessage
 from proton.utils import BlockingConnection as ProtonConnection
 from tools.qpid import ensure
@@ -353,61 +352,22 @@ def test_an_amqp10_dynamic_node_and_v1_queue_are_in_etcd_when_attached(
         address = receiver.link.remote_source.address
         assert address is not None
         name = unquote(address.rsplit("/", 1)[-1])
-        assert stored(etcd_server, a.prefix, name)["exclusive"] is True
+        queues = f"{a.prefix}entities/queues/%2F/"
+        [record] = nodes.etcd_values(etcd_server, queues + name)
+        assert record["exclusive"] is True
         conn.create_receiver(f"/queue/{v1}", credit=0)
         # Proton's source durability is none: a transient classic queue, as RabbitMQ's.
-        assert stored(etcd_server, a.prefix, v1)["durable"] is False
-        nodes.eventually(functools.partial(visible_to_publish, b, name))
+        [record] = nodes.etcd_values(etcd_server, queues + v1)
+        assert record["durable"] is False
+        nodes.eventually(functools.partial(_routed, b, "", name, b"reply"))
         received = receiver.receive(timeout=10)
         assert received.body == b"reply"
         # A v1 exchange source: a server-named queue, and its binding, in etcd too.
         key = f"k-{v1}"
         conn.create_receiver(f"/exchange/amq.direct/{key}", credit=0)
-        [binding] = [
-            v for v in stored_bindings(etcd_server, a.prefix) if v.get("routing_key") == key
-        ]
+        bindings = nodes.etcd_values(etcd_server, f"{a.prefix}entities/bindings/%2F/", prefix=True)
+        [binding] = [v for v in bindings if v.get("routing_key") == key]
         assert binding["source"] == "amq.direct"
-    finally:
-        conn.close()
-
-
-def stored(etcd: EtcdServer, prefix: str, name: str) -> dict[str, Any]:
-    """Queue ``name``'s record in etcd (KeyError: none)."""
-    key = f"{prefix}entities/queues/%2F/{name}".encode()
-    answer = requests.post(
-        f"{etcd.url}/v3/kv/range", json={"key": base64.b64encode(key).decode()}, timeout=5
-    ).json()
-    if not answer.get("kvs"):
-        raise KeyError(name)
-    return dict(json.loads(base64.b64decode(answer["kvs"][0]["value"])))
-
-
-def stored_bindings(etcd: EtcdServer, prefix: str) -> list[dict[str, Any]]:
-    """The records of every binding to a queue of vhost ``/`` in etcd."""
-    start = f"{prefix}entities/bindings/%2F/q/".encode()
-    end = start[:-1] + bytes([start[-1] + 1])
-    answer = requests.post(
-        f"{etcd.url}/v3/kv/range",
-        json={
-            "key": base64.b64encode(start).decode(),
-            "range_end": base64.b64encode(end).decode(),
-        },
-        timeout=5,
-    ).json()
-    return [dict(json.loads(base64.b64decode(kv["value"]))) for kv in answer.get("kvs", [])]
-
-
-def visible_to_publish(node: Node, queue: str) -> bool:
-    """Whether a mandatory, confirmed publish of "reply" to ``queue`` through ``node``
-    routes (its record has reached that node's copy)."""
-    conn = connect(node)
-    try:
-        ch = conn.channel()
-        ch.confirm_delivery()
-        ch.basic_publish("", queue, b"reply", mandatory=True)
-        return True
-    except pika.exceptions.UnroutableError:
-        return False
     finally:
         conn.close()
 
@@ -460,14 +420,15 @@ def test_an_amqp10_drain_through_another_node_gets_what_the_leader_holds(
     assert nodes.eventually(lambda: b_count(b, queue) == 0 or None) is True
 
 
-def _routed(node: Node, exchange: str) -> bool:
-    """Whether a mandatory publish to ``exchange`` through ``node`` reaches a queue (its
-    bindings have reached that node's copy of the routing table)."""
+def _routed(node: Node, exchange: str, key: str = "", body: bytes = b"probe") -> bool:
+    """Whether a mandatory, confirmed publish of ``body`` to ``exchange`` with ``key``
+    through ``node`` reaches a queue (its queues and bindings have reached that node's
+    copy of the routing table)."""
     conn = connect(node)
     try:
         ch = conn.channel()
         ch.confirm_delivery()
-        ch.basic_publish(exchange, "", b"probe", mandatory=True)
+        ch.basic_publish(exchange, key, body, mandatory=True)
         return True
     except pika.exceptions.UnroutableError:
         return False
@@ -508,16 +469,8 @@ def test_a_0_10_fetch_through_another_node_gets_what_the_leader_holds(
     declare_on(b, queue, a)
     bodies = [b"q%d" % i for i in range(5)]
     publish_confirmed(b, queue, bodies)
-    done = subprocess.run(
-        [py2.python, str(QPID_CLIENT), "127.0.0.1", str(a.broker.port), "fetch", queue],
-        capture_output=True,
-        text=True,
-        env=py2.env(),
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    fetched = json.loads(done.stdout.strip().splitlines()[-1])["bodies"]
+    port = str(a.broker.port)
+    fetched = py2.run_json(QPID_CLIENT, "127.0.0.1", port, "fetch", queue)["bodies"]
     assert [base64.b64decode(body) for body in fetched] == bodies
     assert get_all(b, queue) == []  # each acknowledged on b
 

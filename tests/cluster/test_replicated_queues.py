@@ -7,7 +7,6 @@ killed node comes back into the in-sync set."""
 
 from __future__ import annotations
 
-import base64
 import signal
 import time
 import uuid
@@ -17,7 +16,6 @@ from urllib.parse import quote
 import pika
 import pika.exceptions
 import pytest
-import requests
 
 from tests.cluster import nodes
 
@@ -76,13 +74,8 @@ def queue_info(node: Node, name: str) -> dict[str, Any]:
 
 def record(etcd: EtcdServer, prefix: str, name: str) -> dict[str, Any]:
     """The queue's record in etcd (its in-sync set is not in RabbitMQ's API)."""
-    key = f"{prefix}entities/queues/%2F/{name}".encode()
-    answer = requests.post(
-        f"{etcd.url}/v3/kv/range", json={"key": base64.b64encode(key).decode()}, timeout=5
-    ).json()
-    import json
-
-    return dict(json.loads(base64.b64decode(answer["kvs"][0]["value"])))
+    [value] = nodes.etcd_values(etcd, f"{prefix}entities/queues/%2F/{name}")
+    return value
 
 
 def publish(ch: Any, queue: str, body: bytes, mode: int = 2) -> bool:

@@ -8,11 +8,9 @@ Needs Python 2.7 (pyenv's is found) and PyPI for the first install of the Qpid p
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 import uuid
@@ -67,17 +65,7 @@ def broker010() -> Iterator[Broker]:
 
 
 def qpid(py2: Py2, broker: Broker, scenario: str, *args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [py2.python, str(CLIENT), broker.host, str(broker.port), scenario, *args],
-        capture_output=True,
-        text=True,
-        env=py2.env(),
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return py2.run_json(CLIENT, broker.host, str(broker.port), scenario, *args)
 
 
 def test_send_and_receive(py2: Py2, broker010: Broker, name: str) -> None:

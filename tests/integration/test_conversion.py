@@ -17,7 +17,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -209,17 +208,7 @@ def _publish_10(t: Target, queue: str, body: bytes, extra: dict[str, Any]) -> No
 
 
 def _qpid(t: Target, *args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [t.py2.python, str(QPID_CLIENT), t.host, str(t.port), *args],
-        capture_output=True,
-        text=True,
-        env=t.py2.env(),
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return t.py2.run_json(QPID_CLIENT, t.host, str(t.port), *args)
 
 
 def _publish_010(t: Target, queue: str, body: bytes, extra: dict[str, Any]) -> None:

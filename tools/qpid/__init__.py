@@ -10,10 +10,12 @@ tests and by ``python -m tools.qpid``.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 __all__ = ["PACKAGES", "Py2", "ensure", "find_python2"]
 
@@ -31,6 +33,22 @@ class Py2:
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": str(self.path)}
+
+    def run_json(self, script: Path, *args: str, timeout: float = 60) -> dict[str, Any]:
+        """Run the Python 2.7 ``script`` with ``args``: the JSON object its last line of
+        output prints (RuntimeError with its error output when it fails)."""
+        done = subprocess.run(
+            [self.python, str(script), *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{script.name} {' '.join(args)}: {done.stderr}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
 
 
 def find_python2() -> str | None:

@@ -337,6 +337,29 @@ def test_amqp10_clients_through_another_node(three_nodes: list[Node]) -> None:
     assert nodes.eventually(lambda: b_count(b, "q.amqp10") == 0 or None) is True
 
 
+def test_an_amqp10_receiver_its_leader_refuses_is_refused_as_on_one_node(
+    three_nodes: list[Node],
+) -> None:
+    """A proton receiver on a, of a queue led by b that an exclusive 0-9-1 consumer on b
+    holds: the attach is answered once b refused the consume, so it is refused (403) as on
+    one node, and the connection goes on. Before, it was attached, then detached."""
+    a, b, _ = three_nodes
+    queue = f"q.excl.{uuid.uuid4().hex[:8]}"
+    declare_on(b, queue, a)
+    holder = connect(b)
+    try:
+        holder.channel().basic_consume(queue, lambda *_: None, exclusive=True)
+        conn = ProtonConnection(f"amqp://guest:guest@127.0.0.1:{a.broker.port}", timeout=10)
+        try:
+            with pytest.raises(Exception, match=r"unauthorized-access.*exclusive use"):
+                conn.create_receiver(f"/queues/{queue}")
+            conn.create_sender(f"/queues/{queue}").send(ProtonMessage(body="still open"))
+        finally:
+            conn.close()
+    finally:
+        holder.close()
+
+
 def test_an_amqp10_dynamic_node_and_v1_queue_are_in_etcd_when_attached(
     etcd_server: EtcdServer, three_nodes: list[Node]
 ) -> None:

@@ -103,6 +103,25 @@ def test_unknown_queue_is_refused_with_not_found(broker: Broker) -> None:
         c.close()
 
 
+def test_a_queue_in_exclusive_use_refuses_the_attach_not_the_connection(
+    broker: Broker, name: str
+) -> None:
+    """A receiver of a queue an exclusive 0-9-1 consumer holds is refused (403, RabbitMQ's
+    "in exclusive use") and its connection goes on. Before, the attach was answered and
+    then refused, and the connection closed with amqp:illegal-state."""
+    with _pika(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name)
+        ch.basic_consume(name, lambda *_: None, exclusive=True)
+        c = BlockingConnection(_url(broker), timeout=10)
+        try:
+            with pytest.raises(Exception, match=r"unauthorized-access.*exclusive use"):
+                c.create_receiver(f"/queues/{name}")
+            c.create_sender(f"/queues/{name}").send(Message(body="still open"))
+        finally:
+            c.close()
+
+
 def test_exchange_address_and_unroutable_is_released(broker: Broker, name: str) -> None:
     with _pika(broker) as conn:
         ch = conn.channel()

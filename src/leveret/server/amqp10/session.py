@@ -21,9 +21,10 @@ import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
-from leveret.errors import AMQPError, NotFound, PreconditionFailed
+from leveret.errors import AMQPError, InternalError, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.queues.classic import selectable
+from leveret.model.queues.remote import RemoteQueue
 from leveret.model.queues.stream_log import OFFSET_HEADER
 from leveret.protocol.amqp10 import (
     AMQP10Error,
@@ -254,15 +255,53 @@ class Session(SessionCore):
             temporary=temporary,
             arguments=arguments,
         )
+        opened = answer if answer is not None else source
+        # Consuming starts before the attach is answered (with no credit, nothing goes out
+        # yet): a refusal (a queue in exclusive use) refuses the attach, where after it
+        # the connection was closed for answering the attach twice.
+        link.start()
+        if isinstance(queue, RemoteQueue):
+            pending = queue.answer(link.consumer)
+            if pending is not None:
+                # Led by another node: answered once its leader took the consume, so its
+                # refusal is one node's too, as 0-9-1's consume-ok waits for it.
+                self.conn.defer(
+                    pending, lambda: self._answered(event, link, queue, pending, opened, settled)
+                )
+                return
+        self._open(event, link, opened, settled)
+
+    def _open(
+        self, event: LinkAttachRequested, link: OutgoingLink, source: Source, settled: bool
+    ) -> None:
+        machine = self.conn.machine
         machine.accept_link(
             self.channel,
             event.handle,
-            source=answer if answer is not None else source,
+            source=source,
             snd_settle_mode=SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED,
         )
         link.wire = machine.link(self.channel, event.handle)
         self.links[event.handle] = link
-        link.start()
+
+    def _answered(
+        self,
+        event: LinkAttachRequested,
+        link: OutgoingLink,
+        queue: RemoteQueue,
+        pending: Completion[None],
+        source: Source,
+        settled: bool,
+    ) -> None:
+        """The leader answered the consume of ``link`` (``RemoteQueue.answer``)."""
+        error = pending.error
+        if error is not None:
+            link.close()
+            refusal = error if isinstance(error, AMQPError) else InternalError(str(error))
+            self.conn.machine.refuse_link(self.channel, event.handle, error_for(refusal))
+            return
+        self._open(event, link, source, settled)
+        queue.release(link.consumer)
 
     def _attach_incoming(self, event: LinkAttachRequested) -> None:
         target = event.target

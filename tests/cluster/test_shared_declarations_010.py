@@ -18,10 +18,12 @@ import pytest
 from leveret.protocol.amqp010._generated.commands import (
     ExchangeBind,
     ExchangeDeclare,
+    MessageSubscribe,
     QueueDeclare,
     QueueQuery,
 )
 from leveret.protocol.amqp010._generated.structs import QueueQueryResult
+from leveret.protocol.amqp010.events import ExceptionReceived
 from tests.cluster import nodes
 from tests.integration.test_amqp010 import Client010
 
@@ -93,3 +95,32 @@ def test_an_exclusive_0_10_queue_stays_its_nodes(two: tuple[Node, Node]) -> None
                 conn.close()
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("through", ["b", "a"])
+def test_a_0_10_subscription_its_leader_refuses_fails_as_on_one_node(
+    two: tuple[Node, Node], through: str
+) -> None:
+    """A 0-10 subscription to a queue led by b that an exclusive 0-9-1 consumer on b holds
+    fails with resource-locked (405) on b itself and through a alike: through a, the
+    subscribe completes once b answered. Before, a took it and it got nothing."""
+    a, b = two
+    queue = f"excl-sub-{through}-{uuid.uuid4().hex[:6]}"
+    holder = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    try:
+        ch = holder.channel()
+        ch.queue_declare(queue)
+        ch.basic_consume(queue, lambda *_: None, exclusive=True)
+        node = b if through == "b" else a
+        nodes.eventually(lambda: node.get(f"queues/%2F/{queue}").get("name") == queue)
+        client = Client010(node.broker)
+        try:
+            client.conn.send_command(1, MessageSubscribe(queue=queue, destination="d"), sync=True)
+            client.wait(lambda: any(isinstance(e, ExceptionReceived) for e in client.events))
+            [refused] = [e for e in client.events if isinstance(e, ExceptionReceived)]
+            assert refused.exception.error_code == 405
+            assert "exclusive use" in (refused.exception.description or "")
+        finally:
+            client.close()
+    finally:
+        holder.close()

@@ -24,6 +24,7 @@ from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.dtx import XA_OK
 from leveret.model.exchanges import TYPES
 from leveret.model.exchanges.base import freeze
+from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.amqp010._generated import commands as c
 from leveret.protocol.amqp010._generated.constants import ExecutionErrorCode
 from leveret.protocol.amqp010._generated.structs import (
@@ -192,7 +193,7 @@ def message_subscribe(conn: Commands, ssn: Session, ev: CommandReceived) -> bool
         raise _fail(ExecutionErrorCode.ILLEGAL_ARGUMENT, "message.subscribe: no queue given")
     _guard(conn).consume(command.queue)  # read, for browsing as for acquiring
     try:
-        ssn.subscribe(
+        sub = ssn.subscribe(
             command.queue,
             command.destination or "",
             accept_mode=command.accept_mode or 0,
@@ -203,7 +204,31 @@ def message_subscribe(conn: Commands, ssn: Session, ev: CommandReceived) -> bool
     except AccessRefused as exc:
         # The core's "in exclusive use" (403) is 0-10's resource-locked.
         raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, exc.reply_text) from None
-    return True
+    queue, consumer = sub.queue, sub.consumer
+    if consumer is None or not isinstance(queue, RemoteQueue):
+        return True
+    pending = queue.answer(consumer)
+    if pending is None:
+        return True
+
+    # Led by another node: completed once its leader took the consume, so its refusal is
+    # the execution exception one node gives (before, the subscription just got nothing).
+    def answered(done: Completion[None]) -> None:
+        if ssn.closed:
+            return
+        error = done.error
+        if error is None:
+            queue.release(consumer)
+            conn.complete(ev.channel, ev.command_id)
+            return
+        if ssn.subscriptions.get(sub.destination) is sub:
+            ssn.cancel(sub.destination)
+        if isinstance(error, AccessRefused):
+            error = _fail(ExecutionErrorCode.RESOURCE_LOCKED, error.reply_text)
+        conn.fail_command(ssn, ev, error if isinstance(error, Exception) else RuntimeError())
+
+    conn.defer(pending, answered)
+    return False
 
 
 def message_cancel(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:

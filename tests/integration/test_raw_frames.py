@@ -732,15 +732,20 @@ def test_body_split_into_many_small_frames(ready: RawClient) -> None:
     ready.send(header_frame(1, len(body)))
     for offset in range(0, len(body), 7):
         ready.send(frame(FRAME_BODY, 1, body[offset : offset + 7]))
+    assert _get_body(ready, queue, len(body)) == body
+
+
+def _get_body(ready: RawClient, queue: str, size: int) -> bytes:
+    """``basic.get`` of ``queue``'s head: its body of ``size`` octets, from its frames."""
     ready.send(method_frame(1, BASIC_GET, basic_get_args(queue)))
     ready.expect(BASIC_GET_OK, channel=1)
     assert ready.read_non_heartbeat().kind == FRAME_HEADER
     received = b""
-    while len(received) < len(body):
+    while len(received) < size:
         chunk = ready.read_non_heartbeat()
         assert chunk.kind == FRAME_BODY
         received += chunk.payload
-    assert received == body
+    return received
 
 
 def test_a_large_body_frame_dribbled_over_many_reads(ready: RawClient) -> None:
@@ -763,15 +768,7 @@ def test_a_large_body_frame_dribbled_over_many_reads(ready: RawClient) -> None:
         time.sleep(0.005)
     ready.send(data[offset:])
     for body in bodies:
-        ready.send(method_frame(1, BASIC_GET, basic_get_args(queue)))
-        ready.expect(BASIC_GET_OK, channel=1)
-        assert ready.read_non_heartbeat().kind == FRAME_HEADER
-        received = b""
-        while len(received) < len(body):
-            chunk = ready.read_non_heartbeat()
-            assert chunk.kind == FRAME_BODY
-            received += chunk.payload
-        assert received == body
+        assert _get_body(ready, queue, len(body)) == body
 
 
 def test_interleaved_content_on_two_channels(ready: RawClient) -> None:

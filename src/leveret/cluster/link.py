@@ -725,10 +725,7 @@ class Peer:
         remote = self.consumers[cid]
         if remote.held:
             return
-        buffer = remote.buffer
-        while buffer and consumer.can_take(buffer[0].message):
-            remote.handed += 1
-            consumer.owner.deliver(consumer, buffer.popleft())
+        self._hand(remote)
         self._advertise(remote)
 
     def drain(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None:

@@ -20,8 +20,6 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
-from leveret.server.connection import ConnectionProtocol
-
 if TYPE_CHECKING:
     from leveret.server.server import Server
 
@@ -59,15 +57,7 @@ class LocalConnector:
         loop = asyncio.get_running_loop()
         task = loop.create_task(
             loop.connect_accepted_socket(
-                lambda: ConnectionProtocol(
-                    server.broker,
-                    server.users,
-                    server.limits,
-                    server.connections,
-                    server.alarm,
-                    local_identity=identity,
-                    local_peer=label,
-                ),
+                lambda: server.new_connection(local_identity=identity, local_peer=label),
                 theirs,
             )
         )

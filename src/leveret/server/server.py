@@ -25,7 +25,7 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 
 from leveret import build_info
 from leveret.auth.users import UserStore
@@ -70,6 +70,16 @@ if TYPE_CHECKING:
     from leveret.server.shell.shell import FrontEndFactory, Shell
 
 log = logging.getLogger("leveret.server")
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """``ConnectionProtocol``'s own keywords (``Server.new_connection``)."""
+
+    cert_login_from: str
+    front_end: FrontEndFactory | None
+    local_identity: str | None
+    local_peer: str
+
 
 SHUTDOWN_GRACE = 3.0
 
@@ -464,23 +474,17 @@ class Server:
             log.info("listening on amqps://%s:%d", shown, port)
         await self._start_stream(loop, tls=True)
 
-    def _accepted(
-        self,
-        *,
-        cert_login_from: str = "distinguished_name",
-        front_end: FrontEndFactory | None = None,
-    ) -> ConnectionProtocol:
+    def new_connection(self, **options: Unpack[ConnectionOptions]) -> ConnectionProtocol:
+        """A connection to this broker's core: what every connection shares, and
+        ``options`` (the front end, the TLS login rule, an in-process link's identity)."""
+        return ConnectionProtocol(
+            self.broker, self.users, self.limits, self.connections, self.alarm, **options
+        )
+
+    def _accepted(self, **options: Unpack[ConnectionOptions]) -> ConnectionProtocol:
         """A listener's protocol factory: a new connection, counted for the storm
         collector."""
-        protocol = ConnectionProtocol(
-            self.broker,
-            self.users,
-            self.limits,
-            self.connections,
-            self.alarm,
-            cert_login_from=cert_login_from,
-            front_end=front_end,
-        )
+        protocol = self.new_connection(**options)
         due = self.storm_gc.accepted(protocol.loop.time())
         if due is not None and self._storm_timer is None:
             # Armed for the storm's earliest end; the check puts it off while accepts go on.

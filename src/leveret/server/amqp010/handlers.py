@@ -202,8 +202,7 @@ def message_subscribe(conn: Commands, ssn: Session, ev: CommandReceived) -> bool
             arguments=_args(command.arguments),
         )
     except AccessRefused as exc:
-        # The core's "in exclusive use" (403) is 0-10's resource-locked.
-        raise _fail(ExecutionErrorCode.RESOURCE_LOCKED, exc.reply_text) from None
+        raise _locked(exc) from None
     queue, consumer = sub.queue, sub.consumer
     if consumer is None or not isinstance(queue, RemoteQueue):
         return True
@@ -216,19 +215,23 @@ def message_subscribe(conn: Commands, ssn: Session, ev: CommandReceived) -> bool
     def answered(done: Completion[None]) -> None:
         if ssn.closed:
             return
-        error = done.error
-        if error is None:
-            queue.release(consumer)
-            conn.complete(ev.channel, ev.command_id)
+        try:
+            done.result()
+        except AMQPError as exc:
+            if ssn.subscriptions.get(sub.destination) is sub:
+                ssn.cancel(sub.destination)
+            conn.fail_command(ssn, ev, _locked(exc) if isinstance(exc, AccessRefused) else exc)
             return
-        if ssn.subscriptions.get(sub.destination) is sub:
-            ssn.cancel(sub.destination)
-        if isinstance(error, AccessRefused):
-            error = _fail(ExecutionErrorCode.RESOURCE_LOCKED, error.reply_text)
-        conn.fail_command(ssn, ev, error if isinstance(error, Exception) else RuntimeError())
+        queue.release(consumer)
+        conn.complete(ev.channel, ev.command_id)
 
     conn.defer(pending, answered)
     return False
+
+
+def _locked(exc: AccessRefused) -> ExecutionError:
+    """The core's "in exclusive use" (403) is 0-10's resource-locked."""
+    return _fail(ExecutionErrorCode.RESOURCE_LOCKED, exc.reply_text)
 
 
 def message_cancel(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:

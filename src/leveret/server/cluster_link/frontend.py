@@ -572,20 +572,24 @@ class LinkFrontEnd:
         return consumer
 
     def _credit(self, op: c.Credit) -> None:
-        consumer = self.consumers.get(op.cid)
-        if consumer is None:
-            return  # cancelled meanwhile
-        consumer.credit = max(0, op.received + op.credit - self.sent[op.cid])
-        consumer.queue.dispatch()
+        self._grant(op.cid, op.credit, op.received)
+
+    def _grant(self, cid: int, credit: int, received: int) -> Consumer | None:
+        """The peer's consumer ``cid`` may take ``credit`` beyond the first ``received``
+        of its deliveries: what it may take now, handed what the queue holds; None when it
+        was cancelled meanwhile."""
+        consumer = self.consumers.get(cid)
+        if consumer is not None:
+            consumer.credit = max(0, received + credit - self.sent[cid])
+            consumer.queue.dispatch()
+        return consumer
 
     def _drain(self, op: c.Drain) -> None:
         """The peer's consumer drains: it is given what the queue holds up to its credit
-        (as ``_credit`` reckons it), then the rest of its credit is given up, and the peer
+        (``_grant``), then the rest of its credit is given up, and the peer
         is told after those deliveries (one node's drain, ``Source.drain``)."""
-        consumer = self.consumers.get(op.cid)
+        consumer = self._grant(op.cid, op.credit, op.received)
         if consumer is not None:
-            consumer.credit = max(0, op.received + op.credit - self.sent[op.cid])
-            consumer.queue.dispatch()
             consumer.credit = 0
         # Answered for a consumer gone meanwhile too: the peer ignores what it does not wait for.
         self._write(c.Drained(op.cid))

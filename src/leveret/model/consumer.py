@@ -50,6 +50,15 @@ class Source:
         """Hand ready entries to consumers that can take them (credit came back)."""
         raise NotImplementedError
 
+    def answer(self, consumer: Consumer) -> Completion[None] | None:
+        """The answer to ``consumer``'s consume (``add_consumer``) when it is not known
+        yet (a queue led by another node: its leader's); until it is done the consumer gets
+        nothing (``release``). None: answered already, as every local queue is."""
+        return None
+
+    def release(self, consumer: Consumer) -> None:
+        """The owner told its client the consume is on (after ``answer``): deliver."""
+
     def drain(self, consumer: Consumer) -> Completion[None] | None:
         """``consumer`` drains (AMQP 1.0's flow with drain): it is handed what the queue
         holds up to its credit, and then its owner gives up the credit left. None: handed

@@ -24,7 +24,6 @@ from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.dtx import XA_OK
 from leveret.model.exchanges import TYPES
 from leveret.model.exchanges.base import freeze
-from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.amqp010._generated import commands as c
 from leveret.protocol.amqp010._generated.constants import ExecutionErrorCode
 from leveret.protocol.amqp010._generated.structs import (
@@ -204,7 +203,7 @@ def message_subscribe(conn: Commands, ssn: Session, ev: CommandReceived) -> bool
     except AccessRefused as exc:
         raise _locked(exc) from None
     queue, consumer = sub.queue, sub.consumer
-    if consumer is None or not isinstance(queue, RemoteQueue):
+    if consumer is None:
         return True
     pending = queue.answer(consumer)
     if pending is None:

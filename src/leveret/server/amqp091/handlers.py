@@ -414,9 +414,10 @@ def basic_consume(channel: Channel, method: m.BasicConsume) -> None:
         exclusive=method.exclusive,
         arguments=method.arguments,
     )
-    if isinstance(target, RemoteQueue):
-        # Led by another node: consume-ok once its leader accepted the consume, so that
-        # a refusal (403 for an exclusive use) is the channel error one node gives.
+    if target is not None:
+        # A queue led by another node answers later (``Source.answer``): consume-ok once
+        # its leader accepted, so a refusal (403 for an exclusive use) is the channel
+        # error one node gives.
         consumer = session.consumers[tag]
         answer = target.answer(consumer)
         if answer is not None:

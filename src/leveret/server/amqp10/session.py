@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from leveret.errors import AMQPError, InternalError, NotFound, PreconditionFailed
 from leveret.model import settle
 from leveret.model.queues.classic import selectable
-from leveret.model.queues.remote import RemoteQueue
 from leveret.model.queues.stream_log import OFFSET_HEADER
 from leveret.protocol.amqp10 import (
     AMQP10Error,
@@ -260,15 +259,14 @@ class Session(SessionCore):
         # yet): a refusal (a queue in exclusive use) refuses the attach, where after it
         # the connection was closed for answering the attach twice.
         link.start()
-        if isinstance(queue, RemoteQueue):
-            pending = queue.answer(link.consumer)
-            if pending is not None:
-                # Led by another node: answered once its leader took the consume, so its
-                # refusal is one node's too, as 0-9-1's consume-ok waits for it.
-                self.conn.defer(
-                    pending, lambda: self._answered(event, link, queue, pending, opened, settled)
-                )
-                return
+        pending = queue.answer(link.consumer)
+        if pending is not None:
+            # Led by another node: answered once its leader took the consume, so its
+            # refusal is one node's too, as 0-9-1's consume-ok waits for it.
+            self.conn.defer(
+                pending, lambda: self._answered(event, link, queue, pending, opened, settled)
+            )
+            return
         self._open(event, link, opened, settled)
 
     def _open(
@@ -288,7 +286,7 @@ class Session(SessionCore):
         self,
         event: LinkAttachRequested,
         link: OutgoingLink,
-        queue: RemoteQueue,
+        queue: Queue,
         pending: Completion[None],
         source: Source,
         settled: bool,

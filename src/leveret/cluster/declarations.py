@@ -28,11 +28,12 @@ import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.auth.users import AdminError
-from leveret.errors import AMQPError, InternalError, NotFound
+from leveret.errors import AMQPError, InternalError, NotFound, PreconditionFailed
+from leveret.model import super_stream
 from leveret.model.completion import Completion
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Mapping
+    from collections.abc import Callable, Coroutine, Mapping, Sequence
 
     from leveret.cluster.metadata import MetadataStore
     from leveret.model.vhost import VirtualHost
@@ -207,6 +208,74 @@ class SharedDeclarations:
 
         async def write() -> None:
             await self.store.delete_exchange(self.vhost.name, name, if_unused=if_unused)
+
+        return self._run(write())
+
+    def create_super_stream(
+        self,
+        name: str,
+        streams: Sequence[str],
+        binding_keys: Sequence[str],
+        arguments: Mapping[str, object],
+        owner: object,
+    ) -> Completion[bool]:
+        store, vname = self.store, self.vhost.name
+        token = self.owner_token(owner)
+        queue_arguments = super_stream.partition_arguments(arguments)
+
+        async def write() -> bool:
+            # The exchange decides between concurrent creations: put-if-absent, so one
+            # makes it and the others find it (an exchange of the name that is not a super
+            # stream's is there already as well).
+            try:
+                made = await store.declare_exchange(
+                    vname,
+                    name,
+                    "direct",
+                    durable=True,
+                    arguments=super_stream.exchange_arguments(),
+                )
+            except PreconditionFailed:
+                return False
+            if not made:
+                return False
+            leaders: list[tuple[str, str]] = []
+            try:
+                for stream in streams:
+                    record, made = await store.declare_queue(
+                        vname,
+                        stream,
+                        generated_name=stream,
+                        durable=True,
+                        exclusive=False,
+                        auto_delete=False,
+                        arguments=queue_arguments,
+                    )
+                    if not made:
+                        raise super_stream.AlreadyExists(f"there is already a queue named {stream}")
+                    leaders.append((stream, record.leader))
+                for index, (stream, key) in enumerate(zip(streams, binding_keys, strict=True)):
+                    await store.bind(
+                        vname,
+                        name,
+                        "queue",
+                        stream,
+                        key,
+                        super_stream.binding_arguments(index),
+                        owner=token,
+                    )
+            except (AMQPError, AdminError):
+                # As the model's create: nothing made here is left.
+                for stream, _leader in leaders:
+                    await store.delete_queue(vname, stream)
+                await store.delete_exchange(vname, name)
+                raise
+            # (Written in turn: this node's copy has all once it has etcd's state of now.)
+            await self._applied(store.layout.exchange(vname, name))
+            for stream, leader in leaders:
+                if leader != store.node:
+                    await self._led_there(stream)
+            return True
 
         return self._run(write())
 

@@ -148,6 +148,48 @@ def create(
     bad request, or what the core raises (its arguments' validation, ``check_new_queue``:
     the caller's limit check, given the name and the vhost's queue count); then nothing
     made here is left."""
+    check_new(vhost, name, streams, binding_keys)
+    queue_arguments = partition_arguments(arguments)
+    made: list[str] = []
+    vhost.declare_exchange(name, "direct", durable=True, arguments=exchange_arguments())
+    try:
+        for stream in streams:
+            if check_new_queue is not None:
+                check_new_queue(stream, len(vhost.queues))
+            vhost.declare_queue(stream, owner=owner, durable=True, arguments=queue_arguments)
+            made.append(stream)
+        for index, (stream, key) in enumerate(zip(streams, binding_keys, strict=True)):
+            vhost.bind_queue(stream, name, key, binding_arguments(index), owner=owner)
+    except AMQPError:
+        for stream in made:
+            queue = vhost.queues.get(stream)
+            if queue is not None:
+                vhost.remove_queue(queue)
+        vhost.delete_exchange(name)
+        raise
+
+
+def exchange_arguments() -> dict[str, object]:
+    """The arguments of a super stream's exchange (a durable direct exchange)."""
+    return {SUPER_STREAM_ARGUMENT: True}
+
+
+def partition_arguments(arguments: Mapping[str, object]) -> dict[str, object]:
+    """The queue arguments of a partition made with ``arguments`` (a durable stream)."""
+    return {**arguments, "x-queue-type": "stream"}
+
+
+def binding_arguments(index: int) -> dict[str, object]:
+    """The arguments of the binding of partition ``index`` to its super stream."""
+    return {PARTITION_ORDER: index}
+
+
+def check_new(
+    vhost: VirtualHost, name: str, streams: Sequence[str], binding_keys: Sequence[str]
+) -> None:
+    """What ``create`` checks before it makes anything (on a cluster node, before the
+    super stream is written to the cluster's metadata store): the request's shape, and that
+    neither the exchange nor a partition exists here (:class:`AlreadyExists`)."""
     if not streams:
         raise PreconditionFailed("a super stream needs at least one partition")
     if len(streams) != len(binding_keys):
@@ -161,26 +203,8 @@ def create(
     for stream in streams:
         if not stream or stream.startswith("amq."):
             raise PreconditionFailed(f"'{stream}' is not a correct name for a stream")
-        if stream in vhost.queues:
+        if vhost.find_queue(stream) is not None:
             raise AlreadyExists(f"there is already a queue named {stream}")
-    queue_arguments = {**arguments, "x-queue-type": "stream"}
-    made: list[str] = []
-    vhost.declare_exchange(name, "direct", durable=True, arguments={SUPER_STREAM_ARGUMENT: True})
-    try:
-        for stream in streams:
-            if check_new_queue is not None:
-                check_new_queue(stream, len(vhost.queues))
-            vhost.declare_queue(stream, owner=owner, durable=True, arguments=queue_arguments)
-            made.append(stream)
-        for index, (stream, key) in enumerate(zip(streams, binding_keys, strict=True)):
-            vhost.bind_queue(stream, name, key, {PARTITION_ORDER: index}, owner=owner)
-    except AMQPError:
-        for stream in made:
-            queue = vhost.queues.get(stream)
-            if queue is not None:
-                vhost.remove_queue(queue)
-        vhost.delete_exchange(name)
-        raise
 
 
 def delete(vhost: VirtualHost, name: str) -> list[StreamQueue]:

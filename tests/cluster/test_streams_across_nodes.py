@@ -233,3 +233,39 @@ def test_a_super_stream_created_on_both_nodes_at_once_is_made_once(
         )
         assert len(queues) == count
         assert len(nodes.etcd_values(etcd_server, f"{a.prefix}entities/exchanges/%2F/{name}")) == 1
+
+
+async def _partitions_and_route(port: int, name: str, key: str) -> tuple[list[str], list[str]]:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        client = await producer.default_client
+        return list(await client.partitions(name)), list(await client.route(key, name))
+
+
+async def _delete_super_stream(port: int, name: str) -> None:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        client = await producer.default_client
+        await client.delete_super_stream(name)
+
+
+def test_a_super_stream_made_through_a_is_listed_routed_and_deleted_on_b(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    """Its partitions are led by a (client-local); on b they are proxies, which b's
+    ``partitions`` and ``route`` answer as a's do, and which b's ``delete_super_stream``
+    deletes with the exchange (before, b answered none of them, and its deletion left
+    the partitions in the cluster)."""
+    a, b = two
+    name = f"listed-{uuid.uuid4().hex[:6]}"
+    port_a, port_b = stream_port_of(a.broker), stream_port_of(b.broker)
+    assert asyncio.run(_create_super_stream(port_a, name, 3)) == "ok"
+    expected = ([f"{name}-0", f"{name}-1", f"{name}-2"], [f"{name}-1"])
+    assert asyncio.run(_partitions_and_route(port_a, name, "1")) == expected
+    nodes.eventually(
+        lambda: asyncio.run(_partitions_and_route(port_b, name, "1")) == expected, timeout=5
+    )
+    asyncio.run(_delete_super_stream(port_b, name))
+    records = f"{a.prefix}entities/queues/%2F/{name}-"
+    nodes.eventually(lambda: nodes.etcd_values(etcd_server, records, prefix=True) == [], timeout=5)
+    nodes.eventually(
+        lambda: asyncio.run(_partitions_and_route(port_a, name, "1")) == ([], []), timeout=5
+    )

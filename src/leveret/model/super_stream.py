@@ -23,11 +23,12 @@ leveret but the model and ``leveret.errors``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model.exchange import Exchange
-from leveret.model.queues.stream import StreamQueue
+from leveret.model.queues.base import Queue
+from leveret.model.queues.stream import StreamQueue, StreamType
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -69,11 +70,21 @@ def _order(arguments: Mapping[str, object]) -> int | None:
     return None
 
 
-def _ordered_bindings(exchange: Exchange) -> list[tuple[StreamQueue, str, int | None]]:
+def _is_stream(destination: object) -> TypeGuard[Queue]:
+    """A stream a super stream may hold: a stream queue, or on a cluster node the proxy of
+    one led by another node (its partitions are every node's)."""
+    return (
+        isinstance(destination, Queue)
+        and destination.type.name == StreamType.name
+        and not destination.deleted
+    )
+
+
+def _ordered_bindings(exchange: Exchange) -> list[tuple[Queue, str, int | None]]:
     bound = [
         (queue, key, _order(arguments))
         for queue, key, arguments in exchange.kind.bindings()
-        if isinstance(queue, StreamQueue) and not queue.deleted
+        if _is_stream(queue)
     ]
     # sorted() is stable: equal orders (and all the unordered ones, last) keep binding order.
     return sorted(bound, key=lambda b: (b[2] is None, b[2] or 0))
@@ -87,11 +98,11 @@ def partitions(vhost: VirtualHost, name: str) -> list[str] | None:
     return [queue.name for queue, _key, _order in _ordered_bindings(exchange)]
 
 
-def _routed(exchange: Exchange, routing_key: str) -> list[StreamQueue]:
+def _routed(exchange: Exchange, routing_key: str) -> list[Queue]:
     """The streams ``exchange`` routes ``routing_key`` to (no headers), through
     exchange-to-exchange bindings too, as RabbitMQ's ``rabbit_exchange:route``; not through
     alternate exchanges (RabbitMQ applies those when publishing only)."""
-    found: dict[StreamQueue, None] = {}
+    found: dict[Queue, None] = {}
     seen: set[Exchange] = set()
     pending = [exchange]
     while pending:
@@ -100,7 +111,7 @@ def _routed(exchange: Exchange, routing_key: str) -> list[StreamQueue]:
             continue
         seen.add(current)
         for destination in current.kind.route(routing_key, {}):
-            if isinstance(destination, StreamQueue) and not destination.deleted:
+            if _is_stream(destination):
                 found[destination] = None
             elif isinstance(destination, Exchange):
                 pending.append(destination)
@@ -220,4 +231,5 @@ def delete(vhost: VirtualHost, name: str) -> list[StreamQueue]:
     vhost.delete_exchange(name)
     for queue in queues:
         vhost.remove_queue(queue)
-    return queues
+    # (A proxy has no stream-protocol publishers or subscribers: they go to its leader.)
+    return [queue for queue in queues if isinstance(queue, StreamQueue)]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pika
 import pika.exceptions
 import pytest
+import requests
 
 from leveret.protocol.amqp010._generated.commands import (
     ExchangeBind,
@@ -25,6 +26,7 @@ from leveret.protocol.amqp010._generated.commands import (
     ExchangeUnbind,
     MessageSubscribe,
     QueueDeclare,
+    QueueDelete,
     QueueQuery,
 )
 from leveret.protocol.amqp010._generated.structs import ExchangeQueryResult, QueueQueryResult
@@ -200,3 +202,48 @@ def test_a_0_10_subscription_its_leader_refuses_fails_as_on_one_node(
             client.close()
     finally:
         holder.close()
+
+
+def test_a_0_10_queue_delete_through_another_node_asks_the_leader(two: tuple[Node, Node]) -> None:
+    """A 0-10 ``queue.delete`` with if-empty of a queue led by b, through a: b's counts
+    decide, as 0-9-1's delete asks them and as one node answers: refused while it holds a
+    message (not empty), deleted once it is empty. Before, a refused it either way (its
+    if-empty could not be checked there)."""
+    a, b = two
+    queue = f"del010-{uuid.uuid4().hex[:6]}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(queue)
+        ch.confirm_delivery()
+        ch.basic_publish("", queue, b"held")
+        nodes.eventually(lambda: a.get(f"queues/%2F/{queue}").get("name") == queue)
+        client = Client010(a.broker)
+        try:
+            client.conn.send_command(1, QueueDelete(queue=queue, if_empty=True), sync=True)
+            client.wait(lambda: any(isinstance(e, ExceptionReceived) for e in client.events))
+            [refused] = [e for e in client.events if isinstance(e, ExceptionReceived)]
+            assert "is not empty" in (refused.exception.description or "")
+        finally:
+            client.close()
+        ch.basic_get(queue, auto_ack=True)
+        client = Client010(a.broker)
+        try:
+            client.conn.send_command(1, QueueDelete(queue=queue, if_empty=True))
+            gone = client.result(QueueQuery(queue=queue))
+            assert isinstance(gone, QueueQueryResult)
+            assert not gone.queue
+            assert not any(isinstance(e, ExceptionReceived) for e in client.events)
+        finally:
+            client.close()
+        # ... on b, its leader, too.
+        nodes.eventually(
+            lambda: (
+                requests.get(b.api(f"queues/%2F/{queue}"), auth=nodes.AUTH, timeout=5).status_code
+                == 404
+            ),
+            timeout=5,
+        )
+    finally:
+        if conn.is_open:
+            conn.close()

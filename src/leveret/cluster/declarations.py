@@ -6,7 +6,10 @@ A 0-9-1 ``queue.declare`` of a queue this node does not know yet goes to the sto
 between concurrent declarations), and so do ``exchange.declare`` and the bindings; the
 client's channel waits meanwhile (the shell's deferral). Once etcd has the record and this
 node's model has applied it, the front end declares on the model as on one node, which
-finds the entity there: a queue led here, or the proxy of one led elsewhere.
+finds the entity there: a queue led here, or the proxy of one led elsewhere. The other
+front ends' declarations (1.0's management requests and links, 0-10's, AMQP/Fast's, the
+stream protocol's streams) go the same way, and so do unbinds, exchange deletions and the
+stream protocol's super streams (``create_super_stream``: exchange, partitions, bindings).
 
 An exclusive queue is led by its connection's node whatever its locator says, and its
 record names its owner by a token unique in the cluster (``owner_token``): the record

@@ -25,6 +25,7 @@ from leveret.model.completion import every
 from leveret.model.dtx import XA_OK
 from leveret.model.exchanges import TYPES
 from leveret.model.exchanges.base import freeze
+from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.amqp010._generated import commands as c
 from leveret.protocol.amqp010._generated.constants import ExecutionErrorCode
 from leveret.protocol.amqp010._generated.structs import (
@@ -747,12 +748,32 @@ def queue_delete(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     _guard(conn).queue_delete(name)
     vhost = ssn.vhost
     queue = vhost.queue(name, ssn)  # 404 when missing (0-10), 405 when locked
+    counts = None
+    if isinstance(queue, RemoteQueue) and (command.if_unused or command.if_empty):
+        # Led by another node: if-unused and if-empty are about its leader's consumers and
+        # messages, asked first, as 0-9-1's queue.delete does.
+        counts = queue.deletion_counts()
+    return _shared_first(conn, ssn, ev, counts, lambda: _delete_queue(ssn, command, name, counts))
+
+
+def _delete_queue(
+    ssn: Session,
+    command: c.QueueDelete,
+    name: str,
+    counts: Completion[tuple[int, int]] | None,
+) -> bool:
+    vhost = ssn.vhost
+    queue = vhost.queue(name, ssn)
     # Qpid: what a deleted queue still held goes to its alternate exchange.
     delete_rerouting(
         vhost,
         queue,
         lambda: vhost.delete_queue(
-            name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty
+            name,
+            owner=ssn,
+            if_unused=command.if_unused,
+            if_empty=command.if_empty,
+            leader_counts=counts.result() if counts is not None else None,
         ),
     )
     return True

@@ -186,3 +186,86 @@ def test_a_stream_created_on_both_nodes_at_once_is_made_once(two: tuple[Node, No
         leaders = {asyncio.run(_leader_port(port, stream)) for port in ports}
         assert len(leaders) == 1
         assert leaders <= set(ports)
+
+
+async def _create_super_stream(port: int, name: str, count: int) -> str:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        client = await producer.default_client
+        keys = [str(i) for i in range(count)]
+        try:
+            await client.create_super_stream(name, [f"{name}-{k}" for k in keys], keys)
+        except StreamAlreadyExists:
+            return "exists"
+        except PreconditionFailed:
+            return "precondition failed"
+        return "ok"
+
+
+async def _create_super_stream_on_both(ports: tuple[int, int], name: str) -> list[str]:
+    return list(
+        await asyncio.gather(
+            _create_super_stream(ports[0], name, 2), _create_super_stream(ports[1], name, 3)
+        )
+    )
+
+
+def test_a_super_stream_created_on_both_nodes_at_once_is_made_once(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    """The stream protocol's create_super_stream goes to etcd before it is answered, its
+    exchange deciding: of two nodes' clients creating one super stream at once (2
+    partitions through a, 3 through b), one is told OK and the other that it exists, and
+    etcd holds the winner's partitions and bindings only (each node used to make its own
+    and answer OK, etcd keeping a mix of the two)."""
+    a, b = two
+    ports = (stream_port_of(a.broker), stream_port_of(b.broker))
+    for round_ in range(3):
+        name = f"super-{round_}-{uuid.uuid4().hex[:6]}"
+        answers = asyncio.run(_create_super_stream_on_both(ports, name))
+        assert sorted(answers) == ["exists", "ok"], answers
+        count = 2 if answers[0] == "ok" else 3
+        partitions = [f"{name}-{i}" for i in range(count)]
+        bindings = nodes.etcd_values(etcd_server, f"{a.prefix}entities/bindings/%2F/", prefix=True)
+        bound = sorted(x["destination"] for x in bindings if x["source"] == name)
+        assert bound == partitions
+        queues = nodes.etcd_values(
+            etcd_server, f"{a.prefix}entities/queues/%2F/{name}-", prefix=True
+        )
+        assert len(queues) == count
+        assert len(nodes.etcd_values(etcd_server, f"{a.prefix}entities/exchanges/%2F/{name}")) == 1
+
+
+async def _partitions_and_route(port: int, name: str, key: str) -> tuple[list[str], list[str]]:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        client = await producer.default_client
+        return list(await client.partitions(name)), list(await client.route(key, name))
+
+
+async def _delete_super_stream(port: int, name: str) -> None:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        client = await producer.default_client
+        await client.delete_super_stream(name)
+
+
+def test_a_super_stream_made_through_a_is_listed_routed_and_deleted_on_b(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    """Its partitions are led by a (client-local); on b they are proxies, which b's
+    ``partitions`` and ``route`` answer as a's do, and which b's ``delete_super_stream``
+    deletes with the exchange (before, b answered none of them, and its deletion left
+    the partitions in the cluster)."""
+    a, b = two
+    name = f"listed-{uuid.uuid4().hex[:6]}"
+    port_a, port_b = stream_port_of(a.broker), stream_port_of(b.broker)
+    assert asyncio.run(_create_super_stream(port_a, name, 3)) == "ok"
+    expected = ([f"{name}-0", f"{name}-1", f"{name}-2"], [f"{name}-1"])
+    assert asyncio.run(_partitions_and_route(port_a, name, "1")) == expected
+    nodes.eventually(
+        lambda: asyncio.run(_partitions_and_route(port_b, name, "1")) == expected, timeout=5
+    )
+    asyncio.run(_delete_super_stream(port_b, name))
+    records = f"{a.prefix}entities/queues/%2F/{name}-"
+    nodes.eventually(lambda: nodes.etcd_values(etcd_server, records, prefix=True) == [], timeout=5)
+    nodes.eventually(
+        lambda: asyncio.run(_partitions_and_route(port_a, name, "1")) == ([], []), timeout=5
+    )

@@ -6,7 +6,10 @@ A 0-9-1 ``queue.declare`` of a queue this node does not know yet goes to the sto
 between concurrent declarations), and so do ``exchange.declare`` and the bindings; the
 client's channel waits meanwhile (the shell's deferral). Once etcd has the record and this
 node's model has applied it, the front end declares on the model as on one node, which
-finds the entity there: a queue led here, or the proxy of one led elsewhere.
+finds the entity there: a queue led here, or the proxy of one led elsewhere. The other
+front ends' declarations (1.0's management requests and links, 0-10's, AMQP/Fast's, the
+stream protocol's streams) go the same way, and so do unbinds, exchange deletions and the
+stream protocol's super streams (``create_super_stream``: exchange, partitions, bindings).
 
 An exclusive queue is led by its connection's node whatever its locator says, and its
 record names its owner by a token unique in the cluster (``owner_token``): the record
@@ -28,11 +31,12 @@ import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.auth.users import AdminError
-from leveret.errors import AMQPError, InternalError, NotFound
+from leveret.errors import AMQPError, InternalError, NotFound, PreconditionFailed
+from leveret.model import super_stream
 from leveret.model.completion import Completion
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Mapping
+    from collections.abc import Callable, Coroutine, Mapping, Sequence
 
     from leveret.cluster.metadata import MetadataStore
     from leveret.model.vhost import VirtualHost
@@ -207,6 +211,74 @@ class SharedDeclarations:
 
         async def write() -> None:
             await self.store.delete_exchange(self.vhost.name, name, if_unused=if_unused)
+
+        return self._run(write())
+
+    def create_super_stream(
+        self,
+        name: str,
+        streams: Sequence[str],
+        binding_keys: Sequence[str],
+        arguments: Mapping[str, object],
+        owner: object,
+    ) -> Completion[bool]:
+        store, vname = self.store, self.vhost.name
+        token = self.owner_token(owner)
+        queue_arguments = super_stream.partition_arguments(arguments)
+
+        async def write() -> bool:
+            # The exchange decides between concurrent creations: put-if-absent, so one
+            # makes it and the others find it (an exchange of the name that is not a super
+            # stream's is there already as well).
+            try:
+                made = await store.declare_exchange(
+                    vname,
+                    name,
+                    "direct",
+                    durable=True,
+                    arguments=super_stream.exchange_arguments(),
+                )
+            except PreconditionFailed:
+                return False
+            if not made:
+                return False
+            leaders: list[tuple[str, str]] = []
+            try:
+                for stream in streams:
+                    record, made = await store.declare_queue(
+                        vname,
+                        stream,
+                        generated_name=stream,
+                        durable=True,
+                        exclusive=False,
+                        auto_delete=False,
+                        arguments=queue_arguments,
+                    )
+                    if not made:
+                        raise super_stream.AlreadyExists(f"there is already a queue named {stream}")
+                    leaders.append((stream, record.leader))
+                for index, (stream, key) in enumerate(zip(streams, binding_keys, strict=True)):
+                    await store.bind(
+                        vname,
+                        name,
+                        "queue",
+                        stream,
+                        key,
+                        super_stream.binding_arguments(index),
+                        owner=token,
+                    )
+            except (AMQPError, AdminError):
+                # As the model's create: nothing made here is left.
+                for stream, _leader in leaders:
+                    await store.delete_queue(vname, stream)
+                await store.delete_exchange(vname, name)
+                raise
+            # (Written in turn: this node's copy has all once it has etcd's state of now.)
+            await self._applied(store.layout.exchange(vname, name))
+            for stream, leader in leaders:
+                if leader != store.node:
+                    await self._led_there(stream)
+            return True
 
         return self._run(write())
 

@@ -14,12 +14,12 @@ or channel's further input waits until it is done, and the reply is sent then.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-__all__ = ["Completion", "NotDone"]
+__all__ = ["Completion", "NotDone", "every"]
 
 T = TypeVar("T")
 
@@ -102,3 +102,28 @@ class Completion(Generic[T]):
         if self._error is not None:
             return f"Completion(failed: {self._error!r})"
         return f"Completion({self._value!r})"
+
+
+def every(completions: Iterable[Completion[Any] | None]) -> Completion[None] | None:
+    """Done once each of ``completions`` is (failed with the first error, in their
+    order, when one fails); None when there is none to wait for (each None: nothing to
+    wait for)."""
+    pending = [done for done in completions if done is not None]
+    if not pending:
+        return None
+    joined: Completion[None] = Completion()
+    left = [len(pending)]
+
+    def settled(_done: Completion[Any]) -> None:
+        left[0] -= 1
+        if left[0]:
+            return
+        for done in pending:
+            if done.error is not None:
+                joined.fail(done.error)
+                return
+        joined.resolve(None)
+
+    for done in pending:
+        done.on_done(settled)
+    return joined

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from leveret.model.completion import Completion
 
@@ -69,3 +69,16 @@ class SharedMetadata(Protocol):
     ) -> Completion[None] | None: ...
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> Completion[None] | None: ...
+
+    def create_super_stream(
+        self,
+        name: str,
+        streams: Sequence[str],
+        binding_keys: Sequence[str],
+        arguments: Mapping[str, object],
+        owner: object,
+    ) -> Completion[bool]:
+        """Super stream ``name`` (``model/super_stream.py``'s exchange, partitions and
+        bindings) into the store; done with whether this call made it (False: its exchange
+        was there already, another's), or failed with what refused it, nothing left."""
+        ...

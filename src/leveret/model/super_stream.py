@@ -23,11 +23,12 @@ leveret but the model and ``leveret.errors``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model.exchange import Exchange
-from leveret.model.queues.stream import StreamQueue
+from leveret.model.queues.base import Queue
+from leveret.model.queues.stream import StreamQueue, StreamType
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -69,11 +70,21 @@ def _order(arguments: Mapping[str, object]) -> int | None:
     return None
 
 
-def _ordered_bindings(exchange: Exchange) -> list[tuple[StreamQueue, str, int | None]]:
+def _is_stream(destination: object) -> TypeGuard[Queue]:
+    """A stream a super stream may hold: a stream queue, or on a cluster node the proxy of
+    one led by another node (its partitions are every node's)."""
+    return (
+        isinstance(destination, Queue)
+        and destination.type.name == StreamType.name
+        and not destination.deleted
+    )
+
+
+def _ordered_bindings(exchange: Exchange) -> list[tuple[Queue, str, int | None]]:
     bound = [
         (queue, key, _order(arguments))
         for queue, key, arguments in exchange.kind.bindings()
-        if isinstance(queue, StreamQueue) and not queue.deleted
+        if _is_stream(queue)
     ]
     # sorted() is stable: equal orders (and all the unordered ones, last) keep binding order.
     return sorted(bound, key=lambda b: (b[2] is None, b[2] or 0))
@@ -87,11 +98,11 @@ def partitions(vhost: VirtualHost, name: str) -> list[str] | None:
     return [queue.name for queue, _key, _order in _ordered_bindings(exchange)]
 
 
-def _routed(exchange: Exchange, routing_key: str) -> list[StreamQueue]:
+def _routed(exchange: Exchange, routing_key: str) -> list[Queue]:
     """The streams ``exchange`` routes ``routing_key`` to (no headers), through
     exchange-to-exchange bindings too, as RabbitMQ's ``rabbit_exchange:route``; not through
     alternate exchanges (RabbitMQ applies those when publishing only)."""
-    found: dict[StreamQueue, None] = {}
+    found: dict[Queue, None] = {}
     seen: set[Exchange] = set()
     pending = [exchange]
     while pending:
@@ -100,7 +111,7 @@ def _routed(exchange: Exchange, routing_key: str) -> list[StreamQueue]:
             continue
         seen.add(current)
         for destination in current.kind.route(routing_key, {}):
-            if isinstance(destination, StreamQueue) and not destination.deleted:
+            if _is_stream(destination):
                 found[destination] = None
             elif isinstance(destination, Exchange):
                 pending.append(destination)
@@ -148,6 +159,48 @@ def create(
     bad request, or what the core raises (its arguments' validation, ``check_new_queue``:
     the caller's limit check, given the name and the vhost's queue count); then nothing
     made here is left."""
+    check_new(vhost, name, streams, binding_keys)
+    queue_arguments = partition_arguments(arguments)
+    made: list[str] = []
+    vhost.declare_exchange(name, "direct", durable=True, arguments=exchange_arguments())
+    try:
+        for stream in streams:
+            if check_new_queue is not None:
+                check_new_queue(stream, len(vhost.queues))
+            vhost.declare_queue(stream, owner=owner, durable=True, arguments=queue_arguments)
+            made.append(stream)
+        for index, (stream, key) in enumerate(zip(streams, binding_keys, strict=True)):
+            vhost.bind_queue(stream, name, key, binding_arguments(index), owner=owner)
+    except AMQPError:
+        for stream in made:
+            queue = vhost.queues.get(stream)
+            if queue is not None:
+                vhost.remove_queue(queue)
+        vhost.delete_exchange(name)
+        raise
+
+
+def exchange_arguments() -> dict[str, object]:
+    """The arguments of a super stream's exchange (a durable direct exchange)."""
+    return {SUPER_STREAM_ARGUMENT: True}
+
+
+def partition_arguments(arguments: Mapping[str, object]) -> dict[str, object]:
+    """The queue arguments of a partition made with ``arguments`` (a durable stream)."""
+    return {**arguments, "x-queue-type": "stream"}
+
+
+def binding_arguments(index: int) -> dict[str, object]:
+    """The arguments of the binding of partition ``index`` to its super stream."""
+    return {PARTITION_ORDER: index}
+
+
+def check_new(
+    vhost: VirtualHost, name: str, streams: Sequence[str], binding_keys: Sequence[str]
+) -> None:
+    """What ``create`` checks before it makes anything (on a cluster node, before the
+    super stream is written to the cluster's metadata store): the request's shape, and that
+    neither the exchange nor a partition exists here (:class:`AlreadyExists`)."""
     if not streams:
         raise PreconditionFailed("a super stream needs at least one partition")
     if len(streams) != len(binding_keys):
@@ -161,26 +214,8 @@ def create(
     for stream in streams:
         if not stream or stream.startswith("amq."):
             raise PreconditionFailed(f"'{stream}' is not a correct name for a stream")
-        if stream in vhost.queues:
+        if vhost.find_queue(stream) is not None:
             raise AlreadyExists(f"there is already a queue named {stream}")
-    queue_arguments = {**arguments, "x-queue-type": "stream"}
-    made: list[str] = []
-    vhost.declare_exchange(name, "direct", durable=True, arguments={SUPER_STREAM_ARGUMENT: True})
-    try:
-        for stream in streams:
-            if check_new_queue is not None:
-                check_new_queue(stream, len(vhost.queues))
-            vhost.declare_queue(stream, owner=owner, durable=True, arguments=queue_arguments)
-            made.append(stream)
-        for index, (stream, key) in enumerate(zip(streams, binding_keys, strict=True)):
-            vhost.bind_queue(stream, name, key, {PARTITION_ORDER: index}, owner=owner)
-    except AMQPError:
-        for stream in made:
-            queue = vhost.queues.get(stream)
-            if queue is not None:
-                vhost.remove_queue(queue)
-        vhost.delete_exchange(name)
-        raise
 
 
 def delete(vhost: VirtualHost, name: str) -> list[StreamQueue]:
@@ -196,4 +231,5 @@ def delete(vhost: VirtualHost, name: str) -> list[StreamQueue]:
     vhost.delete_exchange(name)
     for queue in queues:
         vhost.remove_queue(queue)
-    return queues
+    # (A proxy has no stream-protocol publishers or subscribers: they go to its leader.)
+    return [queue for queue in queues if isinstance(queue, StreamQueue)]

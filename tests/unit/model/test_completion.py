@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leveret.model.completion import Completion, NotDone
+from leveret.model.completion import Completion, NotDone, every
 
 
 def test_callbacks_run_once_in_order_when_resolved() -> None:
@@ -47,3 +47,18 @@ def test_resolved_without_callbacks_and_failed() -> None:
     assert isinstance(errors[0], ConnectionError)
     with pytest.raises(ConnectionError):
         failed.result()
+
+
+def test_every_waits_for_each_and_fails_with_the_first_error_in_order() -> None:
+    assert every([None, None]) is None
+    first: Completion[int] = Completion()
+    second: Completion[str] = Completion()
+    joined = every([first, None, second])
+    assert joined is not None
+    second.fail(KeyError("second"))
+    assert not joined.done
+    first.fail(ValueError("first"))
+    assert isinstance(joined.error, ValueError)
+    both = every([Completion.of(1), Completion.of("x")])
+    assert both is not None
+    assert both.result() is None

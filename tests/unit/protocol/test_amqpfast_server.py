@@ -280,6 +280,44 @@ def test_reply_comes_after_what_the_front_end_sends() -> None:
     assert kinds == ["HandleNotify", "Fragment", "HandleReply"]
 
 
+def _decoded(server: FastServer) -> list[str]:
+    decoder = CommandDecoder(1 << 20)
+    decoder.receive(server.data_to_send())
+    kinds = []
+    while (item := decoder.next()) is not None:
+        kinds.append(type(item).__name__)
+    return kinds
+
+
+def test_a_held_reply_goes_when_sent_and_not_after_its_handle_closed() -> None:
+    # A front end whose work finishes later (a cluster's metadata store) takes the reply
+    # back and sends it then; a close of the handle meanwhile answers instead.
+    server = FastServer()
+    p = Pair()
+    p.server = server
+    p.connect()
+    p.client.open_channel(1)
+    p.client.open_handle(1, 1, dest_name="q", consumer=True)
+    p.client.open_handle(1, 2, dest_name="r", consumer=True)
+    p.client.consume(1, confirm_tag=3)
+    p.client.consume(2, confirm_tag=4)
+    server.receive_data(p.client.data_to_send(), 0)
+    held = []
+    while (event := server.next_event()) is not NEED_DATA:
+        if isinstance(event, ev.ConsumeRequested):
+            held.append(server.hold_reply())
+    assert server.hold_reply() is None
+    assert _decoded(server) == []
+    first, second = held
+    assert first is not None
+    assert second is not None
+    server.send_reply(first)
+    assert _decoded(server) == ["HandleReply"]
+    server.close_handle(2, 403, "refused")
+    server.send_reply(second)
+    assert _decoded(server) == ["HandleClose"]
+
+
 def test_temporary_destination_created_before_reply(pair: Pair) -> None:
     pair.client.open_channel(1)
     pair.client.open_handle(1, 4, temporary=True, consumer=True, confirm_tag=2)

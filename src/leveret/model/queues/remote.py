@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from leveret.errors import NotFound
+from leveret.errors import AMQPError, NotFound
+from leveret.model.completion import Completion
 from leveret.model.consumer import UNLIMITED
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.base import Queue, QueueHost, type_of
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from leveret.model.completion import Completion
     from leveret.model.consumer import Consumer, ConsumerOwner
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
@@ -274,6 +274,28 @@ class RemoteQueue(Queue):
     def query_offset(self, reference: str) -> Completion[int | None]:
         """The consumer offset the leader's log keeps for ``reference`` (None: none)."""
         return self.leader.query_offset(self, reference)
+
+    def deletion_counts(self) -> Completion[tuple[int, int]]:
+        """The leader's messages and consumers for a deletion through this node (what its
+        count, ``if-unused`` and ``if-empty`` are about), where the leader's "no queue" (an
+        auto-delete queue that went with its last consumer, a cancel just before) counts
+        as empty: as on one node, deleting a queue that is gone succeeds with 0. A leader
+        that is down still answers its 404."""
+        answer: Completion[tuple[int, int]] = Completion()
+
+        def settled(done: Completion[tuple[int, int]]) -> None:
+            try:
+                answer.resolve(done.result())
+            except NotFound as exc:
+                if self.leader.up:
+                    answer.resolve((0, 0))
+                else:
+                    answer.fail(exc)
+            except AMQPError as exc:
+                answer.fail(exc)
+
+        self.inspect(purge=False).on_done(settled)
+        return answer
 
     def purge(self) -> int:
         raise self.unsupported("a synchronous purge")

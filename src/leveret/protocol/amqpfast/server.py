@@ -61,7 +61,7 @@ from leveret.protocol.amqpfast.framing import (
 if TYPE_CHECKING:
     from leveret.protocol.amqpfast.fieldtable import FastTable
 
-__all__ = ["ACCEPTED", "NEED_DATA", "PAUSED", "FastServer", "State"]
+__all__ = ["ACCEPTED", "NEED_DATA", "PAUSED", "FastServer", "OwedReply", "State"]
 
 
 class _Sentinel(enum.Enum):
@@ -123,6 +123,10 @@ _HANDLE_COMMANDS = frozenset(
     )
 )
 _ALWAYS = frozenset({c.ConnectionPing.TYPE, c.ConnectionClose.TYPE})
+
+OwedReply = tuple[str, int, c.Command]
+"""A confirmation owed for a command: its level (channel, handle), the channel's or
+handle's id, and the reply."""
 
 ACCEPTED: dict[State, frozenset[int]] = {
     State.CHALLENGED: _ALWAYS | {c.ConnectionResponse.TYPE},
@@ -243,7 +247,7 @@ class FastServer:
         self._initiation = bytearray()
         self._out: list[bytes] = []
         self._owed: _Owed | None = None
-        self._reply: tuple[str, int, c.Command] | None = None  # (level, id, reply)
+        self._reply: OwedReply | None = None
         self._open_tag = 0
         self._temporaries = 0
         self._client_pinged = False
@@ -402,6 +406,25 @@ class FastServer:
         """Answer a BrowseRequested whose message is gone: HANDLE REPLY 310."""
         self._usable_handle(handle_id)
         self._send(c.HandleReply(handle_id, confirm_tag, NOT_FOUND_MESSAGE, "message not found"))
+
+    def hold_reply(self) -> OwedReply | None:
+        """Take back the confirmation owed for the event being handled (a HANDLE REPLY,
+        say), which would otherwise go out with the next output: the front end hands it to
+        ``send_reply`` once the event's work is done, later (a declaration waiting for a
+        cluster's metadata store). None when none is owed."""
+        reply, self._reply = self._reply, None
+        return reply
+
+    def send_reply(self, reply: OwedReply) -> None:
+        """Send a confirmation ``hold_reply`` took, unless its handle or channel was closed
+        meanwhile (its close answered the command instead)."""
+        level, ident, command = reply
+        if self.state is not State.OPEN:
+            return
+        where = self.handles.get(ident) if level == "handle" else self.channels.get(ident)
+        if where is None or where.closing:
+            return
+        self._send(command)
 
     def close_handle(self, handle_id: int, code: int, text: str) -> None:
         """Close a handle from the server side (e.g. 404: no such destination)."""

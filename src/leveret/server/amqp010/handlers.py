@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.convert.amqp010 import routing_key_of, transfer_message, user_id_of
 from leveret.errors import AccessRefused, AMQPError, NotFound
+from leveret.model.completion import every
 from leveret.model.dtx import XA_OK
 from leveret.model.exchanges import TYPES
 from leveret.model.exchanges.base import freeze
+from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.amqp010._generated import commands as c
 from leveret.protocol.amqp010._generated.constants import ExecutionErrorCode
 from leveret.protocol.amqp010._generated.structs import (
@@ -525,7 +527,20 @@ def exchange_delete(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
         raise NotFound(f"no exchange '{name}' in vhost '{ssn.vhost.name}'")
     if _used_as_alternate(ssn, name):
         raise _fail(ExecutionErrorCode.NOT_ALLOWED, f"exchange '{name}' is an alternate exchange")
-    ssn.vhost.delete_exchange(name, if_unused=command.if_unused)
+    shared = ssn.vhost.shared
+    written = None
+    if shared is not None:
+        # On a cluster node, out of etcd first (its bindings, and auto-delete exchanges
+        # left bare, with it), so every node has lost it once the command completes.
+        written = shared.delete_exchange(name, if_unused=command.if_unused)
+    return _shared_first(
+        conn, ssn, ev, written, lambda: _delete_exchange(ssn, name, command.if_unused)
+    )
+
+
+def _delete_exchange(ssn: Session, name: str, if_unused: bool) -> bool:
+    # (Gone already when etcd's deletion was applied here: then this is a no-op.)
+    ssn.vhost.delete_exchange(name, if_unused=if_unused)
     return True
 
 
@@ -592,13 +607,31 @@ def exchange_unbind(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     queue, exchange, key = _binding(ssn, command)
     _guard(conn).queue_unbind(queue, exchange, key)
     vhost = ssn.vhost
-    vhost.exchange(exchange)
-    vhost.queue(queue, ssn)
-    source = vhost.exchanges[exchange]
-    if not any(dest is vhost.queues[queue] and k == key for dest, k, _a in source.kind.bindings()):
+    source = vhost.exchange(exchange)
+    destination = vhost.queue(queue, ssn)
+    # 0-10 names a binding by its key alone: every binding of that key goes, whatever
+    # its arguments.
+    matched = [a for dest, k, a in source.kind.bindings() if dest is destination and k == key]
+    if not matched:
         raise NotFound(f"no binding of '{queue}' to '{exchange}' with key '{key}'")
+    shared = vhost.shared
+    written = None
+    if shared is not None:
+        # On a cluster node, out of etcd first, so no node routes by it once the command
+        # completes (a binding only this node's model has is not in etcd: nothing to wait).
+        written = every(shared.unbind(exchange, "queue", queue, key, a) for a in matched)
+    return _shared_first(conn, ssn, ev, written, lambda: _unbind(ssn, queue, exchange, key))
+
+
+def _unbind(ssn: Session, queue: str, exchange: str, key: str) -> bool:
+    # (What etcd's unbinding removed here already is not found again: only the rest goes.)
+    vhost = ssn.vhost
+    source = vhost.exchanges.get(exchange)
+    destination = vhost.find_queue(queue)
+    if source is None or destination is None:
+        return True
     for dest, k, a in list(source.kind.bindings()):
-        if dest is vhost.queues[queue] and k == key:
+        if dest is destination and k == key:
             vhost.unbind_queue(queue, exchange, key, a, owner=ssn)
     return True
 
@@ -715,12 +748,32 @@ def queue_delete(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     _guard(conn).queue_delete(name)
     vhost = ssn.vhost
     queue = vhost.queue(name, ssn)  # 404 when missing (0-10), 405 when locked
+    counts = None
+    if isinstance(queue, RemoteQueue) and (command.if_unused or command.if_empty):
+        # Led by another node: if-unused and if-empty are about its leader's consumers and
+        # messages, asked first, as 0-9-1's queue.delete does.
+        counts = queue.deletion_counts()
+    return _shared_first(conn, ssn, ev, counts, lambda: _delete_queue(ssn, command, name, counts))
+
+
+def _delete_queue(
+    ssn: Session,
+    command: c.QueueDelete,
+    name: str,
+    counts: Completion[tuple[int, int]] | None,
+) -> bool:
+    vhost = ssn.vhost
+    queue = vhost.queue(name, ssn)
     # Qpid: what a deleted queue still held goes to its alternate exchange.
     delete_rerouting(
         vhost,
         queue,
         lambda: vhost.delete_queue(
-            name, owner=ssn, if_unused=command.if_unused, if_empty=command.if_empty
+            name,
+            owner=ssn,
+            if_unused=command.if_unused,
+            if_empty=command.if_empty,
+            leader_counts=counts.result() if counts is not None else None,
         ),
     )
     return True

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from leveret.convert.formats import amqp091_parts
-from leveret.errors import AMQPError, InternalError, NotAllowed, NotFound
-from leveret.model.completion import Completion
+from leveret.errors import InternalError, NotAllowed
 from leveret.model.queues.remote import RemoteQueue
 from leveret.model.router import REPLY_TO
 from leveret.model.vhost import Declared
@@ -23,8 +22,8 @@ from leveret.protocol.amqp091._generated import methods as m
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.model.completion import Completion
     from leveret.model.entry import QueuedMessage
-    from leveret.model.queues.base import Queue
     from leveret.protocol.amqp091.channel import ChannelState
     from leveret.server.amqp091.channel import Channel
 
@@ -334,41 +333,17 @@ def queue_delete(channel: Channel, method: m.QueueDelete) -> None:
     # delete-ok goes before the basic.cancel the deletion sends to this connection's own
     # consumers of the queue (RabbitMQ's order; py-amqp waits for the delete-ok first).
     target = session.vhost.find_queue(name)
-    if target is not None and target.forwards:
+    if isinstance(target, RemoteQueue):
         # Led by another node: the count (and if-unused, if-empty) are its leader's.
         cast("_Defers", conn).defer(
             channel,
-            _gone_is_empty(target, target.inspect(purge=False)),
+            target.deletion_counts(),
             lambda counts: _delete_queue(channel, method, name, counts),
             class_id=method.CLASS_ID,
             method_id=method.METHOD_ID,
         )
         return
     _delete_queue(channel, method, name, None)
-
-
-def _gone_is_empty(
-    target: Queue, counts: Completion[tuple[int, int]]
-) -> Completion[tuple[int, int]]:
-    """The leader's counts for a queue.delete, where the leader's "no queue" (an auto-delete
-    queue that went with its last consumer, the cancel just before) counts as empty: as on
-    one node, deleting a queue that is gone succeeds with 0. A leader that is down still
-    answers its 404."""
-    answer: Completion[tuple[int, int]] = Completion()
-
-    def settled(done: Completion[tuple[int, int]]) -> None:
-        try:
-            answer.resolve(done.result())
-        except NotFound as exc:
-            if isinstance(target, RemoteQueue) and target.leader.up:
-                answer.resolve((0, 0))
-            else:
-                answer.fail(exc)
-        except AMQPError as exc:
-            answer.fail(exc)
-
-    counts.on_done(settled)
-    return answer
 
 
 def _delete_queue(

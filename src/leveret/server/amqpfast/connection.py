@@ -32,6 +32,13 @@ read); HANDLE CANCEL of a durable subscription deletes its queue (configure); QU
 BROWSE read the queue (read, as basic.get). A refusal closes the handle (or the channel)
 with 403, the scope RFC 006 gives a failed handle command.
 
+On a cluster node, a temporary queue, a subscription's queue and its binding go to the
+cluster's metadata store (``VirtualHost.shared``) before the model has them, as 0-9-1's
+declarations do: the connection's input waits (the shell's deferral) and the command's HANDLE
+REPLY is held until they are there (``_after``); so is a consume of a queue led by another
+node, until its leader took it (``Source.answer``), so a refusal closes the handle as one
+node's does.
+
 Messages are converted to and from the core's 0-9-1 form by ``convert/amqpfast.py``. Sans-IO:
 a ``FrontEnd`` of the shell, whose unit of a turn is the machine's event.
 """
@@ -40,8 +47,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from leveret.auth.access import OpenRefused
 from leveret.convert.amqpfast import from_message, to_message
@@ -49,15 +57,18 @@ from leveret.errors import AMQPError
 from leveret.model.consumer import UNLIMITED
 from leveret.protocol import sasl
 from leveret.protocol.amqpfast import events as ev
-from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer
+from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer, OwedReply
 from leveret.server.amqp091.session import Session
 from leveret.server.shell.info import ChannelInfo
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.model.broker import Client
+    from leveret.model.completion import Completion
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
-    from leveret.model.queues.base import Queue
+    from leveret.model.vhost import VirtualHost
     from leveret.server.guard import Guard
     from leveret.server.shell.shell import Shell
 
@@ -87,6 +98,10 @@ class _Handle:
     durable: bool = False
     prefetch: int = 0
     unreliable: bool = False
+    # The confirmation of the command waiting for the cluster's metadata store (or a
+    # queue's leader), and how many such waits are still ahead of it (``_after``).
+    held: OwedReply | None = None
+    waits: int = 0
 
 
 @dataclass
@@ -150,7 +165,9 @@ class FastConnection:
         self.server = FastServer(
             frame_max=max(limits.frame_max, 1024) if limits.frame_max else 131072,
             channel_max=limits.channel_max,
-            temporary_prefix=f"fast.temp-{self.number}",
+            # Unique in the cluster, not just on this node: a temporary queue's record is
+            # every node's (``_declare_shared``).
+            temporary_prefix=f"fast.temp-{self.number}-{uuid.uuid4().hex[:12]}",
             now=shell.created,
         )
         self.should_close_transport = False
@@ -411,26 +428,107 @@ class FastConnection:
         channel = self.channels[event.channel_id]
         handle = _Handle(event.channel_id, event.service, event.dest_name, event.temporary)
         self.handles[event.handle_id] = handle
-        if event.temporary and event.service is ev.ServiceType.QUEUE:
-            vhost = channel.session.vhost
-            existing = vhost.queues.get(event.dest_name)
-            if existing is not None and existing.exclusive_owner is not self.client:
-                self.server.close_handle(
-                    event.handle_id, 405, f"RESOURCE_LOCKED - queue '{event.dest_name}' in use"
-                )
+        if not (event.temporary and event.service is ev.ServiceType.QUEUE):
+            return
+        vhost = channel.session.vhost
+        name = event.dest_name
+        existing = vhost.find_queue(name)
+        if existing is not None and existing.exclusive_owner is not self.client:
+            self.server.close_handle(
+                event.handle_id, 405, f"RESOURCE_LOCKED - queue '{name}' in use"
+            )
+            return
+        try:
+            assert self.guard is not None
+            # Reopening purges the queue (3.5.2.2): configure, as a declaration.
+            self.guard.queue_declare(name, passive=False, arguments=None)
+            if existing is not None:
+                existing.purge()
                 return
+            written = self._declare_shared(vhost, name, name, durable=False, exclusive=True)
+        except AMQPError as exc:
+            self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+            return
+
+        def declared() -> None:
+            vhost.declare_queue(name, owner=self.client, exclusive=True)
+            channel.temporaries.append(name)
+
+        self._after(event.handle_id, written, declared)
+
+    def _declare_shared(
+        self, vhost: VirtualHost, name: str, generated: str, *, durable: bool, exclusive: bool
+    ) -> Completion[bool] | None:
+        """On a cluster node, queue ``name`` (``generated`` when it is "") into the
+        cluster's metadata store (``VirtualHost.shared``) before the model has it, as 0-9-1's
+        declarations are: its leader chosen by its locator (an exclusive one led here, its
+        record naming this connection), every node knowing it. None where there is nothing
+        to wait for (no cluster, or this node knows the queue)."""
+        shared = vhost.shared
+        if shared is None or vhost.find_queue(name or generated) is not None:
+            return None
+        return shared.declare_queue(
+            name,
+            generated_name=generated,
+            owner=self.client,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=False,
+            arguments={},
+        )
+
+    def _after(
+        self, handle_id: int, written: Completion[Any] | None, then: Callable[[], None]
+    ) -> None:
+        """``then()``, a handle command's work, once ``written`` (a declaration in the
+        cluster's metadata store, or a queue's leader's answer) is done; at once when None.
+        Meanwhile the connection's input waits (the shell's deferral) and the command's
+        HANDLE REPLY is held, sent once ``then`` has run with no further wait of its own;
+        an error closes the handle instead, as on one node."""
+        handle = self.handles[handle_id]
+        if written is None:
+            self._attempt(handle_id, handle, then)
+            return
+        if handle.held is None:
+            handle.held = self.server.hold_reply()
+        handle.waits += 1
+
+        def go_on(done: Completion[Any]) -> None:
+            handle.waits -= 1
+            if self.handles.get(handle_id) is not handle:
+                return  # gone with its channel or connection meanwhile
             try:
-                assert self.guard is not None
-                # Reopening purges the queue (3.5.2.2): configure, as a declaration.
-                self.guard.queue_declare(event.dest_name, passive=False, arguments=None)
-                if existing is not None:
-                    existing.purge()
-                    return
-                vhost.declare_queue(event.dest_name, owner=self.client, exclusive=True)
+                done.result()
             except AMQPError as exc:
-                self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+                self._refuse(handle_id, exc)
                 return
-            channel.temporaries.append(event.dest_name)
+            self._attempt(handle_id, handle, then)
+
+        self.shell.defer(written, go_on)
+
+    def _attempt(self, handle_id: int, handle: _Handle, then: Callable[[], None]) -> None:
+        try:
+            then()
+        except AMQPError as exc:
+            self._refuse(handle_id, exc)
+            return
+        if not handle.waits and handle.held is not None:
+            held, handle.held = handle.held, None
+            self.server.send_reply(held)
+            self._wrote()
+
+    def _refuse(self, handle_id: int, exc: AMQPError) -> None:
+        """Close the handle with ``exc`` (its consumer, if it had one, goes first)."""
+        handle = self.handles[handle_id]
+        handle.held = None
+        channel = self.channels.get(handle.channel_id)
+        if handle.consumer_tag:
+            self._by_tag.pop(handle.consumer_tag, None)
+            if channel is not None and handle.consumer_tag in channel.session.consumers:
+                channel.session.cancel(handle.consumer_tag)
+            handle.consumer_tag = ""
+        self.server.close_handle(handle_id, exc.reply_code, exc.full_text())
+        self._wrote()
 
     def _drop_handle(self, handle_id: int) -> None:
         handle = self.handles.pop(handle_id, None)
@@ -482,50 +580,82 @@ class FastConnection:
     def _consume(self, event: ev.ConsumeRequested) -> None:
         channel = self.channels[event.channel_id]
         handle = self.handles[event.handle_id]
-        session = channel.session
-        vhost = session.vhost
         queue_name = event.destination
+        if handle.service is ev.ServiceType.TOPIC:
+            self._after(event.handle_id, None, lambda: self._subscribe(channel, event))
+            return
+        if channel.session.vhost.find_queue(queue_name) is None:
+            self.server.close_handle(event.handle_id, 404, f"NOT_FOUND - no queue '{queue_name}'")
+            return
+        self._after(event.handle_id, None, lambda: self._start_consume(channel, event, queue_name))
+
+    def _start_consume(
+        self, channel: _Channel, event: ev.ConsumeRequested, queue_name: str
+    ) -> None:
+        handle = self.handles[event.handle_id]
+        session = channel.session
         guard = self.guard
         assert guard is not None
-        try:
-            if handle.service is ev.ServiceType.TOPIC:
-                queue_name = self._subscribe(channel, handle, event)
-            elif vhost.find_queue(queue_name) is None:
-                self.server.close_handle(
-                    event.handle_id, 404, f"NOT_FOUND - no queue '{queue_name}'"
-                )
-                return
-            guard.consume(queue_name)
-            tag = f"amq.fast-{self.number}-{event.handle_id}"
-            handle.consumer_tag = tag
-            handle.prefetch = event.prefetch
-            handle.unreliable = event.unreliable
-            self._by_tag[tag] = event.handle_id
-            session.prefetch_count = event.prefetch
-            session.consume(queue_name, tag, no_ack=event.unreliable, exclusive=False, arguments={})
-        except AMQPError as exc:
-            self._by_tag.pop(handle.consumer_tag, None)
-            handle.consumer_tag = ""
-            self.server.close_handle(event.handle_id, exc.reply_code, exc.full_text())
+        guard.consume(queue_name)
+        tag = f"amq.fast-{self.number}-{event.handle_id}"
+        handle.consumer_tag = tag
+        handle.prefetch = event.prefetch
+        handle.unreliable = event.unreliable
+        self._by_tag[tag] = event.handle_id
+        session.prefetch_count = event.prefetch
+        session.consume(queue_name, tag, no_ack=event.unreliable, exclusive=False, arguments={})
+        consumer = session.consumers[tag]
+        queue = consumer.queue
+        # A queue led by another node answers later (``Source.answer``): the HANDLE REPLY
+        # once its leader took the consume, so a refusal (403 for an exclusive use) closes
+        # the handle as on one node, rather than ending the subscription later as a 404.
+        self._after(event.handle_id, queue.answer(consumer), lambda: queue.release(consumer))
 
-    def _subscribe(self, channel: _Channel, handle: _Handle, event: ev.ConsumeRequested) -> str:
-        """The queue of a topic subscription, bound to amq.topic with the destination."""
+    def _subscribe(self, channel: _Channel, event: ev.ConsumeRequested) -> None:
+        """The queue of a topic subscription, bound to amq.topic with the destination, then
+        consumed from; on a cluster node each of the queue and its binding in the cluster's
+        metadata store first."""
+        handle_id = event.handle_id
+        handle = self.handles[handle_id]
         vhost = channel.session.vhost
         guard = self.guard
         assert guard is not None
         if event.identifier:
-            name = f"{self._client_name()}.{event.identifier}"
+            name = generated = f"{self._client_name()}.{event.identifier}"
             guard.queue_declare(name, passive=False, arguments=None)
-            queue: Queue = vhost.declare_queue(name, owner=self.client, durable=True)
-            handle.durable = True
+            durable = True
         else:
             # A temporary subscription: a server-named queue of this connection.
-            name = guard.queue_declare("", passive=False, arguments=None)
-            queue = vhost.declare_queue("", owner=self.client, exclusive=True, generated_name=name)
-        handle.subscription = queue.name
-        guard.queue_bind(queue.name, TOPIC_EXCHANGE, event.destination)
-        vhost.bind_queue(queue.name, TOPIC_EXCHANGE, event.destination, {}, owner=self.client)
-        return queue.name
+            name, generated = "", guard.queue_declare("", passive=False, arguments=None)
+            durable = False
+        written = self._declare_shared(
+            vhost, name, generated, durable=durable, exclusive=not durable
+        )
+
+        def declared() -> None:
+            queue = vhost.declare_queue(
+                name,
+                owner=self.client,
+                durable=durable,
+                exclusive=not durable,
+                generated_name=generated,
+            )
+            handle.durable = durable
+            handle.subscription = queue.name
+            guard.queue_bind(queue.name, TOPIC_EXCHANGE, event.destination)
+            shared = vhost.shared
+            bound = None
+            if shared is not None:
+                bound = shared.bind(
+                    TOPIC_EXCHANGE, "queue", queue.name, event.destination, {}, owner=self.client
+                )
+            self._after(handle_id, bound, lambda: consume(queue.name))
+
+        def consume(queue: str) -> None:
+            vhost.bind_queue(queue, TOPIC_EXCHANGE, event.destination, {}, owner=self.client)
+            self._start_consume(channel, event, queue)
+
+        self._after(handle_id, written, declared)
 
     def _client_name(self) -> str:
         """Durable subscriptions belong to the client name (CONNECTION OPEN), else the user."""
@@ -546,7 +676,9 @@ class FastConnection:
             channel.session.cancel(handle.consumer_tag)
             self._by_tag.pop(handle.consumer_tag, None)
             handle.consumer_tag = handle.subscription = ""
-        queue = vhost.queues.get(name)
+        # (Led by another node, perhaps: its locator placed it, or another node's client of
+        # the same name declared it. Then its proxy goes, and its record with it.)
+        queue = vhost.find_queue(name)
         if queue is not None:
             vhost.remove_queue(queue)
 

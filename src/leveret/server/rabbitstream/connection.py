@@ -805,11 +805,23 @@ class StreamConnection:
         access = self.shell.access
         assert access is not None
         arguments = stream_queue_arguments(command.arguments)
+        cid = command.correlation_id
         try:
             code = superstream.create(self.vhost, access, self, command, arguments)
         except AMQPError as exc:
             code = _code_of(exc)
-        self._send(c.Response(Key.CREATE_SUPER_STREAM, command.correlation_id, code))
+        if isinstance(code, int):
+            self._send(c.Response(Key.CREATE_SUPER_STREAM, cid, code))
+            return
+        # On a cluster node: answered once etcd has it and this node's copy too.
+        self.shell.defer(code, lambda written: self._super_stream_created(cid, written))
+
+    def _super_stream_created(self, cid: int, written: Completion[bool]) -> None:
+        try:
+            code = superstream.code_of(written)
+        except AMQPError as exc:
+            code = _code_of(exc)
+        self._send(c.Response(Key.CREATE_SUPER_STREAM, cid, code))
 
     def _delete_super_stream(self, command: c.DeleteSuperStream) -> None:
         assert self.vhost is not None

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from leveret.auth.access import Access
+    from leveret.model.completion import Completion
     from leveret.model.queues.stream import StreamQueue
     from leveret.model.vhost import VirtualHost
 
@@ -81,29 +82,52 @@ def create(
     owner: object,
     command: c.CreateSuperStream,
     arguments: Mapping[str, object],
-) -> int:
+) -> int | Completion[bool]:
     """The response code of ``command``; ``arguments``: its arguments as the queue
-    arguments of a stream queue. Raises the core's other errors (the caller's code)."""
+    arguments of a stream queue. Raises the core's other errors (the caller's code). On a
+    cluster node (``VirtualHost.shared``), once the checks pass, the super stream goes to
+    the cluster's metadata store first: then the completion of that write, done with
+    whether this call made it (``code_of`` answers it)."""
     name = clean_name(command.name)
     if name is None:
         return Code.PRECONDITION_FAILED
     if not management_permitted(access, name, command.partitions):
         return Code.ACCESS_REFUSED
+    shared = vhost.shared
     try:
-        super_stream.create(
-            vhost,
-            name,
-            command.partitions,
-            command.binding_keys,
-            arguments,
-            owner=owner,
-            check_new_queue=access.check_queue_limit,
-        )
+        if shared is None:
+            super_stream.create(
+                vhost,
+                name,
+                command.partitions,
+                command.binding_keys,
+                arguments,
+                owner=owner,
+                check_new_queue=access.check_queue_limit,
+            )
+            return Code.OK
+        super_stream.check_new(vhost, name, command.partitions, command.binding_keys)
+        for made, stream in enumerate(command.partitions):
+            access.check_queue_limit(stream, len(vhost.queues) + made)
     except super_stream.AlreadyExists:
         return Code.STREAM_ALREADY_EXISTS
     except PreconditionFailed:
         return Code.PRECONDITION_FAILED
-    return Code.OK
+    return shared.create_super_stream(
+        name, command.partitions, command.binding_keys, arguments, owner
+    )
+
+
+def code_of(written: Completion[bool]) -> int:
+    """The response code of a creation written to the cluster's metadata store (``create``'s
+    completion, done). Raises the core's other errors (the caller's code)."""
+    try:
+        made = written.result()
+    except super_stream.AlreadyExists:
+        return Code.STREAM_ALREADY_EXISTS
+    except PreconditionFailed:
+        return Code.PRECONDITION_FAILED
+    return Code.OK if made else Code.STREAM_ALREADY_EXISTS
 
 
 def delete(

@@ -705,6 +705,10 @@ class Peer:
         remote = _Remote(consumer, queue, WINDOW, max(1, credit // 4), credit)
         self.consumers[cid] = remote
         self.cids[consumer] = cid
+        carried = _carried(consumer.arguments, consumer)
+        if consumer.browses:
+            # The leader browses for it (``codec.BROWSE``): copies, no settlement.
+            carried = {**carried, c.BROWSE: True}
         self._write(
             c.Consume(
                 cid,
@@ -714,7 +718,7 @@ class Peer:
                 consumer.exclusive,
                 credit,
                 consumer.priority,
-                _carried(consumer.arguments, consumer),
+                carried,
             )
         )
 

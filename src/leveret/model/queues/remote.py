@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from leveret.errors import NotFound
+from leveret.errors import AccessRefused, NotFound
 from leveret.model.consumer import UNLIMITED
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.base import Queue, QueueHost, type_of
@@ -216,6 +216,16 @@ class RemoteQueue(Queue):
             timeout=timeout,
         )
 
+    def has_exclusive_consumer(self) -> bool:
+        # A browsing consumer (``Consumer.browses``) holds nothing, as a browser on one node.
+        return any(c.exclusive and not c.browses for c in self.consumers)
+
+    def check_exclusive_use(self, exclusive: bool) -> None:
+        if self.has_exclusive_consumer() or (
+            exclusive and any(not c.browses for c in self.consumers)
+        ):
+            raise AccessRefused(f"{self.resource} in exclusive use")
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.reachable()
         self.check_exclusive_use(consumer.exclusive)
@@ -277,6 +287,16 @@ class RemoteQueue(Queue):
 
     def purge(self) -> int:
         raise self.unsupported("a synchronous purge")
+
+    def browse_after(self, seq: int, limit: int) -> list[QueuedMessage]:
+        """None here: a 0-10 browser of this queue is a browsing consumer
+        (``Consumer.browses``), which the leader sends copies of what it holds."""
+        return []
+
+    def acquire(self, entry: QueuedMessage) -> QueuedMessage | None:
+        """A browsed message (a browsing consumer's delivery) is not taken through the
+        link: refused, as one node refuses a message that is not ready any more."""
+        return None
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1

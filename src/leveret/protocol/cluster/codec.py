@@ -46,6 +46,7 @@ from leveret.protocol.amqp091.fieldtable import (
 # Nothing hashes an operation or changes one once made.
 
 __all__ = [
+    "BROWSE",
     "MAX_FRAME",
     "Also",
     "Append",
@@ -91,6 +92,14 @@ MAX_FRAME: Final = (512 << 20) + (1 << 20)
 ACCEPT: Final = 0
 REJECT: Final = 1
 REQUEUE: Final = 2
+
+# A ``Consume``'s argument (true) that makes the leader's consumer a browser: it is sent
+# copies of what the queue holds and of what arrives, nothing is taken, and its deliveries
+# need no settlement (AMQP 0-10's not-acquired subscriptions on another node). In the
+# arguments rather than a new operation, so that a leader that predates it still reads the
+# ``Consume``: it then consumes, unsettled (the dialer asks for that), and what it delivers
+# stays unacknowledged until the link goes, when it is requeued: nothing is taken for good.
+BROWSE: Final = "x-leveret-browse"
 
 
 class LinkError(AMQPError):

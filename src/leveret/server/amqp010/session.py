@@ -179,6 +179,7 @@ class SubscriptionConsumer(Consumer):
         auto_settle: bool,
         exclusive: bool,
         arguments: dict[str, object],
+        browses: bool = False,
     ) -> None:
         super().__init__(
             subscription.destination,
@@ -188,6 +189,7 @@ class SubscriptionConsumer(Consumer):
             exclusive=exclusive,
             credit=0,
             arguments=arguments,
+            browses=browses,
         )
         self.subscription = subscription
 
@@ -288,6 +290,12 @@ class Session(ConsumerOwner):
 
     def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         sub = self._by_consumer[consumer]
+        if consumer.browses:
+            # A copy from the leader of a queue led by another node (``subscribe``).
+            if not (sub.no_local and _is_local(sub.queue, entry.message)):
+                consumer.credit -= 1
+                self.browsed[self._send(sub, entry, acquired=False)] = (sub, entry)
+            return
         if sub.no_local and _is_local(sub.queue, entry.message):
             if not consumer.auto_settle:
                 sub.queue.settle(entry)
@@ -400,14 +408,18 @@ class Session(ConsumerOwner):
             explicit_accept=accept_mode == _ACCEPT_EXPLICIT,
             acquire=acquire_mode != _NOT_ACQUIRED,
         )
-        if sub.acquire:
+        if sub.acquire or queue.forwards:
+            # A browser of a queue led by another node is a browsing consumer: its leader
+            # sends it copies through the link (``codec.BROWSE``). Unsettled, so that a
+            # leader that predates browsing holds what it sends rather than taking it.
             consumer = SubscriptionConsumer(
                 sub,
                 queue,
                 self,
-                auto_settle=not sub.explicit_accept,
+                auto_settle=sub.acquire and not sub.explicit_accept,
                 exclusive=exclusive,
                 arguments=arguments,
+                browses=not sub.acquire,
             )
             queue.add_consumer(consumer)
             sub.consumer = consumer
@@ -434,7 +446,7 @@ class Session(ConsumerOwner):
         if consumer is not None:
             self._by_consumer.pop(consumer, None)
             queue = sub.queue
-            if queue.auto_delete and queue.consumers == [consumer]:
+            if queue.auto_delete and queue.consumers == [consumer] and not consumer.browses:
                 # The last subscriber: the queue goes, what it holds to its alternate.
                 delete_rerouting(self.vhost, queue, lambda: queue.remove_consumer(consumer))
             else:

@@ -1,9 +1,9 @@
 """AMQP 0-10 browsing (a subscription that does not acquire) of a queue led by another
 node, through real clients connected to the node that does not lead it: the subscription
 is sent, as not-acquired transfers, what the leader holds and then what arrives there, and
-the messages stay on the leader for its consumers (before, it got nothing: the proxy holds
-none of them). An acquire of a browsed message through that node is refused (the gap
-docs/cluster.md states)."""
+the messages stay on the leader for its consumers (before, the subscription failed at its
+first credit: the proxy holds none of them). An acquire of a browsed message through that
+node takes it on the leader if it is still there, as one node does."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from tests.cluster import nodes
 from tests.cluster.test_cluster_link import (
     QPID_CLIENT,
     b_count,
+    connect,
     declare_on,
     get_all,
     publish_confirmed,
@@ -55,8 +56,9 @@ def test_a_0_10_browser_through_another_node_sees_what_the_leader_holds(
 ) -> None:
     """A raw 0-10 subscription on a, not acquiring, of a queue led by b: the three messages
     b holds come as not-acquired transfers, then a fourth published on b; b still holds
-    all four, an acquire of one is refused (the empty ``acquired`` set), and a consumer
-    gets all four after the browser went."""
+    all four. An acquire of the first takes it (accepted: gone from b); a get on b then
+    takes the second, so an acquire of the second and third takes the third alone; what
+    is left, the fourth, a consumer gets after the browser went."""
     a, b = two
     queue = f"browse-raw-{uuid.uuid4().hex[:8]}"
     declare_on(b, queue, a)
@@ -77,14 +79,34 @@ def test_a_0_10_browser_through_another_node_sees_what_the_leader_holds(
         }
         assert modes == {NOT_ACQUIRED}
         assert b_count(b, queue) == 4
-        first = SequenceSet.of(transfers[0].command_id)
-        acquired = client.result(MessageAcquire(transfers=first))
-        assert isinstance(acquired, Acquired)
-        assert list(acquired.transfers or SequenceSet()) == []
-        send(1, MessageAccept(transfers=SequenceSet.of(*(t.command_id for t in transfers))))
+        ids = [t.command_id for t in transfers]
+        assert acquire(client, ids[0]) == [ids[0]]
+        send(1, MessageAccept(transfers=SequenceSet.of(ids[0])))
+        assert nodes.eventually(lambda: b_count(b, queue) == 3 or None) is True
+        assert [body for _props, body in get_one(b, queue)] == [b"m1"]
+        assert acquire(client, ids[1], ids[2]) == [ids[2]]
+        send(1, MessageAccept(transfers=SequenceSet.of(ids[2])))
+        assert nodes.eventually(lambda: b_count(b, queue) == 1 or None) is True
     finally:
         client.close()
-    assert [body for _props, body in get_all(a, queue)] == [b"m0", b"m1", b"m2", b"m3"]
+    assert [body for _props, body in get_all(a, queue)] == [b"m3"]
+
+
+def acquire(client: Client010, *command_ids: int) -> list[int]:
+    """The transfers of ``command_ids`` that ``message.acquire`` took."""
+    acquired = client.result(MessageAcquire(transfers=SequenceSet.of(*command_ids)))
+    assert isinstance(acquired, Acquired)
+    return list((acquired.transfers or SequenceSet()).ids())
+
+
+def get_one(node: Node, queue: str) -> list[tuple[object, bytes]]:
+    """A ``basic.get`` (auto-ack) through ``node``: what it took."""
+    conn = connect(node)
+    try:
+        method, props, body = conn.channel().basic_get(queue, auto_ack=True)
+        return [] if method is None else [(props, body)]
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("capacity", [0, 10])

@@ -838,6 +838,19 @@ class Peer:
         v, name = queue.vhost_name, queue.name
         return self._ask(queue, Completion(), lambda rid: c.Get(rid, v, name, auto_settle))
 
+    def acquire(
+        self, queue: RemoteQueue, entry: QueuedMessage
+    ) -> Completion[tuple[QueuedMessage | None, int]] | None:
+        """Take on the leader the message a browsing consumer was sent (``entry``, named
+        by its position there: ``codec.BROWSED``), answered as a get; None when ``entry``
+        is no such copy from this connection (a leader that predates browsing consumed
+        for it; the link went since): not asked."""
+        seq = entry.seq
+        if not seq & c.BROWSED or (seq & ~c.BROWSED) >> _GEN_SHIFT != self.generation:
+            return None
+        v, name, position = queue.vhost_name, queue.name, seq & _DID_MASK
+        return self._ask(queue, Completion(), lambda rid: c.Acquire(rid, v, name, position))
+
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]:
         v, name = queue.vhost_name, queue.name
         return self._ask(queue, Completion(), lambda rid: c.Inspect(rid, v, name, purge))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.errors import AccessRefused, NotFound
+from leveret.model.completion import Completion
 from leveret.model.consumer import UNLIMITED
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.base import Queue, QueueHost, type_of
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from leveret.model.completion import Completion
     from leveret.model.consumer import Consumer, ConsumerOwner
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
@@ -79,6 +79,10 @@ class Leader(Protocol):
     def get(
         self, queue: RemoteQueue, auto_settle: bool
     ) -> Completion[tuple[QueuedMessage | None, int]]: ...
+
+    def acquire(
+        self, queue: RemoteQueue, entry: QueuedMessage
+    ) -> Completion[tuple[QueuedMessage | None, int]] | None: ...
 
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]: ...
 
@@ -294,9 +298,20 @@ class RemoteQueue(Queue):
         return []
 
     def acquire(self, entry: QueuedMessage) -> QueuedMessage | None:
-        """A browsed message (a browsing consumer's delivery) is not taken through the
-        link: refused, as one node refuses a message that is not ready any more."""
+        """Not at once: the leader holds it (``claim``)."""
         return None
+
+    def claim(self, entry: QueuedMessage) -> Completion[QueuedMessage | None]:
+        """The leader takes the message a browsing consumer was sent, if it is still
+        ready there: done with this node's entry for it (settled through the link as a
+        delivery is), or None (gone, taken, the link lost)."""
+        done: Completion[QueuedMessage | None] = Completion()
+        asked = self.leader.acquire(self, entry)
+        if asked is None:
+            done.resolve(None)
+        else:
+            asked.on_done(lambda a: done.resolve(None if a.error is not None else a.result()[0]))
+        return done
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1

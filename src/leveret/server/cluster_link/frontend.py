@@ -118,7 +118,8 @@ class _Browsing(Browser):
     not-acquired subscription on its node): one of the queue's ``browsers``, woken when
     messages become ready; it sends copies of the ready entries it has not seen, within
     its consumer's credit, as deliveries that need no settlement (its consumer settles
-    automatically). Nothing is taken: the messages stay for the queue's consumers."""
+    automatically), each named by its position in the queue (``codec.BROWSED``) for the
+    peer's ``Acquire``. Nothing is taken: the messages stay for the queue's consumers."""
 
     def __init__(self, front: LinkFrontEnd, queue: Queue, consumer: Consumer) -> None:
         self.front = front
@@ -143,7 +144,7 @@ class _Browsing(Browser):
                     if not consumer.can_take(entry.message):
                         return
                     self.upto = entry.seq
-                    self.front._deliver(consumer, entry)
+                    self.front._copy(consumer, entry)
         finally:
             self.busy = False
 
@@ -476,6 +477,8 @@ class LinkFrontEnd:
                 )
         elif isinstance(op, c.Drain):
             self._drain(op)
+        elif isinstance(op, c.Acquire):
+            self._acquire(op)
         elif isinstance(op, c.Append):
             if self.identity.replicas is not None:
                 self.identity.replicas.append(self, op)
@@ -678,6 +681,61 @@ class LinkFrontEnd:
                 cid,
                 did,
                 entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                message.format,
+                message.raw_properties,
+                message.body,
+            )
+        )
+
+    def _copy(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        """A browser's delivery: a copy of ``entry``, which stays in the queue, named by
+        its position there (``codec.BROWSED``) rather than a delivery id to settle."""
+        consumer.credit -= 1
+        self.sent[self.ids[consumer]] += 1
+        message = entry.message
+        self.output.add(
+            c.deliver_frame(
+                self.ids[consumer],
+                c.BROWSED | entry.seq,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                message.format,
+                message.raw_properties,
+                message.body,
+            )
+        )
+
+    def _acquire(self, op: c.Acquire) -> None:
+        """The peer's browser takes a message it was sent, if it is still ready: unsettled,
+        answered as a get (one node's message.acquire of a browsed message)."""
+        queue = self._queue(op.vhost, op.queue)
+        if queue is None:
+            self._write(c.Failed(op.rid, 404, f"no queue '{op.queue}' in vhost '{op.vhost}'"))
+            return
+        try:
+            # The entry itself (a priority level finds it by identity), or a paged copy.
+            found = queue.browse_after(op.position - 1, 1)
+            entry = queue.acquire(found[0]) if found and found[0].seq == op.position else None
+        except AMQPError as exc:
+            self._write(c.Failed(op.rid, exc.reply_code, exc.reply_text))
+            return
+        remaining = min(queue.message_count, 0xFFFFFFFF)
+        if entry is None:
+            self._write(c.Empty(op.rid, remaining))
+            return
+        did = self.next_did
+        self.next_did = did + 1
+        self.unsettled[did] = (queue, entry)
+        message = entry.message
+        self._write(
+            c.Got(
+                op.rid,
+                did,
+                entry.redelivered,
+                remaining,
                 message.exchange,
                 message.routing_key,
                 message.format,

@@ -59,6 +59,7 @@ ops = st.one_of(
     st.builds(c.Stats, u32, u64, u64, u32),
     st.builds(c.Drain, u32, u32, u64),
     st.builds(c.Drained, u32),
+    st.builds(c.Acquire, u32, text, text, u64),
 )
 
 

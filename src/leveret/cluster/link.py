@@ -705,6 +705,10 @@ class Peer:
         remote = _Remote(consumer, queue, WINDOW, max(1, credit // 4), credit)
         self.consumers[cid] = remote
         self.cids[consumer] = cid
+        carried = _carried(consumer.arguments, consumer)
+        if consumer.browses:
+            # The leader browses for it (``codec.BROWSE``): copies, no settlement.
+            carried = {**carried, c.BROWSE: True}
         self._write(
             c.Consume(
                 cid,
@@ -714,7 +718,7 @@ class Peer:
                 consumer.exclusive,
                 credit,
                 consumer.priority,
-                _carried(consumer.arguments, consumer),
+                carried,
             )
         )
 
@@ -833,6 +837,19 @@ class Peer:
     ) -> Completion[tuple[QueuedMessage | None, int]]:
         v, name = queue.vhost_name, queue.name
         return self._ask(queue, Completion(), lambda rid: c.Get(rid, v, name, auto_settle))
+
+    def acquire(
+        self, queue: RemoteQueue, entry: QueuedMessage
+    ) -> Completion[tuple[QueuedMessage | None, int]] | None:
+        """Take on the leader the message a browsing consumer was sent (``entry``, named
+        by its position there: ``codec.BROWSED``), answered as a get; None when ``entry``
+        is no such copy from this connection (a leader that predates browsing consumed
+        for it; the link went since): not asked."""
+        seq = entry.seq
+        if not seq & c.BROWSED or (seq & ~c.BROWSED) >> _GEN_SHIFT != self.generation:
+            return None
+        v, name, position = queue.vhost_name, queue.name, seq & _DID_MASK
+        return self._ask(queue, Completion(), lambda rid: c.Acquire(rid, v, name, position))
 
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]:
         v, name = queue.vhost_name, queue.name

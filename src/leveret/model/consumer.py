@@ -175,6 +175,7 @@ class Consumer:
         "arguments",
         "armed",
         "auto_settle",
+        "browses",
         "credit",
         "exclusive",
         "owner",
@@ -198,6 +199,7 @@ class Consumer:
         arguments: Mapping[str, object] | None = None,
         priority: int = 0,
         timeout: float | None = None,
+        browses: bool = False,
     ) -> None:
         self.tag = tag
         self.queue = queue
@@ -210,6 +212,10 @@ class Consumer:
         self.priority = priority
         # Seconds an unsettled delivery may stay so (None: forever); the owner enforces it.
         self.timeout = timeout
+        # It looks and does not take (an AMQP 0-10 not-acquired subscription of a queue
+        # led by another node: its leader browses for it, ``cluster/link.py``); a local
+        # queue's browsers are ``Browser``s instead, never consumers.
+        self.browses = browses
         self.unsettled = 0
         # The owner's ids of this consumer's deliveries in delivery order (settled ones leave
         # lazily, so the head is the oldest unsettled one), and whether a deadline is armed.

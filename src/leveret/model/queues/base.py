@@ -666,6 +666,11 @@ class Queue(Source):
         None when it is not ready any more."""
         raise self.unsupported("acquire")
 
+    def claim(self, entry: QueuedMessage) -> Completion[QueuedMessage | None]:
+        """``acquire`` as a completion: done at once here; a queue led by another node
+        asks its leader (``entry`` a browsing consumer's copy)."""
+        return Completion.of(self.acquire(entry))
+
     def wake_browsers(self) -> None:
         """Ready messages may have arrived: let each browser look."""
         for browser in list(self.browsers):

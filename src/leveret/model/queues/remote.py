@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from leveret.errors import AMQPError, NotFound
+from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.completion import Completion
 from leveret.model.consumer import UNLIMITED
 from leveret.model.dead_letter import REJECTED
@@ -79,6 +79,10 @@ class Leader(Protocol):
     def get(
         self, queue: RemoteQueue, auto_settle: bool
     ) -> Completion[tuple[QueuedMessage | None, int]]: ...
+
+    def acquire(
+        self, queue: RemoteQueue, entry: QueuedMessage
+    ) -> Completion[tuple[QueuedMessage | None, int]] | None: ...
 
     def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]: ...
 
@@ -216,6 +220,16 @@ class RemoteQueue(Queue):
             timeout=timeout,
         )
 
+    def has_exclusive_consumer(self) -> bool:
+        # A browsing consumer (``Consumer.browses``) holds nothing, as a browser on one node.
+        return any(c.exclusive and not c.browses for c in self.consumers)
+
+    def check_exclusive_use(self, exclusive: bool) -> None:
+        if self.has_exclusive_consumer() or (
+            exclusive and any(not c.browses for c in self.consumers)
+        ):
+            raise AccessRefused(f"{self.resource} in exclusive use")
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.reachable()
         self.check_exclusive_use(consumer.exclusive)
@@ -299,6 +313,27 @@ class RemoteQueue(Queue):
 
     def purge(self) -> int:
         raise self.unsupported("a synchronous purge")
+
+    def browse_after(self, seq: int, limit: int) -> list[QueuedMessage]:
+        """None here: a 0-10 browser of this queue is a browsing consumer
+        (``Consumer.browses``), which the leader sends copies of what it holds."""
+        return []
+
+    def acquire(self, entry: QueuedMessage) -> QueuedMessage | None:
+        """Not at once: the leader holds it (``claim``)."""
+        return None
+
+    def claim(self, entry: QueuedMessage) -> Completion[QueuedMessage | None]:
+        """The leader takes the message a browsing consumer was sent, if it is still
+        ready there: done with this node's entry for it (settled through the link as a
+        delivery is), or None (gone, taken, the link lost)."""
+        done: Completion[QueuedMessage | None] = Completion()
+        asked = self.leader.acquire(self, entry)
+        if asked is None:
+            done.resolve(None)
+        else:
+            asked.on_done(lambda a: done.resolve(None if a.error is not None else a.result()[0]))
+        return done
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1

@@ -46,7 +46,10 @@ from leveret.protocol.amqp091.fieldtable import (
 # Nothing hashes an operation or changes one once made.
 
 __all__ = [
+    "BROWSE",
+    "BROWSED",
     "MAX_FRAME",
+    "Acquire",
     "Also",
     "Append",
     "Appended",
@@ -91,6 +94,17 @@ MAX_FRAME: Final = (512 << 20) + (1 << 20)
 ACCEPT: Final = 0
 REJECT: Final = 1
 REQUEUE: Final = 2
+
+# A ``Consume``'s argument (true) that makes the leader's consumer a browser: it is sent
+# copies of what the queue holds and of what arrives, nothing is taken, and its deliveries
+# need no settlement (AMQP 0-10's not-acquired subscriptions on another node). In the
+# arguments rather than a new operation, so that a leader that predates it still reads the
+# ``Consume``: it then consumes, unsettled (the dialer asks for that), and what it delivers
+# stays unacknowledged until the link goes, when it is requeued: nothing is taken for good.
+BROWSE: Final = "x-leveret-browse"
+# A browser's delivery id: this flag and the message's position in the leader's queue
+# (what ``Acquire`` names), never a delivery to settle (a leader's ids are a count from 1).
+BROWSED: Final = 1 << 62
 
 
 class LinkError(AMQPError):
@@ -451,6 +465,19 @@ class Drain:
 
 
 @dataclass(slots=True)
+class Acquire:
+    """Take the message a browser was sent (its delivery id's ``position`` in the queue,
+    ``BROWSED`` cleared) unsettled, if it is still ready (AMQP 0-10's message.acquire of a
+    browsed message on another node): answered as a get is (``Got``, ``Empty``,
+    ``Failed``)."""
+
+    rid: int
+    vhost: str
+    queue: str
+    position: int
+
+
+@dataclass(slots=True)
 class Drained:
     """The answer to :class:`Drain`: the leader delivered what it held for it (those
     deliveries came before this) and the consumer has no credit left there."""
@@ -489,6 +516,7 @@ Op = (
     | Stats
     | Drain
     | Drained
+    | Acquire
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -719,6 +747,8 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 8, _U32.pack(op.cid)
     if isinstance(op, Cancelled):
         return 9, _U32.pack(op.cid) + _U16.pack(op.code) + _s(op.text)
+    if isinstance(op, Acquire):
+        return 32, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue) + _U64.pack(op.position)
     if isinstance(op, Get):
         return 12, _U32.pack(op.rid) + _s(op.vhost) + _s(op.queue) + _U8.pack(op.auto_settle)
     if isinstance(op, Got):
@@ -955,6 +985,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Drain(c.u32(), c.u32(), c.u64())
     elif code == 31:
         op = Drained(c.u32())
+    elif code == 32:
+        op = Acquire(c.u32(), c.s(), c.s(), c.u64())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()

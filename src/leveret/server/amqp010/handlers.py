@@ -176,9 +176,19 @@ def message_release(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
 def message_acquire(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     command = ev.command
     assert isinstance(command, c.MessageAcquire)
-    ids = ssn.acquire(command.transfers or SequenceSet())
-    conn.result(ev, Acquired(transfers=SequenceSet.of(*ids)))
-    return True
+    pending = ssn.acquire(command.transfers or SequenceSet())
+    if pending.done:
+        conn.result(ev, Acquired(transfers=SequenceSet.of(*pending.result())))
+        return True
+
+    # Of a queue led by another node: answered once its leader took (or refused) them.
+    def acquired(done: Completion[list[int]]) -> None:
+        if not ssn.closed:
+            conn.result(ev, Acquired(transfers=SequenceSet.of(*done.result())))
+            conn.complete(ev.channel, ev.command_id)
+
+    conn.defer(pending, acquired)
+    return False
 
 
 def message_resume(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from leveret.convert.amqp010 import delivery_parts
 from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
+from leveret.model.completion import Completion
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
@@ -52,7 +53,6 @@ from leveret.protocol.amqp010._generated.commands import MessageTransfer
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from leveret.model.completion import Completion
     from leveret.model.dtx import Branch, Coordinator
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
@@ -179,6 +179,7 @@ class SubscriptionConsumer(Consumer):
         auto_settle: bool,
         exclusive: bool,
         arguments: dict[str, object],
+        browses: bool = False,
     ) -> None:
         super().__init__(
             subscription.destination,
@@ -188,6 +189,7 @@ class SubscriptionConsumer(Consumer):
             exclusive=exclusive,
             credit=0,
             arguments=arguments,
+            browses=browses,
         )
         self.subscription = subscription
 
@@ -288,6 +290,12 @@ class Session(ConsumerOwner):
 
     def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         sub = self._by_consumer[consumer]
+        if consumer.browses:
+            # A copy from the leader of a queue led by another node (``subscribe``).
+            if not (sub.no_local and _is_local(sub.queue, entry.message)):
+                consumer.credit -= 1
+                self.browsed[self._send(sub, entry, acquired=False)] = (sub, entry)
+            return
         if sub.no_local and _is_local(sub.queue, entry.message):
             if not consumer.auto_settle:
                 sub.queue.settle(entry)
@@ -400,14 +408,18 @@ class Session(ConsumerOwner):
             explicit_accept=accept_mode == _ACCEPT_EXPLICIT,
             acquire=acquire_mode != _NOT_ACQUIRED,
         )
-        if sub.acquire:
+        if sub.acquire or queue.forwards:
+            # A browser of a queue led by another node is a browsing consumer: its leader
+            # sends it copies through the link (``codec.BROWSE``). Unsettled, so that a
+            # leader that predates browsing holds what it sends rather than taking it.
             consumer = SubscriptionConsumer(
                 sub,
                 queue,
                 self,
-                auto_settle=not sub.explicit_accept,
+                auto_settle=sub.acquire and not sub.explicit_accept,
                 exclusive=exclusive,
                 arguments=arguments,
+                browses=not sub.acquire,
             )
             queue.add_consumer(consumer)
             sub.consumer = consumer
@@ -434,7 +446,7 @@ class Session(ConsumerOwner):
         if consumer is not None:
             self._by_consumer.pop(consumer, None)
             queue = sub.queue
-            if queue.auto_delete and queue.consumers == [consumer]:
+            if queue.auto_delete and queue.consumers == [consumer] and not consumer.browses:
                 # The last subscriber: the queue goes, what it holds to its alternate.
                 delete_rerouting(self.vhost, queue, lambda: queue.remove_consumer(consumer))
             else:
@@ -535,17 +547,47 @@ class Session(ConsumerOwner):
             del self.browsed[command_id]
         settle.release(deliveries, redelivered=redelivered)
 
-    def acquire(self, transfers: SequenceSet) -> list[int]:
-        """Acquire browsed transfers that are still available; returns their ids."""
-        acquired = []
+    def acquire(self, transfers: SequenceSet) -> Completion[list[int]]:
+        """Acquire browsed transfers that are still available: done with their ids, at
+        once unless one is of a queue led by another node (its leader is asked:
+        ``Queue.claim``)."""
+        claims: list[tuple[int, Subscription, Completion[QueuedMessage | None]]] = []
         for command_id in _select(self.browsed, transfers):
             sub, browsed = self.browsed.pop(command_id)
             queue = sub.queue
-            entry = None if queue.deleted else queue.acquire(browsed)
+            if not queue.deleted:
+                claims.append((command_id, sub, queue.claim(browsed)))
+        done: Completion[list[int]] = Completion()
+        waiting = [claim for _, _, claim in claims if not claim.done]
+        if not waiting:
+            done.resolve(self._acquired(claims))
+            return done
+        left = [len(waiting)]
+
+        def answered(_claim: Completion[QueuedMessage | None]) -> None:
+            left[0] -= 1
+            if not left[0]:
+                done.resolve(self._acquired(claims))
+
+        for claim in waiting:
+            claim.on_done(answered)
+        return done
+
+    def _acquired(
+        self, claims: list[tuple[int, Subscription, Completion[QueuedMessage | None]]]
+    ) -> list[int]:
+        """The transfers ``claims`` took, now unsettled (or accepted, in accept-mode
+        none); released at once if the session ended meanwhile."""
+        acquired = []
+        for command_id, sub, claim in claims:
+            entry = claim.result() if claim.error is None else None
             if entry is None:
                 continue
+            delivery = Delivery(entry, sub.queue, None)
+            if self.closed:
+                settle.release([delivery])
+                continue
             acquired.append(command_id)
-            delivery = Delivery(entry, queue, None)
             if sub.explicit_accept:
                 self.unsettled[command_id] = delivery
             else:

@@ -35,7 +35,7 @@ from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
 from leveret.errors import AMQPError
 from leveret.model.confirms import Confirms
-from leveret.model.consumer import CallbackOwner, Consumer, Source
+from leveret.model.consumer import Browser, CallbackOwner, Consumer, Source
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
@@ -80,6 +80,8 @@ _PUBLISHES: Final = (c.Publish, c.Also)
 # every second while the configurations differ), and when the last was written.
 TLS_REFUSAL_QUIET: Final = 60.0
 _tls_refused_at: list[float] = []
+# Entries a browsing consumer reads from its queue at a time (0-10's ``BROWSE_BATCH``).
+BROWSE_BATCH: Final = 256
 
 
 @dataclass
@@ -109,6 +111,42 @@ class LinkIdentity:
     on_peer: Callable[[str, bool], None] | None = None
     # Where a replicated queue's leader's ``Append`` goes (``cluster/replication.py``).
     replicas: ReplicaSink | None = None
+
+
+class _Browsing(Browser):
+    """A peer's browsing consumer (its ``Consume`` said ``codec.BROWSE``: an AMQP 0-10
+    not-acquired subscription on its node): one of the queue's ``browsers``, woken when
+    messages become ready; it sends copies of the ready entries it has not seen, within
+    its consumer's credit, as deliveries that need no settlement (its consumer settles
+    automatically), each named by its position in the queue (``codec.BROWSED``) for the
+    peer's ``Acquire``. Nothing is taken: the messages stay for the queue's consumers."""
+
+    def __init__(self, front: LinkFrontEnd, queue: Queue, consumer: Consumer) -> None:
+        self.front = front
+        self.queue = queue
+        self.consumer = consumer
+        # The sequence number of the last entry sent; ``browse`` is not re-entered.
+        self.upto = 0
+        self.busy = False
+
+    def browse(self) -> None:
+        if self.busy:
+            return
+        self.busy = True
+        try:
+            queue, consumer = self.queue, self.consumer
+            while not queue.deleted and consumer.credit > 0:
+                batch = queue.browse_after(self.upto, min(consumer.credit, BROWSE_BATCH))
+                if not batch:
+                    return
+                for entry in batch:
+                    # Its credit, and the link's output (``writable_changed``).
+                    if not consumer.can_take(entry.message):
+                        return
+                    self.upto = entry.seq
+                    self.front._copy(consumer, entry)
+        finally:
+            self.busy = False
 
 
 class ReplicaSink(Protocol):
@@ -148,6 +186,8 @@ class LinkFrontEnd:
         self.consumers: dict[int, Consumer] = {}
         self.ids: dict[Consumer, int] = {}
         self.sent: dict[int, int] = {}
+        # The peer's browsing consumers (in their queues' ``browsers``, not consumers).
+        self.browsing: dict[Consumer, _Browsing] = {}
         # Deliveries the peer has not settled: id -> (queue, entry).
         self.unsettled: dict[int, tuple[Source, QueuedMessage]] = {}
         self.next_did = 1
@@ -290,6 +330,8 @@ class LinkFrontEnd:
         if writable:
             for queue in {consumer.queue for consumer in self.consumers.values()}:
                 queue.dispatch()
+            for browser in list(self.browsing.values()):
+                browser.browse()
 
     def hold_input(self, channel: int | None) -> bool:
         return False
@@ -310,7 +352,7 @@ class LinkFrontEnd:
         self.confirms.closed = True
         self.paced.clear()
         for consumer in list(self.consumers.values()):
-            consumer.queue.remove_consumer(consumer)
+            self._stop(consumer)
         self.consumers.clear()
         self.ids.clear()
         by_queue: dict[Source, list[QueuedMessage]] = {}
@@ -435,6 +477,8 @@ class LinkFrontEnd:
                 )
         elif isinstance(op, c.Drain):
             self._drain(op)
+        elif isinstance(op, c.Acquire):
+            self._acquire(op)
         elif isinstance(op, c.Append):
             if self.identity.replicas is not None:
                 self.identity.replicas.append(self, op)
@@ -536,11 +580,14 @@ class LinkFrontEnd:
         if op.cid in self.consumers:
             self._refuse(f"consumer {op.cid} reused")
             return
+        browses = op.arguments.get(c.BROWSE) is True
         try:
+            if browses:
+                queue.browse_after(0, 0)  # a type that cannot be browsed refuses here
             consumer = queue.consumer(
                 f"link:{self.peer.node if self.peer else '?'}:{op.cid}",
                 self.owner,
-                auto_settle=op.auto_settle,
+                auto_settle=op.auto_settle or browses,
                 exclusive=op.exclusive,
                 credit=op.credit,
                 priority=op.priority,
@@ -558,6 +605,12 @@ class LinkFrontEnd:
         self.ids[consumer] = op.cid
         self.sent[op.cid] = 0
         self._write(c.ConsumeOk(op.cid))
+        if browses:
+            # A browser, as one node's: in the queue's browsers, not its consumers.
+            browser = self.browsing[consumer] = _Browsing(self, queue, consumer)
+            queue.browsers.append(browser)
+            browser.browse()
+            return
         try:
             queue.add_consumer(consumer)
         except AMQPError as exc:
@@ -571,6 +624,14 @@ class LinkFrontEnd:
             self.sent.pop(cid, None)
         return consumer
 
+    def _stop(self, consumer: Consumer) -> None:
+        """``consumer`` (forgotten) leaves its queue: as a consumer, or as a browser."""
+        browser = self.browsing.pop(consumer, None)
+        if browser is None:
+            consumer.queue.remove_consumer(consumer)
+        elif browser in browser.queue.browsers:
+            browser.queue.browsers.remove(browser)
+
     def _credit(self, op: c.Credit) -> None:
         self._grant(op.cid, op.credit, op.received)
 
@@ -581,7 +642,11 @@ class LinkFrontEnd:
         consumer = self.consumers.get(cid)
         if consumer is not None:
             consumer.credit = max(0, received + credit - self.sent[cid])
-            consumer.queue.dispatch()
+            browser = self.browsing.get(consumer) if self.browsing else None
+            if browser is not None:
+                browser.browse()
+            else:
+                consumer.queue.dispatch()
         return consumer
 
     def _drain(self, op: c.Drain) -> None:
@@ -597,7 +662,7 @@ class LinkFrontEnd:
     def _cancel(self, op: c.Cancel) -> None:
         consumer = self._forget(op.cid)
         if consumer is not None:
-            consumer.queue.remove_consumer(consumer)
+            self._stop(consumer)
 
     def _deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
         cid = self.ids[consumer]
@@ -616,6 +681,61 @@ class LinkFrontEnd:
                 cid,
                 did,
                 entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                message.format,
+                message.raw_properties,
+                message.body,
+            )
+        )
+
+    def _copy(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        """A browser's delivery: a copy of ``entry``, which stays in the queue, named by
+        its position there (``codec.BROWSED``) rather than a delivery id to settle."""
+        consumer.credit -= 1
+        self.sent[self.ids[consumer]] += 1
+        message = entry.message
+        self.output.add(
+            c.deliver_frame(
+                self.ids[consumer],
+                c.BROWSED | entry.seq,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                message.format,
+                message.raw_properties,
+                message.body,
+            )
+        )
+
+    def _acquire(self, op: c.Acquire) -> None:
+        """The peer's browser takes a message it was sent, if it is still ready: unsettled,
+        answered as a get (one node's message.acquire of a browsed message)."""
+        queue = self._queue(op.vhost, op.queue)
+        if queue is None:
+            self._write(c.Failed(op.rid, 404, f"no queue '{op.queue}' in vhost '{op.vhost}'"))
+            return
+        try:
+            # The entry itself (a priority level finds it by identity), or a paged copy.
+            found = queue.browse_after(op.position - 1, 1)
+            entry = queue.acquire(found[0]) if found and found[0].seq == op.position else None
+        except AMQPError as exc:
+            self._write(c.Failed(op.rid, exc.reply_code, exc.reply_text))
+            return
+        remaining = min(queue.message_count, 0xFFFFFFFF)
+        if entry is None:
+            self._write(c.Empty(op.rid, remaining))
+            return
+        did = self.next_did
+        self.next_did = did + 1
+        self.unsettled[did] = (queue, entry)
+        message = entry.message
+        self._write(
+            c.Got(
+                op.rid,
+                did,
+                entry.redelivered,
+                remaining,
                 message.exchange,
                 message.routing_key,
                 message.format,

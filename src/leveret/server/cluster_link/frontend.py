@@ -722,27 +722,7 @@ class LinkFrontEnd:
         except AMQPError as exc:
             self._write(c.Failed(op.rid, exc.reply_code, exc.reply_text))
             return
-        remaining = min(queue.message_count, 0xFFFFFFFF)
-        if entry is None:
-            self._write(c.Empty(op.rid, remaining))
-            return
-        did = self.next_did
-        self.next_did = did + 1
-        self.unsettled[did] = (queue, entry)
-        message = entry.message
-        self._write(
-            c.Got(
-                op.rid,
-                did,
-                entry.redelivered,
-                remaining,
-                message.exchange,
-                message.routing_key,
-                message.format,
-                message.raw_properties,
-                message.body,
-            )
-        )
+        self._got(op.rid, queue, entry, settled=False)
 
     def _removed(self, consumer: Consumer) -> None:
         """The queue went: the peer's consumer is over."""
@@ -780,21 +760,27 @@ class LinkFrontEnd:
         except AMQPError as exc:
             self._write(c.Failed(op.rid, exc.reply_code, exc.reply_text))
             return
+        self._got(op.rid, queue, entry, settled=op.auto_settle)
+
+    def _got(self, rid: int, queue: Queue, entry: QueuedMessage | None, *, settled: bool) -> None:
+        """Answer a get (or a browser's acquire): ``Empty``, or ``Got`` with the message,
+        which the peer settles later unless it was ``settled`` when taken."""
+        remaining = min(queue.message_count, 0xFFFFFFFF)
         if entry is None:
-            self._write(c.Empty(op.rid, min(queue.message_count, 0xFFFFFFFF)))
+            self._write(c.Empty(rid, remaining))
             return
         did = 0
-        if not op.auto_settle:
+        if not settled:
             did = self.next_did
             self.next_did = did + 1
             self.unsettled[did] = (queue, entry)
         message = entry.message
         self._write(
             c.Got(
-                op.rid,
+                rid,
                 did,
                 entry.redelivered,
-                min(queue.message_count, 0xFFFFFFFF),
+                remaining,
                 message.exchange,
                 message.routing_key,
                 message.format,

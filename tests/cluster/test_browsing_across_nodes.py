@@ -3,15 +3,19 @@ node, through real clients connected to the node that does not lead it: the subs
 is sent, as not-acquired transfers, what the leader holds and then what arrives there, and
 the messages stay on the leader for its consumers (before, the subscription failed at its
 first credit: the proxy holds none of them). An acquire of a browsed message through that
-node takes it on the leader if it is still there, as one node does."""
+node takes it on the leader if it is still there, as one node does. An AMQP 1.0 receiver
+with ``distribution-mode: copy`` through that node browses the same way."""
 
 from __future__ import annotations
 
 import base64
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from proton import Terminus
+from proton.reactor import Copy
+from proton.utils import BlockingConnection as ProtonConnection
 from tools.qpid import ensure
 
 from leveret.protocol.amqp010._generated.commands import (
@@ -131,3 +135,59 @@ def test_qpid_messaging_browsers_through_another_node_take_nothing(
         assert [base64.b64decode(body) for body in seen["bodies"]] == bodies
     fetched = py2.run_json(QPID_CLIENT, "127.0.0.1", port, "fetch", queue)["bodies"]
     assert [base64.b64decode(body) for body in fetched] == bodies
+
+
+def test_an_amqp10_copy_receiver_through_another_node_browses_the_leaders_queue(
+    two: tuple[Node, Node],
+) -> None:
+    """A proton receiver on a with ``Copy()``, the queue led by b: the attach answers
+    ``copy``; it gets the three messages b holds, then a fourth published on b, and
+    accepts them; b still holds four. A second copy receiver drains them (two, then the
+    other two and its credit given back, then nothing), rejecting and releasing; b still
+    holds four, which a 0-9-1 consumer through a then gets. Before, the first receiver
+    took all four from b."""
+    a, b = two
+    queue = f"browse-copy-{uuid.uuid4().hex[:8]}"
+    declare_on(b, queue, a)
+    publish_confirmed(b, queue, [b"c0", b"c1", b"c2"])
+    conn = ProtonConnection(f"amqp://guest:guest@127.0.0.1:{a.broker.port}", timeout=10)
+    try:
+        first = conn.create_receiver(f"/queues/{queue}", credit=10, options=Copy(), name="one")
+        assert first.link.remote_source.distribution_mode == Terminus.DIST_MODE_COPY
+        assert _bodies([first.receive(timeout=5) for _ in range(3)]) == [b"c0", b"c1", b"c2"]
+        publish_confirmed(b, queue, [b"c3"])
+        assert _bodies([first.receive(timeout=5)]) == [b"c3"]
+        for _ in range(4):
+            first.accept()
+        assert b_count(b, queue) == 4
+        second = conn.create_receiver(f"/queues/{queue}", credit=0, options=Copy(), name="two")
+        fetcher = second.fetcher
+        assert fetcher is not None
+        link = second.link
+
+        def drain(credit: int, expected: int) -> list[bytes]:
+            link.drain(credit)
+            conn.wait(lambda: not link.draining(), timeout=10, msg="the drain")
+            conn.wait(lambda: fetcher.has_message >= expected, timeout=2, msg="drained")
+            assert link.credit == 0
+            got = []
+            while fetcher.has_message:
+                got.append(fetcher.pop())
+                if len(got) % 2:
+                    second.reject()
+                else:
+                    second.release(delivered=False)
+            return _bodies(got)
+
+        assert drain(2, 2) == [b"c0", b"c1"]
+        assert drain(10, 2) == [b"c2", b"c3"]
+        assert drain(3, 0) == []
+        assert b_count(b, queue) == 4
+    finally:
+        conn.close()
+    assert [body for _props, body in get_all(a, queue)] == [b"c0", b"c1", b"c2", b"c3"]
+
+
+def _bodies(messages: list[Any]) -> list[bytes]:
+    # Read while the messages are alive: proton's body is a view of memory they own.
+    return [bytes(m.body) for m in messages]

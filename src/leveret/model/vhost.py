@@ -496,7 +496,8 @@ class VirtualHost:
         return messages
 
     def remove_queue(self, queue: Queue) -> None:
-        """Delete ``queue`` and its bindings; its consumers' owners are told."""
+        """Delete ``queue`` and its bindings; its consumers' owners are told, its browsers
+        woken."""
         if self.queues.get(queue.name) is queue:
             del self.queues[queue.name]
         elif self.remote_queues.get(queue.name) is queue:
@@ -514,6 +515,9 @@ class VirtualHost:
         queue.consumers.clear()
         for consumer in consumers:
             consumer.owner.consumer_removed(consumer)
+        if queue.browsers:
+            # They see ``deleted`` (a 1.0 copy link detaches, as its consumers' links do).
+            queue.wake_browsers()
         if self.on_queue_removed is not None:
             self.on_queue_removed(queue)
 

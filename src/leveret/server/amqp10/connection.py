@@ -57,7 +57,7 @@ from leveret.protocol.amqp10 import (
 from leveret.protocol.amqp10.errors import LocalProtocolError
 from leveret.server.amqp10.coordinator import CoordinatorLink
 from leveret.server.amqp10.errors import error_for
-from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink
+from leveret.server.amqp10.links import CopyLink, IncomingLink, OutgoingLink, SelectorLink
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session import Session
 from leveret.server.amqp10.session_core import ConnectionCore
@@ -240,7 +240,7 @@ class AMQP10Connection(ConnectionCore):
                 event = cast("CreditGranted", event)
                 session = self.sessions.get(event.channel)
                 link = None if session is None else session.links.get(event.handle)
-                if isinstance(link, (OutgoingLink, SelectorLink, ManagementNode)):
+                if isinstance(link, (OutgoingLink, SelectorLink, CopyLink, ManagementNode)):
                     link.credit_granted(event)
             elif kind is LinkAttachRequested:
                 event = cast("LinkAttachRequested", event)

@@ -12,6 +12,14 @@
   released (back to its place, as redelivered), or modified (``settle.modify``: its ``x-``
   message annotations merged into the queue's copy, a failed delivery counted in
   ``delivery-count``, released, or rejected when ``undeliverable-here``, as RabbitMQ 4).
+- Copies: a source with ``distribution-mode: copy`` (spec 3.5.3: the messages stay
+  available to other links) browses its queue (:class:`CopyLink`, one of the queue's
+  ``browsers``; of a queue led by another node, an ``OutgoingLink`` whose consumer
+  ``browses``, the leader browsing for it): copies of what the queue holds ready, then of
+  what arrives, within the link's credit. A copy takes nothing, so no outcome of it
+  changes the queue: ``accepted``, ``released``, ``rejected`` and ``modified`` are all
+  taken (answered, as settled) and do nothing (:data:`COPIES`, where a copy's delivery
+  settles); a copy is never redelivered by a release, nor dead-lettered by a reject.
 - Incoming: every message is published through the core with confirms, so an unsettled
   transfer is settled (``accepted``) once the store has what it routed, ``released`` when
   no queue took it (RabbitMQ 4's answer to an unroutable message), ``rejected`` with the
@@ -37,7 +45,8 @@ from leveret.convert.amqp10 import (
 from leveret.convert.amqp10_amqp091 import payload_from_amqp091
 from leveret.errors import AMQPError, NotFound, PreconditionFailed
 from leveret.model import settle
-from leveret.model.consumer import Browser, Consumer, ConsumerOwner
+from leveret.model.consumer import Browser, Consumer, ConsumerOwner, Source
+from leveret.model.dead_letter import REJECTED
 from leveret.model.message import HINT_USER_ID
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
@@ -56,7 +65,7 @@ from leveret.server.amqp10.errors import error_for
 from leveret.server.amqp10.selector import message_lookup
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
@@ -70,11 +79,49 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.amqp10")
 
-__all__ = ["IncomingLink", "OutgoingLink", "SelectorLink"]
+__all__ = ["COPIES", "CopyLink", "IncomingLink", "OutgoingLink", "SelectorLink"]
 
 _ACCEPTED: Final = Accepted()
 _RELEASED: Final = Released()
 _new_tuple: Final = tuple.__new__
+# Entries a copy link reads from its queue at a time (0-10's ``BROWSE_BATCH``).
+BROWSE_BATCH: Final = 256
+
+
+class _Copies(Source):
+    """Where the delivery of a copy settles (``Delivery.queue``): its message was never
+    taken from its queue, so whatever the peer's outcome says (accepted, released,
+    rejected, modified, in a transaction or not, or the session ending with it
+    unsettled) there is nothing to give back, remove or dead-letter."""
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.vhost_name = ""
+        self.deleted = False
+
+    def settle(self, entry: QueuedMessage) -> None:
+        return None
+
+    def discard(self, entry: QueuedMessage, reason: str = REJECTED) -> None:
+        return None
+
+    def requeue(self, entries: Iterable[QueuedMessage], redelivered: bool = True) -> None:
+        return None
+
+    def amend(
+        self, entry: QueuedMessage, headers: Mapping[str, object] | None, failed: bool
+    ) -> None:
+        return None
+
+
+COPIES: Final = _Copies()
+
+
+def _payload(entry: QueuedMessage) -> bytes:
+    message = entry.message
+    if message.format == FORMAT:
+        return payload_for_amqp10(message, entry.redelivered, entry.deliveries)
+    return payload_from_amqp091(message, entry.redelivered, entry.deliveries)
 
 
 class OutgoingLink(ConsumerOwner):
@@ -90,6 +137,7 @@ class OutgoingLink(ConsumerOwner):
         settled: bool,
         temporary: bool = False,
         arguments: Mapping[str, object] | None = None,
+        browses: bool = False,
     ) -> None:
         self.session = session
         self.handle = handle
@@ -107,6 +155,14 @@ class OutgoingLink(ConsumerOwner):
         # Flows granted so far: a drain answered later (a queue led by another node) is
         # completed only if no flow came since.
         self.flows = 0
+        if browses:
+            # A copy link of a queue led by another node: the leader browses for this
+            # consumer (``Consumer.browses``). Unsettled, so that a leader that predates
+            # browsing holds what it sends rather than taking it (as 0-10's browser).
+            self.consumer = Consumer(
+                name, queue, self, auto_settle=False, exclusive=False, credit=0, browses=True
+            )
+            return
         # ``arguments``: what the queue's type reads (a stream: where the link starts).
         self.consumer = queue.consumer(
             name, self, auto_settle=settled, credit=0, arguments=arguments
@@ -137,6 +193,13 @@ class OutgoingLink(ConsumerOwner):
             payload = payload_from_amqp091(message, redelivered, entry.deliveries)
         consumer.credit -= 1
         delivery_id = session.send(self.handle, payload, self.settled)
+        if consumer.browses:
+            # A copy from the leader: its settlement changes nothing (``COPIES``).
+            if not self.settled:
+                session.unsettled[delivery_id] = _new_tuple(
+                    Delivery, (entry, COPIES, None, session.timers.now)
+                )
+            return
         if not self.settled:
             consumer.unsettled += 1
             session.unsettled[delivery_id] = _new_tuple(
@@ -311,6 +374,119 @@ class SelectorLink(Browser):
         self.closed = True
         if self in self.queue.browsers:
             self.queue.browsers.remove(self)
+
+
+class CopyLink(Browser):
+    """A link the broker sends on whose source says ``distribution-mode: copy``: a browser
+    of its queue (``Queue.browsers``, woken when messages become ready), not a consumer.
+    While it has credit it sends copies of the ready messages it has not seen, oldest
+    first (``Queue.browse_after``: a paged tail too), then of what arrives; those that a
+    selector (``apache.org:selector-filter:string``, a JMS ``QueueBrowser``'s) does not
+    match are skipped. Nothing is taken: the messages stay for the queue's consumers, and a
+    copy's outcome does nothing (``COPIES``). A drain sends what the queue holds up to the
+    credit, then gives up the rest. A message handed to a consumer as it arrives is never
+    ready, so a copy link does not see it (as a 0-10 browser)."""
+
+    def __init__(
+        self,
+        session: SessionCore,
+        handle: int,
+        name: str,
+        queue: Queue,
+        *,
+        settled: bool,
+        selector: Selector | None = None,
+        temporary: bool = False,
+    ) -> None:
+        self.session = session
+        self.handle = handle
+        self.name = name
+        self.queue = queue
+        self.settled = settled
+        self.selector = selector
+        # A dynamic node of this link's own: deleted with it (as ``OutgoingLink``'s).
+        self.temporary = temporary
+        self.credit = 0
+        # The sequence number of the last ready entry it looked at.
+        self.upto = 0
+        self.closed = False
+        self.browsing = False
+        self.wire: WireLink | None = None  # as OutgoingLink's
+
+    def start(self) -> None:
+        self.queue.browsers.append(self)
+        self.browse()
+
+    def browse(self) -> None:
+        if self.browsing or self.closed:
+            return
+        if self.queue.deleted:
+            # Woken by the deletion (``VirtualHost.remove_queue``): RabbitMQ 4's detach.
+            self.session.link_lost(
+                self,
+                Error(
+                    condition="amqp:resource-deleted",
+                    description=f"queue '{self.queue.name}' was deleted",
+                ),
+            )
+            return
+        self.browsing = True
+        try:
+            self._browse()
+        finally:
+            self.browsing = False
+
+    def _sending(self) -> bool:
+        wire = self.wire
+        return (
+            self.credit > 0
+            and wire is not None
+            and wire.sending
+            and wire.credit > 0
+            and self.session.writable
+            and not self.closed
+        )
+
+    def _browse(self) -> None:
+        queue = self.queue
+        matches = None if self.selector is None else self.selector.matches
+        while self._sending():
+            batch = queue.browse_after(self.upto, min(self.credit, BROWSE_BATCH))
+            if not batch:
+                return
+            for entry in batch:
+                if not self._sending():
+                    return
+                self.upto = entry.seq
+                if matches is None or matches(message_lookup(entry.message)):
+                    self._send(entry)
+
+    def _send(self, entry: QueuedMessage) -> None:
+        session = self.session
+        self.credit -= 1
+        delivery_id = session.send(self.handle, _payload(entry), self.settled)
+        if not self.settled:
+            session.unsettled[delivery_id] = _new_tuple(
+                Delivery, (entry, COPIES, None, session.timers.now)
+            )
+
+    def credit_granted(self, event: CreditGranted) -> None:
+        self.credit = event.credit
+        self.browse()
+        if event.drain:
+            if self.credit > 0 and not self.closed:
+                self.session.drained(self.handle)
+            self.credit = 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        queue = self.queue
+        if self in queue.browsers:
+            queue.browsers.remove(self)
+        if self.temporary and not queue.deleted:
+            self.session.delete_queue(queue)
 
 
 class IncomingLink:

@@ -43,7 +43,13 @@ from leveret.server.amqp10 import selector
 from leveret.server.amqp10.address import AddressError, parse_source, parse_target, queue_address
 from leveret.server.amqp10.coordinator import CoordinatorLink
 from leveret.server.amqp10.errors import error_for
-from leveret.server.amqp10.links import IncomingLink, OutgoingLink, SelectorLink, outcome
+from leveret.server.amqp10.links import (
+    CopyLink,
+    IncomingLink,
+    OutgoingLink,
+    SelectorLink,
+    outcome,
+)
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session_core import SessionCore
 from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS
@@ -67,6 +73,8 @@ INCOMING_CREDIT = 2048
 STREAM_FILTER = "rabbitmq:stream-offset-spec"
 # The selector filter's descriptor as a symbol, and as the ulong Qpid's registry gives it.
 SELECTOR_CODE = 0x0000468C00000004
+# A source's distribution mode that leaves the messages for other links (spec 3.5.3).
+COPY = "copy"
 
 
 class Session(SessionCore):
@@ -161,6 +169,10 @@ class Session(SessionCore):
         if source is None:
             raise AddressError("a receiving link needs a source")
         settled = event.snd_settle_mode == SenderSettleMode.SETTLED
+        # Spec 3.5.3: the messages stay available to other links; it browses a queue
+        # (``_browse``). A v1 exchange source's own queue is consumed: every such link
+        # gets its own copy of what the exchange routes, which is a copy already.
+        copy = source.distribution_mode == COPY
         vhost, owner = self.vhost, self.client
         answer: Source | None = None
         temporary = False
@@ -203,6 +215,7 @@ class Session(SessionCore):
                         return
                 vhost.bind_queue(queue.name, where.exchange, key, {}, owner=owner)
                 temporary = True
+                copy = False
             else:
                 assert where.queue is not None
                 if where.declare and self._declare_v1(event, where.queue, source.durable):
@@ -213,6 +226,9 @@ class Session(SessionCore):
         if queue.type.offsets:
             # Where the link starts: RabbitMQ's stream filter, as the queue's type reads it.
             arguments = {OFFSET_HEADER: _offset_spec(source.filter)}
+            # Its readers take nothing (the log stays for every reader): its consumer is
+            # a copy link already, and the answer's ``copy`` is true.
+            copy = False
         if not queue.type.auto_settle:
             settled = False  # a stream's deliveries are unsettled (they only return credit)
         found = _selector(source.filter)
@@ -220,31 +236,30 @@ class Session(SessionCore):
         # where a browser can take from the middle of the queue (not a stream, nor
         # priority levels).
         applied = dict(source.filter or {})
+        chosen: selector.Selector | None = None
         if found is not None:
             filter_key, text = found
             if temporary or not selectable(queue):
                 del applied[filter_key]
+                source = dataclasses.replace(source, filter=applied or None)
             else:
                 try:
                     chosen = selector.parse(text)
                 except selector.SelectorError as exc:
                     raise AddressError(f"invalid selector: {exc}") from None
-                machine.accept_link(
-                    self.channel,
-                    event.handle,
-                    source=dataclasses.replace(source, filter=applied),
-                    snd_settle_mode=(
-                        SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED
-                    ),
-                )
-                chooser = SelectorLink(
-                    self, event.handle, event.name, queue, settled=settled, selector=chosen
-                )
-                chooser.wire = machine.link(self.channel, event.handle)
-                self.links[event.handle] = chooser
-                chooser.start()
-                return
-            source = dataclasses.replace(source, filter=applied or None)
+        opened = answer if answer is not None else source
+        if copy and not queue.forwards:
+            self._browse(event, queue, opened, settled, chosen, temporary)
+            return
+        if chosen is not None and selectable(queue):  # (chosen only where selectable)
+            self._accept(event, opened, settled)
+            chooser = SelectorLink(
+                self, event.handle, event.name, queue, settled=settled, selector=chosen
+            )
+            chooser.wire = machine.link(self.channel, event.handle)
+            self.links[event.handle] = chooser
+            chooser.start()
+            return
         link = OutgoingLink(
             self,
             event.handle,
@@ -253,8 +268,8 @@ class Session(SessionCore):
             settled=settled,
             temporary=temporary,
             arguments=arguments,
+            browses=copy,
         )
-        opened = answer if answer is not None else source
         # Consuming starts before the attach is answered (with no credit, nothing goes out
         # yet): a refusal (a queue in exclusive use) refuses the attach, where after it
         # the connection was closed for answering the attach twice.
@@ -269,17 +284,47 @@ class Session(SessionCore):
             return
         self._open(event, link, opened, settled)
 
-    def _open(
-        self, event: LinkAttachRequested, link: OutgoingLink, source: Source, settled: bool
+    def _browse(
+        self,
+        event: LinkAttachRequested,
+        queue: Queue,
+        source: Source,
+        settled: bool,
+        chosen: selector.Selector | None,
+        temporary: bool,
     ) -> None:
-        machine = self.conn.machine
-        machine.accept_link(
+        """A copy link of a queue of this node (``CopyLink``). A type that cannot be
+        browsed refuses the attach (amqp:not-implemented) rather than answer ``copy`` and
+        take; a queue an exclusive consumer holds refuses it as for a 0-10 browser."""
+        queue.browse_after(0, 0)
+        queue.check_exclusive_use(False)
+        self._accept(event, source, settled)
+        link = CopyLink(
+            self,
+            event.handle,
+            event.name,
+            queue,
+            settled=settled,
+            selector=chosen,
+            temporary=temporary,
+        )
+        link.wire = self.conn.machine.link(self.channel, event.handle)
+        self.links[event.handle] = link
+        link.start()
+
+    def _accept(self, event: LinkAttachRequested, source: Source, settled: bool) -> None:
+        self.conn.machine.accept_link(
             self.channel,
             event.handle,
             source=source,
             snd_settle_mode=SenderSettleMode.SETTLED if settled else SenderSettleMode.UNSETTLED,
         )
-        link.wire = machine.link(self.channel, event.handle)
+
+    def _open(
+        self, event: LinkAttachRequested, link: OutgoingLink, source: Source, settled: bool
+    ) -> None:
+        self._accept(event, source, settled)
+        link.wire = self.conn.machine.link(self.channel, event.handle)
         self.links[event.handle] = link
 
     def _answered(
@@ -430,7 +475,7 @@ class Session(SessionCore):
             for link in list(self.links.values()):
                 if isinstance(link, OutgoingLink) and link.consumer.credit > 0:
                     link.queue.dispatch()
-                elif isinstance(link, SelectorLink):
+                elif isinstance(link, (SelectorLink, CopyLink)):
                     link.browse()
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 from proton import Delivery, Message, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container, Selector
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, LinkDetached
 
 if TYPE_CHECKING:
     from tests.integration.conftest import Broker
@@ -233,6 +233,23 @@ def test_selector_sees_later_and_released_messages_and_0_9_1_headers(
         c.close()
     with _pika(broker) as conn:
         assert conn.channel().queue_declare(name, passive=True).method.message_count == 2
+
+
+def test_a_selector_receiver_of_a_deleted_queue_is_detached(broker: Broker, name: str) -> None:
+    """The queue of a receiver with a selector is deleted: its link is detached with
+    amqp:resource-deleted, as a plain receiver's is (before, it stayed attached to
+    nothing, waiting for messages that could not come)."""
+    with _pika(broker) as conn:
+        conn.channel().queue_declare(name)
+    c = BlockingConnection(_url(broker), timeout=10)
+    try:
+        c.create_receiver(f"/queues/{name}", credit=10, options=Selector("size > 10"))
+        with _pika(broker) as conn:
+            conn.channel().queue_delete(name)
+        with pytest.raises(LinkDetached, match="amqp:resource-deleted"):
+            c.wait(lambda: False, timeout=5)
+    finally:
+        c.close()
 
 
 def test_invalid_selector_is_refused(broker: Broker, name: str) -> None:

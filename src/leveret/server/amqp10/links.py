@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from leveret.protocol.amqp10.session import Link as WireLink
     from leveret.protocol.amqp10.types import Value
     from leveret.server.amqp10.selector import Selector
-    from leveret.server.amqp10.session_core import SessionCore
+    from leveret.server.amqp10.session_core import AttachedLink, SessionCore
 
 log = logging.getLogger("leveret.amqp10")
 
@@ -122,6 +122,14 @@ def _payload(entry: QueuedMessage) -> bytes:
     if message.format == FORMAT:
         return payload_for_amqp10(message, entry.redelivered, entry.deliveries)
     return payload_from_amqp091(message, entry.redelivered, entry.deliveries)
+
+
+def _queue_deleted(session: SessionCore, link: AttachedLink, queue: Queue) -> None:
+    """Detach ``link`` because ``queue`` was deleted: amqp:resource-deleted (RabbitMQ 4)."""
+    session.link_lost(
+        link,
+        Error(condition="amqp:resource-deleted", description=f"queue '{queue.name}' was deleted"),
+    )
 
 
 class OutgoingLink(ConsumerOwner):
@@ -209,13 +217,7 @@ class OutgoingLink(ConsumerOwner):
     def consumer_removed(self, consumer: Consumer) -> None:
         """The queue was deleted: detach with amqp:resource-deleted (RabbitMQ 4)."""
         if not self.closed:
-            self.session.link_lost(
-                self,
-                Error(
-                    condition="amqp:resource-deleted",
-                    description=f"queue '{self.queue.name}' was deleted",
-                ),
-            )
+            _queue_deleted(self.session, self, self.queue)
 
     def consumer_deadline(self, consumer: Consumer, now: float) -> None:
         """1.0 consumers have no settlement deadline."""
@@ -302,6 +304,10 @@ class SelectorLink(Browser):
     def browse(self) -> None:
         if self.browsing or self.closed:
             return
+        if self.queue.deleted:
+            # Woken by the deletion (``VirtualHost.remove_queue``), as a ``CopyLink``.
+            _queue_deleted(self.session, self, self.queue)
+            return
         self.browsing = True
         try:
             self._browse()
@@ -346,13 +352,8 @@ class SelectorLink(Browser):
 
     def _send(self, entry: QueuedMessage) -> None:
         session = self.session
-        message = entry.message
-        if message.format == FORMAT:
-            payload = payload_for_amqp10(message, entry.redelivered, entry.deliveries)
-        else:
-            payload = payload_from_amqp091(message, entry.redelivered, entry.deliveries)
         self.credit -= 1
-        delivery_id = session.send(self.handle, payload, self.settled)
+        delivery_id = session.send(self.handle, _payload(entry), self.settled)
         if self.settled:
             self.queue.settle(entry)
         else:
@@ -422,13 +423,7 @@ class CopyLink(Browser):
             return
         if self.queue.deleted:
             # Woken by the deletion (``VirtualHost.remove_queue``): RabbitMQ 4's detach.
-            self.session.link_lost(
-                self,
-                Error(
-                    condition="amqp:resource-deleted",
-                    description=f"queue '{self.queue.name}' was deleted",
-                ),
-            )
+            _queue_deleted(self.session, self, self.queue)
             return
         self.browsing = True
         try:

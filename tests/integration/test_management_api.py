@@ -417,6 +417,50 @@ def test_connections_channels_consumers_and_close(mgmt: MgmtBroker) -> None:
             conn.close()
 
 
+def test_a_1_0_copy_receivers_unsettled_copies_are_not_unacked(mgmt: MgmtBroker) -> None:
+    """A 1.0 browser's (``distribution-mode: copy``) unsettled copies take nothing from the
+    queue: its session's channel counts them as no unacknowledged message, while a
+    consuming receiver's unsettled delivery counts (before, every copy counted)."""
+    from proton.reactor import Copy
+    from proton.utils import BlockingConnection
+
+    ch = _pika(mgmt).channel()
+    ch.queue_declare("copy-unacked")
+    for body in (b"1", b"2", b"3"):
+        ch.basic_publish("", "copy-unacked", body)
+    url = f"amqp://guest:guest@127.0.0.1:{mgmt.broker.port}"
+    c = BlockingConnection(url, timeout=10)
+    try:
+        browser = c.create_receiver(
+            "/queues/copy-unacked", credit=10, options=Copy(), name="browser"
+        )
+        for _ in range(3):
+            browser.receive(timeout=5)
+        taker = c.create_receiver("/queues/copy-unacked", credit=1, name="taker")
+        taker.receive(timeout=5)
+
+        def unacked() -> list[int]:
+            ours = [
+                quote(conn["name"], safe="")
+                for conn in _get(mgmt, "connections").json()
+                if conn["protocol"] == "AMQP 1-0"
+            ]
+            return [
+                channel["messages_unacknowledged"]
+                for name in ours
+                for channel in _get(mgmt, f"connections/{name}/channels").json()
+            ]
+
+        # Statistics are sampled: wait for the receivers' deliveries to be counted.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and unacked() != [1]:
+            time.sleep(0.2)
+        assert unacked() == [1]
+    finally:
+        c.close()
+        ch.connection.close()
+
+
 def test_counts_and_rates_follow_traffic(mgmt: MgmtBroker) -> None:
     conn = _pika(mgmt)
     try:

@@ -57,7 +57,7 @@ from leveret.protocol.amqp10 import (
 from leveret.protocol.amqp10.errors import LocalProtocolError
 from leveret.server.amqp10.coordinator import CoordinatorLink
 from leveret.server.amqp10.errors import error_for
-from leveret.server.amqp10.links import CopyLink, IncomingLink, OutgoingLink, SelectorLink
+from leveret.server.amqp10.links import COPIES, CopyLink, IncomingLink, OutgoingLink, SelectorLink
 from leveret.server.amqp10.management import ManagementNode
 from leveret.server.amqp10.session import Session
 from leveret.server.amqp10.session_core import ConnectionCore
@@ -449,7 +449,8 @@ class AMQP10Connection(ConnectionCore):
                     channel,
                     session,
                     consumers,
-                    unacked=len(session.unsettled),
+                    # A copy (``COPIES``) takes nothing from its queue: not unacked.
+                    unacked=sum(1 for d in session.unsettled.values() if d.queue is not COPIES),
                     transactional=transactional,
                     links=len(session.links),
                 )

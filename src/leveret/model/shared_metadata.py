@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from leveret.model.completion import Completion
+    from leveret.model.queues.base import Queue
 
 
 class SharedMetadata(Protocol):
@@ -69,6 +70,12 @@ class SharedMetadata(Protocol):
     ) -> Completion[None] | None: ...
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> Completion[None] | None: ...
+
+    def delete_queue(self, queue: Queue) -> Completion[None] | None:
+        """``queue``, which the front end checked (``VirtualHost.check_delete``), out of
+        the store; done once it is gone there and from this node's model (which removes it,
+        its consumers' owners told), or None when the store has no record of it."""
+        ...
 
     def create_super_stream(
         self,

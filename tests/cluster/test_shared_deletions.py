@@ -1,0 +1,161 @@
+"""A client's queue deletion on a cluster node goes to etcd before it is answered: once the
+client has delete-ok (or its front end's answer), etcd has lost the record and the node
+that led the queue has lost it too, so a passive declaration there gets 404 (before, the
+model deleted first and the record went from etcd just after the answer).
+
+Made deterministic by stopping etcd (SIGSTOP) while the deletion is asked: an answer that
+does not wait for etcd arrives meanwhile, and the leader, which learns of deletions from
+etcd's watch, still has the queue then; an answer that waits arrives once etcd runs again
+(SIGCONT) and has accepted the deletion."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pika
+import pika.exceptions
+import pytest
+
+from tests.cluster import nodes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from leveret.testing.etcd import EtcdServer
+    from tests.cluster.nodes import Node
+
+pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+# How long etcd stays stopped: well within the nodes' lease (nodes.LEASE_TTL, 2 s).
+PAUSE = 0.6
+
+
+@pytest.fixture(scope="module")
+def two(etcd_server: EtcdServer) -> Iterator[tuple[Node, Node]]:
+    yield from nodes.two_nodes(etcd_server, f"/leveret-test/deletes-{uuid.uuid4().hex[:8]}/")
+
+
+def connect(node: Node) -> pika.BlockingConnection:
+    return pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", node.broker.port, heartbeat=0)
+    )
+
+
+def _queue_of(node: Node, name: str) -> dict[str, Any] | None:
+    return next((q for q in node.get("queues/%2F") if q["name"] == name), None)
+
+
+@contextlib.contextmanager
+def _etcd_stopped(etcd: EtcdServer) -> Iterator[None]:
+    assert etcd.process is not None
+    etcd.process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        etcd.process.send_signal(signal.SIGCONT)
+
+
+def _while_etcd_stopped(etcd: EtcdServer, delete: Callable[[], object]) -> dict[str, object]:
+    """Run ``delete`` (the client's deletion, then its look at the leader) in a thread
+    while etcd is stopped for ``PAUSE`` seconds; what it saw, and whether it was answered
+    while etcd was stopped."""
+    seen: dict[str, object] = {}
+    answered = threading.Event()
+
+    def run() -> None:
+        seen["result"] = delete()
+        answered.set()
+
+    thread = threading.Thread(target=run)
+    with _etcd_stopped(etcd):
+        thread.start()
+        seen["while_stopped"] = answered.wait(PAUSE)
+    thread.join(30)
+    assert answered.is_set()
+    return seen
+
+
+def _passive_on(node: Node, name: str) -> int:
+    """A passive queue.declare of ``name`` on ``node``: 200, or the reply code refusing it."""
+    conn = connect(node)
+    try:
+        conn.channel().queue_declare(name, passive=True)
+        return 200
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        return int(exc.reply_code)
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_a_091_delete_through_another_node_is_answered_once_etcd_and_the_leader_lost_it(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, b = two
+    name = f"del091-{uuid.uuid4().hex[:6]}"
+    conn = connect(b)  # led by b (client-local, the default locator)
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    for _ in range(2):
+        ch.basic_publish("", name, b"m")
+    conn.close()
+    assert nodes.eventually(lambda: _queue_of(a, name))["node"] == b.name
+    deleter = connect(a)
+    # A consumer on the deleting channel: its cancel comes after delete-ok, as on one node.
+    cancelled: list[str] = []
+    ch = deleter.channel()
+    ch.add_on_cancel_callback(cancelled.append)
+    ch.basic_qos(prefetch_count=1)  # one of the two delivered (unacknowledged), one ready
+    ch.basic_consume(name, lambda *_: None)
+    leader = connect(b)
+
+    def delete() -> tuple[int, int]:
+        count = ch.queue_delete(name).method.message_count
+        try:
+            leader.channel().queue_declare(name, passive=True)
+            return count, 200
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            return count, int(exc.reply_code)
+
+    try:
+        seen = _while_etcd_stopped(etcd_server, delete)
+        deleter.process_data_events(time_limit=0.2)
+    finally:
+        deleter.close()
+        if leader.is_open:
+            leader.close()
+    assert seen["while_stopped"] is False  # not answered before etcd had it
+    assert seen["result"] == (1, 404)  # the leader's count; the leader has lost it
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+    assert len(cancelled) == 1
+    assert _passive_on(a, name) == 404
+
+
+def test_a_091_delete_on_the_leader_is_in_etcd_when_answered(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, b = two
+    name = f"del091l-{uuid.uuid4().hex[:6]}"
+    conn = connect(a)
+    ch = conn.channel()
+    ch.queue_declare(name, durable=False)
+    ch.confirm_delivery()
+    ch.basic_publish("", name, b"m")
+    nodes.eventually(lambda: _queue_of(b, name))
+
+    def delete() -> int:
+        return int(ch.queue_delete(name).method.message_count)
+
+    try:
+        seen = _while_etcd_stopped(etcd_server, delete)
+    finally:
+        conn.close()
+    assert seen["while_stopped"] is False
+    assert seen["result"] == 1
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+    assert _passive_on(b, name) == 404

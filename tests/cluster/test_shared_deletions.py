@@ -10,6 +10,7 @@ etcd's watch, still has the queue then; an answer that waits arrives once etcd r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -19,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 import pika
 import pika.exceptions
 import pytest
+from rstream import Producer
 
 from tests.cluster import nodes
+from tests.integration.test_stream_protocol import stream_port_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -159,3 +162,57 @@ def test_a_091_delete_on_the_leader_is_in_etcd_when_answered(
     assert seen["result"] == 1
     assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
     assert _passive_on(b, name) == 404
+
+
+async def _stream_command(port: int, command: Callable[[Any], Any]) -> None:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        await command(producer)
+
+
+def test_a_stream_protocol_delete_stream_is_answered_once_etcd_lost_it(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, b = two
+    stream = f"delstream-{uuid.uuid4().hex[:6]}"
+    port = stream_port_of(a.broker)
+    asyncio.run(_stream_command(port, lambda p: p.create_stream(stream)))
+    nodes.eventually(lambda: _queue_of(b, stream))
+
+    seen = _while_etcd_stopped(
+        etcd_server, lambda: asyncio.run(_stream_command(port, lambda p: p.delete_stream(stream)))
+    )
+    assert seen["while_stopped"] is False
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{stream}") == []
+    assert _passive_on(b, stream) == 404
+
+
+async def _super_stream_command(port: int, command: Callable[[Any], Any]) -> Any:
+    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
+        return await command(await producer.default_client)
+
+
+def test_a_delete_super_stream_through_another_node_is_answered_once_etcd_and_leader_lost_it(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, b = two
+    name = f"delsuper-{uuid.uuid4().hex[:6]}"
+    port_a, port_b = stream_port_of(a.broker), stream_port_of(b.broker)
+    partitions = [f"{name}-0", f"{name}-1"]
+    asyncio.run(
+        _super_stream_command(port_a, lambda c: c.create_super_stream(name, partitions, ["0", "1"]))
+    )
+    nodes.eventually(
+        lambda: (
+            asyncio.run(_super_stream_command(port_b, lambda c: c.partitions(name))) == partitions
+        )
+    )
+    seen = _while_etcd_stopped(
+        etcd_server,
+        lambda: asyncio.run(_super_stream_command(port_b, lambda c: c.delete_super_stream(name))),
+    )
+    assert seen["while_stopped"] is False
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/exchanges/%2F/{name}") == []
+    records = f"{a.prefix}entities/queues/%2F/{name}-"
+    assert nodes.etcd_values(etcd_server, records, prefix=True) == []
+    # a led the partitions: it has lost them by the time b answered.
+    assert all(_passive_on(a, stream) == 404 for stream in partitions)

@@ -302,6 +302,28 @@ class SharedDeclarations:
 
         return self._run(write())
 
+    def delete_super_stream(self, name: str, partitions: Sequence[Queue]) -> Completion[None]:
+        """Super stream ``name`` out of the store: its exchange (with its bindings), then
+        its ``partitions`` (``super_stream.members``, this node's copy of them), each
+        comparing the incarnation this node knows; done once etcd and this node's model
+        have lost them and the nodes leading them have too."""
+        store, vname = self.store, self.vhost.name
+        incarnations = []
+        for queue in partitions:
+            entry = store.applier.entries.get(store.layout.queue(vname, queue.name))
+            if entry is not None:
+                incarnations.append((queue, entry.create_revision))
+
+        async def write() -> None:
+            await store.delete_exchange(vname, name)
+            for queue, incarnation in incarnations:
+                await store.delete_queue(vname, queue.name, incarnation=incarnation)
+            for queue, _incarnation in incarnations:
+                if queue.forwards:
+                    await self._gone_there(queue)
+
+        return self._run(write())
+
     async def _led_there(self, name: str) -> None:
         """Until the node chosen to lead queue ``name`` has it: that node learns of the
         record from its own watch, and the client may use the queue (through this node's

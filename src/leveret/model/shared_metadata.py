@@ -89,3 +89,8 @@ class SharedMetadata(Protocol):
         bindings) into the store; done with whether this call made it (False: its exchange
         was there already, another's), or failed with what refused it, nothing left."""
         ...
+
+    def delete_super_stream(self, name: str, partitions: Sequence[Queue]) -> Completion[None]:
+        """Super stream ``name``'s exchange and ``partitions`` (``super_stream.members``)
+        out of the store; done once they are gone there and from this node's model."""
+        ...

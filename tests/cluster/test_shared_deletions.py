@@ -22,7 +22,9 @@ import pika.exceptions
 import pytest
 from rstream import Producer
 
+from leveret.protocol.amqp010._generated.commands import QueueDelete, QueueQuery
 from tests.cluster import nodes
+from tests.integration.test_amqp010 import Client010
 from tests.integration.test_stream_protocol import stream_port_of
 
 if TYPE_CHECKING:
@@ -216,3 +218,35 @@ def test_a_delete_super_stream_through_another_node_is_answered_once_etcd_and_le
     assert nodes.etcd_values(etcd_server, records, prefix=True) == []
     # a led the partitions: it has lost them by the time b answered.
     assert all(_passive_on(a, stream) == 404 for stream in partitions)
+
+
+def test_a_0_10_queue_delete_through_another_node_completes_once_etcd_and_leader_lost_it(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, b = two
+    name = f"del010-{uuid.uuid4().hex[:6]}"
+    conn = connect(b)
+    conn.channel().queue_declare(name, durable=True)
+    conn.close()
+    nodes.eventually(lambda: _queue_of(a, name))
+    client = Client010(a.broker)
+    leader = connect(b)
+
+    def delete() -> int:
+        client.conn.send_command(1, QueueDelete(queue=name))
+        client.result(QueueQuery(queue=name))  # answered once the delete completed
+        try:
+            leader.channel().queue_declare(name, passive=True)
+            return 200
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            return int(exc.reply_code)
+
+    try:
+        seen = _while_etcd_stopped(etcd_server, delete)
+    finally:
+        client.close()
+        if leader.is_open:
+            leader.close()
+    assert seen["while_stopped"] is False
+    assert seen["result"] == 404
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []

@@ -250,3 +250,40 @@ def test_a_0_10_queue_delete_through_another_node_completes_once_etcd_and_leader
     assert seen["while_stopped"] is False
     assert seen["result"] == 404
     assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+
+
+def test_an_amqp10_management_delete_through_another_node_is_answered_once_etcd_and_leader_lost_it(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    """RabbitMQ's AMQP 1.0 client's DELETE of a queue address (HTTP over AMQP)."""
+    rmq = pytest.importorskip("rabbitmq_amqp_python_client")
+    a, b = two
+    name = f"del10-{uuid.uuid4().hex[:6]}"
+    conn = connect(b)
+    conn.channel().queue_declare(name, durable=True)
+    conn.close()
+    nodes.eventually(lambda: _queue_of(a, name))
+    env = rmq.Environment(f"amqp://guest:guest@127.0.0.1:{a.broker.port}/")
+    client = env.connection()
+    client.dial()
+    management = client.management()
+    leader = connect(b)
+
+    def delete() -> int:
+        management.delete_queue(name)
+        try:
+            leader.channel().queue_declare(name, passive=True)
+            return 200
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            return int(exc.reply_code)
+
+    try:
+        seen = _while_etcd_stopped(etcd_server, delete)
+    finally:
+        management.close()
+        client.close()
+        if leader.is_open:
+            leader.close()
+    assert seen["while_stopped"] is False
+    assert seen["result"] == 404
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []

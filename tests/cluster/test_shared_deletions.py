@@ -23,6 +23,9 @@ import pytest
 from rstream import Producer
 
 from leveret.protocol.amqp010._generated.commands import QueueDelete, QueueQuery
+from leveret.protocol.amqpfast.events import ServiceType
+from leveret.testing.amqpfast_client import Replied
+from leveret.testing.amqpfast_socket import FastSocket
 from tests.cluster import nodes
 from tests.integration.test_amqp010 import Client010
 from tests.integration.test_stream_protocol import stream_port_of
@@ -287,3 +290,30 @@ def test_an_amqp10_management_delete_through_another_node_is_answered_once_etcd_
     assert seen["while_stopped"] is False
     assert seen["result"] == 404
     assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+
+
+def test_an_amqp_fast_cancel_of_a_durable_subscription_is_confirmed_once_etcd_lost_its_queue(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, _b = two
+    client_name = f"delfast{uuid.uuid4().hex[:6]}"
+    queue = f"{client_name}.keep"
+    record = f"{a.prefix}entities/queues/%2F/{queue}"
+    with FastSocket.connect(a.broker.host, a.broker.port, client_name=client_name) as fast:
+        client = fast.client
+        client.open_channel(1)
+        client.open_handle(1, 1, service=ServiceType.TOPIC, dest_name="delfast.", consumer=True)
+        client.consume(1, prefetch=5, dest_name="news", identifier="keep", confirm_tag=4)
+        fast.flush()
+        assert fast.wait(Replied, timeout=10).confirm_tag == 4
+        assert len(nodes.etcd_values(etcd_server, record)) == 1
+
+        def cancel() -> int:
+            client.cancel(1, "keep", dest_name="news", confirm_tag=5)
+            fast.flush()
+            return int(fast.wait(Replied, timeout=10).confirm_tag)
+
+        seen = _while_etcd_stopped(etcd_server, cancel)
+    assert seen["while_stopped"] is False
+    assert seen["result"] == 5
+    assert nodes.etcd_values(etcd_server, record) == []

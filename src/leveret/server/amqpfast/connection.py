@@ -679,8 +679,16 @@ class FastConnection:
         # (Led by another node, perhaps: its locator placed it, or another node's client of
         # the same name declared it. Then its proxy goes, and its record with it.)
         queue = vhost.find_queue(name)
-        if queue is not None:
+        if queue is None:
+            return
+        shared = vhost.shared
+        written = shared.delete_queue(queue) if shared is not None else None
+        if written is None:
             vhost.remove_queue(queue)
+        elif handle is not None:
+            # In etcd first: the HANDLE REPLY is held until etcd, this node's model and the
+            # queue's leader have lost it.
+            self._after(event.handle_id, written, lambda: None)
 
     def _flow(self, handle_id: int, paused: bool) -> None:
         handle = self.handles.get(handle_id)

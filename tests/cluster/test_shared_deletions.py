@@ -31,6 +31,7 @@ from tests.integration.test_amqp010 import Client010
 from tests.integration.test_stream_protocol import stream_port_of
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Callable, Iterator
 
     from leveret.testing.etcd import EtcdServer
@@ -58,19 +59,21 @@ def _queue_of(node: Node, name: str) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def _etcd_stopped(etcd: EtcdServer) -> Iterator[None]:
-    assert etcd.process is not None
-    etcd.process.send_signal(signal.SIGSTOP)
+def _stopped(process: subprocess.Popen[Any] | None) -> Iterator[None]:
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
     try:
         yield
     finally:
-        etcd.process.send_signal(signal.SIGCONT)
+        process.send_signal(signal.SIGCONT)
 
 
-def _while_etcd_stopped(etcd: EtcdServer, delete: Callable[[], object]) -> dict[str, object]:
+def _while_stopped(
+    process: subprocess.Popen[Any] | None, delete: Callable[[], object]
+) -> dict[str, object]:
     """Run ``delete`` (the client's deletion, then its look at the leader) in a thread
-    while etcd is stopped for ``PAUSE`` seconds; what it saw, and whether it was answered
-    while etcd was stopped."""
+    while ``process`` (etcd, or the leader's node) is stopped for ``PAUSE`` seconds; what
+    it saw, and whether it was answered while the process was stopped."""
     seen: dict[str, object] = {}
     answered = threading.Event()
 
@@ -79,12 +82,16 @@ def _while_etcd_stopped(etcd: EtcdServer, delete: Callable[[], object]) -> dict[
         answered.set()
 
     thread = threading.Thread(target=run)
-    with _etcd_stopped(etcd):
+    with _stopped(process):
         thread.start()
         seen["while_stopped"] = answered.wait(PAUSE)
     thread.join(30)
     assert answered.is_set()
     return seen
+
+
+def _while_etcd_stopped(etcd: EtcdServer, delete: Callable[[], object]) -> dict[str, object]:
+    return _while_stopped(etcd.process, delete)
 
 
 def _passive_on(node: Node, name: str) -> int:
@@ -317,3 +324,31 @@ def test_an_amqp_fast_cancel_of_a_durable_subscription_is_confirmed_once_etcd_lo
     assert seen["while_stopped"] is False
     assert seen["result"] == 5
     assert nodes.etcd_values(etcd_server, record) == []
+
+
+def test_a_delete_through_another_node_waits_for_the_leader_to_lose_the_queue(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    """The leader learns of the deletion from its watch: the answer waits until it has
+    (asked through the link), so with the leader's process stopped meanwhile, no answer
+    comes until it runs again and has lost the queue. (0-10's queue.delete asks the leader
+    nothing before the write, unlike 0-9-1's, which asks its count.)"""
+    a, b = two
+    name = f"delwait-{uuid.uuid4().hex[:6]}"
+    conn = connect(b)
+    conn.channel().queue_declare(name, durable=True)
+    conn.close()
+    assert nodes.eventually(lambda: _queue_of(a, name))["node"] == b.name
+    client = Client010(a.broker)
+
+    def delete() -> None:
+        client.conn.send_command(1, QueueDelete(queue=name))
+        client.result(QueueQuery(queue=name))  # answered once the delete completed
+
+    try:
+        seen = _while_stopped(b.broker.process, delete)
+    finally:
+        client.close()
+    assert seen["while_stopped"] is False
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+    assert _passive_on(b, name) == 404

@@ -442,7 +442,7 @@ class StreamConnection:
                 written = shared.delete_queue(queue) if shared is not None else None
                 if written is not None:
                     # On a cluster node: answered once etcd (and this node's model) has lost
-                    # it; the other connections' clients are told at once, this one's after
+                    # it; the other connections' clients are told at once, this one's before
                     # the response, as on one node.
                     written.on_done(lambda done: self._others_told(done, queue))
                     self.shell.defer(written, lambda done: self._stream_deleted(cid, done, queue))
@@ -461,8 +461,8 @@ class StreamConnection:
         except AMQPError as exc:
             self._send(c.Response(Key.DELETE, cid, _code_of(exc)))
             return
-        self._send(c.Response(Key.DELETE, cid, Code.OK))
         self._stream_gone(queue)
+        self._send(c.Response(Key.DELETE, cid, Code.OK))
 
     def _stream_gone(self, queue: StreamQueue) -> None:
         """``queue`` was deleted: its publishers here are told (metadata update)."""

@@ -18,7 +18,7 @@ import pika
 import pytest
 
 from leveret.protocol.amqpfast.events import ServiceType
-from leveret.testing.amqpfast_client import Created, Delivered, HandleClosed, Replied
+from leveret.testing.amqpfast_client import Created, Delivered, HandleClosed, Indexed, Replied
 from leveret.testing.amqpfast_socket import FastSocket
 from tests.cluster import nodes
 
@@ -168,3 +168,46 @@ def test_a_consume_its_leader_refuses_closes_the_handle_as_on_one_node(
             assert "exclusive use" in answer.reply_text
     finally:
         holder.close()
+
+
+def test_query_and_browse_of_a_queue_led_by_another_node_see_its_leaders_messages(
+    two: tuple[Node, Node],
+) -> None:
+    """AMQP/Fast's HANDLE QUERY and BROWSE through a of a queue led by b: the leader's ready
+    messages, numbered in its order, none taken (before, a saw none: its proxy holds no
+    message)."""
+    a, b = two
+    name = f"fastbrowse-{uuid.uuid4().hex[:6]}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(name, durable=True)
+        ch.confirm_delivery()
+        for body in (b"m1", b"m2", b"m3"):
+            ch.basic_publish("", name, body)
+    finally:
+        conn.close()
+    nodes.eventually(lambda: any(q["name"] == name for q in a.get("queues/%2F")))
+    with _fast(a) as fast:
+        client = fast.client
+        client.open_handle(1, 5, service=ServiceType.QUEUE, dest_name=name, browser=True)
+        client.query(5)
+        fast.flush()
+        assert fast.wait(Indexed, timeout=10).message_list == b"1-3"
+        client.browse(5, 2)
+        fast.flush()
+        browsed = fast.wait(Delivered, timeout=10)
+        assert (browsed.body, browsed.delivered) == (b"m2", False)
+        client.browse(5, 9, confirm_tag=8)
+        fast.flush()
+        missing = _answer(fast, 5, 8)
+        assert isinstance(missing, Replied)
+        assert missing.reply_code == 310
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    try:
+        # Nothing was taken: the leader still holds all three, in order.
+        ch = conn.channel()
+        got = [ch.basic_get(name, auto_ack=True)[2] for _ in range(3)]
+        assert got == [b"m1", b"m2", b"m3"]
+    finally:
+        conn.close()

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping, Sequence
 
     from leveret.cluster.metadata import MetadataStore
+    from leveret.model.queues.base import Queue
     from leveret.model.vhost import VirtualHost
 
 log = logging.getLogger("leveret.cluster")
@@ -214,6 +215,25 @@ class SharedDeclarations:
 
         return self._run(write())
 
+    def delete_queue(self, queue: Queue) -> Completion[None] | None:
+        """``queue`` (checked by the front end: ``VirtualHost.check_delete``) out of the
+        store, with its bindings, comparing the incarnation this node's copy knows; done
+        once etcd and this node's model have lost it and, when another node leads it, that
+        node has too (its passive declarations then get 404 as this node's do). None when
+        etcd has no record of it (a 0-10 exclusive queue): the model's deletion alone."""
+        store, vname, name = self.store, self.vhost.name, queue.name
+        entry = store.applier.entries.get(store.layout.queue(vname, name))
+        if entry is None:
+            return None
+        incarnation = entry.create_revision
+
+        async def write() -> None:
+            await store.delete_queue(vname, name, incarnation=incarnation)
+            if queue.forwards:
+                await self._gone_there(queue)
+
+        return self._run(write())
+
     def create_super_stream(
         self,
         name: str,
@@ -282,6 +302,28 @@ class SharedDeclarations:
 
         return self._run(write())
 
+    def delete_super_stream(self, name: str, partitions: Sequence[Queue]) -> Completion[None]:
+        """Super stream ``name`` out of the store: its exchange (with its bindings), then
+        its ``partitions`` (``super_stream.members``, this node's copy of them), each
+        comparing the incarnation this node knows; done once etcd and this node's model
+        have lost them and the nodes leading them have too."""
+        store, vname = self.store, self.vhost.name
+        incarnations = []
+        for queue in partitions:
+            entry = store.applier.entries.get(store.layout.queue(vname, queue.name))
+            if entry is not None:
+                incarnations.append((queue, entry.create_revision))
+
+        async def write() -> None:
+            await store.delete_exchange(vname, name)
+            for queue, incarnation in incarnations:
+                await store.delete_queue(vname, queue.name, incarnation=incarnation)
+            for queue, _incarnation in incarnations:
+                if queue.forwards:
+                    await self._gone_there(queue)
+
+        return self._run(write())
+
     async def _led_there(self, name: str) -> None:
         """Until the node chosen to lead queue ``name`` has it: that node learns of the
         record from its own watch, and the client may use the queue (through this node's
@@ -297,6 +339,17 @@ class SharedDeclarations:
                 return  # (an error past the deadline is the client's to see)
             if not isinstance(asked.error, NotFound):
                 return
+            await asyncio.sleep(0.02)
+
+    async def _gone_there(self, proxy: Queue) -> None:
+        """Until the node that led ``proxy``'s queue has removed it (its watch brings the
+        deletion): asked through the proxy this node's copy has just dropped."""
+        deadline = time.monotonic() + LEADER_CATCH_UP
+        while True:
+            asked = proxy.inspect(purge=False)
+            await _settled(asked)
+            if asked.error is not None or time.monotonic() > deadline:
+                return  # 404 (gone), or its leader is down (it removes it when back)
             await asyncio.sleep(0.02)
 
     async def _applied(self, key: bytes) -> None:

@@ -543,15 +543,21 @@ class MetadataStore:
         if_unused: bool = False,
         if_empty: bool = False,
         owner: str | None = None,
+        incarnation: int | None = None,
     ) -> int:
         """Delete a queue and its bindings; the messages it held when its leader is this
         node (0 otherwise, and for a queue that does not exist). ``if_unused`` and
         ``if_empty`` are checked on the leader's copy: this node's queues only, until the
-        inter-node link (406 otherwise rather than deleting what may not be empty)."""
+        inter-node link (406 otherwise rather than deleting what may not be empty).
+        ``incarnation``: the create revision of the queue the caller checked (a front
+        end's deletion); another incarnation (deleted and declared again meanwhile) is not
+        that queue, and stays."""
         key = self.layout.queue(vhost, name)
         for _attempt in range(ATTEMPTS):
             found = await self.client.get(key)
             if not found.kvs:
+                return 0
+            if incarnation is not None and found.kvs[0].create_revision != incarnation:
                 return 0
             record = QueueRecord.from_value(vhost, name, decode(found.kvs[0].value))
             if record.exclusive and record.owner != owner and owner is not None:

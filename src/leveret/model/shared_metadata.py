@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from leveret.model.completion import Completion
+    from leveret.model.queues.base import Queue
 
 
 class SharedMetadata(Protocol):
@@ -70,6 +71,12 @@ class SharedMetadata(Protocol):
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> Completion[None] | None: ...
 
+    def delete_queue(self, queue: Queue) -> Completion[None] | None:
+        """``queue``, which the front end checked (``VirtualHost.check_delete``), out of
+        the store; done once it is gone there and from this node's model (which removes it,
+        its consumers' owners told), or None when the store has no record of it."""
+        ...
+
     def create_super_stream(
         self,
         name: str,
@@ -81,4 +88,9 @@ class SharedMetadata(Protocol):
         """Super stream ``name`` (``model/super_stream.py``'s exchange, partitions and
         bindings) into the store; done with whether this call made it (False: its exchange
         was there already, another's), or failed with what refused it, nothing left."""
+        ...
+
+    def delete_super_stream(self, name: str, partitions: Sequence[Queue]) -> Completion[None]:
+        """Super stream ``name``'s exchange and ``partitions`` (``super_stream.members``)
+        out of the store; done once they are gone there and from this node's model."""
         ...

@@ -218,18 +218,31 @@ def check_new(
             raise AlreadyExists(f"there is already a queue named {stream}")
 
 
-def delete(vhost: VirtualHost, name: str) -> list[StreamQueue]:
-    """Delete super stream ``name``: its exchange and its partition streams (returned, so
-    the caller can tell their clients). NotFound when there is no exchange ``name``."""
+def members(vhost: VirtualHost, name: str) -> list[Queue]:
+    """The partition streams of super stream ``name`` (a proxy for one led by another
+    node), what ``delete`` deletes with its exchange. NotFound when there is no exchange
+    ``name``."""
     exchange = vhost.exchanges.get(name)
     if exchange is None or name == "":
         raise NotFound(f"no super stream '{name}' in vhost '{vhost.name}'")
-    queues = []
+    queues: list[Queue] = []
     for queue, _key, _order in _ordered_bindings(exchange):
         if queue not in queues:
             queues.append(queue)
+    return queues
+
+
+def delete(vhost: VirtualHost, name: str) -> list[StreamQueue]:
+    """Delete super stream ``name``: its exchange and its partition streams (returned, so
+    the caller can tell their clients). NotFound when there is no exchange ``name``."""
+    queues = members(vhost, name)
     vhost.delete_exchange(name)
     for queue in queues:
         vhost.remove_queue(queue)
-    # (A proxy has no stream-protocol publishers or subscribers: they go to its leader.)
+    return local_streams(queues)
+
+
+def local_streams(queues: Sequence[Queue]) -> list[StreamQueue]:
+    """The streams of ``queues`` led here: a proxy has no stream-protocol publishers or
+    subscribers (they go to its leader), so no client of this node is told of it."""
     return [queue for queue in queues if isinstance(queue, StreamQueue)]

@@ -473,9 +473,34 @@ class VirtualHost:
         """Delete queue ``name``; its message count. ``leader_counts``: the messages and
         consumers of a queue led by another node, as its leader answered them just now
         (what ``if_unused``, ``if_empty`` and the count are then about)."""
+        checked = self.check_delete(
+            name,
+            owner=owner,
+            if_unused=if_unused,
+            if_empty=if_empty,
+            leader_counts=leader_counts,
+        )
+        if checked is None:
+            return 0  # RabbitMQ: deleting a missing queue succeeds with a count of 0
+        queue, messages = checked
+        self.remove_queue(queue)
+        return messages
+
+    def check_delete(
+        self,
+        name: str,
+        *,
+        owner: object,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        leader_counts: tuple[int, int] | None = None,
+    ) -> tuple[Queue, int] | None:
+        """What ``delete_queue`` checks (``if_unused``, ``if_empty``, exclusivity), without
+        deleting: the queue and its message count, or None when there is no such queue. A
+        cluster's front end checks so before the deletion goes to the metadata store."""
         queue = self.find_queue(name)
         if queue is None:
-            return 0  # RabbitMQ: deleting a missing queue succeeds with a count of 0
+            return None
         queue.reachable()
         self._check_exclusive(queue, owner)
         if queue.forwards:
@@ -492,8 +517,7 @@ class VirtualHost:
             raise PreconditionFailed(f"queue '{name}' {self._where()} in use")
         if if_empty and (queue.has_ready() if not queue.forwards else messages):
             raise PreconditionFailed(f"queue '{name}' {self._where()} is not empty")
-        self.remove_queue(queue)
-        return messages
+        return queue, messages
 
     def remove_queue(self, queue: Queue) -> None:
         """Delete ``queue`` and its bindings; its consumers' owners are told, its browsers

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.completion import Completion
-from leveret.model.consumer import UNLIMITED
+from leveret.model.consumer import UNLIMITED, CallbackOwner, Consumer
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.base import Queue, QueueHost, type_of
 from leveret.model.queues.stream import StreamConsumer, parse_offset_spec
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from leveret.model.consumer import Consumer, ConsumerOwner
+    from leveret.model.consumer import ConsumerOwner
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
 
@@ -310,6 +310,57 @@ class RemoteQueue(Queue):
 
         self.inspect(purge=False).on_done(settled)
         return answer
+
+    def peek(self, limit: int) -> Completion[list[QueuedMessage]]:
+        """The first ``limit`` ready messages at the leader, oldest first, none taken: a
+        browsing consumer (``Consumer.browses``) of ``limit`` credit for one drain, then
+        cancelled (AMQP/Fast's QUERY and BROWSE of a queue led by another node)."""
+        self.reachable()
+        seen: list[QueuedMessage] = []
+        done: Completion[list[QueuedMessage]] = Completion()
+
+        def finish(error: BaseException | None = None) -> None:
+            if done.done:
+                return
+            if consumer in self.consumers:
+                self.remove_consumer(consumer)
+            if error is not None:
+                done.fail(error)
+            else:
+                done.resolve(seen[:limit])
+
+        def drain() -> None:
+            drained = self.drain(consumer)
+            if drained is None:
+                finish(self.down())
+            else:
+                drained.on_done(lambda _drained: finish())
+
+        def answered(answer: Completion[None]) -> None:
+            if answer.error is not None:
+                finish(answer.error)
+                return
+            self.release(consumer)
+            drain()
+
+        # Unsettled, as a 0-10 browser's: a leader that predates browsing holds what it
+        # sends (given back at the cancel) rather than taking it.
+        consumer = Consumer(
+            f"leveret.peek-{id(done):x}",
+            self,
+            CallbackOwner(lambda _c, entry: seen.append(entry), lambda _c: finish()),
+            auto_settle=False,
+            exclusive=False,
+            credit=max(limit, 1),
+            browses=True,
+        )
+        self.add_consumer(consumer)
+        answer = self.answer(consumer)
+        if answer is None:
+            drain()
+        else:
+            answer.on_done(answered)
+        return done
 
     def purge(self) -> int:
         raise self.unsupported("a synchronous purge")

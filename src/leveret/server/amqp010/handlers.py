@@ -42,7 +42,7 @@ from leveret.protocol.amqp010._generated.structs import (
 from leveret.protocol.amqp010.errors import DecodeError, ExecutionError
 from leveret.protocol.amqp010.ops import decode_header
 from leveret.protocol.amqp010.sequence import SequenceSet
-from leveret.server.amqp010.session import DLX, delete_rerouting
+from leveret.server.amqp010.session import DLX, delete_rerouting, rerouting
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -763,17 +763,38 @@ def queue_delete(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
         # Led by another node: if-unused and if-empty are about its leader's consumers and
         # messages, asked first, as 0-9-1's queue.delete does.
         counts = queue.deletion_counts()
-    return _shared_first(conn, ssn, ev, counts, lambda: _delete_queue(ssn, command, name, counts))
+    return _shared_first(
+        conn, ssn, ev, counts, lambda: _delete_queue(conn, ssn, ev, command, name, counts)
+    )
 
 
 def _delete_queue(
+    conn: Commands,
     ssn: Session,
+    ev: CommandReceived,
     command: c.QueueDelete,
     name: str,
     counts: Completion[tuple[int, int]] | None,
 ) -> bool:
     vhost = ssn.vhost
     queue = vhost.queue(name, ssn)
+    leader_counts = counts.result() if counts is not None else None
+    shared = vhost.shared
+    if shared is not None:
+        vhost.check_delete(
+            name,
+            owner=ssn,
+            if_unused=command.if_unused,
+            if_empty=command.if_empty,
+            leader_counts=leader_counts,
+        )
+        written = shared.delete_queue(queue)
+        if written is not None:
+            # In etcd first: this node's model loses it when etcd has; what it held goes
+            # to its alternate exchange then, as below (whether the session waits or not).
+            reroute = rerouting(vhost, queue)
+            written.on_done(lambda done: None if done.error else reroute())
+            return _shared_first(conn, ssn, ev, written, lambda: True)
     # Qpid: what a deleted queue still held goes to its alternate exchange.
     delete_rerouting(
         vhost,
@@ -783,7 +804,7 @@ def _delete_queue(
             owner=ssn,
             if_unused=command.if_unused,
             if_empty=command.if_empty,
-            leader_counts=counts.result() if counts is not None else None,
+            leader_counts=leader_counts,
         ),
     )
     return True

@@ -727,6 +727,15 @@ def delete_rerouting(vhost: VirtualHost, queue: Queue, delete: Callable[[], obje
     """Run ``delete`` (which may delete ``queue``); if it did and the queue has an alternate
     exchange, route there what the queue held: its ready messages and those acquired by
     0-10 sessions and not accepted, in queue order."""
+    reroute = rerouting(vhost, queue)
+    delete()
+    reroute()
+
+
+def rerouting(vhost: VirtualHost, queue: Queue) -> Callable[[], None]:
+    """What ``queue`` holds now (``delete_rerouting``), to route to its alternate exchange
+    by the call this answers, once the queue is deleted (nothing when it is not): a cluster
+    node's deletion, which this node's model makes once etcd has it."""
     name = queue.arguments.get(DLX)
     entries: list[QueuedMessage] = []
     if isinstance(name, str) and name in vhost.exchanges:
@@ -734,16 +743,19 @@ def delete_rerouting(vhost: VirtualHost, queue: Queue, delete: Callable[[], obje
         for session in _SESSIONS.get(vhost, ()):
             entries += [d.entry for d in session.unsettled.values() if d.queue is queue]
         entries.sort(key=lambda e: e.seq)
-    delete()
-    if not queue.deleted or not entries:
-        return
-    alternate = vhost.exchanges.get(str(name))
-    if alternate is None:
-        return
-    for entry in entries:
-        message = entry.message
-        for target in vhost.router.route(alternate, message.routing_key, message):
-            target.enqueue(message)
+
+    def reroute() -> None:
+        if not queue.deleted or not entries:
+            return
+        alternate = vhost.exchanges.get(str(name))
+        if alternate is None:
+            return
+        for entry in entries:
+            message = entry.message
+            for target in vhost.router.route(alternate, message.routing_key, message):
+                target.enqueue(message)
+
+    return reroute
 
 
 def _remover(vhost: VirtualHost, queue: Queue) -> Callable[[], None]:

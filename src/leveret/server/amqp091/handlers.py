@@ -351,8 +351,40 @@ def _delete_queue(
 ) -> None:
     session = channel.session
     conn = channel.conn
+    vhost = session.vhost
+    shared = vhost.shared
+    checked = None
+    if shared is not None:
+        checked = vhost.check_delete(
+            name,
+            owner=session.owner,
+            if_unused=method.if_unused,
+            if_empty=method.if_empty,
+            leader_counts=counts,
+        )
+    written = shared.delete_queue(checked[0]) if shared is not None and checked else None
+    if written is not None and checked is not None:
+        # In etcd first: this node's model loses it when etcd has (its consumers' cancels
+        # held until delete-ok is out), and delete-ok carries the count checked before.
+        count = checked[1]
+        session.hold_cancels()
+        written.on_done(lambda done: session.release_cancels() if done.error else None)
+
+        def answer(_none: None) -> None:
+            if not method.no_wait:
+                conn.send_method(channel.id, m.QueueDeleteOk(message_count=count))
+            session.release_cancels()
+
+        cast("_Defers", conn).defer(
+            channel,
+            written,
+            answer,
+            class_id=method.CLASS_ID,
+            method_id=method.METHOD_ID,
+        )
+        return
     mark = conn.output_mark()
-    count = session.vhost.delete_queue(
+    count = vhost.delete_queue(
         name,
         owner=session.owner,
         if_unused=method.if_unused,

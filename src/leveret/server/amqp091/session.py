@@ -105,6 +105,9 @@ class Session(ConsumerOwner):
         self._unacked_bytes = 0
         self.last_queue = ""
         self.closed = False
+        # Cancels of consumers whose queue a queue.delete of this channel is removing
+        # through the cluster's metadata store: sent after its delete-ok (``hold_cancels``).
+        self._held_cancels: list[str] | None = None
         # Direct reply-to: our consumer of amq.rabbitmq.reply-to (its key is the
         # publisher's reply_key).
         self.reply_consumer = ""
@@ -178,7 +181,21 @@ class Session(ConsumerOwner):
         """The vhost deleted the consumer's queue: drop it here and tell the client."""
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
-            self.sink.consumer_cancelled(consumer.tag)
+            if self._held_cancels is not None:
+                self._held_cancels.append(consumer.tag)
+            else:
+                self.sink.consumer_cancelled(consumer.tag)
+
+    def hold_cancels(self) -> None:
+        """The queue removals from now on tell the client after ``release_cancels``: a
+        deletion applied to the model before its delete-ok is sent (RabbitMQ sends
+        delete-ok before the cancels, and py-amqp needs that order)."""
+        self._held_cancels = []
+
+    def release_cancels(self) -> None:
+        held, self._held_cancels = self._held_cancels, None
+        for tag in held or ():
+            self.sink.consumer_cancelled(tag)
 
     def consumer_deadline(self, consumer: Consumer, now: float) -> None:
         """``consumer``'s deadline came: time it out, or wait for its oldest delivery."""

@@ -26,6 +26,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from leveret.convert.amqp10 import field_value, value_of_field
 from leveret.errors import AMQPError
+from leveret.model.completion import Completion
+from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.amqp10 import (
     Accepted,
     AMQP10Error,
@@ -42,7 +44,6 @@ from leveret.protocol.amqp10.types import decode_value
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.model.completion import Completion
     from leveret.model.queues.base import Queue
     from leveret.protocol.amqp10.events import CreditGranted, MessageReceived
     from leveret.protocol.amqp10.types import Value
@@ -121,7 +122,11 @@ class ManagementNode:
             return
 
         def then() -> tuple[str, Value]:
-            written.result()  # the write's own error, answered as the request's
+            value = written.result()  # the write's own error, answered as the request's
+            if method == "DELETE" and isinstance(value, int):
+                # A queue deleted through etcd: gone from this node's model too, with the
+                # count checked before the write.
+                return "200", {"message_count": ULong(value)}
             return self.handle_request(method, target, request)
 
         # A cluster node writes the declaration to etcd first: the connection's further
@@ -159,10 +164,14 @@ class ManagementNode:
         or a binding, written to etcd first (``VirtualHost.shared``): what to wait for."""
         vhost = self.session.vhost
         shared = vhost.shared
-        if shared is None or method not in ("PUT", "POST"):
+        if shared is None or method not in ("PUT", "POST", "DELETE"):
             return None
         segments = urlsplit(target).path.split("/")[1:]
         guard = self.session.guard
+        if method == "DELETE":
+            if len(segments) == 2 and segments[0] == "queues":
+                return self._delete_queue_first(unquote(segments[1]))
+            return None
         if method == "PUT" and len(segments) == 2 and segments[0] == "queues":
             name = unquote(segments[1])
             if not name or name.startswith("amq.") or vhost.find_queue(name) is not None:
@@ -213,6 +222,50 @@ class ManagementNode:
                     source, "exchange", destination, key, arguments, owner=self.session.client
                 )
         return None
+
+    def _delete_queue_first(self, name: str) -> Completion[int | None] | None:
+        """A queue's deletion on a cluster node: checked here (a queue led by another node
+        with its leader's count), then written to etcd (``SharedMetadata.delete_queue``);
+        done with the message count once etcd and this node's model have lost it, or with
+        None when etcd has no record of it (the request deletes it from the model)."""
+        vhost = self.session.vhost
+        shared = vhost.shared
+        queue = vhost.find_queue(name)
+        if shared is None or queue is None:
+            return None
+        self.session.guard.queue_delete(name)
+        owner = self.session.client
+        deleted: Completion[int | None] = Completion()
+
+        def counted(leader_counts: tuple[int, int] | None) -> None:
+            try:
+                checked = vhost.check_delete(name, owner=owner, leader_counts=leader_counts)
+                written = shared.delete_queue(checked[0]) if checked is not None else None
+            except AMQPError as exc:
+                deleted.fail(exc)
+                return
+            if written is None or checked is None:
+                deleted.resolve(None)
+                return
+            count = checked[1]
+            written.on_done(
+                lambda w: deleted.fail(w.error) if w.error is not None else deleted.resolve(count)
+            )
+
+        if isinstance(queue, RemoteQueue):
+            # Led by another node: the count is its leader's, asked first.
+            def asked(done: Completion[tuple[int, int]]) -> None:
+                try:
+                    leader_counts = done.result()
+                except AMQPError as exc:
+                    deleted.fail(exc)
+                    return
+                counted(leader_counts)
+
+            queue.deletion_counts().on_done(asked)
+        else:
+            counted(None)
+        return deleted
 
     # -- HTTP over AMQP ---------------------------------------------------------------------
 

@@ -49,12 +49,13 @@ import itertools
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from leveret.auth.access import OpenRefused
 from leveret.convert.amqpfast import from_message, to_message
 from leveret.errors import AMQPError
 from leveret.model.consumer import UNLIMITED
+from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol import sasl
 from leveret.protocol.amqpfast import events as ev
 from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer, OwedReply
@@ -75,6 +76,8 @@ if TYPE_CHECKING:
 __all__ = ["FastConnection"]
 
 log = logging.getLogger("leveret.connection")
+
+T = TypeVar("T")
 
 TOPIC_EXCHANGE = "amq.topic"
 _numbers = itertools.count(1)
@@ -679,8 +682,16 @@ class FastConnection:
         # (Led by another node, perhaps: its locator placed it, or another node's client of
         # the same name declared it. Then its proxy goes, and its record with it.)
         queue = vhost.find_queue(name)
-        if queue is not None:
+        if queue is None:
+            return
+        shared = vhost.shared
+        written = shared.delete_queue(queue) if shared is not None else None
+        if written is None:
             vhost.remove_queue(queue)
+        elif handle is not None:
+            # In etcd first: the HANDLE REPLY is held until etcd, this node's model and the
+            # queue's leader have lost it.
+            self._after(event.handle_id, written, lambda: None)
 
     def _flow(self, handle_id: int, paused: bool) -> None:
         handle = self.handles.get(handle_id)
@@ -701,8 +712,19 @@ class FastConnection:
     def _query(self, event: ev.QueryRequested) -> None:
         if not self._may_read(event.handle_id, event.destination):
             return
-        entries = self._browsable(event.handle_id, event.destination)
-        listing = f"1-{len(entries)}" if len(entries) > 1 else ("1" if entries else "")
+        remote = self._remote(event.handle_id, event.destination)
+        if remote is not None:
+            # Led by another node: its leader's ready messages, counted there.
+            self._then(
+                event.handle_id,
+                remote.inspect(purge=False),
+                lambda counts: self._index(event, counts[0]),
+            )
+            return
+        self._index(event, len(self._browsable(event.handle_id, event.destination)))
+
+    def _index(self, event: ev.QueryRequested, count: int) -> None:
+        listing = f"1-{count}" if count > 1 else ("1" if count else "")
         self.server.index(event.handle_id, event.message_nbr, listing.encode())
 
     def _browse(self, event: ev.BrowseRequested) -> None:
@@ -710,7 +732,19 @@ class FastConnection:
         destination = handle.dest_name if handle else ""
         if not self._may_read(event.handle_id, destination):
             return
-        entries = self._browsable(event.handle_id, destination)
+        remote = self._remote(event.handle_id, destination)
+        if remote is not None and event.message_nbr >= 1:
+            # Led by another node: the leader's first message_nbr ready messages, copied
+            # through the link (``RemoteQueue.peek``).
+            self._then(
+                event.handle_id,
+                remote.peek(event.message_nbr),
+                lambda entries: self._browsed(event, entries),
+            )
+            return
+        self._browsed(event, self._browsable(event.handle_id, destination))
+
+    def _browsed(self, event: ev.BrowseRequested, entries: list[QueuedMessage]) -> None:
         if not 1 <= event.message_nbr <= len(entries):
             self.server.browse_missing(event.handle_id, event.confirm_tag)
             return
@@ -718,6 +752,31 @@ class FastConnection:
         wall = self.channels[self.handles[event.handle_id].channel_id].session.vhost.timers.wall
         header, body = from_message(message, wall)
         self.server.notify(event.handle_id, header, body, delivered=False)
+
+    def _remote(self, handle_id: int, destination: str) -> RemoteQueue | None:
+        """Queue ``destination``'s proxy, when another node leads it."""
+        handle = self.handles.get(handle_id)
+        if handle is None:
+            return None
+        queue = self.channels[handle.channel_id].session.vhost.find_queue(destination)
+        return queue if isinstance(queue, RemoteQueue) else None
+
+    def _then(self, handle_id: int, asked: Completion[T], then: Callable[[T], None]) -> None:
+        """``then(value)`` once ``asked`` (a queue's leader's answer) is done, the
+        connection's input waiting meanwhile; its error closes the handle."""
+
+        def go_on(done: Completion[T]) -> None:
+            if handle_id not in self.handles:
+                return  # gone with its channel or connection meanwhile
+            try:
+                value = done.result()
+            except AMQPError as exc:
+                self.server.close_handle(handle_id, exc.reply_code, exc.full_text())
+            else:
+                then(value)
+            self._wrote()
+
+        self.shell.defer(asked, go_on)
 
     def _may_read(self, handle_id: int, destination: str) -> bool:
         """Browsing reads a queue as basic.get does (read permission); a refusal closes the

@@ -438,9 +438,31 @@ class StreamConnection:
                 code = Code.STREAM_DOES_NOT_EXIST
             else:
                 assert self.vhost is not None
+                shared = self.vhost.shared
+                written = shared.delete_queue(queue) if shared is not None else None
+                if written is not None:
+                    # On a cluster node: answered once etcd (and this node's model) has lost
+                    # it; the other connections' clients are told at once, this one's before
+                    # the response, as on one node.
+                    written.on_done(lambda done: self._others_told(done, queue))
+                    self.shell.defer(written, lambda done: self._stream_deleted(cid, done, queue))
+                    return
                 self.vhost.remove_queue(queue)
                 streams_gone(self.server, [queue])
         self._send(c.Response(Key.DELETE, cid, code))
+
+    def _others_told(self, written: Completion[None], queue: StreamQueue) -> None:
+        if written.error is None:
+            streams_gone(self.server, [queue], but=self)
+
+    def _stream_deleted(self, cid: int, written: Completion[None], queue: StreamQueue) -> None:
+        try:
+            written.result()
+        except AMQPError as exc:
+            self._send(c.Response(Key.DELETE, cid, _code_of(exc)))
+            return
+        self._stream_gone(queue)
+        self._send(c.Response(Key.DELETE, cid, Code.OK))
 
     def _stream_gone(self, queue: StreamQueue) -> None:
         """``queue`` was deleted: its publishers here are told (metadata update)."""
@@ -828,19 +850,42 @@ class StreamConnection:
         access = self.shell.access
         assert access is not None
         gone: list[StreamQueue] = []
+        cid = command.correlation_id
         try:
             code, gone = superstream.delete(self.vhost, access, command)
         except AMQPError as exc:
             code = _code_of(exc)
-        self._send(c.Response(Key.DELETE_SUPER_STREAM, command.correlation_id, code))
+        if not isinstance(code, int):
+            # On a cluster node: answered once etcd and this node's copy have lost it.
+            written = code
+            written.on_done(
+                lambda done: None if done.error else streams_gone(self.server, gone, but=self)
+            )
+            self.shell.defer(written, lambda done: self._super_stream_deleted(cid, done, gone))
+            return
+        self._send(c.Response(Key.DELETE_SUPER_STREAM, cid, code))
         streams_gone(self.server, gone)
 
+    def _super_stream_deleted(
+        self, cid: int, written: Completion[None], gone: list[StreamQueue]
+    ) -> None:
+        try:
+            code = superstream.deleted_code(written)
+        except AMQPError as exc:
+            code = _code_of(exc)
+        self._send(c.Response(Key.DELETE_SUPER_STREAM, cid, code))
+        if code == Code.OK:
+            for queue in gone:
+                self._stream_gone(queue)
 
-def streams_gone(server: StreamServer, queues: Sequence[StreamQueue]) -> None:
+
+def streams_gone(
+    server: StreamServer, queues: Sequence[StreamQueue], *, but: object = None
+) -> None:
     """``queues`` were deleted (by any means): their publishers and subscribers on every
-    stream-protocol connection are told (metadata update)."""
+    stream-protocol connection (``but`` that one) are told (metadata update)."""
     for conn in list(server.connections):
-        if isinstance(conn, StreamConnection):
+        if isinstance(conn, StreamConnection) and conn is not but:
             for queue in queues:
                 conn._stream_gone(queue)
 

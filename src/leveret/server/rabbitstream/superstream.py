@@ -132,14 +132,31 @@ def code_of(written: Completion[bool]) -> int:
 
 def delete(
     vhost: VirtualHost, access: Access, command: c.DeleteSuperStream
-) -> tuple[int, list[StreamQueue]]:
+) -> tuple[int, list[StreamQueue]] | tuple[Completion[None], list[StreamQueue]]:
     """The response code of ``command`` and the partition streams it deleted (their
-    clients are to be told). Raises the core's other errors (the caller's code)."""
+    clients are to be told). Raises the core's other errors (the caller's code). On a
+    cluster node (``VirtualHost.shared``), once the checks pass, the deletion goes to the
+    cluster's metadata store first: then the completion of that write (``deleted_code``
+    answers it) and the streams it deletes."""
     name = command.name
     streams = super_stream.partitions(vhost, name) or []
     if not management_permitted(access, name, streams):
         return Code.ACCESS_REFUSED, []
     try:
-        return Code.OK, super_stream.delete(vhost, name)
+        shared = vhost.shared
+        if shared is None:
+            return Code.OK, super_stream.delete(vhost, name)
+        queues = super_stream.members(vhost, name)
     except NotFound:
         return Code.STREAM_DOES_NOT_EXIST, []
+    return shared.delete_super_stream(name, queues), super_stream.local_streams(queues)
+
+
+def deleted_code(written: Completion[None]) -> int:
+    """The response code of a deletion written to the cluster's metadata store (``delete``'s
+    completion, done). Raises the core's other errors (the caller's code)."""
+    try:
+        written.result()
+    except NotFound:
+        return Code.STREAM_DOES_NOT_EXIST
+    return Code.OK

@@ -75,7 +75,7 @@ def _is_stream(destination: object) -> TypeGuard[Queue]:
     one led by another node (its partitions are every node's)."""
     return (
         isinstance(destination, Queue)
-        and destination.type.name == StreamType.name
+        and isinstance(destination.type, StreamType)
         and not destination.deleted
     )
 

@@ -198,6 +198,26 @@ def test_a_stream_protocol_delete_stream_is_answered_once_etcd_lost_it(
     assert _passive_on(b, stream) == 404
 
 
+def test_a_stream_protocol_delete_of_a_stream_led_by_another_node_is_answered_once_it_lost_it(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, b = two
+    stream = f"delled-{uuid.uuid4().hex[:6]}"
+    asyncio.run(_stream_command(stream_port_of(b.broker), lambda p: p.create_stream(stream)))
+    assert nodes.eventually(lambda: _queue_of(a, stream))["node"] == b.name
+
+    # Through a, which has only b's stream's proxy (RabbitMQ deletes a stream from any node).
+    port_a = stream_port_of(a.broker)
+    seen = _while_etcd_stopped(
+        etcd_server,
+        lambda: asyncio.run(_stream_command(port_a, lambda p: p.delete_stream(stream))),
+    )
+    assert seen["while_stopped"] is False
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{stream}") == []
+    assert _passive_on(b, stream) == 404  # the leader has lost it by the answer
+    assert _passive_on(a, stream) == 404
+
+
 async def _super_stream_command(port: int, command: Callable[[Any], Any]) -> Any:
     async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
         return await command(await producer.default_client)

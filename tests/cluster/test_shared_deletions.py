@@ -21,6 +21,7 @@ import pika
 import pika.exceptions
 import pytest
 from rstream import Producer
+from rstream.exceptions import StreamDoesNotExist
 
 from leveret.protocol.amqp010._generated.commands import QueueDelete, QueueQuery
 from leveret.protocol.amqpfast.events import ServiceType
@@ -198,6 +199,26 @@ def test_a_stream_protocol_delete_stream_is_answered_once_etcd_lost_it(
     assert _passive_on(b, stream) == 404
 
 
+def test_a_stream_protocol_delete_of_a_stream_led_by_another_node_is_answered_once_it_lost_it(
+    two: tuple[Node, Node], etcd_server: EtcdServer
+) -> None:
+    a, b = two
+    stream = f"delled-{uuid.uuid4().hex[:6]}"
+    asyncio.run(_stream_command(stream_port_of(b.broker), lambda p: p.create_stream(stream)))
+    assert nodes.eventually(lambda: _queue_of(a, stream))["node"] == b.name
+
+    # Through a, which has only b's stream's proxy (RabbitMQ deletes a stream from any node).
+    port_a = stream_port_of(a.broker)
+    seen = _while_etcd_stopped(
+        etcd_server,
+        lambda: asyncio.run(_stream_command(port_a, lambda p: p.delete_stream(stream))),
+    )
+    assert seen["while_stopped"] is False
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{stream}") == []
+    assert _passive_on(b, stream) == 404  # the leader has lost it by the answer
+    assert _passive_on(a, stream) == 404
+
+
 async def _super_stream_command(port: int, command: Callable[[Any], Any]) -> Any:
     async with Producer("127.0.0.1", port=port, username="guest", password="guest") as producer:
         return await command(await producer.default_client)
@@ -228,6 +249,57 @@ def test_a_delete_super_stream_through_another_node_is_answered_once_etcd_and_le
     assert nodes.etcd_values(etcd_server, records, prefix=True) == []
     # a led the partitions: it has lost them by the time b answered.
     assert all(_passive_on(a, stream) == 404 for stream in partitions)
+
+
+async def _deletions_at_once(ports: list[int], name: str, etcd: EtcdServer) -> list[object]:
+    """``delete_super_stream(name)`` through each of ``ports`` at once, asked while etcd is
+    stopped (so each node checks its copy, which still has the super stream): what each
+    answered, None for OK or the exception it raised."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = []
+        for port in ports:
+            producer = await stack.enter_async_context(
+                Producer("127.0.0.1", port=port, username="guest", password="guest")
+            )
+            clients.append(await producer.default_client)
+        with _stopped(etcd.process):
+            asked = asyncio.gather(
+                *(client.delete_super_stream(name) for client in clients), return_exceptions=True
+            )
+            await asyncio.sleep(PAUSE)
+        return list(await asked)
+
+
+@pytest.mark.parametrize("leader", [0, 1])
+def test_concurrent_delete_super_streams_on_two_nodes_answer_one_ok_and_one_does_not_exist(
+    two: tuple[Node, Node], etcd_server: EtcdServer, leader: int
+) -> None:
+    a, b = two
+    ports = [stream_port_of(a.broker), stream_port_of(b.broker)]
+    name = f"delrace-{uuid.uuid4().hex[:6]}"
+    partitions = [f"{name}-0", f"{name}-1"]
+    # Made through one node (its partitions led there), seen by the other.
+    asyncio.run(
+        _super_stream_command(
+            ports[leader], lambda c: c.create_super_stream(name, partitions, ["0", "1"])
+        )
+    )
+    other = ports[1 - leader]
+
+    def listed() -> bool:
+        return bool(
+            asyncio.run(_super_stream_command(other, lambda c: c.partitions(name))) == partitions
+        )
+
+    nodes.eventually(listed)
+    answers = asyncio.run(_deletions_at_once(ports, name, etcd_server))
+    # One deletion won in etcd; the other answers as one node does for a super stream that
+    # is not there (STREAM_DOES_NOT_EXIST). Before, both answered OK.
+    assert answers.count(None) == 1, answers
+    assert [type(x) for x in answers if x is not None] == [StreamDoesNotExist]
+    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/exchanges/%2F/{name}") == []
+    records = f"{a.prefix}entities/queues/%2F/{name}-"
+    assert nodes.etcd_values(etcd_server, records, prefix=True) == []
 
 
 def test_a_0_10_queue_delete_through_another_node_completes_once_etcd_and_leader_lost_it(

@@ -306,8 +306,14 @@ class SharedDeclarations:
         """Super stream ``name`` out of the store: its exchange (with its bindings), then
         its ``partitions`` (``super_stream.members``, this node's copy of them), each
         comparing the incarnation this node knows; done once etcd and this node's model
-        have lost them and the nodes leading them have too."""
+        have lost them and the nodes leading them have too. The exchange's deletion
+        compares its incarnation too, so of two nodes' concurrent deletions one wins and
+        the other fails with NotFound (a super stream that does not exist), deleting
+        nothing."""
         store, vname = self.store, self.vhost.name
+        exchange = store.applier.entries.get(store.layout.exchange(vname, name))
+        # None: a record not written yet (the journal's, behind a ctl creation).
+        made_at = exchange.create_revision if exchange is not None else None
         incarnations = []
         for queue in partitions:
             entry = store.applier.entries.get(store.layout.queue(vname, queue.name))
@@ -315,7 +321,7 @@ class SharedDeclarations:
                 incarnations.append((queue, entry.create_revision))
 
         async def write() -> None:
-            await store.delete_exchange(vname, name)
+            await store.delete_exchange(vname, name, incarnation=made_at)
             for queue, incarnation in incarnations:
                 await store.delete_queue(vname, queue.name, incarnation=incarnation)
             for queue, _incarnation in incarnations:

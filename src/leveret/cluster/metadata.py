@@ -369,14 +369,23 @@ class MetadataStore:
         return result.revision, [(kv.key, decode(kv.value)) for kv in result.kvs]
 
     @_available
-    async def delete_exchange(self, vhost: str, name: str, *, if_unused: bool = False) -> None:
+    async def delete_exchange(
+        self, vhost: str, name: str, *, if_unused: bool = False, incarnation: int | None = None
+    ) -> None:
         """Delete an exchange and every binding from or to it (RabbitMQ: deleting one
         that does not exist succeeds); 403 for the default and ``amq.*`` exchanges, 406
-        with ``if_unused`` when it has bindings."""
+        with ``if_unused`` when it has bindings. ``incarnation``: the create revision of
+        the exchange the caller checked (a super stream's deletion); NotFound when that
+        one is gone (another node's concurrent deletion won) or was made again meanwhile,
+        which the transaction's compare on its create revision decides."""
         VirtualHost(vhost).delete_exchange(name)  # the model's refusals, by the model
         key = self.layout.exchange(vhost, name)
         for _attempt in range(ATTEMPTS):
             found = await self.client.get(key)
+            if incarnation is not None and (
+                not found.kvs or found.kvs[0].create_revision != incarnation
+            ):
+                raise NotFound(f"no exchange '{name}' in vhost '{vhost}'")
             if not found.kvs:
                 return
             revision, bindings = await self._bindings(vhost)

@@ -435,7 +435,10 @@ class StreamConnection:
         if code == Code.OK:
             queue = self._stream(name)
             if queue is None:
-                code = Code.STREAM_DOES_NOT_EXIST
+                elsewhere = self._delete_elsewhere(cid, name)
+                if elsewhere is None:
+                    return
+                code = elsewhere
             else:
                 assert self.vhost is not None
                 shared = self.vhost.shared
@@ -451,17 +454,40 @@ class StreamConnection:
                 streams_gone(self.server, [queue])
         self._send(c.Response(Key.DELETE, cid, code))
 
+    def _delete_elsewhere(self, cid: int, name: str) -> int | None:
+        """Delete stream ``name`` when another node of the cluster leads it (its proxy
+        here), as RabbitMQ deletes a stream from any node: through etcd, answered once
+        etcd, this node and the leader have lost it (None: the answer comes then); else the
+        response code (no such stream, or its leader is down)."""
+        assert self.vhost is not None
+        proxy = self.vhost.find_queue(name)
+        shared = self.vhost.shared
+        if not isinstance(proxy, RemoteQueue) or proxy.type.name != "stream" or shared is None:
+            return Code.STREAM_DOES_NOT_EXIST
+        if not proxy.leader.up:
+            return Code.STREAM_NOT_AVAILABLE
+        written = shared.delete_queue(proxy)
+        if written is None:
+            return Code.STREAM_DOES_NOT_EXIST  # etcd's record went just now
+        # No client of this node publishes to it or reads it through the proxy (they go to
+        # its leader; a replica's readers are told by replication when the record goes).
+        self.shell.defer(written, lambda done: self._stream_deleted(cid, done, None))
+        return None
+
     def _others_told(self, written: Completion[None], queue: StreamQueue) -> None:
         if written.error is None:
             streams_gone(self.server, [queue], but=self)
 
-    def _stream_deleted(self, cid: int, written: Completion[None], queue: StreamQueue) -> None:
+    def _stream_deleted(
+        self, cid: int, written: Completion[None], queue: StreamQueue | None
+    ) -> None:
         try:
             written.result()
         except AMQPError as exc:
             self._send(c.Response(Key.DELETE, cid, _code_of(exc)))
             return
-        self._stream_gone(queue)
+        if queue is not None:
+            self._stream_gone(queue)
         self._send(c.Response(Key.DELETE, cid, Code.OK))
 
     def _stream_gone(self, queue: StreamQueue) -> None:

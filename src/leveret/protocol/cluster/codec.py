@@ -47,6 +47,7 @@ from leveret.protocol.amqp091.fieldtable import (
 
 __all__ = [
     "MAX_FRAME",
+    "NAMES_KEPT",
     "Also",
     "Append",
     "Appended",
@@ -961,11 +962,6 @@ def _decode(code: int, c: _Cursor) -> Op:
     return op
 
 
-# The per-message frames are read with the bytes' own indexing, not ``struct``: in the
-# compiled build an index is a C call returning a small int, an ``unpack_from`` a Python
-# method call and a tuple (0.66 against 1.41 µs a Deliver read, docs/benchmarks.md).
-
-
 def _u32_at(data: bytes, pos: int) -> int:
     return data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
 
@@ -978,9 +974,8 @@ def _string_at(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos : pos + n].decode(), pos + n
 
 
-def _message_at(data: bytes, pos: int) -> tuple[str, str, int, bytes, bytes, int]:
-    exchange, pos = _string_at(data, pos)
-    routing_key, pos = _string_at(data, pos)
+def _tail_at(data: bytes, pos: int) -> tuple[int, bytes, bytes, int]:
+    """A message's form, properties and body at ``pos`` (after its names), and their end."""
     fmt = data[pos]
     n = _u32_at(data, pos + 1)
     pos += 5
@@ -989,42 +984,32 @@ def _message_at(data: bytes, pos: int) -> tuple[str, str, int, bytes, bytes, int
     n = _u32_at(data, pos)
     pos += 4
     body = data[pos : pos + n]
-    return exchange, routing_key, fmt, raw, body, pos + n
+    return fmt, raw, body, pos + n
 
 
-def _fast(code: int, data: bytes, pos: int, end: int) -> Op:
-    """Publish and Deliver, read straight from the bytes (once per message). Past the
-    frame's end, a string or byte string is cut short (``p`` then says so) and an integer
-    raises IndexError."""
-    try:
-        if code == 3:
-            seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
-            vhost, p = _string_at(data, pos + 8)
-            queue, p = _string_at(data, p)
-            exchange, routing_key, fmt, raw, body, p = _message_at(data, p)
-            op: Op = Publish(seq, vhost, queue, exchange, routing_key, fmt, raw, body)
-        else:
-            cid = _u32_at(data, pos)
-            did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
-            redelivered = data[pos + 12]
-            if redelivered > 1:
-                raise LinkError(f"bad boolean {redelivered} in a link frame")
-            exchange, routing_key, fmt, raw, body, p = _message_at(data, pos + 13)
-            op = Deliver(cid, did, redelivered == 1, exchange, routing_key, fmt, raw, body)
-    except (IndexError, UnicodeDecodeError):
-        raise LinkError("malformed link frame") from None
-    if p != end:
-        raise LinkError("truncated link frame" if p > end else "trailing bytes in a link frame")
-    return op
+# Names a leader's reader keeps as text, by their bytes (a Publish's four), before it
+# starts again: a link's publishes name the same few queues, exchanges and routing keys.
+# Longer ones (up to 4 x 64 KiB) are decoded each time.
+NAMES_KEPT: Final = 256
+NAMES_KEPT_SIZE: Final = 1024
 
 
 class Reader:
-    """Bytes in, operations out: :meth:`feed` returns every whole frame's operation."""
+    """Bytes in, operations out: :meth:`feed` returns every whole frame's operation.
 
-    __slots__ = ("_buffer",)
+    The per-message frames (Publish, Deliver) are read straight from the bytes, with their
+    bytes' own indexing, not ``struct`` (in the compiled build an index is a C call
+    returning a small int, an ``unpack_from`` a Python method call and a tuple: 0.66
+    against 1.41 µs a Deliver read, docs/benchmarks.md). A Publish's four names are
+    decoded once a link (``NAMES_KEPT`` of them, by their bytes): one slice and a dict
+    lookup a publish instead of a slice and a decode a name, and the queue's name comes
+    with its hash, which the leader's lookup of the queue then need not compute."""
+
+    __slots__ = ("_buffer", "_names")
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._names: dict[bytes, tuple[str, str, str, str]] = {}
 
     @property
     def buffered(self) -> int:
@@ -1053,11 +1038,68 @@ class Reader:
                 end = pos + 4 + length
                 if end > size:
                     break
-                if code == 3 or code == 10:
-                    ops.append(_fast(code, data, pos + 5, end))
+                if code == 10:
+                    ops.append(_deliver(data, pos + 5, end))
+                elif code == 3:
+                    ops.append(self._publish(data, pos + 5, end))
                 else:
                     ops.append(_decode(code, _Cursor(memoryview(data)[pos + 5 : end])))
                 pos = end
         finally:
             self._buffer = bytearray(data[pos:]) if pos < size else bytearray()
         return ops
+
+    def _publish(self, data: bytes, pos: int, end: int) -> Publish:
+        """A Publish, read straight from the bytes (once per message). Past the frame's
+        end, a string or byte string is cut short (``p`` then says so) and an integer
+        raises IndexError."""
+        try:
+            seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
+            start = pos + 8
+            p = start
+            for _ in range(4):
+                p += 2 + (data[p] << 8 | data[p + 1])
+            if p > end:
+                raise LinkError("truncated link frame")
+            key = data[start:p]
+            names = self._names.get(key)
+            if names is None:
+                vhost, q = _string_at(data, start)
+                queue, q = _string_at(data, q)
+                exchange, q = _string_at(data, q)
+                routing_key, q = _string_at(data, q)
+                names = (vhost, queue, exchange, routing_key)
+                if p - start <= NAMES_KEPT_SIZE:
+                    if len(self._names) >= NAMES_KEPT:
+                        self._names.clear()
+                    self._names[key] = names
+            fmt, raw, body, p = _tail_at(data, p)
+        except (IndexError, UnicodeDecodeError):
+            raise LinkError("malformed link frame") from None
+        _ends(p, end)
+        return Publish(seq, names[0], names[1], names[2], names[3], fmt, raw, body)
+
+
+def _deliver(data: bytes, pos: int, end: int) -> Deliver:
+    """A Deliver, read straight from the bytes (once per message delivered), as
+    :meth:`Reader._publish` (its names not kept: two, the exchange mostly empty, where a
+    slice and a lookup cost what a decode does)."""
+    try:
+        cid = _u32_at(data, pos)
+        did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
+        redelivered = data[pos + 12]
+        if redelivered > 1:
+            raise LinkError(f"bad boolean {redelivered} in a link frame")
+        exchange, p = _string_at(data, pos + 13)
+        routing_key, p = _string_at(data, p)
+        fmt, raw, body, p = _tail_at(data, p)
+    except (IndexError, UnicodeDecodeError):
+        raise LinkError("malformed link frame") from None
+    _ends(p, end)
+    return Deliver(cid, did, redelivered == 1, exchange, routing_key, fmt, raw, body)
+
+
+def _ends(p: int, end: int) -> None:
+    """A frame read to ``p`` was ``end`` long."""
+    if p != end:
+        raise LinkError("truncated link frame" if p > end else "trailing bytes in a link frame")

@@ -56,7 +56,7 @@ from leveret.model.completion import Completion
 from leveret.model.entry import QueuedMessage
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
-from leveret.model.queues.remote import RemoteQueue
+from leveret.model.queues.remote import LinkLeader, RemoteQueue
 from leveret.model.queues.stream import OFFSET_HEADER, OffsetSpec, StreamConsumer
 from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.protocol.cluster import codec as c
@@ -164,7 +164,7 @@ class _Connection(asyncio.Protocol):
         self.peer.account()
 
 
-class Peer:
+class Peer(LinkLeader):
     """The link to one other node, and the ``Leader`` of the queues it leads."""
 
     def __init__(self, links: Links, node: str) -> None:

@@ -35,7 +35,7 @@ from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
 from leveret.errors import AMQPError
 from leveret.model.confirms import Confirms
-from leveret.model.consumer import CallbackOwner, Consumer, Source
+from leveret.model.consumer import Consumer, ConsumerOwner, Source
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
@@ -118,6 +118,29 @@ class ReplicaSink(Protocol):
     def append(self, front: LinkFrontEnd, op: c.Append) -> None: ...
 
 
+class _LinkOwner(ConsumerOwner):
+    """The owner of the peer's consumers: their deliveries are written to the link. A
+    ``CallbackOwner`` called the front end's bound method through Python's call protocol
+    (its arguments boxed and parsed again) once a delivery; this calls it directly."""
+
+    def __init__(self, front: LinkFrontEnd) -> None:
+        self.front = front
+        # False while the connection's output is paused: deliveries wait in the queue.
+        self.writable = True
+
+    def accepts(self, consumer: Consumer, size: int) -> bool:
+        return self.writable
+
+    def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        self.front._deliver(consumer, entry)
+
+    def consumer_removed(self, consumer: Consumer) -> None:
+        self.front._removed(consumer)
+
+    def consumer_deadline(self, consumer: Consumer, now: float) -> None:
+        return None  # the peer's consumers have no settlement deadline here
+
+
 class LinkFrontEnd:
     """One peer node's link into this node's core; see the module docstring."""
 
@@ -144,7 +167,7 @@ class LinkFrontEnd:
         self.peer: c.Hello | None = None
         self.proven = False
         self.confirms = Confirms(self.broker, self)
-        self.owner = CallbackOwner(self._deliver, self._removed)
+        self.owner = _LinkOwner(self)
         self.consumers: dict[int, Consumer] = {}
         self.ids: dict[Consumer, int] = {}
         self.sent: dict[int, int] = {}

@@ -60,6 +60,7 @@ __all__ = [
     "Counted",
     "Credit",
     "Deliver",
+    "DeliverAlso",
     "Drain",
     "Drained",
     "Empty",
@@ -257,6 +258,23 @@ class Deliver:
         self.format = format
         self.raw = raw
         self.body = body
+
+
+@dataclass(slots=True)
+class DeliverAlso:
+    """The message of the last :class:`Deliver` on this link, delivered to consumer
+    ``cid`` as well (``did`` and ``redelivered`` its own): a message a fanout put in
+    several queues of this leader crosses back once while their consumers take it in turn,
+    as an :class:`Also` carries it once the other way."""
+
+    cid: int
+    did: int
+    redelivered: bool
+
+    def __init__(self, cid: int, did: int, redelivered: bool) -> None:
+        self.cid = cid
+        self.did = did
+        self.redelivered = redelivered
 
 
 @dataclass(slots=True)
@@ -490,6 +508,7 @@ Op = (
     | Stats
     | Drain
     | Drained
+    | DeliverAlso
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -545,6 +564,7 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 # the body's length and the body): one ``b"".join`` a frame, few ``pack`` calls.
 _PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
 _DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
+_DELIVER_ALSO: Final = struct.Struct(">IBIQB")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
 _MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
@@ -660,6 +680,11 @@ def deliver_frame(
     )
 
 
+def deliver_also_frame(cid: int, did: int, redelivered: bool) -> bytes:
+    """:class:`DeliverAlso`'s frame, written directly."""
+    return _DELIVER_ALSO.pack(1 + 4 + 8 + 1, 32, cid, did, redelivered)
+
+
 def _payload(op: Op) -> tuple[int, bytes]:
     if isinstance(op, Deliver):
         return 10, b"".join(
@@ -772,6 +797,8 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 29, _U32.pack(op.cid) + _U32.pack(op.credit) + _U64.pack(op.received)
     if isinstance(op, Drained):
         return 31, _U32.pack(op.cid)
+    if isinstance(op, DeliverAlso):
+        return 32, _U32.pack(op.cid) + _U64.pack(op.did) + _U8.pack(op.redelivered)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -785,6 +812,8 @@ def encode(op: Op) -> bytes:
         return deliver_frame(
             op.cid, op.did, op.redelivered, op.exchange, op.routing_key, op.format, op.raw, op.body
         )
+    if isinstance(op, DeliverAlso):
+        return deliver_also_frame(op.cid, op.did, op.redelivered)
     code, payload = _payload(op)
     return _HEAD.pack(len(payload) + 1, code) + payload
 
@@ -956,6 +985,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Drain(c.u32(), c.u32(), c.u64())
     elif code == 31:
         op = Drained(c.u32())
+    elif code == 32:
+        op = DeliverAlso(c.u32(), c.u64(), c.flag())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()
@@ -1040,6 +1071,8 @@ class Reader:
                     break
                 if code == 10:
                     ops.append(_deliver(data, pos + 5, end))
+                elif code == 32 and length == 14:
+                    ops.append(_deliver_also(data, pos + 5))
                 elif code == 3:
                     ops.append(self._publish(data, pos + 5, end))
                 else:
@@ -1097,6 +1130,15 @@ def _deliver(data: bytes, pos: int, end: int) -> Deliver:
         raise LinkError("malformed link frame") from None
     _ends(p, end)
     return Deliver(cid, did, redelivered == 1, exchange, routing_key, fmt, raw, body)
+
+
+def _deliver_also(data: bytes, pos: int) -> DeliverAlso:
+    """A DeliverAlso of the right length, read straight from the bytes."""
+    redelivered = data[pos + 12]
+    if redelivered > 1:
+        raise LinkError(f"bad boolean {redelivered} in a link frame")
+    did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
+    return DeliverAlso(_u32_at(data, pos), did, redelivered == 1)
 
 
 def _ends(p: int, end: int) -> None:

@@ -191,6 +191,9 @@ class LinkFrontEnd:
         # The last Publish, and its message once made: an ``Also`` puts it in another queue.
         self.last: c.Publish | None = None
         self.last_message: Message | None = None
+        # The message of the last Deliver written: the same to another consumer of the
+        # peer goes as a ``DeliverAlso`` (a fanout's deliveries cross once).
+        self.last_delivered: Message | None = None
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -634,6 +637,10 @@ class LinkFrontEnd:
         # Counted (``add``, not ``append``): past ``OUTPUT_HIGH_WATER`` the shell stops the
         # deliveries until the turn's output is taken, instead of encoding a deep queue
         # of large messages into memory in one turn.
+        if message is self.last_delivered:
+            self.output.add(c.deliver_also_frame(cid, did, entry.redelivered))
+            return
+        self.last_delivered = message
         self.output.add(
             c.deliver_frame(
                 cid,

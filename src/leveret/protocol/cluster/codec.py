@@ -681,8 +681,9 @@ def deliver_frame(
 
 
 def deliver_also_frame(cid: int, did: int, redelivered: bool) -> bytes:
-    """:class:`DeliverAlso`'s frame, written directly."""
-    return _DELIVER_ALSO.pack(1 + 4 + 8 + 1, 32, cid, did, redelivered)
+    """:class:`DeliverAlso`'s frame, written directly. Its code is 33: 32 is ``Acquire``'s
+    (a browsed message taken), made on another branch at the same time."""
+    return _DELIVER_ALSO.pack(1 + 4 + 8 + 1, 33, cid, did, redelivered)
 
 
 def _payload(op: Op) -> tuple[int, bytes]:
@@ -798,7 +799,7 @@ def _payload(op: Op) -> tuple[int, bytes]:
     if isinstance(op, Drained):
         return 31, _U32.pack(op.cid)
     if isinstance(op, DeliverAlso):
-        return 32, _U32.pack(op.cid) + _U64.pack(op.did) + _U8.pack(op.redelivered)
+        return 33, _U32.pack(op.cid) + _U64.pack(op.did) + _U8.pack(op.redelivered)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -985,7 +986,7 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Drain(c.u32(), c.u32(), c.u64())
     elif code == 31:
         op = Drained(c.u32())
-    elif code == 32:
+    elif code == 33:
         op = DeliverAlso(c.u32(), c.u64(), c.flag())
     else:
         raise LinkError(f"unknown link operation {code}")
@@ -1071,7 +1072,7 @@ class Reader:
                     break
                 if code == 10:
                     ops.append(_deliver(data, pos + 5, end))
-                elif code == 32 and length == 14:
+                elif code == 33 and length == 14:
                     ops.append(_deliver_also(data, pos + 5))
                 elif code == 3:
                     ops.append(self._publish(data, pos + 5, end))

@@ -42,6 +42,7 @@ ops = st.one_of(
     st.builds(c.Cancel, u32),
     st.builds(c.Cancelled, u32, st.integers(0, 65535), text),
     st.builds(c.Deliver, u32, u64, st.booleans(), text, text, fmt, blob, blob),
+    st.builds(c.DeliverAlso, u32, u64, st.booleans()),
     st.builds(c.Settle, st.integers(0, 2), st.lists(u64, max_size=20).map(tuple)),
     st.builds(c.Get, u32, text, text, st.booleans()),
     st.builds(c.Got, u32, u64, st.booleans(), u32, text, text, fmt, blob, blob),

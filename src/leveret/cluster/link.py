@@ -56,7 +56,7 @@ from leveret.model.completion import Completion
 from leveret.model.entry import QueuedMessage
 from leveret.model.queues.args import PLAIN
 from leveret.model.queues.base import type_of
-from leveret.model.queues.remote import RemoteQueue
+from leveret.model.queues.remote import LinkLeader, RemoteQueue
 from leveret.model.queues.stream import OFFSET_HEADER, OffsetSpec, StreamConsumer
 from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.protocol.cluster import codec as c
@@ -164,7 +164,7 @@ class _Connection(asyncio.Protocol):
         self.peer.account()
 
 
-class Peer:
+class Peer(LinkLeader):
     """The link to one other node, and the ``Leader`` of the queues it leads."""
 
     def __init__(self, links: Links, node: str) -> None:
@@ -200,6 +200,8 @@ class Peer:
         # The message of the last Publish on this connection: the same message into
         # another queue of this leader goes as an ``Also`` (a fanout crosses once).
         self.last_message: Message | None = None
+        # The message of the last Deliver on this connection (a ``DeliverAlso``'s).
+        self.delivered: Message | None = None
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
@@ -282,6 +284,7 @@ class Peer:
     def connected(self, conn: _Connection) -> None:
         self.conn = conn
         self.reader = c.Reader()
+        self.delivered = None
         self.nonce = os.urandom(16)
         self.hello = None
         self.became_up.clear()
@@ -295,6 +298,7 @@ class Peer:
         was_up, self.up = self.up, False
         self.generation += 1
         self.last_message = None
+        self.delivered = None
         self.frames.clear()
         self.size = 0
         self.settles.clear()
@@ -452,7 +456,12 @@ class Peer:
 
     def _handle(self, op: c.Op) -> None:
         if isinstance(op, c.Deliver):
-            self._deliver(op)
+            message = self.delivered = self._message(op)
+            self._deliver(op.cid, op.did, op.redelivered, message)
+        elif isinstance(op, c.DeliverAlso):
+            if self.delivered is None:
+                raise c.LinkError("a DeliverAlso before any Deliver")
+            self._deliver(op.cid, op.did, op.redelivered, self.delivered)
         elif isinstance(op, c.Confirm):
             self._confirm(op)
         elif isinstance(op, c.Got):
@@ -589,15 +598,15 @@ class Peer:
         # A 0-9-1 message (most): ``convert/formats.py`` is not compiled, ``wire_message`` is.
         return wire_message(op.exchange, op.routing_key, op.raw, op.body)
 
-    def _deliver(self, op: c.Deliver) -> None:
-        remote = self.consumers.get(op.cid)
-        did = self.generation << _GEN_SHIFT | op.did
-        entry = QueuedMessage(did, self._message(op), op.redelivered)
+    def _deliver(self, cid: int, did: int, redelivered: bool, message: Message) -> None:
+        """A delivery (``Deliver``, ``DeliverAlso``) of ``message`` to consumer ``cid``."""
+        remote = self.consumers.get(cid)
         if remote is None:
             # Cancelled while this was on its way: the leader takes it back.
-            if op.did:
-                self._give_back(op.did)
+            if did:
+                self._give_back(did)
             return
+        entry = QueuedMessage(self.generation << _GEN_SHIFT | did, message, redelivered)
         consumer = remote.consumer
         if type(consumer) is StreamConsumer:
             _passed(consumer, entry)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
 
-__all__ = ["ACCEPT", "ELSEWHERE", "REJECT", "REQUEUE", "Leader", "RemoteQueue"]
+__all__ = ["ACCEPT", "ELSEWHERE", "REJECT", "REQUEUE", "Leader", "LinkLeader", "RemoteQueue"]
 
 # The owner of an exclusive queue whose connection is on another node: no connection of
 # this node is it (405 for every one of them, as RabbitMQ answers).
@@ -99,6 +99,35 @@ class Leader(Protocol):
     def dropped(self, queue: RemoteQueue) -> None: ...
 
 
+class LinkLeader:
+    """The base of the ``Leader`` the link's peer is (``cluster/link.py``'s ``Peer``): what
+    a proxy asks of its leader for each message, which the proxy calls on it directly. In
+    the compiled build a call through the ``Leader`` protocol is a Python-level call (the
+    attribute looked up on the type, the arguments boxed and parsed again), and a
+    forwarded publish made four (``up``, ``publish``, ``room``, ``backlogged``), an ack
+    two (``settle``, ``credit``); a call of a native class's method is a C call."""
+
+    node: str
+    up: bool
+
+    def publish(
+        self, queue: RemoteQueue, message: Message, confirm: bool
+    ) -> Completion[bool] | None:
+        raise NotImplementedError
+
+    def credit(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        raise NotImplementedError
+
+    def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None:
+        raise NotImplementedError
+
+    def backlogged(self) -> bool:
+        raise NotImplementedError
+
+    def room(self, behind: bool) -> Completion[None] | None:
+        raise NotImplementedError
+
+
 class RemoteQueue(Queue):
     """A queue whose leader is another node; see the module docstring."""
 
@@ -130,6 +159,9 @@ class RemoteQueue(Queue):
             timers=host.timers,
         )
         self.leader = leader
+        # The same leader when it is the link's peer (all but tests' stand-ins): called
+        # directly on the per-message paths.
+        self.link: LinkLeader | None = leader if isinstance(leader, LinkLeader) else None
         # The leader said its consumers do not keep up (publishers feeding it are paced).
         self.behind = False
         # A replicated queue (its members elect another leader when this one is down).
@@ -145,7 +177,8 @@ class RemoteQueue(Queue):
     def available(self) -> bool:
         # A replicated queue's publish is nacked while no leader is up (Peer.publish),
         # as RabbitMQ's quorum queues refuse what they cannot commit.
-        return self.leader.up or self.replicated
+        link = self.link
+        return (link.up if link is not None else self.leader.up) or self.replicated
 
     def reachable(self) -> None:
         if not self.leader.up:
@@ -165,13 +198,20 @@ class RemoteQueue(Queue):
 
     def forward(self, message: Message, confirm: bool) -> Completion[bool] | None:
         self.n_publish += 1
+        link = self.link
+        if link is not None:
+            return link.publish(self, message, confirm)
         return self.leader.publish(self, message, confirm)
 
     def falling_behind(self) -> bool:
-        return self.behind or self.leader.backlogged()
+        if self.behind:
+            return True
+        link = self.link
+        return link.backlogged() if link is not None else self.leader.backlogged()
 
     def room(self) -> Completion[None] | None:
-        return self.leader.room(self.behind)
+        link = self.link
+        return link.room(self.behind) if link is not None else self.leader.room(self.behind)
 
     # -- consumers ------------------------------------------------------------------------
 
@@ -254,8 +294,12 @@ class RemoteQueue(Queue):
 
     def dispatch(self) -> None:
         """Credit came back: the link tells the leader what each consumer may take."""
+        link = self.link
         for consumer in self.consumers:
-            self.leader.credit(self, consumer)
+            if link is not None:
+                link.credit(self, consumer)
+            else:
+                self.leader.credit(self, consumer)
 
     def drain(self, consumer: Consumer) -> Completion[None] | None:
         """The leader delivers what it holds up to ``consumer``'s credit and answers; done
@@ -388,7 +432,11 @@ class RemoteQueue(Queue):
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1
-        self.leader.settle(ACCEPT, (entry,))
+        link = self.link
+        if link is not None:
+            link.settle(ACCEPT, (entry,))
+        else:
+            self.leader.settle(ACCEPT, (entry,))
 
     def discard(self, entry: QueuedMessage, reason: str = REJECTED) -> None:
         self.leader.settle(REJECT, (entry,))

@@ -49,6 +49,7 @@ __all__ = [
     "BROWSE",
     "BROWSED",
     "MAX_FRAME",
+    "NAMES_KEPT",
     "Acquire",
     "Also",
     "Append",
@@ -62,6 +63,7 @@ __all__ = [
     "Counted",
     "Credit",
     "Deliver",
+    "DeliverAlso",
     "Drain",
     "Drained",
     "Empty",
@@ -270,6 +272,23 @@ class Deliver:
         self.format = format
         self.raw = raw
         self.body = body
+
+
+@dataclass(slots=True)
+class DeliverAlso:
+    """The message of the last :class:`Deliver` on this link, delivered to consumer
+    ``cid`` as well (``did`` and ``redelivered`` its own): a message a fanout put in
+    several queues of this leader crosses back once while their consumers take it in turn,
+    as an :class:`Also` carries it once the other way."""
+
+    cid: int
+    did: int
+    redelivered: bool
+
+    def __init__(self, cid: int, did: int, redelivered: bool) -> None:
+        self.cid = cid
+        self.did = did
+        self.redelivered = redelivered
 
 
 @dataclass(slots=True)
@@ -517,6 +536,7 @@ Op = (
     | Drain
     | Drained
     | Acquire
+    | DeliverAlso
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -572,6 +592,7 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 # the body's length and the body): one ``b"".join`` a frame, few ``pack`` calls.
 _PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
 _DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
+_DELIVER_ALSO: Final = struct.Struct(">IBIQB")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
 _MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
@@ -685,6 +706,12 @@ def deliver_frame(
             body,
         )
     )
+
+
+def deliver_also_frame(cid: int, did: int, redelivered: bool) -> bytes:
+    """:class:`DeliverAlso`'s frame, written directly. Its code is 33: 32 is ``Acquire``'s
+    (a browsed message taken), made on another branch at the same time."""
+    return _DELIVER_ALSO.pack(1 + 4 + 8 + 1, 33, cid, did, redelivered)
 
 
 def _payload(op: Op) -> tuple[int, bytes]:
@@ -801,6 +828,8 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 29, _U32.pack(op.cid) + _U32.pack(op.credit) + _U64.pack(op.received)
     if isinstance(op, Drained):
         return 31, _U32.pack(op.cid)
+    if isinstance(op, DeliverAlso):
+        return 33, _U32.pack(op.cid) + _U64.pack(op.did) + _U8.pack(op.redelivered)
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -814,6 +843,8 @@ def encode(op: Op) -> bytes:
         return deliver_frame(
             op.cid, op.did, op.redelivered, op.exchange, op.routing_key, op.format, op.raw, op.body
         )
+    if isinstance(op, DeliverAlso):
+        return deliver_also_frame(op.cid, op.did, op.redelivered)
     code, payload = _payload(op)
     return _HEAD.pack(len(payload) + 1, code) + payload
 
@@ -987,15 +1018,12 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Drained(c.u32())
     elif code == 32:
         op = Acquire(c.u32(), c.s(), c.s(), c.u64())
+    elif code == 33:
+        op = DeliverAlso(c.u32(), c.u64(), c.flag())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()
     return op
-
-
-# The per-message frames are read with the bytes' own indexing, not ``struct``: in the
-# compiled build an index is a C call returning a small int, an ``unpack_from`` a Python
-# method call and a tuple (0.66 against 1.41 µs a Deliver read, docs/benchmarks.md).
 
 
 def _u32_at(data: bytes, pos: int) -> int:
@@ -1010,9 +1038,8 @@ def _string_at(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos : pos + n].decode(), pos + n
 
 
-def _message_at(data: bytes, pos: int) -> tuple[str, str, int, bytes, bytes, int]:
-    exchange, pos = _string_at(data, pos)
-    routing_key, pos = _string_at(data, pos)
+def _tail_at(data: bytes, pos: int) -> tuple[int, bytes, bytes, int]:
+    """A message's form, properties and body at ``pos`` (after its names), and their end."""
     fmt = data[pos]
     n = _u32_at(data, pos + 1)
     pos += 5
@@ -1021,42 +1048,32 @@ def _message_at(data: bytes, pos: int) -> tuple[str, str, int, bytes, bytes, int
     n = _u32_at(data, pos)
     pos += 4
     body = data[pos : pos + n]
-    return exchange, routing_key, fmt, raw, body, pos + n
+    return fmt, raw, body, pos + n
 
 
-def _fast(code: int, data: bytes, pos: int, end: int) -> Op:
-    """Publish and Deliver, read straight from the bytes (once per message). Past the
-    frame's end, a string or byte string is cut short (``p`` then says so) and an integer
-    raises IndexError."""
-    try:
-        if code == 3:
-            seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
-            vhost, p = _string_at(data, pos + 8)
-            queue, p = _string_at(data, p)
-            exchange, routing_key, fmt, raw, body, p = _message_at(data, p)
-            op: Op = Publish(seq, vhost, queue, exchange, routing_key, fmt, raw, body)
-        else:
-            cid = _u32_at(data, pos)
-            did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
-            redelivered = data[pos + 12]
-            if redelivered > 1:
-                raise LinkError(f"bad boolean {redelivered} in a link frame")
-            exchange, routing_key, fmt, raw, body, p = _message_at(data, pos + 13)
-            op = Deliver(cid, did, redelivered == 1, exchange, routing_key, fmt, raw, body)
-    except (IndexError, UnicodeDecodeError):
-        raise LinkError("malformed link frame") from None
-    if p != end:
-        raise LinkError("truncated link frame" if p > end else "trailing bytes in a link frame")
-    return op
+# Names a leader's reader keeps as text, by their bytes (a Publish's four), before it
+# starts again: a link's publishes name the same few queues, exchanges and routing keys.
+# Longer ones (up to 4 x 64 KiB) are decoded each time.
+NAMES_KEPT: Final = 256
+NAMES_KEPT_SIZE: Final = 1024
 
 
 class Reader:
-    """Bytes in, operations out: :meth:`feed` returns every whole frame's operation."""
+    """Bytes in, operations out: :meth:`feed` returns every whole frame's operation.
 
-    __slots__ = ("_buffer",)
+    The per-message frames (Publish, Deliver) are read straight from the bytes, with their
+    bytes' own indexing, not ``struct`` (in the compiled build an index is a C call
+    returning a small int, an ``unpack_from`` a Python method call and a tuple: 0.66
+    against 1.41 µs a Deliver read, docs/benchmarks.md). A Publish's four names are
+    decoded once a link (``NAMES_KEPT`` of them, by their bytes): one slice and a dict
+    lookup a publish instead of a slice and a decode a name, and the queue's name comes
+    with its hash, which the leader's lookup of the queue then need not compute."""
+
+    __slots__ = ("_buffer", "_names")
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._names: dict[bytes, tuple[str, str, str, str]] = {}
 
     @property
     def buffered(self) -> int:
@@ -1085,11 +1102,79 @@ class Reader:
                 end = pos + 4 + length
                 if end > size:
                     break
-                if code == 3 or code == 10:
-                    ops.append(_fast(code, data, pos + 5, end))
+                if code == 10:
+                    ops.append(_deliver(data, pos + 5, end))
+                elif code == 33 and length == 14:
+                    ops.append(_deliver_also(data, pos + 5))
+                elif code == 3:
+                    ops.append(self._publish(data, pos + 5, end))
                 else:
                     ops.append(_decode(code, _Cursor(memoryview(data)[pos + 5 : end])))
                 pos = end
         finally:
             self._buffer = bytearray(data[pos:]) if pos < size else bytearray()
         return ops
+
+    def _publish(self, data: bytes, pos: int, end: int) -> Publish:
+        """A Publish, read straight from the bytes (once per message). Past the frame's
+        end, a string or byte string is cut short (``p`` then says so) and an integer
+        raises IndexError."""
+        try:
+            seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
+            start = pos + 8
+            p = start
+            for _ in range(4):
+                p += 2 + (data[p] << 8 | data[p + 1])
+            if p > end:
+                raise LinkError("truncated link frame")
+            key = data[start:p]
+            names = self._names.get(key)
+            if names is None:
+                vhost, q = _string_at(data, start)
+                queue, q = _string_at(data, q)
+                exchange, q = _string_at(data, q)
+                routing_key, q = _string_at(data, q)
+                names = (vhost, queue, exchange, routing_key)
+                if p - start <= NAMES_KEPT_SIZE:
+                    if len(self._names) >= NAMES_KEPT:
+                        self._names.clear()
+                    self._names[key] = names
+            fmt, raw, body, p = _tail_at(data, p)
+        except (IndexError, UnicodeDecodeError):
+            raise LinkError("malformed link frame") from None
+        _ends(p, end)
+        return Publish(seq, names[0], names[1], names[2], names[3], fmt, raw, body)
+
+
+def _deliver(data: bytes, pos: int, end: int) -> Deliver:
+    """A Deliver, read straight from the bytes (once per message delivered), as
+    :meth:`Reader._publish` (its names not kept: two, the exchange mostly empty, where a
+    slice and a lookup cost what a decode does)."""
+    try:
+        cid = _u32_at(data, pos)
+        did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
+        redelivered = data[pos + 12]
+        if redelivered > 1:
+            raise LinkError(f"bad boolean {redelivered} in a link frame")
+        exchange, p = _string_at(data, pos + 13)
+        routing_key, p = _string_at(data, p)
+        fmt, raw, body, p = _tail_at(data, p)
+    except (IndexError, UnicodeDecodeError):
+        raise LinkError("malformed link frame") from None
+    _ends(p, end)
+    return Deliver(cid, did, redelivered == 1, exchange, routing_key, fmt, raw, body)
+
+
+def _deliver_also(data: bytes, pos: int) -> DeliverAlso:
+    """A DeliverAlso of the right length, read straight from the bytes."""
+    redelivered = data[pos + 12]
+    if redelivered > 1:
+        raise LinkError(f"bad boolean {redelivered} in a link frame")
+    did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
+    return DeliverAlso(_u32_at(data, pos), did, redelivered == 1)
+
+
+def _ends(p: int, end: int) -> None:
+    """A frame read to ``p`` was ``end`` long."""
+    if p != end:
+        raise LinkError("truncated link frame" if p > end else "trailing bytes in a link frame")

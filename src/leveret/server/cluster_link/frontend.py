@@ -35,7 +35,7 @@ from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
 from leveret.errors import AMQPError
 from leveret.model.confirms import Confirms
-from leveret.model.consumer import Browser, CallbackOwner, Consumer, Source
+from leveret.model.consumer import Browser, Consumer, ConsumerOwner, Source
 from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
@@ -156,6 +156,29 @@ class ReplicaSink(Protocol):
     def append(self, front: LinkFrontEnd, op: c.Append) -> None: ...
 
 
+class _LinkOwner(ConsumerOwner):
+    """The owner of the peer's consumers: their deliveries are written to the link. A
+    ``CallbackOwner`` called the front end's bound method through Python's call protocol
+    (its arguments boxed and parsed again) once a delivery; this calls it directly."""
+
+    def __init__(self, front: LinkFrontEnd) -> None:
+        self.front = front
+        # False while the connection's output is paused: deliveries wait in the queue.
+        self.writable = True
+
+    def accepts(self, consumer: Consumer, size: int) -> bool:
+        return self.writable
+
+    def deliver(self, consumer: Consumer, entry: QueuedMessage) -> None:
+        self.front._deliver(consumer, entry)
+
+    def consumer_removed(self, consumer: Consumer) -> None:
+        self.front._removed(consumer)
+
+    def consumer_deadline(self, consumer: Consumer, now: float) -> None:
+        return None  # the peer's consumers have no settlement deadline here
+
+
 class LinkFrontEnd:
     """One peer node's link into this node's core; see the module docstring."""
 
@@ -182,7 +205,7 @@ class LinkFrontEnd:
         self.peer: c.Hello | None = None
         self.proven = False
         self.confirms = Confirms(self.broker, self)
-        self.owner = CallbackOwner(self._deliver, self._removed)
+        self.owner = _LinkOwner(self)
         self.consumers: dict[int, Consumer] = {}
         self.ids: dict[Consumer, int] = {}
         self.sent: dict[int, int] = {}
@@ -208,6 +231,9 @@ class LinkFrontEnd:
         # The last Publish, and its message once made: an ``Also`` puts it in another queue.
         self.last: c.Publish | None = None
         self.last_message: Message | None = None
+        # The message of the last Deliver written: the same to another consumer of the
+        # peer goes as a ``DeliverAlso`` (a fanout's deliveries cross once).
+        self.last_delivered: Message | None = None
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -672,33 +698,32 @@ class LinkFrontEnd:
             self.unsettled[did] = (consumer.queue, entry)
         consumer.credit -= 1
         self.sent[cid] += 1
-        message = entry.message
-        # Counted (``add``, not ``append``): past ``OUTPUT_HIGH_WATER`` the shell stops the
-        # deliveries until the turn's output is taken, instead of encoding a deep queue
-        # of large messages into memory in one turn.
-        self.output.add(
-            c.deliver_frame(
-                cid,
-                did,
-                entry.redelivered,
-                message.exchange,
-                message.routing_key,
-                message.format,
-                message.raw_properties,
-                message.body,
-            )
-        )
+        self._send_delivery(cid, did, entry)
 
     def _copy(self, consumer: Consumer, entry: QueuedMessage) -> None:
         """A browser's delivery: a copy of ``entry``, which stays in the queue, named by
         its position there (``codec.BROWSED``) rather than a delivery id to settle."""
+        cid = self.ids[consumer]
         consumer.credit -= 1
-        self.sent[self.ids[consumer]] += 1
+        self.sent[cid] += 1
+        self._send_delivery(cid, c.BROWSED | entry.seq, entry)
+
+    def _send_delivery(self, cid: int, did: int, entry: QueuedMessage) -> None:
+        """``entry`` to the peer's consumer ``cid`` as delivery ``did``: a ``DeliverAlso``
+        when its message is the last one sent whole on this link (the peer keeps that one
+        message: every delivery, a browser's copies too, must go through here)."""
         message = entry.message
+        # Counted (``add``, not ``append``): past ``OUTPUT_HIGH_WATER`` the shell stops the
+        # deliveries until the turn's output is taken, instead of encoding a deep queue
+        # of large messages into memory in one turn.
+        if message is self.last_delivered:
+            self.output.add(c.deliver_also_frame(cid, did, entry.redelivered))
+            return
+        self.last_delivered = message
         self.output.add(
             c.deliver_frame(
-                self.ids[consumer],
-                c.BROWSED | entry.seq,
+                cid,
+                did,
                 entry.redelivered,
                 message.exchange,
                 message.routing_key,

@@ -264,7 +264,62 @@ class OutgoingLink(ConsumerOwner):
             self.session.delete_queue(self.queue)
 
 
-class SelectorLink(Browser):
+class _BrowsingLink(Browser):
+    """What a link the broker sends on as a browser of its queue (``Queue.browsers``, woken
+    when messages become ready) is, a ``SelectorLink`` or a ``CopyLink``: it sends within
+    the credit its receiver gives (``_browse``), is detached when its queue is deleted,
+    and leaves the queue's browsers when it closes."""
+
+    def __init__(
+        self, session: SessionCore, handle: int, name: str, queue: Queue, *, settled: bool
+    ) -> None:
+        self.session = session
+        self.handle = handle
+        self.name = name
+        self.queue = queue
+        self.settled = settled
+        self.credit = 0
+        self.closed = False
+        self.browsing = False
+        self.wire: WireLink | None = None  # as OutgoingLink's
+
+    def start(self) -> None:
+        self.queue.browsers.append(self)
+        self.browse()
+
+    def browse(self) -> None:
+        if self.browsing or self.closed:
+            return
+        if self.queue.deleted:
+            # Woken by the deletion (``VirtualHost.remove_queue``): RabbitMQ 4's detach.
+            _queue_deleted(self.session, self, self.queue)
+            return
+        self.browsing = True
+        try:
+            self._browse()
+        finally:
+            self.browsing = False
+
+    def _browse(self) -> None:
+        raise NotImplementedError
+
+    def credit_granted(self, event: CreditGranted) -> None:
+        self.credit = event.credit
+        self.browse()
+        if event.drain:
+            if self.credit > 0 and not self.closed:
+                self.session.drained(self.handle)
+            self.credit = 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self in self.queue.browsers:
+            self.queue.browsers.remove(self)
+
+
+class SelectorLink(_BrowsingLink):
     """A link the broker sends on with a JMS selector (``apache.org:selector-filter:string``):
     not a consumer that the queue hands its head to, but a browser of the queue
     (``Queue.browsers``) that takes (``Queue.acquire``) the ready messages its selector
@@ -285,37 +340,14 @@ class SelectorLink(Browser):
         settled: bool,
         selector: Selector,
     ) -> None:
-        self.session = session
-        self.handle = handle
-        self.name = name
-        self.queue = queue
-        self.settled = settled
+        super().__init__(session, handle, name, queue, settled=settled)
+        # The same queue as a classic one: its ready entries are walked (``_browse``).
+        self.classic: ClassicQueue = queue
         self.selector = selector
-        self.credit = 0
-        self.closed = False
-        self.browsing = False
         self.unmatched: set[int] = set()
-        self.wire: WireLink | None = None  # as OutgoingLink's
-
-    def start(self) -> None:
-        self.queue.browsers.append(self)
-        self.browse()
-
-    def browse(self) -> None:
-        if self.browsing or self.closed:
-            return
-        if self.queue.deleted:
-            # Woken by the deletion (``VirtualHost.remove_queue``), as a ``CopyLink``.
-            _queue_deleted(self.session, self, self.queue)
-            return
-        self.browsing = True
-        try:
-            self._browse()
-        finally:
-            self.browsing = False
 
     def _browse(self) -> None:
-        queue = self.queue
+        queue = self.classic
         session = self.session
         ready = queue.ready
         if not isinstance(ready, deque):
@@ -361,23 +393,8 @@ class SelectorLink(Browser):
                 Delivery, (entry, self.queue, None, session.timers.now)
             )
 
-    def credit_granted(self, event: CreditGranted) -> None:
-        self.credit = event.credit
-        self.browse()
-        if event.drain:
-            if self.credit > 0:
-                self.session.drained(self.handle)
-            self.credit = 0
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if self in self.queue.browsers:
-            self.queue.browsers.remove(self)
-
-
-class CopyLink(Browser):
+class CopyLink(_BrowsingLink):
     """A link the broker sends on whose source says ``distribution-mode: copy``: a browser
     of its queue (``Queue.browsers``, woken when messages become ready), not a consumer.
     While it has credit it sends copies of the ready messages it has not seen, oldest
@@ -399,37 +416,12 @@ class CopyLink(Browser):
         selector: Selector | None = None,
         temporary: bool = False,
     ) -> None:
-        self.session = session
-        self.handle = handle
-        self.name = name
-        self.queue = queue
-        self.settled = settled
+        super().__init__(session, handle, name, queue, settled=settled)
         self.selector = selector
         # A dynamic node of this link's own: deleted with it (as ``OutgoingLink``'s).
         self.temporary = temporary
-        self.credit = 0
         # The sequence number of the last ready entry it looked at.
         self.upto = 0
-        self.closed = False
-        self.browsing = False
-        self.wire: WireLink | None = None  # as OutgoingLink's
-
-    def start(self) -> None:
-        self.queue.browsers.append(self)
-        self.browse()
-
-    def browse(self) -> None:
-        if self.browsing or self.closed:
-            return
-        if self.queue.deleted:
-            # Woken by the deletion (``VirtualHost.remove_queue``): RabbitMQ 4's detach.
-            _queue_deleted(self.session, self, self.queue)
-            return
-        self.browsing = True
-        try:
-            self._browse()
-        finally:
-            self.browsing = False
 
     def _sending(self) -> bool:
         wire = self.wire
@@ -465,23 +457,12 @@ class CopyLink(Browser):
                 Delivery, (entry, COPIES, None, session.timers.now)
             )
 
-    def credit_granted(self, event: CreditGranted) -> None:
-        self.credit = event.credit
-        self.browse()
-        if event.drain:
-            if self.credit > 0 and not self.closed:
-                self.session.drained(self.handle)
-            self.credit = 0
-
     def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
-        queue = self.queue
-        if self in queue.browsers:
-            queue.browsers.remove(self)
-        if self.temporary and not queue.deleted:
-            self.session.delete_queue(queue)
+        super().close()
+        if self.temporary and not self.queue.deleted:
+            self.session.delete_queue(self.queue)
 
 
 class IncomingLink:

@@ -23,7 +23,7 @@ from rstream import (
 from rstream.exceptions import PreconditionFailed, StreamAlreadyExists
 
 from tests.cluster import nodes
-from tests.integration.test_stream_protocol import stream_port_of
+from tests.integration.test_stream_protocol import stream_port_of, told_of_deletion
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -269,3 +269,44 @@ def test_a_super_stream_made_through_a_is_listed_routed_and_deleted_on_b(
     nodes.eventually(
         lambda: asyncio.run(_partitions_and_route(port_a, name, "1")) == ([], []), timeout=5
     )
+
+
+def _known(port: int, stream: str) -> bool:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        conn.channel().queue_declare(stream, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()
+    return True
+
+
+def test_a_stream_deleted_through_another_node_tells_its_stream_clients(
+    two: tuple[Node, Node],
+) -> None:
+    """A stream led by b alone (one member: no replication tells of a leader deposed),
+    published to and read by rstream clients of b, deleted through a over 0-9-1: b
+    applies the deletion from etcd's watch, and its clients are told (metadata_update), as
+    RabbitMQ tells them whichever node deleted it."""
+    a, b = two
+    stream = f"sgone-{uuid.uuid4().hex[:6]}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    conn.channel().queue_declare(
+        stream,
+        durable=True,
+        arguments={"x-queue-type": "stream", "x-initial-cluster-size": 1},
+    )
+    conn.close()
+    nodes.eventually(lambda: _known(a.broker.port, stream))
+
+    def delete_through_a() -> None:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", a.broker.port))
+        try:
+            conn.channel().queue_delete(stream)
+        finally:
+            conn.close()
+
+    told = asyncio.run(told_of_deletion(stream_port_of(b.broker), stream, delete_through_a))
+    assert told == ([stream], [stream])

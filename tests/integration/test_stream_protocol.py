@@ -42,6 +42,8 @@ from tests.integration.conftest import _DATA_ROOT, Broker, start_broker
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
+    from rstream.utils import OnClosedErrorInfo
+
 STREAM_PORT_ENV = "LEVERET_TEST_STREAM_PORT"
 FIRST = rbs.Offset.FIRST  # type: ignore[misc]  # rbfly's enum-like class confuses mypy
 _STREAM_LISTENING = re.compile(r"listening on rabbitmq-stream://127\.0\.0\.1:(\d+)")
@@ -424,3 +426,81 @@ def test_the_node_js_stream_client(target: Target, node_modules: Path) -> None:
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome == {"got": [f"js-{i}" for i in range(10)], "sequence": 10}
+
+
+async def told_of_deletion(
+    port: int, stream: str, delete: Callable[[], None], *, wait: float = 10.0
+) -> tuple[list[str], list[str]]:
+    """An rstream producer of ``stream`` and an rstream consumer reading it (two
+    connections to ``port``), then ``delete()`` run (blocking, in a thread): the streams
+    each was told of by a metadata update (rstream's ``on_close_handler``, "Metadata
+    Update") within ``wait`` seconds."""
+    told: dict[str, list[str]] = {"producer": [], "consumer": []}
+    both = asyncio.Event()
+
+    def handler(who: str) -> Callable[[OnClosedErrorInfo], None]:
+        def on_close(info: OnClosedErrorInfo) -> None:
+            if info.reason == "Metadata Update":
+                told[who].extend(info.streams)
+                if told["producer"] and told["consumer"]:
+                    both.set()
+
+        return on_close
+
+    producer = Producer(
+        "127.0.0.1",
+        port=port,
+        username="guest",
+        password="guest",
+        on_close_handler=handler("producer"),
+    )
+    consumer = Consumer(
+        "127.0.0.1",
+        port=port,
+        username="guest",
+        password="guest",
+        on_close_handler=handler("consumer"),
+    )
+    read = asyncio.Event()
+
+    async def on_message(message: AMQPMessage, context: MessageContext) -> None:
+        read.set()
+
+    await producer.start()
+    await consumer.start()
+    try:
+        await producer.send_wait(stream, AMQPMessage(body=b"before"))
+        await consumer.subscribe(
+            stream,
+            on_message,
+            decoder=amqp_decoder,
+            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST),
+        )
+        await asyncio.wait_for(read.wait(), TIMEOUT)
+        await asyncio.to_thread(delete)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(both.wait(), wait)
+    finally:
+        for client in (producer, consumer):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 5)
+    return told["producer"], told["consumer"]
+
+
+def test_a_stream_deleted_over_0_9_1_tells_its_stream_clients(target: Target) -> None:
+    """RabbitMQ tells a stream's publishers and readers on the stream protocol of its
+    deletion (metadata_update, STREAM_NOT_AVAILABLE) whoever deleted it: here 0-9-1's
+    queue.delete."""
+    stream = unique("gone091")
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", target.amqp_port))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+
+        def delete() -> None:
+            ch.queue_delete(stream)
+
+        told = run(told_of_deletion(target.stream_port, stream, delete))
+    finally:
+        conn.close()
+    assert told == ([stream], [stream])

@@ -102,7 +102,6 @@ from leveret.model.replication import (
     successor,
 )
 from leveret.protocol.cluster import codec as c
-from leveret.server.rabbitstream.connection import streams_gone
 from leveret.store.stream_log import FileStreamLog
 
 if TYPE_CHECKING:
@@ -704,7 +703,7 @@ class Replication:
         if isinstance(stream_log, FileStreamLog):
             path, stream_log.tap, stream_log.tracked = stream_log.path, None, None
         if isinstance(leading.queue, StreamQueue):
-            streams_gone(self.links.server.stream_server, [leading.queue])
+            self.links.server.stream_server.stream_gone(leading.queue)
         return path
 
     def _unreplicate(self, leading: Leading) -> None:
@@ -796,7 +795,7 @@ class Replication:
         reader, replica.reader = replica.reader, None
         if reader is not None:
             reader.deleted = True
-            streams_gone(self.links.server.stream_server, [reader])
+            self.links.server.stream_server.stream_gone(reader)
 
     def _stream_replica(self, ident: tuple[str, str], record: QueueRecord) -> StreamReplica:
         return StreamReplica(

@@ -18,7 +18,10 @@ from leveret.model.timers import Timers
 from leveret.model.vhost import VirtualHost
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.model.paging import Pager
+    from leveret.model.queues import Queue
 
 # RabbitMQ's default consumer_timeout: 30 minutes.
 DEFAULT_CONSUMER_TIMEOUT = 1800.0
@@ -34,6 +37,9 @@ class Broker:
         # Every deadline of the broker (TTLs, x-expires, consumer timeouts): one timer.
         self.timers = Timers()
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge, self.timers)}
+        # Told of every queue removed from any vhost (``VirtualHost.queue_listeners``).
+        self.queue_listeners: list[Callable[[Queue], None]] = []
+        self.vhosts["/"].queue_listeners = self.queue_listeners
         self.clients: set[Client] = set()
         self.journal: Journal = NULL_JOURNAL
         self.pager: Pager | None = None
@@ -51,6 +57,7 @@ class Broker:
             vhost = self.vhosts[name] = VirtualHost(name, self.gauge, self.timers)
             vhost.journal = self.journal
             vhost.stream_backend = self.stream_backend
+            vhost.queue_listeners = self.queue_listeners
         return vhost
 
     def attach_streams(self, backend: StreamBackend) -> None:

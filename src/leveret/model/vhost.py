@@ -110,6 +110,10 @@ class VirtualHost:
         # Told of every queue removed (deleted, retired, its connection gone): a cluster
         # node removes the queue's record from etcd when it led it.
         self.on_queue_removed: Callable[[Queue], None] | None = None
+        # Also told of every queue removed, after it: the front ends that tell their own
+        # clients (a stream's publishers and readers). The broker's list, shared by its
+        # vhosts, so a listener added once hears every vhost's removals.
+        self.queue_listeners: list[Callable[[Queue], None]] = []
         # A cluster node's metadata store, where the front ends' declarations go before
         # they are answered (model/shared_metadata.py); None on a single node.
         self.shared: SharedMetadata | None = None
@@ -544,6 +548,8 @@ class VirtualHost:
             queue.wake_browsers()
         if self.on_queue_removed is not None:
             self.on_queue_removed(queue)
+        for listener in self.queue_listeners:
+            listener(queue)
 
     # -- policies (model/policies.py) ---------------------------------------------------
 

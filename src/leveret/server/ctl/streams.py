@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError, NotFound
 from leveret.model import super_stream
-from leveret.server.rabbitstream.connection import stream_queue_arguments, streams_gone
+from leveret.server.rabbitstream.connection import stream_queue_arguments
 from leveret.server.rabbitstream.superstream import clean_name
 
 if TYPE_CHECKING:
@@ -70,7 +70,6 @@ def _layout(name: str, args: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def super_stream_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
-    host = admin.host
 
     async def add_super_stream(args: dict[str, Any]) -> None:
         vhost = _vhost(admin, args)
@@ -96,14 +95,12 @@ def super_stream_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awa
         if not isinstance(name, str):
             raise InvalidArgument("argument 'name' must be a string")
         try:
-            gone = super_stream.delete(vhost, name)
+            # The model's removal of its partitions tells their stream clients.
+            super_stream.delete(vhost, name)
         except NotFound:
             raise AdminError(f"Super stream '{name}' does not exist") from None
         except AMQPError as exc:
             raise AdminError(exc.reply_text) from None
-        server = getattr(host, "stream_server", None)
-        if server is not None:
-            streams_gone(server, gone)
 
     return {
         "add_super_stream": add_super_stream,

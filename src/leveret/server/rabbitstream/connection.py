@@ -56,7 +56,7 @@ from leveret.protocol.rabbitstream.server import (
 from leveret.server.rabbitstream import superstream
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Mapping
 
     from leveret.auth.authn import Login
     from leveret.model.broker import Client
@@ -444,14 +444,13 @@ class StreamConnection:
                 shared = self.vhost.shared
                 written = shared.delete_queue(queue) if shared is not None else None
                 if written is not None:
-                    # On a cluster node: answered once etcd (and this node's model) has lost
-                    # it; the other connections' clients are told at once, this one's before
-                    # the response, as on one node.
-                    written.on_done(lambda done: self._others_told(done, queue))
-                    self.shell.defer(written, lambda done: self._stream_deleted(cid, done, queue))
+                    # On a cluster node: answered once etcd and this node's model have lost
+                    # it; the model's removal told every connection's clients (this one's
+                    # too, before the response, as on one node).
+                    self.shell.defer(written, lambda done: self._stream_deleted(cid, done))
                     return
+                # The model's removal tells every connection's clients (StreamServer).
                 self.vhost.remove_queue(queue)
-                streams_gone(self.server, [queue])
         self._send(c.Response(Key.DELETE, cid, code))
 
     def _delete_elsewhere(self, cid: int, name: str) -> int | None:
@@ -471,27 +470,21 @@ class StreamConnection:
             return Code.STREAM_DOES_NOT_EXIST  # etcd's record went just now
         # No client of this node publishes to it or reads it through the proxy (they go to
         # its leader; a replica's readers are told by replication when the record goes).
-        self.shell.defer(written, lambda done: self._stream_deleted(cid, done, None))
+        self.shell.defer(written, lambda done: self._stream_deleted(cid, done))
         return None
 
-    def _others_told(self, written: Completion[None], queue: StreamQueue) -> None:
-        if written.error is None:
-            streams_gone(self.server, [queue], but=self)
-
-    def _stream_deleted(
-        self, cid: int, written: Completion[None], queue: StreamQueue | None
-    ) -> None:
+    def _stream_deleted(self, cid: int, written: Completion[None]) -> None:
         try:
             written.result()
         except AMQPError as exc:
             self._send(c.Response(Key.DELETE, cid, _code_of(exc)))
             return
-        if queue is not None:
-            self._stream_gone(queue)
         self._send(c.Response(Key.DELETE, cid, Code.OK))
 
-    def _stream_gone(self, queue: StreamQueue) -> None:
-        """``queue`` was deleted: its publishers here are told (metadata update)."""
+    def stream_gone(self, queue: StreamQueue) -> None:
+        """``queue`` was removed from the model (``StreamServer``, for every removal; a
+        subscription's consumer, ``_consumer_removed``): its publishers and subscribers
+        here are told (metadata update), once."""
         gone = [p for p in self._publishers.values() if p.queue is queue]
         subscribed = [s for s in self._subscriptions.values() if s.queue is queue]
         for publisher in gone:
@@ -773,7 +766,7 @@ class StreamConnection:
         sub = self._by_consumer.pop(consumer, None)  # type: ignore[call-overload]
         if sub is not None:
             sub.consumer = None
-            self._stream_gone(sub.queue)
+            self.stream_gone(sub.queue)
 
     def _resume(self) -> None:
         """The socket drained: hand chunks again."""
@@ -875,45 +868,24 @@ class StreamConnection:
         assert self.vhost is not None
         access = self.shell.access
         assert access is not None
-        gone: list[StreamQueue] = []
         cid = command.correlation_id
         try:
-            code, gone = superstream.delete(self.vhost, access, command)
+            code = superstream.delete(self.vhost, access, command)
         except AMQPError as exc:
             code = _code_of(exc)
         if not isinstance(code, int):
-            # On a cluster node: answered once etcd and this node's copy have lost it.
-            written = code
-            written.on_done(
-                lambda done: None if done.error else streams_gone(self.server, gone, but=self)
-            )
-            self.shell.defer(written, lambda done: self._super_stream_deleted(cid, done, gone))
+            # On a cluster node: answered once etcd and this node's copy have lost it (the
+            # model's removal of the partitions told their clients, as on one node).
+            self.shell.defer(code, lambda done: self._super_stream_deleted(cid, done))
             return
         self._send(c.Response(Key.DELETE_SUPER_STREAM, cid, code))
-        streams_gone(self.server, gone)
 
-    def _super_stream_deleted(
-        self, cid: int, written: Completion[None], gone: list[StreamQueue]
-    ) -> None:
+    def _super_stream_deleted(self, cid: int, written: Completion[None]) -> None:
         try:
             code = superstream.deleted_code(written)
         except AMQPError as exc:
             code = _code_of(exc)
         self._send(c.Response(Key.DELETE_SUPER_STREAM, cid, code))
-        if code == Code.OK:
-            for queue in gone:
-                self._stream_gone(queue)
-
-
-def streams_gone(
-    server: StreamServer, queues: Sequence[StreamQueue], *, but: object = None
-) -> None:
-    """``queues`` were deleted (by any means): their publishers and subscribers on every
-    stream-protocol connection (``but`` that one) are told (metadata update)."""
-    for conn in list(server.connections):
-        if isinstance(conn, StreamConnection) and conn is not but:
-            for queue in queues:
-                conn._stream_gone(queue)
 
 
 def stream_queue_arguments(arguments: Mapping[str, str]) -> dict[str, object]:

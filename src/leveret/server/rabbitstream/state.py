@@ -1,5 +1,7 @@
 """What every stream-protocol connection of a broker shares: the listener's settings, the
-open connections (a deleted stream's publishers are told on every connection), and the
+open connections (a stream removed from the broker's model by any means, whatever front
+end, verb, expiry or other node deleted it, is told to its publishers and subscribers on
+every connection, through the model's ``Broker.queue_listeners``), and the
 single-active-consumer groups.
 
 Single active consumer (RabbitMQ 3.11's, for streams): subscriptions with the properties
@@ -25,12 +27,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from leveret.model.queues.stream import StreamQueue
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker
-    from leveret.model.queues.stream import StreamQueue
+    from leveret.model.queues import Queue
+
+
+class Connection(Protocol):
+    """A stream-protocol connection as the broker-wide state sees it."""
+
+    def stream_gone(self, queue: StreamQueue) -> None:
+        """``queue`` was removed: its publishers and subscribers here are told."""
+        ...
 
 
 class Member(Protocol):
@@ -96,7 +108,7 @@ class StreamServer:
     broker: Broker
     users: UserStore
     settings: StreamSettings = field(default_factory=StreamSettings)
-    connections: set[object] = field(default_factory=set)
+    connections: set[Connection] = field(default_factory=set)
     groups: dict[tuple[str, str, str], Group] = field(default_factory=dict)
     # On a cluster node: (vhost, stream) -> the other node leading that stream, with its
     # stream listener's host and port (``metadata`` names it); None on a single node.
@@ -107,6 +119,19 @@ class StreamServer:
     # On a cluster node: (vhost, stream) -> the stream as this node reads it from its copy
     # when it is a replica (subscriptions only), else None.
     stream_reader: Callable[[str, str], StreamQueue | None] | None = None
+
+    def __post_init__(self) -> None:
+        self.broker.queue_listeners.append(self._queue_removed)
+
+    def _queue_removed(self, queue: Queue) -> None:
+        if isinstance(queue, StreamQueue):
+            self.stream_gone(queue)
+
+    def stream_gone(self, queue: StreamQueue) -> None:
+        """``queue`` is no longer the stream here (removed, or its leader or reader moved):
+        its publishers and subscribers on every connection are told (metadata update)."""
+        for conn in list(self.connections):
+            conn.stream_gone(queue)
 
     def join(self, vhost: str, stream: str, name: str, member: Member, partition: int = -1) -> None:
         """Add ``member`` to its group (``partition``: see the module docstring); it, or

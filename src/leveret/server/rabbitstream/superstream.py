@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
     from leveret.auth.access import Access
     from leveret.model.completion import Completion
-    from leveret.model.queues.stream import StreamQueue
     from leveret.model.vhost import VirtualHost
 
 SUPER_STREAM_PROPERTY = "super-stream"
@@ -132,24 +131,24 @@ def code_of(written: Completion[bool]) -> int:
 
 def delete(
     vhost: VirtualHost, access: Access, command: c.DeleteSuperStream
-) -> tuple[int, list[StreamQueue]] | tuple[Completion[None], list[StreamQueue]]:
-    """The response code of ``command`` and the partition streams it deleted (their
-    clients are to be told). Raises the core's other errors (the caller's code). On a
-    cluster node (``VirtualHost.shared``), once the checks pass, the deletion goes to the
-    cluster's metadata store first: then the completion of that write (``deleted_code``
-    answers it) and the streams it deletes."""
+) -> int | Completion[None]:
+    """The response code of ``command`` (the model's removal of its partition streams
+    tells their clients). Raises the core's other errors (the caller's code). On a cluster
+    node (``VirtualHost.shared``), once the checks pass, the deletion goes to the cluster's
+    metadata store first: then the completion of that write (``deleted_code`` answers it)."""
     name = command.name
     streams = super_stream.partitions(vhost, name) or []
     if not management_permitted(access, name, streams):
-        return Code.ACCESS_REFUSED, []
+        return Code.ACCESS_REFUSED
     try:
         shared = vhost.shared
         if shared is None:
-            return Code.OK, super_stream.delete(vhost, name)
+            super_stream.delete(vhost, name)
+            return Code.OK
         queues = super_stream.members(vhost, name)
     except NotFound:
-        return Code.STREAM_DOES_NOT_EXIST, []
-    return shared.delete_super_stream(name, queues), super_stream.local_streams(queues)
+        return Code.STREAM_DOES_NOT_EXIST
+    return shared.delete_super_stream(name, queues)
 
 
 def deleted_code(written: Completion[None]) -> int:

@@ -72,6 +72,13 @@ class Settings:
     # second one on stream_tls_port (RabbitMQ's stream.listeners.ssl, 5551).
     stream_port: int = 5552
     stream_tls_port: int = 5551
+    # RabbitMQ's stream.advertised_host / stream.advertised_port: what the stream protocol
+    # tells clients to connect to (open's advertised_host/_port, metadata's brokers) for
+    # this node, and what its record gives the other nodes for the streams it leads, when
+    # that is not the listener (a container's published port, a NAT). "" / 0 = the
+    # listener's host (a wildcard: "localhost") and port.
+    stream_advertised_host: str = ""
+    stream_advertised_port: int = 0
     # The management plane (management/): RabbitMQ's HTTP API and web UI, and Prometheus.
     # Both run on the broker's event loop; on by default, on loopback.
     management: bool = True
@@ -94,6 +101,11 @@ class Settings:
     node_name: str = ""
     # The inter-node link's port (RabbitMQ's distribution port is 25672).
     cluster_port: int = 25672
+    # HOST[:PORT] the other nodes dial for this node's link, written in its record instead
+    # of host:cluster_port (a container's published port, a NAT, a forwarder), as etcd's
+    # --initial-advertise-peer-urls and Kafka's advertised.listeners; PORT defaults to the
+    # port the link listens on. "" = host:cluster_port. Read by cluster_advertise().
+    cluster_advertise: str = ""
     # Seconds of the node's etcd lease: a node that stops answering is down for the others
     # this long after its last keepalive (every third of it).
     cluster_lease_ttl: int = 5
@@ -202,6 +214,7 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError(f"stream_port must be at most 65535, got {settings.stream_port}")
     if settings.stream_tls_port > 65535:
         raise ConfigError(f"stream_tls_port must be at most 65535, got {settings.stream_tls_port}")
+    _validate_advertised(settings)
     if settings.tls_certfile and not settings.tls_keyfile:
         raise ConfigError("tls_certfile needs tls_keyfile (the certificate's private key)")
     if settings.tls_keyfile and not settings.tls_certfile:
@@ -264,6 +277,65 @@ def _validate_cluster_tls(settings: Settings) -> None:
             "node's certificate (cluster_tls_verify_peer is on by default; set it to false "
             "to encrypt the link without checking the peers' certificates)"
         )
+
+
+# Listening addresses that name no interface a peer or a client could dial.
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def _validate_advertised(settings: Settings) -> None:
+    if settings.stream_advertised_port > 65535:
+        raise ConfigError(
+            f"stream_advertised_port must be at most 65535, got {settings.stream_advertised_port}"
+        )
+    host = settings.stream_advertised_host
+    if host and not _is_host(host):
+        raise ConfigError(
+            f"stream_advertised_host must be a host name or address clients can reach, got {host!r}"
+        )
+    # Each worker of --workers has a link port and a stream port of its own, which one
+    # advertised port cannot name: with workers, only the host may be given.
+    advertise = cluster_advertise(settings)
+    if advertise is not None and advertise[1] and settings.workers > 1:
+        raise ConfigError(
+            "cluster_advertise names one node's port; with workers > 1 give its HOST only "
+            "(each worker advertises its own cluster_port + K - 1)"
+        )
+    if settings.stream_advertised_port and settings.workers > 1:
+        raise ConfigError(
+            "stream_advertised_port names one node's port; with workers > 1 leave it unset "
+            "(each worker names its own stream port)"
+        )
+
+
+def _is_host(host: str) -> bool:
+    """A name or address a peer can dial: not a wildcard, no spaces, brackets or slashes."""
+    return host not in _WILDCARDS and not any(ch.isspace() or ch in "/[]@" for ch in host)
+
+
+def cluster_advertise(settings: Settings) -> tuple[str, int] | None:
+    """``cluster_advertise`` as (host, port), port 0 when it names none (the listener's
+    then); None when it is not set. ``[v6]`` or ``[v6]:PORT`` for an IPv6 address."""
+    value = settings.cluster_advertise.strip()
+    if not value:
+        return None
+    host, has_port, port = value, False, ""
+    if value.startswith("["):  # [v6] or [v6]:PORT
+        host, closed, rest = value[1:].partition("]")
+        has_port, port = rest.startswith(":"), rest[1:]
+        if not closed or (rest and not has_port):
+            host = ""
+    elif value.count(":") == 1:  # HOST:PORT
+        host, _, port = value.partition(":")
+        has_port = True
+    # else HOST, or an IPv6 address without brackets (and so without a port)
+    valid_port = not has_port or (port.isdigit() and 0 < int(port) <= 65535)
+    if not (host and valid_port and _is_host(host)):
+        raise ConfigError(
+            "cluster_advertise must be HOST or HOST:PORT (the address the other nodes dial "
+            f"for this node's inter-node link, not a wildcard), got {settings.cluster_advertise!r}"
+        )
+    return host, int(port) if port else 0
 
 
 def peer_addresses(settings: Settings) -> dict[str, tuple[str, int]]:

@@ -56,6 +56,7 @@ def start_node(
     *,
     lease_ttl: int = LEASE_TTL,
     env: dict[str, str] | None = None,
+    cluster_port: int = 0,
 ) -> Node:
     data_dir = data_dir or Path(tempfile.mkdtemp(dir=_DATA_ROOT))
     broker = start_broker(
@@ -66,7 +67,7 @@ def start_node(
         "--node-name",
         name,
         "--cluster-port",
-        "0",
+        str(cluster_port),
         "--management-port",
         "0",
         "--prometheus-port",

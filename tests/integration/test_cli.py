@@ -190,6 +190,16 @@ _BAD_CONFIGS: dict[str, Callable[[Path], tuple[list[str], dict[str, str]]]] = {
     "bad-log-level-flag": lambda d: (["--log-level", "verbose"], {}),
     "port-not-int-env": lambda d: ([], {"LEVERET_PORT": "many"}),
     "bad-log-level-env": lambda d: ([], {"LEVERET_LOG_LEVEL": "loud"}),
+    "wildcard-cluster-advertise-flag": lambda d: (["--cluster-advertise", "0.0.0.0:25672"], {}),
+    "bad-cluster-advertise-port-env": lambda d: ([], {"LEVERET_CLUSTER_ADVERTISE": "h:x"}),
+    "wildcard-stream-advertised-host-env": lambda d: (
+        [],
+        {"LEVERET_STREAM_ADVERTISED_HOST": "0.0.0.0"},
+    ),
+    "stream-advertised-port-too-big-file": lambda d: (
+        ["--config", _config(d, "stream_advertised_port = 70000\n")],
+        {},
+    ),
     # Bug: a config file that is not UTF-8 escapes load() as UnicodeDecodeError.
     "file-not-utf8": lambda d: (["--config", _latin1(d)], {}),
 }
@@ -221,6 +231,11 @@ def test_bad_configuration_message_names_the_problem(tmp_path: Path) -> None:
     assert result.stderr == f"leveret: config file {path}: unknown setting 'prot'\n"
     result = leveret("serve", "--port", "70000")
     assert result.stderr == "leveret: port must be at most 65535, got 70000\n"
+    result = leveret("serve", "--cluster-advertise", "node-b:0")
+    assert result.stderr == (
+        "leveret: cluster_advertise must be HOST or HOST:PORT (the address the other nodes "
+        "dial for this node's inter-node link, not a wildcard), got 'node-b:0'\n"
+    )
 
 
 # -- listening ------------------------------------------------------------------------------

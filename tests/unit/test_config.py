@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from leveret.config import ConfigError, Settings, from_document, load, peer_addresses, to_document
+from leveret.config import (
+    ConfigError,
+    Settings,
+    cluster_advertise,
+    from_document,
+    load,
+    peer_addresses,
+    to_document,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -515,6 +523,99 @@ def test_peer_addresses_name_where_to_reach_each_peer() -> None:
 def test_bad_cluster_settings(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(environ=environ)
+
+
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [
+        ("", None),
+        ("10.0.0.7", ("10.0.0.7", 0)),  # the port the link listens on
+        ("node-b.example:30672", ("node-b.example", 30672)),
+        (" node-b:1 ", ("node-b", 1)),
+        ("[fd00::7]:25672", ("fd00::7", 25672)),
+        ("[fd00::7]", ("fd00::7", 0)),
+        ("fd00::7", ("fd00::7", 0)),  # an IPv6 address without brackets has no port
+    ],
+)
+def test_cluster_advertise_is_host_and_optional_port(
+    value: str, address: tuple[str, int] | None
+) -> None:
+    settings = load(environ={"LEVERET_CLUSTER_ADVERTISE": value} if value else NO_ENV)
+    assert cluster_advertise(settings) == address
+
+
+def test_cluster_advertise_from_toml_and_flag(tmp_path: Path) -> None:
+    path = write(tmp_path, '[leveret]\ncluster-advertise = "b.example:4000"\n')
+    assert cluster_advertise(load(path, environ=NO_ENV)) == ("b.example", 4000)
+    flagged = load(path, environ=NO_ENV, overrides={"cluster_advertise": "c.example"})
+    assert cluster_advertise(flagged) == ("c.example", 0)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0.0.0.0",  # a wildcard names no interface a peer can dial
+        "0.0.0.0:25672",
+        "::",
+        "[::]:25672",
+        "host:",
+        "host:0",
+        "host:70000",
+        "host:port",
+        ":25672",
+        "[fd00::7",
+        "[fd00::7]25672",
+        "http://host:25672",
+        "a host:1",
+        "guest@host",
+    ],
+)
+def test_bad_cluster_advertise_is_refused_at_start(value: str) -> None:
+    message = config_error(environ={"LEVERET_CLUSTER_ADVERTISE": value})
+    assert message.startswith("cluster_advertise must be HOST or HOST:PORT")
+    assert repr(value) in message
+
+
+def test_cluster_advertise_port_is_one_nodes_not_the_workers() -> None:
+    assert cluster_advertise(
+        load(environ=NO_ENV, overrides={"cluster_advertise": "h", "workers": 2})
+    )
+    message = config_error(overrides={"cluster_advertise": "h:4000", "workers": 2})
+    assert "cluster_advertise names one node's port" in message
+    message = config_error(overrides={"stream_advertised_port": 5552, "workers": 2})
+    assert "stream_advertised_port names one node's port" in message
+
+
+def test_stream_advertised_host_and_port(tmp_path: Path) -> None:
+    defaults = load(environ=NO_ENV)
+    assert (defaults.stream_advertised_host, defaults.stream_advertised_port) == ("", 0)
+    path = write(
+        tmp_path,
+        '[leveret]\nstream_advertised_host = "broker.example"\nstream_advertised_port = 30552\n',
+    )
+    settings = load(path, environ=NO_ENV)
+    assert (settings.stream_advertised_host, settings.stream_advertised_port) == (
+        "broker.example",
+        30552,
+    )
+    env = {"LEVERET_STREAM_ADVERTISED_HOST": "10.1.2.3", "LEVERET_STREAM_ADVERTISED_PORT": "1"}
+    settings = load(environ=env)
+    assert (settings.stream_advertised_host, settings.stream_advertised_port) == ("10.1.2.3", 1)
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"LEVERET_STREAM_ADVERTISED_PORT": "65536"}, "stream_advertised_port must be at most"),
+        ({"LEVERET_STREAM_ADVERTISED_PORT": "-1"}, "stream_advertised_port must not be negative"),
+        ({"LEVERET_STREAM_ADVERTISED_HOST": "0.0.0.0"}, "stream_advertised_host must be"),
+        ({"LEVERET_STREAM_ADVERTISED_HOST": "::"}, "stream_advertised_host must be"),
+        ({"LEVERET_STREAM_ADVERTISED_HOST": "[::1]"}, "stream_advertised_host must be"),
+        ({"LEVERET_STREAM_ADVERTISED_HOST": "a b"}, "stream_advertised_host must be"),
+    ],
+)
+def test_bad_stream_advertised_settings(environ: dict[str, str], message: str) -> None:
+    assert message in config_error(environ=environ)
 
 
 def test_cluster_tls_settings_from_toml_variables_and_defaults(tmp_path: Path) -> None:

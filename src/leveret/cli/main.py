@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-name", help="this node's name in the cluster (default leveret@HOST)")
     serve.add_argument("--cluster-port", type=int, help="inter-node link port (default 25672)")
     serve.add_argument(
+        "--cluster-advertise",
+        help="HOST[:PORT] the other nodes dial for this node's link, when it is not "
+        "host:cluster-port (a container, NAT); PORT defaults to the link's",
+    )
+    serve.add_argument(
         "--workers",
         type=int,
         help="run N nodes of one broker on this machine, sharing the ports, each with its "
@@ -143,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "etcd": args.etcd,
             "node_name": args.node_name,
             "cluster_port": args.cluster_port,
+            "cluster_advertise": args.cluster_advertise,
             "workers": args.workers,
         }
         try:

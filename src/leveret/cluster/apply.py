@@ -136,12 +136,16 @@ class View:
         return (host.strip("[]"), int(port)) if port.isdigit() else None
 
     def stream_address(self, node: str) -> tuple[str, int] | None:
-        """Where ``node``'s stream-protocol listener is reached (its record's first
-        ``rabbitmq-stream://`` listener; a wildcard host is the host of its inter-node
-        address); None while it is not running or has none."""
+        """Where ``node``'s stream-protocol listener is reached: its record's ``stream``
+        (its ``stream_advertised_host``/``_port``), else its first ``rabbitmq-stream://``
+        listener; a wildcard host is the host of its inter-node address. None while it is
+        not running or has none."""
         record = self.nodes.get(node)
         listeners = record.get("listeners") if record is not None else None
-        for url in listeners if isinstance(listeners, list) else []:
+        stream = record.get("stream") if record is not None else None
+        candidates = [f"rabbitmq-stream://{stream}"] if isinstance(stream, str) else []
+        candidates += listeners if isinstance(listeners, list) else []
+        for url in candidates:
             if not isinstance(url, str) or not url.startswith("rabbitmq-stream://"):
                 continue
             host, _, port = url[len("rabbitmq-stream://") :].rpartition(":")

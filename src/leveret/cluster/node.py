@@ -44,7 +44,7 @@ from leveret.cluster.member_verbs import member_verbs
 from leveret.cluster.membership import Membership, NameInUse
 from leveret.cluster.metadata import MetadataStore, queue_value
 from leveret.cluster.replication import Replication
-from leveret.config import node_name
+from leveret.config import cluster_advertise, node_name
 from leveret.errors import AMQPError
 from leveret.model.exchange import Exchange
 from leveret.model.queues.base import Queue
@@ -56,6 +56,7 @@ from leveret.store.files import replace_durably
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from leveret.config import Settings
     from leveret.model.vhost import VirtualHost
     from leveret.server.server import Server
 
@@ -343,9 +344,12 @@ class ClusterNode:
             "prometheus": prometheus,
             # Where the other nodes ask this one's API (its own, though the port is shared).
             "api": list(plane.node_urls) if plane is not None else [],
-            "cluster": advertised(settings.host, cluster_port),
+            "cluster": _cluster_address(settings, cluster_port),
             "data_dir": str(server.data_path),
         }
+        stream = _stream_address(server)
+        if stream is not None:
+            record["stream"] = stream
         self.membership.record = record
         try:
             await self.membership.start(wait=settings.cluster_lease_ttl * 2 + 2)
@@ -650,6 +654,31 @@ def advertised(host: str, port: int) -> str:
     for it, as in RabbitMQ's node names (``cluster_peer_addresses`` overrides either)."""
     if host in ("", "0.0.0.0", "::"):
         host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _cluster_address(settings: Settings, cluster_port: int) -> str:
+    """What the record names for this node's link: ``cluster_advertise`` when it is set
+    (its port, else the one the link listens on), else ``host:cluster_port``."""
+    chosen = cluster_advertise(settings)
+    if chosen is None:
+        return advertised(settings.host, cluster_port)
+    host, port = chosen
+    return advertised(host, port or cluster_port)
+
+
+def _stream_address(server: Server) -> str | None:
+    """The stream listener the other nodes name for this node's streams when
+    ``stream_advertised_host`` or ``_port`` says it is not the listener (the record's
+    ``stream``; without it they take its first ``rabbitmq-stream://`` listener). A
+    wildcard host left is read as the other listeners' (``View.stream_address``)."""
+    settings = server.settings
+    if not (settings.stream_advertised_host or settings.stream_advertised_port):
+        return None
+    if not any(url.startswith("rabbitmq-stream://") for url in server.listening):
+        return None  # no listener to reach behind the advertised address
+    host = settings.stream_advertised_host or settings.host
+    port = server.stream_server.settings.port  # the advertised port, else the bound one
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

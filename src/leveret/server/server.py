@@ -189,7 +189,11 @@ class Server:
         self.stream_server = StreamServer(
             self.broker,
             self.users,
-            StreamSettings(heartbeat=settings.heartbeat, host=_advertised(settings.host)),
+            StreamSettings(
+                heartbeat=settings.heartbeat,
+                host=settings.stream_advertised_host or _advertised(settings.host),
+                port=settings.stream_advertised_port or settings.stream_port,
+            ),
         )
         # Policies and parameters (data_dir/runtime.json), the admin verbs (leveret ctl and
         # the HTTP API share them) and the management plane (management/).
@@ -438,8 +442,12 @@ class Server:
         return server
 
     def _listening_on(self, server: asyncio.Server, scheme: str) -> None:
-        advertise = not scheme.endswith("+tls") and not any(
-            url.startswith("rabbitmq-stream://") for url in self.listening
+        # The port clients are told is the listener's unless stream_advertised_port names
+        # another (a container's published port, a NAT).
+        advertise = (
+            not self.settings.stream_advertised_port
+            and not scheme.endswith("+tls")
+            and not any(url.startswith("rabbitmq-stream://") for url in self.listening)
         )
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -53,3 +53,21 @@ def test_a_peer_stream_listener_is_its_record_first_with_a_wildcard_taken_from_i
     assert view.stream_address("c@x") == ("::1", 5553)
     assert view.stream_address("d@x") is None
     assert view.stream_address("e@x") is None
+
+
+def test_a_peer_stream_address_is_its_advertised_one_when_its_record_names_it() -> None:
+    # stream_advertised_host/_port: the record's "stream" wins over the listeners; a
+    # wildcard host there (only the port advertised) is its inter-node address's host.
+    listeners = ["rabbitmq-stream://127.0.0.1:5552"]
+    view = View(
+        nodes={
+            "b@x": {"cluster": "10.0.0.2:25672", "listeners": listeners, "stream": "b.ex:30552"},
+            "c@x": {"cluster": "10.0.0.3:25672", "listeners": listeners, "stream": "0.0.0.0:1"},
+            "d@x": {"cluster": "10.0.0.4:25672", "listeners": listeners, "stream": "[fd00::4]:2"},
+            "e@x": {"cluster": "10.0.0.5:25672", "listeners": listeners, "stream": 5},
+        }
+    )
+    assert view.stream_address("b@x") == ("b.ex", 30552)
+    assert view.stream_address("c@x") == ("10.0.0.3", 1)
+    assert view.stream_address("d@x") == ("fd00::4", 2)
+    assert view.stream_address("e@x") == ("127.0.0.1", 5552)  # not ours: the listener's

@@ -580,7 +580,8 @@ def test_a_replicas_readers_get_what_the_leader_says_is_committed(
     h: Harness, tmp_path: Path
 ) -> None:
     replication = _follower(h, tmp_path)
-    replication.links.server.stream_server = SimpleNamespace(connections=set())  # type: ignore[assignment]
+    told: list[object] = []
+    replication.links.server.stream_server = SimpleNamespace(stream_gone=told.append)  # type: ignore[assignment]
     front = _Front()
 
     def one(epoch: int, record: bytes) -> None:
@@ -607,6 +608,7 @@ def test_a_replicas_readers_get_what_the_leader_says_is_committed(
     replication._reader_gone(replica)
     assert reader.deleted
     assert replica.reader is None
+    assert told == [reader]
 
 
 def test_the_leader_tells_its_followers_each_commit(h: Harness) -> None:

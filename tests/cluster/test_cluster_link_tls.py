@@ -267,11 +267,12 @@ def test_a_node_whose_certificate_is_revoked_is_not_linked(
         conn.channel().queue_declare("q.revoked", durable=True)
         conn.close()
         nodes.eventually(lambda: _refused_as_down(a, "q.revoked", "c@test"))
-        # Refused both ways, the reason in a's log.
+        # Refused both ways, the reason in a's log; c's says a refused its certificate.
         nodes.eventually(
             lambda: (
                 _in_log(a, "link to node 'c@test' failed: TLS handshake", "certificate revoked")
                 and _in_log(a, "link from 127.0.0.1:", "refused: TLS handshake", "revoked by")
+                and _in_log(c, "link to node 'a@test' failed", "certificate refused there?")
             )
         )
         assert not _in_log(a, "inter-node link to node 'c@test' is up")

@@ -80,8 +80,6 @@ def _hint(exc: BaseException, *, listener: bool = False) -> str:
         return "this node's cluster_tls_crlfile is out of date: install the CA's new CRL"
     if code in _NAME_MISMATCH:
         return "its certificate does not name the host dialled (cluster_tls_server_name_check)"
-    if reason == "SSLV3_ALERT_CERTIFICATE_REVOKED":
-        return "the peer holds this node's certificate revoked (its cluster_tls_crlfile)"
     if reason in _NOT_TLS:
         return "the peer does not speak TLS: is cluster TLS off on its node?"
     if reason in _UNTRUSTED_PEER:

@@ -342,7 +342,7 @@ def _revoking(
 ) -> Settings:
     """``settings`` with a ``cluster_tls_crlfile`` of ``ca`` listing the certificates in
     the files ``revoked``."""
-    crlfile = tmp_path / f"{Path(settings.cluster_tls_certfile).stem}-{len(revoked)}.crl"
+    crlfile = tmp_path / f"{len(list(tmp_path.glob('*.crl')))}.crl"  # a new file each time
     crlfile.write_bytes(revocation_list(ca, *(path.read_bytes() for path in revoked), **kw))
     return dataclasses.replace(settings, cluster_tls_crlfile=str(crlfile))
 
@@ -393,6 +393,15 @@ def test_a_revoked_peer_is_refused_both_ways_and_said_so(
     assert _subject_cn(asyncio.run(_dial(LinkTls(a), b, "127.0.0.1"))) == "b"
     assert _subject_cn(asyncio.run(_dial(LinkTls(b), a, "127.0.0.1"))) == "a"
     assert _subject_cn(asyncio.run(_dial(LinkTls(plain_a), c, "127.0.0.1"))) == "c"
+    # A new CRL is read on reload (same path), as the certificates: new dials see it.
+    listening = LinkTls(_revoking(tmp_path, plain_a, ca))
+    assert _subject_cn(asyncio.run(_dial(listening, c, "127.0.0.1"))) == "c"
+    Path(listening.settings.cluster_tls_crlfile).write_bytes(
+        Path(a.cluster_tls_crlfile).read_bytes()
+    )
+    listening.reload()
+    assert _dial_result_is_refusal(asyncio.run(_dial(listening, c, "127.0.0.1")))
+    assert _Peer.seen == []
     # A CRL out of date refuses every peer, with a hint to install the new one.
     stale = _revoking(tmp_path, plain_a, ca, valid_for=-datetime.timedelta(minutes=1))
     failed = asyncio.run(_dial(LinkTls(b), stale, "127.0.0.1"))

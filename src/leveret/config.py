@@ -122,6 +122,14 @@ class Settings:
     cluster_tls_keyfile: str = ""
     cluster_tls_cacertfile: str = ""
     cluster_tls_verify_peer: bool = True
+    # PEM certificate revocation list(s) of the cluster's CA: a peer whose certificate is
+    # listed is refused on both sides of the link (only the peer's own certificate is
+    # looked up, OpenSSL's CRL_CHECK_LEAF). "" = no revocation check.
+    cluster_tls_crlfile: str = ""
+    # The dialer checks that the peer's certificate names the host it dials (the record's,
+    # cluster_advertise's, or cluster_peer_addresses' host; an IP address must be a SAN IP
+    # entry). Off by default, as RabbitMQ's inter-node TLS: the CA is the trust anchor.
+    cluster_tls_server_name_check: bool = False
     # Nodes of one broker on this machine (``leveret serve --workers N``): a supervisor runs
     # N processes sharing the ports, each a cluster node with its own data_dir/node-K, on an
     # etcd of its own unless etcd is given (cli/workers.py, docs/cluster.md). 1 = one process.
@@ -277,6 +285,17 @@ def _validate_cluster_tls(settings: Settings) -> None:
             "node's certificate (cluster_tls_verify_peer is on by default; set it to false "
             "to encrypt the link without checking the peers' certificates)"
         )
+    for name in ("cluster_tls_crlfile", "cluster_tls_server_name_check"):
+        if getattr(settings, name) and not settings.cluster_tls_certfile:
+            raise ConfigError(
+                f"{name} needs cluster_tls_certfile and cluster_tls_keyfile "
+                "(the node's own certificate: link TLS is on when they are set)"
+            )
+        if getattr(settings, name) and not settings.cluster_tls_verify_peer:
+            raise ConfigError(
+                f"{name} needs cluster_tls_verify_peer (only a verified certificate is "
+                "checked further)"
+            )
 
 
 # Listening addresses that name no interface a peer or a client could dial.

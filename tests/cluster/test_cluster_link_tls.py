@@ -6,10 +6,13 @@ down node's, and every node keeps running. Certificates are made at test time (t
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 import uuid
 from typing import TYPE_CHECKING, cast
 
@@ -20,6 +23,7 @@ import trustme
 
 from tests.cluster import nodes
 from tests.cluster.test_cluster_link import connect, consume, declare_on, publish_confirmed
+from tests.crl_support import revocation_list
 from tests.integration.ctl_support import ok
 
 if TYPE_CHECKING:
@@ -34,10 +38,16 @@ pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
 _TLS_PORT = re.compile(r"inter-node link listening on [^ ]+:(\d+) \(TLS\)")
 
 
-def _tls_env(directory: Path, name: str, signer: trustme.CA, trusted: trustme.CA) -> dict[str, str]:
-    """The cluster TLS settings of a node whose certificate ``signer`` made, trusting the
-    peers ``trusted`` signed."""
-    cert = signer.issue_cert("127.0.0.1", "localhost", common_name=name)
+def _tls_env(
+    directory: Path,
+    name: str,
+    signer: trustme.CA,
+    trusted: trustme.CA,
+    names: tuple[str, ...] = ("127.0.0.1", "localhost"),
+) -> dict[str, str]:
+    """The cluster TLS settings of a node whose certificate ``signer`` made (naming
+    ``names``), trusting the peers ``trusted`` signed."""
+    cert = signer.issue_cert(*names, common_name=name)
     certfile, keyfile, cafile = (directory / f"{name}.{x}" for x in ("crt", "key", "ca"))
     cert.cert_chain_pems[0].write_to_path(str(certfile))
     cert.private_key_pem.write_to_path(str(keyfile))
@@ -224,3 +234,128 @@ def test_a_node_without_link_tls_is_not_linked(
         _alive(a, d)
     finally:
         d.broker.stop()
+
+
+def _start(etcd: EtcdServer, prefix: str, name: str, env: dict[str, str]) -> Node:
+    return nodes.start_node(etcd, prefix, name, env=env)
+
+
+def _stop(*started: Node) -> None:
+    for node in started:
+        if node.broker.process is not None and node.broker.process.poll() is None:
+            node.broker.stop()
+
+
+def test_a_node_whose_certificate_is_revoked_is_not_linked(
+    etcd_server: EtcdServer, ca: trustme.CA, tmp_path: Path
+) -> None:
+    prefix = f"/leveret-test/linkcrl-{uuid.uuid4().hex[:8]}/"
+    # c's certificate is the cluster CA's, and the CA's CRL that a and b read lists it.
+    c_env = _tls_env(tmp_path, "c@test", ca, ca)
+    crlfile = tmp_path / "cluster.crl"
+    crlfile.write_bytes(revocation_list(ca, (tmp_path / "c@test.crt").read_bytes()))
+    revoking = {"LEVERET_CLUSTER_TLS_CRLFILE": str(crlfile)}
+    started: list[Node] = []
+    try:
+        for name in ("a@test", "b@test"):
+            env = {**_tls_env(tmp_path, name, ca, ca), **revoking}
+            started.append(_start(etcd_server, prefix, name, env))
+        a, b = started
+        c = _start(etcd_server, prefix, "c@test", c_env)
+        started.append(c)
+        conn = connect(c)
+        conn.channel().queue_declare("q.revoked", durable=True)
+        conn.close()
+        nodes.eventually(lambda: _refused_as_down(a, "q.revoked", "c@test"))
+        # Refused both ways, the reason in a's log; c's says a refused its certificate.
+        nodes.eventually(
+            lambda: (
+                _in_log(a, "link to node 'c@test' failed: TLS handshake", "certificate revoked")
+                and _in_log(a, "link from 127.0.0.1:", "refused: TLS handshake", "revoked by")
+                and _in_log(c, "link to node 'a@test' failed", "certificate refused there?")
+            )
+        )
+        assert not _in_log(a, "inter-node link to node 'c@test' is up")
+        assert _refused_as_down(b, "q.revoked", "c@test")
+        # a and b, not revoked, link each other both ways.
+        declare_on(b, "q.b", a)
+        declare_on(a, "q.a", b)
+        publish_confirmed(a, "q.b", [b"to b"])
+        publish_confirmed(b, "q.a", [b"to a"])
+        assert consume(a, "q.b", 1) == [b"to b"]
+        assert consume(b, "q.a", 1) == [b"to a"]
+        _alive(a, b, c)
+    finally:
+        _stop(*started)
+
+
+def test_with_the_name_check_the_dialled_host_must_be_named(
+    etcd_server: EtcdServer, ca: trustme.CA, tmp_path: Path
+) -> None:
+    prefix = f"/leveret-test/linknames-{uuid.uuid4().hex[:8]}/"
+    check = {"LEVERET_CLUSTER_TLS_SERVER_NAME_CHECK": "true"}
+    started: list[Node] = []
+    try:
+        # e's certificate names localhost only; its record says 127.0.0.1.
+        e_env = {**_tls_env(tmp_path, "e@test", ca, ca, ("localhost",)), **check}
+        e = _start(etcd_server, prefix, "e@test", e_env)
+        started.append(e)
+        match = _TLS_PORT.search(e.broker.log_text())
+        assert match is not None
+        # a and b are named by their address (a SAN IP entry); b dials e at localhost.
+        a_env = {**_tls_env(tmp_path, "a@test", ca, ca, ("127.0.0.1",)), **check}
+        started.append(_start(etcd_server, prefix, "a@test", a_env))
+        b_env = {
+            **_tls_env(tmp_path, "b@test", ca, ca, ("127.0.0.1",)),
+            **check,
+            "LEVERET_CLUSTER_PEER_ADDRESSES": f"e@test=localhost:{match.group(1)}",
+        }
+        started.append(_start(etcd_server, prefix, "b@test", b_env))
+        a, b = started[1:]
+        declare_on(b, "q.named", a)
+        publish_confirmed(a, "q.named", [b"named"])
+        assert consume(a, "q.named", 1) == [b"named"]
+        assert _in_log(a, "inter-node link to node 'b@test' is up")
+        # e, dialled at 127.0.0.1 by a, is refused there; dialled at localhost by b, linked.
+        declare_on(e, "q.elsewhere", b)
+        nodes.eventually(lambda: _refused_as_down(a, "q.elsewhere", "e@test"))
+        nodes.eventually(
+            lambda: _in_log(
+                a, "link to node 'e@test' failed: TLS handshake", "does not name the host dialled"
+            )
+        )
+        publish_confirmed(b, "q.elsewhere", [b"via localhost"])
+        assert consume(b, "q.elsewhere", 1) == [b"via localhost"]
+        assert not _in_log(a, "inter-node link to node 'e@test' is up")
+        _alive(a, b, e)
+    finally:
+        _stop(*started)
+
+
+def test_a_crl_that_cannot_be_used_stops_the_node_at_start(
+    etcd_server: EtcdServer, ca: trustme.CA, tmp_path: Path
+) -> None:
+    crlfile = tmp_path / "broken.crl"
+    crlfile.write_text("-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n")
+    env = {
+        **_tls_env(tmp_path, "x@test", ca, ca),
+        "LEVERET_CLUSTER_TLS_CRLFILE": str(crlfile),
+        "LEVERET_ETCD_PREFIX": f"/leveret-test/linkbadcrl-{uuid.uuid4().hex[:8]}/",
+    }
+    ports = ("--port", "--stream-port", "--management-port", "--prometheus-port", "--cluster-port")
+    command = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1"]
+    command += [arg for flag in ports for arg in (flag, "0")]
+    command += ["--etcd", etcd_server.url, "--node-name", "x@test"]
+    command += ["--data-dir", str(tmp_path / "x")]
+    result = subprocess.run(
+        command,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"leveret: cluster_tls_crlfile cannot be used: {crlfile} is not a valid CRL" in (
+        result.stderr
+    )

@@ -642,6 +642,25 @@ def test_cluster_tls_settings_from_toml_variables_and_defaults(tmp_path: Path) -
     )
     assert unverified.cluster_tls_verify_peer is False
     assert unverified.cluster_tls_cacertfile == ""
+    # Revocation and the dialer's name check: off unless set, from TOML and variables.
+    assert load(environ=NO_ENV).cluster_tls_crlfile == ""
+    assert load(environ=NO_ENV).cluster_tls_server_name_check is False
+    path.write_text(
+        path.read_text() + 'cluster_tls_crlfile = "ca.crl"\ncluster-tls-server-name-check = true\n'
+    )
+    settings = load(path, environ={})
+    assert settings.cluster_tls_crlfile == "ca.crl"
+    assert settings.cluster_tls_server_name_check is True
+    checked = load(
+        environ={
+            "LEVERET_CLUSTER_TLS_CERTFILE": "n.pem",
+            "LEVERET_CLUSTER_TLS_KEYFILE": "n.key",
+            "LEVERET_CLUSTER_TLS_CACERTFILE": "ca.pem",
+            "LEVERET_CLUSTER_TLS_CRLFILE": "ca.crl",
+            "LEVERET_CLUSTER_TLS_SERVER_NAME_CHECK": "yes",
+        }
+    )
+    assert (checked.cluster_tls_crlfile, checked.cluster_tls_server_name_check) == ("ca.crl", True)
     # What ``leveret serve --workers`` hands each worker keeps them.
     assert from_document(to_document(settings)) == settings
 
@@ -657,6 +676,33 @@ def test_cluster_tls_settings_from_toml_variables_and_defaults(tmp_path: Path) -
             "needs cluster_tls_cacertfile",
         ),
         ({"LEVERET_CLUSTER_TLS_VERIFY_PEER": "sometimes"}, "must be true or false"),
+        (
+            {"LEVERET_CLUSTER_TLS_CRLFILE": "ca.crl"},
+            "cluster_tls_crlfile needs cluster_tls_certfile",
+        ),
+        (
+            {"LEVERET_CLUSTER_TLS_SERVER_NAME_CHECK": "true"},
+            "cluster_tls_server_name_check needs cluster_tls_certfile",
+        ),
+        ({"LEVERET_CLUSTER_TLS_SERVER_NAME_CHECK": "by name"}, "must be true or false"),
+        (
+            {
+                "LEVERET_CLUSTER_TLS_CERTFILE": "c.pem",
+                "LEVERET_CLUSTER_TLS_KEYFILE": "k.pem",
+                "LEVERET_CLUSTER_TLS_VERIFY_PEER": "false",
+                "LEVERET_CLUSTER_TLS_CRLFILE": "ca.crl",
+            },
+            "cluster_tls_crlfile needs cluster_tls_verify_peer",
+        ),
+        (
+            {
+                "LEVERET_CLUSTER_TLS_CERTFILE": "c.pem",
+                "LEVERET_CLUSTER_TLS_KEYFILE": "k.pem",
+                "LEVERET_CLUSTER_TLS_VERIFY_PEER": "false",
+                "LEVERET_CLUSTER_TLS_SERVER_NAME_CHECK": "true",
+            },
+            "cluster_tls_server_name_check needs cluster_tls_verify_peer",
+        ),
     ],
 )
 def test_bad_cluster_tls_settings(env: dict[str, str], message: str) -> None:

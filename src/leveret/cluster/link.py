@@ -235,8 +235,9 @@ class Peer(LinkLeader):
             if address is not None:
                 tls = self.links.tls
                 try:
+                    options = tls.dial_options(address[0]) if tls else {}
                     _, conn = await loop.create_connection(
-                        lambda: _Connection(self), *address, **(tls.dial_options() if tls else {})
+                        lambda: _Connection(self), *address, **options
                     )
                 except ConnectionRefusedError:
                     self._refused()

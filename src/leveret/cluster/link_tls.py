@@ -62,8 +62,24 @@ def _reason(exc: BaseException) -> str:
     return ""
 
 
+# OpenSSL's verify codes (X509_V_ERR_*) that are not about the CA.
+_REVOKED: Final = 23
+_NO_CRL: Final = 3
+_CRL_OUT_OF_DATE: Final = frozenset((11, 12))  # CRL not yet valid, CRL has expired
+_NAME_MISMATCH: Final = frozenset((62, 64))  # host name, IP address
+
+
 def _hint(exc: BaseException, *, listener: bool = False) -> str:
     reason = _reason(exc)
+    code = exc.verify_code if isinstance(exc, ssl.SSLCertVerificationError) else None
+    if code == _REVOKED:
+        return "its certificate is revoked by this node's cluster_tls_crlfile"
+    if code == _NO_CRL:
+        return "this node's cluster_tls_crlfile has no CRL of the CA that signed it"
+    if code in _CRL_OUT_OF_DATE:
+        return "this node's cluster_tls_crlfile is out of date: install the CA's new CRL"
+    if code in _NAME_MISMATCH:
+        return "its certificate does not name the host dialled (cluster_tls_server_name_check)"
     if reason in _NOT_TLS:
         return "the peer does not speak TLS: is cluster TLS off on its node?"
     if reason in _UNTRUSTED_PEER:
@@ -139,12 +155,14 @@ class LinkTls:
         log.info("cluster link TLS certificates reloaded from %s", self.state.certfile)
         return self.state
 
-    def dial_options(self) -> dict[str, Any]:
-        """``create_connection``'s TLS arguments (no name sent or checked: see
+    def dial_options(self, host: str) -> dict[str, Any]:
+        """``create_connection``'s TLS arguments to dial ``host``: with
+        ``cluster_tls_server_name_check`` the peer's certificate must name it (a DNS name,
+        or an IP address as a SAN IP entry), else no name is sent or checked (see
         ``link_contexts``)."""
         return {
             "ssl": self.client,
-            "server_hostname": "",
+            "server_hostname": host if self.settings.cluster_tls_server_name_check else "",
             "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT,
         }
 

@@ -21,6 +21,7 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -111,9 +112,11 @@ def link_contexts(settings: Settings) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
     Mutual, as RabbitMQ's inter-node TLS: each side presents the node's certificate, and
     with ``cluster_tls_verify_peer`` (the default) each requires the other's, signed by
-    the CA. Names are not checked: peers are dialled at addresses (records, overrides,
-    the fault harness's proxies), the CA is the cluster's and the HMAC handshake on top
-    says which node answered."""
+    the CA, and not listed in ``cluster_tls_crlfile`` when it is set. Names are checked
+    only with ``cluster_tls_server_name_check``, by the dialer (``LinkTls.dial_options``
+    gives the host it dials): by default peers are dialled at addresses (records,
+    overrides, the fault harness's proxies) no certificate need name, the CA is the
+    cluster's and the HMAC handshake on top says which node answered."""
     made = []
     for purpose in (ssl.PROTOCOL_TLS_SERVER, ssl.PROTOCOL_TLS_CLIENT):
         context = _context(
@@ -128,8 +131,36 @@ def link_contexts(settings: Settings) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         context.verify_mode = (
             ssl.CERT_REQUIRED if settings.cluster_tls_verify_peer else ssl.CERT_NONE
         )
+        if settings.cluster_tls_crlfile:
+            _load_crls(context, settings.cluster_tls_crlfile)
+        if purpose == ssl.PROTOCOL_TLS_CLIENT and settings.cluster_tls_server_name_check:
+            context.check_hostname = True
         made.append(context)
     return made[0], made[1]
+
+
+_CRL_BEGIN = b"-----BEGIN X509 CRL-----"
+
+
+def _load_crls(context: ssl.SSLContext, path: str) -> None:
+    """The CRLs of ``path`` into the context's verify store, and the peer's certificate
+    looked up in them (OpenSSL's CRL_CHECK_LEAF: a CA of the chain is not). The file must
+    hold CRLs only: OpenSSL would take a certificate there as one more trusted CA."""
+    what = "cluster_tls_crlfile cannot be used"
+    try:
+        pem = Path(path).read_bytes()
+    except OSError as exc:
+        raise TlsError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    if pem.count(b"-----BEGIN ") == 0 or pem.count(b"-----BEGIN ") != pem.count(_CRL_BEGIN):
+        raise TlsError(f"{what}: {path} must hold PEM certificate revocation lists only")
+    try:
+        context.load_verify_locations(cafile=path)
+    except ssl.SSLError as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise TlsError(f"{what}: {path} is not a valid CRL ({reason})") from None
+    except OSError as exc:
+        raise TlsError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
 
 
 @dataclass

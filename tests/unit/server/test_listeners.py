@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import logging
 import ssl
 from importlib.metadata import version
@@ -27,6 +28,7 @@ from leveret.server.listeners import (
     make_context,
 )
 from leveret.server.server import StartupError
+from tests.crl_support import revocation_list
 
 
 def _files(tmp_path: Path, ca: trustme.CA, name: str = "server") -> tuple[Path, Path, Path]:
@@ -333,3 +335,133 @@ def test_the_link_listener_logs_the_handshakes_it_refuses(
     assert "refused: TLS handshake: [SSL: CERTIFICATE_VERIFY_FAILED]" in untrusted[0]
     assert len(said("does not speak TLS")) == 1
     assert _Peer.seen == []  # no connection reached the link's front end
+
+
+def _revoking(
+    tmp_path: Path, settings: Settings, ca: trustme.CA, *revoked: Path, **kw: Any
+) -> Settings:
+    """``settings`` with a ``cluster_tls_crlfile`` of ``ca`` listing the certificates in
+    the files ``revoked``."""
+    crlfile = tmp_path / f"{len(list(tmp_path.glob('*.crl')))}.crl"  # a new file each time
+    crlfile.write_bytes(revocation_list(ca, *(path.read_bytes() for path in revoked), **kw))
+    return dataclasses.replace(settings, cluster_tls_crlfile=str(crlfile))
+
+
+async def _dial(listener: LinkTls, dialer: Settings, host: str) -> object:
+    """One dial of ``dialer``'s node to ``listener``'s at ``host``, with the options the
+    link's dialer uses: the listener's view of it, or the handshake's error."""
+    _Peer.seen = []
+    server = await listener.listen(_Peer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, **LinkTls(dialer).dial_options(host)
+        )
+        writer.write(b"\0")
+        await reader.read()  # TLS 1.3: a refused client certificate is learnt here
+        writer.close()
+    except OSError as exc:
+        return exc
+    finally:
+        server.close()
+    return _Peer.seen[0] if _Peer.seen else None
+
+
+def test_a_revoked_peer_is_refused_both_ways_and_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca = trustme.CA()
+    plain_a = _link_settings(tmp_path, "a", ca, ca)
+    b = _link_settings(tmp_path, "b", ca, ca)
+    c = _link_settings(tmp_path, "c", ca, ca)
+    a = _revoking(tmp_path, plain_a, ca, Path(c.cluster_tls_certfile))
+    with caplog.at_level(logging.WARNING, logger="leveret.cluster"):
+        # a's listener refuses c's dial, and says why.
+        assert _dial_result_is_refusal(asyncio.run(_dial(LinkTls(a), c, "127.0.0.1")))
+        assert _Peer.seen == []
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1
+    assert "certificate revoked" in refusals[0]
+    assert "revoked by this node's cluster_tls_crlfile" in refusals[0]
+    # a's dialer refuses c's listener.
+    failed = asyncio.run(_dial(LinkTls(c), a, "127.0.0.1"))
+    assert isinstance(failed, ssl.SSLCertVerificationError)
+    assert failed.verify_message == "certificate revoked"
+    told = LinkTls(a).dial_failed(failed)
+    assert "revoked by this node's cluster_tls_crlfile" in told
+    # b, not listed, links to a both ways; without the CRL a takes c's link.
+    assert _subject_cn(asyncio.run(_dial(LinkTls(a), b, "127.0.0.1"))) == "b"
+    assert _subject_cn(asyncio.run(_dial(LinkTls(b), a, "127.0.0.1"))) == "a"
+    assert _subject_cn(asyncio.run(_dial(LinkTls(plain_a), c, "127.0.0.1"))) == "c"
+    # A new CRL is read on reload (same path), as the certificates: new dials see it.
+    listening = LinkTls(_revoking(tmp_path, plain_a, ca))
+    assert _subject_cn(asyncio.run(_dial(listening, c, "127.0.0.1"))) == "c"
+    Path(listening.settings.cluster_tls_crlfile).write_bytes(
+        Path(a.cluster_tls_crlfile).read_bytes()
+    )
+    listening.reload()
+    assert _dial_result_is_refusal(asyncio.run(_dial(listening, c, "127.0.0.1")))
+    assert _Peer.seen == []
+    # A CRL out of date refuses every peer, with a hint to install the new one.
+    stale = _revoking(tmp_path, plain_a, ca, valid_for=-datetime.timedelta(minutes=1))
+    failed = asyncio.run(_dial(LinkTls(b), stale, "127.0.0.1"))
+    assert isinstance(failed, ssl.SSLCertVerificationError)
+    assert "cluster_tls_crlfile is out of date" in LinkTls(stale).dial_failed(failed)
+
+
+def _dial_result_is_refusal(result: object) -> bool:
+    """A dial the listener refused: the dialer saw an error or the connection end first."""
+    return isinstance(result, OSError) or result is None
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        (b"not a CRL\n", "must hold PEM certificate revocation lists only"),
+        (b"-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n", "is not a valid CRL"),
+        ("certificate", "must hold PEM certificate revocation lists only"),
+    ],
+)
+def test_a_crl_file_that_cannot_be_used_stops_the_node_with_a_clear_error(
+    tmp_path: Path, content: bytes | str | None, message: str
+) -> None:
+    ca = trustme.CA()
+    crlfile = tmp_path / "cluster.crl"
+    if content == "certificate":
+        # A CA's certificate where the CRL goes would be trusted, not a revocation.
+        crlfile.write_bytes(revocation_list(ca) + trustme.CA().cert_pem.bytes())
+    elif isinstance(content, bytes):
+        crlfile.write_bytes(content)
+    settings = dataclasses.replace(
+        _link_settings(tmp_path, "a", ca, ca), cluster_tls_crlfile=str(crlfile)
+    )
+    with pytest.raises(LinkTlsError, match=f"cluster_tls_crlfile cannot be used: .*{message}"):
+        LinkTls(settings)
+
+
+def _named(tmp_path: Path, settings: Settings, ca: trustme.CA, *names: str) -> Settings:
+    """``settings`` with a certificate from ``ca`` naming ``names`` only."""
+    cert = ca.issue_cert(*names, common_name="named")
+    cert.cert_chain_pems[0].write_to_path(settings.cluster_tls_certfile)
+    cert.private_key_pem.write_to_path(settings.cluster_tls_keyfile)
+    return settings
+
+
+def test_the_dialer_checks_the_name_of_the_host_it_dials_when_told(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    a = _link_settings(tmp_path, "a", ca, ca, cluster_tls_server_name_check=True)
+    ip = LinkTls(_named(tmp_path, _link_settings(tmp_path, "b", ca, ca), ca, "127.0.0.1"))
+    dns = LinkTls(_named(tmp_path, _link_settings(tmp_path, "c", ca, ca), ca, "localhost"))
+    other = LinkTls(_named(tmp_path, _link_settings(tmp_path, "d", ca, ca), ca, "other.test"))
+    # The host dialled, an address or a name, is what the certificate must name.
+    assert _subject_cn(asyncio.run(_dial(ip, a, "127.0.0.1"))) == "a"
+    assert _subject_cn(asyncio.run(_dial(dns, a, "localhost"))) == "a"
+    for listener, host in ((other, "127.0.0.1"), (dns, "127.0.0.1"), (ip, "localhost")):
+        failed = asyncio.run(_dial(listener, a, host))
+        assert isinstance(failed, ssl.SSLCertVerificationError), (host, failed)
+        assert "does not name the host dialled" in LinkTls(a).dial_failed(failed)
+    # Off (the default): no name is sent or checked.
+    unchecked = dataclasses.replace(a, cluster_tls_server_name_check=False)
+    assert LinkTls(unchecked).dial_options("127.0.0.1")["server_hostname"] == ""
+    assert _subject_cn(asyncio.run(_dial(other, unchecked, "127.0.0.1"))) == "a"

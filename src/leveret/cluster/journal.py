@@ -7,7 +7,10 @@ is made in this node's model first and written to etcd right after (put-if-absen
 queue with this node as its leader): so it is in the cluster's definitions, and a restart
 of this node, which takes etcd as the truth, keeps it. Changes the node applies from etcd
 are not written back (the applier says when it is applying). The per-message calls go to
-the store's journal directly (bound methods, no frame of this wrapper's).
+the store's journal directly (bound methods, no frame of this wrapper's), and a publish
+that wants a confirm reads ``writes`` and ``ok`` from the store's journal itself (the
+node attaches it as the broker's ``store_journal``): this wrapper's properties, a Python
+frame each, stay for the other readers.
 """
 
 from __future__ import annotations

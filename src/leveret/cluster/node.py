@@ -172,7 +172,8 @@ class ClusterNode:
         # change of incarnation is written as it is applied.
         self.applier.on_incarnations_changed = lambda: self._write_cluster_file(self.cluster_id)
         # From now on what front ends declare durably here is written behind to etcd.
-        server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
+        inner = server.broker.journal
+        server.broker.attach_journal(ClusterJournal(inner, self.store, self._spawn), inner)
         server.admin.changer = self.store.change_auth
         server.admin.register(member_verbs(server.admin))  # rabbitmq-queues' verbs
         server.stream_server.stream_leader = self.stream_leader

@@ -36,6 +36,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.gauge, self.timers)}
         self.clients: set[Client] = set()
         self.journal: Journal = NULL_JOURNAL
+        # The store's own journal under ``journal`` (see ``attach_journal``).
+        self.store_journal: Journal = NULL_JOURNAL
         self.pager: Pager | None = None
         self.stream_backend: StreamBackend = MemoryStreamBackend()
         # Distributed (XA) transaction branches of every front end that speaks XA.
@@ -50,6 +52,7 @@ class Broker:
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self.gauge, self.timers)
             vhost.journal = self.journal
+            vhost.store_journal = self.store_journal
             vhost.stream_backend = self.stream_backend
         return vhost
 
@@ -60,12 +63,20 @@ class Broker:
         for vhost in self.vhosts.values():
             vhost.stream_backend = backend
 
-    def attach_journal(self, journal: Journal) -> None:
+    def attach_journal(self, journal: Journal, store_journal: Journal | None = None) -> None:
         """From now on durable changes go to ``journal`` (the server calls this once
-        recovery has rebuilt what the store held, so recovery itself writes nothing)."""
+        recovery has rebuilt what the store held, so recovery itself writes nothing).
+
+        ``store_journal``: the journal whose ``writes`` and ``ok`` are ``journal``'s, when
+        ``journal`` wraps it adding only to the definitions (a cluster node's writes
+        them to etcd too, ``cluster/journal.py``): a publish that wants a confirm reads
+        both twice, and through the wrapper's properties that is a Python-level call
+        each, on every confirmed message of a cluster node."""
         self.journal = journal
+        self.store_journal = journal if store_journal is None else store_journal
         for vhost in self.vhosts.values():
             vhost.journal = journal
+            vhost.store_journal = self.store_journal
             for queue in vhost.queues.values():
                 queue.journal = journal
 

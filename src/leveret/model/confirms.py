@@ -37,9 +37,12 @@ class ConfirmSink(Protocol):
 
 
 class JournalSource(Protocol):
-    """Where the journal in force is read (the server attaches it after recovery)."""
+    """Where the journal in force is read (the server attaches it after recovery): its
+    commits are waited for through ``journal``, and ``writes`` and ``ok`` are read from
+    ``store_journal``, the store's own under any wrapper (``Broker.attach_journal``)."""
 
     journal: Journal
+    store_journal: Journal
 
 
 class _Send:
@@ -81,9 +84,8 @@ class Confirms:
         """Record publish number ``seq`` (already counted by the caller): whether a queue
         accepted it, whether routing it made the store write, and (``remote``) whether the
         leaders of the queues led elsewhere that it went to confirmed it."""
-        journal = self.store.journal
         if stored:
-            if journal.ok:
+            if self.store.store_journal.ok:
                 self._sync_upto = self.seq  # stored: confirm once on disk
             else:
                 accepted = False  # the store is failing (disk full): nack at once
@@ -158,7 +160,7 @@ class Confirms:
     def _committed(self, send: _Send) -> None:
         # Negative if the commit failed (the store's ``ok`` is False while the callbacks
         # of a failed batch run).
-        if not self.store.journal.ok:
+        if not self.store.store_journal.ok:
             send.ack = False
         self._opened(send)
 

@@ -114,7 +114,7 @@ class Publisher:
             # Nothing to confirm: no need to watch the store's writes.
             self.route(exchange_name, routing_key, message, report_unroutable, require_consumer)
             return
-        journal = self.vhost.journal
+        journal = self.vhost.store_journal
         writes = journal.writes
         accepted = self.route(
             exchange_name, routing_key, message, report_unroutable, require_consumer

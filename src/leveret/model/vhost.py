@@ -87,6 +87,9 @@ class VirtualHost:
         self.timers = timers if timers is not None else Timers()
         # Where durable entities and persistent messages are written (see model.journal).
         self.journal: Journal = NULL_JOURNAL
+        # The store's own journal under it, whose ``writes`` and ``ok`` a publish that
+        # wants a confirm reads (``Broker.attach_journal``).
+        self.store_journal: Journal = NULL_JOURNAL
         # Where deep queues page their tails (model/paging.py); None: they do not page.
         self.pager: Pager | None = None
         # Where stream queues keep their logs (the server supplies the file-backed one).

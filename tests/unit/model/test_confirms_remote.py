@@ -14,6 +14,7 @@ from leveret.model.journal import Journal, NullJournal
 class Store:
     def __init__(self) -> None:
         self.journal: Journal = NullJournal()
+        self.store_journal: Journal = self.journal
 
 
 class Sink:

@@ -67,7 +67,7 @@ class World:
         self.timers.wall_offset = WALL
         self.vhost = VirtualHost("/", timers=self.timers)
         self.journal = Journal()
-        self.vhost.journal = self.journal
+        self.vhost.journal = self.vhost.store_journal = self.journal
         self.owner = object()
         self.sink = RecordingSink()
         self.session = Session(self.vhost, self.owner, self.sink)

@@ -559,8 +559,8 @@ class LinkFrontEnd:
                 confirms.published(False, False)
             return
         # The store's writes are watched for a confirm only (``journal.writes`` is a Python
-        # property, a wrapper's on a cluster node).
-        journal = self.broker.journal if seq else None
+        # property of the store's journal).
+        journal = self.broker.store_journal if seq else None
         writes = journal.writes if journal is not None else 0
         accepted = queue.enqueue(self._message(publish))
         self.shell.published = True

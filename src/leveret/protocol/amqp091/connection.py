@@ -336,11 +336,16 @@ class ServerConnection:
             if self.holding:
                 if self._hold_all:
                     # Held again by a frame just handled (a publisher paced by the link to
-                    # another node: ``Publisher.wait``): the rest at once, not a frame at a
-                    # time. Publishers released together by the link's window (scenario
-                    # e's ten) each make a publish or two before the window is full again,
-                    # then held their input (up to ``HOLD_BOUND``) again frame by frame.
-                    self._held += held[i:]
+                    # another node: ``Publisher.wait``): the rest stays held as it is, the
+                    # handled frames cut from its front, not held again a frame at a time.
+                    # Publishers released together by the link's window (scenario e's
+                    # ten) each make a publish or two before the window is full again,
+                    # and each then held its input (up to ``HOLD_BOUND``) again.
+                    del held[:i]
+                    if self._held:
+                        self._held += held
+                    else:
+                        self._held = held
                     self.held_size += left
                     break
                 if self._hold(frame):

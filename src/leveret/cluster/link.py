@@ -5,10 +5,10 @@ other node that leads a queue this node's clients use, and the proxies of those 
 ``server/cluster_link/``), one :class:`Peer` per other node (made when a queue record names
 it leader), and ``make_remote``, which the applier calls for each such record to put a
 ``RemoteQueue`` in its vhost (``model/queues/remote.py``). A ``Peer`` is the proxies'
-``Leader``: it turns their operations into the link's frames (``protocol/cluster/``), batched
-per loop turn, and the leader's answers back into the core's calls: confirms resolve the
-publishers' completions, deliveries go to the local consumers' owners, a get's answer
-resolves the deferred ``basic.get``.
+``LinkLeader``: it turns their operations into the link's frames (``protocol/cluster/``),
+batched per loop turn, and the leader's answers back into the core's calls: confirms
+resolve the publishers' completions, deliveries go to the local consumers' owners, a get's
+answer resolves the deferred ``basic.get``.
 
 - **Connection.** ``View.cluster_address`` says where a node's link port is (the setting
   ``cluster_peer_addresses`` overrides it: the fault harness's proxies). A lost connection
@@ -165,7 +165,7 @@ class _Connection(asyncio.Protocol):
 
 
 class Peer(LinkLeader):
-    """The link to one other node, and the ``Leader`` of the queues it leads."""
+    """The link to one other node, and the ``LinkLeader`` of the queues it leads."""
 
     def __init__(self, links: Links, node: str) -> None:
         self.links = links
@@ -671,7 +671,7 @@ class Peer(LinkLeader):
                 self.frames.append(frame)
                 self.size += len(frame)
 
-    # -- Leader: what the proxies ask --------------------------------------------------------
+    # -- LinkLeader: what the proxies ask --------------------------------------------------
 
     def publish(
         self, queue: RemoteQueue, message: Message, confirm: bool

@@ -7,7 +7,6 @@ proxy follows the queue to a new leader cancels its consumers at the old one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from leveret.auth.users import UserStore
@@ -18,7 +17,7 @@ from leveret.cluster.metadata import queue_value
 from leveret.model.broker import Broker
 from leveret.model.consumer import CallbackOwner, Consumer
 from leveret.model.queues.args import PLAIN
-from leveret.model.queues.remote import RemoteQueue
+from leveret.model.queues.remote import LinkLeader, RemoteQueue
 from leveret.server.amqp091.session import Session
 from leveret.server.parameters import Runtime
 from leveret.testing import RecordingSink
@@ -27,15 +26,18 @@ LAYOUT = Layout("/t/")
 ARGS: dict[str, object] = {"x-queue-type": "quorum"}
 
 
-@dataclass
-class _Leader:
-    """A proxy's ``Leader`` (the link's peer), recording what the proxies ask of it."""
+class _Leader(LinkLeader):
+    """A proxy's leader (the link's peer), recording what the proxies ask of it. Its
+    attributes are set in ``__init__``, not as class defaults: in the compiled build a
+    class default here would shadow ``LinkLeader``'s native attribute, which the proxy
+    reads."""
 
-    node: str
-    up: bool = True
-    consumed: list[str] = field(default_factory=list)
-    cancelled: list[str] = field(default_factory=list)
-    resumed: int = 0
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.up = True
+        self.consumed: list[str] = []
+        self.cancelled: list[str] = []
+        self.resumed = 0
 
     def consume(self, queue: RemoteQueue, consumer: Consumer) -> None:
         self.consumed.append(consumer.tag)
@@ -66,7 +68,7 @@ class Node:
     def _make_remote(self, vhost: Any, record: QueueRecord) -> RemoteQueue:
         leader = self.leaders.setdefault(record.leader, _Leader(record.leader))
         return RemoteQueue(
-            leader,  # type: ignore[arg-type]
+            leader,
             vhost,
             record.name,
             durable=True,

@@ -146,6 +146,36 @@ def test_a_deferral_of_the_whole_connection_holds_every_channel(
     assert client.methods() == [(1, m.QueueDeclareOk(queue="q")), (2, m.BasicQosOk())]
 
 
+def test_a_whole_connection_deferral_made_by_held_input_holds_the_rest_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Held input handled at the release defers the connection again (a publisher paced
+    # by the cluster link's window does, at each release): what is left of it stays
+    # held, in order, its bytes counted, and is handled at the next release.
+    deferring = Deferring(whole_connection=True)
+    monkeypatch.setitem(handlers.HANDLERS, m.QueueDeclare.INDEX, deferring)
+    client = _client()
+    client.send_raw(  # one read: what follows "a" is held by the front end
+        client.encode(1, m.QueueDeclare(queue="a"))
+        + client.encode(1, m.QueueDeclare(queue="b"))
+        + client.encode(2, m.BasicQos(prefetch_count=5))
+        + client.encode(1, m.QueueDeclare(queue="c"))
+    )
+    front = cast("AMQP091Connection", client.shell.front)
+    held = front.held_size
+    assert held > 0
+    deferring.pending[0].resolve("a")
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="a"))]
+    assert len(deferring.pending) == 2  # "b" defers; the Qos and "c" wait behind it
+    assert 0 < front.held_size < held
+    deferring.pending[1].resolve("b")
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="b")), (2, m.BasicQosOk())]
+    assert len(deferring.pending) == 3
+    assert front.held_size == 0
+    deferring.pending[2].resolve("c")
+    assert client.methods() == [(1, m.QueueDeclareOk(queue="c"))]
+
+
 def test_a_completion_done_already_answers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     def declare(channel: Channel, method: m.Method) -> None:
         conn = cast("AMQP091Connection", channel.conn)

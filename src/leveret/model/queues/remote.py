@@ -1,5 +1,5 @@
 """A queue led by another node of a cluster, as this node's model holds it: ``RemoteQueue``,
-a proxy whose operations go to the leader over the inter-node link (``Leader``).
+a proxy whose operations go to the leader over the inter-node link (``LinkLeader``).
 
 Made by the cluster part for every queue record that names another node as leader, with
 the leader's type (so the type's declare-time rules and capabilities are the leader's) and
@@ -9,7 +9,7 @@ one node answers later here: ``forward`` returns the leader's confirm as a compl
 publisher's confirm waits for it), ``fetch`` the leader's answer to a get; deliveries come
 back through the link to the local consumers' owners; settlements need no answer.
 
-While the leader's node cannot be reached (``Leader.up`` False), operations get what
+While the leader's node cannot be reached (``LinkLeader.up`` False), operations get what
 RabbitMQ 3.10 answers for a classic queue whose node is down: 404 "home node ... is down or
 inaccessible" for a declare, a consume, a get or a delete; a publish routed to it alone is
 unroutable (returned when mandatory, then confirmed), as RabbitMQ 3.10.8 answers
@@ -18,7 +18,7 @@ unroutable (returned when mandatory, then confirmed), as RabbitMQ 3.10.8 answers
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from leveret.errors import AccessRefused, AMQPError, NotFound
 from leveret.model.completion import Completion
@@ -27,17 +27,25 @@ from leveret.model.dead_letter import REJECTED
 from leveret.model.queues.base import Queue, QueueHost, type_of
 from leveret.model.queues.stream import StreamConsumer, parse_offset_spec
 
-if TYPE_CHECKING:
-    from leveret.model.queues.args import QueueConfig
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # an install without mypy (mypy_extensions is a build-time dependency)
+
+    def _no_attrs(**attrs: object) -> Callable[[type], type]:
+        # mypyc reads the decorator when it compiles and leaves a native class as it is.
+        return lambda cls: cls
+
+    mypyc_attr = _no_attrs  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from leveret.model.consumer import ConsumerOwner
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
+    from leveret.model.queues.args import QueueConfig
 
-__all__ = ["ACCEPT", "ELSEWHERE", "REJECT", "REQUEUE", "Leader", "LinkLeader", "RemoteQueue"]
+__all__ = ["ACCEPT", "ELSEWHERE", "REJECT", "REQUEUE", "LinkLeader", "RemoteQueue"]
 
 # The owner of an exclusive queue whose connection is on another node: no connection of
 # this node is it (405 for every one of them, as RabbitMQ answers).
@@ -49,63 +57,17 @@ REJECT = 1
 REQUEUE = 2
 
 
-class Leader(Protocol):
-    """What a proxy asks of the link to its leader's node (``cluster/link.py``)."""
-
-    @property
-    def node(self) -> str: ...
-
-    @property
-    def up(self) -> bool: ...
-
-    def publish(
-        self, queue: RemoteQueue, message: Message, confirm: bool
-    ) -> Completion[bool] | None: ...
-
-    def consume(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
-
-    def answer(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None: ...
-
-    def release(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
-
-    def credit(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
-
-    def drain(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None: ...
-
-    def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None: ...
-
-    def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None: ...
-
-    def get(
-        self, queue: RemoteQueue, auto_settle: bool
-    ) -> Completion[tuple[QueuedMessage | None, int]]: ...
-
-    def acquire(
-        self, queue: RemoteQueue, entry: QueuedMessage
-    ) -> Completion[tuple[QueuedMessage | None, int]] | None: ...
-
-    def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]: ...
-
-    def stats(self, queue: RemoteQueue) -> Completion[tuple[int, int, int]]: ...
-
-    def store_offset(self, queue: RemoteQueue, reference: str, offset: int) -> None: ...
-
-    def query_offset(self, queue: RemoteQueue, reference: str) -> Completion[int | None]: ...
-
-    def backlogged(self) -> bool: ...
-
-    def room(self, behind: bool) -> Completion[None] | None: ...
-
-    def dropped(self, queue: RemoteQueue) -> None: ...
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LinkLeader:
-    """The base of the ``Leader`` the link's peer is (``cluster/link.py``'s ``Peer``): what
-    a proxy asks of its leader for each message, which the proxy calls on it directly. In
-    the compiled build a call through the ``Leader`` protocol is a Python-level call (the
-    attribute looked up on the type, the arguments boxed and parsed again), and a
-    forwarded publish made four (``up``, ``publish``, ``room``, ``backlogged``), an ack
-    two (``settle``, ``credit``); a call of a native class's method is a C call."""
+    """What a proxy asks of the link to its leader's node: the base class of the link's
+    peer (``cluster/link.py``'s ``Peer``), which implements every method. A native class,
+    not a Protocol: in the compiled build a call through a protocol is a Python-level
+    call (the attribute looked up on the type, the arguments boxed and parsed again by
+    the method's wrapper), and a forwarded publish made four (``up``, ``publish``,
+    ``room``, ``backlogged``), an ack two (``settle``, ``credit``); a method of a native
+    class is called through its vtable, a C call. Interpreted subclasses are allowed for
+    the tests' stand-ins (their methods are reached through mypyc's glue; ``Peer``, a
+    native subclass, keeps the direct call)."""
 
     node: str
     up: bool
@@ -115,16 +77,56 @@ class LinkLeader:
     ) -> Completion[bool] | None:
         raise NotImplementedError
 
+    def consume(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        raise NotImplementedError
+
+    def answer(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None:
+        raise NotImplementedError
+
+    def release(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        raise NotImplementedError
+
     def credit(self, queue: RemoteQueue, consumer: Consumer) -> None:
         raise NotImplementedError
 
+    def drain(self, queue: RemoteQueue, consumer: Consumer) -> Completion[None] | None:
+        raise NotImplementedError
+
+    def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None:
+        raise NotImplementedError
+
     def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None:
+        raise NotImplementedError
+
+    def get(
+        self, queue: RemoteQueue, auto_settle: bool
+    ) -> Completion[tuple[QueuedMessage | None, int]]:
+        raise NotImplementedError
+
+    def acquire(
+        self, queue: RemoteQueue, entry: QueuedMessage
+    ) -> Completion[tuple[QueuedMessage | None, int]] | None:
+        raise NotImplementedError
+
+    def inspect(self, queue: RemoteQueue, purge: bool) -> Completion[tuple[int, int]]:
+        raise NotImplementedError
+
+    def stats(self, queue: RemoteQueue) -> Completion[tuple[int, int, int]]:
+        raise NotImplementedError
+
+    def store_offset(self, queue: RemoteQueue, reference: str, offset: int) -> None:
+        raise NotImplementedError
+
+    def query_offset(self, queue: RemoteQueue, reference: str) -> Completion[int | None]:
         raise NotImplementedError
 
     def backlogged(self) -> bool:
         raise NotImplementedError
 
     def room(self, behind: bool) -> Completion[None] | None:
+        raise NotImplementedError
+
+    def dropped(self, queue: RemoteQueue) -> None:
         raise NotImplementedError
 
 
@@ -135,7 +137,7 @@ class RemoteQueue(Queue):
 
     def __init__(
         self,
-        leader: Leader,
+        leader: LinkLeader,
         host: QueueHost,
         name: str,
         *,
@@ -159,9 +161,6 @@ class RemoteQueue(Queue):
             timers=host.timers,
         )
         self.leader = leader
-        # The same leader when it is the link's peer (all but tests' stand-ins): called
-        # directly on the per-message paths.
-        self.link: LinkLeader | None = leader if isinstance(leader, LinkLeader) else None
         # The leader said its consumers do not keep up (publishers feeding it are paced).
         self.behind = False
         # A replicated queue (its members elect another leader when this one is down).
@@ -177,8 +176,7 @@ class RemoteQueue(Queue):
     def available(self) -> bool:
         # A replicated queue's publish is nacked while no leader is up (Peer.publish),
         # as RabbitMQ's quorum queues refuse what they cannot commit.
-        link = self.link
-        return (link.up if link is not None else self.leader.up) or self.replicated
+        return self.leader.up or self.replicated
 
     def reachable(self) -> None:
         if not self.leader.up:
@@ -198,20 +196,15 @@ class RemoteQueue(Queue):
 
     def forward(self, message: Message, confirm: bool) -> Completion[bool] | None:
         self.n_publish += 1
-        link = self.link
-        if link is not None:
-            return link.publish(self, message, confirm)
         return self.leader.publish(self, message, confirm)
 
     def falling_behind(self) -> bool:
         if self.behind:
             return True
-        link = self.link
-        return link.backlogged() if link is not None else self.leader.backlogged()
+        return self.leader.backlogged()
 
     def room(self) -> Completion[None] | None:
-        link = self.link
-        return link.room(self.behind) if link is not None else self.leader.room(self.behind)
+        return self.leader.room(self.behind)
 
     # -- consumers ------------------------------------------------------------------------
 
@@ -294,12 +287,9 @@ class RemoteQueue(Queue):
 
     def dispatch(self) -> None:
         """Credit came back: the link tells the leader what each consumer may take."""
-        link = self.link
+        leader = self.leader
         for consumer in self.consumers:
-            if link is not None:
-                link.credit(self, consumer)
-            else:
-                self.leader.credit(self, consumer)
+            leader.credit(self, consumer)
 
     def drain(self, consumer: Consumer) -> Completion[None] | None:
         """The leader delivers what it holds up to ``consumer``'s credit and answers; done
@@ -432,11 +422,7 @@ class RemoteQueue(Queue):
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1
-        link = self.link
-        if link is not None:
-            link.settle(ACCEPT, (entry,))
-        else:
-            self.leader.settle(ACCEPT, (entry,))
+        self.leader.settle(ACCEPT, (entry,))
 
     def discard(self, entry: QueuedMessage, reason: str = REJECTED) -> None:
         self.leader.settle(REJECT, (entry,))

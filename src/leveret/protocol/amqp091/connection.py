@@ -327,13 +327,31 @@ class ServerConnection:
         else:
             self._held_channels.discard(channel_id)
         self.holding = self._hold_all or bool(self._held_channels)
-        held, self._held, self.held_size = self._held, [], 0
+        held, self._held = self._held, []
+        left, self.held_size = self.held_size, 0  # the bytes of ``held`` not handled yet
         closed = _CLOSED
-        for frame in held:
+        for i, frame in enumerate(held):
             if self.finished or self.state is closed:
                 break
-            if self.holding and self._hold(frame):
-                continue
+            if self.holding:
+                if self._hold_all:
+                    # Held again by a frame just handled (a publisher paced by the link to
+                    # another node: ``Publisher.wait``): the rest stays held as it is, the
+                    # handled frames cut from its front, not held again a frame at a time.
+                    # Publishers released together by the link's window (scenario e's
+                    # ten) each make a publish or two before the window is full again,
+                    # and each then held its input (up to ``HOLD_BOUND``) again.
+                    del held[:i]
+                    if self._held:
+                        self._held += held
+                    else:
+                        self._held = held
+                    self.held_size += left
+                    break
+                if self._hold(frame):
+                    left -= len(frame[2])
+                    continue
+            left -= len(frame[2])
             self._frame(frame)
 
     def _hold(self, frame: framing.Frame) -> bool:

@@ -95,14 +95,21 @@ def _while_etcd_stopped(etcd: EtcdServer, delete: Callable[[], object]) -> dict[
     return _while_stopped(etcd.process, delete)
 
 
-def _passive_on(node: Node, name: str) -> int:
-    """A passive queue.declare of ``name`` on ``node``: 200, or the reply code refusing it."""
-    conn = connect(node)
+def _passive(conn: pika.BlockingConnection, name: str) -> int:
+    """A passive queue.declare of ``name`` on a new channel of ``conn`` (opened before the
+    timed part of a test): 200, or the reply code refusing it."""
     try:
         conn.channel().queue_declare(name, passive=True)
         return 200
     except pika.exceptions.ChannelClosedByBroker as exc:
         return int(exc.reply_code)
+
+
+def _passive_on(node: Node, name: str) -> int:
+    """A passive queue.declare of ``name`` on ``node``: 200, or the reply code refusing it."""
+    conn = connect(node)
+    try:
+        return _passive(conn, name)
     finally:
         if conn.is_open:
             conn.close()
@@ -132,11 +139,7 @@ def test_a_091_delete_through_another_node_is_answered_once_etcd_and_the_leader_
 
     def delete() -> tuple[int, int]:
         count = ch.queue_delete(name).method.message_count
-        try:
-            leader.channel().queue_declare(name, passive=True)
-            return count, 200
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            return count, int(exc.reply_code)
+        return count, _passive(leader, name)
 
     try:
         seen = _while_etcd_stopped(etcd_server, delete)
@@ -317,11 +320,7 @@ def test_a_0_10_queue_delete_through_another_node_completes_once_etcd_and_leader
     def delete() -> int:
         client.conn.send_command(1, QueueDelete(queue=name))
         client.result(QueueQuery(queue=name))  # answered once the delete completed
-        try:
-            leader.channel().queue_declare(name, passive=True)
-            return 200
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            return int(exc.reply_code)
+        return _passive(leader, name)
 
     try:
         seen = _while_etcd_stopped(etcd_server, delete)
@@ -353,11 +352,7 @@ def test_an_amqp10_management_delete_through_another_node_is_answered_once_etcd_
 
     def delete() -> int:
         management.delete_queue(name)
-        try:
-            leader.channel().queue_declare(name, passive=True)
-            return 200
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            return int(exc.reply_code)
+        return _passive(leader, name)
 
     try:
         seen = _while_etcd_stopped(etcd_server, delete)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from leveret.convert.amqp010 import delivery_parts
 from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
-from leveret.model.completion import Completion
+from leveret.model.completion import Completion, every
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
@@ -558,19 +558,12 @@ class Session(ConsumerOwner):
             if not queue.deleted:
                 claims.append((command_id, sub, queue.claim(browsed)))
         done: Completion[list[int]] = Completion()
-        waiting = [claim for _, _, claim in claims if not claim.done]
-        if not waiting:
+        answered = every(claim for _, _, claim in claims)
+        if answered is None:
             done.resolve(self._acquired(claims))
-            return done
-        left = [len(waiting)]
-
-        def answered(_claim: Completion[QueuedMessage | None]) -> None:
-            left[0] -= 1
-            if not left[0]:
-                done.resolve(self._acquired(claims))
-
-        for claim in waiting:
-            claim.on_done(answered)
+        else:
+            # (A claim that failed is not acquired: ``_acquired`` reads each one's error.)
+            answered.on_done(lambda _answered: done.resolve(self._acquired(claims)))
         return done
 
     def _acquired(

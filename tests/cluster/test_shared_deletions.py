@@ -95,6 +95,16 @@ def _while_etcd_stopped(etcd: EtcdServer, delete: Callable[[], object]) -> dict[
     return _while_stopped(etcd.process, delete)
 
 
+def _answered_once_gone(
+    seen: dict[str, object], etcd: EtcdServer, node: Node, name: str, result: object
+) -> None:
+    """The deletion was not answered while etcd was stopped, answered ``result``, and its
+    queue's record is gone from etcd."""
+    assert seen["while_stopped"] is False  # not answered before etcd had it
+    assert seen["result"] == result
+    assert nodes.etcd_values(etcd, f"{node.prefix}entities/queues/%2F/{name}") == []
+
+
 def _passive(conn: pika.BlockingConnection, name: str) -> int:
     """A passive queue.declare of ``name`` on a new channel of ``conn`` (opened before the
     timed part of a test): 200, or the reply code refusing it."""
@@ -148,9 +158,9 @@ def test_a_091_delete_through_another_node_is_answered_once_etcd_and_the_leader_
         deleter.close()
         if leader.is_open:
             leader.close()
-    assert seen["while_stopped"] is False  # not answered before etcd had it
-    assert seen["result"] == (1, 404)  # the leader's count; the leader has lost it
-    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+    _answered_once_gone(
+        seen, etcd_server, a, name, (1, 404)
+    )  # the leader's count; the leader has lost it
     assert len(cancelled) == 1
     assert _passive_on(a, name) == 404
 
@@ -174,9 +184,7 @@ def test_a_091_delete_on_the_leader_is_in_etcd_when_answered(
         seen = _while_etcd_stopped(etcd_server, delete)
     finally:
         conn.close()
-    assert seen["while_stopped"] is False
-    assert seen["result"] == 1
-    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+    _answered_once_gone(seen, etcd_server, a, name, 1)
     assert _passive_on(b, name) == 404
 
 
@@ -328,9 +336,7 @@ def test_a_0_10_queue_delete_through_another_node_completes_once_etcd_and_leader
         client.close()
         if leader.is_open:
             leader.close()
-    assert seen["while_stopped"] is False
-    assert seen["result"] == 404
-    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+    _answered_once_gone(seen, etcd_server, a, name, 404)
 
 
 def test_an_amqp10_management_delete_through_another_node_is_answered_once_etcd_and_leader_lost_it(
@@ -361,9 +367,7 @@ def test_an_amqp10_management_delete_through_another_node_is_answered_once_etcd_
         client.close()
         if leader.is_open:
             leader.close()
-    assert seen["while_stopped"] is False
-    assert seen["result"] == 404
-    assert nodes.etcd_values(etcd_server, f"{a.prefix}entities/queues/%2F/{name}") == []
+    _answered_once_gone(seen, etcd_server, a, name, 404)
 
 
 def test_an_amqp_fast_cancel_of_a_durable_subscription_is_confirmed_once_etcd_lost_its_queue(

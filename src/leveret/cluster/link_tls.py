@@ -186,11 +186,11 @@ class LinkTls:
         return self.state
 
     def _read_revoked(self) -> Revocations | None:
-        path = self.settings.cluster_tls_crlfile
-        if not path:
+        path, cas = self.settings.cluster_tls_crlfile, self.settings.cluster_tls_cacertfile
+        if not path or not cas:
             return None
         try:
-            return read_crls(Path(path).read_bytes())
+            revoked, unsigned = read_crls(Path(path).read_bytes(), Path(cas).read_bytes())
         except (OSError, CrlError) as exc:
             # OpenSSL loaded it into the new contexts a moment ago: new links are checked.
             log.warning(
@@ -199,6 +199,14 @@ class LinkTls:
                 exc,
             )
             return None
+        if unsigned:
+            log.warning(
+                "cluster_tls_crlfile %s: %d CRL(s) not signed by a cluster_tls_cacertfile CA "
+                "are not used to check the links already up",
+                path,
+                unsigned,
+            )
+        return revoked
 
     def after_reload(self) -> list[str]:
         """On the loop, after a reload: close the links up with a node whose certificate

@@ -1,24 +1,52 @@
-"""``cluster/revocation.py``: the certificates a CRL file revokes, read from its DER
-structure, as OpenSSL's CRL_CHECK_LEAF matches a peer (issuer name and serial number);
-bad input is a ``CrlError``, never another exception."""
+"""``cluster/revocation.py``: the certificates a CRL file revokes, as OpenSSL's
+CRL_CHECK_LEAF matches a peer (issuer name and serial number), of the CRLs a CA of the
+CA file signed; bad input is a ``CrlError``, never another exception."""
 
 from __future__ import annotations
 
 import base64
+import datetime
 import ssl
 import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leveret.cluster.revocation import CrlError, issuer_and_serial, read_crls
+from leveret.cluster.revocation import CrlError, Revocations, issuer_and_serial, read_crls
 from tests.crl_support import revocation_list
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+def _read(pem: bytes, *cas: trustme.CA) -> Revocations:
+    revoked, unsigned = read_crls(pem, b"".join(ca.cert_pem.bytes() for ca in cas))
+    assert unsigned == 0
+    return revoked
+
+
+def _forged(signer: trustme.CA, named: trustme.CA, *revoked: bytes) -> bytes:
+    """A CRL naming ``named`` as its issuer, signed by ``signer``'s key."""
+    now = datetime.datetime.now(datetime.UTC)
+    key = serialization.load_pem_private_key(signer.private_key_pem.bytes(), None)
+    builder = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(x509.load_pem_x509_certificate(named.cert_pem.bytes()).subject)
+        .last_update(now - datetime.timedelta(minutes=1))
+        .next_update(now + datetime.timedelta(days=1))
+    )
+    for cert in revoked:
+        serial = x509.load_pem_x509_certificate(cert).serial_number
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(now).build()
+        )
+    signed = builder.sign(key, hashes.SHA256())  # type: ignore[arg-type]
+    return signed.public_bytes(serialization.Encoding.PEM)
 
 
 def _der(cert: trustme.LeafCert) -> bytes:
@@ -29,14 +57,14 @@ def test_a_crl_revokes_the_certificates_it_lists_of_its_own_ca() -> None:
     ca, other = trustme.CA(), trustme.CA()
     revoked, kept = ca.issue_cert("revoked"), ca.issue_cert("kept")
     foreign = other.issue_cert("foreign")
-    crls = read_crls(revocation_list(ca, revoked.cert_chain_pems[0].bytes()))
+    crls = _read(revocation_list(ca, revoked.cert_chain_pems[0].bytes()), ca)
     assert issuer_and_serial(_der(revoked)) in crls
     assert issuer_and_serial(_der(kept)) not in crls
     # The same serial number from another CA is another certificate.
     issuer, serial = issuer_and_serial(_der(foreign))
     assert (issuer, serial) not in crls
     assert (issuer_and_serial(_der(revoked))[0], serial) not in crls
-    assert read_crls(revocation_list(ca)) == frozenset()
+    assert _read(revocation_list(ca), ca) == frozenset()
 
 
 def test_a_file_of_several_crls_revokes_what_each_lists() -> None:
@@ -45,8 +73,18 @@ def test_a_file_of_several_crls_revokes_what_each_lists() -> None:
     pem = revocation_list(one, a.cert_chain_pems[0].bytes()) + revocation_list(
         two, b.cert_chain_pems[0].bytes()
     )
-    crls = read_crls(pem)
+    crls = _read(pem, one, two)
     assert {issuer_and_serial(_der(a)), issuer_and_serial(_der(b))} == crls
+
+
+def test_a_crl_no_ca_of_the_file_signed_revokes_nothing() -> None:
+    """Named after a CA of the file but signed by another key (a forged CRL), or of a CA
+    not in the file: passed over, and counted."""
+    ca, impostor = trustme.CA(), trustme.CA()
+    leaf = ca.issue_cert("leaf").cert_chain_pems[0].bytes()
+    forged = _forged(impostor, ca, leaf)
+    revoked, unsigned = read_crls(forged + revocation_list(impostor, leaf), ca.cert_pem.bytes())
+    assert (revoked, unsigned) == (frozenset(), 2)
 
 
 def test_a_crl_made_by_openssl_ca(tmp_path: Path) -> None:
@@ -73,7 +111,7 @@ def test_a_crl_made_by_openssl_ca(tmp_path: Path) -> None:
     made = subprocess.run(
         ["openssl", "ca", *config, "-gencrl"], check=True, capture_output=True
     ).stdout
-    assert read_crls(made) == {issuer_and_serial(_der(leaf))}
+    assert _read(made, ca) == {issuer_and_serial(_der(leaf))}
 
 
 @pytest.mark.parametrize(
@@ -86,7 +124,7 @@ def test_a_crl_made_by_openssl_ca(tmp_path: Path) -> None:
 )
 def test_a_crl_that_cannot_be_read_is_a_crl_error(pem: bytes) -> None:
     with pytest.raises(CrlError):
-        read_crls(pem)
+        _read(pem, trustme.CA())
 
 
 _CA = trustme.CA()
@@ -109,7 +147,7 @@ def test_any_bytes_read_or_raise_crl_error(der: bytes, data: st.DataObject) -> N
             der = der[:at]
         else:
             der = der[:at] + bytes([data.draw(st.integers(0, 255))]) + der[at + 1 :]
-    for read in (issuer_and_serial, lambda d: read_crls(_pem(d))):
+    for read in (issuer_and_serial, lambda d: read_crls(_pem(d), _CA.cert_pem.bytes())):
         try:
             read(der)
         except CrlError:

@@ -6,6 +6,7 @@ down node's, and every node keeps running. Certificates are made at test time (t
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -284,6 +285,67 @@ def test_a_node_whose_certificate_is_revoked_is_not_linked(
         publish_confirmed(b, "q.a", [b"to a"])
         assert consume(a, "q.b", 1) == [b"to b"]
         assert consume(b, "q.a", 1) == [b"to a"]
+        _alive(a, b, c)
+    finally:
+        _stop(*started)
+
+
+def test_a_crl_reloaded_closes_the_links_up_with_a_node_it_now_revokes(
+    etcd_server: EtcdServer, ca: trustme.CA, tmp_path: Path
+) -> None:
+    prefix = f"/leveret-test/linkcrlreload-{uuid.uuid4().hex[:8]}/"
+    # a and b read the CA's CRL, which first revokes nobody; c's certificate is the CA's.
+    crlfile = tmp_path / "cluster.crl"
+    crlfile.write_bytes(revocation_list(ca))
+    revoking = {"LEVERET_CLUSTER_TLS_CRLFILE": str(crlfile)}
+    started: list[Node] = []
+    try:
+        for name in ("a@test", "b@test"):
+            env = {**_tls_env(tmp_path, name, ca, ca), **revoking}
+            started.append(_start(etcd_server, prefix, name, env))
+        a, b = started
+        c = _start(etcd_server, prefix, "c@test", _tls_env(tmp_path, "c@test", ca, ca))
+        started.append(c)
+        declare_on(c, "q.c", a, b)
+        declare_on(a, "q.a", b, c)
+        publish_confirmed(a, "q.c", [b"a to c"])
+        publish_confirmed(c, "q.a", [b"c to a"])
+        nodes.eventually(
+            lambda: all(
+                _in_log(x, f"inter-node link from node '{y.name}' is up")
+                for x, y in ((a, c), (c, a), (b, c), (c, b))
+            )
+        )
+        # The CA revokes c: a new CRL over the file, read again by ctl on a, SIGHUP on b.
+        crlfile.write_bytes(revocation_list(ca, (tmp_path / "c@test.crt").read_bytes()))
+        assert "cluster_links_closed: [c@test]" in ok(a.data_dir, "reload_tls")
+        assert b.broker.process is not None
+        b.broker.process.send_signal(signal.SIGHUP)
+        closed = "closed: its certificate is revoked by the cluster_tls_crlfile reloaded"
+        nodes.eventually(
+            lambda: all(
+                _in_log(x, f"inter-node link {way} node 'c@test' {closed}")
+                for x in (a, b)
+                for way in ("to", "from")
+            )
+        )
+        # c's queue answers on a and b as a down node's, and a's on c; the redials meet the
+        # new CRL and are refused both ways, so it stays so.
+        for node, queue, leader in ((a, "q.c", "c@test"), (b, "q.c", "c@test")):
+            nodes.eventually(functools.partial(_refused_as_down, node, queue, leader))
+        nodes.eventually(lambda: _refused_as_down(c, "q.a", "a@test"))
+        nodes.eventually(
+            lambda: (
+                _in_log(a, "link to node 'c@test' failed: TLS handshake", "certificate revoked")
+                and _in_log(a, "link from 127.0.0.1:", "refused: TLS handshake", "revoked by")
+            )
+        )
+        assert _refused_as_down(a, "q.c", "c@test")
+        assert _refused_as_down(c, "q.a", "a@test")
+        # a and b, not revoked, are still linked.
+        assert not _in_log(a, "inter-node link to node 'b@test' is down")
+        publish_confirmed(b, "q.a", [b"b to a"])
+        assert consume(b, "q.a", 2) == [b"c to a", b"b to a"]
         _alive(a, b, c)
     finally:
         _stop(*started)

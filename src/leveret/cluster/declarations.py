@@ -240,10 +240,12 @@ class SharedDeclarations:
         streams: Sequence[str],
         binding_keys: Sequence[str],
         arguments: Mapping[str, object],
-        owner: object,
+        owner: object | None,
     ) -> Completion[bool]:
+        """Super stream ``name`` into the store (the module docstring); done with whether
+        this call made it. ``owner``: the creating connection, None for ``leveret ctl``."""
         store, vname = self.store, self.vhost.name
-        token = self.owner_token(owner)
+        token = self.owner_token(owner) if owner is not None else None
         queue_arguments = super_stream.partition_arguments(arguments)
 
         async def write() -> bool:

@@ -16,7 +16,9 @@ answer resolves the deferred ``basic.get``.
   proves the cluster's secret both ways (etcd's cluster id: only nodes that can read the
   cluster's etcd know it) and names each side's incarnation (the node's start time in ns),
   so a restarted node's old link is closed by the listener. With ``cluster_tls_*`` the
-  connection is mutual TLS (``cluster/link_tls.py``) and the handshake runs inside it.
+  connection is mutual TLS (``cluster/link_tls.py``) and the handshake runs inside it; a
+  TLS reload closes the connections, both ways, with a peer the CRL reloaded revokes
+  (``Links.live`` lists them).
 - **Credit.** A consumer's credit on the leader is what its owner here can take: its
   prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
   at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once
@@ -47,7 +49,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
-from leveret.cluster.link_tls import DialNotes, LinkTls, TlsListener
+from leveret.cluster.link_tls import DialNotes, LinkTls, LiveLink, TlsListener
 from leveret.config import peer_addresses
 from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
@@ -64,7 +66,7 @@ from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, Rep
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from leveret.cluster.apply import QueueRecord, View
     from leveret.model.consumer import Consumer
@@ -995,6 +997,8 @@ class Links:
         self.overrides = peer_addresses(server.settings)
         # TLS on the link (``cluster_tls_*``, ``cluster/link_tls.py``); None = plain TCP.
         self.tls = LinkTls(server.settings) if server.settings.cluster_tls_certfile else None
+        if self.tls is not None:
+            self.tls.live = self.live
         self.notes = DialNotes()
         self.incarnation = time.time_ns()
         # The cluster's id in etcd, known once the node joined (``set_secret``).
@@ -1017,6 +1021,24 @@ class Links:
 
     def address(self, node: str) -> tuple[str, int] | None:
         return self.view.cluster_address(node, self.overrides)
+
+    def live(self) -> Iterator[LiveLink]:
+        """The link connections up: this node's dials and the peers' it accepted (a TLS
+        reload checks their certificates, ``LinkTls.after_reload``)."""
+        for node, peer in self.peers.items():
+            conn = peer.conn
+            if conn is not None and conn.transport is not None:
+                address = self.address(node)
+                shown = f"{address[0]}:{address[1]}" if address is not None else "?"
+                yield LiveLink("to", node, shown, conn.transport)
+        for accepted in self.connections:
+            shell = accepted.shell
+            if accepted.transport is None or shell is None:
+                continue
+            front = shell.front
+            hello = front.peer if isinstance(front, LinkFrontEnd) else None
+            named = hello.node if hello is not None else None
+            yield LiveLink("from", named, accepted.peer, accepted.transport)
 
     def now(self) -> None:
         broker = self.server.broker

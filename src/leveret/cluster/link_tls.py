@@ -13,6 +13,11 @@ not sign, or a plain peer's Hello, is logged with OpenSSL's reason, at most once
 per address and reason. A TLS ClientHello at a plain port is refused by the plain
 listener's front end, which says so. A dialer logs each trouble once, until it changes or
 the link comes up (a peer that keeps failing redials every second).
+
+A CRL reloaded (SIGHUP, ``leveret ctl reload_tls``) also ends the links already up with a
+node it now revokes (:meth:`LinkTls.after_reload`): OpenSSL consults the CRL only in a
+handshake, so the peers' certificates of the live links are looked up in it here
+(``cluster/revocation.py``), and the redial meets the new contexts.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ import logging
 import socket
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from leveret.cluster.revocation import CrlError, Revocations, issuer_and_serial, read_crls
 from leveret.server.listeners import TlsError, TlsState, link_contexts
 from leveret.server.server import StartupError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from leveret.config import Settings
 
@@ -122,6 +129,21 @@ class DialNotes:
         self.note(node, f"closed by the peer before the handshake ({hint})")
 
 
+class LiveLink(NamedTuple):
+    """A link connection that is up (or in its handshake), as ``cluster/link.py`` lists
+    them for :meth:`LinkTls.after_reload`."""
+
+    # "to" (this node dialled it) or "from" (the listener accepted it).
+    direction: str
+    # The peer node's name (None while its Hello has not come), and its address.
+    node: str | None
+    address: str
+    transport: asyncio.Transport
+
+    def named(self) -> str:
+        return f"node '{self.node}'" if self.node is not None else self.address
+
+
 class LinkTls:
     """The link's TLS contexts and what the listener and the dialer pass asyncio.
 
@@ -129,7 +151,7 @@ class LinkTls:
     context only chooses, by its SNI callback (run on every ClientHello), the server
     context loaded last; a dial takes the client context loaded last. A reload builds both
     first and keeps the old ones if anything is wrong (:class:`TlsError`); links already up
-    keep their sessions."""
+    keep their sessions unless the CRL reloaded revokes their peer (:meth:`after_reload`)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -141,6 +163,11 @@ class LinkTls:
         self.listening.sni_callback = self._choose
         self.state = TlsState(settings.cluster_tls_certfile, time.time())
         self._refusals: dict[tuple[str, str], float] = {}
+        # What the CRL file read by the last reload revokes (None: not read, or not
+        # readable here though OpenSSL took it).
+        self.revoked: Revocations | None = None
+        # The link connections up, listed by ``cluster/link.py`` (set by ``Links``).
+        self.live: Callable[[], Iterable[LiveLink]] | None = None
 
     def _choose(
         self, sslobj: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext
@@ -149,11 +176,67 @@ class LinkTls:
             sslobj.context = self.server
 
     def reload(self) -> TlsState:
-        """Read the certificate, key and CA files again (same paths)."""
-        self.server, self.client = link_contexts(self.settings)
+        """Read the certificate, key, CA and CRL files again (same paths); may run in a
+        thread (``leveret ctl reload_tls``): :meth:`after_reload` acts on the loop."""
+        server, client = link_contexts(self.settings)
+        revoked = self._read_revoked()
+        self.server, self.client, self.revoked = server, client, revoked
         self.state = TlsState(self.state.certfile, time.time(), self.state.reloads + 1)
         log.info("cluster link TLS certificates reloaded from %s", self.state.certfile)
         return self.state
+
+    def _read_revoked(self) -> Revocations | None:
+        path, cas = self.settings.cluster_tls_crlfile, self.settings.cluster_tls_cacertfile
+        if not path or not cas:
+            return None
+        try:
+            revoked, unsigned = read_crls(Path(path).read_bytes(), Path(cas).read_bytes())
+        except (OSError, CrlError) as exc:
+            # OpenSSL loaded it into the new contexts a moment ago: new links are checked.
+            log.warning(
+                "cluster_tls_crlfile %s: the links already up are not checked against it: %s",
+                path,
+                exc,
+            )
+            return None
+        if unsigned:
+            log.warning(
+                "cluster_tls_crlfile %s: %d CRL(s) not signed by a cluster_tls_cacertfile CA "
+                "are not used to check the links already up",
+                path,
+                unsigned,
+            )
+        return revoked
+
+    def after_reload(self) -> list[str]:
+        """On the loop, after a reload: close the links up with a node whose certificate
+        the CRL reloaded revokes (OpenSSL looks at a CRL only in a handshake, so these
+        would go on); their redial meets the new contexts. The nodes whose links closed."""
+        revoked, live = self.revoked, self.live
+        if not revoked or live is None:
+            return []
+        closed: list[str] = []
+        for link in list(live()):
+            sslobj = link.transport.get_extra_info("ssl_object")
+            der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+            if not der:
+                continue
+            try:
+                revoked_here = issuer_and_serial(der) in revoked
+            except CrlError:  # OpenSSL verified it: not expected
+                continue
+            if revoked_here:
+                log.warning(
+                    "inter-node link %s %s closed: its certificate is revoked by the "
+                    "cluster_tls_crlfile reloaded",
+                    link.direction,
+                    link.named(),
+                )
+                link.transport.abort()
+                peer = link.node or link.address
+                if peer not in closed:
+                    closed.append(peer)
+        return closed
 
     def dial_options(self, host: str) -> dict[str, Any]:
         """``create_connection``'s TLS arguments to dial ``host``: with

@@ -83,11 +83,12 @@ class SharedMetadata(Protocol):
         streams: Sequence[str],
         binding_keys: Sequence[str],
         arguments: Mapping[str, object],
-        owner: object,
+        owner: object | None,
     ) -> Completion[bool]:
         """Super stream ``name`` (``model/super_stream.py``'s exchange, partitions and
         bindings) into the store; done with whether this call made it (False: its exchange
-        was there already, another's), or failed with what refused it, nothing left."""
+        was there already, another's), or failed with what refused it, nothing left.
+        ``owner``: the creating connection (None: ``leveret ctl``)."""
         ...
 
     def delete_super_stream(self, name: str, partitions: Sequence[Queue]) -> Completion[None]:

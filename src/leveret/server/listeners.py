@@ -176,7 +176,16 @@ class Reloadable(Protocol):
     """TLS files read again on SIGHUP and ``leveret ctl reload_tls`` (the amqps
     listener's ``TlsContexts``, the inter-node link's ``cluster/link_tls.py``)."""
 
-    def reload(self) -> TlsState: ...
+    def reload(self) -> TlsState:
+        """Read the files again (may run in a thread); raises :class:`TlsError` and keeps
+        the files in use when the new ones cannot be used."""
+        ...
+
+    def after_reload(self) -> list[str]:
+        """On the loop, after a reload: close the connections the new files refuse and
+        that are already up (the link's with a peer the CRL reloaded revokes); their
+        peers, named."""
+        ...
 
 
 class TlsContexts:
@@ -201,6 +210,10 @@ class TlsContexts:
         self.state = TlsState(self.settings.tls_certfile, time.time(), self.state.reloads + 1)
         log.info("TLS certificates reloaded from %s", self.settings.tls_certfile)
         return self.state
+
+    def after_reload(self) -> list[str]:
+        """Nothing: the amqps listener has no CRL, and its clients keep their sessions."""
+        return []
 
 
 def _escape(value: str) -> str:

@@ -572,6 +572,8 @@ class Server:
                 tls.reload()
             except TlsError as exc:
                 log.error("received SIGHUP: %s; the certificates in use are kept", exc)
+            else:
+                tls.after_reload()
 
     def _on_signal(self, sig: int) -> None:
         log.info("received %s, shutting down", signal.Signals(sig).name)

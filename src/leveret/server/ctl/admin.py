@@ -365,6 +365,9 @@ class Admin:
                 raise AdminError(f"{exc}; the certificates in use are kept") from None
             result[f"{prefix}certfile"] = state.certfile
             result[f"{prefix}reloads"] = state.reloads
+            closed = what.after_reload()
+            if closed:
+                result[f"{prefix}links_closed"] = closed
         return result
 
     async def status(self, args: dict[str, Any]) -> dict[str, Any]:

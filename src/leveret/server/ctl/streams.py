@@ -4,14 +4,19 @@
 ``--leader-locator``, ``--initial-cluster-size``) and ``delete_super_stream NAME``, on
 ``model/super_stream.py``: the same exchange, streams and bindings the stream protocol's
 create_super_stream makes, and the deleted partitions' stream-protocol clients are told.
-As with ``rabbitmq-streams`` on the broker's machine, no user permission is checked.
+As with ``rabbitmq-streams`` on the broker's machine, no user permission is checked. On a
+cluster node (``VirtualHost.shared``) both go to etcd first, as the stream protocol's do
+(``cluster/declarations.py``), and are answered once this node's copy has the change: of
+two at once through two nodes, one is done and the other answers as one node does for a
+super stream that exists, or is missing.
 
 ``server/server.py`` registers these with ``server/ctl/admin.py``'s ``Admin``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError, NotFound
@@ -22,8 +27,11 @@ from leveret.server.rabbitstream.superstream import clean_name
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from leveret.model.completion import Completion
     from leveret.model.vhost import VirtualHost
     from leveret.server.ctl.admin import Admin
+
+T = TypeVar("T")
 
 
 class SuperStreamExists(AdminError):
@@ -69,6 +77,20 @@ def _layout(name: str, args: dict[str, Any]) -> tuple[list[str], list[str]]:
     return super_stream.default_partitions(name, count)
 
 
+async def _written(completion: Completion[T]) -> T:
+    """What a write to the cluster's metadata store (``VirtualHost.shared``) ended with,
+    once it did; raises its error."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(_completion: Completion[T]) -> None:
+        if not future.done():
+            future.set_result(None)
+
+    completion.on_done(done)
+    await future
+    return completion.result()
+
+
 def super_stream_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
 
     async def add_super_stream(args: dict[str, Any]) -> None:
@@ -80,23 +102,36 @@ def super_stream_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awa
             isinstance(k, str) and isinstance(v, str) for k, v in arguments.items()
         ):
             raise InvalidArgument("stream arguments must be strings")
+        queue_arguments = stream_queue_arguments(arguments)
+        shared = vhost.shared
         try:
-            super_stream.create(
-                vhost, name, streams, keys, stream_queue_arguments(arguments), owner=None
-            )
+            if shared is None:
+                super_stream.create(vhost, name, streams, keys, queue_arguments, owner=None)
+                return
+            super_stream.check_new(vhost, name, streams, keys)
+            written = shared.create_super_stream(name, streams, keys, queue_arguments, None)
+            made = await _written(written)
         except super_stream.AlreadyExists as exc:
             raise SuperStreamExists(exc.reply_text) from None
         except AMQPError as exc:
             raise AdminError(exc.reply_text) from None
+        if not made:  # another node's creation (or an exchange of the name) came first
+            raise SuperStreamExists(f"there is already an exchange named {name}")
 
     async def delete_super_stream(args: dict[str, Any]) -> None:
         vhost = _vhost(admin, args)
         name = args.get("name")
         if not isinstance(name, str):
             raise InvalidArgument("argument 'name' must be a string")
+        shared = vhost.shared
         try:
-            # The model's removal of its partitions tells their stream clients.
-            super_stream.delete(vhost, name)
+            # The model's removal of its partitions tells their stream clients (on a
+            # cluster node, as etcd's watch brings the deletion back to each node's copy).
+            if shared is None:
+                super_stream.delete(vhost, name)
+            else:
+                queues = super_stream.members(vhost, name)
+                await _written(shared.delete_super_stream(name, queues))
         except NotFound:
             raise AdminError(f"Super stream '{name}' does not exist") from None
         except AMQPError as exc:

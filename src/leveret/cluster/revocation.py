@@ -1,0 +1,71 @@
+"""Which certificates a ``cluster_tls_crlfile`` revokes: the link (``cluster/link_tls.py``)
+checks the peers of the links already up against a CRL reloaded, which OpenSSL only
+consults in a handshake.
+
+Read with ``cryptography`` (its X.509 parser, not one of ours): a CRL counts only when one
+of the ``cluster_tls_cacertfile`` CAs, named as its issuer, signed it (as OpenSSL requires
+in a handshake), and a certificate is revoked when such a CRL of its issuer (names compared
+as ``cryptography`` compares them, attribute by attribute) lists its serial number, as
+OpenSSL's ``CRL_CHECK_LEAF`` looks a peer up. Only ``cluster/link_tls.py`` imports it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+
+__all__ = ["CrlError", "Revocations", "issuer_and_serial", "read_crls"]
+
+_PEM_CRL: Final = re.compile(rb"-----BEGIN X509 CRL-----.*?-----END X509 CRL-----", re.DOTALL)
+
+# (issuer, serial number) of each certificate revoked.
+Revocations = frozenset[tuple[x509.Name, int]]
+
+
+class CrlError(ValueError):
+    """A CRL, CA or certificate that cannot be read as X.509."""
+
+
+def issuer_and_serial(der: bytes) -> tuple[x509.Name, int]:
+    """A certificate's issuer and serial number."""
+    try:
+        cert = x509.load_der_x509_certificate(der)
+        return cert.issuer, cert.serial_number
+    except ValueError as exc:
+        raise CrlError(f"not a certificate: {exc}") from None
+
+
+def _signed_by_a_ca(crl: x509.CertificateRevocationList, cas: list[x509.Certificate]) -> bool:
+    for ca in cas:
+        if ca.subject != crl.issuer:
+            continue
+        try:
+            if crl.is_signature_valid(ca.public_key()):  # type: ignore[arg-type]
+                return True
+        except (TypeError, ValueError, UnsupportedAlgorithm):
+            continue
+    return False
+
+
+def read_crls(pem: bytes, cas_pem: bytes) -> tuple[Revocations, int]:
+    """The certificates the PEM CRLs of ``pem`` revoke, of those CRLs signed by a CA of
+    ``cas_pem`` (PEM certificates), and how many CRLs were passed over as not so signed."""
+    try:
+        cas = x509.load_pem_x509_certificates(cas_pem)
+    except ValueError as exc:
+        raise CrlError(f"the CA file: {exc}") from None
+    revoked: set[tuple[x509.Name, int]] = set()
+    unsigned = 0
+    for match in _PEM_CRL.finditer(pem):
+        try:
+            crl = x509.load_pem_x509_crl(match.group(0))
+            if not _signed_by_a_ca(crl, cas):
+                unsigned += 1
+                continue
+            revoked.update((crl.issuer, entry.serial_number) for entry in crl)
+        except ValueError as exc:
+            raise CrlError(f"not a CRL: {exc}") from None
+    return frozenset(revoked), unsigned

@@ -25,7 +25,13 @@ import pika
 import pika.exceptions
 import pytest
 
+from leveret.protocol.amqp010._generated.commands import (
+    ExchangeQuery,
+    MessageCancel,
+    MessageSubscribe,
+)
 from tests.cluster import nodes
+from tests.integration.test_amqp010 import Client010
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -160,3 +166,33 @@ def test_a_cancel_through_another_node_is_answered_once_the_leader_let_the_consu
         assert _answered_while_stopped(b, let_go) is False
         # And once answered, the leader holds nothing for it: accepted at once, no retry.
         _exclusive_consume(other, queue)
+
+
+def test_a_0_10_cancel_through_another_node_completes_once_the_leader_let_it_go(
+    three: list[Node],
+) -> None:
+    """0-10's message.cancel is completed as 0-9-1's cancel-ok is answered."""
+    a, b, c = three
+    queue = _queue_led_by(b, a, c)
+    holder = Client010(c.broker)
+    try:
+        holder.conn.send_command(
+            1,
+            MessageSubscribe(
+                queue=queue, destination="d", accept_mode=1, acquire_mode=0, exclusive=True
+            ),
+        )
+        # A command answered on c, after the subscribe (the connection's input waits).
+        holder.result(ExchangeQuery(name="amq.direct"))
+
+        def cancel() -> None:
+            holder.conn.send_command(1, MessageCancel(destination="d"))
+            holder.result(ExchangeQuery(name="amq.direct"))
+
+        with connect(a) as other:
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+                _exclusive_consume(other, queue)
+            assert _answered_while_stopped(b, cancel) is False
+            _exclusive_consume(other, queue)
+    finally:
+        holder.close()

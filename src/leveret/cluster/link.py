@@ -216,9 +216,11 @@ class Peer(LinkLeader):
         # lead (its election's own record not applied when the consume came): how often
         # each was refused in a row.
         self.refused: dict[Consumer, int] = {}
-        # The turn's ``caught_up`` barrier, asked at the flush, and the queue it names.
+        # The turn's ``caught_up`` barrier, asked at the flush, and the queue it names;
+        # how long one waits at most (an attribute: the tests shorten it).
         self._barrier: Completion[None] | None = None
         self._barrier_queue: RemoteQueue | None = None
+        self.caught_up_timeout = CAUGHT_UP_TIMEOUT
         self.task: asyncio.Task[None] | None = None
         self.became_up = asyncio.Event()
         # The link was up since the peer last refused a connection (``Links.on_refused``).
@@ -855,7 +857,8 @@ class Peer(LinkLeader):
         self._barrier = self._barrier_queue = None
         if barrier is None or queue is None:
             return
-        timer = asyncio.get_running_loop().call_later(CAUGHT_UP_TIMEOUT, barrier.resolve, None)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.caught_up_timeout, barrier.resolve, None)
         barrier.on_done(lambda _done: timer.cancel())
         self.stats(queue).on_done(lambda _answer: barrier.resolve(None))
 

@@ -61,3 +61,24 @@ def test_the_links_loss_ends_the_wait_and_a_link_down_does_not_wait() -> None:
         assert queue.withdrawn(consumer) is None
 
     asyncio.run(run())
+
+
+def test_a_leader_that_does_not_answer_holds_the_wait_no_longer_than_its_bound() -> None:
+    async def run() -> None:
+        server, peer, _conn, transport = dialled()
+        peer.caught_up_timeout = 0.01
+        queue = remote_queue(server, peer)
+        consumer = queue.consumer("t", CallbackOwner(lambda _c, _e: None), auto_settle=True)
+        queue.add_consumer(consumer)
+        queue.remove_consumer(consumer)
+        waiting = queue.withdrawn(consumer)
+        assert waiting is not None
+        errors: list[BaseException | None] = []
+        waiting.on_done(lambda done: errors.append(done.error))
+        await asyncio.sleep(0)
+        assert isinstance(c.Reader().feed(bytes(transport.written))[-1], c.Stat)
+        assert errors == []
+        await asyncio.sleep(0.05)  # no answer: the bound ends it
+        assert errors == [None]
+
+    asyncio.run(run())

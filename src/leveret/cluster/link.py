@@ -101,6 +101,9 @@ REFUSED_RETRIES: Final = 30
 # keep up: ``Backlog``): small, so that the publisher goes at about their pace, as a paced
 # publisher does on one node.
 BEHIND_WINDOW: Final = PUBLISH_WINDOW // 8
+# Seconds a client's cancel or close waits at most for the leader to have taken it
+# (``Peer.caught_up``): a leader stopped with its link still up does not hold it for good.
+CAUGHT_UP_TIMEOUT: Final = 5.0
 # Seconds a dialled connection has to finish its handshake.
 HANDSHAKE_TIMEOUT: Final = 5.0
 # Delivery ids carry the connection's generation above these bits (a settlement of a
@@ -215,6 +218,11 @@ class Peer(LinkLeader):
         # lead (its election's own record not applied when the consume came): how often
         # each was refused in a row.
         self.refused: dict[Consumer, int] = {}
+        # The turn's ``caught_up`` barrier, asked at the flush, and the queue it names;
+        # how long one waits at most (an attribute: the tests shorten it).
+        self._barrier: Completion[None] | None = None
+        self._barrier_queue: RemoteQueue | None = None
+        self.caught_up_timeout = CAUGHT_UP_TIMEOUT
         self.task: asyncio.Task[None] | None = None
         self.became_up = asyncio.Event()
         # The link was up since the peer last refused a connection (``Links.on_refused``).
@@ -323,6 +331,10 @@ class Peer(LinkLeader):
         requests, self.requests = self.requests, {}
         for request, queue in requests.values():
             request.fail(queue.down())
+        barrier, self._barrier = self._barrier, None
+        self._barrier_queue = None
+        if barrier is not None:  # not asked yet: the leader lost the consumers with the link
+            barrier.resolve(None)
         remotes = list(self.consumers.values())
         self.consumers.clear()
         self.cids.clear()
@@ -434,6 +446,8 @@ class Peer(LinkLeader):
             self.size += len(frame)
 
     def _flush(self) -> None:
+        if self._barrier is not None:
+            self._ask_barrier()  # written while the flush is still scheduled: this one
         self._flush_scheduled = False
         conn = self.conn
         if self.settles:
@@ -817,6 +831,38 @@ class Peer(LinkLeader):
             # Never handed to the client: the leader takes them back.
             self.settle(c.REQUEUE, remote.buffer)
         remote.buffer.clear()
+
+    def caught_up(self, queue: RemoteQueue) -> Completion[None] | None:
+        """Done once the leader has handled every consumer's operation this node sent it
+        so far (what a cancel's answer waits for: ``RemoteQueue.withdrawn``), once the
+        link is lost, or after ``CAUGHT_UP_TIMEOUT`` (a leader that stopped answering does
+        not hold a client's cancel or close for good); None while it is down (the leader
+        lost this node's consumers with it).
+
+        The barrier is a ``Stat`` of ``queue`` written last at the turn's flush (one for
+        every caller of the turn), not an op of its own: the link is ordered, and the
+        leader handles the consumers' operations (``Cancel`` among them) it read before
+        the ``Stat`` ahead of it (its front end's ``_CONTROL``, or in order); any answer,
+        a 404 for a queue gone meanwhile too, ends it."""
+        if not self.up:
+            return None
+        barrier = self._barrier
+        if barrier is None:
+            barrier = self._barrier = Completion()
+            self._barrier_queue = queue
+            self._schedule_flush()
+        return barrier
+
+    def _ask_barrier(self) -> None:
+        """The turn's ``caught_up`` barrier: its ``Stat``, after everything else written."""
+        barrier, queue = self._barrier, self._barrier_queue
+        self._barrier = self._barrier_queue = None
+        if barrier is None or queue is None:
+            return
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.caught_up_timeout, barrier.resolve, None)
+        barrier.on_done(lambda _done: timer.cancel())
+        self.stats(queue).on_done(lambda _answer: barrier.resolve(None))
 
     def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None:
         generation = self.generation

@@ -86,6 +86,13 @@ class Source:
         """Cancel ``consumer``; an auto-delete queue left without consumers goes."""
         raise NotImplementedError
 
+    def withdrawn(self, consumer: Consumer) -> Completion[None] | None:
+        """After ``remove_consumer``: done once the queue has let ``consumer`` go, when
+        that is not known yet (a queue led by another node: once its leader has, so that
+        a consume reaching the leader another way is not refused for it). None: gone
+        already, as from every local queue. It never fails."""
+        return None
+
     def amend(
         self, entry: QueuedMessage, headers: Mapping[str, object] | None, failed: bool
     ) -> None:

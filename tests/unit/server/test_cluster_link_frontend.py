@@ -373,3 +373,30 @@ def test_deliveries_pause_past_the_output_high_water_until_it_is_taken() -> None
     assert sum(isinstance(op, c.Deliver) for op in out) == 2  # the second crossed it
     rest = c.Reader().feed(b"".join(front.shell.take_output(2.0)))
     assert [type(op) for op in rest] == [c.Deliver]
+
+
+def test_a_stat_read_after_a_cancel_is_answered_once_the_consumer_is_gone() -> None:
+    # The peer's barrier for a client's cancel (``Peer.caught_up``): a Stat written after
+    # the Cancel is answered only once the consumer has left the queue, even with a
+    # backlog of publishes read with them (the Cancel goes ahead of those, the Stat after).
+    broker = Broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    assert send(front, c.Consume(1, "/", "q", True, True, 0, 0)) == [c.ConsumeOk(1)]
+    writer = c.Writer()
+    for _ in range(front.turn_budget + 100):
+        writer.add(c.Publish(0, "/", "q", "", "q", 0, PROPS, b"m"))
+    writer.add(c.Cancel(1))
+    writer.add(c.Stat(9, "/", "q"))
+    front.shell.data_received(writer.take(), 1.0)  # the first turn
+    answered_in = 0
+    for turn in range(1, 10):
+        out = c.Reader().feed(b"".join(front.shell.take_output(1.0)))
+        if any(isinstance(op, c.Stats) for op in out):
+            answered_in = turn
+            break
+        front.shell.run_turn(1.0)
+    assert answered_in > 1  # behind the publishes read before it
+    assert not queue.consumers
+    queue.check_exclusive_use(True)  # free: an exclusive consume elsewhere is accepted

@@ -95,6 +95,9 @@ class LinkLeader:
     def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None:
         raise NotImplementedError
 
+    def caught_up(self, queue: RemoteQueue) -> Completion[None] | None:
+        raise NotImplementedError
+
     def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None:
         raise NotImplementedError
 
@@ -284,6 +287,12 @@ class RemoteQueue(Queue):
     def remove_consumer(self, consumer: Consumer) -> None:
         if self._detach(consumer) >= 0:
             self.leader.cancel(self, consumer)
+
+    def withdrawn(self, consumer: Consumer) -> Completion[None] | None:
+        """Done once the leader has handled what this node sent it up to now, the
+        consumer's cancel with it (``LinkLeader.caught_up``); None while the link is
+        down (the leader lost this node's consumers with it)."""
+        return self.leader.caught_up(self)
 
     def dispatch(self) -> None:
         """Credit came back: the link tells the leader what each consumer may take."""

@@ -655,9 +655,10 @@ class ServerConnection:
             return
         try:
             if isinstance(method, m.ConnectionClose):
-                self.send_method(0, m.ConnectionCloseOk())
                 self.state = State.CLOSED
+                mark = self.output_mark()
                 self._release()
+                self._connection_close_ok(mark)
                 # The client closes the socket; we do only after a time-out (tick).
                 wait = CLOSING_TIMEOUT
                 if self.heartbeat and self.heartbeat < wait:
@@ -844,7 +845,7 @@ class ServerConnection:
                 mark = self.output_mark()
                 self._channel_closed(channel)
                 del self.channels[channel_id]
-                self.send_method_at(mark, channel_id, m.ChannelCloseOk())
+                self._channel_close_ok(channel, mark)
             elif isinstance(method, m.ChannelOpen):
                 raise ChannelError("second 'channel.open' seen")
             elif isinstance(method, m.ChannelCloseOk):
@@ -913,6 +914,17 @@ class ServerConnection:
     def _channel_closed(self, channel: ChannelState) -> None:
         """``channel`` closed (by the client, or by us after an error)."""
         raise NotImplementedError
+
+    def _channel_close_ok(self, channel: ChannelState, mark: int) -> None:
+        """The client's channel.close of ``channel`` was handled (``_channel_closed``):
+        its close-ok, before what the close caused (a subclass may send it later, once
+        what it waits for is done)."""
+        self.send_method_at(mark, channel.id, m.ChannelCloseOk())
+
+    def _connection_close_ok(self, mark: int) -> None:
+        """The client's connection.close was handled (``_release``): its close-ok (a
+        subclass may send it later, once what it waits for is done)."""
+        self.send_method_at(mark, 0, m.ConnectionCloseOk())
 
     def _method(self, channel: ChannelState, method: m.Method) -> None:
         """A method other than channel.open/close/close-ok arrived on an open channel."""

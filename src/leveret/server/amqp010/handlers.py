@@ -247,8 +247,22 @@ def _locked(exc: AccessRefused) -> ExecutionError:
 
 def message_cancel(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
     assert isinstance(ev.command, c.MessageCancel)
-    ssn.cancel(ev.command.destination or "")
-    return True
+    sub = ssn.subscription(ev.command.destination or "")
+    consumer = sub.consumer
+    ssn.cancel(sub.destination)
+    # A queue led by another node lets the subscription go when its leader has: completed
+    # then (as 0-9-1's cancel-ok), so that a subscribe reaching the leader another way
+    # right after it is not refused for this one.
+    gone = consumer.queue.withdrawn(consumer) if consumer is not None else None
+    if gone is None:
+        return True
+
+    def withdrawn(_done: Completion[None]) -> None:
+        if not ssn.closed:
+            conn.complete(ev.channel, ev.command_id)
+
+    conn.defer(gone, withdrawn)
+    return False
 
 
 def message_set_flow_mode(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:

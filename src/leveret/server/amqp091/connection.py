@@ -20,7 +20,9 @@ from leveret.auth import authn
 from leveret.convert.amqp091 import delivery_mode, wire_message
 from leveret.convert.amqp091_headers import headers_hint
 from leveret.errors import AMQPError, CommandInvalid, PreconditionFailed
+from leveret.model.completion import Completion, every
 from leveret.model.message import HINT_PERSISTENT
+from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import (
     OUTPUT_HIGH_WATER,
     PACED_TURN_FRAMES,
@@ -39,8 +41,6 @@ if TYPE_CHECKING:
 
     from leveret.auth.users import UserStore
     from leveret.model.broker import Broker, Client
-    from leveret.model.completion import Completion
-    from leveret.protocol.amqp091._generated import methods as m
     from leveret.protocol.amqp091.channel import ChannelState, PendingPublish
     from leveret.protocol.amqp091.connection import LoginOutcome
     from leveret.protocol.amqp091.fieldtable import FieldTable
@@ -72,6 +72,8 @@ class AMQP091Connection(ServerConnection):
         self.shell = shell
         self.broker: Broker = shell.broker
         self.users: UserStore = shell.users
+        # What connection.close's close-ok waits for (``_release``).
+        self._withdrawn: Completion[None] | None = None
 
     # What the channels and handlers ask of their connection: the shell's, once open.
 
@@ -229,6 +231,36 @@ class AMQP091Connection(ServerConnection):
         if client is not None:
             client.close_session(channel.id)
 
+    def _channel_close_ok(self, channel: ChannelState, mark: int) -> None:
+        # Consumers of queues led by other nodes are gone once those leaders let them go
+        # (``Session.withdrawn``): close-ok then, as cancel-ok waits (``basic_cancel``),
+        # so that a consume reaching such a leader another way is not refused for them.
+        withdrawn = cast("Channel", channel).session.withdrawn
+        if withdrawn is None or withdrawn.done:
+            super()._channel_close_ok(channel, mark)
+            return
+        channel_id = channel.id
+
+        def answer(_done: Completion[None]) -> None:
+            if not self.finished:
+                self.send_method(channel_id, m.ChannelCloseOk())
+
+        # The channel's number holds its input (a client may not reuse it before close-ok).
+        self.shell.defer(withdrawn, answer, channel=channel_id)
+
+    def _connection_close_ok(self, mark: int) -> None:
+        # As ``_channel_close_ok``, for the consumers of every channel the close released.
+        withdrawn, self._withdrawn = self._withdrawn, None
+        if withdrawn is None or withdrawn.done:
+            super()._connection_close_ok(mark)
+            return
+
+        def answer(_done: Completion[None]) -> None:
+            if not self.should_close_transport:  # closed meanwhile (its close deadline)
+                self.send_method(0, m.ConnectionCloseOk())
+
+        self.shell.defer(withdrawn, answer)
+
     def _method(self, channel: ChannelState, method: m.Method) -> None:
         handler = HANDLERS.get(method.INDEX)
         if handler is None:
@@ -277,6 +309,9 @@ class AMQP091Connection(ServerConnection):
 
     def _release(self) -> None:
         """Give back everything the connection held in the broker, and its place in the
-        connection and channel limits (the shell's)."""
+        connection and channel limits (the shell's); what its channels' consumers' queues
+        let go of later is kept for close-ok (``_connection_close_ok``)."""
+        sessions = [cast("Channel", channel).session for channel in self.channels.values()]
         super()._release()
         self.shell.release()
+        self._withdrawn = every(session.withdrawn for session in sessions)

@@ -448,9 +448,27 @@ def basic_consume(channel: Channel, method: m.BasicConsume) -> None:
 
 
 def basic_cancel(channel: Channel, method: m.BasicCancel) -> None:
-    channel.session.cancel(method.consumer_tag)
-    if not method.no_wait:
-        channel.conn.send_method(channel.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
+    session = channel.session
+    tag = method.consumer_tag
+    consumer = session.consumers.get(tag)
+    session.cancel(tag)
+    if method.no_wait:
+        return
+    conn = channel.conn
+    # A queue led by another node lets the consumer go when its leader has: cancel-ok
+    # then, so that a consume reaching the leader through another node right after it
+    # is not refused for this one (on one node the queue is free once cancel-ok is out).
+    gone = consumer.queue.withdrawn(consumer) if consumer is not None else None
+    if gone is not None:
+        cast("_Defers", conn).defer(
+            channel,
+            gone,
+            lambda _none: conn.send_method(channel.id, m.BasicCancelOk(consumer_tag=tag)),
+            class_id=method.CLASS_ID,
+            method_id=method.METHOD_ID,
+        )
+        return
+    conn.send_method(channel.id, m.BasicCancelOk(consumer_tag=tag))
 
 
 def basic_publish(channel: Channel, method: m.BasicPublish) -> None:

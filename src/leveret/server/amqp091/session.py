@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.errors import NotAllowed, NotFound, PreconditionFailed
 from leveret.model import settle
-from leveret.model.completion import Completion
+from leveret.model.completion import Completion, every
 from leveret.model.consumer import UNLIMITED, Consumer, ConsumerOwner
 from leveret.model.publisher import NO_ROUTE, Publisher
 from leveret.model.queues.args import consumer_priority, consumer_timeout
@@ -105,6 +105,9 @@ class Session(ConsumerOwner):
         self._unacked_bytes = 0
         self.last_queue = ""
         self.closed = False
+        # Set by ``close``: done once the queues have let its consumers go (a queue led by
+        # another node: once its leader has, ``Source.withdrawn``); None: at once.
+        self.withdrawn: Completion[None] | None = None
         # Cancels of consumers whose queue a queue.delete of this channel is removing
         # through the cluster's metadata store: sent after its delete-ok (``hold_cancels``).
         self._held_cancels: list[str] | None = None
@@ -626,8 +629,10 @@ class Session(ConsumerOwner):
         self.closed = True
         if self.reply_consumer:
             self.cancel(self.reply_consumer)
-        for tag in list(self.consumers):
-            self.cancel(tag)
+        consumers = list(self.consumers.values())
+        for consumer in consumers:
+            self.cancel(consumer.tag)
+        self.withdrawn = every(consumer.queue.withdrawn(consumer) for consumer in consumers)
         held = []
         tx = self.publisher.tx
         if tx is not None:

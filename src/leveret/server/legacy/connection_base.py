@@ -47,6 +47,13 @@ class LegacyConnectionBase(AMQP091Connection):
             return
         self.output.append(framing.encode_method_frame(channel_id, payload))
 
+    def send_method_at(self, mark: int, channel_id: int, method: m.Method) -> None:
+        # Translated as ``send_method`` is (0-8's connection.close-ok is 10/61, not 10/51).
+        encode = self.dialect.outbound.get(method.INDEX)
+        payload = method.encode() if encode is None else encode(method)
+        if payload:
+            self.output.insert(mark, framing.encode_method_frame(channel_id, payload))
+
     def send_legacy(self, channel_id: int, payload: bytes) -> None:
         """A method of the version's own codec, encoded by the caller."""
         self.output.append(framing.encode_method_frame(channel_id, payload))

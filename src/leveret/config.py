@@ -79,6 +79,9 @@ class Settings:
     # listener's host (a wildcard: "localhost") and port.
     stream_advertised_host: str = ""
     stream_advertised_port: int = 0
+    # RabbitMQ's stream.advertised_tls_port: the port a client connected over TLS (on
+    # stream_tls_port) is told, with stream_advertised_host; 0 = the TLS listener's.
+    stream_advertised_tls_port: int = 0
     # The management plane (management/): RabbitMQ's HTTP API and web UI, and Prometheus.
     # Both run on the broker's event loop; on by default, on loopback.
     management: bool = True
@@ -306,6 +309,11 @@ def _validate_advertised(settings: Settings) -> None:
     if settings.stream_advertised_port > 65535:
         raise ConfigError(
             f"stream_advertised_port must be at most 65535, got {settings.stream_advertised_port}"
+        )
+    if settings.stream_advertised_tls_port > 65535:
+        raise ConfigError(
+            "stream_advertised_tls_port must be at most 65535, got "
+            f"{settings.stream_advertised_tls_port}"
         )
     host = settings.stream_advertised_host
     if host and not _is_host(host):

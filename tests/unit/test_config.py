@@ -603,11 +603,27 @@ def test_stream_advertised_host_and_port(tmp_path: Path) -> None:
     assert (settings.stream_advertised_host, settings.stream_advertised_port) == ("10.1.2.3", 1)
 
 
+def test_stream_advertised_tls_port(tmp_path: Path) -> None:
+    assert load(environ=NO_ENV).stream_advertised_tls_port == 0
+    path = write(tmp_path, "[leveret]\nstream_advertised_tls_port = 30551\n")
+    assert load(path, environ=NO_ENV).stream_advertised_tls_port == 30551
+    env = {"LEVERET_STREAM_ADVERTISED_TLS_PORT": "2"}
+    assert load(environ=env).stream_advertised_tls_port == 2
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
         ({"LEVERET_STREAM_ADVERTISED_PORT": "65536"}, "stream_advertised_port must be at most"),
         ({"LEVERET_STREAM_ADVERTISED_PORT": "-1"}, "stream_advertised_port must not be negative"),
+        (
+            {"LEVERET_STREAM_ADVERTISED_TLS_PORT": "65536"},
+            "stream_advertised_tls_port must be at most",
+        ),
+        (
+            {"LEVERET_STREAM_ADVERTISED_TLS_PORT": "x"},
+            "stream_advertised_tls_port must be an integer",
+        ),
         ({"LEVERET_STREAM_ADVERTISED_HOST": "0.0.0.0"}, "stream_advertised_host must be"),
         ({"LEVERET_STREAM_ADVERTISED_HOST": "::"}, "stream_advertised_host must be"),
         ({"LEVERET_STREAM_ADVERTISED_HOST": "[::1]"}, "stream_advertised_host must be"),

@@ -135,20 +135,29 @@ class View:
         host, _, port = address.rpartition(":")
         return (host.strip("[]"), int(port)) if port.isdigit() else None
 
-    def stream_address(self, node: str) -> tuple[str, int] | None:
+    def stream_address(self, node: str, *, tls: bool = False) -> tuple[str, int] | None:
         """Where ``node``'s stream-protocol listener is reached: its record's ``stream``
         (its ``stream_advertised_host``/``_port``), else its first ``rabbitmq-stream://``
-        listener; a wildcard host is the host of its inter-node address. None while it is
-        not running or has none."""
+        listener; a wildcard host is the host of its inter-node address. With ``tls``
+        (for a client that came over TLS), its TLS one: the record's ``stream_tls``, else
+        its first ``rabbitmq-stream+tls://`` listener, else (a node with no TLS listener,
+        or an older record) the plain one. None while it is not running or has none."""
+        if tls:
+            found = self._stream_listener(node, "rabbitmq-stream+tls://", "stream_tls")
+            if found is not None:
+                return found
+        return self._stream_listener(node, "rabbitmq-stream://", "stream")
+
+    def _stream_listener(self, node: str, prefix: str, field_: str) -> tuple[str, int] | None:
         record = self.nodes.get(node)
         listeners = record.get("listeners") if record is not None else None
-        stream = record.get("stream") if record is not None else None
-        candidates = [f"rabbitmq-stream://{stream}"] if isinstance(stream, str) else []
+        advertised = record.get(field_) if record is not None else None
+        candidates = [f"{prefix}{advertised}"] if isinstance(advertised, str) else []
         candidates += listeners if isinstance(listeners, list) else []
         for url in candidates:
-            if not isinstance(url, str) or not url.startswith("rabbitmq-stream://"):
+            if not isinstance(url, str) or not url.startswith(prefix):
                 continue
-            host, _, port = url[len("rabbitmq-stream://") :].rpartition(":")
+            host, _, port = url[len(prefix) :].rpartition(":")
             host = host.strip("[]")
             if not port.isdigit():
                 continue

@@ -350,6 +350,9 @@ class ClusterNode:
         stream = _stream_address(server)
         if stream is not None:
             record["stream"] = stream
+        stream_tls = _stream_address(server, tls=True)
+        if stream_tls is not None:
+            record["stream_tls"] = stream_tls
         self.membership.record = record
         try:
             await self.membership.start(wait=settings.cluster_lease_ttl * 2 + 2)
@@ -439,10 +442,13 @@ class ClusterNode:
             "lease_held": self.membership.held,
         }
 
-    def stream_leader(self, vhost: str, name: str) -> tuple[str, str, int] | None:
+    def stream_leader(
+        self, vhost: str, name: str, tls: bool = False
+    ) -> tuple[str, str, int] | None:
         """The node leading stream ``name`` of ``vhost`` when it is another running node,
-        with its stream listener's host and port (what the stream protocol's ``metadata``
-        names, so clients connect where the data is); None otherwise."""
+        with its stream listener's host and port (its TLS one for a client that came over
+        TLS: what the stream protocol's ``metadata`` names, so clients connect where the
+        data is); None otherwise."""
         view = self.applier.view
         record = view.queues.get((vhost, name))
         if record is None or record.leader == self.name:
@@ -450,10 +456,12 @@ class ClusterNode:
         kind = record.arguments.get("x-queue-type")
         if (kind.decode() if isinstance(kind, bytes) else kind) != "stream":
             return None
-        address = view.stream_address(record.leader)
+        address = view.stream_address(record.leader, tls=tls)
         return None if address is None else (record.leader, *address)
 
-    def stream_replicas(self, vhost: str, name: str) -> list[tuple[str, str, int]]:
+    def stream_replicas(
+        self, vhost: str, name: str, tls: bool = False
+    ) -> list[tuple[str, str, int]]:
         """A replicated stream's running members besides its leader, with their stream
         listeners (node "" for this node): the ``replicas`` of the stream protocol's
         ``metadata``, as RabbitMQ lists them (their nodes serve subscriptions from their
@@ -472,7 +480,7 @@ class ClusterNode:
             if member == self.name:
                 out.append(("", "", 0))
                 continue
-            address = view.stream_address(member)
+            address = view.stream_address(member, tls=tls)
             if address is not None:
                 out.append((member, *address))
         return out
@@ -667,18 +675,25 @@ def _cluster_address(settings: Settings, cluster_port: int) -> str:
     return advertised(host, port or cluster_port)
 
 
-def _stream_address(server: Server) -> str | None:
+def _stream_address(server: Server, *, tls: bool = False) -> str | None:
     """The stream listener the other nodes name for this node's streams when
-    ``stream_advertised_host`` or ``_port`` says it is not the listener (the record's
-    ``stream``; without it they take its first ``rabbitmq-stream://`` listener). A
-    wildcard host left is read as the other listeners' (``View.stream_address``)."""
+    ``stream_advertised_host`` or ``_port`` (with ``tls``, ``_tls_port``) says it is not
+    the listener (the record's ``stream``, ``stream_tls``; without it they take its first
+    ``rabbitmq-stream://`` or ``+tls://`` listener). A wildcard host left is read as the
+    other listeners' (``View.stream_address``)."""
     settings = server.settings
-    if not (settings.stream_advertised_host or settings.stream_advertised_port):
+    port_setting = settings.stream_advertised_tls_port if tls else settings.stream_advertised_port
+    if not (settings.stream_advertised_host or port_setting):
         return None
-    if not any(url.startswith("rabbitmq-stream://") for url in server.listening):
+    scheme = "rabbitmq-stream+tls://" if tls else "rabbitmq-stream://"
+    if not any(url.startswith(scheme) for url in server.listening):
         return None  # no listener to reach behind the advertised address
-    host = settings.stream_advertised_host or settings.host
-    port = server.stream_server.settings.port  # the advertised port, else the bound one
+    host = settings.stream_advertised_host or (
+        (settings.tls_host or settings.host) if tls else settings.host
+    )
+    # The advertised port, else the bound one.
+    stream = server.stream_server.settings
+    port = stream.tls_port if tls else stream.port
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

@@ -193,6 +193,7 @@ class Server:
                 heartbeat=settings.heartbeat,
                 host=settings.stream_advertised_host or _advertised(settings.host),
                 port=settings.stream_advertised_port or settings.stream_port,
+                tls_port=settings.stream_advertised_tls_port or settings.stream_tls_port,
             ),
         )
         # Policies and parameters (data_dir/runtime.json), the admin verbs (leveret ctl and
@@ -442,13 +443,16 @@ class Server:
         return server
 
     def _listening_on(self, server: asyncio.Server, scheme: str) -> None:
-        # The port clients are told is the listener's unless stream_advertised_port names
-        # another (a container's published port, a NAT).
-        advertise = (
-            not self.settings.stream_advertised_port
-            and not scheme.endswith("+tls")
-            and not any(url.startswith("rabbitmq-stream://") for url in self.listening)
+        # The port clients are told is the listener's unless stream_advertised_port (over
+        # TLS, stream_advertised_tls_port) names another (a container's published port, a
+        # NAT): the first listener's of its scheme.
+        tls = scheme.endswith("+tls")
+        chosen = (
+            self.settings.stream_advertised_tls_port
+            if tls
+            else self.settings.stream_advertised_port
         )
+        advertise = not chosen and not any(url.startswith(f"{scheme}://") for url in self.listening)
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             bound_host, bound_port = sock.getsockname()[:2]
@@ -456,7 +460,10 @@ class Server:
             self.listening.append(f"{scheme}://{shown}:{bound_port}")
             log.info("listening on %s://%s:%d", scheme, shown, bound_port)
             if advertise:  # (the first socket's: port 0 on a wildcard host binds several)
-                self.stream_server.settings.port = bound_port
+                if tls:
+                    self.stream_server.settings.tls_port = bound_port
+                else:
+                    self.stream_server.settings.port = bound_port
                 advertise = False
 
     async def _start_tls(self, loop: asyncio.AbstractEventLoop) -> None:

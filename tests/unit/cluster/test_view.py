@@ -71,3 +71,28 @@ def test_a_peer_stream_address_is_its_advertised_one_when_its_record_names_it() 
     assert view.stream_address("c@x") == ("10.0.0.3", 1)
     assert view.stream_address("d@x") == ("fd00::4", 2)
     assert view.stream_address("e@x") == ("127.0.0.1", 5552)  # not ours: the listener's
+
+
+def test_a_peer_tls_stream_address_is_its_tls_listener_else_its_plain_one() -> None:
+    # For a client that came over TLS: the record's "stream_tls" (stream_advertised_host or
+    # _tls_port), else its rabbitmq-stream+tls:// listener; a node with neither (no TLS
+    # listener, or an older record) is named by its plain address, as before.
+    plain_and_tls = ["rabbitmq-stream://0.0.0.0:5552", "rabbitmq-stream+tls://0.0.0.0:5551"]
+    view = View(
+        nodes={
+            "b@x": {"cluster": "10.0.0.2:25672", "listeners": plain_and_tls},
+            "c@x": {
+                "cluster": "10.0.0.3:25672",
+                "listeners": plain_and_tls,
+                "stream": "c.ex:30552",
+                "stream_tls": "c.ex:30551",
+            },
+            "d@x": {"cluster": "10.0.0.4:25672", "listeners": ["rabbitmq-stream://0.0.0.0:5552"]},
+        }
+    )
+    assert view.stream_address("b@x", tls=True) == ("10.0.0.2", 5551)
+    assert view.stream_address("b@x") == ("10.0.0.2", 5552)
+    assert view.stream_address("c@x", tls=True) == ("c.ex", 30551)
+    assert view.stream_address("c@x") == ("c.ex", 30552)
+    assert view.stream_address("d@x", tls=True) == ("10.0.0.4", 5552)
+    assert view.stream_address("e@x", tls=True) is None

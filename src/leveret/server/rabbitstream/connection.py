@@ -353,9 +353,16 @@ class StreamConnection:
         self.vhost = client.vhost
         client.attach(0, _Attachment(self))
         settings = self.server.settings
-        properties = {"advertised_host": settings.host, "advertised_port": str(settings.port)}
+        port = self._advertised_port()
+        properties = {"advertised_host": settings.host, "advertised_port": str(port)}
         self.machine.accept_open(properties)
         log.info("stream connection %s: user '%s' opened vhost '%s'", self.peer, client.user, name)
+
+    def _advertised_port(self) -> int:
+        """The port this client is told (open, metadata): over TLS, the TLS listener's
+        (RabbitMQ's ``tls_port``), so a client that follows it dials TLS where TLS is."""
+        settings = self.server.settings
+        return settings.tls_port if self.shell.info.ssl else settings.port
 
     def _send(self, command: c.Command) -> None:
         self.machine.send(command)
@@ -499,7 +506,10 @@ class StreamConnection:
         leader_of = self.server.stream_leader
         assert self.vhost is not None
         entries = []
-        brokers = [c.Broker(0, settings.host, settings.port)]
+        # Over TLS, every node is named by its TLS listener, as RabbitMQ 3.10 does (its
+        # tls_port on each node; the host stays the advertised one).
+        tls = self.shell.info.ssl
+        brokers = [c.Broker(0, settings.host, self._advertised_port())]
         others: dict[str, int] = {}  # node -> its reference in brokers
         replicas_of = self.server.stream_replicas
 
@@ -518,7 +528,7 @@ class StreamConnection:
             else:
                 # A stream another node of the cluster leads: named with that node's stream
                 # listener, as RabbitMQ names the leader's, so the client connects there.
-                led = leader_of(self.vhost.name, name) if leader_of is not None else None
+                led = leader_of(self.vhost.name, name, tls) if leader_of is not None else None
                 if led is None:
                     entries.append(c.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
                     continue
@@ -527,7 +537,7 @@ class StreamConnection:
             # subscribe there, and a replica's node reads from its copy (``stream_reader``).
             replicas = [
                 refer(*replica)
-                for replica in (replicas_of(self.vhost.name, name) if replicas_of else [])
+                for replica in (replicas_of(self.vhost.name, name, tls) if replicas_of else [])
             ]
             entries.append(c.StreamMetadata(name, Code.OK, leader, replicas))
         self._send(c.MetadataResponse(command.correlation_id, brokers, entries))

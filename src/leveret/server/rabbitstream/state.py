@@ -99,6 +99,7 @@ class StreamSettings:
     heartbeat: int = 60
     host: str = "localhost"  # the broker's address in metadata responses
     port: int = 5552
+    tls_port: int = 5551  # the port told to a client connected over TLS (RabbitMQ's tls_port)
 
 
 @dataclass
@@ -110,12 +111,13 @@ class StreamServer:
     settings: StreamSettings = field(default_factory=StreamSettings)
     connections: set[Connection] = field(default_factory=set)
     groups: dict[tuple[str, str, str], Group] = field(default_factory=dict)
-    # On a cluster node: (vhost, stream) -> the other node leading that stream, with its
-    # stream listener's host and port (``metadata`` names it); None on a single node.
-    stream_leader: Callable[[str, str], tuple[str, str, int] | None] | None = None
-    # On a cluster node: (vhost, stream) -> its running replicas besides the leader, as
-    # (node, host, port); node "" is this node.
-    stream_replicas: Callable[[str, str], list[tuple[str, str, int]]] | None = None
+    # On a cluster node: (vhost, stream, tls) -> the other node leading that stream, with
+    # its stream listener's host and port (its TLS one when tls: the asking client came
+    # over TLS); ``metadata`` names it. None on a single node.
+    stream_leader: Callable[[str, str, bool], tuple[str, str, int] | None] | None = None
+    # On a cluster node: (vhost, stream, tls) -> its running replicas besides the leader,
+    # as (node, host, port); node "" is this node.
+    stream_replicas: Callable[[str, str, bool], list[tuple[str, str, int]]] | None = None
     # On a cluster node: (vhost, stream) -> the stream as this node reads it from its copy
     # when it is a replica (subscriptions only), else None.
     stream_reader: Callable[[str, str], StreamQueue | None] | None = None

@@ -11,10 +11,11 @@ front ends' declarations (1.0's management requests and links, 0-10's, AMQP/Fast
 stream protocol's streams) go the same way, and so do unbinds, exchange deletions and the
 stream protocol's super streams (``create_super_stream``: exchange, partitions, bindings).
 
-An exclusive queue is led by its connection's node whatever its locator says, and its
-record names its owner by a token unique in the cluster (``owner_token``): the record
-comes first, then the front end makes the queue in the model with its connection as the
-owner (the applier leaves an exclusive record of this node to the model). Every other
+An exclusive queue is led by its owner's node whatever its locator says, and its record
+names its owner by a token unique in the cluster (``owner_token``): the record comes
+first, then the front end makes the queue in the model with its owner (a connection; a
+0-10 session, which outlives a connection it is detached from) as the exclusive owner (the
+applier leaves an exclusive record of this node to the model). Every other
 node holds its proxy, which refuses every connection (405), and its bindings are in etcd
 like any others, so an auto-delete exchange goes with its last binding whichever node's
 queue that was. Errors are the model's (403, 404, 405, 406 as the store raises them); a
@@ -220,7 +221,8 @@ class SharedDeclarations:
         store, with its bindings, comparing the incarnation this node's copy knows; done
         once etcd and this node's model have lost it and, when another node leads it, that
         node has too (its passive declarations then get 404 as this node's do). None when
-        etcd has no record of it (a 0-10 exclusive queue): the model's deletion alone."""
+        etcd has no record of it (a queue this node's model alone holds): the model's
+        deletion alone."""
         store, vname, name = self.store, self.vhost.name, queue.name
         entry = store.applier.entries.get(store.layout.queue(vname, name))
         if entry is None:

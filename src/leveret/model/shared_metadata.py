@@ -12,7 +12,9 @@ model (then the front end makes the same declaration on the model, which finds i
 makes the exclusive queue its connection owns, and answers as on one node), or None when
 there is nothing to wait for (a queue's: whether this declaration made the record, rather
 than finding one another made). ``owner``: the declaring connection's owner object (what the
-model's exclusivity compares), for exclusive queues and bindings to them.
+model's exclusivity compares), for exclusive queues and bindings to them; the metadata
+store names it by a token while it lives (kept weakly, so an owner must be weakly
+referable: an owner that cannot be, the compiled 0-10 session, hands its ``RecordOwner``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ if TYPE_CHECKING:
 
     from leveret.model.completion import Completion
     from leveret.model.queues.base import Queue
+
+
+class RecordOwner:
+    """An exclusive queue's owner as the cluster's records know it, for an owner that
+    cannot be weakly referenced itself (a compiled class: the 0-10 session, which holds
+    one for its life). The model still compares the owner itself; this one stands for it
+    in ``SharedMetadata``'s calls, so both name it by one token."""
+
+    __slots__ = ("__weakref__",)
 
 
 class SharedMetadata(Protocol):

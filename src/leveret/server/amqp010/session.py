@@ -47,6 +47,7 @@ from leveret.model.completion import Completion, every
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
+from leveret.model.shared_metadata import RecordOwner
 from leveret.model.transaction import ACCEPT
 from leveret.protocol.amqp010._generated.commands import MessageTransfer
 
@@ -246,6 +247,9 @@ class Session(ConsumerOwner):
         self.windowed: dict[int, _Sent] = {}
         # Exclusive queues declared auto-delete (they go with the session; queue.query says so).
         self.auto_delete_exclusive: set[str] = set()
+        # This session as a cluster's records name the owner of its exclusive queues (a
+        # compiled session cannot be weakly referenced, as SharedMetadata keeps owners).
+        self.record_owner = RecordOwner()
         self.dtx_selected = False
         self.branch: Branch | None = None
         self.branches: set[Branch] = set()

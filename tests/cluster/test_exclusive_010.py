@@ -1,0 +1,226 @@
+"""A 0-10 exclusive queue on a cluster node is in the cluster's records, as a 0-9-1 one is
+(``test_shared_declarations.py``): qpid.messaging's receiver on node a whose address
+declares it exclusive (x-declare) finds its record in etcd, naming a's session as its
+owner, once it is linked; nodes b and c list it; every other session and channel, on b
+and c as on a itself (what one node answers), is refused alike (qpid-python's
+declare, subscribe, bind, purge and delete: resource-locked; qpid.messaging's receiver;
+pika's: 405); a message published on c to the binding its address made reaches it; and
+it leaves etcd and every node when its session ends, or when its node is killed (once
+its lease expired). Before, its record was nowhere: b and c answered 404, and a queue
+of that name declared on b was another queue."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import json
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pika
+import pika.exceptions
+import pytest
+from tools.qpid import Py2, ensure
+
+from tests.cluster import nodes
+from tests.integration.ctl_support import ok
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from leveret.testing.etcd import EtcdServer
+    from tests.cluster.nodes import Node
+
+pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+SCRIPTS = Path(__file__).parents[1] / "integration"
+MESSAGING = SCRIPTS / "qpid_messaging_client.py2"
+LOW_LEVEL = SCRIPTS / "qpid010_client.py2"
+
+
+@pytest.fixture(scope="module")
+def py2() -> Py2:
+    found = ensure()
+    if found is None:
+        pytest.skip("Python 2.7 with qpid-python is not available")
+    return found
+
+
+@pytest.fixture(scope="module")
+def three(etcd_server: EtcdServer) -> Iterator[list[Node]]:
+    prefix = f"/leveret-test/excl010-{uuid.uuid4().hex[:8]}/"
+    started: list[Node] = []
+    try:
+        for name in ("a@test", "b@test", "c@test"):
+            node = nodes.start_node(etcd_server, prefix, name)
+            started.append(node)
+        yield started
+    finally:
+        for node in started:
+            if node.broker.process is not None and node.broker.process.poll() is None:
+                node.broker.stop()
+
+
+class Holder:
+    """qpid.messaging's receiver that declared the exclusive queue, in its own process."""
+
+    def __init__(self, py2: Py2, node: Node, queue: str) -> None:
+        self.process = subprocess.Popen(
+            [py2.python, str(MESSAGING), "127.0.0.1", str(node.broker.port), "hold", queue],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=py2.env(),
+        )
+        assert self.line() == {"held": True}, self.process.stderr
+
+    def line(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        text = self.process.stdout.readline()
+        if not text:
+            assert self.process.stderr is not None
+            raise AssertionError(f"the holder ended: {self.process.stderr.read()}")
+        found: dict[str, Any] = json.loads(text)
+        return found
+
+    def fetch(self) -> bytes:
+        assert self.process.stdin is not None
+        self.process.stdin.write("fetch\n")
+        self.process.stdin.flush()
+        return base64.b64decode(self.line()["body"])
+
+    def end(self) -> None:
+        """Its connection closed, which ends its session."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        assert self.line() == {"closed": True}
+        self.process.wait(10)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def _record(etcd: EtcdServer, node: Node, queue: str) -> list[dict[str, Any]]:
+    return nodes.etcd_values(etcd, f"{node.prefix}entities/queues/%2F/{queue}")
+
+
+def _listed(node: Node, queue: str) -> dict[str, Any] | None:
+    return next((q for q in node.get("queues/%2F") if q["name"] == queue), None)
+
+
+def _unlisted(node: Node, queue: str) -> bool:
+    return _listed(node, queue) is None
+
+
+def _pika_uses(node: Node, queue: str) -> dict[str, int | None]:
+    """What each use of ``queue`` gets through a 0-9-1 channel on ``node``: the channel's
+    reply code, or None when it was answered."""
+    uses: dict[str, Callable[[Any], object]] = {
+        "passive": lambda ch: ch.queue_declare(queue, passive=True),
+        "declare": lambda ch: ch.queue_declare(queue, auto_delete=True),
+        "declare_exclusive": lambda ch: ch.queue_declare(queue, exclusive=True),
+        "consume": lambda ch: ch.basic_consume(queue, lambda *_: None),
+        "bind": lambda ch: ch.queue_bind(queue, "amq.fanout"),
+        "purge": lambda ch: ch.queue_purge(queue),
+        "delete": lambda ch: ch.queue_delete(queue),
+    }
+    got: dict[str, int | None] = {}
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", node.broker.port, heartbeat=0)
+    )
+    try:
+        for use, run in uses.items():
+            try:
+                run(conn.channel())
+                got[use] = None
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                got[use] = int(exc.reply_code)
+    finally:
+        if conn.is_open:
+            conn.close()
+    return got
+
+
+def test_a_0_10_exclusive_queue_is_every_nodes_and_its_sessions_alone(
+    three: list[Node], etcd_server: EtcdServer, py2: Py2
+) -> None:
+    a, b, c = three
+    queue = f"excl010-{uuid.uuid4().hex[:8]}"
+    holder = Holder(py2, a, queue)
+    try:
+        # In etcd once the receiver is linked (its declare completed after the write),
+        # led by a and owned by a's session.
+        [record] = _record(etcd_server, a, queue)
+        assert (record["exclusive"], record["leader"]) == (True, a.name)
+        assert str(record["owner"]).startswith(f"{a.name}/")
+        for node in (b, c):
+            listed = nodes.eventually(functools.partial(_listed, node, queue))
+            assert (listed["exclusive"], listed["node"]) == (True, a.name)
+        rows = json.loads(ok(c.data_dir, "list_queues", "--formatter", "json"))
+        assert [r["name"] for r in rows if r["name"] == queue] == [queue]
+
+        # Another session on a gets what one node answers; sessions on b and c the same.
+        port = {n.name: str(n.broker.port) for n in three}
+        alone = py2.run_json(LOW_LEVEL, "127.0.0.1", port[a.name], "locked", queue)
+        assert all(v is not None and v[0] == 405 for v in alone.values()), alone
+        claimed = py2.run_json(MESSAGING, "127.0.0.1", port[a.name], "claim", queue)
+        assert claimed["error"][0] == "ReceiverError"  # its mapping of resource-locked
+        assert str(claimed["error"][1]).endswith("(405)")
+        by_pika = _pika_uses(a, queue)
+        assert set(by_pika.values()) == {405}, by_pika
+        for node in (b, c):
+            assert py2.run_json(LOW_LEVEL, "127.0.0.1", port[node.name], "locked", queue) == alone
+            assert py2.run_json(MESSAGING, "127.0.0.1", port[node.name], "claim", queue) == claimed
+            assert _pika_uses(node, queue) == by_pika
+
+        # Its binding (the address's x-bindings) is in etcd too: published on c, it arrives.
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", c.broker.port))
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("amq.direct", queue, b"from c", mandatory=True)
+        finally:
+            conn.close()
+        assert holder.fetch() == b"from c"
+
+        holder.end()
+        nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=5)
+        for node in three:
+            nodes.eventually(functools.partial(_unlisted, node, queue), timeout=5)
+    finally:
+        holder.kill()
+
+
+def test_a_0_10_exclusive_queue_goes_with_its_killed_node(
+    three: list[Node], etcd_server: EtcdServer, py2: Py2
+) -> None:
+    a, b, _c = three
+    d = nodes.start_node(etcd_server, a.prefix, "d@test")
+    queue = f"excl010-dead-{uuid.uuid4().hex[:8]}"
+    holder = Holder(py2, d, queue)
+    try:
+        assert _record(etcd_server, d, queue)[0]["leader"] == d.name
+        nodes.eventually(lambda: _listed(a, queue))
+        d.broker.stop(signal.SIGKILL)
+        # Its sessions died with it: the others remove the record once its lease (2 s
+        # here) has expired, as they remove a dead node's 0-9-1 exclusive queues.
+        nodes.eventually(
+            lambda: _record(etcd_server, a, queue) == [], timeout=nodes.LEASE_TTL * 3 + 5
+        )
+        for node in (a, b):
+            nodes.eventually(functools.partial(_unlisted, node, queue), timeout=5)
+    finally:
+        holder.kill()
+        if d.broker.process is not None and d.broker.process.poll() is None:
+            d.broker.stop()

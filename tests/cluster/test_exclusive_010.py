@@ -5,9 +5,10 @@ owner, once it is linked; nodes b and c list it; every other session and channel
 and c as on a itself (what one node answers), is refused alike (qpid-python's
 declare, subscribe, bind, purge and delete: resource-locked; qpid.messaging's receiver;
 pika's: 405); a message published on c to the binding its address made reaches it; and
-it leaves etcd and every node when its session ends, or when its node is killed (once
-its lease expired). Before, its record was nowhere: b and c answered 404, and a queue
-of that name declared on b was another queue."""
+it leaves etcd and every node when its session ends (closed, or detached past its
+timeout: the owner is the session, which keeps the queue while it is detached and resumed),
+or when its node is killed (once its lease expired). Before, its record was nowhere: b
+and c answered 404, and a queue of that name declared on b was another queue."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ import pika.exceptions
 import pytest
 from tools.qpid import Py2, ensure
 
+from leveret.protocol.amqp010._generated.commands import QueueDeclare, QueueQuery
+from leveret.protocol.amqp010._generated.structs import QueueQueryResult
 from tests.cluster import nodes
 from tests.integration.ctl_support import ok
+from tests.integration.test_amqp010 import Client010
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -224,3 +228,45 @@ def test_a_0_10_exclusive_queue_goes_with_its_killed_node(
         holder.kill()
         if d.broker.process is not None and d.broker.process.poll() is None:
             d.broker.stop()
+
+
+def test_a_0_10_exclusive_queue_is_its_sessions_while_the_session_outlives_its_connection(
+    three: list[Node], etcd_server: EtcdServer
+) -> None:
+    """The owner is the session, not its connection: a session detached with a timeout
+    (its connection dropped) keeps its exclusive queue, in etcd and refused to b's
+    clients, and has it back when resumed on a new connection; once it is detached past
+    its timeout it ends, and the queue leaves etcd. (Raw frames: qpid.messaging neither
+    asks a session timeout nor resumes a session.)"""
+    a, b, _c = three
+    queue = f"excl010-detached-{uuid.uuid4().hex[:8]}"
+    client = Client010(a.broker)
+    client.conn.request_timeout(1, 2)
+    client.conn.send_command(1, QueueDeclare(queue=queue, exclusive=True))
+    query = client.result(QueueQuery(queue=queue))
+    assert isinstance(query, QueueQueryResult)
+    assert query.exclusive
+    [record] = _record(etcd_server, a, queue)
+    session = client.session
+    client.close()  # dropped without a word: the session is detached, not ended
+    resumed = Client010(a.broker, session=session)
+    try:
+        resumed.conn.request_timeout(1, 2)
+        # Still its own: an exclusive redeclaration is no claim on another's queue.
+        resumed.conn.send_command(1, QueueDeclare(queue=queue, exclusive=True))
+        assert resumed.result(QueueQuery(queue=queue)).exclusive
+        assert _record(etcd_server, a, queue) == [record]
+    finally:
+        resumed.close()
+    assert _record(etcd_server, a, queue) == [record]
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            conn.channel().queue_declare(queue, passive=True)
+        assert refused.value.reply_code == 405
+    finally:
+        if conn.is_open:
+            conn.close()
+    # Detached past its 2 s: the session ends, and its exclusive queue goes.
+    nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=10)
+    nodes.eventually(functools.partial(_unlisted, b, queue), timeout=5)

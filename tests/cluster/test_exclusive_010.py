@@ -7,8 +7,10 @@ declare, subscribe, bind, purge and delete: resource-locked; qpid.messaging's re
 pika's: 405); a message published on c to the binding its address made reaches it; and
 it leaves etcd and every node when its session ends (closed, or detached past its
 timeout: the owner is the session, which keeps the queue while it is detached and resumed),
-or when its node is killed (once its lease expired). Before, its record was nowhere: b
-and c answered 404, and a queue of that name declared on b was another queue."""
+or when its node is killed (once its lease expired); one that outlives its session for
+Qpid's ``qpid.auto_delete_timeout`` is anyone's on every node meanwhile. Before, its
+record was nowhere: b and c answered 404, and a queue of that name declared on b was
+another queue."""
 
 from __future__ import annotations
 
@@ -273,3 +275,50 @@ def test_a_0_10_exclusive_queue_is_its_sessions_while_the_session_outlives_its_c
     # Detached past its 2 s: the session ends, and its exclusive queue goes.
     nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=10)
     nodes.eventually(functools.partial(_unlisted, b, queue), timeout=5)
+
+
+def _passive_on(node: Node, queue: str) -> int:
+    """What a 0-9-1 passive ``queue.declare`` of ``queue`` gets on ``node``: 200 or the
+    channel's reply code."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", node.broker.port))
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        return int(exc.reply_code)
+    finally:
+        if conn.is_open:
+            conn.close()
+    return 200
+
+
+def test_a_0_10_exclusive_queue_outliving_its_session_is_anyones_on_every_node(
+    three: list[Node], etcd_server: EtcdServer
+) -> None:
+    """Qpid's ``qpid.auto_delete_timeout``: an exclusive auto-delete queue outlives its
+    ended session that long, and any session or channel may use it meanwhile, as its node
+    lets them: its record drops the owner, so b serves it too; then it goes. (Raw frames:
+    qpid.messaging cannot end a session without closing its connection first, which is
+    the same end; the raw client's timeout 0 ends it at once when its socket drops.)"""
+    a, b, _c = three
+    queue = f"excl010-grace-{uuid.uuid4().hex[:8]}"
+    client = Client010(a.broker)
+    client.conn.request_timeout(1, 0)
+    client.conn.send_command(
+        1,
+        QueueDeclare(
+            queue=queue,
+            exclusive=True,
+            auto_delete=True,
+            arguments={"qpid.auto_delete_timeout": 3},
+        ),
+    )
+    client.result(QueueQuery(queue=queue))
+    assert _record(etcd_server, a, queue)[0]["exclusive"] is True
+    assert _passive_on(b, queue) == 405
+    client.close()  # the session ends with its connection (timeout 0)
+    nodes.eventually(lambda: _record(etcd_server, a, queue)[0]["exclusive"] is False, timeout=5)
+    assert "owner" not in _record(etcd_server, a, queue)[0]
+    assert _passive_on(a, queue) == 200
+    nodes.eventually(lambda: _passive_on(b, queue) == 200, timeout=5)
+    nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=10)
+    nodes.eventually(lambda: _passive_on(b, queue) == 404, timeout=5)

@@ -128,6 +128,11 @@ class SharedDeclarations:
 
         return self._run(write())
 
+    def released(self, queue: Queue) -> None:
+        # (The write goes on its own: the queue's late removal, at least a second later,
+        # compares the record this one writes.)
+        self.spawn(self.store.exclusive_released(self.vhost.name, queue.name))
+
     def declare_exchange(
         self,
         name: str,

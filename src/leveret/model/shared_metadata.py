@@ -50,6 +50,12 @@ class SharedMetadata(Protocol):
         arguments: Mapping[str, object],
     ) -> Completion[bool] | None: ...
 
+    def released(self, queue: Queue) -> None:
+        """``queue``, exclusive and led here, outlives its owner for a while and is
+        anyone's meanwhile (Qpid's ``qpid.auto_delete_timeout``): its record in the store
+        names no owner from now on, so every node serves it as this one does."""
+        ...
+
     def declare_exchange(
         self,
         name: str,

@@ -706,6 +706,8 @@ class Session(ConsumerOwner):
             if queue.config.auto_delete_timeout and queue.name in self.auto_delete_exclusive:
                 # Qpid's qpid.auto_delete_timeout: the queue outlives its session that long.
                 queue.exclusive_owner = None
+                if vhost.shared is not None:
+                    vhost.shared.released(queue)  # anyone's on every node meanwhile
                 vhost.remove_later(
                     queue, partial(delete_rerouting, vhost, queue, _remover(vhost, queue))
                 )

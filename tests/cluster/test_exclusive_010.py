@@ -309,7 +309,7 @@ def test_a_0_10_exclusive_queue_outliving_its_session_is_anyones_on_every_node(
             queue=queue,
             exclusive=True,
             auto_delete=True,
-            arguments={"qpid.auto_delete_timeout": 3},
+            arguments={"qpid.auto_delete_timeout": 5},
         ),
     )
     client.result(QueueQuery(queue=queue))
@@ -320,5 +320,6 @@ def test_a_0_10_exclusive_queue_outliving_its_session_is_anyones_on_every_node(
     assert "owner" not in _record(etcd_server, a, queue)[0]
     assert _passive_on(a, queue) == 200
     nodes.eventually(lambda: _passive_on(b, queue) == 200, timeout=5)
-    nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=10)
+    # Unused for its 5 s, it goes, with its record.
+    nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=15)
     nodes.eventually(lambda: _passive_on(b, queue) == 404, timeout=5)

@@ -20,6 +20,8 @@ import functools
 import json
 import signal
 import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pika
 import pika.exceptions
 import pytest
+import requests
 from tools.qpid import Py2, ensure
 
 from leveret.protocol.amqp010._generated.commands import QueueDeclare, QueueQuery
@@ -323,3 +326,85 @@ def test_a_0_10_exclusive_queue_outliving_its_session_is_anyones_on_every_node(
     # Unused for its 5 s, it goes, with its record.
     nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=15)
     nodes.eventually(lambda: _passive_on(b, queue) == 404, timeout=5)
+
+
+def _revision(etcd: EtcdServer) -> int:
+    answer = requests.post(f"{etcd.url}/v3/kv/range", json={"key": "AA=="}, timeout=5).json()
+    return int(answer["header"]["revision"])
+
+
+def _held_since(etcd: EtcdServer, key: str, revision: int) -> bool:
+    """Whether etcd held ``key`` at a revision after ``revision`` (it may be gone now)."""
+    encoded = base64.b64encode(key.encode()).decode()
+    for at in range(revision + 1, _revision(etcd) + 1):
+        body = {"key": encoded, "revision": str(at)}
+        answer = requests.post(f"{etcd.url}/v3/kv/range", json=body, timeout=5).json()
+        if answer.get("kvs"):
+            return True
+    return False
+
+
+# A 0-9-1 client that declares an exclusive queue once told to (a line on stdin), in its
+# own process so that it can be killed while the declaration waits.
+PIKA_DECLARER = """
+import sys, pika
+conn = pika.BlockingConnection(
+    pika.ConnectionParameters("127.0.0.1", int(sys.argv[1]), heartbeat=0))
+channel = conn.channel()
+print('{"open": true}', flush=True)
+sys.stdin.readline()
+channel.queue_declare(sys.argv[2], exclusive=True)
+"""
+
+
+@pytest.mark.parametrize("client", ["qpid.messaging", "pika"])
+def test_an_exclusive_queue_whose_owner_ends_while_it_is_written_leaves_no_record(
+    three: list[Node], etcd_server: EtcdServer, py2: Py2, client: str
+) -> None:
+    """The owner (qpid.messaging's session, pika's connection) ends while its exclusive
+    queue's record is being written (etcd stopped): the front end never makes the queue,
+    so the record, written once etcd runs again, goes too. Before, it stayed in etcd and
+    on every node (listed, and refusing everyone) until its node restarted."""
+    a, b, _c = three
+    queue = f"excl-lost-{client}-{uuid.uuid4().hex[:8]}"
+    port = str(a.broker.port)
+    if client == "pika":
+        argv = [sys.executable, "-c", PIKA_DECLARER, port, queue]
+        env = None
+    else:
+        argv = [py2.python, str(MESSAGING), "127.0.0.1", port, "hold", queue, "go"]
+        env = py2.env()
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdin is not None
+        assert json.loads(process.stdout.readline()) == {"open": True}
+        assert etcd_server.process is not None
+        key = f"{a.prefix}entities/queues/%2F/{queue}"
+        before = _revision(etcd_server)
+        etcd_server.process.send_signal(signal.SIGSTOP)
+        try:
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            time.sleep(0.3)  # its declaration reached a, whose write waits for etcd
+            process.kill()
+            process.wait(5)
+            time.sleep(0.1)  # a saw its connection go: the owner ended
+        finally:
+            etcd_server.process.send_signal(signal.SIGCONT)
+        # The record was written once etcd ran again (a revision since holds it) ...
+        nodes.eventually(lambda: _held_since(etcd_server, key, before), timeout=5)
+        # ... and goes.
+        nodes.eventually(lambda: _record(etcd_server, a, queue) == [], timeout=5)
+        assert _unlisted(b, queue)
+        assert _unlisted(a, queue)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(5)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()

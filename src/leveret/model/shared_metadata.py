@@ -50,6 +50,12 @@ class SharedMetadata(Protocol):
         arguments: Mapping[str, object],
     ) -> Completion[bool] | None: ...
 
+    def owner_gone(self, owner: object) -> None:
+        """``owner`` (what its declarations passed) ended, and the model lost its exclusive
+        queues: the records of any its front end never made (a connection lost while the
+        record was being written) go from the store too."""
+        ...
+
     def released(self, queue: Queue) -> None:
         """``queue``, exclusive and led here, outlives its owner for a while and is
         anyone's meanwhile (Qpid's ``qpid.auto_delete_timeout``): its record in the store

@@ -713,6 +713,8 @@ class Session(ConsumerOwner):
                 )
                 continue
             delete_rerouting(vhost, queue, _remover(vhost, queue))
+        if vhost.shared is not None:
+            vhost.shared.owner_gone(self.record_owner)
         live = _SESSIONS.get(vhost)
         if live is not None:
             live.discard(self)

@@ -4,9 +4,8 @@ queue and the binding between them, declared over 0-10 on node a, are every node
 0-9-1 publisher on node b routes into the queue (before, node b knew none of them: they
 were a's alone). So do its ``exchange.delete`` and ``exchange.unbind``: once they complete,
 etcd has lost the exchange or the binding, and node b follows (before, a transient one stayed
-in etcd and on b). A 0-10 exclusive queue stays its node's (its owner, a session, outlives
-its connection and has no name in the cluster's records): other nodes list it (the
-journal writes its record behind) but do not serve it."""
+in etcd and on b). A 0-10 exclusive queue is in etcd too, owned by its session:
+``test_exclusive_010.py``."""
 
 from __future__ import annotations
 
@@ -148,29 +147,6 @@ def test_an_unbind_over_0_10_stops_routing_on_every_node(
             return False
 
         nodes.eventually(unroutable_on_b, timeout=5)
-    finally:
-        client.close()
-
-
-def test_an_exclusive_0_10_queue_stays_its_nodes(two: tuple[Node, Node]) -> None:
-    a, b = two
-    queue = f"excl010-{uuid.uuid4().hex[:6]}"
-    client = Client010(a.broker)
-    try:
-        client.conn.send_command(1, QueueDeclare(queue=queue, exclusive=True))
-        query = client.result(QueueQuery(queue=queue))
-        assert isinstance(query, QueueQueryResult)
-        assert query.queue == queue
-        assert query.exclusive
-        # Node b does not have it (a 0-9-1 exclusive queue is refused there with 405).
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.broker.port))
-        try:
-            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-                conn.channel().queue_declare(queue, passive=True)
-            assert refused.value.reply_code == 404
-        finally:
-            if conn.is_open:
-                conn.close()
     finally:
         client.close()
 

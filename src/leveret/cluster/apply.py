@@ -598,6 +598,7 @@ class Applier:
         leader = getattr(queue, "leader", None)
         return (
             getattr(leader, "node", None) == record.leader
+            and (queue.exclusive_owner is not None) == record.exclusive
             and queue.durable == record.durable
             and queue.auto_delete == record.auto_delete
             and dict(queue.arguments) == record.arguments

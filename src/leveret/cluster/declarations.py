@@ -11,14 +11,17 @@ front ends' declarations (1.0's management requests and links, 0-10's, AMQP/Fast
 stream protocol's streams) go the same way, and so do unbinds, exchange deletions and the
 stream protocol's super streams (``create_super_stream``: exchange, partitions, bindings).
 
-An exclusive queue is led by its connection's node whatever its locator says, and its
-record names its owner by a token unique in the cluster (``owner_token``): the record
-comes first, then the front end makes the queue in the model with its connection as the
-owner (the applier leaves an exclusive record of this node to the model). Every other
-node holds its proxy, which refuses every connection (405), and its bindings are in etcd
-like any others, so an auto-delete exchange goes with its last binding whichever node's
-queue that was. Errors are the model's (403, 404, 405, 406 as the store raises them); a
-store that cannot be reached closes the connection with 541 and says so.
+An exclusive queue is led by its owner's node whatever its locator says, and its record
+names its owner by a token unique in the cluster (``owner_token``): the record comes
+first, then the front end makes the queue in the model with its owner (a connection; a
+0-10 session, which outlives a connection it is detached from) as the exclusive owner (the
+applier leaves an exclusive record of this node to the model); an owner that ends before
+its front end made the queue (a lost connection drops that continuation) has the record
+removed (``owner_gone``). Every other node holds its proxy, which refuses every
+connection (405), and its bindings are in etcd like any others, so an auto-delete
+exchange goes with its last binding whichever node's queue that was. Errors are the
+model's (403, 404, 405, 406 as the store raises them); a store that cannot be reached
+closes the connection with 541 and says so.
 """
 
 from __future__ import annotations
@@ -68,6 +71,13 @@ class SharedDeclarations:
         # declaration of the same name waits for it, so a delete and a declare in a row
         # reach etcd in that order.
         self._removals: dict[str, asyncio.Task[Any]] = {}
+        # The exclusive queues each live owner's declarations wrote (by token), and the
+        # owners' declarations still being written, with whether the owner has ended
+        # meanwhile: a record written for an owner that ended before its front end made
+        # the queue (a lost connection drops the continuation) is removed (``owner_gone``).
+        self._declared: dict[str, set[str]] = {}
+        self._writing: dict[str, int] = {}
+        self._ended: set[str] = set()
 
     def removing(self, name: str, removal: asyncio.Task[Any]) -> None:
         self._removals[name] = removal
@@ -103,22 +113,35 @@ class SharedDeclarations:
         name = name or generated_name
         key = self.store.layout.queue(self.vhost.name, name)
 
+        token = self.owner_token(owner) if exclusive else None
+
         async def write() -> bool:
             removal = self._removals.get(name)
             if removal is not None:
                 await asyncio.wait([removal])
-            record, made = await self.store.declare_queue(
-                self.vhost.name,
-                "" if server_named else name,
-                generated_name=generated_name,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                owner=self.owner_token(owner) if exclusive else None,
-            )
+            if token is not None:
+                self._writing[token] = self._writing.get(token, 0) + 1
+            try:
+                record, made = await self.store.declare_queue(
+                    self.vhost.name,
+                    "" if server_named else name,
+                    generated_name=generated_name,
+                    durable=durable,
+                    exclusive=exclusive,
+                    auto_delete=auto_delete,
+                    arguments=arguments,
+                    owner=token,
+                )
+            finally:
+                ended = token is not None and self._written(token)
             if record.exclusive:
-                return made  # the front end makes it (its connection owns it), or refuses
+                if made and token is not None:
+                    if ended:
+                        # Its owner ended meanwhile: nobody makes the queue.
+                        await self.store.queue_removed(self.vhost.name, name)
+                    else:
+                        self._declared.setdefault(token, set()).add(name)
+                return made  # the front end makes it (its owner owns it), or refuses
             if self.vhost.find_queue(name) is None:
                 await self._applied(key)
             if record.leader != self.store.node:
@@ -126,6 +149,43 @@ class SharedDeclarations:
             return made
 
         return self._run(write())
+
+    def _written(self, token: str) -> bool:
+        """One declaration of ``token``'s owner is written: whether the owner ended."""
+        left = self._writing[token] - 1
+        ended = token in self._ended
+        if left:
+            self._writing[token] = left
+        else:
+            del self._writing[token]
+            self._ended.discard(token)
+        return ended
+
+    def owner_gone(self, owner: object) -> None:
+        """``owner`` ended, its exclusive queues removed from the model (each record's
+        removal started by it): the records of those its front end never made go too (its
+        connection was lost while the record was written, so the continuation that makes
+        the queue did not run), now or, for a record still being written, once it is."""
+        token = self._tokens.get(owner)
+        if token is None:
+            return
+        if token in self._writing:
+            self._ended.add(token)
+        vname, store = self.vhost.name, self.store
+        for name in self._declared.pop(token, ()):
+            record = store.applier.view.queues.get((vname, name))
+            if record is None or record.owner != token or record.leader != store.node:
+                continue  # gone already, or another queue of that name now
+            if name in self.vhost.queues or name in self._removals:
+                continue  # made (an auto-delete timeout's grace), or being removed
+            removal = self.spawn(store.queue_removed(vname, name))
+            if isinstance(removal, asyncio.Task):
+                self.removing(name, removal)
+
+    def released(self, queue: Queue) -> None:
+        # (The write goes on its own: the queue's late removal, at least a second later,
+        # compares the record this one writes.)
+        self.spawn(self.store.exclusive_released(self.vhost.name, queue.name))
 
     def declare_exchange(
         self,
@@ -220,7 +280,8 @@ class SharedDeclarations:
         store, with its bindings, comparing the incarnation this node's copy knows; done
         once etcd and this node's model have lost it and, when another node leads it, that
         node has too (its passive declarations then get 404 as this node's do). None when
-        etcd has no record of it (a 0-10 exclusive queue): the model's deletion alone."""
+        etcd has no record of it (a queue this node's model alone holds): the model's
+        deletion alone."""
         store, vname, name = self.store, self.vhost.name, queue.name
         entry = store.applier.entries.get(store.layout.queue(vname, name))
         if entry is None:

@@ -19,7 +19,8 @@ Writing: each change is one transaction whose comparisons make concurrent writer
 - a deletion: compares the entity's create revision (the incarnation that was read), and,
   when it removes bindings that were read, that no binding of the vhost changed since;
 - what a node writes because it leads a queue (its queue retiring: x-expires,
-  auto-delete, its exclusive connection gone): compares the node's lease as well
+  auto-delete, its exclusive owner gone; an exclusive queue outliving its owner for a
+  while, anyone's meanwhile): compares the node's lease as well
   (``lease_is``), so a node that lost its lease cannot write on the strength of it.
 
 A writer applies its own accepted transaction to its copy at once (the API caller sees it;
@@ -643,6 +644,23 @@ class MetadataStore:
                 return False
             # Only a binding of the vhost changed meanwhile: read them again.
         return False
+
+    async def exclusive_released(self, vhost: str, name: str) -> bool:
+        """The exclusive queue ``name``, led here, outlives its owner for a while (Qpid's
+        ``qpid.auto_delete_timeout`` after its 0-10 session ended, when this node's model
+        lets any session use it): its record names no owner any more, so every node serves
+        it to anyone until it goes. Fenced by the node's lease and the record's revision;
+        False when the write was refused or there was nothing to release."""
+        key = self.layout.queue(vhost, name)
+        entry = self.applier.entries.get(key)
+        if entry is None or entry.value.get("leader") != self.node:
+            return False
+        if not entry.value.get("exclusive"):
+            return False
+        value = {k: v for k, v in entry.value.items() if k != "owner"}
+        value["exclusive"] = False
+        compare = [mod_is(key, entry.mod_revision), *self._fence()]
+        return await self._commit(compare, {key: encode(value)}, []) is not None
 
     async def exclusive_of_gone_node(self, node: str) -> int:
         """``node``'s lease expired (it died, or was cut off or paused past its lease): the

@@ -139,4 +139,6 @@ class Client:
             self.close_session(number)
         for queue in self.vhost.owned_queues(self):
             self.vhost.remove_queue(queue)
+        if self.vhost.shared is not None:
+            self.vhost.shared.owner_gone(self)
         self.broker.clients.discard(self)

@@ -12,7 +12,9 @@ model (then the front end makes the same declaration on the model, which finds i
 makes the exclusive queue its connection owns, and answers as on one node), or None when
 there is nothing to wait for (a queue's: whether this declaration made the record, rather
 than finding one another made). ``owner``: the declaring connection's owner object (what the
-model's exclusivity compares), for exclusive queues and bindings to them.
+model's exclusivity compares), for exclusive queues and bindings to them; the metadata
+store names it by a token while it lives (kept weakly, so an owner must be weakly
+referable: an owner that cannot be, the compiled 0-10 session, hands its ``RecordOwner``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ if TYPE_CHECKING:
 
     from leveret.model.completion import Completion
     from leveret.model.queues.base import Queue
+
+
+class RecordOwner:
+    """An exclusive queue's owner as the cluster's records know it, for an owner that
+    cannot be weakly referenced itself (a compiled class: the 0-10 session, which holds
+    one for its life). The model still compares the owner itself; this one stands for it
+    in ``SharedMetadata``'s calls, so both name it by one token."""
+
+    __slots__ = ("__weakref__",)
 
 
 class SharedMetadata(Protocol):
@@ -38,6 +49,18 @@ class SharedMetadata(Protocol):
         auto_delete: bool,
         arguments: Mapping[str, object],
     ) -> Completion[bool] | None: ...
+
+    def owner_gone(self, owner: object) -> None:
+        """``owner`` (what its declarations passed) ended, and the model lost its exclusive
+        queues: the records of any its front end never made (a connection lost while the
+        record was being written) go from the store too."""
+        ...
+
+    def released(self, queue: Queue) -> None:
+        """``queue``, exclusive and led here, outlives its owner for a while and is
+        anyone's meanwhile (Qpid's ``qpid.auto_delete_timeout``): its record in the store
+        names no owner from now on, so every node serves it as this one does."""
+        ...
 
     def declare_exchange(
         self,

@@ -606,11 +606,10 @@ def exchange_bind(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
         raise _fail(ExecutionErrorCode.INTERNAL_ERROR, "headers binding needs x-match")
     vhost = ssn.vhost
     shared = vhost.shared
-    destination = vhost.find_queue(queue)
     written = None
-    if shared is not None and (destination is None or destination.exclusive_owner is None):
-        # (A 0-10 exclusive queue is its node's alone, as are its bindings: below.)
-        written = shared.bind(exchange, "queue", queue, key, arguments, owner=conn)
+    if shared is not None:
+        # (The store refuses another's exclusive queue, the session naming its own.)
+        written = shared.bind(exchange, "queue", queue, key, arguments, owner=ssn.record_owner)
     return _shared_first(
         conn,
         ssn,
@@ -715,18 +714,19 @@ def queue_declare(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:
         return True
     shared = ssn.vhost.shared
     written = None
-    if shared is not None and not command.exclusive and ssn.vhost.find_queue(name) is None:
+    if shared is not None and ssn.vhost.find_queue(name) is None:
         # On a cluster node, into etcd first (its leader chosen by its locator, every node
-        # knowing it, transient or durable). An exclusive queue stays its node's alone: a
-        # 0-10 session, which owns it, outlives its connection and has no name in the
-        # cluster's records.
+        # knowing it, transient or durable). An exclusive queue's record names its owner,
+        # this session (not its connection: a session outlives a connection it is detached
+        # from), and it is led here, where the session lives; the other nodes' proxies of
+        # it refuse every session and channel, as this node refuses the other sessions.
         written = shared.declare_queue(
             name,
             generated_name=name,
-            owner=conn,
+            owner=ssn.record_owner,
             durable=command.durable,
-            exclusive=False,
-            auto_delete=command.auto_delete,
+            exclusive=command.exclusive,
+            auto_delete=_auto_delete(command),
             arguments=arguments,
         )
     return _shared_first(
@@ -753,14 +753,18 @@ def _declare_queue(
         owner=ssn,
         durable=command.durable,
         exclusive=command.exclusive,
-        # Qpid: an exclusive auto-delete queue goes with its session, not with its last
-        # subscriber (the session deletes its exclusive queues when it ends).
-        auto_delete=command.auto_delete and not command.exclusive,
+        auto_delete=_auto_delete(command),
         arguments=arguments,
     )
     if command.exclusive and command.auto_delete:
         ssn.auto_delete_exclusive.add(name)
     return True
+
+
+def _auto_delete(command: c.QueueDeclare) -> bool:
+    # Qpid: an exclusive auto-delete queue goes with its session, not with its last
+    # subscriber (the session deletes its exclusive queues when it ends).
+    return command.auto_delete and not command.exclusive
 
 
 def queue_delete(conn: Commands, ssn: Session, ev: CommandReceived) -> bool:

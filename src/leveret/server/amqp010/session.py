@@ -47,6 +47,7 @@ from leveret.model.completion import Completion, every
 from leveret.model.consumer import UNLIMITED, Browser, Consumer, ConsumerOwner, Source
 from leveret.model.publisher import Publisher
 from leveret.model.settle import Delivery
+from leveret.model.shared_metadata import RecordOwner
 from leveret.model.transaction import ACCEPT
 from leveret.protocol.amqp010._generated.commands import MessageTransfer
 
@@ -246,6 +247,9 @@ class Session(ConsumerOwner):
         self.windowed: dict[int, _Sent] = {}
         # Exclusive queues declared auto-delete (they go with the session; queue.query says so).
         self.auto_delete_exclusive: set[str] = set()
+        # This session as a cluster's records name the owner of its exclusive queues (a
+        # compiled session cannot be weakly referenced, as SharedMetadata keeps owners).
+        self.record_owner = RecordOwner()
         self.dtx_selected = False
         self.branch: Branch | None = None
         self.branches: set[Branch] = set()
@@ -702,11 +706,15 @@ class Session(ConsumerOwner):
             if queue.config.auto_delete_timeout and queue.name in self.auto_delete_exclusive:
                 # Qpid's qpid.auto_delete_timeout: the queue outlives its session that long.
                 queue.exclusive_owner = None
+                if vhost.shared is not None:
+                    vhost.shared.released(queue)  # anyone's on every node meanwhile
                 vhost.remove_later(
                     queue, partial(delete_rerouting, vhost, queue, _remover(vhost, queue))
                 )
                 continue
             delete_rerouting(vhost, queue, _remover(vhost, queue))
+        if vhost.shared is not None:
+            vhost.shared.owner_gone(self.record_owner)
         live = _SESSIONS.get(vhost)
         if live is not None:
             live.discard(self)

@@ -103,6 +103,22 @@ def test_a_consume_without_its_table_is_read_with_no_arguments() -> None:
         c.plain_consume_frame(c.Consume(3, "/", "q", True, False, 10, 0, {"x-stream-offset": 5}))
 
 
+@pytest.mark.parametrize("names", [b"taken also", b"also  taken", b"also also", b" also"])
+def test_features_not_as_challenge_writes_them_are_refused(names: bytes) -> None:
+    """The proof covers the bytes sent, and the reader makes them again from the set: a
+    Hello whose names are not sorted, once each, one space apart would fail its proof, so
+    it is refused as bad input instead."""
+    good = c.encode(_hello(frozenset({c.ALSO, c.TAKEN})))
+    nonce_field = NONCE + b"\x01" + names
+    frame = good.replace(NONCE + b"\x01also taken", nonce_field)
+    length = len(frame) - 4
+    frame = length.to_bytes(4, "big") + frame[4:]
+    position = frame.index(nonce_field) - 1
+    frame = frame[:position] + bytes([len(nonce_field)]) + frame[position + 1 :]
+    with pytest.raises(c.LinkError, match="not in their order"):
+        c.Reader().feed(frame)
+
+
 def test_a_feature_name_that_cannot_be_sent_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot be sent"):
         c.encode(_hello(frozenset({"two words"})))

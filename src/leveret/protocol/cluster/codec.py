@@ -136,9 +136,10 @@ FEATURES: Final = frozenset((TAKEN, ALSO, DELIVER_ALSO, CONSUME_ARGUMENTS))
 # grows: a feature made later is spoken only by peers that announce it.
 UNANNOUNCED: Final = frozenset((TAKEN, ALSO, DELIVER_ALSO, CONSUME_ARGUMENTS))
 # The nonce's length. A Hello's nonce field carries the features after it
-# (``_FEATURES_MARK`` and their names, space-separated): 2026-11-28's decoder refuses any
-# byte after the cluster's tag, but takes a nonce of any length up to 255 and proves what it
-# got, so the set rides there, and each side's proof covers the features it announced.
+# (``_FEATURES_MARK`` and their names): 2026-11-28's decoder refuses any byte after the
+# cluster's tag, but takes a nonce of any length up to 255 and proves what it got, so the
+# set rides there, and each side's proof covers the features it announced. The names are
+# sorted, one space apart, the only form read: the reader makes the proven bytes again.
 NONCE_SIZE: Final = 16
 _FEATURES_MARK: Final = b"\x01"
 
@@ -1033,11 +1034,16 @@ def _decode(code: int, c: _Cursor) -> Op:
         nonce = bytes(c.take(c.u8()))
         features: frozenset[str] | None = None
         if len(nonce) > NONCE_SIZE and nonce[NONCE_SIZE : NONCE_SIZE + 1] == _FEATURES_MARK:
+            written = nonce[NONCE_SIZE + 1 :]
             try:
-                names = nonce[NONCE_SIZE + 1 :].decode("ascii")
+                names = written.decode("ascii").split(" ") if written else []
             except UnicodeDecodeError:
                 raise LinkError("a Hello's features are not ASCII") from None
-            features = frozenset(names.split())
+            # Only as ``challenge`` writes them (sorted, once each, one space apart): what a
+            # proof covers is made again from them, and must be the bytes the peer sent.
+            if names != sorted(set(names)) or "" in names:
+                raise LinkError(f"a Hello's features not in their order: {written!r}")
+            features = frozenset(names)
             nonce = nonce[:NONCE_SIZE]
         op = Hello(node, incarnation, nonce, c.s(), features)
     elif code == 2:

@@ -17,11 +17,6 @@ answer resolves the deferred ``basic.get``.
   cluster's etcd know it) and names each side's incarnation (the node's start time in ns),
   so a restarted node's old link is closed by the listener. With ``cluster_tls_*`` the
   connection is mutual TLS (``cluster/link_tls.py``) and the handshake runs inside it.
-- **Features.** Each side's ``Hello`` names the link features it speaks
-  (``codec.FEATURES``); a newer operation goes only to a peer that named it, the older
-  form otherwise (a ``Publish`` for each queue rather than ``Also``), so the nodes of a
-  cluster are upgraded one at a time. ``LEVERET_LINK_FEATURES`` (read at start, for tests)
-  limits what this node announces, as a node of an older version would.
 - **Credit.** A consumer's credit on the leader is what its owner here can take: its
   prefetch window as it stands (AMQP 1.0's link credit: deliveries in flight are counted),
   at most ``WINDOW`` for a consumer nobody limits; deliveries its owner cannot take at once
@@ -39,6 +34,11 @@ answer resolves the deferred ``basic.get``.
   are cancelled (the client gets basic.cancel), settlements of deliveries made over the old
   connection are dropped (the leader requeued them), and the proxies answer 404 until the
   link is back.
+- **Features.** Each side's ``Hello`` names the link features it speaks
+  (``codec.FEATURES``); a newer operation goes only to a peer that named it, the older
+  form otherwise (a ``Publish`` for each queue rather than ``Also``), so the nodes of a
+  cluster are upgraded one at a time. ``LEVERET_LINK_FEATURES`` (read at start, for tests)
+  limits what this node announces, as a node of an older version would.
 """
 
 from __future__ import annotations

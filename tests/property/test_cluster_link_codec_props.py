@@ -16,7 +16,16 @@ blob = st.binary(max_size=300)
 fmt = st.integers(0, 255)
 
 ops = st.one_of(
-    st.builds(c.Hello, text, u64, st.binary(max_size=32), text),
+    # A Hello of 2026-11-28's main (its nonce alone), and one naming its link features.
+    st.builds(c.Hello, text, u64, st.binary(max_size=16), text),
+    st.builds(
+        c.Hello,
+        text,
+        u64,
+        st.binary(min_size=16, max_size=16),
+        text,
+        st.frozensets(st.from_regex(r"[a-z][a-z-]{0,15}", fullmatch=True), max_size=8),
+    ),
     st.builds(c.Proof, st.binary(min_size=32, max_size=32)),
     st.builds(c.Publish, u64, text, text, text, text, fmt, blob, blob),
     st.builds(c.Also, u64, text, text),

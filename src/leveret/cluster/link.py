@@ -36,6 +36,11 @@ answer resolves the deferred ``basic.get``.
   are cancelled (the client gets basic.cancel), settlements of deliveries made over the old
   connection are dropped (the leader requeued them), and the proxies answer 404 until the
   link is back.
+- **Features.** Each side's ``Hello`` names the link features it speaks
+  (``codec.FEATURES``); a newer operation goes only to a peer that named it, the older
+  form otherwise (a ``Publish`` for each queue rather than ``Also``), so the nodes of a
+  cluster are upgraded one at a time. ``LEVERET_LINK_FEATURES`` (read at start, for tests)
+  limits what this node announces, as a node of an older version would.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from leveret.cluster.link_tls import DialNotes, LinkTls, LiveLink, TlsListener
 from leveret.config import peer_addresses
 from leveret.convert.amqp091 import wire_message
 from leveret.convert.formats import stored_message
-from leveret.errors import BY_CODE, AMQPError, InternalError, NotFound
+from leveret.errors import BY_CODE, AMQPError, InternalError, NotFound, PreconditionFailed
 from leveret.model.completion import Completion
 from leveret.model.entry import QueuedMessage
 from leveret.model.queues.args import PLAIN
@@ -62,7 +67,12 @@ from leveret.model.queues.remote import LinkLeader, RemoteQueue
 from leveret.model.queues.stream import OFFSET_HEADER, OffsetSpec, StreamConsumer
 from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.protocol.cluster import codec as c
-from leveret.server.cluster_link.frontend import LinkFrontEnd, LinkIdentity, ReplicaSink
+from leveret.server.cluster_link.frontend import (
+    LinkFrontEnd,
+    LinkIdentity,
+    ReplicaSink,
+    agreement,
+)
 from leveret.server.connection import ConnectionProtocol
 
 if TYPE_CHECKING:
@@ -106,6 +116,10 @@ BEHIND_WINDOW: Final = PUBLISH_WINDOW // 8
 CAUGHT_UP_TIMEOUT: Final = 5.0
 # Seconds a dialled connection has to finish its handshake.
 HANDSHAKE_TIMEOUT: Final = 5.0
+# The environment variable (a test's knob, not a setting) that names the link features this
+# node announces and uses, space- or comma-separated, as a node of an older version would
+# (``codec.FEATURES``); unset, all of them.
+FEATURES_VARIABLE: Final = "LEVERET_LINK_FEATURES"
 # Delivery ids carry the connection's generation above these bits (a settlement of a
 # delivery made over an older connection is dropped: the leader requeued it).
 _GEN_SHIFT: Final = 40
@@ -182,8 +196,13 @@ class Peer(LinkLeader):
         self.frames: list[bytes] = []
         self.size = 0
         self._flush_scheduled = False
-        self.nonce = b""
+        # What this side's Hello asks the leader to prove (``codec.challenge``).
+        self.challenge = b""
         self.hello: c.Hello | None = None
+        # The link features both sides speak (``codec.FEATURES``), known from the leader's
+        # Hello; ``also``: an ``Also`` may go (read once a publish).
+        self.agreed: frozenset[str] = c.FEATURES
+        self.also = True
         self.paused = False
         self._counted = 0
         # The publishes' flow control: the weight sent on this connection, the weight the
@@ -296,11 +315,18 @@ class Peer(LinkLeader):
         self.conn = conn
         self.reader = c.Reader()
         self.delivered = None
-        self.nonce = os.urandom(16)
         self.hello = None
         self.became_up.clear()
         links = self.links
-        self._write(c.Hello(links.node, links.incarnation, self.nonce, c.cluster_tag(links.secret)))
+        hello = c.Hello(
+            links.node,
+            links.incarnation,
+            os.urandom(c.NONCE_SIZE),
+            c.cluster_tag(links.secret),
+            links.features,
+        )
+        self.challenge = c.challenge(hello)
+        self._write(hello)
 
     def lost(self, conn: _Connection) -> None:
         if conn is not self.conn:
@@ -568,19 +594,21 @@ class Peer(LinkLeader):
         if op.node != self.node:
             raise HandshakeRefused(f"expected node '{self.node}', reached '{op.node}'")
         self.hello = op
-        self._write(c.Proof(c.proof(links.secret, "dialer", links.node, op.nonce)))
+        self.agreed = links.features & op.speaks
+        self.also = c.ALSO in self.agreed
+        self._write(c.Proof(c.proof(links.secret, "dialer", links.node, c.challenge(op))))
 
     def _proof(self, op: c.Proof) -> None:
         hello = self.hello
         if hello is None or self.up:
             raise HandshakeRefused("a proof out of turn")
-        expected = c.proof(self.links.secret, "listener", hello.node, self.nonce)
+        expected = c.proof(self.links.secret, "listener", hello.node, self.challenge)
         if not hmac.compare_digest(op.mac, expected):
             raise HandshakeRefused(f"node '{hello.node}' could not prove the cluster's secret")
         self.up = True
         self.was_up = True
         self.became_up.set()
-        log.info("inter-node link to node '%s' is up", self.node)
+        log.info("inter-node link to node '%s' is up (%s)", self.node, agreement(self.agreed))
         if self.links.replication is not None:
             self.links.replication.peer_up(self.node)
         self.resume()
@@ -704,7 +732,7 @@ class Peer(LinkLeader):
         names = self.names.get(queue)
         if names is None:
             names = self.names[queue] = c.publish_names(queue.vhost_name, queue.name)
-        if message is self.last_message:
+        if message is self.last_message and self.also:
             self._write_frame(c.also_frame(seq, names))
             return done
         self.last_message = message
@@ -735,18 +763,30 @@ class Peer(LinkLeader):
         if consumer.browses:
             # The leader browses for it (``codec.BROWSE``): copies, no settlement.
             carried = {**carried, c.BROWSE: True}
-        self._write(
-            c.Consume(
-                cid,
-                queue.vhost_name,
-                queue.name,
-                consumer.auto_settle,
-                consumer.exclusive,
-                credit,
-                consumer.priority,
-                carried,
-            )
+        op = c.Consume(
+            cid,
+            queue.vhost_name,
+            queue.name,
+            consumer.auto_settle,
+            consumer.exclusive,
+            credit,
+            consumer.priority,
+            carried,
         )
+        if c.CONSUME_ARGUMENTS in self.agreed:
+            self._write(op)
+        elif not carried:
+            self._write_frame(c.plain_consume_frame(op))
+        else:
+            # A leader that reads no arguments would consume from the wrong place (a
+            # stream's offset) or take what a browser only looks at: refused, as the
+            # leader refuses a consumer, once the caller has it.
+            text = (
+                f"node '{self.node}', the leader of {queue.resource}, reads no consumer "
+                f"arguments ({', '.join(sorted(carried))}): upgrade it"
+            )
+            refusal = c.Cancelled(cid, PreconditionFailed.reply_code, text)
+            asyncio.get_running_loop().call_soon(self._handle, refusal)
 
     def credit(self, queue: RemoteQueue, consumer: Consumer) -> None:
         cid = self.cids.get(consumer)
@@ -985,6 +1025,18 @@ class ReplicationHooks(ReplicaSink, Protocol):
     def peer_up(self, node: str) -> None: ...
 
 
+def announced(environ: Mapping[str, str]) -> frozenset[str]:
+    """The link features this node announces: ``FEATURES_VARIABLE``'s, else all."""
+    value = environ.get(FEATURES_VARIABLE)
+    if value is None:
+        return c.FEATURES
+    names = frozenset(value.replace(",", " ").split())
+    unknown = names - c.FEATURES
+    if unknown:
+        log.warning("%s: unknown link features %s ignored", FEATURES_VARIABLE, sorted(unknown))
+    return names & c.FEATURES
+
+
 class HandshakeRefused(Exception):
     """The node reached is not the peer expected, or cannot prove the cluster's secret."""
 
@@ -1047,6 +1099,8 @@ class Links:
             self.tls.live = self.live
         self.notes = DialNotes()
         self.incarnation = time.time_ns()
+        # The link features this node announces (all but for a test: ``announced``).
+        self.features = announced(os.environ)
         # The cluster's id in etcd, known once the node joined (``set_secret``).
         self.secret = ""
         self.peers: dict[str, Peer] = {}
@@ -1063,7 +1117,9 @@ class Links:
 
     def set_secret(self, secret: str) -> None:
         self.secret = secret
-        self.identity = LinkIdentity(self.node, secret, self.incarnation, replicas=self.replication)
+        self.identity = LinkIdentity(
+            self.node, secret, self.incarnation, replicas=self.replication, features=self.features
+        )
 
     def address(self, node: str) -> tuple[str, int] | None:
         return self.view.cluster_address(node, self.overrides)

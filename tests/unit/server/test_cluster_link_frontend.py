@@ -33,14 +33,18 @@ def send(front: LinkFrontEnd, *ops: c.Op, now: float = 1.0) -> list[c.Op]:
     return c.Reader().feed(b"".join(front.shell.take_output(now)))
 
 
-def handshake(front: LinkFrontEnd, secret: str = SECRET) -> list[c.Op]:
-    nonce = b"n" * 16
-    out = send(front, c.Hello("a", 1, nonce, c.cluster_tag(SECRET)))
+def handshake(
+    front: LinkFrontEnd, secret: str = SECRET, features: frozenset[str] | None = None
+) -> list[c.Op]:
+    """The dialer ``a``'s side, its Hello announcing ``features`` (None: none, as a node of
+    2026-11-28's main)."""
+    mine = c.Hello("a", 1, b"n" * 16, c.cluster_tag(SECRET), features)
+    out = send(front, mine)
     hello, proof = out
     assert isinstance(hello, c.Hello)
     assert isinstance(proof, c.Proof)
-    assert proof.mac == c.proof(SECRET, "listener", "b", nonce)
-    return send(front, c.Proof(c.proof(secret, "dialer", "a", hello.nonce)))
+    assert proof.mac == c.proof(SECRET, "listener", "b", c.challenge(mine))
+    return send(front, c.Proof(c.proof(secret, "dialer", "a", c.challenge(hello))))
 
 
 def test_a_peer_without_the_secret_is_refused() -> None:

@@ -8,10 +8,16 @@ properties and the body: ``convert/formats.py``'s stored form), so the leader re
 bytes a consumer gets without converting anything.
 
 The handshake (both sides, before any other frame): each sends :class:`Hello` (its node
-name, its incarnation: the node's lease epoch, a fresh nonce and a tag naming its cluster),
-and on the peer's ``Hello`` a :class:`Proof`: an HMAC-SHA256, keyed by the cluster's secret,
-of its role, its own name and the peer's nonce (:func:`proof`). A peer of another cluster,
-or one that cannot prove the secret, is refused.
+name, its incarnation: the node's lease epoch, a fresh nonce, a tag naming its cluster and
+the link features it speaks), and on the peer's ``Hello`` a :class:`Proof`: an
+HMAC-SHA256, keyed by the cluster's secret, of its role, its own name and the peer's
+challenge (its nonce and features as sent: :func:`challenge`, :func:`proof`). A peer of
+another cluster, or one that cannot prove the secret, is refused.
+
+Features (``FEATURES``) are the operations, or forms of one, that came after others a peer
+may be using instead: each side sends one only to a peer whose ``Hello`` named it, and the
+older form otherwise, so the nodes of a cluster are upgraded one at a time. A ``Hello``
+without the set is a node of 2026-11-28's version, which speaks ``UNANNOUNCED``.
 
 Operations are batched by the writer: everything a loop turn produces goes out in one
 write (:class:`Writer`), and the reader decodes every whole frame a read brings
@@ -46,10 +52,16 @@ from leveret.protocol.amqp091.fieldtable import (
 # Nothing hashes an operation or changes one once made.
 
 __all__ = [
+    "ALSO",
     "BROWSE",
     "BROWSED",
+    "CONSUME_ARGUMENTS",
+    "DELIVER_ALSO",
+    "FEATURES",
     "MAX_FRAME",
     "NAMES_KEPT",
+    "TAKEN",
+    "UNANNOUNCED",
     "Acquire",
     "Also",
     "Append",
@@ -84,7 +96,9 @@ __all__ = [
     "StoredOffset",
     "Taken",
     "Writer",
+    "challenge",
     "encode",
+    "plain_consume_frame",
     "proof",
     "publish_weight",
 ]
@@ -108,6 +122,27 @@ BROWSE: Final = "x-leveret-browse"
 # (what ``Acquire`` names), never a delivery to settle (a leader's ids are a count from 1).
 BROWSED: Final = 1 << 62
 
+# The link's features: operations (or forms of one) a node sends only to a peer that named
+# them in its ``Hello``, the older form to any other. Adding one is a line here and the
+# check where it is sent (``feature in agreed``): the names are what peers announce.
+TAKEN: Final = "taken"  # the leader's Taken (without: no window, publishers never held)
+ALSO: Final = "also"  # Also (without: the message whole in a Publish per queue)
+DELIVER_ALSO: Final = "deliver-also"  # DeliverAlso (without: a Deliver each, whole)
+CONSUME_ARGUMENTS: Final = "consume-arguments"  # a Consume's field table (without: none)
+FEATURES: Final = frozenset((TAKEN, ALSO, DELIVER_ALSO, CONSUME_ARGUMENTS))
+# What a Hello without a set speaks: every feature of 2026-11-28's main, the version before
+# features were announced (nodes of that version upgrade to this one and later one at a
+# time; versions before it, which lack some of these, are upgraded all at once). Never
+# grows: a feature made later is spoken only by peers that announce it.
+UNANNOUNCED: Final = frozenset((TAKEN, ALSO, DELIVER_ALSO, CONSUME_ARGUMENTS))
+# The nonce's length. A Hello's nonce field carries the features after it
+# (``_FEATURES_MARK`` and their names): 2026-11-28's decoder refuses any byte after the
+# cluster's tag, but takes a nonce of any length up to 255 and proves what it got, so the
+# set rides there, and each side's proof covers the features it announced. The names are
+# sorted, one space apart, the only form read: the reader makes the proven bytes again.
+NONCE_SIZE: Final = 16
+_FEATURES_MARK: Final = b"\x01"
+
 
 class LinkError(AMQPError):
     """The peer sent what the link's format does not allow."""
@@ -121,6 +156,13 @@ class Hello:
     incarnation: int
     nonce: bytes
     cluster_tag: str
+    # The link features the sender speaks; None: it announced none (``UNANNOUNCED``).
+    features: frozenset[str] | None = None
+
+    @property
+    def speaks(self) -> frozenset[str]:
+        """What the sender can be sent (unknown names it announced are left out)."""
+        return UNANNOUNCED if self.features is None else self.features & FEATURES
 
 
 @dataclass(slots=True)
@@ -563,6 +605,18 @@ def proof(secret: str, role: str, node: str, nonce: bytes) -> bytes:
     return hmac.new(secret.encode(), data, hashlib.sha256).digest()
 
 
+def challenge(hello: Hello) -> bytes:
+    """What a :class:`Proof` answering ``hello`` proves: its nonce field as sent (the nonce
+    and the features), so a peer that reads the field as a nonce proves the same bytes."""
+    features = hello.features
+    if features is None:
+        return hello.nonce
+    if any(not n.isascii() or not n or " " in n for n in features):
+        raise ValueError(f"a link feature's name that cannot be sent: {sorted(features)}")
+    names = " ".join(sorted(features)).encode()
+    return hello.nonce + _FEATURES_MARK + names
+
+
 def cluster_tag(secret: str) -> str:
     """A public name of the cluster (a hash of its secret): a peer of another cluster is
     told apart from one with a wrong proof."""
@@ -744,30 +798,23 @@ def _payload(op: Op) -> tuple[int, bytes]:
     if isinstance(op, Credit):
         return 7, _U32.pack(op.cid) + _U32.pack(op.credit) + _U64.pack(op.received)
     if isinstance(op, Hello):
-        if len(op.nonce) > 255:
+        if op.features is not None and len(op.nonce) != NONCE_SIZE:
+            raise ValueError(f"a Hello with features has a nonce of {NONCE_SIZE} bytes")
+        nonce = challenge(op)
+        if len(nonce) > 255:
             raise ValueError("nonce too long")
         return 1, b"".join(
             (
                 _s(op.node),
                 _U64.pack(op.incarnation),
-                _U8.pack(len(op.nonce)) + op.nonce,
+                _U8.pack(len(nonce)) + nonce,
                 _s(op.cluster_tag),
             )
         )
     if isinstance(op, Proof):
         return 2, _b(op.mac)
     if isinstance(op, Consume):
-        return 5, b"".join(
-            (
-                _U32.pack(op.cid),
-                _s(op.vhost),
-                _s(op.queue),
-                _U8.pack(op.auto_settle | op.exclusive << 1),
-                _U32.pack(op.credit),
-                _I32.pack(op.priority),
-                encode_table(op.arguments),
-            )
-        )
+        return 5, _consume(op) + encode_table(op.arguments)
     if isinstance(op, ConsumeOk):
         return 6, _U32.pack(op.cid)
     if isinstance(op, Cancel):
@@ -831,6 +878,27 @@ def _payload(op: Op) -> tuple[int, bytes]:
     if isinstance(op, DeliverAlso):
         return 33, _U32.pack(op.cid) + _U64.pack(op.did) + _U8.pack(op.redelivered)
     raise TypeError(f"not a link operation: {op!r}")
+
+
+def _consume(op: Consume) -> bytes:
+    return b"".join(
+        (
+            _U32.pack(op.cid),
+            _s(op.vhost),
+            _s(op.queue),
+            _U8.pack(op.auto_settle | op.exclusive << 1),
+            _U32.pack(op.credit),
+            _I32.pack(op.priority),
+        )
+    )
+
+
+def plain_consume_frame(op: Consume) -> bytes:
+    """``op``'s frame without its arguments, for a peer without ``CONSUME_ARGUMENTS``."""
+    if op.arguments:
+        raise ValueError("a Consume with arguments for a peer that reads none")
+    payload = _consume(op)
+    return _HEAD.pack(len(payload) + 1, 5) + payload
 
 
 def encode(op: Op) -> bytes:
@@ -964,7 +1032,20 @@ def _decode(code: int, c: _Cursor) -> Op:
     elif code == 1:
         node, incarnation = c.s(), c.u64()
         nonce = bytes(c.take(c.u8()))
-        op = Hello(node, incarnation, nonce, c.s())
+        features: frozenset[str] | None = None
+        if len(nonce) > NONCE_SIZE and nonce[NONCE_SIZE : NONCE_SIZE + 1] == _FEATURES_MARK:
+            written = nonce[NONCE_SIZE + 1 :]
+            try:
+                names = written.decode("ascii").split(" ") if written else []
+            except UnicodeDecodeError:
+                raise LinkError("a Hello's features are not ASCII") from None
+            # Only as ``challenge`` writes them (sorted, once each, one space apart): what a
+            # proof covers is made again from them, and must be the bytes the peer sent.
+            if names != sorted(set(names)) or "" in names:
+                raise LinkError(f"a Hello's features not in their order: {written!r}")
+            features = frozenset(names)
+            nonce = nonce[:NONCE_SIZE]
+        op = Hello(node, incarnation, nonce, c.s(), features)
     elif code == 2:
         op = Proof(c.b())
     elif code == 5:
@@ -972,7 +1053,9 @@ def _decode(code: int, c: _Cursor) -> Op:
         if bits > 3:
             raise LinkError("bad consume flags")
         credit, priority = c.u32(), c.i32()
-        op = Consume(cid, vhost, queue, bool(bits & 1), bool(bits & 2), credit, priority, c.table())
+        # Without its table: a peer that does not read ours (``CONSUME_ARGUMENTS``).
+        arguments = c.table() if c.pos < len(c.data) else {}
+        op = Consume(cid, vhost, queue, bool(bits & 1), bool(bits & 2), credit, priority, arguments)
     elif code == 6:
         op = ConsumeOk(c.u32())
     elif code == 8:

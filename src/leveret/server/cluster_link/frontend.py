@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from leveret.server.shell.info import ChannelInfo
     from leveret.server.shell.shell import Shell
 
-__all__ = ["LinkFrontEnd", "LinkIdentity"]
+__all__ = ["LinkFrontEnd", "LinkIdentity", "agreement"]
 
 log = logging.getLogger("leveret.cluster")
 
@@ -84,6 +84,13 @@ _tls_refused_at: list[float] = []
 BROWSE_BATCH: Final = 256
 
 
+def agreement(agreed: frozenset[str]) -> str:
+    """A link's features, for its log line ("features: also, taken; not: deliver-also")."""
+    spoken = ", ".join(sorted(agreed)) or "none"
+    missing = ", ".join(sorted(c.FEATURES - agreed))
+    return f"features: {spoken}" + (f"; not: {missing}" if missing else "")
+
+
 @dataclass
 class _Paced:
     """Publishes into one queue that falls behind, handled but not yet accounted for."""
@@ -111,6 +118,8 @@ class LinkIdentity:
     on_peer: Callable[[str, bool], None] | None = None
     # Where a replicated queue's leader's ``Append`` goes (``cluster/replication.py``).
     replicas: ReplicaSink | None = None
+    # The link features this node announces (``codec.FEATURES``; fewer for a test).
+    features: frozenset[str] = c.FEATURES
 
 
 class _Browsing(Browser):
@@ -201,8 +210,15 @@ class LinkFrontEnd:
         self.control: deque[c.Op] = deque()
         self.should_close_transport = False
         self.close_reason = ""
-        self.nonce = os.urandom(16)
+        self.nonce = os.urandom(c.NONCE_SIZE)
+        # What this side's Hello asks the peer to prove (``codec.challenge``).
+        self.challenge = b""
         self.peer: c.Hello | None = None
+        # The link features both sides speak, known from the peer's Hello: ``takes``, it
+        # is told what was taken (``Taken``); ``delivers_also``, a ``DeliverAlso`` may go.
+        self.agreed: frozenset[str] = frozenset()
+        self.takes = False
+        self.delivers_also = False
         self.proven = False
         self.confirms = Confirms(self.broker, self)
         self.owner = _LinkOwner(self)
@@ -292,7 +308,7 @@ class LinkFrontEnd:
     def _report(self, now: float) -> None:
         if self.paced:
             self._look(now)
-        if self.taken != self.reported and not self.should_close_transport:
+        if self.taken != self.reported and self.takes and not self.should_close_transport:
             # Once a turn: the peer lets its publishers send this much more.
             self.reported = self.taken
             self._write(c.Taken(self.taken))
@@ -427,8 +443,15 @@ class LinkFrontEnd:
             self._refuse(f"node '{op.node}' belongs to another cluster")
             return
         self.peer = op
-        self._write(c.Hello(identity.node, identity.incarnation, self.nonce, op.cluster_tag))
-        self._write(c.Proof(c.proof(identity.secret, "listener", identity.node, op.nonce)))
+        agreed = self.agreed = identity.features & op.speaks
+        self.takes = c.TAKEN in agreed
+        self.delivers_also = c.DELIVER_ALSO in agreed
+        hello = c.Hello(
+            identity.node, identity.incarnation, self.nonce, op.cluster_tag, identity.features
+        )
+        self.challenge = c.challenge(hello)
+        self._write(hello)
+        self._write(c.Proof(c.proof(identity.secret, "listener", identity.node, c.challenge(op))))
 
     def _proof(self, op: c.Proof) -> None:
         identity = self.identity
@@ -436,7 +459,7 @@ class LinkFrontEnd:
         if peer is None or self.proven:
             self._refuse("a proof out of turn")
             return
-        expected = c.proof(identity.secret, "dialer", peer.node, self.nonce)
+        expected = c.proof(identity.secret, "dialer", peer.node, self.challenge)
         if not hmac.compare_digest(op.mac, expected):
             self._refuse(f"node '{peer.node}' could not prove the cluster's secret")
             return
@@ -454,9 +477,10 @@ class LinkFrontEnd:
         self.shell.opened = True
         info = self.shell.info
         info.user, info.vhost = peer.node, ""
-        # This node keeps the publishes' account (the peer holds its publishers by it).
-        self._write(c.Taken(0))
-        log.info("inter-node link from node '%s' is up", peer.node)
+        if self.takes:
+            # This node keeps the publishes' account (the peer holds its publishers by it).
+            self._write(c.Taken(0))
+        log.info("inter-node link from node '%s' is up (%s)", peer.node, agreement(self.agreed))
         if identity.on_peer is not None:
             identity.on_peer(peer.node, True)
 
@@ -716,7 +740,7 @@ class LinkFrontEnd:
         # Counted (``add``, not ``append``): past ``OUTPUT_HIGH_WATER`` the shell stops the
         # deliveries until the turn's output is taken, instead of encoding a deep queue
         # of large messages into memory in one turn.
-        if message is self.last_delivered:
+        if message is self.last_delivered and self.delivers_also:
             self.output.add(c.deliver_also_frame(cid, did, entry.redelivered))
             return
         self.last_delivered = message

@@ -12,10 +12,13 @@ OpenSSL's ``CRL_CHECK_LEAF`` looks a peer up. Only ``cluster/link_tls.py`` impor
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
 
 __all__ = ["CrlError", "Revocations", "issuer_and_serial", "read_crls"]
 
@@ -29,12 +32,17 @@ class CrlError(ValueError):
     """A CRL, CA or certificate that cannot be read as X.509."""
 
 
+# What cryptography raises for bytes it cannot read as X.509 (a version it does not know
+# is not a ValueError).
+_UNREADABLE: Final = (ValueError, x509.InvalidVersion, UnsupportedAlgorithm)
+
+
 def issuer_and_serial(der: bytes) -> tuple[x509.Name, int]:
     """A certificate's issuer and serial number."""
     try:
         cert = x509.load_der_x509_certificate(der)
         return cert.issuer, cert.serial_number
-    except ValueError as exc:
+    except _UNREADABLE as exc:
         raise CrlError(f"not a certificate: {exc}") from None
 
 
@@ -43,7 +51,9 @@ def _signed_by_a_ca(crl: x509.CertificateRevocationList, cas: list[x509.Certific
         if ca.subject != crl.issuer:
             continue
         try:
-            if crl.is_signature_valid(ca.public_key()):  # type: ignore[arg-type]
+            # A key no CA signs with (X25519, ...) fails the check below: TypeError.
+            key = cast("CertificateIssuerPublicKeyTypes", ca.public_key())
+            if crl.is_signature_valid(key):
                 return True
         except (TypeError, ValueError, UnsupportedAlgorithm):
             continue
@@ -55,7 +65,7 @@ def read_crls(pem: bytes, cas_pem: bytes) -> tuple[Revocations, int]:
     ``cas_pem`` (PEM certificates), and how many CRLs were passed over as not so signed."""
     try:
         cas = x509.load_pem_x509_certificates(cas_pem)
-    except ValueError as exc:
+    except _UNREADABLE as exc:
         raise CrlError(f"the CA file: {exc}") from None
     revoked: set[tuple[x509.Name, int]] = set()
     unsigned = 0
@@ -66,6 +76,6 @@ def read_crls(pem: bytes, cas_pem: bytes) -> tuple[Revocations, int]:
                 unsigned += 1
                 continue
             revoked.update((crl.issuer, entry.serial_number) for entry in crl)
-        except ValueError as exc:
+        except _UNREADABLE as exc:
             raise CrlError(f"not a CRL: {exc}") from None
     return frozenset(revoked), unsigned

@@ -1,0 +1,89 @@
+"""More ways a client lets a consumer of a queue led by another node go, each answered
+once the queue's leader has (as ``test_cancels_through_proxies.py`` checks for 0-9-1's
+cancel and closes, and 0-10's message.cancel): an AMQP 1.0 receiver's detach, its
+session's end and its connection's close.
+
+The same pattern: the leader's node is stopped (SIGSTOP) while the client lets go through
+a second node; an answer that does not wait for the leader arrives meanwhile, one that
+waits arrives once the leader runs again (SIGCONT) and has taken the cancel, and an
+exclusive consume through a third node is then accepted at once."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import TYPE_CHECKING
+
+import pika.exceptions
+import pytest
+from proton import Endpoint
+from proton.utils import BlockingConnection as ProtonConnection
+
+from tests.cluster import nodes
+from tests.cluster.test_cancels_through_proxies import (
+    _answered_while_stopped,
+    _exclusive_consume,
+    _queue_led_by,
+    connect,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from leveret.testing.etcd import EtcdServer
+    from tests.cluster.nodes import Node
+
+pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
+
+
+@pytest.fixture(scope="module")
+def three(etcd_server: EtcdServer) -> Iterator[list[Node]]:
+    prefix = f"/leveret-test/cancels-more-{uuid.uuid4().hex[:8]}/"
+    started: list[Node] = []
+    try:
+        for name in ("a@test", "b@test", "c@test"):
+            node = nodes.start_node(etcd_server, prefix, name)
+            started.append(node)
+        yield started
+    finally:
+        for node in started:
+            if node.broker.process is not None and node.broker.process.poll() is None:
+                node.broker.stop()
+
+
+@contextlib.contextmanager
+def _amqp10_holder(node: Node, queue: str, how: str) -> Iterator[Callable[[], object]]:
+    """A proton receiver of ``queue`` on ``node``; yields what lets it go (``how``): its
+    detach, its session's end or its connection's close, each waiting for the answer."""
+    conn = ProtonConnection(f"amqp://guest:guest@127.0.0.1:{node.broker.port}", timeout=10)
+    try:
+        receiver = conn.create_receiver(f"/queues/{queue}", credit=10)
+        if how == "detach":
+            yield receiver.close
+        elif how == "end":
+            session = receiver.link.session
+
+            def end() -> None:
+                session.close()
+                conn.wait(lambda: bool(session.state & Endpoint.REMOTE_CLOSED))
+
+            yield end
+        else:
+            yield conn.close
+    finally:
+        conn.close()  # nothing when it is closed already
+
+
+@pytest.mark.parametrize("how", ["detach", "end", "close"])
+def test_an_amqp10_receiver_let_go_through_another_node_is_answered_once_the_leader_has(
+    three: list[Node], how: str
+) -> None:
+    a, b, c = three
+    queue = _queue_led_by(b, a, c)
+    with connect(a) as other, _amqp10_holder(c, queue, how) as let_go:
+        # The receiver is a consumer on the leader: an exclusive consume is refused.
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            _exclusive_consume(other, queue)
+        assert refused.value.reply_code == 403
+        assert _answered_while_stopped(b, let_go) is False
+        _exclusive_consume(other, queue)

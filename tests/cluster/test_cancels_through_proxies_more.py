@@ -1,7 +1,7 @@
 """More ways a client lets a consumer of a queue led by another node go, each answered
 once the queue's leader has (as ``test_cancels_through_proxies.py`` checks for 0-9-1's
 cancel and closes, and 0-10's message.cancel): an AMQP 1.0 receiver's detach, its
-session's end and its connection's close.
+session's end and its connection's close; a 0-10 session's detach.
 
 The same pattern: the leader's node is stopped (SIGSTOP) while the client lets go through
 a second node; an answer that does not wait for the leader arrives meanwhile, one that
@@ -19,6 +19,8 @@ import pytest
 from proton import Endpoint
 from proton.utils import BlockingConnection as ProtonConnection
 
+from leveret.protocol.amqp010._generated.commands import ExchangeQuery, MessageSubscribe
+from leveret.protocol.amqp010.events import SessionDetached
 from tests.cluster import nodes
 from tests.cluster.test_cancels_through_proxies import (
     _answered_while_stopped,
@@ -26,6 +28,7 @@ from tests.cluster.test_cancels_through_proxies import (
     _queue_led_by,
     connect,
 )
+from tests.integration.test_amqp010 import Client010
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -87,3 +90,36 @@ def test_an_amqp10_receiver_let_go_through_another_node_is_answered_once_the_lea
         assert refused.value.reply_code == 403
         assert _answered_while_stopped(b, let_go) is False
         _exclusive_consume(other, queue)
+
+
+def test_a_0_10_session_detached_through_another_node_is_answered_once_the_leader_let_go(
+    three: list[Node],
+) -> None:
+    """A 0-10 session detached (and so closed: no time-out to resume it in) with a live
+    subscription, no message.cancel first: session.detached comes as message.cancel's
+    completion does. (qpid.messaging's session.close cancels each receiver first and waits
+    for that, which waits already: the raw client's detach is what had no wait.)"""
+    a, b, c = three
+    queue = _queue_led_by(b, a, c)
+    holder = Client010(c.broker)
+    try:
+        holder.conn.send_command(
+            1,
+            MessageSubscribe(
+                queue=queue, destination="d", accept_mode=1, acquire_mode=0, exclusive=True
+            ),
+        )
+        holder.conn.request_timeout(1, 0)
+        holder.result(ExchangeQuery(name="amq.direct"))
+
+        def detach() -> None:
+            holder.conn.detach(1)
+            holder.wait(lambda: any(isinstance(e, SessionDetached) for e in holder.events))
+
+        with connect(a) as other:
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+                _exclusive_consume(other, queue)
+            assert _answered_while_stopped(b, detach) is False
+            _exclusive_consume(other, queue)
+    finally:
+        holder.close()

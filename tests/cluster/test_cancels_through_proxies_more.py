@@ -1,7 +1,8 @@
 """More ways a client lets a consumer of a queue led by another node go, each answered
 once the queue's leader has (as ``test_cancels_through_proxies.py`` checks for 0-9-1's
 cancel and closes, and 0-10's message.cancel): an AMQP 1.0 receiver's detach, its
-session's end and its connection's close; a 0-10 session's detach.
+session's end and its connection's close; a 0-10 session's detach; an AMQP/Fast handle's
+or channel's close.
 
 The same pattern: the leader's node is stopped (SIGSTOP) while the client lets go through
 a second node; an answer that does not wait for the leader arrives meanwhile, one that
@@ -21,6 +22,10 @@ from proton.utils import BlockingConnection as ProtonConnection
 
 from leveret.protocol.amqp010._generated.commands import ExchangeQuery, MessageSubscribe
 from leveret.protocol.amqp010.events import SessionDetached
+from leveret.testing.amqpfast_client import ChannelClosed as FastChannelClosed
+from leveret.testing.amqpfast_client import HandleClosed as FastHandleClosed
+from leveret.testing.amqpfast_client import Replied
+from leveret.testing.amqpfast_socket import FastSocket
 from tests.cluster import nodes
 from tests.cluster.test_cancels_through_proxies import (
     _answered_while_stopped,
@@ -123,3 +128,36 @@ def test_a_0_10_session_detached_through_another_node_is_answered_once_the_leade
             _exclusive_consume(other, queue)
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("how", ["handle", "channel"])
+def test_an_amqpfast_consumer_let_go_through_another_node_is_answered_once_the_leader_has(
+    three: list[Node], how: str
+) -> None:
+    """AMQP/Fast's HANDLE CLOSE (or CHANNEL CLOSE) of a consuming handle: the server's
+    HANDLE CLOSE (CHANNEL CLOSE) answer comes once the leader let the consumer go."""
+    a, b, c = three
+    queue = _queue_led_by(b, a, c)
+    with FastSocket.connect(c.broker.host, c.broker.port, client_name="cancels") as fast:
+        client = fast.client
+        client.open_channel(1)
+        client.open_handle(1, 1, dest_name=queue, consumer=True)
+        client.consume(1, prefetch=5, confirm_tag=3)
+        fast.flush()
+        assert fast.wait(Replied).confirm_tag == 3
+
+        def close() -> None:
+            if how == "handle":
+                client.close_handle(1)
+                fast.flush()
+                fast.wait(FastHandleClosed, timeout=10)
+            else:
+                client.close_channel(1)
+                fast.flush()
+                fast.wait(FastChannelClosed, timeout=10)
+
+        with connect(a) as other:
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+                _exclusive_consume(other, queue)
+            assert _answered_while_stopped(b, close) is False
+            _exclusive_consume(other, queue)

@@ -2,7 +2,7 @@
 once the queue's leader has (as ``test_cancels_through_proxies.py`` checks for 0-9-1's
 cancel and closes, and 0-10's message.cancel): an AMQP 1.0 receiver's detach, its
 session's end and its connection's close; a 0-10 session's detach; an AMQP/Fast handle's
-or channel's close.
+or channel's close; and the broker's own basic.cancel of a 0-9-1 consumer timed out.
 
 The same pattern: the leader's node is stopped (SIGSTOP) while the client lets go through
 a second node; an answer that does not wait for the leader arrives meanwhile, one that
@@ -12,6 +12,7 @@ exclusive consume through a third node is then accepted at once."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from typing import TYPE_CHECKING
 
@@ -161,3 +162,36 @@ def test_an_amqpfast_consumer_let_go_through_another_node_is_answered_once_the_l
                 _exclusive_consume(other, queue)
             assert _answered_while_stopped(b, close) is False
             _exclusive_consume(other, queue)
+
+
+def test_a_0_9_1_consumer_timed_out_through_another_node_is_told_once_the_leader_let_go(
+    three: list[Node],
+) -> None:
+    """A consumer on c that does not acknowledge within its x-consumer-timeout is
+    cancelled by the broker (its basic.cancel, consumer_cancel_notify): sent once the
+    leader b let the consumer go. b is stopped from the delivery on, past the deadline."""
+    a, b, c = three
+    queue = _queue_led_by(b, a, c)
+    with connect(b) as publisher:
+        publisher.channel().basic_publish("", queue, b"unacknowledged")
+    with connect(c) as conn, connect(a) as other:
+        channel = conn.channel()
+        delivered: list[int] = []
+        cancelled = threading.Event()
+        channel.add_on_cancel_callback(lambda _frame: cancelled.set())
+        channel.basic_consume(
+            queue,
+            lambda _ch, method, _props, _body: delivered.append(method.delivery_tag),
+            arguments={"x-consumer-timeout": 200},
+        )
+        while not delivered:
+            conn.process_data_events(time_limit=0.05)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            _exclusive_consume(other, queue)
+
+        def timed_out() -> None:
+            while not cancelled.is_set():
+                conn.process_data_events(time_limit=0.05)
+
+        assert _answered_while_stopped(b, timed_out) is False
+        _exclusive_consume(other, queue)

@@ -1398,8 +1398,8 @@ class Connection:
             raise AMQP10Error(
                 AmqpErrorCondition.ILLEGAL_STATE, f"transfer on unmapped channel {channel}"
             )
-        if session.state is SessionState.END_SENT:
-            return
+        if session.state is not SessionState.MAPPED:
+            return  # our end is out, or the peer's is in: nothing more is taken
         handle, delivery_id, tag, fmt, settled, more, _rsm, state, aborted, off = decode_transfer(
             body
         )

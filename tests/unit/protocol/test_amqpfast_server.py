@@ -318,6 +318,32 @@ def test_a_held_reply_goes_when_sent_and_not_after_its_handle_closed() -> None:
     assert _decoded(server) == ["HandleClose"]
 
 
+def test_the_broker_answers_the_clients_handle_and_channel_close() -> None:
+    """With ``broker_answers_closing`` HANDLE CLOSE and CHANNEL CLOSE wait for the front
+    end's ``answer_handle_close`` / ``answer_channel_close``."""
+    p = Pair(broker_answers_closing=True)
+    p.connect()
+    p.client.open_channel(1)
+    p.client.open_handle(1, 1, dest_name="q", consumer=True)
+    p.pump()
+    p.client.close_handle(1)
+    p.pump()
+    assert p.of(ev.HandleClosed)[-1].by_client
+    assert p.client_of(fc.HandleClosed) == []
+    p.server.answer_handle_close(1)
+    p.pump()
+    assert p.client_of(fc.HandleClosed) == [fc.HandleClosed(1, 200, "OK", False)]
+    p.server.answer_handle_close(1)  # answered: nothing more
+    assert _decoded(p.server) == []
+    p.client.close_channel(1)
+    p.pump()
+    assert p.of(ev.ChannelClosed)[-1].by_client
+    assert p.client_of(fc.ChannelClosed) == []
+    p.server.answer_channel_close(1)
+    p.pump()
+    assert p.client_of(fc.ChannelClosed) == [fc.ChannelClosed(1, 200, "OK", False)]
+
+
 def test_temporary_destination_created_before_reply(pair: Pair) -> None:
     pair.client.open_channel(1)
     pair.client.open_handle(1, 4, temporary=True, consumer=True, confirm_tag=2)

@@ -137,6 +137,10 @@ class ConnectionConfig:
     virtual_host: str = ""
     session_timeout_max: int = 3600
     max_assembly_size: int = 1 << 27
+    # Server: the peer's session.detach is answered (session.detached) by ``answer_detach``,
+    # not at once: the broker may answer once what the session held is let go elsewhere (a
+    # subscription of a queue another node leads); it holds its input until then.
+    broker_answers_detach: bool = False
 
 
 _FRAMING_ERROR = int(ConnectionCloseCode.FRAMING_ERROR)
@@ -167,6 +171,8 @@ class Connection:
         self._assembler = Assembler(self.config.max_assembly_size)
         self._channels: dict[int, Session] = {}
         self._detaching: set[int] = set()
+        # The peer's detaches the broker answers (``broker_answers_detach``): by channel.
+        self._unanswered: dict[int, bytes] = {}
         self._known_completed: dict[int, SequenceSet] = {}
         self._last_received: float | None = None
         self._next_heartbeat: float | None = None
@@ -678,6 +684,14 @@ class Connection:
             self.sessions.discard(ssn)
         return ssn
 
+    def answer_detach(self, channel: int) -> None:
+        """Server with ``broker_answers_detach``: answer the peer's session.detach on
+        ``channel`` (its ``SessionDetached``); nothing when none waits, or once closed."""
+        name = self._unanswered.pop(channel, None)
+        if name is not None and self.state is ConnectionState.OPEN:
+            code = int(SessionDetachCode.NORMAL)
+            self._control(channel, C.SessionDetached(name=name, code=code))
+
     def take_over(self, channel: int, now: float) -> None:
         """Another connection force-attached the session on ``channel`` (``Attachment``)."""
         ssn = self._unbind(channel, now)
@@ -731,10 +745,13 @@ class Connection:
             self._events.append(SessionAttached(channel, ssn.name, resumed))
             self._replay(ssn, channel)
         elif isinstance(control, C.SessionDetach):
-            self._control(
-                channel,
-                C.SessionDetached(name=ssn.name, code=int(SessionDetachCode.NORMAL)),
-            )
+            if self.role is Role.SERVER and self.config.broker_answers_detach:
+                self._unanswered[channel] = ssn.name
+            else:
+                self._control(
+                    channel,
+                    C.SessionDetached(name=ssn.name, code=int(SessionDetachCode.NORMAL)),
+                )
             self._unbind(channel, now)
             self._events.append(
                 SessionDetached(channel, ssn.name, int(SessionDetachCode.NORMAL), True)

@@ -18,7 +18,9 @@ One machine per connection holds three layers of state::
 
 Channels and handles in method calls and events are always *ours* (the numbers this side
 chose); the peer's are mapped on arrival. The server answers ``open``, ``begin``, ``end``,
-``detach`` and ``close`` by itself; an ``attach`` from the peer waits for ``accept_link`` or
+``detach`` and ``close`` by itself (with ``broker_answers_closing``, the last three wait for
+``answer_detach``, ``answer_end``, ``answer_close``: ``DETACH_RECEIVED``, ``END_RECEIVED``,
+``CLOSE_RECEIVED``); an ``attach`` from the peer waits for ``accept_link`` or
 ``refuse_link`` (the broker resolves the address first), and SASL for ``answer_sasl``.
 
 Errors. Anything the peer gets wrong ends the narrowest scope the spec allows, with the
@@ -139,6 +141,7 @@ class ConnectionState(enum.Enum):
     OPENING = "opening"  # AMQP headers exchanged (client: maybe not yet), opens in progress
     OPENED = "opened"
     CLOSE_SENT = "close-sent"
+    CLOSE_RECEIVED = "close-received"  # the peer's close is in, ``answer_close`` is awaited
     CLOSED = "closed"
 
 
@@ -181,6 +184,11 @@ class ConnectionConfig:
     # (``backlogged``). Without it, a detach or end in the same read can withdraw a request
     # before the broker answers it.
     answer_before_more: bool = False
+    # Server: the peer's detach, end and close are answered by the broker
+    # (``answer_detach``, ``answer_end``, ``answer_close``), not here: it may answer once
+    # what the link, session or connection held is let go elsewhere (a consumer of a queue
+    # another node leads). Until then the link's handle, the session's channel stay ours.
+    broker_answers_closing: bool = False
 
 
 class Connection:
@@ -220,6 +228,9 @@ class Connection:
         self._by_remote: dict[int, Session] = {}  # by the peer's channel
         self._pending: dict[tuple[int, int], Attach] = {}  # peer attaches awaiting an answer
         self._detach_errors: dict[tuple[int, int], Error | None] = {}  # our detaches' errors
+        # The peer's detaches the broker answers (``broker_answers_closing``): their closed.
+        self._detaches: dict[tuple[int, int], bool] = {}
+        self._broker_closes = self.side is Side.SERVER and self.config.broker_answers_closing
 
     # -- I/O ----------------------------------------------------------------------------------
 
@@ -253,7 +264,7 @@ class Connection:
             self._last_received = now
         if self.state is ConnectionState.SASL_PENDING:
             self._held += data
-        elif self.state is not ConnectionState.CLOSED:
+        elif self.state not in (ConnectionState.CLOSED, ConnectionState.CLOSE_RECEIVED):
             if self._held:
                 data = bytes(self._held) + bytes(data)
                 self._held.clear()
@@ -280,7 +291,8 @@ class Connection:
                         self._on_transfer(item[1], body)
                         continue
                 self._handle(item)
-                if self.state is ConnectionState.CLOSED:
+                if self.state in (ConnectionState.CLOSED, ConnectionState.CLOSE_RECEIVED):
+                    self._backlog = []
                     return
                 if self._answer_due:
                     # The broker answers before the next frame is looked at (a detach or an
@@ -449,7 +461,9 @@ class Connection:
                 raise AMQP10Error(
                     AmqpErrorCondition.ILLEGAL_STATE, f"{_name(perf)} on unmapped channel {channel}"
                 )
-            if session.state is SessionState.END_SENT and kind is not End:
+            if session.state is SessionState.END_RECEIVED or (
+                session.state is SessionState.END_SENT and kind is not End
+            ):
                 return
             if kind is Flow:
                 assert isinstance(perf, Flow)
@@ -642,12 +656,27 @@ class Connection:
     def _on_close(self, perf: Close) -> None:
         if not self._open_sent:
             self._send_open()
-        self._send(0, Close())
         self._close_error = perf.error
+        if self._broker_closes:
+            self.state = ConnectionState.CLOSE_RECEIVED
+            self._stop_all_links()
+            self._report_close(local=False)
+            return
+        self._send(0, Close())
         self._finish_close(local=False)
+
+    def answer_close(self, error: Error | None = None) -> None:
+        """Server with ``broker_answers_closing``: answer the peer's close (its
+        ``ConnectionClosed``); nothing once answered."""
+        if self.state is ConnectionState.CLOSE_RECEIVED:
+            self._send(0, Close(error=error))
+            self.state = ConnectionState.CLOSED
 
     def close(self, error: Error | None = None) -> None:
         """Close the connection (``ConnectionClosed`` comes with the peer's answer)."""
+        if self.state is ConnectionState.CLOSE_RECEIVED:
+            self.answer_close(error)
+            return
         if self.state in (ConnectionState.CLOSE_SENT, ConnectionState.CLOSED):
             return
         if self.state not in (ConnectionState.OPENING, ConnectionState.OPENED):
@@ -785,7 +814,7 @@ class Connection:
 
     def _session(self, channel: int) -> Session:
         session = self._sessions.get(channel)
-        if session is None or session.state is SessionState.END_SENT:
+        if session is None or session.state in (SessionState.END_SENT, SessionState.END_RECEIVED):
             raise LocalProtocolError(f"no session on channel {channel}")
         return session
 
@@ -812,20 +841,44 @@ class Connection:
         if session.state is SessionState.END_SENT:
             local = True
             error = session.end_error
+        elif self._broker_closes:
+            # Answered by ``answer_end``: the channel stays ours (and the peer's mapped:
+            # nothing on it is taken) until then.
+            session.state = SessionState.END_RECEIVED
+            self._drop_pending(session)
+            _stop_links(session)
+            self._answer_due = self._answers
+            self._events.append(
+                SessionEnded(channel=session.channel, error=perf.error, local=False)
+            )
+            return
         else:
             self._send(session.channel, End())
             local = False
             error = perf.error
+        self._free_session(session)
+        if not session.reported:
+            self._events.append(SessionEnded(channel=session.channel, error=error, local=local))
+
+    def answer_end(self, channel: int) -> None:
+        """Server with ``broker_answers_closing``: answer the peer's end of the session on
+        ``channel`` (its ``SessionEnded``); nothing once answered or closed."""
+        session = self._sessions.get(channel)
+        if session is None or session.state is not SessionState.END_RECEIVED:
+            return
+        if self.state is ConnectionState.OPENED:
+            self._send(channel, End())
+        self._free_session(session)
+
+    def _free_session(self, session: Session) -> None:
         del self._sessions[session.channel]
         _stop_links(session)
         if session.remote_channel is not None:
             self._by_remote.pop(session.remote_channel, None)
-        for key in [k for k in self._pending if k[0] == session.channel]:
-            del self._pending[key]
-        for key in [k for k in self._detach_errors if k[0] == session.channel]:
-            del self._detach_errors[key]
-        if not session.reported:
-            self._events.append(SessionEnded(channel=session.channel, error=error, local=local))
+        channel = session.channel
+        for table in (self._pending, self._detach_errors, self._detaches):
+            for key in [k for k in table if k[0] == channel]:
+                del table[key]
 
     # -- links --------------------------------------------------------------------------------
 
@@ -840,7 +893,7 @@ class Connection:
     def _link(self, channel: int, handle: int) -> tuple[Session, Link]:
         session = self._session(channel)
         link = session.links.get(handle)
-        if link is None or link.state is LinkState.DETACH_SENT:
+        if link is None or link.state in (LinkState.DETACH_SENT, LinkState.DETACH_RECEIVED):
             raise LocalProtocolError(f"no link {handle} on channel {channel}")
         return session, link
 
@@ -1071,20 +1124,31 @@ class Connection:
             )
             return
         key = (session.channel, link.handle)
+        held = False
         if link.state is LinkState.DETACH_SENT:
             local = True
             error = self._detach_errors.pop(key, None)
             closed = True
         else:
             self._drop_pending(session, link.handle)
-            self._send(session.channel, Detach(handle=link.handle, closed=perf.closed))
+            held = self._broker_closes
+            if held:
+                self._detaches[key] = perf.closed
+                self._answer_due = self._answers
+            else:
+                self._send(session.channel, Detach(handle=link.handle, closed=perf.closed))
             local = False
             error = perf.error
             closed = perf.closed
         self._pending.pop(key, None)
+        # The peer's detach unmaps its handle (spec 2.7.4); ours stays in use until our
+        # detach goes (``answer_detach``): a new attach is not given it meanwhile.
         del session.by_remote[perf.handle]
-        del session.links[link.handle]
-        link.state = LinkState.DETACH_SENT  # nothing more goes out on it
+        if held:
+            link.state = LinkState.DETACH_RECEIVED
+        else:
+            del session.links[link.handle]
+            link.state = LinkState.DETACH_SENT  # nothing more goes out on it
         if not link.reported:
             self._events.append(
                 LinkDetached(
@@ -1095,6 +1159,22 @@ class Connection:
                     local=local,
                 )
             )
+
+    def answer_detach(self, channel: int, handle: int) -> None:
+        """Server with ``broker_answers_closing``: answer the peer's detach of our link
+        ``handle`` (its ``LinkDetached``), which frees the handle; nothing once answered,
+        or once the session's end or the connection's close went (they answer it)."""
+        closed = self._detaches.pop((channel, handle), None)
+        session = self._sessions.get(channel)
+        if closed is None or session is None:
+            return
+        link = session.links.get(handle)
+        if link is None or link.state is not LinkState.DETACH_RECEIVED:
+            return
+        del session.links[handle]
+        link.state = LinkState.DETACH_SENT
+        if session.state is SessionState.MAPPED and self.state is ConnectionState.OPENED:
+            self._send(channel, Detach(handle=handle, closed=closed))
 
     # -- flow ---------------------------------------------------------------------------------
 
@@ -1318,8 +1398,8 @@ class Connection:
             raise AMQP10Error(
                 AmqpErrorCondition.ILLEGAL_STATE, f"transfer on unmapped channel {channel}"
             )
-        if session.state is SessionState.END_SENT:
-            return
+        if session.state is not SessionState.MAPPED:
+            return  # our end is out, or the peer's is in: nothing more is taken
         handle, delivery_id, tag, fmt, settled, more, _rsm, state, aborted, off = decode_transfer(
             body
         )

@@ -32,6 +32,7 @@ class SessionState(enum.Enum):
     BEGIN_SENT = "begin-sent"  # our begin is out, the peer's answer is not in
     MAPPED = "mapped"
     END_SENT = "end-sent"  # our end is out; everything but the peer's end is discarded
+    END_RECEIVED = "end-received"  # the peer's end is in, the broker's answer is not out
 
 
 class LinkState(enum.Enum):
@@ -39,6 +40,7 @@ class LinkState(enum.Enum):
     ATTACH_RECEIVED = "attach-received"  # the peer's attach awaits accept_link/refuse_link
     ATTACHED = "attached"
     DETACH_SENT = "detach-sent"  # our detach is out; input for the link is discarded
+    DETACH_RECEIVED = "detach-received"  # the peer's is in, ours not out: the handle is ours
 
 
 class Link:

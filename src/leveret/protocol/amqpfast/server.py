@@ -223,6 +223,7 @@ class FastServer:
         txn_limit: int = 0,
         temporary_prefix: str = "amq.fast",
         now: float = 0.0,
+        broker_answers_closing: bool = False,
     ) -> None:
         if frame_max < MIN_FRAME_MAX:
             raise ValueError(f"frame_max {frame_max} is below the RFC's minimum {MIN_FRAME_MAX}")
@@ -234,6 +235,12 @@ class FastServer:
         self.heartbeat = heartbeat
         self.txn_limit = txn_limit
         self.temporary_prefix = temporary_prefix
+        # The client's HANDLE CLOSE and CHANNEL CLOSE are answered by the broker
+        # (``answer_handle_close``, ``answer_channel_close``), not at once: it may answer once
+        # what they held is let go elsewhere (a consumer of a queue another node leads); it
+        # holds the input until then, so that the id is not opened again before the answer.
+        self.broker_answers_closing = broker_answers_closing
+        self._unanswered: set[tuple[str, int]] = set()
         self.version = 0
         """The agreed protocol version (after the initiation)."""
         self.client_frame_max = frame_max
@@ -475,6 +482,21 @@ class FastServer:
 
     # -- internals ------------------------------------------------------------------------
 
+    def answer_handle_close(self, handle_id: int) -> None:
+        """With ``broker_answers_closing``: answer the client's HANDLE CLOSE of
+        ``handle_id`` (its ``HandleClosed``); nothing when none waits, or once closed."""
+        if ("handle", handle_id) in self._unanswered:
+            self._unanswered.discard(("handle", handle_id))
+            if self.state is State.OPEN:
+                self._send(c.HandleClose(handle_id, OK, "OK"))
+
+    def answer_channel_close(self, channel_id: int) -> None:
+        """As ``answer_handle_close``, for the client's CHANNEL CLOSE (``ChannelClosed``)."""
+        if ("channel", channel_id) in self._unanswered:
+            self._unanswered.discard(("channel", channel_id))
+            if self.state is State.OPEN:
+                self._send(c.ChannelClose(channel_id, OK, "OK"))
+
     def _expect(self, state: State) -> None:
         if self.state is not state:
             raise RuntimeError(f"not {state.value} but {self.state.value}")
@@ -646,7 +668,10 @@ class FastServer:
             unacked = tuple(sorted(channel.outstanding))
             by_client = not channel.closing
             if by_client:
-                self._send(c.ChannelClose(channel_id, OK, "OK"))
+                if self.broker_answers_closing:
+                    self._unanswered.add(("channel", channel_id))
+                else:
+                    self._send(c.ChannelClose(channel_id, OK, "OK"))
             return ev.ChannelClosed(
                 channel_id, handles, item.reply_code, item.reply_text, by_client, unacked
             )
@@ -727,7 +752,10 @@ class FastServer:
             if channel.assembly is not None and channel.assembly.handle_id == handle_id:
                 channel.assembly = None
             if not handle.closing and not channel.closing:
-                self._send(c.HandleClose(handle_id, OK, "OK"))
+                if self.broker_answers_closing:
+                    self._unanswered.add(("handle", handle_id))
+                else:
+                    self._send(c.HandleClose(handle_id, OK, "OK"))
             by_client = not handle.closing
             unacked = tuple(sorted(n for n, h in channel.outstanding.items() if h == handle_id))
             for nbr in unacked:

@@ -133,6 +133,9 @@ class AMQP010Connection:
                 "platform": f"Python {platform.python_version()}",
             },
             max_frame_size=max_frame_size,
+            # A session detached with subscriptions of queues other nodes lead is answered
+            # once those leaders let them go (``_detached``).
+            broker_answers_detach=True,
         )
         self.conn = Connection(Role.SERVER, config, sessions=self.table)
         self.vhost_name = "/"
@@ -455,20 +458,40 @@ class AMQP010Connection:
         self.output_ready()
 
     def _detached(self, event: SessionDetached) -> None:
+        """The session on the event's channel detached; the peer's session.detach is
+        answered once its subscriptions' queues let them go (``Session.withdrawn``: a
+        queue another node leads, once its leader has, as message.cancel completes), so
+        that a subscribe reaching such a leader another way right after the answer is not
+        refused for them; at once on one node, or for a session kept for resume."""
+        gone = self._detach_session(event)
+        channel = event.channel
+        conn = self.conn
+        if gone is None or gone.done:
+            conn.answer_detach(channel)
+            return
+
+        def answer(_done: Completion[None]) -> None:
+            conn.answer_detach(channel)
+            self.output_ready()
+
+        self.defer(gone, answer)
+
+    def _detach_session(self, event: SessionDetached) -> Completion[None] | None:
         session = self.sessions.pop(event.channel, None)
         ssn = self._protocol_sessions.pop(event.channel, None)
         if session is not None:
             self.shell.close_channel()
         if session is None or session.link is not self:
-            return
+            return None
         session.detach()
         if ssn is not None and ssn.detached_at is not None and ssn.timeout > 0:
             # Kept for resume: released if nobody resumes it in time.
             entry = _TABLES.get(self.broker)
             if entry is not None:
                 self.broker.timers.schedule(ssn.detached_at + ssn.timeout, entry[1])
-            return
+            return None
         session.close()
+        return session.withdrawn
 
     def _command(self, event: CommandReceived) -> None:
         session = self.sessions.get(event.channel)

@@ -233,6 +233,9 @@ class Session(ConsumerOwner):
         self.channel = 0
         self.writable = True
         self.closed = False
+        # Set by ``close``: done once the queues have let its subscriptions go (a queue led
+        # by another node: once its leader has, ``Source.withdrawn``); None: at once.
+        self.withdrawn: Completion[None] | None = None
         self.publisher = Publisher(vhost, self)
         self.publisher.select_confirms()
         # (confirm sequence number, command id) of transfers waiting for the store.
@@ -683,8 +686,12 @@ class Session(ConsumerOwner):
             return
         self.closed = True
         self.link = None
+        consumers = []
         for sub in list(self.subscriptions.values()):
             self._drop_subscription(sub)
+            if sub.consumer is not None:
+                consumers.append(sub.consumer)
+        self.withdrawn = every(consumer.queue.withdrawn(consumer) for consumer in consumers)
         self.subscriptions.clear()
         self._by_consumer.clear()
         for branch in list(self.branches):

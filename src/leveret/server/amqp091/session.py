@@ -242,8 +242,21 @@ class Session(ConsumerOwner):
             round(timeout * 1000),
             len(items),
         )
-        self.sink.consumer_cancelled(tag)
+        gone = consumer.queue.withdrawn(consumer)
+        if gone is None:
+            self.sink.consumer_cancelled(tag)
+        else:
+            # A queue led by another node: the client is told once its leader let the
+            # consumer go (as cancel-ok waits), so that a consume reaching the leader
+            # another way right after the cancel is not refused for this one.
+            gone.on_done(lambda _done: self._timed_out_cancel(tag))
         self._reject(items, True)
+
+    def _timed_out_cancel(self, tag: str) -> None:
+        """Tell the client its consumer ``tag`` timed out, unless the channel closed or the
+        tag was taken again meanwhile (the cancel would name the new consumer)."""
+        if not self.closed and tag not in self.consumers:
+            self.sink.consumer_cancelled(tag)
 
     def _redispatch(self) -> None:
         consumers = self.consumers

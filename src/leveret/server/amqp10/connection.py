@@ -29,12 +29,14 @@ from __future__ import annotations
 import logging
 import platform
 import socket
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from leveret import __version__
 from leveret.auth import authn
 from leveret.auth.access import OpenRefused
 from leveret.errors import AMQPError
+from leveret.model.completion import every
 from leveret.protocol import sasl
 from leveret.protocol.amqp10 import (
     AMQP10Error,
@@ -131,6 +133,9 @@ class AMQP10Connection(ConnectionCore):
                 # Each session, link and the open are answered before the frames after them
                 # are looked at (a detach in the same read then finds the attached link).
                 answer_before_more=True,
+                # A detach, end or close letting go of consumers of queues other nodes
+                # lead is answered once those leaders have (``_answer_once``).
+                broker_answers_closing=True,
             )
         )
         # Set at open from the shell's (what the sessions are made with), until released.
@@ -249,15 +254,20 @@ class AMQP10Connection(ConnectionCore):
                     session.attach(event)
             elif kind is LinkDetached:
                 event = cast("LinkDetached", event)
-                session = self.sessions.get(event.channel)
-                if session is not None:
-                    session.detached(event.handle)
+                channel, handle = event.channel, event.handle
+                session = self.sessions.get(channel)
+                gone = None if session is None else session.detached(handle)
+                if not event.local:
+                    self._answer_once(gone, partial(self.machine.answer_detach, channel, handle))
             elif kind is SessionBegun:
                 event = cast("SessionBegun", event)
                 self._begin(event.channel)
             elif kind is SessionEnded:
                 event = cast("SessionEnded", event)
-                self._end(event.channel)
+                channel = event.channel
+                gone = self._end(channel)
+                if not event.local:
+                    self._answer_once(gone, partial(self.machine.answer_end, channel))
             elif kind is SaslAuthRequested:
                 self._sasl(cast("SaslAuthRequested", event), now)
             elif kind is ConnectionOpened:
@@ -266,7 +276,9 @@ class AMQP10Connection(ConnectionCore):
                 event = cast("ConnectionClosed", event)
                 if event.error is not None:
                     self.close_reason = f"{event.error.condition}: {event.error.description}"
-                self._release()
+                gone = self._release()
+                if not event.local:
+                    self._answer_close(gone)
             if self._hold_all:
                 # A handler deferred: the rest waits for its completion (release_input).
                 self._left = events[index + 1 :] + self._left
@@ -340,15 +352,48 @@ class AMQP10Connection(ConnectionCore):
         self.sessions[channel] = session
         client.attach(channel, session)
 
-    def _end(self, channel: int) -> None:
+    def _end(self, channel: int) -> Completion[None] | None:
+        """The session on ``channel`` ended: what its links' consumers' queues let go of
+        later (``Session.withdrawn``)."""
         session = self.sessions.pop(channel, None)
         if session is None:
-            return
+            return None
         self.shell.close_channel()
         if self.client is not None:
             self.client.close_session(channel)
         else:
             session.close()
+        return session.withdrawn
+
+    def _answer_once(self, gone: Completion[None] | None, answer: Callable[[], None]) -> None:
+        """Answer the peer's detach or end (``answer``) once ``gone`` is done: consumers of
+        queues other nodes lead let go by those leaders (``Source.withdrawn``), so that a
+        consume reaching such a leader another way right after the answer is not refused
+        for them; at once on one node. Further input goes on meanwhile: the machine keeps
+        the link's handle (the session's channel) ours until the answer goes."""
+        if gone is None or gone.done:
+            answer()
+            return
+
+        def late(_done: Completion[None]) -> None:
+            if not self.shell.finished:
+                answer()
+                self.wrote()
+
+        gone.on_done(late)
+
+    def _answer_close(self, gone: Completion[None] | None) -> None:
+        """Answer the peer's close once ``gone`` is done (as ``_answer_once``); the
+        connection is released already."""
+        machine = self.machine
+        if gone is None or gone.done:
+            machine.answer_close()
+            return
+
+        def answer(_done: Completion[None]) -> None:
+            machine.answer_close()
+
+        self.shell.defer(gone, answer)
 
     # -- what sessions and links ask ------------------------------------------------------
 
@@ -420,9 +465,12 @@ class AMQP10Connection(ConnectionCore):
     def connection_lost(self) -> None:
         self._release()
 
-    def _release(self) -> None:
+    def _release(self) -> Completion[None] | None:
+        """Give back what the connection held; returns what its sessions' consumers'
+        queues let go of later (``Session.withdrawn``)."""
         client = self.client
         self.client = None
+        sessions = list(self.sessions.values())
         for channel, session in list(self.sessions.items()):
             del self.sessions[channel]
             if client is None:
@@ -433,6 +481,7 @@ class AMQP10Connection(ConnectionCore):
             # After the sessions: their unsettled deliveries went back first.
             self.transactions = None
             transactions.close()
+        return every(session.withdrawn for session in sessions)
 
     # -- introspection ---------------------------------------------------------------------
 

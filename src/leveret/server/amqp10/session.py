@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.errors import AMQPError, InternalError, NotFound, PreconditionFailed
 from leveret.model import settle
+from leveret.model.completion import every
 from leveret.model.queues.classic import selectable
 from leveret.model.queues.stream_log import OFFSET_HEADER
 from leveret.protocol.amqp10 import (
@@ -51,7 +52,7 @@ from leveret.server.amqp10.links import (
     outcome,
 )
 from leveret.server.amqp10.management import ManagementNode
-from leveret.server.amqp10.session_core import SessionCore
+from leveret.server.amqp10.session_core import AttachedLink, SessionCore
 from leveret.server.amqp10.transactions import LOCAL_TRANSACTIONS
 
 if TYPE_CHECKING:
@@ -424,10 +425,31 @@ class Session(SessionCore):
             vhost.declare_queue(name, owner=self.client, durable=durable)
         return False
 
-    def detached(self, handle: int) -> None:
+    def detached(self, handle: int) -> Completion[None] | None:
+        """The link ``handle`` was detached: it stops. Returns what the answer to the
+        peer's detach waits for (``_withdrawn``); None: nothing."""
         link = self.links.pop(handle, None)
-        if link is not None:
-            link.close()
+        if link is None:
+            return None
+        link.close()
+        return self._withdrawn(link)
+
+    def _withdrawn(self, link: AttachedLink) -> Completion[None] | None:
+        """After ``link.close()``: done once its queue let its consumer go, when that is
+        not known yet (a queue another node leads: once its leader has, so that a consume
+        reaching the leader another way right after the answer is not refused for it, as
+        0-9-1's cancel-ok waits). Kept in ``withdrawing`` until then: the session's end
+        waits for it too."""
+        if not isinstance(link, OutgoingLink):
+            return None
+        consumer = link.consumer
+        gone = consumer.queue.withdrawn(consumer)
+        if gone is None or gone.done:
+            return None
+        waiting = self.withdrawing
+        waiting.append(gone)
+        gone.on_done(lambda _done: waiting.remove(gone))
+        return gone
 
     # -- dispositions --------------------------------------------------------------------
 
@@ -486,7 +508,9 @@ class Session(SessionCore):
         self.closed = True
         for link in list(self.links.values()):
             link.close()
+            self._withdrawn(link)
         self.links.clear()
+        self.withdrawn = every(self.withdrawing)
         held = list(self.unsettled.values())
         self.unsettled.clear()
         for delivery in held:

@@ -90,6 +90,11 @@ class SessionCore:
         self.unsettled: dict[int, Delivery] = {}
         self.writable = True
         self.closed = False
+        # Consumers' queues letting them go after their links closed (``Session.detached``),
+        # and, once the session is closed, all of them (what the answer to its end waits
+        # for; None: nothing).
+        self.withdrawing: list[Completion[None]] = []
+        self.withdrawn: Completion[None] | None = None
         self.check_user_id = True
         transactions = conn.transactions
         assert transactions is not None

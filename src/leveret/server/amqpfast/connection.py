@@ -49,11 +49,13 @@ import itertools
 import logging
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from leveret.auth.access import OpenRefused
 from leveret.convert.amqpfast import from_message, to_message
 from leveret.errors import AMQPError
+from leveret.model.completion import every
 from leveret.model.consumer import UNLIMITED
 from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol import sasl
@@ -172,6 +174,9 @@ class FastConnection:
             # every node's (``_declare_shared``).
             temporary_prefix=f"fast.temp-{self.number}-{uuid.uuid4().hex[:12]}",
             now=shell.created,
+            # A HANDLE CLOSE or CHANNEL CLOSE letting go of a consumer of a queue another
+            # node leads is answered once that leader has (``_answer_once``).
+            broker_answers_closing=True,
         )
         self.should_close_transport = False
         self.close_reason = ""
@@ -301,11 +306,15 @@ class FastConnection:
         elif isinstance(event, ev.ChannelOpened):
             self._channel_opened(event)
         elif isinstance(event, ev.ChannelClosed):
-            self._channel_closed(event.channel_id, event.handle_ids)
+            gone = self._channel_closed(event.channel_id, event.handle_ids)
+            if event.by_client:
+                self._answer_once(gone, partial(self.server.answer_channel_close, event.channel_id))
         elif isinstance(event, ev.HandleOpened):
             self._handle_opened(event)
         elif isinstance(event, ev.HandleClosed):
-            self._handle_closed(event.handle_id, event.unacked)
+            gone = self._handle_closed(event.handle_id, event.unacked)
+            if event.by_client:
+                self._answer_once(gone, partial(self.server.answer_handle_close, event.handle_id))
         elif isinstance(event, ev.ConsumeRequested):
             self._consume(event)
         elif isinstance(event, ev.CancelRequested):
@@ -394,19 +403,39 @@ class FastConnection:
             session.select_tx()
         self.channels[event.channel_id] = _Channel(session, sink)
 
-    def _channel_closed(self, channel_id: int, handle_ids: tuple[int, ...]) -> None:
-        for handle_id in handle_ids:
-            self._drop_handle(handle_id)
+    def _channel_closed(
+        self, channel_id: int, handle_ids: tuple[int, ...]
+    ) -> Completion[None] | None:
+        """The channel closed: what its consumers' queues let go of later."""
+        gone = [self._drop_handle(handle_id) for handle_id in handle_ids]
         channel = self.channels.pop(channel_id, None)
         if channel is None:
-            return
+            return every(gone)
         self.shell.close_channel()
         channel.session.close()  # cancels consumers, requeues what was not acknowledged
+        gone.append(channel.session.withdrawn)
         vhost = channel.session.vhost
         for name in channel.temporaries:
             queue = vhost.queues.get(name)
             if queue is not None:
                 vhost.remove_queue(queue)
+        return every(gone)
+
+    def _answer_once(self, gone: Completion[None] | None, answer: Callable[[], None]) -> None:
+        """Answer the client's HANDLE CLOSE or CHANNEL CLOSE (``answer``) once ``gone`` is
+        done: consumers of queues other nodes lead let go by those leaders
+        (``Source.withdrawn``), so that a consume reaching such a leader another way right
+        after the answer is not refused for them (as 0-9-1's cancel-ok waits); at once on
+        one node. The connection's input waits meanwhile (the id is not reused)."""
+        if gone is None or gone.done:
+            answer()
+            return
+
+        def late(_done: Completion[None]) -> None:
+            answer()
+            self._wrote()
+
+        self.shell.defer(gone, late)
 
     def _acked(self, channel_id: int, nbrs: tuple[int, ...]) -> None:
         channel = self.channels[channel_id]
@@ -533,30 +562,39 @@ class FastConnection:
         self.server.close_handle(handle_id, exc.reply_code, exc.full_text())
         self._wrote()
 
-    def _drop_handle(self, handle_id: int) -> None:
+    def _drop_handle(self, handle_id: int) -> Completion[None] | None:
+        """The handle closed: its consumer goes (what its queue lets go of later is
+        returned: ``Source.withdrawn``), its non-durable subscription's queue too."""
         handle = self.handles.pop(handle_id, None)
         if handle is None:
-            return
+            return None
         channel = self.channels.get(handle.channel_id)
+        gone = None
         if channel is not None and handle.consumer_tag:
             self._by_tag.pop(handle.consumer_tag, None)
+            consumer = channel.session.consumers.get(handle.consumer_tag)
             channel.session.cancel(handle.consumer_tag)
+            if consumer is not None:
+                gone = consumer.queue.withdrawn(consumer)
         if channel is not None and handle.subscription and not handle.durable:
             vhost = channel.session.vhost
             queue = vhost.queues.get(handle.subscription)
             if queue is not None:
                 vhost.remove_queue(queue)
+        return gone
 
-    def _handle_closed(self, handle_id: int, unacked: tuple[int, ...]) -> None:
+    def _handle_closed(self, handle_id: int, unacked: tuple[int, ...]) -> Completion[None] | None:
+        """The handle closed: what its consumer's queue lets go of later."""
         handle = self.handles.get(handle_id)
         channel = self.channels.get(handle.channel_id) if handle is not None else None
         # The consumer goes first, so what is given back is not handed to it again.
-        self._drop_handle(handle_id)
+        gone = self._drop_handle(handle_id)
         if channel is None:
-            return
+            return gone
         tags = [channel.tags.pop(nbr) for nbr in unacked if nbr in channel.tags]
         for tag in tags:
             _settle(channel.session, tag, accept=False)
+        return gone
 
     def _publish(self, event: ev.MessageReceived) -> None:
         channel = self.channels[event.channel_id]

@@ -379,6 +379,24 @@ def test_detach_by_client_and_reattach_of_busy_names() -> None:
     assert len(table) == 0  # no timeout: nothing kept
 
 
+def test_the_broker_answers_the_peers_detach() -> None:
+    """With ``broker_answers_detach`` session.detached waits for ``answer_detach``."""
+    pair = Pair(server_config=ConnectionConfig(broker_answers_detach=True))
+    pair.open()
+    pair.client.attach(1, b"s1")
+    pair.pump()
+    pair.client.detach(1)
+    client_events, server_events = pair.pump()
+    normal = int(SessionDetachCode.NORMAL)
+    assert server_events == [SessionDetached(1, b"s1", normal, True)]
+    assert client_events == []
+    pair.server.answer_detach(1)
+    client_events, _ = pair.pump()
+    assert client_events == [SessionDetached(1, b"s1", normal, False)]
+    pair.server.answer_detach(1)  # answered: nothing more
+    assert pair.server.data_to_send() == b""
+
+
 def test_transfer_header_and_body_cross_small_frames() -> None:
     pair = Pair(client_config=ConnectionConfig(max_frame_size=4096))
     pair.open()

@@ -375,6 +375,58 @@ def test_detach_both_ways_frees_handles() -> None:
     assert s_handle == req.handle
 
 
+def test_the_broker_answers_the_peers_detach_and_keeps_its_handle_meanwhile() -> None:
+    """With ``broker_answers_closing`` the peer's detach waits for ``answer_detach`` (a
+    consumer let go by another node first); our handle is not given to a new link before."""
+    pair = _opened(broker_answers_closing=True)
+    channel, handle, s_channel, s_handle = _link(pair, Role.RECEIVER, credit=0)
+    pair.client.detach(channel, handle)
+    client_events, server_events = pair.pump()
+    assert not _one(server_events, LinkDetached).local
+    assert not [e for e in client_events if isinstance(e, LinkDetached)]
+    with pytest.raises(LocalProtocolError):
+        pair.server.send_transfer(s_channel, s_handle, b"late", settled=True)
+    pair.client.attach(channel, "other", Role.RECEIVER, source=Source(address="q"))
+    _, server_events = pair.pump()
+    req = _one(server_events, LinkAttachRequested)
+    assert req.handle != s_handle
+    pair.server.accept_link(req.channel, req.handle)
+    pair.pump()
+    pair.server.answer_detach(s_channel, s_handle)
+    client_events, _ = pair.pump()
+    assert _one(client_events, LinkDetached).handle == handle
+    pair.server.answer_detach(s_channel, s_handle)  # answered: nothing more
+    assert pair.server.data_to_send(0) == b""
+    assert pair.server.link(s_channel, req.handle) is not None
+
+
+def test_the_broker_answers_the_peers_end_and_close() -> None:
+    pair = _opened(broker_answers_closing=True)
+    channel = pair.client.begin()
+    _, server_events = pair.pump()
+    s_channel = _one(server_events, SessionBegun).channel
+    pair.client.end(channel)
+    client_events, server_events = pair.pump()
+    assert not _one(server_events, SessionEnded).local
+    assert not [e for e in client_events if isinstance(e, SessionEnded)]
+    pair.client.begin()
+    _, server_events = pair.pump()
+    assert _one(server_events, SessionBegun).channel != s_channel  # still ours
+    pair.server.answer_end(s_channel)
+    client_events, _ = pair.pump()
+    assert _one(client_events, SessionEnded).local
+    pair.client.close()
+    client_events, server_events = pair.pump()
+    assert not _one(server_events, ConnectionClosed).local
+    assert not [e for e in client_events if isinstance(e, ConnectionClosed)]
+    assert not pair.server.closed
+    assert pair.server.receive_data(_frame(0, Close()), 0) == []  # nothing more is read
+    pair.server.answer_close()
+    client_events, _ = pair.pump()
+    assert _one(client_events, ConnectionClosed).local
+    assert pair.server.closed
+
+
 def test_outgoing_transfers_wait_for_the_session_window() -> None:
     pair = ClientServerPair(client=client_config(incoming_window=4))
     pair.open()

@@ -2,8 +2,8 @@
 once the queue's leader has (as ``test_cancels_through_proxies.py`` checks for 0-9-1's
 cancel and closes, and 0-10's message.cancel): an AMQP 1.0 receiver's detach, its
 session's end and its connection's close; a 0-10 session's detach and its connection's
-close; an AMQP/Fast handle's or channel's close; and the broker's own basic.cancel of a
-0-9-1 consumer timed out.
+close; an AMQP/Fast handle's, channel's or connection's close; and the broker's own
+basic.cancel of a 0-9-1 consumer timed out.
 
 The same pattern: the leader's node is stopped (SIGSTOP) while the client lets go through
 a second node; an answer that does not wait for the leader arrives meanwhile, one that
@@ -25,6 +25,7 @@ from proton.utils import BlockingConnection as ProtonConnection
 from leveret.protocol.amqp010._generated.commands import ExchangeQuery, MessageSubscribe
 from leveret.protocol.amqp010.events import ConnectionClosed, SessionDetached
 from leveret.testing.amqpfast_client import ChannelClosed as FastChannelClosed
+from leveret.testing.amqpfast_client import ConnectionClosed as FastConnectionClosed
 from leveret.testing.amqpfast_client import HandleClosed as FastHandleClosed
 from leveret.testing.amqpfast_client import Replied
 from leveret.testing.amqpfast_socket import FastSocket
@@ -172,12 +173,13 @@ def test_a_0_10_connection_closed_through_another_node_is_answered_once_the_lead
         holder.close()
 
 
-@pytest.mark.parametrize("how", ["handle", "channel"])
+@pytest.mark.parametrize("how", ["handle", "channel", "connection"])
 def test_an_amqpfast_consumer_let_go_through_another_node_is_answered_once_the_leader_has(
     three: list[Node], how: str
 ) -> None:
-    """AMQP/Fast's HANDLE CLOSE (or CHANNEL CLOSE) of a consuming handle: the server's
-    HANDLE CLOSE (CHANNEL CLOSE) answer comes once the leader let the consumer go."""
+    """AMQP/Fast's HANDLE CLOSE (CHANNEL CLOSE, CONNECTION CLOSE) of a consuming handle:
+    the server's HANDLE CLOSE (CHANNEL CLOSE, CONNECTION CLOSE) answer comes once the
+    leader let the consumer go."""
     a, b, c = three
     queue = _queue_led_by(b, a, c)
     with FastSocket.connect(c.broker.host, c.broker.port, client_name="cancels") as fast:
@@ -193,10 +195,14 @@ def test_an_amqpfast_consumer_let_go_through_another_node_is_answered_once_the_l
                 client.close_handle(1)
                 fast.flush()
                 fast.wait(FastHandleClosed, timeout=10)
-            else:
+            elif how == "channel":
                 client.close_channel(1)
                 fast.flush()
                 fast.wait(FastChannelClosed, timeout=10)
+            else:
+                client.close()
+                fast.flush()
+                assert fast.wait(FastConnectionClosed, timeout=10).by_server is False
 
         with connect(a) as other:
             with pytest.raises(pika.exceptions.ChannelClosedByBroker):

@@ -1,8 +1,9 @@
 """More ways a client lets a consumer of a queue led by another node go, each answered
 once the queue's leader has (as ``test_cancels_through_proxies.py`` checks for 0-9-1's
 cancel and closes, and 0-10's message.cancel): an AMQP 1.0 receiver's detach, its
-session's end and its connection's close; a 0-10 session's detach; an AMQP/Fast handle's
-or channel's close; and the broker's own basic.cancel of a 0-9-1 consumer timed out.
+session's end and its connection's close; a 0-10 session's detach and its connection's
+close; an AMQP/Fast handle's, channel's or connection's close; and the broker's own
+basic.cancel of a 0-9-1 consumer timed out.
 
 The same pattern: the leader's node is stopped (SIGSTOP) while the client lets go through
 a second node; an answer that does not wait for the leader arrives meanwhile, one that
@@ -22,8 +23,9 @@ from proton import Endpoint
 from proton.utils import BlockingConnection as ProtonConnection
 
 from leveret.protocol.amqp010._generated.commands import ExchangeQuery, MessageSubscribe
-from leveret.protocol.amqp010.events import SessionDetached
+from leveret.protocol.amqp010.events import ConnectionClosed, SessionDetached
 from leveret.testing.amqpfast_client import ChannelClosed as FastChannelClosed
+from leveret.testing.amqpfast_client import ConnectionClosed as FastConnectionClosed
 from leveret.testing.amqpfast_client import HandleClosed as FastHandleClosed
 from leveret.testing.amqpfast_client import Replied
 from leveret.testing.amqpfast_socket import FastSocket
@@ -131,12 +133,53 @@ def test_a_0_10_session_detached_through_another_node_is_answered_once_the_leade
         holder.close()
 
 
-@pytest.mark.parametrize("how", ["handle", "channel"])
+@pytest.mark.parametrize("timeout", [0, 5])
+def test_a_0_10_connection_closed_through_another_node_is_answered_once_the_leader_let_go(
+    three: list[Node], timeout: int
+) -> None:
+    """A 0-10 connection.close with a session subscribed, no message.cancel or
+    session.detach first: close-ok comes once the leader let the subscription go. A
+    session with a time-out is kept for resume instead: nothing is let go, so close-ok
+    comes at once and its subscription still holds the queue."""
+    a, b, c = three
+    queue = _queue_led_by(b, a, c)
+    holder = Client010(c.broker)
+    try:
+        holder.conn.send_command(
+            1,
+            MessageSubscribe(
+                queue=queue, destination="d", accept_mode=1, acquire_mode=0, exclusive=True
+            ),
+        )
+        holder.conn.request_timeout(1, timeout)
+        holder.result(ExchangeQuery(name="amq.direct"))
+
+        def close() -> None:
+            holder.conn.close()
+            holder.wait(lambda: any(isinstance(e, ConnectionClosed) for e in holder.events))
+
+        with connect(a) as other:
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+                _exclusive_consume(other, queue)
+            if timeout:
+                assert _answered_while_stopped(b, close) is True
+                with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                    _exclusive_consume(other, queue)
+                assert refused.value.reply_code == 403
+            else:
+                assert _answered_while_stopped(b, close) is False
+                _exclusive_consume(other, queue)
+    finally:
+        holder.close()
+
+
+@pytest.mark.parametrize("how", ["handle", "channel", "connection"])
 def test_an_amqpfast_consumer_let_go_through_another_node_is_answered_once_the_leader_has(
     three: list[Node], how: str
 ) -> None:
-    """AMQP/Fast's HANDLE CLOSE (or CHANNEL CLOSE) of a consuming handle: the server's
-    HANDLE CLOSE (CHANNEL CLOSE) answer comes once the leader let the consumer go."""
+    """AMQP/Fast's HANDLE CLOSE (CHANNEL CLOSE, CONNECTION CLOSE) of a consuming handle:
+    the server's HANDLE CLOSE (CHANNEL CLOSE, CONNECTION CLOSE) answer comes once the
+    leader let the consumer go."""
     a, b, c = three
     queue = _queue_led_by(b, a, c)
     with FastSocket.connect(c.broker.host, c.broker.port, client_name="cancels") as fast:
@@ -152,10 +195,14 @@ def test_an_amqpfast_consumer_let_go_through_another_node_is_answered_once_the_l
                 client.close_handle(1)
                 fast.flush()
                 fast.wait(FastHandleClosed, timeout=10)
-            else:
+            elif how == "channel":
                 client.close_channel(1)
                 fast.flush()
                 fast.wait(FastChannelClosed, timeout=10)
+            else:
+                client.close()
+                fast.flush()
+                assert fast.wait(FastConnectionClosed, timeout=10).by_server is False
 
         with connect(a) as other:
             with pytest.raises(pika.exceptions.ChannelClosedByBroker):

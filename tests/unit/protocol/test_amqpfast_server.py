@@ -344,6 +344,40 @@ def test_the_broker_answers_the_clients_handle_and_channel_close() -> None:
     assert p.client_of(fc.ChannelClosed) == [fc.ChannelClosed(1, 200, "OK", False)]
 
 
+def test_the_broker_answers_the_clients_connection_close() -> None:
+    """With ``broker_answers_closing`` the client's CONNECTION CLOSE of an open connection
+    waits for ``answer_close`` (CLOSE_RECEIVED): nothing it sends after is read, and a
+    close of the broker's own (a shutdown) answers it instead."""
+    p = Pair(broker_answers_closing=True)
+    p.connect()
+    p.client.open_channel(1)
+    p.pump()
+    p.client.close()
+    p.pump()
+    assert p.of(ev.ConnectionClosed) == [ev.ConnectionClosed(200, "OK", by_client=True)]
+    assert p.client_of(fc.ConnectionClosed) == []
+    assert p.server.state is State.CLOSE_RECEIVED
+    p.server.receive_data(encode_command(c.ChannelOpen(2, 0, False, False, {}, "")), 1.0)
+    assert p.server.next_event() is NEED_DATA
+    assert p.server.next_tick() is None
+    assert _decoded(p.server) == []
+    server = p.server  # read afresh: answer_close changes its state
+    server.answer_close()
+    p.pump()
+    assert p.client_of(fc.ConnectionClosed) == [fc.ConnectionClosed(200, "OK", False)]
+    assert server.state is State.CLOSED
+    server.answer_close()  # answered: nothing more
+    assert _decoded(server) == []
+
+    q = Pair(broker_answers_closing=True)
+    q.connect()
+    q.client.close()
+    q.pump()
+    q.server.close()
+    assert _decoded(q.server) == ["ConnectionClose"]
+    assert q.server.state is State.CLOSED
+
+
 def test_temporary_destination_created_before_reply(pair: Pair) -> None:
     pair.client.open_channel(1)
     pair.client.open_handle(1, 4, temporary=True, consumer=True, confirm_tag=2)

@@ -20,6 +20,8 @@ Connection states (spec class ``connection``; C = client, S = server)::
     C: AWAIT_START --start--> STARTING --start_ok()--> AWAIT_TUNE (secure handled there too)
     C: AWAIT_TUNE --tune--> (tune-ok and open sent) AWAIT_OPEN_OK --open-ok--> OPEN
     any --close sent--> CLOSING --close-ok--> CLOSED;  any --close received--> CLOSED
+    S with ``broker_answers_close``: OPEN --close received--> CLOSE_RECEIVED (every session
+        detached) --answer_close()--> CLOSED (close-ok sent)
 
 Sessions (spec class ``session``) are attached to channels only while OPEN; their state is
 :class:`~leveret.protocol.amqp010.session.Session`, kept in a
@@ -115,6 +117,7 @@ class ConnectionState(enum.Enum):
     AWAIT_OPEN_OK = enum.auto()
     OPEN = enum.auto()
     CLOSING = enum.auto()
+    CLOSE_RECEIVED = enum.auto()  # the peer's close is in, ``answer_close`` is awaited
     CLOSED = enum.auto()
 
 
@@ -141,6 +144,11 @@ class ConnectionConfig:
     # not at once: the broker may answer once what the session held is let go elsewhere (a
     # subscription of a queue another node leads); it holds its input until then.
     broker_answers_detach: bool = False
+    # Server: the peer's connection.close on an open connection is answered (close-ok) by
+    # ``answer_close``, not at once: its sessions are detached first (``SessionDetached``
+    # events before ``ConnectionClosed``), and the broker may answer once what they held is
+    # let go elsewhere. Input after the close is ignored, as after close-ok.
+    broker_answers_close: bool = False
 
 
 _FRAMING_ERROR = int(ConnectionCloseCode.FRAMING_ERROR)
@@ -194,7 +202,7 @@ class Connection:
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         """Feed bytes received at ``now``; return what they meant."""
-        if self.state is ConnectionState.CLOSED:
+        if self.state in (ConnectionState.CLOSED, ConnectionState.CLOSE_RECEIVED):
             return self._take_events()
         self._last_received = now
         try:
@@ -295,7 +303,11 @@ class Connection:
         self._control(0, C.ConnectionSecureOk(response=response))
 
     def close(self, reply_code: int = _NORMAL, reply_text: str = "") -> None:
-        """Start the close handshake (the owner may do so in any state but CLOSED)."""
+        """Start the close handshake (the owner may do so in any state but CLOSED); with
+        the peer's close unanswered, answer it instead."""
+        if self.state is ConnectionState.CLOSE_RECEIVED:
+            self.answer_close()
+            return
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
             return
         if self.state is ConnectionState.AWAIT_HEADER and self.role is Role.SERVER:
@@ -466,7 +478,11 @@ class Connection:
         return ssn
 
     def _fail_with_close(self, code: int, text: str) -> None:
-        if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+        if self.state in (
+            ConnectionState.CLOSING,
+            ConnectionState.CLOSED,
+            ConnectionState.CLOSE_RECEIVED,
+        ):
             return
         if self.state in (ConnectionState.AWAIT_HEADER, ConnectionState.AWAIT_START):
             # No frames can be exchanged before both headers: just go (spec 4.2).
@@ -514,7 +530,7 @@ class Connection:
             self._events.append(ConnectionFailed(exc.text))
             return
         for frame in frames:
-            if self.state is ConnectionState.CLOSED:
+            if self.state in (ConnectionState.CLOSED, ConnectionState.CLOSE_RECEIVED):
                 return
             assembly = self._assembler.add(frame)
             if assembly is not None:
@@ -527,7 +543,7 @@ class Connection:
             except DecodeError as exc:
                 raise ProtocolViolation(str(exc)) from exc
             if isinstance(control, _CONNECTION_CONTROLS):
-                self._on_connection_control(control)
+                self._on_connection_control(control, now)
             elif self.state is ConnectionState.CLOSING:
                 return  # after close, only close-ok matters
             elif self.state is not ConnectionState.OPEN:
@@ -541,9 +557,16 @@ class Connection:
         else:
             self._on_command(assembly)
 
-    def _on_connection_control(self, control: Control) -> None:
+    def _on_connection_control(self, control: Control, now: float) -> None:
         state = self.state
         if isinstance(control, C.ConnectionClose):
+            if (
+                state is ConnectionState.OPEN
+                and self.role is Role.SERVER
+                and self.config.broker_answers_close
+            ):
+                self._close_received(control, now)
+                return
             if state is not ConnectionState.CLOSING:
                 self._control(0, C.ConnectionCloseOk())
             self.state = ConnectionState.CLOSED
@@ -683,6 +706,27 @@ class Connection:
         else:
             self.sessions.discard(ssn)
         return ssn
+
+    def _close_received(self, control: C.ConnectionClose, now: float) -> None:
+        """The peer's close, left to ``answer_close``: its sessions detach first (kept for
+        resume per their timeout, as when the transport goes), then the close is reported."""
+        self.state = ConnectionState.CLOSE_RECEIVED
+        self._unanswered.clear()
+        for channel in list(self._channels):
+            ssn = self._unbind(channel, now)
+            self._events.append(
+                SessionDetached(channel, ssn.name, int(SessionDetachCode.NORMAL), True)
+            )
+        self._events.append(
+            ConnectionClosed(control.reply_code or 0, control.reply_text or "", True)
+        )
+
+    def answer_close(self) -> None:
+        """Server with ``broker_answers_close``: answer the peer's connection.close (its
+        ``ConnectionClosed``) with close-ok; nothing once answered."""
+        if self.state is ConnectionState.CLOSE_RECEIVED:
+            self._control(0, C.ConnectionCloseOk())
+            self.state = ConnectionState.CLOSED
 
     def answer_detach(self, channel: int) -> None:
         """Server with ``broker_answers_detach``: answer the peer's session.detach on

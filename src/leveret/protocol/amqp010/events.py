@@ -112,7 +112,9 @@ class Redirected(Event):
 
 @dataclass(frozen=True, slots=True)
 class ConnectionClosed(Event):
-    """The close handshake finished (or the peer closed): close the socket once flushed."""
+    """The close handshake finished (or the peer closed): close the socket once flushed.
+    A server with ``broker_answers_close`` has the peer's close to answer first
+    (``answer_close``; the machine is in ``CLOSE_RECEIVED``)."""
 
     reply_code: int
     reply_text: str

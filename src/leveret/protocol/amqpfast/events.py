@@ -226,7 +226,9 @@ class BrowseRequested(Event):
 
 @dataclass(frozen=True, slots=True)
 class ConnectionClosed(Event):
-    """The connection is over; the front end closes the socket once output is flushed."""
+    """The connection is over; the front end closes the socket once output is flushed.
+    With ``broker_answers_closing``, the client's CLOSE of an open connection is answered
+    first (``FastServer.answer_close``; the machine is in ``CLOSE_RECEIVED``)."""
 
     reply_code: int
     reply_text: str

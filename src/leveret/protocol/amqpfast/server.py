@@ -21,6 +21,7 @@ the client closes the connection with 503, and a command only a server sends too
     AWAIT_INITIATION --128 v--> CHALLENGED --RESPONSE--> AUTHENTICATING (PAUSED)
         --accept_login--> TUNING --TUNE*, OPEN--> OPENING (PAUSED) --accept_open--> OPEN
     any state --client CLOSE--> CLOSED (answered with CLOSE 200)
+    OPEN --client CLOSE--> CLOSE_RECEIVED --answer_close--> CLOSED  (broker_answers_closing)
     any state --error / close()--> CLOSING --client CLOSE--> CLOSED
 
 Errors follow 2.2.10: a fault on a destination closes the handle (HANDLE CLOSE), on a
@@ -100,6 +101,7 @@ class State(enum.Enum):
     OPENING = "opening"
     OPEN = "open"
     CLOSING = "closing"
+    CLOSE_RECEIVED = "close-received"  # the client's CLOSE is in, ``answer_close`` is awaited
     CLOSED = "closed"
 
 
@@ -239,6 +241,8 @@ class FastServer:
         # (``answer_handle_close``, ``answer_channel_close``), not at once: it may answer once
         # what they held is let go elsewhere (a consumer of a queue another node leads); it
         # holds the input until then, so that the id is not opened again before the answer.
+        # So is its CONNECTION CLOSE of an open connection (``answer_close``): its channels
+        # close first, and nothing it sends after is read.
         self.broker_answers_closing = broker_answers_closing
         self._unanswered: set[tuple[str, int]] = set()
         self.version = 0
@@ -267,7 +271,7 @@ class FastServer:
     def receive_data(self, data: bytes | bytearray | memoryview, now: float) -> None:
         """Buffer ``data`` received at ``now``."""
         self._now = self._last_received = now
-        if self.state is State.CLOSED:
+        if self.state in (State.CLOSED, State.CLOSE_RECEIVED):
             return
         if self.state is State.AWAIT_INITIATION:
             self._initiation += data
@@ -289,7 +293,7 @@ class FastServer:
         while True:
             if self.state in (State.AUTHENTICATING, State.OPENING):
                 return PAUSED
-            if self.state is State.CLOSED:
+            if self.state in (State.CLOSED, State.CLOSE_RECEIVED):
                 return NEED_DATA
             if self.state is State.AWAIT_INITIATION:
                 started = self._initiate()
@@ -446,8 +450,11 @@ class FastServer:
         self._apply(_Fail("channel", code, text, channel_id))
 
     def close(self, code: int = CONNECTION_FORCED, text: str = "broker shutdown") -> None:
-        """Close the connection from the server side (CONNECTION CLOSE, then wait for one)."""
-        if self.state not in (State.CLOSING, State.CLOSED, State.AWAIT_INITIATION):
+        """Close the connection from the server side (CONNECTION CLOSE, then wait for one);
+        with the client's CLOSE unanswered, answer it instead."""
+        if self.state is State.CLOSE_RECEIVED:
+            self.answer_close()
+        elif self.state not in (State.CLOSING, State.CLOSED, State.AWAIT_INITIATION):
             self._close_connection(code, text)
 
     def next_tick(self) -> float | None:
@@ -489,6 +496,13 @@ class FastServer:
             self._unanswered.discard(("handle", handle_id))
             if self.state is State.OPEN:
                 self._send(c.HandleClose(handle_id, OK, "OK"))
+
+    def answer_close(self) -> None:
+        """With ``broker_answers_closing``: answer the client's CONNECTION CLOSE (its
+        ``ConnectionClosed``) with CLOSE 200; nothing once answered."""
+        if self.state is State.CLOSE_RECEIVED:
+            self._send(c.ConnectionClose(OK, "OK"))
+            self.state = State.CLOSED
 
     def answer_channel_close(self, channel_id: int) -> None:
         """As ``answer_handle_close``, for the client's CHANNEL CLOSE (``ChannelClosed``)."""
@@ -598,8 +612,11 @@ class FastServer:
                 self.state = State.CLOSED
                 return ev.ConnectionClosed(item.reply_code, item.reply_text, by_client=False)
             self._reply = None
-            self._send(c.ConnectionClose(OK, "OK"))
-            self.state = State.CLOSED
+            if self.broker_answers_closing and state is State.OPEN:
+                self.state = State.CLOSE_RECEIVED
+            else:
+                self._send(c.ConnectionClose(OK, "OK"))
+                self.state = State.CLOSED
             return ev.ConnectionClosed(item.reply_code, item.reply_text, by_client=True)
         if isinstance(item, c.ConnectionPing):
             self._client_pinged = True

@@ -27,6 +27,7 @@ from leveret import __version__
 from leveret.auth import authn
 from leveret.auth.access import OpenRefused
 from leveret.errors import AMQPError
+from leveret.model.completion import every
 from leveret.model.dtx import DtxArgumentError, DtxStateError
 from leveret.protocol.amqp010._generated.constants import ConnectionCloseCode, ExecutionErrorCode
 from leveret.protocol.amqp010.connection import (
@@ -136,6 +137,8 @@ class AMQP010Connection:
             # A session detached with subscriptions of queues other nodes lead is answered
             # once those leaders let them go (``_detached``).
             broker_answers_detach=True,
+            # So is a connection.close, which detaches its sessions first (``_answer_close``).
+            broker_answers_close=True,
         )
         self.conn = Connection(Role.SERVER, config, sessions=self.table)
         self.vhost_name = "/"
@@ -152,6 +155,8 @@ class AMQP010Connection:
         self._inbox = bytearray()
         self._hold_all = False
         self._now = shell.created
+        # What the sessions detached by the peer's connection.close let go of later.
+        self._closing: list[Completion[None] | None] = []
 
     @property
     def client(self) -> Client | None:
@@ -354,7 +359,10 @@ class AMQP010Connection:
                     self.close_reason = self.close_reason or event.reason
                 elif event.by_peer:
                     self.close_reason = self.close_reason or "client closed"
-                self.should_close_transport = True
+                if self.conn.state is ConnectionState.CLOSE_RECEIVED:
+                    self._answer_close()
+                else:
+                    self.should_close_transport = True
             if self._hold_all:
                 # A handler deferred: the rest waits for its completion (release_input).
                 self._events = events[index + 1 :] + self._events
@@ -466,12 +474,35 @@ class AMQP010Connection:
         gone = self._detach_session(event)
         channel = event.channel
         conn = self.conn
+        if conn.state is ConnectionState.CLOSE_RECEIVED:
+            # Detached by the peer's connection.close: its close-ok waits for them all.
+            self._closing.append(gone)
+            return
         if gone is None or gone.done:
             conn.answer_detach(channel)
             return
 
         def answer(_done: Completion[None]) -> None:
             conn.answer_detach(channel)
+            self.output_ready()
+
+        self.defer(gone, answer)
+
+    def _answer_close(self) -> None:
+        """Answer the peer's connection.close (close-ok), then close the socket, once the
+        sessions it detached are let go of (``_detached``; as session.detach waits): at once
+        on one node, or when every session is kept for resume."""
+        gone = every(self._closing)
+        self._closing = []
+        conn = self.conn
+        if gone is None or gone.done:
+            conn.answer_close()
+            self.should_close_transport = True
+            return
+
+        def answer(_done: Completion[None]) -> None:
+            conn.answer_close()
+            self.should_close_transport = True
             self.output_ready()
 
         self.defer(gone, answer)

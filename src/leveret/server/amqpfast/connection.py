@@ -60,7 +60,7 @@ from leveret.model.consumer import UNLIMITED
 from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol import sasl
 from leveret.protocol.amqpfast import events as ev
-from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer, OwedReply
+from leveret.protocol.amqpfast.server import NEED_DATA, PAUSED, FastServer, OwedReply, State
 from leveret.server.amqp091.session import Session
 from leveret.server.shell.info import ChannelInfo
 
@@ -333,8 +333,11 @@ class FastConnection:
             self._browse(event)
         elif isinstance(event, ev.ConnectionClosed):
             self.close_reason = event.reply_text
-            self._release()
-            self.should_close_transport = True
+            gone = self._release()
+            if self.server.state is State.CLOSE_RECEIVED:
+                self._answer_once(gone, self._answer_close)
+            else:
+                self.should_close_transport = True
 
     # -- connection ------------------------------------------------------------------------
 
@@ -380,12 +383,22 @@ class FastConnection:
             event.virtual_path,
         )
 
-    def _release(self) -> None:
+    def _release(self) -> Completion[None] | None:
+        """Give back what the connection held; returns what its channels' consumers'
+        queues let go of later (``Session.withdrawn``)."""
+        gone = []
         for channel in self.channels.values():
             channel.session.close()
+            gone.append(channel.session.withdrawn)
         self.channels.clear()
         self.handles.clear()
         self.shell.release()  # the client, and the connection's (and channels') limits
+        return every(gone)
+
+    def _answer_close(self) -> None:
+        """Answer the client's CONNECTION CLOSE, then close the socket."""
+        self.server.answer_close()
+        self.should_close_transport = True
 
     # -- channels --------------------------------------------------------------------------
 
@@ -422,8 +435,8 @@ class FastConnection:
         return every(gone)
 
     def _answer_once(self, gone: Completion[None] | None, answer: Callable[[], None]) -> None:
-        """Answer the client's HANDLE CLOSE or CHANNEL CLOSE (``answer``) once ``gone`` is
-        done: consumers of queues other nodes lead let go by those leaders
+        """Answer the client's HANDLE CLOSE, CHANNEL CLOSE or CONNECTION CLOSE (``answer``)
+        once ``gone`` is done: consumers of queues other nodes lead let go by those leaders
         (``Source.withdrawn``), so that a consume reaching such a leader another way right
         after the answer is not refused for them (as 0-9-1's cancel-ok waits); at once on
         one node. The connection's input waits meanwhile (the id is not reused)."""

@@ -18,8 +18,10 @@ from leveret.protocol.amqp010._generated.constants import (
     SessionDetachCode,
 )
 from leveret.protocol.amqp010._generated.controls import (
+    ConnectionClose,
     ConnectionHeartbeat,
     ConnectionTuneOk,
+    SessionAttach,
     SessionCommandPoint,
     SessionFlush,
 )
@@ -395,6 +397,67 @@ def test_the_broker_answers_the_peers_detach() -> None:
     assert client_events == [SessionDetached(1, b"s1", normal, False)]
     pair.server.answer_detach(1)  # answered: nothing more
     assert pair.server.data_to_send() == b""
+
+
+def test_the_broker_answers_the_peers_close() -> None:
+    """With ``broker_answers_close`` the peer's connection.close detaches every session
+    first (one with a time-out kept for resume), then waits for ``answer_close``; what
+    the peer sends meanwhile is not read."""
+    table = SessionTable()
+    pair = Pair(table, server_config=ConnectionConfig(broker_answers_close=True))
+    pair.open()
+    pair.client.attach(1, b"s1")
+    pair.client.attach(2, b"s2")
+    pair.client.request_timeout(2, 60)
+    pair.pump()
+    pair.client.close(200, "done")
+    client_events, server_events = pair.pump()
+    normal = int(SessionDetachCode.NORMAL)
+    assert server_events == [
+        SessionDetached(1, b"s1", normal, True),
+        SessionDetached(2, b"s2", normal, True),
+        ConnectionClosed(200, "done", True),
+    ]
+    assert client_events == []
+    assert pair.server.state is ConnectionState.CLOSE_RECEIVED
+    assert pair.server.session(1) is None
+    assert table.get("guest", b"s1") is None
+    assert table.get("guest", b"s2") is not None  # kept for resume
+    late = encode_control(3, SessionAttach(name=b"s3")) + encode_control(0, ConnectionClose())
+    assert pair.server.receive_data(late, 1.0) == []
+    assert pair.server.data_to_send() == b""
+    server = pair.server  # read afresh: answer_close changes its state
+    server.answer_close()
+    client_events, _ = pair.pump()
+    assert client_events == [ConnectionClosed(200, "", False)]
+    assert server.state is ConnectionState.CLOSED
+    server.answer_close()  # answered: nothing more
+    assert server.data_to_send() == b""
+
+
+def test_the_owners_close_answers_an_unanswered_close() -> None:
+    """A broker closing the connection (a shutdown) with the peer's close unanswered sends
+    close-ok, not a close of its own."""
+    pair = Pair(server_config=ConnectionConfig(broker_answers_close=True))
+    pair.open()
+    pair.client.close()
+    pair.pump()
+    pair.server.close(320, "shutdown")
+    assert _controls(pair.server.data_to_send()) == ["connection.close-ok"]
+    assert pair.server.state is ConnectionState.CLOSED
+
+
+def test_the_broker_answers_a_close_before_open_at_once() -> None:
+    """Before the connection is open there are no sessions: close-ok goes at once."""
+    client = Connection(Role.CLIENT)
+    client.initiate()
+    server = Connection(Role.SERVER, ConnectionConfig(broker_answers_close=True))
+    assert server.receive_data(client.data_to_send(), 0) == []
+    client.receive_data(server.data_to_send(), 0)
+    client.close()
+    assert server.receive_data(client.data_to_send(), 0) == [ConnectionClosed(200, "", True)]
+    assert _controls(server.data_to_send()) == ["connection.close-ok"]
+    assert server.state is ConnectionState.CLOSED
 
 
 def test_transfer_header_and_body_cross_small_frames() -> None:

@@ -8,11 +8,14 @@ import json
 import re
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import pika
+import pika.exceptions
 import requests
 
 from tests.integration.conftest import _DATA_ROOT, Broker, start_broker
@@ -111,6 +114,23 @@ def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
         time.sleep(0.05)
 
 
+def three_nodes(etcd: EtcdServer, label: str) -> Iterator[list[Node]]:
+    """Nodes ``a@test``, ``b@test`` and ``c@test`` on ``etcd`` under a fresh prefix named
+    by ``label``, each kept as it starts (so stopped if a later one fails), stopped
+    afterwards: a module's fixture yields from it."""
+    prefix = f"/leveret-test/{label}-{uuid.uuid4().hex[:8]}/"
+    started: list[Node] = []
+    try:
+        for name in ("a@test", "b@test", "c@test"):
+            node = start_node(etcd, prefix, name)
+            started.append(node)
+        yield started
+    finally:
+        for node in started:
+            if node.broker.process is not None and node.broker.process.poll() is None:
+                node.broker.stop()
+
+
 def two_nodes(etcd: EtcdServer, prefix: str) -> Iterator[tuple[Node, Node]]:
     """Nodes ``a@test`` and ``b@test`` on ``etcd``, stopped afterwards."""
     a = start_node(etcd, prefix, "a@test")
@@ -125,6 +145,26 @@ def two_nodes(etcd: EtcdServer, prefix: str) -> Iterator[tuple[Node, Node]]:
         for node in (a, b):
             if node.broker.process is not None and node.broker.process.poll() is None:
                 node.broker.stop()
+
+
+def connect(node: Node) -> pika.BlockingConnection:
+    """A pika connection to ``node`` (no heartbeats: a test may stop the node)."""
+    return pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", node.broker.port, heartbeat=0)
+    )
+
+
+def visible(node: Node, queue: str) -> bool:
+    """Whether ``node`` serves ``queue`` (a passive declare answers)."""
+    conn = connect(node)
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+        return True
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()
 
 
 def queue_names(node: Node, vhost: str = "/") -> set[str]:

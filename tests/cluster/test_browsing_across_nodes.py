@@ -28,10 +28,10 @@ from leveret.protocol.amqp010._generated.commands import (
 from leveret.protocol.amqp010._generated.structs import Acquired
 from leveret.protocol.amqp010.sequence import SequenceSet
 from tests.cluster import nodes
+from tests.cluster.nodes import connect
 from tests.cluster.test_cluster_link import (
     QPID_CLIENT,
     b_count,
-    connect,
     declare_on,
     get_all,
     publish_confirmed,

@@ -31,6 +31,7 @@ from leveret.protocol.amqp010._generated.commands import (
     MessageSubscribe,
 )
 from tests.cluster import nodes
+from tests.cluster.nodes import connect, visible
 from tests.integration.test_amqp010 import Client010
 
 if TYPE_CHECKING:
@@ -47,36 +48,7 @@ PAUSE = 0.6
 
 @pytest.fixture(scope="module")
 def three(etcd_server: EtcdServer) -> Iterator[list[Node]]:
-    prefix = f"/leveret-test/cancels-{uuid.uuid4().hex[:8]}/"
-    started: list[Node] = []
-    try:
-        for name in ("a@test", "b@test", "c@test"):
-            # One by one, each kept as it starts (stopped by the finally if the next fails).
-            node = nodes.start_node(etcd_server, prefix, name)
-            started.append(node)
-        yield started
-    finally:
-        for node in started:
-            if node.broker.process is not None and node.broker.process.poll() is None:
-                node.broker.stop()
-
-
-def connect(node: Node) -> pika.BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", node.broker.port, heartbeat=0)
-    )
-
-
-def _visible(node: Node, queue: str) -> bool:
-    conn = connect(node)
-    try:
-        conn.channel().queue_declare(queue, passive=True)
-        return True
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
+    yield from nodes.three_nodes(etcd_server, "cancels")
 
 
 def _queue_led_by(leader: Node, *others: Node) -> str:
@@ -86,7 +58,7 @@ def _queue_led_by(leader: Node, *others: Node) -> str:
     conn.channel().queue_declare(name, durable=True)
     conn.close()
     for other in others:
-        nodes.eventually(functools.partial(_visible, other, name))
+        nodes.eventually(functools.partial(visible, other, name))
     return name
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import uuid
 from typing import TYPE_CHECKING
 
 import pika.exceptions
@@ -30,11 +29,11 @@ from leveret.testing.amqpfast_client import HandleClosed as FastHandleClosed
 from leveret.testing.amqpfast_client import Replied
 from leveret.testing.amqpfast_socket import FastSocket
 from tests.cluster import nodes
+from tests.cluster.nodes import connect
 from tests.cluster.test_cancels_through_proxies import (
     _answered_while_stopped,
     _exclusive_consume,
     _queue_led_by,
-    connect,
 )
 from tests.integration.test_amqp010 import Client010
 
@@ -49,17 +48,7 @@ pytestmark = [pytest.mark.pure_only, pytest.mark.leveret_only]
 
 @pytest.fixture(scope="module")
 def three(etcd_server: EtcdServer) -> Iterator[list[Node]]:
-    prefix = f"/leveret-test/cancels-more-{uuid.uuid4().hex[:8]}/"
-    started: list[Node] = []
-    try:
-        for name in ("a@test", "b@test", "c@test"):
-            node = nodes.start_node(etcd_server, prefix, name)
-            started.append(node)
-        yield started
-    finally:
-        for node in started:
-            if node.broker.process is not None and node.broker.process.poll() is None:
-                node.broker.stop()
+    yield from nodes.three_nodes(etcd_server, "cancels-more")
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ from proton.utils import BlockingConnection as ProtonConnection
 from tools.qpid import ensure
 
 from tests.cluster import down_node, nodes
+from tests.cluster.nodes import connect, visible
 from tests.integration.ctl_support import ok
 
 if TYPE_CHECKING:
@@ -47,36 +48,7 @@ QPID_CLIENT = Path(__file__).parents[1] / "integration" / "qpid_messaging_client
 def three_nodes(etcd_server: EtcdServer) -> Iterator[list[Node]]:
     """Nodes a, b and c on the session's etcd, for the module (a test that stops one
     starts it again)."""
-    prefix = f"/leveret-test/link-{uuid.uuid4().hex[:8]}/"
-    started: list[Node] = []
-    try:
-        for name in ("a@test", "b@test", "c@test"):
-            node = nodes.start_node(etcd_server, prefix, name)
-            started.append(node)
-        yield started
-    finally:
-        for node in started:
-            if node.broker.process is not None and node.broker.process.poll() is None:
-                node.broker.stop()
-
-
-def connect(node: Node) -> pika.BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", node.broker.port, heartbeat=0)
-    )
-
-
-def visible(node: Node, queue: str) -> bool:
-    """Whether ``node`` serves ``queue`` (a passive declare answers)."""
-    conn = connect(node)
-    try:
-        conn.channel().queue_declare(queue, passive=True)
-        return True
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
+    yield from nodes.three_nodes(etcd_server, "link")
 
 
 def declare_on(node: Node, queue: str, *others: Node) -> None:

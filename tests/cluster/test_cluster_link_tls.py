@@ -23,7 +23,8 @@ import pytest
 import trustme
 
 from tests.cluster import nodes
-from tests.cluster.test_cluster_link import connect, consume, declare_on, publish_confirmed
+from tests.cluster.nodes import connect
+from tests.cluster.test_cluster_link import consume, declare_on, publish_confirmed
 from tests.crl_support import revocation_list
 from tests.integration.ctl_support import ok
 

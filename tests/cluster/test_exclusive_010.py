@@ -61,17 +61,7 @@ def py2() -> Py2:
 
 @pytest.fixture(scope="module")
 def three(etcd_server: EtcdServer) -> Iterator[list[Node]]:
-    prefix = f"/leveret-test/excl010-{uuid.uuid4().hex[:8]}/"
-    started: list[Node] = []
-    try:
-        for name in ("a@test", "b@test", "c@test"):
-            node = nodes.start_node(etcd_server, prefix, name)
-            started.append(node)
-        yield started
-    finally:
-        for node in started:
-            if node.broker.process is not None and node.broker.process.poll() is None:
-                node.broker.stop()
+    yield from nodes.three_nodes(etcd_server, "excl010")
 
 
 class Holder:

@@ -427,7 +427,7 @@ class Peer(LinkLeader):
         """The settlements gathered since the last frame, as frames (one per kind)."""
         settles, self.settles = self.settles, {}
         for kind, dids in settles.items():
-            frame = c.encode(c.Settle(kind, tuple(dids)))
+            frame = c.settle_frame(kind, dids)
             self.frames.append(frame)
             self.size += len(frame)
 

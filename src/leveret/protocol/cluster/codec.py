@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+import sys
+from array import array
 from collections.abc import Mapping  # noqa: TC003
 from dataclasses import dataclass, field
 from typing import Final
@@ -594,6 +596,7 @@ _PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
 _DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
 _DELIVER_ALSO: Final = struct.Struct(">IBIQB")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
+_SETTLE_HEAD: Final = struct.Struct(">IBBI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
 _MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
 
@@ -706,6 +709,33 @@ def deliver_frame(
             body,
         )
     )
+
+
+# A Settle's delivery ids, big-endian u64s, packed and read as one array: per id a
+# ``pack`` or ``unpack`` is a Python method call even compiled, and a turn's Settle
+# carries an id for each ack of the turn (four a message in scenario d).
+_SWAP: Final = sys.byteorder == "little"
+_WIDE: Final = array("Q").itemsize == 8
+
+
+def settle_frame(kind: int, dids: list[int] | tuple[int, ...]) -> bytes:
+    """:class:`Settle`'s frame, its ids packed together."""
+    if not _WIDE:
+        return encode(Settle(kind, tuple(dids)))
+    ids = array("Q", dids)
+    if _SWAP:
+        ids.byteswap()
+    return _SETTLE_HEAD.pack(1 + 1 + 4 + 8 * len(dids), 11, kind, len(dids)) + ids.tobytes()
+
+
+def _dids_at(data: bytes, pos: int, count: int) -> tuple[int, ...]:
+    """``count`` big-endian u64s at ``pos`` (the caller checked they are there)."""
+    if not _WIDE:
+        return struct.unpack_from(f">{count}Q", data, pos)
+    ids = array("Q", data[pos : pos + 8 * count])
+    if _SWAP:
+        ids.byteswap()
+    return tuple(ids)
 
 
 def deliver_also_frame(cid: int, did: int, redelivered: bool) -> bytes:
@@ -845,6 +875,8 @@ def encode(op: Op) -> bytes:
         )
     if isinstance(op, DeliverAlso):
         return deliver_also_frame(op.cid, op.did, op.redelivered)
+    if isinstance(op, Settle) and _WIDE:
+        return settle_frame(op.kind, op.dids)
     code, payload = _payload(op)
     return _HEAD.pack(len(payload) + 1, code) + payload
 
@@ -1067,13 +1099,15 @@ class Reader:
     against 1.41 µs a Deliver read, docs/benchmarks.md). A Publish's four names are
     decoded once a link (``NAMES_KEPT`` of them, by their bytes): one slice and a dict
     lookup a publish instead of a slice and a decode a name, and the queue's name comes
-    with its hash, which the leader's lookup of the queue then need not compute."""
+    with its hash, which the leader's lookup of the queue then need not compute; an
+    Also's two alike. A Settle's ids are read as one array, not one ``unpack`` each."""
 
-    __slots__ = ("_buffer", "_names")
+    __slots__ = ("_also_names", "_buffer", "_names")
 
     def __init__(self) -> None:
         self._buffer = bytearray()
         self._names: dict[bytes, tuple[str, str, str, str]] = {}
+        self._also_names: dict[bytes, tuple[str, str]] = {}
 
     @property
     def buffered(self) -> int:
@@ -1108,6 +1142,10 @@ class Reader:
                     ops.append(_deliver_also(data, pos + 5))
                 elif code == 3:
                     ops.append(self._publish(data, pos + 5, end))
+                elif code == 28:
+                    ops.append(self._also(data, pos + 5, end))
+                elif code == 11:
+                    ops.append(_settle(data, pos + 5, end))
                 else:
                     ops.append(_decode(code, _Cursor(memoryview(data)[pos + 5 : end])))
                 pos = end
@@ -1144,6 +1182,48 @@ class Reader:
             raise LinkError("malformed link frame") from None
         _ends(p, end)
         return Publish(seq, names[0], names[1], names[2], names[3], fmt, raw, body)
+
+    def _also(self, data: bytes, pos: int, end: int) -> Also:
+        """An Also, read straight from the bytes (once for each further queue of a fanout's
+        message), its two names kept as a Publish's four are (``_also_names``)."""
+        try:
+            seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
+            start = pos + 8
+            p = start
+            for _ in range(2):
+                p += 2 + (data[p] << 8 | data[p + 1])
+            if p > end:
+                raise LinkError("truncated link frame")
+            key = data[start:p]
+            names = self._also_names.get(key)
+            if names is None:
+                vhost, q = _string_at(data, start)
+                queue, q = _string_at(data, q)
+                names = (vhost, queue)
+                if p - start <= NAMES_KEPT_SIZE:
+                    if len(self._also_names) >= NAMES_KEPT:
+                        self._also_names.clear()
+                    self._also_names[key] = names
+        except (IndexError, UnicodeDecodeError):
+            raise LinkError("malformed link frame") from None
+        _ends(p, end)
+        return Also(seq, names[0], names[1])
+
+
+def _settle(data: bytes, pos: int, end: int) -> Settle:
+    """A Settle, read straight from the bytes, its ids as one array (``_dids_at``)."""
+    if end - pos < 5:
+        raise LinkError("truncated link frame")
+    kind = data[pos]
+    if kind > REQUEUE:
+        raise LinkError(f"bad settle kind {kind}")
+    count = _u32_at(data, pos + 1)
+    pos += 5
+    if count * 8 != end - pos:
+        raise LinkError(
+            "truncated link frame" if count * 8 > end - pos else "trailing bytes in a link frame"
+        )
+    return Settle(kind, _dids_at(data, pos, count))
 
 
 def _deliver(data: bytes, pos: int, end: int) -> Deliver:

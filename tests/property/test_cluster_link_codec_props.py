@@ -43,6 +43,7 @@ ops = st.one_of(
     st.builds(c.Cancelled, u32, st.integers(0, 65535), text),
     st.builds(c.Deliver, u32, u64, st.booleans(), text, text, fmt, blob, blob),
     st.builds(c.DeliverAlso, u32, u64, st.booleans()),
+    st.builds(c.DeliverKept, u32, u64, st.booleans(), st.integers(0, 2**16 - 1)),
     st.builds(c.Settle, st.integers(0, 2), st.lists(u64, max_size=20).map(tuple)),
     st.builds(c.Get, u32, text, text, st.booleans()),
     st.builds(c.Got, u32, u64, st.booleans(), u32, text, text, fmt, blob, blob),

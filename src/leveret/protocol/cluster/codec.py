@@ -50,6 +50,8 @@ from leveret.protocol.amqp091.fieldtable import (
 __all__ = [
     "BROWSE",
     "BROWSED",
+    "KEEP_MAX",
+    "KEPT",
     "MAX_FRAME",
     "NAMES_KEPT",
     "Acquire",
@@ -66,6 +68,7 @@ __all__ = [
     "Credit",
     "Deliver",
     "DeliverAlso",
+    "DeliverKept",
     "Drain",
     "Drained",
     "Empty",
@@ -291,6 +294,28 @@ class DeliverAlso:
         self.cid = cid
         self.did = did
         self.redelivered = redelivered
+
+
+@dataclass(slots=True)
+class DeliverKept:
+    """The message of an earlier :class:`Deliver` on this link, the one that took kept
+    ``slot`` (:func:`kept`), delivered to consumer ``cid`` (``did`` and ``redelivered``
+    its own). A fanout's queues led here deliver to the peer's consumers as their credit
+    comes, each a burst of its own, so the same message seldom goes twice in a row (a
+    :class:`DeliverAlso`): each side keeps the last ``KEPT`` messages sent whole (of at
+    most ``KEEP_MAX`` bytes), numbered alike in the order written and read, and a message
+    delivered again crosses as its slot."""
+
+    cid: int
+    did: int
+    redelivered: bool
+    slot: int
+
+    def __init__(self, cid: int, did: int, redelivered: bool, slot: int) -> None:
+        self.cid = cid
+        self.did = did
+        self.redelivered = redelivered
+        self.slot = slot
 
 
 @dataclass(slots=True)
@@ -539,6 +564,7 @@ Op = (
     | Drained
     | Acquire
     | DeliverAlso
+    | DeliverKept
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -595,6 +621,7 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 _PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
 _DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
 _DELIVER_ALSO: Final = struct.Struct(">IBIQB")
+_DELIVER_KEPT: Final = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 _SETTLE_HEAD: Final = struct.Struct(">IBBI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
@@ -744,6 +771,24 @@ def deliver_also_frame(cid: int, did: int, redelivered: bool) -> bytes:
     return _DELIVER_ALSO.pack(1 + 4 + 8 + 1, 33, cid, did, redelivered)
 
 
+# The messages each side of a link keeps for :class:`DeliverKept`: the last ``KEPT``
+# sent whole in a Deliver whose properties and body are at most ``KEEP_MAX`` bytes
+# (:func:`kept`), at most 4 MiB a link on each node, most of it messages still unacked.
+KEPT: Final = 1024
+KEEP_MAX: Final = 4096
+
+
+def kept(raw: bytes, body: bytes) -> bool:
+    """Whether a Deliver of this message takes the next kept slot (both sides ask)."""
+    return len(raw) + len(body) <= KEEP_MAX
+
+
+def deliver_kept_frame(cid: int, did: int, redelivered: bool, slot: int) -> bytes:
+    """:class:`DeliverKept`'s frame, written directly. Its code is 34, after
+    ``DeliverAlso``'s."""
+    return _DELIVER_KEPT.pack(1 + 4 + 8 + 1 + 2, 34, cid, did, redelivered, slot)
+
+
 def _payload(op: Op) -> tuple[int, bytes]:
     if isinstance(op, Deliver):
         return 10, b"".join(
@@ -860,6 +905,10 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 31, _U32.pack(op.cid)
     if isinstance(op, DeliverAlso):
         return 33, _U32.pack(op.cid) + _U64.pack(op.did) + _U8.pack(op.redelivered)
+    if isinstance(op, DeliverKept):
+        return 34, b"".join(
+            (_U32.pack(op.cid), _U64.pack(op.did), _U8.pack(op.redelivered), _U16.pack(op.slot))
+        )
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -875,6 +924,8 @@ def encode(op: Op) -> bytes:
         )
     if isinstance(op, DeliverAlso):
         return deliver_also_frame(op.cid, op.did, op.redelivered)
+    if isinstance(op, DeliverKept):
+        return deliver_kept_frame(op.cid, op.did, op.redelivered, op.slot)
     if isinstance(op, Settle) and _WIDE:
         return settle_frame(op.kind, op.dids)
     code, payload = _payload(op)
@@ -1052,6 +1103,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Acquire(c.u32(), c.s(), c.s(), c.u64())
     elif code == 33:
         op = DeliverAlso(c.u32(), c.u64(), c.flag())
+    elif code == 34:
+        op = DeliverKept(c.u32(), c.u64(), c.flag(), c.u16())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()
@@ -1140,6 +1193,8 @@ class Reader:
                     ops.append(_deliver(data, pos + 5, end))
                 elif code == 33 and length == 14:
                     ops.append(_deliver_also(data, pos + 5))
+                elif code == 34 and length == 16:
+                    ops.append(_deliver_kept(data, pos + 5))
                 elif code == 3:
                     ops.append(self._publish(data, pos + 5, end))
                 elif code == 28:
@@ -1252,6 +1307,16 @@ def _deliver_also(data: bytes, pos: int) -> DeliverAlso:
         raise LinkError(f"bad boolean {redelivered} in a link frame")
     did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
     return DeliverAlso(_u32_at(data, pos), did, redelivered == 1)
+
+
+def _deliver_kept(data: bytes, pos: int) -> DeliverKept:
+    """A DeliverKept of the right length, read straight from the bytes."""
+    redelivered = data[pos + 12]
+    if redelivered > 1:
+        raise LinkError(f"bad boolean {redelivered} in a link frame")
+    did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
+    slot = data[pos + 13] << 8 | data[pos + 14]
+    return DeliverKept(_u32_at(data, pos), did, redelivered == 1, slot)
 
 
 def _ends(p: int, end: int) -> None:

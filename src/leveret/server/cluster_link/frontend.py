@@ -234,6 +234,13 @@ class LinkFrontEnd:
         # The message of the last Deliver written: the same to another consumer of the
         # peer goes as a ``DeliverAlso`` (a fanout's deliveries cross once).
         self.last_delivered: Message | None = None
+        # The last ``codec.KEPT`` messages written whole (``codec.kept``), as the peer
+        # keeps them, by slot, and the slot of each by the message's id (the list holds
+        # the message, so its id is not another's meanwhile): a message delivered again to
+        # a consumer of the peer goes as a ``DeliverKept``.
+        self.kept: list[Message | None] = [None] * c.KEPT
+        self.kept_slots: dict[int, int] = {}
+        self.kept_next = 0
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -710,8 +717,9 @@ class LinkFrontEnd:
 
     def _send_delivery(self, cid: int, did: int, entry: QueuedMessage) -> None:
         """``entry`` to the peer's consumer ``cid`` as delivery ``did``: a ``DeliverAlso``
-        when its message is the last one sent whole on this link (the peer keeps that one
-        message: every delivery, a browser's copies too, must go through here)."""
+        when its message is the last one sent whole on this link, a ``DeliverKept`` when
+        it is one of the last ``codec.KEPT`` kept (the peer keeps them alike: every
+        delivery, a browser's copies too, must go through here)."""
         message = entry.message
         # Counted (``add``, not ``append``): past ``OUTPUT_HIGH_WATER`` the shell stops the
         # deliveries until the turn's output is taken, instead of encoding a deep queue
@@ -719,7 +727,19 @@ class LinkFrontEnd:
         if message is self.last_delivered:
             self.output.add(c.deliver_also_frame(cid, did, entry.redelivered))
             return
+        slot = self.kept_slots.get(id(message))
+        if slot is not None:
+            self.output.add(c.deliver_kept_frame(cid, did, entry.redelivered, slot))
+            return
         self.last_delivered = message
+        if c.kept(message.raw_properties, message.body):
+            slot = self.kept_next
+            old = self.kept[slot]
+            if old is not None:
+                del self.kept_slots[id(old)]
+            self.kept[slot] = message
+            self.kept_slots[id(message)] = slot
+            self.kept_next = slot + 1 if slot + 1 < c.KEPT else 0
         self.output.add(
             c.deliver_frame(
                 cid,

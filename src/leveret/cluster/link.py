@@ -201,8 +201,8 @@ class Peer(LinkLeader):
         # another queue of this leader goes as an ``Also`` (a fanout crosses once).
         self.last_message: Message | None = None
         # The message of the last Deliver on this connection (a ``DeliverAlso``'s), and
-        # the last ``codec.KEPT`` of them the leader keeps too (a ``DeliverKept``'s, by the
-        # slot each took in turn: ``codec.kept``).
+        # the last ``codec.KEPT`` of those the leader asked to keep (a ``DeliverKept``'s,
+        # by the slot each took in turn).
         self.delivered: Message | None = None
         self.kept: list[Message | None] = [None] * c.KEPT
         self.kept_next = 0
@@ -469,7 +469,7 @@ class Peer(LinkLeader):
     def _handle(self, op: c.Op) -> None:
         if isinstance(op, c.Deliver):
             message = self.delivered = self._message(op)
-            if c.kept(op.raw, op.body):
+            if op.keep:
                 slot = self.kept_next
                 self.kept[slot] = message
                 self.kept_next = slot + 1 if slot + 1 < c.KEPT else 0

@@ -22,7 +22,6 @@ from tests.unit.server.test_cluster_link_frontend import PROPS, handshake, link,
 if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.queues.remote import RemoteQueue
-    from leveret.server.cluster_link.frontend import LinkFrontEnd
 
 
 def test_the_browse_argument_crosses_in_the_consumes_field_table() -> None:
@@ -96,22 +95,8 @@ def claim_of(queue: RemoteQueue, entry: QueuedMessage) -> QueuedMessage | None:
     return claim.result()
 
 
-def _bodies(
-    out: list[c.Op], front: LinkFrontEnd | None = None, last: bytes | None = None
-) -> list[bytes]:
-    """The messages delivered: whole, or (with the leader's ``front``) by their kept slot,
-    or as the last one sent whole (``last`` before ``out``)."""
-    bodies = []
-    for op in out:
-        if isinstance(op, c.Deliver):
-            bodies.append(last := op.body)
-        elif isinstance(op, c.DeliverKept) and front is not None:
-            kept = front.kept[op.slot]
-            assert kept is not None
-            bodies.append(kept.body)
-        elif isinstance(op, c.DeliverAlso) and last is not None:
-            bodies.append(last)
-    return bodies
+def _bodies(out: list[c.Op]) -> list[bytes]:
+    return [op.body for op in out if isinstance(op, c.Deliver)]
 
 
 def test_the_leaders_browser_sends_copies_within_its_credit_and_takes_nothing() -> None:
@@ -139,14 +124,7 @@ def test_the_leaders_browser_sends_copies_within_its_credit_and_takes_nothing() 
     assert front.unsettled == {}
     out = send(front, c.Cancel(1), c.Consume(2, "/", "q", True, False, 10, 0))
     assert queue.browsers == []
-    # A browser's copies were sent whole: the consumer's deliveries of them go by their
-    # kept slots, and of the last copy ("late") as a DeliverAlso.
-    assert [type(op) for op in out if not isinstance(op, c.ConsumeOk)] == [
-        *[c.DeliverKept] * 3,
-        c.DeliverAlso,
-        c.Deliver,
-    ]
-    assert _bodies(out, front, b"late") == [b"m0", b"m1", b"m2", b"late", b"after"]
+    assert _bodies(out) == [b"m0", b"m1", b"m2", b"late", b"after"]
     assert queue.message_count == 0
 
 
@@ -178,7 +156,7 @@ def test_an_acquire_takes_a_browsed_message_still_there_unsettled() -> None:
     send(front, c.Settle(c.ACCEPT, (got.did,)), c.Settle(c.REQUEUE, (first.did,)))
     assert queue.unacked_count == 0
     out = send(front, c.Cancel(1), c.Consume(2, "/", "q", True, False, 10, 0))
-    assert _bodies(out, front, b"m2") == [b"m0", b"m2"]
+    assert _bodies(out) == [b"m0", b"m2"]
 
 
 def test_a_browser_is_gone_with_its_link() -> None:

@@ -35,8 +35,10 @@ def test_the_leader_writes_a_fanouts_message_once_for_its_consumers() -> None:
         c.Also(0, "/", "q3"),
         c.Publish(0, "/", "q2", "fan", "k", 0, PROPS, b"next"),
     )
+    # The fanout's message is kept (``keep``: an Also put it in several queues), the
+    # next one not (published to one queue).
     assert [op for op in out if not isinstance(op, c.Taken)] == [
-        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body"),
+        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body", keep=True),
         c.DeliverAlso(2, 2, False),
         c.DeliverAlso(3, 3, False),
         c.Deliver(2, 4, False, "fan", "k", 0, PROPS, b"next"),
@@ -72,7 +74,7 @@ def test_a_browsers_copy_between_two_deliveries_of_a_message_is_not_the_last() -
         c.Publish(0, "/", "q2", "", "q2", 0, PROPS, b"other"),
     )
     assert [op for op in out if not isinstance(op, c.Taken)] == [
-        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body"),
+        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body", keep=True),
         c.Deliver(2, c.BROWSED | 1, False, "", "q2", 0, PROPS, b"other"),
     ]
     assert send(front, c.Credit(3, 1, 0)) == [c.DeliverKept(3, 2, False, 0)]

@@ -1,10 +1,11 @@
 """A fanout's message crosses back once even when its queues deliver it at different
 times: each queue led here delivers to the peer's consumer as that consumer's credit comes,
 a burst of its own, so the same message seldom goes twice in a row (a ``DeliverAlso``).
-Both sides keep the last ``codec.KEPT`` messages sent whole (of at most
-``codec.KEEP_MAX`` bytes), by the slot each took in turn; a message delivered again
-crosses as a ``DeliverKept`` naming its slot (``server/cluster_link/frontend.py``
-``_send_delivery``, ``cluster/link.py`` ``Peer._handle``)."""
+The leader asks the peer to keep a message an Also put in several of its queues (of at
+most ``codec.KEEP_MAX`` bytes: a Deliver's ``keep``); both keep the last ``codec.KEPT``
+of them, by the slot each took in turn, and a message delivered again crosses as a
+``DeliverKept`` naming its slot (``server/cluster_link/frontend.py`` ``_send_delivery``,
+``cluster/link.py`` ``Peer._handle``). A message in one queue is never kept."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from typing import TYPE_CHECKING
 from leveret.model.broker import Broker
 from leveret.model.consumer import CallbackOwner
 from leveret.protocol.cluster import codec as c
-from tests.unit.cluster.dialled_link import dialled, remote_queue
+from tests.unit.cluster.dialled_link import RecordingTransport, dialled, remote_queue
 from tests.unit.server.test_cluster_link_frontend import PROPS, handshake, link, send
 
 if TYPE_CHECKING:
+    from leveret.cluster.link import Peer, _Connection
     from leveret.model.consumer import Consumer
     from leveret.model.entry import QueuedMessage
     from leveret.server.cluster_link.frontend import LinkFrontEnd
@@ -51,8 +53,8 @@ def test_a_message_a_later_burst_delivers_again_crosses_as_its_slot() -> None:
     assert _fanout(front, 2, b"m1", b"m2") == []  # no credit yet
     # q1's consumer's credit comes first: both messages whole, each taking a slot.
     assert send(front, c.Credit(1, 2, 0)) == [
-        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"m1"),
-        c.Deliver(1, 2, False, "fan", "k", 0, PROPS, b"m2"),
+        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"m1", keep=True),
+        c.Deliver(1, 2, False, "fan", "k", 0, PROPS, b"m2", keep=True),
     ]
     # Then q2's: the same two messages, m1 by its slot, m2 as the last sent whole.
     assert send(front, c.Credit(2, 2, 0)) == [
@@ -73,7 +75,7 @@ def test_a_message_too_large_to_keep_takes_no_slot_and_crosses_whole_each_time()
     send(front, c.Credit(1, 3, 0))
     assert send(front, c.Credit(2, 3, 0)) == [
         c.DeliverKept(2, 4, False, 0),
-        c.Deliver(2, 5, False, "fan", "k", 0, PROPS, large),
+        c.Deliver(2, 5, False, "fan", "k", 0, PROPS, large),  # not kept: too large
         c.DeliverKept(2, 6, False, 1),  # m3 took the slot after m1's
     ]
 
@@ -88,14 +90,14 @@ def test_a_slot_is_taken_again_after_kept_messages_sent_whole() -> None:
     # m1's, and so on: a burst further apart than the slots kept crosses whole, each
     # message evicted before it is asked for, never named by a slot another holds.
     assert out == [
-        c.Deliver(2, c.KEPT + 2 + i, False, "fan", "k", 0, PROPS, body)
+        c.Deliver(2, c.KEPT + 2 + i, False, "fan", "k", 0, PROPS, body, keep=True)
         for i, body in enumerate(bodies)
     ]
     assert len(front.kept_slots) == c.KEPT
 
 
-def _dialling(queues: int) -> tuple[list[tuple[str, QueuedMessage]], object]:
-    server, peer, conn, transport = dialled()
+def _dialling(queues: int) -> tuple[list[tuple[str, QueuedMessage]], Peer, _Connection]:
+    server, peer, conn, _transport = dialled()
     got: list[tuple[str, QueuedMessage]] = []
 
     def deliver(consumer: Consumer, entry: QueuedMessage) -> None:
@@ -107,21 +109,27 @@ def _dialling(queues: int) -> tuple[list[tuple[str, QueuedMessage]], object]:
         consumer = queue.consumer(f"q{i}", owner, auto_settle=False)
         consumer.credit = 1 << 20
         queue.add_consumer(consumer)
-    return got, (peer, conn, transport)
+    return got, peer, conn
+
+
+def _aborted(conn: _Connection) -> bool:
+    transport = conn.transport
+    assert isinstance(transport, RecordingTransport)
+    return transport.aborted
 
 
 def test_the_dialling_node_hands_a_kept_message_to_each_consumer() -> None:
     async def run() -> None:
-        got, (peer, conn, transport) = _dialling(2)
+        got, peer, conn = _dialling(2)
         large = b"x" * (c.KEEP_MAX - len(PROPS) + 1)
-        peer.received(  # type: ignore[attr-defined]
+        peer.received(
             conn,
             b"".join(
                 c.encode(op)
                 for op in (
-                    c.Deliver(1, 7, False, "fan", "k", 0, PROPS, b"m1"),
+                    c.Deliver(1, 7, False, "fan", "k", 0, PROPS, b"m1", keep=True),
                     c.Deliver(1, 8, False, "fan", "k", 0, PROPS, large),
-                    c.Deliver(1, 9, False, "fan", "k", 0, PROPS, b"m3"),
+                    c.Deliver(1, 9, False, "fan", "k", 0, PROPS, b"m3", keep=True),
                     c.DeliverKept(2, 10, True, 1),
                     c.DeliverKept(2, 11, False, 0),
                 )
@@ -137,7 +145,7 @@ def test_the_dialling_node_hands_a_kept_message_to_each_consumer() -> None:
         assert got[3][1].message is got[2][1].message
         assert got[4][1].message is got[0][1].message
         assert len({e.seq for _tag, e in got}) == 5
-        assert not transport.aborted  # type: ignore[attr-defined]
+        assert not _aborted(conn)
         await asyncio.sleep(0)
 
     asyncio.run(run())
@@ -145,20 +153,20 @@ def test_the_dialling_node_hands_a_kept_message_to_each_consumer() -> None:
 
 def test_a_deliver_kept_of_an_empty_slot_or_of_an_older_connection_closes_the_link() -> None:
     async def run() -> None:
-        _got, (peer, conn, transport) = _dialling(1)
-        peer.received(conn, c.encode(c.DeliverKept(1, 7, False, 0)))  # type: ignore[attr-defined]
-        assert transport.aborted  # type: ignore[attr-defined]
+        _got, peer, conn = _dialling(1)
+        peer.received(conn, c.encode(c.DeliverKept(1, 7, False, 0)))
+        assert _aborted(conn)
 
-        _got, (peer, conn, transport) = _dialling(1)
-        peer.received(  # type: ignore[attr-defined]
-            conn, c.encode(c.Deliver(1, 7, False, "fan", "k", 0, PROPS, b"m1"))
+        _got, peer, conn = _dialling(1)
+        peer.received(
+            conn, c.encode(c.Deliver(1, 7, False, "fan", "k", 0, PROPS, b"m1", keep=True))
         )
         # The connection goes and another comes: the leader's new link keeps nothing.
-        peer.lost(conn)  # type: ignore[attr-defined]
-        peer.connected(conn)  # type: ignore[attr-defined]
-        peer.up = True  # type: ignore[attr-defined]
-        peer.received(conn, c.encode(c.DeliverKept(1, 8, False, 0)))  # type: ignore[attr-defined]
-        assert transport.aborted  # type: ignore[attr-defined]
+        peer.lost(conn)
+        peer.connected(conn)
+        peer.up = True
+        peer.received(conn, c.encode(c.DeliverKept(1, 8, False, 0)))
+        assert _aborted(conn)
         await asyncio.sleep(0)
 
     asyncio.run(run())
@@ -172,7 +180,7 @@ def test_both_sides_agree_on_every_slot_whatever_the_credit_and_sizes() -> None:
         rng = random.Random(24)
         queues = 4
         front = _leader(queues, 0)
-        got, (peer, conn, transport) = _dialling(queues)
+        got, peer, conn = _dialling(queues)
         sizes = [8, 200, c.KEEP_MAX - len(PROPS), c.KEEP_MAX - len(PROPS) + 1]
         bodies = [b"%05d:" % n + b"." * max(0, rng.choice(sizes) - 6) for n in range(3 * c.KEPT)]
         leader_ops: list[c.Op] = _fanout(front, queues, *bodies)
@@ -187,8 +195,8 @@ def test_both_sides_agree_on_every_slot_whatever_the_credit_and_sizes() -> None:
             if not isinstance(op, c.Taken):
                 writer.add(op)
         assert any(isinstance(op, c.DeliverKept) for op in leader_ops)
-        peer.received(conn, writer.take())  # type: ignore[attr-defined]
-        assert not transport.aborted  # type: ignore[attr-defined]
+        peer.received(conn, writer.take())
+        assert not _aborted(conn)
         sent = [op for op in leader_ops if isinstance(op, (c.Deliver, c.DeliverKept))]
         assert len(got) == len(sent)
         for (tag, entry), op in zip(got, sent, strict=True):
@@ -200,3 +208,18 @@ def test_both_sides_agree_on_every_slot_whatever_the_credit_and_sizes() -> None:
         await asyncio.sleep(0)
 
     asyncio.run(run())
+
+
+def test_a_message_in_one_queue_is_never_kept() -> None:
+    """Only a message an Also put in several queues is kept: a one-queue message's
+    deliveries (scenarios a, b, c, e) keep nothing on either node, and a requeued one goes
+    whole again."""
+    front = _leader(1, 0)
+    send(front, *(c.Publish(0, "/", "q1", "", "q1", 0, PROPS, b"m%d" % i) for i in range(3)))
+    assert send(front, c.Credit(1, 3, 0)) == [
+        c.Deliver(1, i + 1, False, "", "q1", 0, PROPS, b"m%d" % i) for i in range(3)
+    ]
+    out = send(front, c.Settle(c.REQUEUE, (1,)), c.Credit(1, 1, 3))
+    assert out == [c.Deliver(1, 4, True, "", "q1", 0, PROPS, b"m0")]
+    assert front.kept_slots == {}
+    assert front.kept == [None] * c.KEPT

@@ -249,6 +249,10 @@ class Cancelled:
 
 @dataclass(slots=True)
 class Deliver:
+    """A message to the peer's consumer ``cid``. ``keep``: the peer keeps the message in
+    the next kept slot (:class:`DeliverKept`); written in the flags byte with
+    ``redelivered`` (bit 1), so a Deliver without it is the bytes it always was."""
+
     cid: int
     did: int
     redelivered: bool
@@ -257,6 +261,7 @@ class Deliver:
     format: int
     raw: bytes
     body: bytes
+    keep: bool
 
     def __init__(
         self,
@@ -268,6 +273,7 @@ class Deliver:
         format: int,
         raw: bytes,
         body: bytes,
+        keep: bool = False,
     ) -> None:
         self.cid = cid
         self.did = did
@@ -277,6 +283,7 @@ class Deliver:
         self.format = format
         self.raw = raw
         self.body = body
+        self.keep = keep
 
 
 @dataclass(slots=True)
@@ -299,12 +306,13 @@ class DeliverAlso:
 @dataclass(slots=True)
 class DeliverKept:
     """The message of an earlier :class:`Deliver` on this link, the one that took kept
-    ``slot`` (:func:`kept`), delivered to consumer ``cid`` (``did`` and ``redelivered``
-    its own). A fanout's queues led here deliver to the peer's consumers as their credit
-    comes, each a burst of its own, so the same message seldom goes twice in a row (a
-    :class:`DeliverAlso`): each side keeps the last ``KEPT`` messages sent whole (of at
-    most ``KEEP_MAX`` bytes), numbered alike in the order written and read, and a message
-    delivered again crosses as its slot."""
+    ``slot``, delivered to consumer ``cid`` (``did`` and ``redelivered`` its own). A
+    fanout's queues led here deliver to the peer's consumers as their credit comes, each a
+    burst of its own, so the same message seldom goes twice in a row (a
+    :class:`DeliverAlso`): the leader asks the peer to keep a message it may deliver again
+    (a Deliver's ``keep``), both sides keep the last ``KEPT`` of them, each in the next
+    slot in turn (the link is ordered: they number them alike), and a message delivered
+    again crosses as its slot."""
 
     cid: int
     did: int
@@ -720,13 +728,14 @@ def deliver_frame(
     fmt: int,
     raw: bytes,
     body: bytes,
+    keep: bool = False,
 ) -> bytes:
     """:class:`Deliver`'s frame, written directly (once per message delivered)."""
     e, r = _short(exchange), _short(routing_key)
     size = 1 + 4 + 8 + 1 + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
     return b"".join(
         (
-            _DELIVER_HEAD.pack(size, 10, cid, did, redelivered, len(e)),
+            _DELIVER_HEAD.pack(size, 10, cid, did, redelivered | keep << 1, len(e)),
             e,
             _len16(len(r)),
             r,
@@ -772,15 +781,10 @@ def deliver_also_frame(cid: int, did: int, redelivered: bool) -> bytes:
 
 
 # The messages each side of a link keeps for :class:`DeliverKept`: the last ``KEPT``
-# sent whole in a Deliver whose properties and body are at most ``KEEP_MAX`` bytes
-# (:func:`kept`), at most 4 MiB a link on each node, most of it messages still unacked.
+# Delivers with ``keep``, which the leader sets only for a message whose properties and
+# body are at most ``KEEP_MAX`` bytes: at most 4 MiB a link on each node.
 KEPT: Final = 1024
 KEEP_MAX: Final = 4096
-
-
-def kept(raw: bytes, body: bytes) -> bool:
-    """Whether a Deliver of this message takes the next kept slot (both sides ask)."""
-    return len(raw) + len(body) <= KEEP_MAX
 
 
 def deliver_kept_frame(cid: int, did: int, redelivered: bool, slot: int) -> bytes:
@@ -795,7 +799,7 @@ def _payload(op: Op) -> tuple[int, bytes]:
             (
                 _U32.pack(op.cid),
                 _U64.pack(op.did),
-                _U8.pack(op.redelivered),
+                _U8.pack(op.redelivered | op.keep << 1),
                 _message(op.exchange, op.routing_key, op.format, op.raw, op.body),
             )
         )
@@ -920,7 +924,15 @@ def encode(op: Op) -> bytes:
         )
     if isinstance(op, Deliver):
         return deliver_frame(
-            op.cid, op.did, op.redelivered, op.exchange, op.routing_key, op.format, op.raw, op.body
+            op.cid,
+            op.did,
+            op.redelivered,
+            op.exchange,
+            op.routing_key,
+            op.format,
+            op.raw,
+            op.body,
+            op.keep,
         )
     if isinstance(op, DeliverAlso):
         return deliver_also_frame(op.cid, op.did, op.redelivered)
@@ -1022,8 +1034,10 @@ class _Cursor:
 def _decode(code: int, c: _Cursor) -> Op:
     op: Op
     if code == 10:
-        cid, did, redelivered = c.u32(), c.u64(), c.flag()
-        op = Deliver(cid, did, redelivered, *c.message())
+        cid, did, flags = c.u32(), c.u64(), c.u8()
+        if flags > 3:
+            raise LinkError(f"bad deliver flags {flags}")
+        op = Deliver(cid, did, flags & 1 == 1, *c.message(), flags > 1)
     elif code == 3:
         seq, vhost, queue = c.u64(), c.s(), c.s()
         op = Publish(seq, vhost, queue, *c.message())
@@ -1288,16 +1302,16 @@ def _deliver(data: bytes, pos: int, end: int) -> Deliver:
     try:
         cid = _u32_at(data, pos)
         did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
-        redelivered = data[pos + 12]
-        if redelivered > 1:
-            raise LinkError(f"bad boolean {redelivered} in a link frame")
+        flags = data[pos + 12]
+        if flags > 3:
+            raise LinkError(f"bad deliver flags {flags}")
         exchange, p = _string_at(data, pos + 13)
         routing_key, p = _string_at(data, p)
         fmt, raw, body, p = _tail_at(data, p)
     except (IndexError, UnicodeDecodeError):
         raise LinkError("malformed link frame") from None
     _ends(p, end)
-    return Deliver(cid, did, redelivered == 1, exchange, routing_key, fmt, raw, body)
+    return Deliver(cid, did, flags & 1 == 1, exchange, routing_key, fmt, raw, body, flags > 1)
 
 
 def _deliver_also(data: bytes, pos: int) -> DeliverAlso:

@@ -40,6 +40,7 @@ from leveret.model.dead_letter import REJECTED
 from leveret.model.message import HINT_SHARED
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
+from leveret.protocol.cluster.codec import Also
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -527,7 +528,7 @@ class LinkFrontEnd:
         self.last = op
         self.last_message = None
         ops = self.ops
-        if ops and type(ops[0]) is c.Also:
+        if ops and type(ops[0]) is Also:
             # Into several queues here (the peer writes a fanout's Also frames right
             # after its Publish): marked before the first queue delivers it, so that its
             # first Deliver asks the peer to keep it (``_send_delivery``).

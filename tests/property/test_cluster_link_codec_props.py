@@ -52,6 +52,7 @@ ops = st.one_of(
     st.builds(c.Cancelled, u32, st.integers(0, 65535), text),
     st.builds(c.Deliver, u32, u64, st.booleans(), text, text, fmt, blob, blob),
     st.builds(c.DeliverAlso, u32, u64, st.booleans()),
+    st.builds(c.DeliverKept, u32, u64, st.booleans(), st.integers(0, 2**16 - 1)),
     st.builds(c.Settle, st.integers(0, 2), st.lists(u64, max_size=20).map(tuple)),
     st.builds(c.Get, u32, text, text, st.booleans()),
     st.builds(c.Got, u32, u64, st.booleans(), u32, text, text, fmt, blob, blob),
@@ -152,3 +153,39 @@ def test_long_names_properties_and_bodies_round_trip(size: int) -> None:
     assert c.Reader().feed(b"".join(c.encode(op) for op in batch)) == batch
     with pytest.raises(ValueError, match="too long"):
         c.encode(c.Deliver(1, 1, False, "x" * 0x10000, "", 0, b"", b""))
+
+
+def _generic(frame: bytes) -> c.Op:
+    """``frame`` read by the generic decoder (``_Cursor``), not the reader's fast paths."""
+    return c._decode(frame[4], c._Cursor(memoryview(frame)[5:]))
+
+
+@given(
+    st.one_of(
+        st.builds(c.Settle, st.integers(0, 2), st.lists(u64, max_size=300).map(tuple)),
+        st.builds(c.Also, u64, text, text),
+    ),
+    st.integers(0, 400),
+    st.integers(0, 255),
+)
+@settings(max_examples=400)
+def test_settle_and_also_read_directly_as_the_generic_decoder_reads_them(
+    op: c.Op, at: int, value: int
+) -> None:
+    # A Settle's ids are read as one array and an Also's names kept by their bytes
+    # (``Reader``'s direct paths): whole or corrupted, a frame reads as it always did.
+    frame = c.encode(op)
+    assert frame == c._HEAD.pack(len(frame) - 4, frame[4]) + c._payload(op)[1]
+    assert c.Reader().feed(frame) == [op] == [_generic(frame)]
+    bad = bytearray(frame)
+    bad[4 + (at % (len(frame) - 4))] = value  # the length stays: the frame is read
+    bad[4] = frame[4]
+    try:
+        expected: c.Op | None = _generic(bytes(bad))
+    except c.LinkError:
+        expected = None
+    try:
+        got: list[c.Op] | None = c.Reader().feed(bytes(bad))
+    except c.LinkError:
+        got = None
+    assert got == (None if expected is None else [expected])

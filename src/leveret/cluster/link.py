@@ -224,8 +224,12 @@ class Peer(LinkLeader):
         # The message of the last Publish on this connection: the same message into
         # another queue of this leader goes as an ``Also`` (a fanout crosses once).
         self.last_message: Message | None = None
-        # The message of the last Deliver on this connection (a ``DeliverAlso``'s).
+        # The message of the last Deliver on this connection (a ``DeliverAlso``'s), and
+        # the last ``codec.KEPT`` of those the leader asked to keep (a ``DeliverKept``'s,
+        # by the slot each took in turn).
         self.delivered: Message | None = None
+        self.kept: list[Message | None] = [None] * c.KEPT
+        self.kept_next = 0
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
@@ -314,7 +318,7 @@ class Peer(LinkLeader):
     def connected(self, conn: _Connection) -> None:
         self.conn = conn
         self.reader = c.Reader()
-        self.delivered = None
+        self._forget_kept()
         self.hello = None
         self.became_up.clear()
         links = self.links
@@ -335,7 +339,7 @@ class Peer(LinkLeader):
         was_up, self.up = self.up, False
         self.generation += 1
         self.last_message = None
-        self.delivered = None
+        self._forget_kept()
         self.frames.clear()
         self.size = 0
         self.settles.clear()
@@ -467,7 +471,7 @@ class Peer(LinkLeader):
         """The settlements gathered since the last frame, as frames (one per kind)."""
         settles, self.settles = self.settles, {}
         for kind, dids in settles.items():
-            frame = c.encode(c.Settle(kind, tuple(dids)))
+            frame = c.settle_frame(kind, dids)
             self.frames.append(frame)
             self.size += len(frame)
 
@@ -497,14 +501,30 @@ class Peer(LinkLeader):
 
     # -- what the leader sends -------------------------------------------------------------
 
+    def _forget_kept(self) -> None:
+        """A new connection: the leader starts its kept messages again too."""
+        self.delivered = None
+        if self.kept_next or self.kept[0] is not None:
+            self.kept = [None] * c.KEPT
+        self.kept_next = 0
+
     def _handle(self, op: c.Op) -> None:
         if isinstance(op, c.Deliver):
             message = self.delivered = self._message(op)
+            if op.keep:
+                slot = self.kept_next
+                self.kept[slot] = message
+                self.kept_next = slot + 1 if slot + 1 < c.KEPT else 0
             self._deliver(op.cid, op.did, op.redelivered, message)
         elif isinstance(op, c.DeliverAlso):
             if self.delivered is None:
                 raise c.LinkError("a DeliverAlso before any Deliver")
             self._deliver(op.cid, op.did, op.redelivered, self.delivered)
+        elif isinstance(op, c.DeliverKept):
+            kept = self.kept[op.slot] if op.slot < c.KEPT else None
+            if kept is None:
+                raise c.LinkError(f"a DeliverKept of slot {op.slot}, which holds no message")
+            self._deliver(op.cid, op.did, op.redelivered, kept)
         elif isinstance(op, c.Confirm):
             self._confirm(op)
         elif isinstance(op, c.Got):

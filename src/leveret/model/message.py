@@ -21,7 +21,7 @@ message is converted only when a consumer of another protocol takes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 
 class PropertiesView(Protocol):
@@ -63,6 +63,10 @@ HINT_USER_ID = 32
 # The front end read the encoded headers: the decoder takes them and no CC or BCC header
 # routes the message (the router need not decode them). Cleared when headers are replaced.
 HINT_PLAIN_HEADERS = 64
+# Put in several queues of a leader by one publish across the inter-node link (an
+# ``Also``): its deliveries to the link's consumers may cross again by a kept slot
+# (``protocol/cluster/codec.py``, ``DeliverKept``). Set by the link's front end.
+HINT_SHARED: Final = 128  # Final: a constant where the link reads it, not a lookup
 # What a queue looks at (expiration, priority); the rest matters at routing only.
 QUEUE_HINTS = HINT_EXPIRATION | HINT_PRIORITY
 

@@ -26,7 +26,7 @@ def test_the_leader_writes_a_fanouts_message_once_for_its_consumers() -> None:
     for name in ("q1", "q2", "q3"):
         vhost.declare_queue(name, owner=None)
     front, _ = link(broker)
-    handshake(front)
+    handshake(front, features=c.FEATURES)
     send(front, *(c.Consume(cid, "/", f"q{cid}", False, False, 10, 0, {}) for cid in (1, 2, 3)))
     out = send(
         front,
@@ -35,29 +35,32 @@ def test_the_leader_writes_a_fanouts_message_once_for_its_consumers() -> None:
         c.Also(0, "/", "q3"),
         c.Publish(0, "/", "q2", "fan", "k", 0, PROPS, b"next"),
     )
+    # The fanout's message is kept (``keep``: an Also put it in several queues), the
+    # next one not (published to one queue).
     assert [op for op in out if not isinstance(op, c.Taken)] == [
-        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body"),
+        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body", keep=True),
         c.DeliverAlso(2, 2, False),
         c.DeliverAlso(3, 3, False),
         c.Deliver(2, 4, False, "fan", "k", 0, PROPS, b"next"),
     ]
     # Each delivery is its own: settled (or requeued) one by one. The requeued one goes
-    # again whole: the last message delivered was another.
+    # again by the slot the peer keeps it in: the last message delivered was another
+    # (``DeliverKept``, tests/unit/cluster/test_link_deliver_kept.py).
     out = send(front, c.Settle(c.ACCEPT, (2,)), c.Settle(c.REQUEUE, (3,)))
-    assert out == [c.Deliver(3, 5, True, "fan", "k", 0, PROPS, b"body")]
+    assert out == [c.DeliverKept(3, 5, True, 0)]
     assert sorted(front.unsettled) == [1, 4, 5]
 
 
-def test_a_browsers_copy_between_two_deliveries_of_a_message_sends_it_whole_again() -> None:
+def test_a_browsers_copy_between_two_deliveries_of_a_message_is_not_the_last() -> None:
     """The peer keeps the last message sent whole, a browser's copy included: after a
-    copy of another message, the fanout's next delivery is a whole ``Deliver`` (a
-    ``DeliverAlso`` would hand the peer's consumer the copy's message)."""
+    copy of another message, the fanout's next delivery names the message's kept slot
+    (a ``DeliverAlso`` would hand the peer's consumer the copy's message)."""
     broker = Broker()
     vhost = broker.vhosts["/"]
     for name in ("q1", "q2", "q3"):
         vhost.declare_queue(name, owner=None)
     front, _ = link(broker)
-    handshake(front)
+    handshake(front, features=c.FEATURES)
     send(
         front,
         c.Consume(1, "/", "q1", False, False, 10, 0, {}),
@@ -71,10 +74,13 @@ def test_a_browsers_copy_between_two_deliveries_of_a_message_sends_it_whole_agai
         c.Publish(0, "/", "q2", "", "q2", 0, PROPS, b"other"),
     )
     assert [op for op in out if not isinstance(op, c.Taken)] == [
-        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body"),
+        c.Deliver(1, 1, False, "fan", "k", 0, PROPS, b"body", keep=True),
         c.Deliver(2, c.BROWSED | 1, False, "", "q2", 0, PROPS, b"other"),
     ]
-    assert send(front, c.Credit(3, 1, 0)) == [c.Deliver(3, 2, False, "fan", "k", 0, PROPS, b"body")]
+    assert send(front, c.Credit(3, 1, 0)) == [c.DeliverKept(3, 2, False, 0)]
+    kept = front.kept[0]
+    assert kept is not None
+    assert kept.body == b"body"
 
 
 def test_the_dialling_node_hands_each_consumer_the_one_message() -> None:

@@ -134,7 +134,7 @@ def test_a_dialer_sends_a_leader_that_did_not_announce_also_a_publish_per_queue(
         assert peer.agreed == OLDER
         assert records == [
             "inter-node link to node 'b' is up (features: consume-arguments, taken; "
-            "not: also, deliver-also)"
+            "not: also, deliver-also, deliver-kept)"
         ]
         vhost = peer.links.server.broker.vhosts["/"]
         message = wire_message("fan", "", PROPS, b"body")
@@ -157,9 +157,11 @@ def test_a_dialer_sends_todays_leader_every_form_it_had() -> None:
 
     async def run() -> None:
         peer, transport, records = _dialled_through_handshake(None)
-        assert peer.agreed == c.FEATURES
+        assert peer.agreed == c.UNANNOUNCED
         assert records == [
-            "inter-node link to node 'b' is up (features: " + ", ".join(sorted(c.FEATURES)) + ")"
+            "inter-node link to node 'b' is up (features: "
+            + ", ".join(sorted(c.UNANNOUNCED))
+            + "; not: deliver-kept)"
         ]
         vhost = peer.links.server.broker.vhosts["/"]
         message = wire_message("fan", "", PROPS, b"body")

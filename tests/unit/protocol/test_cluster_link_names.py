@@ -76,3 +76,44 @@ def test_names_that_are_not_utf8_are_refused() -> None:
     frame[frame.index(QUEUE.encode())] = 0xFF
     with pytest.raises(c.LinkError):
         c.Reader().feed(bytes(frame))
+
+
+def _also(queue: str, seq: int = 0) -> c.Also:
+    (op,) = c.Reader().feed(c.also_frame(seq, c.publish_names("/", queue)))
+    assert isinstance(op, c.Also)
+    return op
+
+
+def test_an_alsos_names_are_decoded_once_a_link() -> None:
+    reader = c.Reader()
+    frames = [c.also_frame(seq, c.publish_names("/", QUEUE)) for seq in (1, 2)]
+    (first,) = reader.feed(frames[0])
+    reader.feed(c.also_frame(0, c.publish_names("/", "other")))
+    (again,) = reader.feed(frames[1])
+    assert again == c.Also(2, "/", QUEUE)
+    assert isinstance(first, c.Also)
+    assert isinstance(again, c.Also)
+    assert again.queue is first.queue  # kept, with its hash
+    assert _also(QUEUE).queue is not first.queue  # each link's reader its own
+
+
+def test_more_also_names_than_it_keeps_and_long_ones_are_all_read() -> None:
+    reader = c.Reader()
+    names = [f"q{i}" for i in range(c.NAMES_KEPT * 2 + 3)] + ["q" * 2000]
+    for seq, name in enumerate([*names, *reversed(names)]):
+        assert reader.feed(c.also_frame(seq, c.publish_names("/", name))) == [
+            c.Also(seq, "/", name)
+        ]
+
+
+def test_an_also_cut_in_its_names_or_not_utf8_is_refused_after_its_names_were_kept() -> None:
+    reader = c.Reader()
+    frame = c.also_frame(1, c.publish_names("/", QUEUE))
+    reader.feed(frame)
+    longer = bytearray(frame)
+    longer[frame.index(QUEUE.encode()) - 1] += 1  # the queue's length past the frame
+    not_utf8 = bytearray(frame)
+    not_utf8[frame.index(QUEUE.encode())] = 0xFF
+    for bad in (longer, not_utf8):
+        with pytest.raises(c.LinkError):
+            reader.feed(bytes(bad))

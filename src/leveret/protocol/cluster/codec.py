@@ -29,6 +29,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+import sys
+from array import array
 from collections.abc import Mapping  # noqa: TC003
 from dataclasses import dataclass, field
 from typing import Final
@@ -57,7 +59,10 @@ __all__ = [
     "BROWSED",
     "CONSUME_ARGUMENTS",
     "DELIVER_ALSO",
+    "DELIVER_KEPT",
     "FEATURES",
+    "KEEP_MAX",
+    "KEPT",
     "MAX_FRAME",
     "NAMES_KEPT",
     "TAKEN",
@@ -76,6 +81,7 @@ __all__ = [
     "Credit",
     "Deliver",
     "DeliverAlso",
+    "DeliverKept",
     "Drain",
     "Drained",
     "Empty",
@@ -129,7 +135,9 @@ TAKEN: Final = "taken"  # the leader's Taken (without: no window, publishers nev
 ALSO: Final = "also"  # Also (without: the message whole in a Publish per queue)
 DELIVER_ALSO: Final = "deliver-also"  # DeliverAlso (without: a Deliver each, whole)
 CONSUME_ARGUMENTS: Final = "consume-arguments"  # a Consume's field table (without: none)
-FEATURES: Final = frozenset((TAKEN, ALSO, DELIVER_ALSO, CONSUME_ARGUMENTS))
+# DeliverKept, and a Deliver's keep (without: a Deliver each, whole, but DeliverAlso's)
+DELIVER_KEPT: Final = "deliver-kept"
+FEATURES: Final = frozenset((TAKEN, ALSO, DELIVER_ALSO, CONSUME_ARGUMENTS, DELIVER_KEPT))
 # What a Hello without a set speaks: every feature of 2026-11-28's main, the version before
 # features were announced (nodes of that version upgrade to this one and later one at a
 # time; versions before it, which lack some of these, are upgraded all at once). Never
@@ -286,6 +294,10 @@ class Cancelled:
 
 @dataclass(slots=True)
 class Deliver:
+    """A message to the peer's consumer ``cid``. ``keep``: the peer keeps the message in
+    the next kept slot (:class:`DeliverKept`); written in the flags byte with
+    ``redelivered`` (bit 1), so a Deliver without it is the bytes it always was."""
+
     cid: int
     did: int
     redelivered: bool
@@ -294,6 +306,7 @@ class Deliver:
     format: int
     raw: bytes
     body: bytes
+    keep: bool
 
     def __init__(
         self,
@@ -305,6 +318,7 @@ class Deliver:
         format: int,
         raw: bytes,
         body: bytes,
+        keep: bool = False,
     ) -> None:
         self.cid = cid
         self.did = did
@@ -314,6 +328,7 @@ class Deliver:
         self.format = format
         self.raw = raw
         self.body = body
+        self.keep = keep
 
 
 @dataclass(slots=True)
@@ -331,6 +346,29 @@ class DeliverAlso:
         self.cid = cid
         self.did = did
         self.redelivered = redelivered
+
+
+@dataclass(slots=True)
+class DeliverKept:
+    """The message of an earlier :class:`Deliver` on this link, the one that took kept
+    ``slot``, delivered to consumer ``cid`` (``did`` and ``redelivered`` its own). A
+    fanout's queues led here deliver to the peer's consumers as their credit comes, each a
+    burst of its own, so the same message seldom goes twice in a row (a
+    :class:`DeliverAlso`): the leader asks the peer to keep a message it may deliver again
+    (a Deliver's ``keep``), both sides keep the last ``KEPT`` of them, each in the next
+    slot in turn (the link is ordered: they number them alike), and a message delivered
+    again crosses as its slot."""
+
+    cid: int
+    did: int
+    redelivered: bool
+    slot: int
+
+    def __init__(self, cid: int, did: int, redelivered: bool, slot: int) -> None:
+        self.cid = cid
+        self.did = did
+        self.redelivered = redelivered
+        self.slot = slot
 
 
 @dataclass(slots=True)
@@ -579,6 +617,7 @@ Op = (
     | Drained
     | Acquire
     | DeliverAlso
+    | DeliverKept
 )
 
 # What a publish counts for besides its properties and body (its frame's head, names).
@@ -647,7 +686,9 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 _PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
 _DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
 _DELIVER_ALSO: Final = struct.Struct(">IBIQB")
+_DELIVER_KEPT: Final = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
+_SETTLE_HEAD: Final = struct.Struct(">IBBI")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
 _MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
 
@@ -744,13 +785,14 @@ def deliver_frame(
     fmt: int,
     raw: bytes,
     body: bytes,
+    keep: bool = False,
 ) -> bytes:
     """:class:`Deliver`'s frame, written directly (once per message delivered)."""
     e, r = _short(exchange), _short(routing_key)
     size = 1 + 4 + 8 + 1 + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
     return b"".join(
         (
-            _DELIVER_HEAD.pack(size, 10, cid, did, redelivered, len(e)),
+            _DELIVER_HEAD.pack(size, 10, cid, did, redelivered | keep << 1, len(e)),
             e,
             _len16(len(r)),
             r,
@@ -762,10 +804,50 @@ def deliver_frame(
     )
 
 
+# A Settle's delivery ids, big-endian u64s, packed and read as one array: per id a
+# ``pack`` or ``unpack`` is a Python method call even compiled, and a turn's Settle
+# carries an id for each ack of the turn (four a message in scenario d).
+_SWAP: Final = sys.byteorder == "little"
+_WIDE: Final = array("Q").itemsize == 8
+
+
+def settle_frame(kind: int, dids: list[int] | tuple[int, ...]) -> bytes:
+    """:class:`Settle`'s frame, its ids packed together."""
+    if not _WIDE:
+        return encode(Settle(kind, tuple(dids)))
+    ids = array("Q", dids)
+    if _SWAP:
+        ids.byteswap()
+    return _SETTLE_HEAD.pack(1 + 1 + 4 + 8 * len(dids), 11, kind, len(dids)) + ids.tobytes()
+
+
+def _dids_at(data: bytes, pos: int, count: int) -> tuple[int, ...]:
+    """``count`` big-endian u64s at ``pos`` (the caller checked they are there)."""
+    if not _WIDE:
+        return struct.unpack_from(f">{count}Q", data, pos)
+    ids = array("Q", data[pos : pos + 8 * count])
+    if _SWAP:
+        ids.byteswap()
+    return tuple(ids)
+
+
 def deliver_also_frame(cid: int, did: int, redelivered: bool) -> bytes:
     """:class:`DeliverAlso`'s frame, written directly. Its code is 33: 32 is ``Acquire``'s
     (a browsed message taken), made on another branch at the same time."""
     return _DELIVER_ALSO.pack(1 + 4 + 8 + 1, 33, cid, did, redelivered)
+
+
+# The messages each side of a link keeps for :class:`DeliverKept`: the last ``KEPT``
+# Delivers with ``keep``, which the leader sets only for a message whose properties and
+# body are at most ``KEEP_MAX`` bytes: at most 4 MiB a link on each node.
+KEPT: Final = 1024
+KEEP_MAX: Final = 4096
+
+
+def deliver_kept_frame(cid: int, did: int, redelivered: bool, slot: int) -> bytes:
+    """:class:`DeliverKept`'s frame, written directly. Its code is 34, after
+    ``DeliverAlso``'s."""
+    return _DELIVER_KEPT.pack(1 + 4 + 8 + 1 + 2, 34, cid, did, redelivered, slot)
 
 
 def _payload(op: Op) -> tuple[int, bytes]:
@@ -774,7 +856,7 @@ def _payload(op: Op) -> tuple[int, bytes]:
             (
                 _U32.pack(op.cid),
                 _U64.pack(op.did),
-                _U8.pack(op.redelivered),
+                _U8.pack(op.redelivered | op.keep << 1),
                 _message(op.exchange, op.routing_key, op.format, op.raw, op.body),
             )
         )
@@ -877,6 +959,10 @@ def _payload(op: Op) -> tuple[int, bytes]:
         return 31, _U32.pack(op.cid)
     if isinstance(op, DeliverAlso):
         return 33, _U32.pack(op.cid) + _U64.pack(op.did) + _U8.pack(op.redelivered)
+    if isinstance(op, DeliverKept):
+        return 34, b"".join(
+            (_U32.pack(op.cid), _U64.pack(op.did), _U8.pack(op.redelivered), _U16.pack(op.slot))
+        )
     raise TypeError(f"not a link operation: {op!r}")
 
 
@@ -909,10 +995,22 @@ def encode(op: Op) -> bytes:
         )
     if isinstance(op, Deliver):
         return deliver_frame(
-            op.cid, op.did, op.redelivered, op.exchange, op.routing_key, op.format, op.raw, op.body
+            op.cid,
+            op.did,
+            op.redelivered,
+            op.exchange,
+            op.routing_key,
+            op.format,
+            op.raw,
+            op.body,
+            op.keep,
         )
     if isinstance(op, DeliverAlso):
         return deliver_also_frame(op.cid, op.did, op.redelivered)
+    if isinstance(op, DeliverKept):
+        return deliver_kept_frame(op.cid, op.did, op.redelivered, op.slot)
+    if isinstance(op, Settle) and _WIDE:
+        return settle_frame(op.kind, op.dids)
     code, payload = _payload(op)
     return _HEAD.pack(len(payload) + 1, code) + payload
 
@@ -1007,8 +1105,10 @@ class _Cursor:
 def _decode(code: int, c: _Cursor) -> Op:
     op: Op
     if code == 10:
-        cid, did, redelivered = c.u32(), c.u64(), c.flag()
-        op = Deliver(cid, did, redelivered, *c.message())
+        cid, did, flags = c.u32(), c.u64(), c.u8()
+        if flags > 3:
+            raise LinkError(f"bad deliver flags {flags}")
+        op = Deliver(cid, did, flags & 1 == 1, *c.message(), flags > 1)
     elif code == 3:
         seq, vhost, queue = c.u64(), c.s(), c.s()
         op = Publish(seq, vhost, queue, *c.message())
@@ -1103,6 +1203,8 @@ def _decode(code: int, c: _Cursor) -> Op:
         op = Acquire(c.u32(), c.s(), c.s(), c.u64())
     elif code == 33:
         op = DeliverAlso(c.u32(), c.u64(), c.flag())
+    elif code == 34:
+        op = DeliverKept(c.u32(), c.u64(), c.flag(), c.u16())
     else:
         raise LinkError(f"unknown link operation {code}")
     c.end()
@@ -1150,13 +1252,15 @@ class Reader:
     against 1.41 µs a Deliver read, docs/benchmarks.md). A Publish's four names are
     decoded once a link (``NAMES_KEPT`` of them, by their bytes): one slice and a dict
     lookup a publish instead of a slice and a decode a name, and the queue's name comes
-    with its hash, which the leader's lookup of the queue then need not compute."""
+    with its hash, which the leader's lookup of the queue then need not compute; an
+    Also's two alike. A Settle's ids are read as one array, not one ``unpack`` each."""
 
-    __slots__ = ("_buffer", "_names")
+    __slots__ = ("_also_names", "_buffer", "_names")
 
     def __init__(self) -> None:
         self._buffer = bytearray()
         self._names: dict[bytes, tuple[str, str, str, str]] = {}
+        self._also_names: dict[bytes, tuple[str, str]] = {}
 
     @property
     def buffered(self) -> int:
@@ -1189,8 +1293,14 @@ class Reader:
                     ops.append(_deliver(data, pos + 5, end))
                 elif code == 33 and length == 14:
                     ops.append(_deliver_also(data, pos + 5))
+                elif code == 34 and length == 16:
+                    ops.append(_deliver_kept(data, pos + 5))
                 elif code == 3:
                     ops.append(self._publish(data, pos + 5, end))
+                elif code == 28:
+                    ops.append(self._also(data, pos + 5, end))
+                elif code == 11:
+                    ops.append(_settle(data, pos + 5, end))
                 else:
                     ops.append(_decode(code, _Cursor(memoryview(data)[pos + 5 : end])))
                 pos = end
@@ -1228,6 +1338,48 @@ class Reader:
         _ends(p, end)
         return Publish(seq, names[0], names[1], names[2], names[3], fmt, raw, body)
 
+    def _also(self, data: bytes, pos: int, end: int) -> Also:
+        """An Also, read straight from the bytes (once for each further queue of a fanout's
+        message), its two names kept as a Publish's four are (``_also_names``)."""
+        try:
+            seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
+            start = pos + 8
+            p = start
+            for _ in range(2):
+                p += 2 + (data[p] << 8 | data[p + 1])
+            if p > end:
+                raise LinkError("truncated link frame")
+            key = data[start:p]
+            names = self._also_names.get(key)
+            if names is None:
+                vhost, q = _string_at(data, start)
+                queue, q = _string_at(data, q)
+                names = (vhost, queue)
+                if p - start <= NAMES_KEPT_SIZE:
+                    if len(self._also_names) >= NAMES_KEPT:
+                        self._also_names.clear()
+                    self._also_names[key] = names
+        except (IndexError, UnicodeDecodeError):
+            raise LinkError("malformed link frame") from None
+        _ends(p, end)
+        return Also(seq, names[0], names[1])
+
+
+def _settle(data: bytes, pos: int, end: int) -> Settle:
+    """A Settle, read straight from the bytes, its ids as one array (``_dids_at``)."""
+    if end - pos < 5:
+        raise LinkError("truncated link frame")
+    kind = data[pos]
+    if kind > REQUEUE:
+        raise LinkError(f"bad settle kind {kind}")
+    count = _u32_at(data, pos + 1)
+    pos += 5
+    if count * 8 != end - pos:
+        raise LinkError(
+            "truncated link frame" if count * 8 > end - pos else "trailing bytes in a link frame"
+        )
+    return Settle(kind, _dids_at(data, pos, count))
+
 
 def _deliver(data: bytes, pos: int, end: int) -> Deliver:
     """A Deliver, read straight from the bytes (once per message delivered), as
@@ -1236,16 +1388,16 @@ def _deliver(data: bytes, pos: int, end: int) -> Deliver:
     try:
         cid = _u32_at(data, pos)
         did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
-        redelivered = data[pos + 12]
-        if redelivered > 1:
-            raise LinkError(f"bad boolean {redelivered} in a link frame")
+        flags = data[pos + 12]
+        if flags > 3:
+            raise LinkError(f"bad deliver flags {flags}")
         exchange, p = _string_at(data, pos + 13)
         routing_key, p = _string_at(data, p)
         fmt, raw, body, p = _tail_at(data, p)
     except (IndexError, UnicodeDecodeError):
         raise LinkError("malformed link frame") from None
     _ends(p, end)
-    return Deliver(cid, did, redelivered == 1, exchange, routing_key, fmt, raw, body)
+    return Deliver(cid, did, flags & 1 == 1, exchange, routing_key, fmt, raw, body, flags > 1)
 
 
 def _deliver_also(data: bytes, pos: int) -> DeliverAlso:
@@ -1255,6 +1407,16 @@ def _deliver_also(data: bytes, pos: int) -> DeliverAlso:
         raise LinkError(f"bad boolean {redelivered} in a link frame")
     did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
     return DeliverAlso(_u32_at(data, pos), did, redelivered == 1)
+
+
+def _deliver_kept(data: bytes, pos: int) -> DeliverKept:
+    """A DeliverKept of the right length, read straight from the bytes."""
+    redelivered = data[pos + 12]
+    if redelivered > 1:
+        raise LinkError(f"bad boolean {redelivered} in a link frame")
+    did = _u32_at(data, pos + 4) << 32 | _u32_at(data, pos + 8)
+    slot = data[pos + 13] << 8 | data[pos + 14]
+    return DeliverKept(_u32_at(data, pos), did, redelivered == 1, slot)
 
 
 def _ends(p: int, end: int) -> None:

@@ -230,6 +230,11 @@ class Peer(LinkLeader):
         self.delivered: Message | None = None
         self.kept: list[Message | None] = [None] * c.KEPT
         self.kept_next = 0
+        # The size (properties and body) of each slot's message, counted in the broker's
+        # memory gauge while the slot holds it: taken off as another takes its slot and,
+        # all of them, as the connection goes (``_forget_kept``).
+        self.kept_sizes: list[int] = [0] * c.KEPT
+        self.gauge = links.server.broker.gauge
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
@@ -506,6 +511,8 @@ class Peer(LinkLeader):
         self.delivered = None
         if self.kept_next or self.kept[0] is not None:
             self.kept = [None] * c.KEPT
+            self.gauge.bytes -= sum(self.kept_sizes)
+            self.kept_sizes = [0] * c.KEPT
         self.kept_next = 0
 
     def _handle(self, op: c.Op) -> None:
@@ -515,6 +522,10 @@ class Peer(LinkLeader):
                 slot = self.kept_next
                 self.kept[slot] = message
                 self.kept_next = slot + 1 if slot + 1 < c.KEPT else 0
+                size = len(op.raw) + len(op.body)
+                sizes = self.kept_sizes
+                self.gauge.bytes += size - sizes[slot]
+                sizes[slot] = size
             self._deliver(op.cid, op.did, op.redelivered, message)
         elif isinstance(op, c.DeliverAlso):
             if self.delivered is None:

@@ -26,9 +26,10 @@ answer resolves the deferred ``basic.get``.
   drain is the leader's to answer (``Drain``, ``Drained``), as on one node.
 - **Back-pressure.** A proxy falls behind (publishers feeding it are paced, as on one node)
   while its leader says the queue's consumers do not keep up (``Backlog``) or while the
-  connection's write buffer is over its high-water mark; the bytes waiting
-  count in the broker's memory gauge, so the memory alarm blocks publishers as it does
-  when a local queue grows. The leader's side is a front end like any other, but its
+  connection's write buffer is over its high-water mark; the bytes waiting, and the
+  messages kept for the leader's ``DeliverKept`` (their properties and bodies), count in
+  the broker's memory gauge, so the memory alarm blocks publishers as it does when a local
+  queue grows. The leader's side is a front end like any other, but its
   memory alarm holds the link's publishes, not the link: ``Taken`` stops, and the window
   holds the publishers here.
 - **Loss.** When the link goes (the leader's node died, a partition), publishes waiting for

@@ -26,9 +26,10 @@ answer resolves the deferred ``basic.get``.
   drain is the leader's to answer (``Drain``, ``Drained``), as on one node.
 - **Back-pressure.** A proxy falls behind (publishers feeding it are paced, as on one node)
   while its leader says the queue's consumers do not keep up (``Backlog``) or while the
-  connection's write buffer is over its high-water mark; the bytes waiting
-  count in the broker's memory gauge, so the memory alarm blocks publishers as it does
-  when a local queue grows. The leader's side is a front end like any other, but its
+  connection's write buffer is over its high-water mark; the bytes waiting, and the
+  messages kept for the leader's ``DeliverKept`` (their properties and bodies), count in
+  the broker's memory gauge, so the memory alarm blocks publishers as it does when a local
+  queue grows. The leader's side is a front end like any other, but its
   memory alarm holds the link's publishes, not the link: ``Taken`` stops, and the window
   holds the publishers here.
 - **Loss.** When the link goes (the leader's node died, a partition), publishes waiting for
@@ -230,6 +231,11 @@ class Peer(LinkLeader):
         self.delivered: Message | None = None
         self.kept: list[Message | None] = [None] * c.KEPT
         self.kept_next = 0
+        # The size (properties and body) of each slot's message, counted in the broker's
+        # memory gauge while the slot holds it: taken off as another takes its slot and,
+        # all of them, as the connection goes (``_forget_kept``).
+        self.kept_sizes: list[int] = [0] * c.KEPT
+        self.gauge = links.server.broker.gauge
         self.cids: dict[Consumer, int] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
@@ -506,6 +512,8 @@ class Peer(LinkLeader):
         self.delivered = None
         if self.kept_next or self.kept[0] is not None:
             self.kept = [None] * c.KEPT
+            self.gauge.bytes -= sum(self.kept_sizes)
+            self.kept_sizes = [0] * c.KEPT
         self.kept_next = 0
 
     def _handle(self, op: c.Op) -> None:
@@ -515,6 +523,10 @@ class Peer(LinkLeader):
                 slot = self.kept_next
                 self.kept[slot] = message
                 self.kept_next = slot + 1 if slot + 1 < c.KEPT else 0
+                size = len(op.raw) + len(op.body)
+                sizes = self.kept_sizes
+                self.gauge.bytes += size - sizes[slot]
+                sizes[slot] = size
             self._deliver(op.cid, op.did, op.redelivered, message)
         elif isinstance(op, c.DeliverAlso):
             if self.delivered is None:

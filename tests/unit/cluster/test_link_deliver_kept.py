@@ -246,3 +246,69 @@ def test_a_peer_that_did_not_announce_deliver_kept_is_never_asked_to_keep() -> N
         c.Deliver(2, 3, False, "fan", "k", 0, PROPS, b"m1"),
         c.Deliver(2, 4, False, "fan", "k", 0, PROPS, b"m2"),
     ]
+
+
+def test_the_leaders_kept_messages_count_in_the_memory_gauge_until_the_link_goes() -> None:
+    """Each slot's message counts its properties and body in the broker's memory gauge
+    while the slot holds it (the consumers here settle as they take, so the queues hold
+    nothing and the gauge is the ring alone)."""
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    for name in ("q1", "q2"):
+        vhost.declare_queue(name, owner=None)
+    front, _ = link(broker)
+    handshake(front, features=c.FEATURES)
+    send(front, *(c.Consume(i, "/", f"q{i}", True, False, 1 << 20, 0, {}) for i in (1, 2)))
+    gauge = broker.gauge
+    start = gauge.bytes
+    large = b"L" * (c.KEEP_MAX - len(PROPS))
+    _fanout(front, 2, large, large)
+    assert gauge.bytes == start + 2 * c.KEEP_MAX
+    # Neither a message too large to keep nor a one-queue message takes a slot.
+    _fanout(front, 2, large + b"!")
+    send(front, c.Publish(0, "/", "q1", "", "q1", 0, PROPS, b"one queue"))
+    assert gauge.bytes == start + 2 * c.KEEP_MAX
+    # The ring goes round: the small messages take the large ones' slots, and the gauge
+    # falls by what left.
+    _fanout(front, 2, *(b"s%04d" % i for i in range(c.KEPT)))
+    assert gauge.bytes == start + c.KEPT * (len(PROPS) + 5)
+    front.shell.connection_lost(2.0)
+    assert gauge.bytes == start
+    assert front.kept_slots == {}
+
+
+def test_the_dialling_nodes_kept_messages_count_in_the_memory_gauge_until_it_goes() -> None:
+    async def run() -> None:
+        _got, peer, conn = _dialling(1)
+        gauge = peer.links.server.broker.gauge
+        start = gauge.bytes
+        large = b"L" * (c.KEEP_MAX - len(PROPS))
+
+        def deliver(*ops: c.Op) -> None:
+            peer.received(conn, b"".join(c.encode(op) for op in ops))
+
+        did = iter(range(1, 1 << 20))
+        deliver(*(c.Deliver(1, next(did), False, "fan", "k", 0, PROPS, large, True) for _ in "ab"))
+        deliver(c.Deliver(1, next(did), False, "fan", "k", 0, PROPS, b"not kept"))
+        assert gauge.bytes == start + 2 * c.KEEP_MAX
+        # The ring goes round: the small messages take the large ones' slots.
+        deliver(
+            *(
+                c.Deliver(1, next(did), False, "fan", "k", 0, PROPS, b"s%04d" % i, True)
+                for i in range(c.KEPT)
+            )
+        )
+        assert gauge.bytes == start + c.KEPT * (len(PROPS) + 5)
+        # A new connection starts the ring again, the lost one's messages uncounted.
+        peer.lost(conn)
+        assert gauge.bytes == start
+        peer.connected(conn)
+        peer.up = True
+        deliver(c.Deliver(1, next(did), False, "fan", "k", 0, PROPS, large, True))
+        assert gauge.bytes == start + c.KEEP_MAX
+        peer.lost(conn)
+        assert gauge.bytes == start
+        assert not _aborted(conn)
+        await asyncio.sleep(0)
+
+    asyncio.run(run())

@@ -261,6 +261,11 @@ class LinkFrontEnd:
         self.kept: list[Message | None] = [None] * c.KEPT
         self.kept_slots: dict[int, int] = {}
         self.kept_next = 0
+        # The size (properties and body) of each slot's message, counted in the broker's
+        # memory gauge while the slot holds it: taken off as another takes its slot and,
+        # all of them, as the link goes (``connection_lost``).
+        self.kept_sizes: list[int] = [0] * c.KEPT
+        self.gauge = self.broker.gauge
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -404,6 +409,7 @@ class LinkFrontEnd:
         """The peer is gone: its consumers go, what it left unsettled is requeued."""
         self.confirms.closed = True
         self.paced.clear()
+        self._forget_kept()
         for consumer in list(self.consumers.values()):
             self._stop(consumer)
         self.consumers.clear()
@@ -423,6 +429,16 @@ class LinkFrontEnd:
             del self.identity.links[peer.node]
             if self.identity.on_peer is not None:
                 self.identity.on_peer(peer.node, False)
+
+    def _forget_kept(self) -> None:
+        """The link is gone: its kept messages leave the memory gauge (and the ring, which
+        the peer's next link starts again)."""
+        self.gauge.bytes -= sum(self.kept_sizes)
+        self.kept = [None] * c.KEPT
+        self.kept_slots.clear()
+        self.kept_sizes = [0] * c.KEPT
+        self.kept_next = 0
+        self.last_delivered = None
 
     def channel_infos(self) -> list[ChannelInfo]:
         return []
@@ -775,19 +791,21 @@ class LinkFrontEnd:
         # Kept only where it may be delivered again: a message an Also put in several
         # queues (``HINT_SHARED``); the others cost nothing more (a dict lookup and a slot
         # a delivery cost a one-queue message 0.28 µs at the leader, docs/benchmarks.md).
-        keep = (
-            bool(message.hints & HINT_SHARED)
-            and len(message.raw_properties) + len(message.body) <= c.KEEP_MAX
-            and self.keeps
-        )
-        if keep:
-            slot = self.kept_next
-            old = self.kept[slot]
-            if old is not None:
-                del self.kept_slots[id(old)]
-            self.kept[slot] = message
-            self.kept_slots[id(message)] = slot
-            self.kept_next = slot + 1 if slot + 1 < c.KEPT else 0
+        keep = False
+        if message.hints & HINT_SHARED and self.keeps:
+            size = len(message.raw_properties) + len(message.body)
+            if size <= c.KEEP_MAX:
+                keep = True
+                slot = self.kept_next
+                old = self.kept[slot]
+                if old is not None:
+                    del self.kept_slots[id(old)]
+                self.kept[slot] = message
+                self.kept_slots[id(message)] = slot
+                self.kept_next = slot + 1 if slot + 1 < c.KEPT else 0
+                sizes = self.kept_sizes
+                self.gauge.bytes += size - sizes[slot]
+                sizes[slot] = size
         self.output.add(
             c.deliver_frame(
                 cid,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.leveret_only
 
 COUNT = 40
-NONE_AGREED = "features: none; not: also, consume-arguments, deliver-also, taken"
+NONE_AGREED = "features: none; not: also, consume-arguments, deliver-also, deliver-kept, taken"
 
 
 class _Recorder(Forwarder):

@@ -1259,8 +1259,8 @@ class Reader:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
-        self._names: dict[bytes, tuple[str, str, str, str]] = {}
-        self._also_names: dict[bytes, tuple[str, str]] = {}
+        self._names: dict[bytes, tuple[str, ...]] = {}
+        self._also_names: dict[bytes, tuple[str, ...]] = {}
 
     @property
     def buffered(self) -> int:
@@ -1314,24 +1314,7 @@ class Reader:
         raises IndexError."""
         try:
             seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
-            start = pos + 8
-            p = start
-            for _ in range(4):
-                p += 2 + (data[p] << 8 | data[p + 1])
-            if p > end:
-                raise LinkError("truncated link frame")
-            key = data[start:p]
-            names = self._names.get(key)
-            if names is None:
-                vhost, q = _string_at(data, start)
-                queue, q = _string_at(data, q)
-                exchange, q = _string_at(data, q)
-                routing_key, q = _string_at(data, q)
-                names = (vhost, queue, exchange, routing_key)
-                if p - start <= NAMES_KEPT_SIZE:
-                    if len(self._names) >= NAMES_KEPT:
-                        self._names.clear()
-                    self._names[key] = names
+            names, p = _kept_names(self._names, data, pos + 8, end, 4)
             fmt, raw, body, p = _tail_at(data, p)
         except (IndexError, UnicodeDecodeError):
             raise LinkError("malformed link frame") from None
@@ -1343,26 +1326,39 @@ class Reader:
         message), its two names kept as a Publish's four are (``_also_names``)."""
         try:
             seq = _u32_at(data, pos) << 32 | _u32_at(data, pos + 4)
-            start = pos + 8
-            p = start
-            for _ in range(2):
-                p += 2 + (data[p] << 8 | data[p + 1])
-            if p > end:
-                raise LinkError("truncated link frame")
-            key = data[start:p]
-            names = self._also_names.get(key)
-            if names is None:
-                vhost, q = _string_at(data, start)
-                queue, q = _string_at(data, q)
-                names = (vhost, queue)
-                if p - start <= NAMES_KEPT_SIZE:
-                    if len(self._also_names) >= NAMES_KEPT:
-                        self._also_names.clear()
-                    self._also_names[key] = names
+            names, p = _kept_names(self._also_names, data, pos + 8, end, 2)
         except (IndexError, UnicodeDecodeError):
             raise LinkError("malformed link frame") from None
         _ends(p, end)
         return Also(seq, names[0], names[1])
+
+
+def _kept_names(
+    kept: dict[bytes, tuple[str, ...]], data: bytes, start: int, end: int, count: int
+) -> tuple[tuple[str, ...], int]:
+    """The ``count`` strings at ``start`` and where they end, decoded once a link: kept in
+    ``kept`` by their bytes (``NAMES_KEPT`` sets of at most ``NAMES_KEPT_SIZE`` bytes). A
+    Publish's and an Also's names are kept apart (the same bytes read as four strings or
+    two are not the same names)."""
+    p = start
+    for _ in range(count):
+        p += 2 + (data[p] << 8 | data[p + 1])
+    if p > end:
+        raise LinkError("truncated link frame")
+    key = data[start:p]
+    names = kept.get(key)
+    if names is None:
+        decoded = []
+        q = start
+        for _ in range(count):
+            name, q = _string_at(data, q)
+            decoded.append(name)
+        names = tuple(decoded)
+        if p - start <= NAMES_KEPT_SIZE:
+            if len(kept) >= NAMES_KEPT:
+                kept.clear()
+            kept[key] = names
+    return names, p
 
 
 def _settle(data: bytes, pos: int, end: int) -> Settle:

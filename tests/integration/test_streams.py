@@ -426,7 +426,7 @@ def test_every_delivery_has_an_append_timestamp(conn: Any, stream: str) -> None:
     after = int(time.time() * 1000)
     got = consume(conn, stream, 3, "first")
     stamps = [h["x-stream-timestamp"] for _o, _b, h in got]
-    assert all(before - 5 <= s <= after + 5 for s in stamps)
+    assert all(before - 5 <= s <= after + 5 for s in stamps), (before, stamps, after)
     assert stamps == sorted(stamps)
     assert all(h["mine"] == "kept" for _o, _b, h in got)
 

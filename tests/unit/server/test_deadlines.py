@@ -108,3 +108,30 @@ def test_the_model_wall_clock_is_the_loop_s_own_when_it_has_one(loop: ClockedEve
     finally:
         plain.close()
     assert abs(timers.wall - time.time()) < 1
+
+
+def test_the_wall_offset_follows_the_system_clock_as_it_drifts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The monotonic clock and the wall clock drift apart; a broker up for hours must still
+    stamp stream entries with the wall clock, so the offset is read again each second."""
+    skew = [0.0]
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + skew[0])
+    loop = asyncio.new_event_loop()
+    timers = Timers()
+    seen: list[float] = []
+
+    async def body() -> None:
+        timer = DeadlineTimer(loop, timers)
+        seen.append(timers.wall_offset)
+        skew[0] = 0.25  # the wall clock slewed a quarter second ahead
+        await asyncio.sleep(1.3)
+        seen.append(timers.wall_offset)
+        timer.close()
+
+    try:
+        loop.run_until_complete(body())
+    finally:
+        loop.close()
+    assert 0.2 < seen[1] - seen[0] < 0.3

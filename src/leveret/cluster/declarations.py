@@ -37,6 +37,7 @@ from leveret.auth.users import AdminError
 from leveret.errors import AMQPError, InternalError, NotFound, PreconditionFailed
 from leveret.model import super_stream
 from leveret.model.completion import Completion
+from leveret.server.awaiting import settled
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -403,7 +404,7 @@ class SharedDeclarations:
             if proxy is None or not proxy.forwards:
                 return
             asked = proxy.inspect(purge=False)
-            await _settled(asked)
+            await settled(asked)
             if asked.error is None or time.monotonic() > deadline:
                 return  # (an error past the deadline is the client's to see)
             if not isinstance(asked.error, NotFound):
@@ -416,7 +417,7 @@ class SharedDeclarations:
         deadline = time.monotonic() + LEADER_CATCH_UP
         while True:
             asked = proxy.inspect(purge=False)
-            await _settled(asked)
+            await settled(asked)
             if asked.error is not None or time.monotonic() > deadline:
                 return  # 404 (gone), or its leader is down (it removes it when back)
             await asyncio.sleep(0.02)
@@ -446,15 +447,3 @@ class SharedDeclarations:
 
         self.spawn(run())
         return done
-
-
-async def _settled(completion: Completion[Any]) -> None:
-    """Until ``completion`` is done (either way)."""
-    settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def done(_completion: Completion[Any]) -> None:
-        if not settled.done():
-            settled.set_result(None)
-
-    completion.on_done(done)
-    await settled

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError
 from leveret.model.queues.remote import RemoteQueue
+from leveret.server.awaiting import outcome
 from leveret.server.definitions import export_all, import_document
 from leveret.server.parameters import runtime_of
 from leveret.server.rows import (
@@ -41,7 +42,6 @@ from leveret.server.rows import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from leveret.model.completion import Completion
     from leveret.model.vhost import VirtualHost
     from leveret.server.connection import ConnectionProtocol
     from leveret.server.ctl.admin import Admin
@@ -164,23 +164,12 @@ async def list_queues(admin: Admin, args: dict[str, Any]) -> list[dict[str, Any]
 async def _count_at_leaders(vhost: VirtualHost, rows: list[dict[str, Any]]) -> None:
     """Fill the counters of ``rows`` (queues led by other nodes) from their leaders, all
     asked at once, for at most ``COUNT_TIMEOUT`` seconds."""
-    loop = asyncio.get_running_loop()
-    asked: list[tuple[dict[str, Any], asyncio.Future[tuple[int, int, int]]]] = []
+    asked: list[tuple[dict[str, Any], asyncio.Task[tuple[int, int, int]]]] = []
     for row in rows:
         proxy = vhost.remote_queues.get(row["name"])
         if not isinstance(proxy, RemoteQueue) or row["state"] != "running":
             continue
-        future: asyncio.Future[tuple[int, int, int]] = loop.create_future()
-
-        def done(stats: Completion[tuple[int, int, int]], future: Any = future) -> None:
-            if not future.done():
-                if stats.error is not None:
-                    future.set_exception(stats.error)
-                else:
-                    future.set_result(stats.result())
-
-        proxy.stats().on_done(done)
-        asked.append((row, future))
+        asked.append((row, asyncio.ensure_future(outcome(proxy.stats()))))
     if not asked:
         return
     await asyncio.wait([f for _row, f in asked], timeout=COUNT_TIMEOUT)

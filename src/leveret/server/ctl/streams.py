@@ -15,19 +15,18 @@ super stream that exists, or is missing.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.auth.users import AdminError, InvalidArgument
 from leveret.errors import AMQPError, NotFound
 from leveret.model import super_stream
+from leveret.server.awaiting import outcome
 from leveret.server.rabbitstream.connection import stream_queue_arguments
 from leveret.server.rabbitstream.superstream import clean_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.model.completion import Completion
     from leveret.model.vhost import VirtualHost
     from leveret.server.ctl.admin import Admin
 
@@ -77,20 +76,6 @@ def _layout(name: str, args: dict[str, Any]) -> tuple[list[str], list[str]]:
     return super_stream.default_partitions(name, count)
 
 
-async def _written(completion: Completion[T]) -> T:
-    """What a write to the cluster's metadata store (``VirtualHost.shared``) ended with,
-    once it did; raises its error."""
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def done(_completion: Completion[T]) -> None:
-        if not future.done():
-            future.set_result(None)
-
-    completion.on_done(done)
-    await future
-    return completion.result()
-
-
 def super_stream_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
 
     async def add_super_stream(args: dict[str, Any]) -> None:
@@ -110,7 +95,7 @@ def super_stream_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awa
                 return
             super_stream.check_new(vhost, name, streams, keys)
             written = shared.create_super_stream(name, streams, keys, queue_arguments, None)
-            made = await _written(written)
+            made = await outcome(written)
         except super_stream.AlreadyExists as exc:
             raise SuperStreamExists(exc.reply_text) from None
         except AMQPError as exc:
@@ -131,7 +116,7 @@ def super_stream_verbs(admin: Admin) -> dict[str, Callable[[dict[str, Any]], Awa
                 super_stream.delete(vhost, name)
             else:
                 queues = super_stream.members(vhost, name)
-                await _written(shared.delete_super_stream(name, queues))
+                await outcome(shared.delete_super_stream(name, queues))
         except NotFound:
             raise AdminError(f"Super stream '{name}' does not exist") from None
         except AMQPError as exc:

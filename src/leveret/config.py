@@ -31,6 +31,10 @@ class Settings:
     max_message_size: int = 128 * 1024 * 1024
     # Bytes queued messages may hold before publishers are blocked; None = 30% of RAM, 0 = off.
     memory_high_watermark: int | None = None
+    # RabbitMQ's vm_memory_high_watermark_paging_ratio, in percent of the watermark: once
+    # queued messages hold this much, queues page large bodies too (a queue always pages
+    # past 2048 ready messages of small ones); 0 = page by message count alone.
+    memory_paging_percent: int = 50
     # RabbitMQ's default_user/default_pass; a user named "guest" may connect from loopback only.
     default_user: str = "guest"
     default_pass: str = "guest"  # noqa: S105 - RabbitMQ's well-known default, loopback-only
@@ -211,6 +215,10 @@ def _validate(settings: Settings) -> Settings:
         raise ConfigError(f"frame_max must be at least 4096, got {settings.frame_max}")
     if settings.channel_max > 65535:
         raise ConfigError(f"channel_max must be at most 65535, got {settings.channel_max}")
+    if settings.memory_paging_percent > 100:
+        raise ConfigError(
+            f"memory_paging_percent must be at most 100, got {settings.memory_paging_percent}"
+        )
     if settings.heartbeat > 65535:
         raise ConfigError(f"heartbeat must be at most 65535, got {settings.heartbeat}")
     if not settings.default_user:

@@ -1,18 +1,24 @@
 """Deep queues page their tail to disk: order, content and restarts through a real client.
 
-A queue keeps 2048 ready messages in memory; these tests go well past that, so most of
-the messages are in page files under ``data_dir/pages`` while they wait.
+A queue keeps 2048 ready messages of small bodies in memory; these tests go well past that,
+so most of the messages are in page files under ``data_dir/pages`` while they wait. Large
+bodies (4 KiB and more) page only once queued messages hold the paging level (half the
+memory high watermark by default): the last tests.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import pika
 import pytest
+import requests
 
+from tests.integration.mgmt_support import start_mgmt_broker
 from tests.integration.pika_support import Opened, connect
 from tests.integration.test_durability import PERSISTENT, Restarting, data_dir, node
 
@@ -20,6 +26,7 @@ if TYPE_CHECKING:
     from pika.adapters.blocking_connection import BlockingChannel
 
     from tests.integration.conftest import Broker
+    from tests.integration.mgmt_support import MgmtBroker
 
 __all__ = ["data_dir", "node"]
 
@@ -108,3 +115,55 @@ def test_purge_and_delete_of_a_deep_queue(node: Restarting) -> None:
     assert _depth(node.broker, "deep") == 0
     pages = Path(node.data_dir) / "pages"
     assert not any(pages.iterdir())
+
+
+LARGE = 8192
+
+
+def _large(i: int) -> bytes:
+    return b"%06d:" % i + b"L" * (LARGE - 7)
+
+
+def _paged_out(mgmt: MgmtBroker, queue: str, expected_total: int) -> int:
+    """The queue's ``messages_paged_out`` once the API's row shows every message."""
+    url = mgmt.api(f"queues/%2F/{quote(queue, safe='')}")
+    deadline = time.monotonic() + 10
+    while True:
+        row = requests.get(url, auth=("guest", "guest"), timeout=10).json()
+        if row.get("messages") == expected_total or time.monotonic() > deadline:
+            assert row["messages"] == expected_total
+            return int(row["messages_paged_out"])
+        time.sleep(0.1)
+
+
+def test_large_bodies_stay_in_memory_until_the_paging_level_then_page() -> None:
+    # Watermark 64 MiB: the paging level is 32 MiB of queued messages (50 %).
+    mgmt = start_mgmt_broker("--memory-high-watermark", str(64 << 20))
+    try:
+        with Opened(connect(mgmt.broker)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("big")
+            for i in range(3000):  # 24 MiB: past 2048 messages, under the level
+                ch.basic_publish("", "big", _large(i))
+            assert _paged_out(mgmt, "big", 3000) == 0
+            for i in range(3000, 6000):  # 48 MiB in all: past the level, under the watermark
+                ch.basic_publish("", "big", _large(i))
+            assert _paged_out(mgmt, "big", 6000) > 1000
+        got = _drain(mgmt.broker, "big", 6000)
+        assert [body for body, _ in got] == [_large(i) for i in range(6000)]
+        assert _paged_out(mgmt, "big", 0) == 0
+    finally:
+        mgmt.broker.stop()
+
+
+def test_large_persistent_bodies_kept_in_memory_come_back_after_a_kill(node: Restarting) -> None:
+    with Opened(connect(node.broker)) as conn:
+        ch = conn.channel()
+        ch.queue_declare("big", durable=True)
+        for i in range(3000):
+            ch.basic_publish("", "big", _large(i), PERSISTENT)
+    assert not any((Path(node.data_dir) / "pages").iterdir()), "large bodies were paged"
+    node.restart(signal.SIGKILL)
+    assert _depth(node.broker, "big") == 3000
+    got = _drain(node.broker, "big", 3000)
+    assert [body for body, _ in got] == [_large(i) for i in range(3000)]

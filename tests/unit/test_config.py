@@ -340,6 +340,15 @@ def test_channel_max_and_heartbeat_above_a_short() -> None:
     assert "heartbeat must be at most 65535" in config_error(overrides={"heartbeat": 65536})
 
 
+def test_memory_paging_percent_is_a_percentage() -> None:
+    assert load(environ=NO_ENV).memory_paging_percent == 50
+    settings = load(environ={"LEVERET_MEMORY_PAGING_PERCENT": "100"})
+    assert settings.memory_paging_percent == 100
+    assert load(environ=NO_ENV, overrides={"memory_paging_percent": 0}).memory_paging_percent == 0
+    message = config_error(overrides={"memory_paging_percent": 101})
+    assert "memory_paging_percent must be at most 100" in message
+
+
 @pytest.mark.parametrize("level", ["verbose", "", "critical", "warn"])
 def test_bad_log_level(level: str) -> None:
     message = config_error(environ={"LEVERET_LOG_LEVEL": level})

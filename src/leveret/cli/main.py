@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="bytes of queued messages before publishers are blocked (0 = never)",
     )
+    serve.add_argument(
+        "--memory-paging-percent",
+        type=int,
+        help="percent of the watermark past which queues page large bodies too (default 50)",
+    )
     serve.add_argument("--default-user", help="the user created at boot (default guest)")
     serve.add_argument("--default-pass", help="its password (default guest)")
     serve.add_argument("--vhosts", help="comma-separated virtual hosts to create (default /)")
@@ -126,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "channel_max": args.channel_max,
             "max_message_size": args.max_message_size,
             "memory_high_watermark": args.memory_high_watermark,
+            "memory_paging_percent": args.memory_paging_percent,
             "default_user": args.default_user,
             "default_pass": args.default_pass,
             "vhosts": args.vhosts,

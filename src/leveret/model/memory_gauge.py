@@ -12,9 +12,14 @@ __all__ = ["MemoryGauge"]
 
 
 class MemoryGauge:
-    """Bytes of message data held by queues; the server compares it to its watermark."""
+    """Bytes of message data held by queues; the server compares it to its watermark.
 
-    __slots__ = ("bytes",)
+    ``paging_level``: the bytes past which a queue pages large bodies too, not only its
+    count of small ones (``ClassicQueue._pages``); the server sets it from the watermark.
+    0, the model's default, pages by count alone."""
+
+    __slots__ = ("bytes", "paging_level")
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.paging_level = 0

@@ -1,7 +1,8 @@
 """Ready messages of a deep queue live in pages on disk, not as objects in memory.
 
 A plain queue keeps at most ``Queue.resident_max`` ready messages as objects (its head, the
-ones delivered next). Beyond that, arriving messages collect in an open page; a full page
+ones delivered next; more of large bodies while the broker is under its paging level:
+``ClassicQueue._pages``). Beyond that, arriving messages collect in an open page; a full page
 (``page_messages`` messages or ``page_bytes`` of bodies) is encoded into one blob and handed
 to the ``Pager`` the server injected, which writes it to a scratch file. What stays in memory
 per paged message is its store id in the page's ``sids`` array (8 bytes, persistent messages

@@ -177,6 +177,8 @@ class Server:
         self.alarm = MemoryAlarm(
             self.broker.gauge, default_high_watermark() if watermark is None else watermark
         )
+        # Past this, queues page large bodies as well as deep runs of small ones (fifo.py).
+        self.broker.gauge.paging_level = self.alarm.high * settings.memory_paging_percent // 100
         self.servers: list[asyncio.Server] = []
         self.stopping = asyncio.Event()
         # Set once every listener is up (the supervisor of --workers waits for it).

@@ -181,3 +181,79 @@ def test_a_queue_without_a_pager_keeps_everything_resident() -> None:
         session.publish("", "q", make_message(body, "q"))
     assert len(queue.ready) == 10
     assert queue.paged_count == 0
+
+
+# -- large bodies: paged under memory pressure, not by count ------------------------------
+
+LARGE = 4096  # ClassicQueue.large_body
+
+
+def large(n: int, start: int = 0) -> list[bytes]:
+    return [b"%06d" % i + b"x" * (LARGE - 6) for i in range(start, start + n)]
+
+
+def test_large_bodies_stay_resident_past_the_count_while_under_the_paging_level() -> None:
+    w = World()
+    w.vhost.gauge.paging_level = 1 << 30
+    w.publish(*large(30))
+    q = w.queue
+    assert len(q.ready) == 30
+    assert q.paged_count == 0
+    assert w.pager.writes == 0
+    assert w.vhost.gauge.bytes == 30 * (LARGE + MESSAGE_OVERHEAD)
+
+
+def test_small_bodies_still_page_by_count_under_the_paging_level() -> None:
+    w = World()
+    w.vhost.gauge.paging_level = 1 << 30
+    w.publish(*bodies(30))
+    assert len(w.queue.ready) == 8
+    assert w.queue.paged_count == 20
+    # One body just under the size pages too: the rule is the body's size, not the gauge.
+    v = World()
+    v.vhost.gauge.paging_level = 1 << 30
+    v.publish(*[b"y" * (LARGE - 1)] * 30)
+    assert len(v.queue.ready) == 8
+
+
+def test_large_bodies_page_once_the_gauge_reaches_the_paging_level() -> None:
+    w = World()
+    level = 12 * (LARGE + MESSAGE_OVERHEAD)
+    w.vhost.gauge.paging_level = level
+    w.publish(*large(40))
+    q = w.queue
+    # Resident while the gauge was under the level (the 12th message takes it there and
+    # pages), then everything goes behind, in pages: the head stops growing.
+    assert len(q.ready) == 11
+    assert q.message_count == 40
+    assert q.paged_count == 25  # five pages of five; four in the open page
+    assert w.vhost.gauge.bytes < level + 5 * (LARGE + MESSAGE_OVERHEAD)
+    assert [e.message.body for e in q.ready_entries()] == large(40)
+    consumer_session, sink = w.new_session()
+    consumer_session.consume("q", "c", no_ack=True, exclusive=False, arguments={})
+    assert [e.body for e in sink.deliveries()] == large(40)
+    assert w.pager.pages == {}
+    assert w.vhost.gauge.bytes == 0
+    assert q._tail is None
+
+
+def test_once_the_tail_is_drained_large_bodies_are_kept_resident_again() -> None:
+    w = World()
+    level = 12 * (LARGE + MESSAGE_OVERHEAD)
+    w.vhost.gauge.paging_level = level
+    w.publish(*large(40))
+    for _ in range(35):
+        assert w.session.get("q", no_ack=True) is not None
+    assert w.queue._tail is None
+    w.publish(*large(6, 40))  # 11 queued: past resident_max (8), under the level (12)
+    assert len(w.queue.ready) == 11
+    assert w.queue.paged_count == 0
+    assert [e.message.body for e in w.queue.ready_entries()] == large(11, 35)
+
+
+def test_a_paging_level_of_zero_pages_large_bodies_by_count() -> None:
+    w = World()
+    assert w.vhost.gauge.paging_level == 0  # the model's default
+    w.publish(*large(30))
+    assert len(w.queue.ready) == 8
+    assert w.queue.paged_count == 20

@@ -57,6 +57,9 @@ class ClassicQueue(FeatureMixin):
     # the level at which the next page is read back, and the size of a page.
     resident_max = 2048
     resident_low = 1024
+    # Past ``resident_max``, a message whose body is at least this large stays resident while
+    # the broker's queued bytes are under the gauge's paging level (``_pages``).
+    large_body = 4096
     # Ready messages beyond which a queue whose consumers are falling behind asks for its
     # publishers to be paced (Session.feeds_backlog; server/connection.py): half the resident
     # window, so a queue whose consumers keep up with paced publishers does not page.
@@ -139,11 +142,28 @@ class ClassicQueue(FeatureMixin):
         if self.store_id and message.hints & HINT_PERSISTENT:
             self.store.enqueued(self, entry)
         if self.ready or not self.consumers or not self._deliver(entry):
-            if self._tail is not None or len(self.ready) >= self.resident_max:
+            if self._tail is not None or (
+                len(self.ready) >= self.resident_max and self._pages(message)
+            ):
                 self._to_tail(entry)
             else:
                 self.ready.append(entry)
         return True
+
+    def _pages(self, message: Message) -> bool:
+        """Whether ``message``, arriving past ``resident_max``, starts the paged tail.
+
+        Counting messages bounds what a deep queue of small ones costs: its objects, which
+        the gauge only estimates (``MESSAGE_OVERHEAD``), and paging one costs little. A large
+        body is the other way round: it is almost all bytes the gauge counts exactly, and a
+        page is two more copies of it through the page cache (write, read back). So a large
+        body pages only under memory pressure, as RabbitMQ's classic queues do: once the
+        broker's queued bytes reach the gauge's paging level (the memory high watermark
+        times ``memory_paging_percent``). The head stays bounded: each message kept past
+        ``resident_max`` adds at least ``large_body`` bytes to the gauge, and none is kept
+        once it is at the level (a paging level of 0 pages by count alone)."""
+        gauge = self.gauge
+        return len(message.body) < self.large_body or gauge.bytes >= gauge.paging_level
 
     def _enqueue_browsed(self, message: Message) -> bool:
         self.browsers, browsers = [], self.browsers

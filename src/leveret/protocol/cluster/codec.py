@@ -1267,36 +1267,18 @@ class Reader:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Op]:
-        ops: list[Op] = []
-        start = 0
         buffer = self._buffer
         if buffer:
-            # Only the frame an earlier read left unfinished is completed in the buffer;
-            # the rest of this read is read where it is. (Joining the whole read to the
-            # buffer copied every byte of most reads once more: a read of 16 KiB of 1 KiB
-            # Publish frames mostly ends inside one, docs/benchmarks.md.)
-            if len(buffer) < 4:
-                start = min(4 - len(buffer), len(data))
-                buffer += data[:start]
-                if len(buffer) < 4:
-                    return ops
-            length = int.from_bytes(buffer[:4], "big")
-            if length < 1 or length > MAX_FRAME:
-                raise LinkError(f"link frame of {length} bytes")
-            missing = 4 + length - len(buffer)
-            if len(data) - start < missing:
-                buffer += memoryview(data)[start:]
-                return ops  # a large frame still arriving: no copy until it is whole
-            buffer += memoryview(data)[start : start + missing]
-            start += missing
-            self._buffer = bytearray()
-            self._read(bytes(buffer), 0, ops)
-        self._read(data, start, ops)
-        return ops
-
-    def _read(self, data: bytes, pos: int, ops: list[Op]) -> None:
-        """The whole frames of ``data`` from ``pos`` into ``ops``; what is left of a frame
-        at its end waits in the buffer for the next read."""
+            buffer += data
+            if len(buffer) >= 4:
+                length = int.from_bytes(buffer[:4], "big")
+                if length < 1 or length > MAX_FRAME:
+                    raise LinkError(f"link frame of {length} bytes")
+                if len(buffer) < 4 + length:
+                    return []  # a large frame still arriving: no copy until it is whole
+            data = bytes(buffer)
+        ops: list[Op] = []
+        pos = 0
         size = len(data)
         try:
             while size - pos >= 5:
@@ -1323,8 +1305,8 @@ class Reader:
                     ops.append(_decode(code, _Cursor(memoryview(data)[pos + 5 : end])))
                 pos = end
         finally:
-            if pos < size:
-                self._buffer = bytearray(memoryview(data)[pos:])
+            self._buffer = bytearray(data[pos:]) if pos < size else bytearray()
+        return ops
 
     def _publish(self, data: bytes, pos: int, end: int) -> Publish:
         """A Publish, read straight from the bytes (once per message). Past the frame's

@@ -745,7 +745,7 @@ class DiskStore:
         self._msgs, self._defs, self._callbacks = [], [], []
         # Each record's head and payload, and the commit record, joined once: a persistent
         # message's record was copied whole by ``frame``, by the join and by the commit
-        # record's ``+`` (0.09 µs of a 1 KiB message's, docs/benchmarks.md).
+        # record's ``+`` (0.08 µs of a 1 KiB message's, docs/benchmarks.md).
         framed: list[bytes] = []
         for m in msgs:
             framed.append(record_head(m))

@@ -674,7 +674,8 @@ class DiskStore:
             )
             self._batch_refs += 1
         self.writes += 1
-        self._kick()
+        if not self._scheduled:  # a call less for all but a turn's first
+            self._kick()
         return mid
 
     def _add_ref(self, mid: int) -> None:
@@ -686,7 +687,8 @@ class DiskStore:
     def delivered(self, queue_id: int, sid: int) -> None:
         self._delivered.append(queue_id)
         self._delivered.append(sid)
-        self._kick()
+        if not self._scheduled:  # a call less for all but a turn's first
+            self._kick()
 
     def removed(self, queue_id: int, sid: int) -> None:
         self._removed.append(queue_id)
@@ -699,7 +701,8 @@ class DiskStore:
             self._live[segno] = live
             if live <= 0:
                 self._emptied = True
-        self._kick()
+        if not self._scheduled:  # a call less for all but a turn's first
+            self._kick()
 
     def dtx_committed(self, key: bytes) -> int:
         mid = self._next_mid

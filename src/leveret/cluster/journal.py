@@ -6,8 +6,13 @@ before the client's answer, as the management API's are now), a front end's decl
 is made in this node's model first and written to etcd right after (put-if-absent, a
 queue with this node as its leader): so it is in the cluster's definitions, and a restart
 of this node, which takes etcd as the truth, keeps it. Changes the node applies from etcd
-are not written back (the applier says when it is applying). The per-message calls go to
-the store's journal directly (bound methods, no frame of this wrapper's).
+are not written back (the applier says when it is applying).
+
+It is the store's journal itself (a ``StreamJournal`` whose definitions are also written
+to etcd), not a wrapper of it: a wrapper read ``writes`` and ``ok`` through a Python
+property of its own on top of the store's, three times a confirmed publish on the leader
+and twice on the publisher's node (docs/benchmarks.md); the per-message calls were bound
+methods already.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.cluster.apply import QueueRecord
 from leveret.cluster.keys import encode, encode_arguments
 from leveret.cluster.metadata import queue_value
+from leveret.store.stream_journal import StreamJournal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
@@ -25,47 +31,24 @@ if TYPE_CHECKING:
     from leveret.cluster.apply import Applier
     from leveret.cluster.metadata import MetadataStore
     from leveret.model.journal import Journal
+    from leveret.store.stream_log import StreamStore
 
 log = logging.getLogger("leveret.cluster")
 
 
-class ClusterJournal:
-    """``Journal`` = the store's journal + durable definitions written behind to etcd."""
+class ClusterJournal(StreamJournal):
+    """``Journal`` = the store's journal, its durable definitions written behind to etcd."""
 
     def __init__(
         self,
-        inner: Journal,
+        disk: Journal,
+        streams: StreamStore,
         store: MetadataStore,
         spawn: Callable[[Coroutine[Any, Any, Any]], object],
     ) -> None:
-        self.inner = inner
+        super().__init__(disk, streams)
         self.store = store
         self.spawn = spawn
-        self.enqueued = inner.enqueued
-        self.delivered = inner.delivered
-        self.removed = inner.removed
-        self.after_commit = inner.after_commit
-        self.dtx_committed = inner.dtx_committed
-        self.dtx_forgotten = inner.dtx_forgotten
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def writes(self) -> int:
-        return self.inner.writes
-
-    @writes.setter
-    def writes(self, value: int) -> None:
-        self.inner.writes = value
-
-    @property
-    def ok(self) -> bool:
-        return self.inner.ok
-
-    @ok.setter
-    def ok(self, value: bool) -> None:
-        self.inner.ok = value
 
     @property
     def _applier(self) -> Applier:
@@ -80,7 +63,7 @@ class ClusterJournal:
         internal: bool,
         arguments: Mapping[str, object],
     ) -> None:
-        self.inner.exchange_declared(vhost, name, type_name, auto_delete, internal, arguments)
+        super().exchange_declared(vhost, name, type_name, auto_delete, internal, arguments)
         if self._applier.applying:
             return
         value = {
@@ -94,14 +77,14 @@ class ClusterJournal:
         self.spawn(self.store.put_if_absent(key, encode(value)))
 
     def exchange_deleted(self, vhost: str, name: str) -> None:
-        self.inner.exchange_deleted(vhost, name)
+        super().exchange_deleted(vhost, name)
         if not self._applier.applying:
             self.spawn(self.store.delete_exchange(vhost, name))
 
     def queue_declared(
         self, vhost: str, name: str, auto_delete: bool, arguments: Mapping[str, object]
     ) -> int:
-        store_id = self.inner.queue_declared(vhost, name, auto_delete, arguments)
+        store_id = super().queue_declared(vhost, name, auto_delete, arguments)
         if not self._applier.applying:
             record = self.store.with_members(
                 QueueRecord(vhost, name, True, auto_delete, False, dict(arguments), self.store.node)
@@ -121,7 +104,7 @@ class ClusterJournal:
 
     def queue_deleted(self, vhost: str, name: str, store_id: int) -> None:
         # Its record goes through the vhost's on_queue_removed (fenced by the lease).
-        self.inner.queue_deleted(vhost, name, store_id)
+        super().queue_deleted(vhost, name, store_id)
 
     def binding_changed(
         self,
@@ -133,9 +116,7 @@ class ClusterJournal:
         routing_key: str,
         arguments: Mapping[str, object],
     ) -> None:
-        self.inner.binding_changed(
-            added, vhost, source, to_queue, destination, routing_key, arguments
-        )
+        super().binding_changed(added, vhost, source, to_queue, destination, routing_key, arguments)
         if self._applier.applying:
             return
         kind = "queue" if to_queue else "exchange"

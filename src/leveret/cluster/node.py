@@ -52,6 +52,7 @@ from leveret.server.auth_boot import remove_vhost_contents
 from leveret.server.definitions import ImportCounts
 from leveret.server.server import StartupError
 from leveret.store.files import replace_durably
+from leveret.store.stream_journal import StreamJournal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -172,8 +173,15 @@ class ClusterNode:
         # No listener is open yet: what load() made is in that write; from now on each
         # change of incarnation is written as it is applied.
         self.applier.on_incarnations_changed = lambda: self._write_cluster_file(self.cluster_id)
-        # From now on what front ends declare durably here is written behind to etcd.
-        server.broker.attach_journal(ClusterJournal(server.broker.journal, self.store, self._spawn))
+        # From now on what front ends declare durably here is written behind to etcd: the
+        # store's journal (a cluster node has a data directory) with its definitions told
+        # to etcd too, one journal, not a wrapper read once more a confirmed publish.
+        journal = server.broker.journal
+        if not isinstance(journal, StreamJournal):
+            raise TypeError(f"a cluster node journals to its store, not {type(journal).__name__}")
+        server.broker.attach_journal(
+            ClusterJournal(journal.disk, journal.streams, self.store, self._spawn)
+        )
         server.admin.changer = self.store.change_auth
         server.admin.register(member_verbs(server.admin))  # rabbitmq-queues' verbs
         server.stream_server.stream_leader = self.stream_leader

@@ -81,9 +81,8 @@ class Confirms:
         """Record publish number ``seq`` (already counted by the caller): whether a queue
         accepted it, whether routing it made the store write, and (``remote``) whether the
         leaders of the queues led elsewhere that it went to confirmed it."""
-        journal = self.store.journal
         if stored:
-            if journal.ok:
+            if self.store.journal.ok:
                 self._sync_upto = self.seq  # stored: confirm once on disk
             else:
                 accepted = False  # the store is failing (disk full): nack at once

@@ -621,7 +621,7 @@ class LinkFrontEnd:
                 confirms.published(False, False)
             return
         # The store's writes are watched for a confirm only (``journal.writes`` is a Python
-        # property, a wrapper's on a cluster node).
+        # property of the store's journal, ``StreamJournal``'s).
         journal = self.broker.journal if seq else None
         writes = journal.writes if journal is not None else 0
         accepted = queue.enqueue(self._message(publish))

@@ -189,3 +189,18 @@ def test_settle_and_also_read_directly_as_the_generic_decoder_reads_them(
     except c.LinkError:
         got = None
     assert got == (None if expected is None else [expected])
+
+
+@given(u64 | st.just(0), text, text, text, text, fmt, blob, blob)
+def test_a_publish_in_pieces_is_its_frame(
+    seq: int, vhost: str, queue: str, exchange: str, key: str, form: int, raw: bytes, body: bytes
+) -> None:
+    # The dialling side writes a Publish as pieces of its turn's write (``add_publish``):
+    # joined, they are the frame ``named_publish_frame`` writes, whatever the lengths.
+    names = c.publish_names(vhost, queue)
+    pieces: list[bytes] = [b"before"]
+    size = c.add_publish(pieces, seq, c.publish_route(names, exchange, key), form, raw, body)
+    frame = c.named_publish_frame(seq, names, exchange, key, form, raw, body)
+    assert pieces[0] == b"before"
+    assert b"".join(pieces[1:]) == frame
+    assert size == len(frame)

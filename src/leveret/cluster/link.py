@@ -157,6 +157,25 @@ class _Remote:
     capped: bool = False
 
 
+class _Route:
+    """What one proxy's Publish frames carry beside the message: its names
+    (``codec.publish_names``, an ``Also``'s), and those with the exchange and routing key
+    of its last publish, encoded (``codec.publish_route``): kept while they repeat, as a
+    publisher's mostly do, so a publish encodes no name."""
+
+    def __init__(self, names: bytes, exchange: str, routing_key: str) -> None:
+        self.names = names
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.route = c.publish_route(names, exchange, routing_key)
+
+    def routed(self, exchange: str, routing_key: str) -> None:
+        """A publish with another exchange or routing key than the last."""
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.route = c.publish_route(self.names, exchange, routing_key)
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, peer: Peer) -> None:
         self.peer = peer
@@ -194,6 +213,8 @@ class Peer(LinkLeader):
         self.conn: _Connection | None = None
         self.generation = 0
         self.reader = c.Reader()
+        # The turn's frames (a Publish's in pieces, ``codec.add_publish``), joined at the
+        # flush into one write; their size.
         self.frames: list[bytes] = []
         self.size = 0
         self._flush_scheduled = False
@@ -220,8 +241,8 @@ class Peer(LinkLeader):
         self.waits: deque[tuple[int, Completion[bool], RemoteQueue]] = deque()
         self.next_cid = 1
         self.consumers: dict[int, _Remote] = {}
-        # Each proxy's names as a Publish frame carries them (``codec.publish_names``).
-        self.names: dict[RemoteQueue, bytes] = {}
+        # Each proxy's names and route as its Publish frames carry them (``_Route``).
+        self.routes: dict[RemoteQueue, _Route] = {}
         # The message of the last Publish on this connection: the same message into
         # another queue of this leader goes as an ``Also`` (a fanout crosses once).
         self.last_message: Message | None = None
@@ -760,25 +781,24 @@ class Peer(LinkLeader):
             seq = self.seq = self.seq + 1
             done = Completion()
             self.waits.append((seq, done, queue))
-        self.sent_weight += c.publish_weight(message.raw_properties, message.body)
-        names = self.names.get(queue)
-        if names is None:
-            names = self.names[queue] = c.publish_names(queue.vhost_name, queue.name)
+        raw, body = message.raw_properties, message.body
+        self.sent_weight += c.publish_weight(raw, body)
+        exchange, routing_key = message.exchange, message.routing_key
+        route = self.routes.get(queue)
+        if route is None:
+            names = c.publish_names(queue.vhost_name, queue.name)
+            route = self.routes[queue] = _Route(names, exchange, routing_key)
         if message is self.last_message and self.also:
-            self._write_frame(c.also_frame(seq, names))
+            self._write_frame(c.also_frame(seq, route.names))
             return done
         self.last_message = message
-        self._write_frame(
-            c.named_publish_frame(
-                seq,
-                names,
-                message.exchange,
-                message.routing_key,
-                message.format,
-                message.raw_properties,
-                message.body,
-            )
-        )
+        if exchange != route.exchange or routing_key != route.routing_key:
+            route.routed(exchange, routing_key)
+        if self.settles:
+            self._settled()  # settlements go before what follows them
+        # The frame's pieces go in the turn's list as they are (``_flush`` joins them).
+        self.size += c.add_publish(self.frames, seq, route.route, message.format, raw, body)
+        self._schedule_flush()
         return done
 
     def consume(self, queue: RemoteQueue, consumer: Consumer) -> None:
@@ -1039,7 +1059,7 @@ class Peer(LinkLeader):
         still waiting for this leader's confirm are refused at once (the publisher may
         send them again) rather than when a cut-off leader's link drops or heals: a
         deposed leader confirms nothing more, and the new leader never had them."""
-        self.names.pop(queue, None)
+        self.routes.pop(queue, None)
         for consumer in list(queue.consumers):
             self.cancel(queue, consumer)
         for _seq, done, waiting in self.waits:

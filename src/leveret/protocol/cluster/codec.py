@@ -776,6 +776,49 @@ def also_frame(seq: int, names: bytes) -> bytes:
     return _PUBLISH_HEAD.pack(1 + 8 + len(names), 28, seq) + names
 
 
+# A Publish's code and a sequence number of 0 (no confirm wanted), before its route.
+_UNNUMBERED: Final = b"\x03" + bytes(8)
+
+
+def publish_route(names: bytes, exchange: str, routing_key: str) -> tuple[bytes, bytes]:
+    """What a :class:`Publish` frame carries between its sequence number and its message's
+    form (its names from :func:`publish_names`, the exchange, the routing key), encoded;
+    and the same behind the code and a sequence number of 0. A publisher's publishes to
+    one queue mostly repeat them, so the sender keeps both for :func:`add_publish`."""
+    e, r = _short(exchange), _short(routing_key)
+    route = b"".join((names, _len16(len(e)), e, _len16(len(r)), r))
+    return route, _UNNUMBERED + route
+
+
+def add_publish(
+    pieces: list[bytes],
+    seq: int,
+    route: tuple[bytes, bytes],
+    fmt: int,
+    raw: bytes,
+    body: bytes,
+) -> int:
+    """:func:`named_publish_frame`'s bytes as pieces appended to ``pieces``, its route from
+    :func:`publish_route`; the frame's length returned. The dialling side joins its turn's
+    frames in one write: a frame of its own would be a join and a copy more a message."""
+    n = len(raw)
+    m = len(body)
+    size = 1 + 8 + len(route[0]) + 9 + n + m
+    if seq:
+        pieces.append(_PUBLISH_HEAD.pack(size, 3, seq))
+        pieces.append(route[0])
+    else:
+        pieces.append(_len32(size))
+        pieces.append(route[1])
+    pieces.append(_tail(fmt, n))
+    if n:
+        pieces.append(raw)
+    pieces.append(_len32(m))
+    if m:
+        pieces.append(body)
+    return 4 + size
+
+
 def deliver_frame(
     cid: int,
     did: int,

@@ -101,6 +101,11 @@ class LinkLeader:
     def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None:
         raise NotImplementedError
 
+    def accept(self, entry: QueuedMessage) -> None:
+        """One delivery acked (``settle(ACCEPT, (entry,))``, the path every ack of a
+        consumer takes: ``Peer`` writes it without the tuple and the loop)."""
+        self.settle(ACCEPT, (entry,))
+
     def get(
         self, queue: RemoteQueue, auto_settle: bool
     ) -> Completion[tuple[QueuedMessage | None, int]]:
@@ -431,7 +436,7 @@ class RemoteQueue(Queue):
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1
-        self.leader.settle(ACCEPT, (entry,))
+        self.leader.accept(entry)
 
     def discard(self, entry: QueuedMessage, reason: str = REJECTED) -> None:
         self.leader.settle(REJECT, (entry,))

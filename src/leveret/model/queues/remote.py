@@ -64,7 +64,7 @@ class LinkLeader:
     not a Protocol: in the compiled build a call through a protocol is a Python-level
     call (the attribute looked up on the type, the arguments boxed and parsed again by
     the method's wrapper), and a forwarded publish made four (``up``, ``publish``,
-    ``room``, ``backlogged``), an ack two (``settle``, ``credit``); a method of a native
+    ``room``, ``backlogged``), an ack two (``accept``, ``credit``); a method of a native
     class is called through its vtable, a C call. Interpreted subclasses are allowed for
     the tests' stand-ins (their methods are reached through mypyc's glue; ``Peer``, a
     native subclass, keeps the direct call)."""

@@ -68,6 +68,7 @@ from leveret.model.queues.remote import LinkLeader, RemoteQueue
 from leveret.model.queues.stream import OFFSET_HEADER, OffsetSpec, StreamConsumer
 from leveret.protocol.amqp091.fieldtable import FieldValue, encode_table
 from leveret.protocol.cluster import codec as c
+from leveret.protocol.cluster.codec import ACCEPT
 from leveret.server.cluster_link.frontend import (
     LinkFrontEnd,
     LinkIdentity,
@@ -967,6 +968,21 @@ class Peer(LinkLeader):
             dids.append(entry.seq & _DID_MASK)
         if dids:
             self._schedule_flush()
+
+    def accept(self, entry: QueuedMessage) -> None:
+        """``settle(ACCEPT, (entry,))`` for the one delivery an ack settles. A turn's
+        settlements wait in ``settles`` only while its flush is scheduled (``_flush``,
+        ``_write_frame`` and ``publish`` take them out, and whatever adds one schedules
+        it), so only the kind's first one of a turn schedules it."""
+        seq = entry.seq
+        if seq >> _GEN_SHIFT != self.generation or not self.up:
+            return  # made over an older connection: the leader requeued it
+        dids = self.settles.get(ACCEPT)
+        if dids is None:
+            self.settles[ACCEPT] = [seq & _DID_MASK]
+            self._schedule_flush()
+        else:
+            dids.append(seq & _DID_MASK)
 
     def _ask(
         self, queue: RemoteQueue, done: Completion[T], op: Callable[[int], c.Op]

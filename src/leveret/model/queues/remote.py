@@ -64,7 +64,7 @@ class LinkLeader:
     not a Protocol: in the compiled build a call through a protocol is a Python-level
     call (the attribute looked up on the type, the arguments boxed and parsed again by
     the method's wrapper), and a forwarded publish made four (``up``, ``publish``,
-    ``room``, ``backlogged``), an ack two (``settle``, ``credit``); a method of a native
+    ``room``, ``backlogged``), an ack two (``accept``, ``credit``); a method of a native
     class is called through its vtable, a C call. Interpreted subclasses are allowed for
     the tests' stand-ins (their methods are reached through mypyc's glue; ``Peer``, a
     native subclass, keeps the direct call)."""
@@ -100,6 +100,11 @@ class LinkLeader:
 
     def settle(self, kind: int, entries: Iterable[QueuedMessage]) -> None:
         raise NotImplementedError
+
+    def accept(self, entry: QueuedMessage) -> None:
+        """One delivery acked (``settle(ACCEPT, (entry,))``, the path every ack of a
+        consumer takes: ``Peer`` writes it without the tuple and the loop)."""
+        self.settle(ACCEPT, (entry,))
 
     def get(
         self, queue: RemoteQueue, auto_settle: bool
@@ -431,7 +436,7 @@ class RemoteQueue(Queue):
 
     def settle(self, entry: QueuedMessage) -> None:
         self.n_ack += 1
-        self.leader.settle(ACCEPT, (entry,))
+        self.leader.accept(entry)
 
     def discard(self, entry: QueuedMessage, reason: str = REJECTED) -> None:
         self.leader.settle(REJECT, (entry,))

@@ -167,7 +167,11 @@ class ConnectionProtocol(asyncio.Protocol):
             self.alarm.published(self)
         elif self.alarm.active:
             self.alarm.check()
-        self._flush_at(now)
+        # A turn that wrote nothing and moved no deadline earlier (a lone publish read from
+        # its own socket) needs neither the transport nor the schedule; the armed timer
+        # stands, and a tick asks for the deadline afresh (issue 26).
+        if self._due is None or not shell.idle_turn():
+            self._flush_at(now)
         if shell.wants_turn:
             # More input than one turn's share, a paced publisher, or a deferral that
             # completed: read nothing more until the next loop iteration, and let the
@@ -238,10 +242,13 @@ class ConnectionProtocol(asyncio.Protocol):
         if shell is None or transport is None:
             return
         out = shell.take_output(now)
-        if out and not transport.is_closing():
+        if out:
+            if transport.is_closing():
+                return
             transport.writelines(out)
-        if transport.is_closing():
-            return
+            # A write may find the peer gone (the transport closes at once).
+            if transport.is_closing():
+                return
         if shell.should_close_transport:
             transport.close()
             return

@@ -251,7 +251,8 @@ class Shell:
     def wants_turn(self) -> bool:
         """Input waits for a turn, the connection is paced, or a continuation is ready."""
         front = self.front
-        if front is None or self.finished:
+        # self.finished, inline: asked after every read
+        if front is None or self._must_close or front.should_close_transport:
             return False
         if self._ready:
             return True

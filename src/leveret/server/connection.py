@@ -168,9 +168,9 @@ class ConnectionProtocol(asyncio.Protocol):
         elif self.alarm.active:
             self.alarm.check()
         # A turn that wrote nothing and moved no deadline earlier (a lone publish read from
-        # its own socket) needs neither the transport nor the schedule; the armed timer
-        # stands, and a tick asks for the deadline afresh (issue 26).
-        if self._due is None or not shell.idle_turn():
+        # its own socket) needs neither the transport nor the schedule: the timer stands as
+        # the last flush armed it (or not, with no deadline), and a tick asks afresh.
+        if not shell.idle_turn():
             self._flush_at(now)
         if shell.wants_turn:
             # More input than one turn's share, a paced publisher, or a deferral that

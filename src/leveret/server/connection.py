@@ -20,7 +20,10 @@ drop, a close time-out, a refused login's answer) rather than at a fixed rate, s
 connection without heartbeats costs no wake-ups at all (and an advance of the test clock,
 ``testing/clock.py``, skips straight to the deadlines). Whatever the connection does only
 moves its deadline later, except a change that also writes (a close, the connection
-opening), so the schedule is looked at again after each flush and moved only earlier.
+opening), so the schedule is looked at again after each flush and moved only earlier. A
+turn of a front end that says so (``quiet_turns``, 0-9-1) that wrote nothing, and in which
+the shell moved none of its own deadlines, is not flushed at all (``Shell.idle_turn``): a
+lone publish read from its own socket, a thousand of them at once in a burst (issue 26).
 """
 
 from __future__ import annotations

@@ -20,7 +20,10 @@ drop, a close time-out, a refused login's answer) rather than at a fixed rate, s
 connection without heartbeats costs no wake-ups at all (and an advance of the test clock,
 ``testing/clock.py``, skips straight to the deadlines). Whatever the connection does only
 moves its deadline later, except a change that also writes (a close, the connection
-opening), so the schedule is looked at again after each flush and moved only earlier.
+opening), so the schedule is looked at again after each flush and moved only earlier. A
+turn of a front end that says so (``quiet_turns``, 0-9-1) that wrote nothing, and in which
+the shell moved none of its own deadlines, is not flushed at all (``Shell.idle_turn``): a
+lone publish read from its own socket, a thousand of them at once in a burst (issue 26).
 """
 
 from __future__ import annotations
@@ -167,7 +170,11 @@ class ConnectionProtocol(asyncio.Protocol):
             self.alarm.published(self)
         elif self.alarm.active:
             self.alarm.check()
-        self._flush_at(now)
+        # A turn that wrote nothing and moved no deadline earlier (a lone publish read from
+        # its own socket) needs neither the transport nor the schedule: the timer stands as
+        # the last flush armed it (or not, with no deadline), and a tick asks afresh.
+        if not shell.idle_turn():
+            self._flush_at(now)
         if shell.wants_turn:
             # More input than one turn's share, a paced publisher, or a deferral that
             # completed: read nothing more until the next loop iteration, and let the
@@ -238,10 +245,13 @@ class ConnectionProtocol(asyncio.Protocol):
         if shell is None or transport is None:
             return
         out = shell.take_output(now)
-        if out and not transport.is_closing():
+        if out:
+            if transport.is_closing():
+                return
             transport.writelines(out)
-        if transport.is_closing():
-            return
+            # A write may find the peer gone (the transport closes at once).
+            if transport.is_closing():
+                return
         if shell.should_close_transport:
             transport.close()
             return

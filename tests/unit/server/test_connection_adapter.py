@@ -7,8 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
+from leveret.protocol.amqp091 import framing
+from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import Limits
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.memory_alarm import MemoryAlarm
@@ -63,6 +67,75 @@ def test_reading_starts_again_when_the_transport_buffer_drains() -> None:
         assert transport.switches == ["pause"]
         protocol.resume_writing()
         assert transport.switches == ["pause", "resume"]  # at once: nothing else would
+        protocol.connection_lost(None)
+
+    asyncio.run(main())
+
+
+class _CountingTransport(_Transport):
+    """Counts the adapter's calls into the transport."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.calls += 1
+        super().writelines(data)
+
+    def is_closing(self) -> bool:
+        self.calls += 1
+        return super().is_closing()
+
+
+def _method(channel: int, method: m.Method) -> bytes:
+    return framing.encode_method_frame(channel, method.encode())
+
+
+@pytest.mark.parametrize("heartbeat", [10, 0])
+def test_a_read_that_writes_nothing_does_not_call_into_the_transport(heartbeat: int) -> None:
+    """A lone publish on a publisher's own socket (scenario h of issue 26: a thousand of
+    them at once) costs no transport call and leaves the heartbeat's timer as armed; a read
+    that writes (a confirm's ack) still writes, and the deadline follows it."""
+
+    async def main() -> None:
+        broker = Broker()
+        protocol = ConnectionProtocol(
+            broker,
+            UserStore.with_default_user(),
+            Limits(),
+            set(),
+            MemoryAlarm(broker.gauge, 1 << 40),
+        )
+        transport = _CountingTransport()
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        protocol.data_received(framing.PROTOCOL_HEADER)
+        protocol.data_received(
+            _method(0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\0guest\0guest"))
+        )
+        protocol.data_received(
+            _method(0, m.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=heartbeat))
+            + _method(0, m.ConnectionOpen(virtual_host="/"))
+            + _method(1, m.ChannelOpen())
+            + _method(1, m.QueueDeclare(queue="q"))
+        )
+        assert transport.written  # start, tune, open-ok, channel.open-ok, declare-ok
+        # the heartbeat, 5 s after the last write (without heartbeats, the handshake's
+        # deadline armed at the accept, which ticks once to find nothing due)
+        armed = protocol._due
+        publish = framing.encode_message_frames(
+            1, m.BasicPublish(routing_key="q").encode(), 60, b"x" * 16, b"\x00\x00", 131072
+        )
+        before = transport.calls
+        for _ in range(3):
+            protocol.data_received(publish)
+        assert transport.calls == before
+        assert protocol._due == armed
+        assert broker.vhosts["/"].queues["q"].message_count == 3
+        written = len(transport.written)
+        protocol.data_received(_method(1, m.ConfirmSelect()))  # writes select-ok
+        assert len(transport.written) == written + 1
+        assert transport.calls > before
         protocol.connection_lost(None)
 
     asyncio.run(main())

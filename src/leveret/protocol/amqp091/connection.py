@@ -253,7 +253,8 @@ class ServerConnection:
     def receive(self, data: bytes, now: float) -> None:
         """Decode ``data``; the frames wait in ``pending`` for ``run``."""
         self.last_received = now
-        if self.finished:
+        # self.finished, without its property's call on every read
+        if self.state is _CLOSED or self.should_close_transport:
             return
         if self.state is _HEADER_STATE:
             data = self._protocol_header(data)
@@ -276,7 +277,9 @@ class ServerConnection:
     @property
     def pending(self) -> bool:
         """Frames are waiting for ``run``."""
-        return self._pending_pos < len(self._pending) and not self.finished
+        return self._pending_pos < len(self._pending) and not (
+            self.state is _CLOSED or self.should_close_transport
+        )
 
     def run(self, budget: int, now: float) -> None:
         """Handle up to ``budget`` waiting frames (the shell's fair share of a turn)."""

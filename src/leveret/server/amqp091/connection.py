@@ -64,6 +64,10 @@ class AMQP091Connection(ServerConnection):
     paced_turn_budget = PACED_TURN_FRAMES
     output_high_water = OUTPUT_HIGH_WATER
     reads_when_blocked = False
+    # Its turns write only to the shell's Output, and ``next_tick`` moves earlier only with
+    # a write (the connection opening, a close): the shell may skip the adapter's flush
+    # and deadline after a turn that wrote nothing (``Shell.idle_turn``).
+    quiet_turns = True
 
     def __init__(self, shell: Shell) -> None:
         super().__init__(

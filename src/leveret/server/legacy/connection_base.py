@@ -28,6 +28,10 @@ __all__ = ["LegacyConnectionBase"]
 class LegacyConnectionBase(AMQP091Connection):
     """A 0-8/0-9 connection as its channels see it: its dialect and its output."""
 
+    # Tunnels write and keep timers of their own (connection.py's take_output, next_tick):
+    # the shell asks for both after every turn.
+    quiet_turns = False
+
     def __init__(self, shell: Shell, dialect: Dialect, *, choose: Chooser) -> None:
         super().__init__(shell)
         self.protocol = f"AMQP {dialect.name}"

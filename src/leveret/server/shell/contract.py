@@ -31,7 +31,13 @@ class FrontEnd(Protocol):
     Input comes in two steps: :meth:`receive` decodes bytes into the protocol's units
     (frames, commands, events) and handles none of them; :meth:`run` handles at most
     ``budget`` of them (the shell's fair turn, in the front end's own unit). What is left
-    over is ``pending`` until the next turn."""
+    over is ``pending`` until the next turn.
+
+    Optional (read once by ``Shell.attach``, not a member here, so that a front end need
+    not name it): ``quiet_turns = True`` says that its turns write only to the shell's
+    ``Output`` (``take_output`` takes it) and that :meth:`next_tick` moves earlier only
+    along with a write; then after a turn that wrote nothing the adapter neither flushes
+    nor asks for the deadline (``Shell.idle_turn``)."""
 
     # RabbitMQ's name for the protocol and version (``ConnectionInfo.protocol``).
     protocol: str

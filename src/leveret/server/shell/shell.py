@@ -179,6 +179,12 @@ class Shell:
         self._must_close = False
         self._reason = ""
         self.internal_errors = 0
+        # A front end whose turns write only to ``output`` and whose ``next_tick`` moves
+        # earlier only with a write (``quiet_turns``), and whether anything of the shell's
+        # own may have moved ``next_deadline`` earlier since the adapter last asked: while
+        # neither, a turn that wrote nothing leaves the armed timer as it is (``idle_turn``).
+        self._quiet_front = False
+        self._deadline_moved = True
 
     # -- the adapter's side ---------------------------------------------------------------
 
@@ -190,6 +196,9 @@ class Shell:
         self._budget = front.turn_budget
         self._paced_budget = front.paced_turn_budget
         self.output.high_water = front.output_high_water
+        # Optional: a front end that does not say so is asked for its deadline every turn.
+        self._quiet_front = getattr(front, "quiet_turns", False) is True
+        self._deadline_moved = True
         return front
 
     def data_received(self, data: bytes, now: float) -> None:
@@ -199,7 +208,8 @@ class Shell:
         info.recv_oct += len(data)
         info.recv_cnt += 1
         front = self.front
-        if front is None or self.finished:
+        # self.finished, without its property's call on every read
+        if front is None or self._must_close or front.should_close_transport:
             return
         if self._holds or self._channel_holds:
             self._fed_while_held += len(data)
@@ -241,7 +251,8 @@ class Shell:
     def wants_turn(self) -> bool:
         """Input waits for a turn, the connection is paced, or a continuation is ready."""
         front = self.front
-        if front is None or self.finished:
+        # self.finished, inline: asked after every read
+        if front is None or self._must_close or front.should_close_transport:
             return False
         if self._ready:
             return True
@@ -287,6 +298,16 @@ class Shell:
             info.send_oct += sum(map(len, out))
         return out
 
+    def idle_turn(self) -> bool:
+        """The turn just run left nothing for the adapter to do after it: no output, no
+        close, and no deadline earlier than the one it armed (a quiet front end's next tick
+        only moves later without a write, and nothing of the shell's own moved). A lone
+        publish on its own socket pays no flush and no deadline for its read (issue 26)."""
+        if not self._quiet_front or self._deadline_moved or self.output.frames:
+            return False
+        front = self.front
+        return front is not None and not (self._must_close or front.should_close_transport)
+
     @property
     def finished(self) -> bool:
         """Nothing more will be read or handled: write what waits, then close."""
@@ -309,6 +330,7 @@ class Shell:
     def next_deadline(self, now: float) -> float | None:
         """When :meth:`tick` next has something to do; None: nothing until something
         changes (the adapter asks again after every flush)."""
+        self._deadline_moved = False
         if self.finished:
             return None
         front = self.front
@@ -395,6 +417,7 @@ class Shell:
         self.now = now
         self.timers.now = now
         self.last_received = now  # we were not reading: the silence was ours
+        self._deadline_moved = True
         if self.opened and self._released_at is None:
             self.info.state = "running"
         front = self.front
@@ -415,6 +438,7 @@ class Shell:
             self._internal_error(front, now)
         if self._released_at is None:
             self._released_at = now
+            self._deadline_moved = True
         self.info.state = "closing"
 
     def connection_lost(self, now: float | None = None) -> None:
@@ -506,6 +530,7 @@ class Shell:
         Idempotent; the connection is closing from here."""
         if self._released_at is None:
             self._released_at = self.now
+            self._deadline_moved = True
             self.info.state = "closing"
         client = self.client
         if client is not None:
@@ -546,6 +571,7 @@ class Shell:
         silent intervals (0: none)."""
         self._heartbeat = interval
         self._heartbeat_frame = frame
+        self._deadline_moved = True
 
     def after(self, delay: float) -> Completion[None]:
         """A completion resolved ``delay`` seconds from now (by a tick)."""
@@ -554,6 +580,7 @@ class Shell:
         timers = self._timers
         timers.append(timer)
         timers.sort(key=_due)
+        self._deadline_moved = True
         return done
 
     def defer(
@@ -629,6 +656,8 @@ class Shell:
         if self._released_at is not None:
             # A close that waited for a deferral (a refused login's answer) starts now.
             self._released_at = now
+        # A hold let go may bring the close deadline back (it waits for no deferral).
+        self._deadline_moved = True
 
     def _fire_timers(self, now: float) -> None:
         timers = self._timers
@@ -682,6 +711,7 @@ class Shell:
     def _close_now(self, reason: str) -> None:
         """Close the socket (after what waits is written), for a reason of the shell's."""
         self._must_close = True
+        self._deadline_moved = True
         if not self._reason:
             self._reason = reason
         self.info.state = "closing"

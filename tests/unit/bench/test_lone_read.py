@@ -1,0 +1,19 @@
+"""``bench.lone_read`` runs the real adapter, shell and 0-9-1 front end on in-memory
+transports: every read's publish reaches the queue, and the figure is a positive time."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from bench import lone_read
+
+if TYPE_CHECKING:
+    import pytest
+
+
+def test_a_small_run_times_every_read(capsys: pytest.CaptureFixture[str]) -> None:
+    lone_read.main(["--connections", "5", "--repeats", "3", "--label", "t"])
+    result = json.loads(capsys.readouterr().out)
+    assert (result["connections"], result["repeats"], result["label"]) == (5, 3, "t")
+    assert 0 < result["us_per_read_min"] <= result["us_per_read_median"]

@@ -5,35 +5,15 @@ Hello that carries them and proves the bytes the new node expects, both ways."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from importlib.machinery import SourceFileLoader
-from pathlib import Path
-from types import ModuleType
-from typing import Any
-
 import pytest
 
 from leveret.protocol.cluster import codec as c
+from tests.unit.protocol.released_codec import released_codec
 
 SECRET = "cluster-secret"
 NONCE = bytes(range(16))
 # The link's codec at main on 2026-11-28 (2766635), before features were announced.
-_TODAY = Path(__file__).parent / "data" / "cluster_codec_2026_11_28.py.txt"
-
-
-def _todays_codec() -> Any:
-    name = "leveret_cluster_codec_2026_11_28"
-    module = sys.modules.get(name)
-    if module is None:
-        loader = SourceFileLoader(name, str(_TODAY))
-        spec = importlib.util.spec_from_loader(name, loader)
-        assert spec is not None
-        module = importlib.util.module_from_spec(spec)
-        assert isinstance(module, ModuleType)
-        sys.modules[name] = module  # dataclasses look their module up
-        loader.exec_module(module)
-    return module
+_todays_codec = released_codec
 
 
 def _hello(features: frozenset[str] | None) -> c.Hello:

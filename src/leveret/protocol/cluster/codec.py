@@ -752,23 +752,11 @@ def named_publish_frame(
     raw: bytes,
     body: bytes,
 ) -> bytes:
-    """:func:`publish_frame` with its names from :func:`publish_names`."""
-    e, r = _short(exchange), _short(routing_key)
-    size = 1 + 8 + len(names) + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
-    return b"".join(
-        (
-            _PUBLISH_HEAD.pack(size, 3, seq),
-            names,
-            _len16(len(e)),
-            e,
-            _len16(len(r)),
-            r,
-            _tail(fmt, len(raw)),
-            raw,
-            _len32(len(body)),
-            body,
-        )
-    )
+    """:func:`publish_frame` with its names from :func:`publish_names`: the pieces of
+    :func:`add_publish` (the one place a Publish's layout is written) joined."""
+    pieces: list[bytes] = []
+    add_publish(pieces, seq, publish_route(names, exchange, routing_key), fmt, raw, body)
+    return b"".join(pieces)
 
 
 def also_frame(seq: int, names: bytes) -> bytes:

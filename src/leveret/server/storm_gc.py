@@ -24,7 +24,7 @@ The same traffic also meets the collector's youngest generation (:func:`raise_yo
 at boot). CPython collects it each time 700 more container objects are alive than at its
 last collection; a burst of a thousand lone messages (scenario h: a message, its queue
 entry, its unsettled delivery, ...) holds several thousand until their acks free them, so
-the burst met three or four young collections, every tenth of them a middle one, each
+the burst met two or three young collections, every tenth of them a middle one, each
 walking what was alive then and promoting it: the messages reached the oldest generation
 just before dying there, and their count brought on a full collection of every connection's
 objects every 15 or 20 seconds, in the middle of a burst. Measured (``bench.burst``, 1000

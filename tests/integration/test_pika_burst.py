@@ -1,9 +1,8 @@
 """Scenario h's shape through pika (issue 26): many publishers, one message each at a time,
 one consumer with a prefetch window that acks each delivery on its own.
 
-Every message arrives, each publisher's in the order it published them: the window refills
-from each single ack (``Session.ack``'s path for one delivery), and the deliveries that many
-publishers' reads in one loop iteration produce for the consumer go out together.
+Every message arrives once, each publisher's in the order it published them: the window
+refills from each single ack (``Session.ack``'s path for one delivery).
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ every one of them in turn (``data_received``, as uvloop does once per readable s
 the thread's CPU time is divided by the reads. The queue is purged between repeats. Prints
 the minimum and median µs per read (the minimum is the figure a shared machine moves least)
 as one JSON line. Not the kernel's side of the read, nor uvloop's: only what Leveret adds.
+
+``--consume``: the queue has one consumer as the Go tool's (``--prefetch``, a manual ack of
+each message) on a connection of its own, and each repeat runs until it has acked the whole
+burst: the loop's callbacks flush its deliveries, and the acks of each write it was sent come
+back as one read (``--ack-reads`` splits them into that many reads). The figure is then the
+CPU per message of the publish, its delivery and its ack.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import asyncio
 import json
 import statistics
 import time
-from typing import Any
+from typing import Any, cast
 
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
@@ -35,6 +41,9 @@ class _Transport:
 
     def __init__(self) -> None:
         self.written = 0
+        self.writes = 0
+        self.data: list[bytes] = []
+        self.keep = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 5672), "sockname": ("127.0.0.1", 5672)}.get(name, default)
@@ -45,6 +54,24 @@ class _Transport:
 
     def writelines(self, data: list[bytes]) -> None:
         self.written += len(data)
+        self.writes += 1
+        if self.keep:
+            self.data.append(b"".join(data))
+
+    def delivery_tags(self) -> list[int]:
+        """The basic.deliver frames written since the last call: their delivery tags."""
+        data = b"".join(self.data)
+        self.data.clear()
+        tags = []
+        at = 0
+        while at < len(data):
+            kind, size = data[at], int.from_bytes(data[at + 3 : at + 7], "big")
+            payload = data[at + 7 : at + 7 + size]
+            if kind == 1 and payload[:4] == b"\x00\x3c\x00\x3c":  # basic.deliver
+                tag_at = 5 + payload[4]  # after the consumer tag (a short string)
+                tags.append(int.from_bytes(payload[tag_at : tag_at + 8], "big"))
+            at += 8 + size
+        return tags
 
     def is_closing(self) -> bool:
         return False
@@ -68,6 +95,19 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         + _method(1, m.ChannelOpen())
         + _method(1, m.QueueDeclare(queue="lone")),
     )
+    consumer: ConnectionProtocol | None = None
+    if args.consume:
+        consumer = ConnectionProtocol(broker, users, Limits(), registry, alarm)
+        consumer.connection_made(_Transport())  # type: ignore[arg-type]
+        consumer.data_received(framing.PROTOCOL_HEADER)
+        for data in opening:
+            consumer.data_received(data)
+        consumer.data_received(
+            _method(1, m.BasicQos(prefetch_count=args.prefetch))
+            + _method(1, m.BasicConsume(queue="lone", consumer_tag="c"))
+        )
+        consumer.transport.keep = True  # type: ignore[union-attr]
+        consumer.transport.delivery_tags()  # type: ignore[union-attr]
     protocols: list[ConnectionProtocol] = []
     for _ in range(args.connections):
         protocol = ConnectionProtocol(broker, users, Limits(), registry, alarm)
@@ -81,22 +121,49 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     )
     queue = broker.vhosts["/"].queues["lone"]
     per_read: list[float] = []
+    writes = 0
     for _ in range(args.repeats):
         t0 = time.thread_time_ns()
         for protocol in protocols:
             protocol.data_received(publish)
+        if consumer is not None:
+            writes += await _consume(consumer, len(protocols), args.ack_reads)
         per_read.append((time.thread_time_ns() - t0) / 1000 / len(protocols))
-        assert queue.message_count == len(protocols), "a publish was not enqueued"
-        queue.purge()
+        if consumer is None:
+            assert queue.message_count == len(protocols), "a publish was not enqueued"
+            queue.purge()
+        else:
+            assert queue.message_count == 0, "a publish was not delivered"
         await asyncio.sleep(0)  # the loop's callbacks, as between two bursts
     for protocol in protocols:
         protocol.connection_lost(None)
-    return {
+    result: dict[str, Any] = {
         "connections": args.connections,
         "repeats": args.repeats,
         "us_per_read_min": round(min(per_read), 3),
         "us_per_read_median": round(statistics.median(per_read), 3),
     }
+    if consumer is not None:
+        result["consumer_writes_per_burst"] = writes / args.repeats
+        consumer.connection_lost(None)
+    return result
+
+
+async def _consume(consumer: ConnectionProtocol, count: int, ack_reads: int) -> int:
+    """Ack what the consumer is sent until it has ``count`` messages; its writes."""
+    transport = cast("_Transport", consumer.transport)
+    writes0 = transport.writes
+    acked = 0
+    while acked < count:
+        await asyncio.sleep(0)  # the loop's callbacks: the deliveries' flush
+        tags = transport.delivery_tags()
+        assert tags, "the consumer was sent nothing"
+        acks = [_method(1, m.BasicAck(delivery_tag=tag)) for tag in tags]
+        step = -(-len(acks) // ack_reads)
+        for at in range(0, len(acks), step):
+            consumer.data_received(b"".join(acks[at : at + step]))
+        acked += len(tags)
+    return transport.writes - writes0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--connections", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--size", type=int, default=16)
+    p.add_argument("--consume", action="store_true", help="one consumer acks every message")
+    p.add_argument("--prefetch", type=int, default=100)
+    p.add_argument("--ack-reads", type=int, default=1, help="reads the acks of a write take")
     p.add_argument("--label", default="")
     args = p.parse_args(argv)
     # The server's loop (``assembly.py``): its clock and call_soon are uvloop's.

@@ -52,7 +52,7 @@ from leveret.server.listeners import Reloadable, TlsContexts, TlsError
 from leveret.server.memory_alarm import MemoryAlarm, default_high_watermark
 from leveret.server.parameters import Runtime, boot_runtime
 from leveret.server.rabbitstream import StreamConnection, StreamServer, StreamSettings
-from leveret.server.storm_gc import StormCollector
+from leveret.server.storm_gc import StormCollector, raise_young_threshold
 from leveret.store.disk import DiskStore, StoreInUse
 from leveret.store.dtx_log import DtxFile
 from leveret.store.pages import PageFiles
@@ -380,6 +380,9 @@ class Server:
         # full collections, which otherwise walk all of it and stall the loop (measured: a
         # 150 ms pause after recovering 10k scheduled messages, delaying their delivery).
         gc.freeze()
+        # A burst's messages are freed by their acks before the young generation is
+        # collected, rather than walked and promoted on their way (issue 26).
+        raise_young_threshold()
         self.ready.set()
 
     async def _load_definitions(self, path: str) -> None:

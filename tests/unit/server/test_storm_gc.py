@@ -1,4 +1,5 @@
-"""The full collection taken once a storm of new connections is over (server/storm_gc.py)."""
+"""The full collection taken once a storm of new connections is over, and the young
+generation's threshold (server/storm_gc.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,25 @@ import gc
 import socket
 from typing import TYPE_CHECKING
 
+import pytest
+
 from leveret.config import Settings
 from leveret.server.server import Server
-from leveret.server.storm_gc import StormCollector
+from leveret.server.storm_gc import YOUNG_THRESHOLD, StormCollector, raise_young_threshold
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
+
+
+@pytest.fixture
+def thresholds() -> Iterator[None]:
+    """The process's collector thresholds, put back after the test."""
+    saved = gc.get_threshold()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
 
 
 class Recorder:
@@ -139,6 +153,53 @@ def test_the_server_collects_after_a_storm_of_accepted_sockets(tmp_path: Path) -
         finally:
             for s in socks:
                 s.close()
+            await server.stop()
+
+    asyncio.run(run())
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_the_young_threshold_is_raised_and_the_older_ones_kept() -> None:
+    gc.set_threshold(700, 11, 12)
+    raise_young_threshold()
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, 11, 12)
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_a_higher_young_threshold_or_a_disabled_collector_stays() -> None:
+    gc.set_threshold(50_000, 10, 10)
+    raise_young_threshold()
+    assert gc.get_threshold() == (50_000, 10, 10)
+    gc.set_threshold(0, 10, 10)  # 0: automatic collection is off
+    raise_young_threshold()
+    assert gc.get_threshold() == (0, 10, 10)
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_a_burst_of_lone_messages_meets_no_young_collection() -> None:
+    """What a thousand queued messages hold (a few containers each) stays below the raised
+    threshold: none of it is walked (nor promoted) before it is freed."""
+    gc.set_threshold(700, 10, 10)
+    raise_young_threshold()
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
+    held: list[list[object]] = [[{}, [], ()] for _ in range(1000)]
+    assert gc.get_stats()[0]["collections"] == before
+    del held
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_the_server_raises_the_young_threshold_at_boot(tmp_path: Path) -> None:
+    async def run() -> None:
+        settings = Settings(
+            host="127.0.0.1", port=0, data_dir=str(tmp_path), management=False, stream_port=0
+        )
+        server = Server(settings)
+        gc.set_threshold(700, 10, 10)
+        await server.start()
+        try:
+            assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+        finally:
             await server.stop()
 
     asyncio.run(run())

@@ -509,22 +509,36 @@ class Session(ConsumerOwner):
 
     def _release(self, items: list[tuple[int, Delivery]]) -> None:
         """Give back the credit and the channel's window that ``items`` held."""
-        unacked = self.unacked
         for tag, item in items:
-            consumer = item.consumer
-            if consumer is not None:
-                consumer.credit += 1
-                consumer.unsettled -= 1
-                self._consumer_unacked -= 1
-                self._unacked_bytes -= len(item.entry.message.body)
-                pending = consumer.pending
-                if pending and pending[0] == tag:
-                    # Acks in order keep the timeout's list short: drop settled heads.
+            self._release_one(tag, item)
+
+    def _release_one(self, tag: int, item: Delivery) -> None:
+        consumer = item.consumer
+        if consumer is not None:
+            consumer.credit += 1
+            consumer.unsettled -= 1
+            self._consumer_unacked -= 1
+            self._unacked_bytes -= len(item.entry.message.body)
+            pending = consumer.pending
+            if pending and pending[0] == tag:
+                # Acks in order keep the timeout's list short: drop settled heads.
+                pending.popleft()
+                unacked = self.unacked
+                while pending and pending[0] not in unacked:
                     pending.popleft()
-                    while pending and pending[0] not in unacked:
-                        pending.popleft()
 
     def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
+        if not multiple and self.publisher.tx is None:
+            # One delivery acked on its own, as the Go tool's client and pika's do, a
+            # thousand times in a burst (issue 26): no lists built for it. An unknown tag
+            # takes the general path below for its error.
+            item = self.unacked.pop(delivery_tag, None)
+            if item is not None:
+                self.n_ack += 1
+                self._release_one(delivery_tag, item)
+                item.queue.settle(item.entry)
+                self._redispatch()
+                return
         items = self._take(delivery_tag, multiple)
         self.n_ack += len(items)
         tx = self.publisher.tx

@@ -93,6 +93,62 @@ def test_collections_are_spaced() -> None:
     assert rec.ours == 2
 
 
+def test_the_gap_after_a_collection_is_what_it_cost_times_duty() -> None:
+    """A storm in two waves: the second is collected once the first one's cost allows
+    (50 times its 30 ms), not a fixed ten seconds on; a costly collection waits longer."""
+    rec = Recorder()
+    costs = iter([0.030, 0.300])
+    clock = [0.0]
+
+    def collect() -> None:
+        rec.collect()
+        clock[0] += next(costs)
+
+    c = StormCollector(
+        storm=3,
+        quiet=0.5,
+        spacing=1.0,
+        duty=50.0,
+        collect=collect,
+        full_collections=rec.full_collections,
+        timer=lambda: clock[0],
+    )
+    for t in (1.0, 1.1, 1.2):
+        c.accepted(t)
+    assert c.check(1.7) is None
+    for t in (2.2, 2.3):
+        c.accepted(t)
+    assert c.accepted(2.4) == pytest.approx(3.2)  # 1.7 + 50 x 0.030 s
+    assert c.check(3.2) is None
+    assert rec.ours == 2
+    for t in (3.5, 3.6):
+        c.accepted(t)
+    assert c.accepted(3.7) == pytest.approx(18.2)  # 3.2 + 50 x 0.300 s
+    for t in (10.0, 10.1):
+        c.accepted(t)
+    assert c.accepted(10.2) == pytest.approx(18.2)
+    assert c.check(10.7) == pytest.approx(18.2)
+
+
+def test_a_cheap_collection_still_waits_the_spacing() -> None:
+    rec = Recorder()
+    c = StormCollector(
+        storm=3,
+        quiet=0.5,
+        spacing=1.0,
+        duty=50.0,
+        collect=rec.collect,
+        full_collections=rec.full_collections,
+        timer=lambda: 0.0,
+    )
+    for t in (1.0, 1.1, 1.2):
+        c.accepted(t)
+    c.check(1.7)
+    for t in (1.8, 1.9):
+        c.accepted(t)
+    assert c.accepted(2.0) == pytest.approx(2.7)  # the spacing, not the quiet's 2.5
+
+
 def test_a_full_collection_by_cpython_meanwhile_counts() -> None:
     rec = Recorder()
     c = collector(rec)

@@ -770,7 +770,7 @@ class Peer(LinkLeader):
                 or grown < 0
             ):
                 remote.limit = limit
-                frame = c.encode(c.Credit(remote.cid, credit, remote.handed))
+                frame = c.credit_frame(remote.cid, credit, remote.handed)
                 self.frames.append(frame)
                 self.size += len(frame)
 

@@ -689,7 +689,6 @@ _DELIVER_ALSO: Final = struct.Struct(">IBIQB")
 _DELIVER_KEPT: Final = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 _SETTLE_HEAD: Final = struct.Struct(">IBBI")
-_CREDIT: Final = struct.Struct(">IBIIQ")
 # Of a message's encoding beyond its strings, properties and body: the lengths and the form.
 _MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
 
@@ -880,6 +879,9 @@ def deliver_kept_frame(cid: int, did: int, redelivered: bool, slot: int) -> byte
     """:class:`DeliverKept`'s frame, written directly. Its code is 34, after
     ``DeliverAlso``'s."""
     return _DELIVER_KEPT.pack(1 + 4 + 8 + 1 + 2, 34, cid, did, redelivered, slot)
+
+
+_CREDIT: Final = struct.Struct(">IBIIQ")
 
 
 def credit_frame(cid: int, credit: int, received: int) -> bytes:

@@ -129,6 +129,13 @@ def test_proof_depends_on_secret_role_node_and_nonce() -> None:
     assert c.cluster_tag("s") != c.cluster_tag("t")
 
 
+@given(u32, u32, u64)
+def test_credit_frame_is_the_encoded_op(cid: int, credit: int, received: int) -> None:
+    frame = c.credit_frame(cid, credit, received)
+    assert frame == c.encode(c.Credit(cid, credit, received))
+    assert c.Reader().feed(frame) == [c.Credit(cid, credit, received)]
+
+
 @given(u64, text, text)
 def test_also_frame_is_the_encoded_op(seq: int, vhost: str, queue: str) -> None:
     frame = c.also_frame(seq, c.publish_names(vhost, queue))

@@ -139,6 +139,8 @@ class _Remote:
     cap: int
     threshold: int
     limit: int
+    # Its id on the link (``Peer.consumers``' key).
+    cid: int
     # Deliveries handed to the consumer's owner (those waiting in ``buffer`` not counted).
     handed: int = 0
     # In ``Peer.owed``: its credit is looked at when the turn's frames go out.
@@ -258,11 +260,16 @@ class Peer(LinkLeader):
         # all of them, as the connection goes (``_forget_kept``).
         self.kept_sizes: list[int] = [0] * c.KEPT
         self.gauge = links.server.broker.gauge
-        self.cids: dict[Consumer, int] = {}
+        # Each consumer's ``_Remote`` (``consumers`` by the consumer): an ack's credit
+        # finds it in one lookup.
+        self.remotes: dict[Consumer, _Remote] = {}
         self.next_rid = 1
         # Requests waiting for the leader's answer (gets, inspections), by id.
         self.requests: dict[int, tuple[Completion[Any], RemoteQueue]] = {}
         self.settles: dict[int, list[int]] = {}
+        # ``settles[ACCEPT]`` while it is there (``accept``, once an ack): None once
+        # ``settles`` is written or dropped.
+        self._accepts: list[int] | None = None
         # Consumers whose credit grew this turn (``_advertise``), told at the flush.
         self.owed: list[_Remote] = []
         # Consumers of replicated queues this node was told to find here but did not yet
@@ -371,6 +378,7 @@ class Peer(LinkLeader):
         self.frames.clear()
         self.size = 0
         self.settles.clear()
+        self._accepts = None
         self.owed.clear()
         self.paused = False
         self.account()
@@ -395,7 +403,7 @@ class Peer(LinkLeader):
             barrier.resolve(None)
         remotes = list(self.consumers.values())
         self.consumers.clear()
-        self.cids.clear()
+        self.remotes.clear()
         for remote in remotes:
             _drains_over(remote)
             if remote.queue.replicated:
@@ -444,11 +452,8 @@ class Peer(LinkLeader):
         client only then (0-9-1's consume-ok, so that a refusal is the channel error one
         node gives); None when it came already. A replicated queue's consumer follows the
         queue from leader to leader, and is answered at once."""
-        cid = self.cids.get(consumer)
-        if cid is None or queue.replicated:
-            return None
-        remote = self.consumers[cid]
-        if remote.ok:
+        remote = self.remotes.get(consumer)
+        if remote is None or queue.replicated or remote.ok:
             return None
         remote.held = True
         if remote.answer is None:
@@ -457,9 +462,9 @@ class Peer(LinkLeader):
 
     def release(self, queue: RemoteQueue, consumer: Consumer) -> None:
         """The owner answered its client (``answer``): deliveries go to the consumer."""
-        cid = self.cids.get(consumer)
-        if cid is not None:
-            self.consumers[cid].held = False
+        remote = self.remotes.get(consumer)
+        if remote is not None:
+            remote.held = False
             self.credit(queue, consumer)
 
     def received(self, conn: _Connection, data: bytes) -> None:
@@ -498,6 +503,7 @@ class Peer(LinkLeader):
     def _settled(self) -> None:
         """The settlements gathered since the last frame, as frames (one per kind)."""
         settles, self.settles = self.settles, {}
+        self._accepts = None
         for kind, dids in settles.items():
             frame = c.settle_frame(kind, dids)
             self.frames.append(frame)
@@ -601,7 +607,7 @@ class Peer(LinkLeader):
         elif isinstance(op, c.Cancelled):
             remote = self.consumers.pop(op.cid, None)
             if remote is not None:
-                self.cids.pop(remote.consumer, None)
+                self.remotes.pop(remote.consumer, None)
                 _drains_over(remote)
                 if op.code == NotFound.reply_code and self._consume_again(remote):
                     return
@@ -676,7 +682,7 @@ class Peer(LinkLeader):
             for queue in list(vhost.remote_queues.values()):
                 if isinstance(queue, RemoteQueue) and queue.leader is self:
                     for consumer in list(queue.consumers):
-                        if consumer not in self.cids:
+                        if consumer not in self.remotes:
                             self.consume(queue, consumer)
 
     def _confirm(self, op: c.Confirm) -> None:
@@ -750,9 +756,8 @@ class Peer(LinkLeader):
         owed, self.owed = self.owed, []
         for remote in owed:
             remote.owed = False
-            cid = self.cids.get(remote.consumer)
-            if cid is None or remote.drains:
-                continue  # cancelled meanwhile; or told once the leader answers the drain
+            if remote.drains or self.remotes.get(remote.consumer) is not remote:
+                continue  # told once the leader answers the drain; or cancelled meanwhile
             # Never below 0: a prefetch lowered under what is unacked leaves it negative.
             credit = max(0, min(remote.consumer.credit, remote.cap))
             limit = remote.handed + credit
@@ -765,7 +770,7 @@ class Peer(LinkLeader):
                 or grown < 0
             ):
                 remote.limit = limit
-                frame = c.encode(c.Credit(cid, credit, remote.handed))
+                frame = c.credit_frame(remote.cid, credit, remote.handed)
                 self.frames.append(frame)
                 self.size += len(frame)
 
@@ -809,9 +814,9 @@ class Peer(LinkLeader):
         # 1.0 link credit) as it was given, ``WINDOW`` for one nobody limits; and at once,
         # whatever it comes to, when the leader has used all it was given (``_advertise``).
         credit = min(consumer.credit, WINDOW)
-        remote = _Remote(consumer, queue, WINDOW, max(1, credit // 4), credit)
+        remote = _Remote(consumer, queue, WINDOW, max(1, credit // 4), credit, cid)
         self.consumers[cid] = remote
-        self.cids[consumer] = cid
+        self.remotes[consumer] = remote
         carried = _carried(consumer.arguments, consumer)
         if consumer.browses:
             # The leader browses for it (``codec.BROWSE``): copies, no settlement.
@@ -842,11 +847,8 @@ class Peer(LinkLeader):
             asyncio.get_running_loop().call_soon(self._handle, refusal)
 
     def credit(self, queue: RemoteQueue, consumer: Consumer) -> None:
-        cid = self.cids.get(consumer)
-        if cid is None:
-            return
-        remote = self.consumers[cid]
-        if remote.held:
+        remote = self.remotes.get(consumer)
+        if remote is None or remote.held:
             return
         self._hand(remote)
         self._advertise(remote)
@@ -856,13 +858,12 @@ class Peer(LinkLeader):
         the leader delivers what the queue holds up to its credit and answers (``Drain``,
         ``Drained``); done on that answer, its deliveries handed before. None: it is not
         consumed there (cancelled, the link down), nothing to wait for."""
-        cid = self.cids.get(consumer)
-        if cid is None or not self.up:
+        remote = self.remotes.get(consumer)
+        if remote is None or not self.up:
             return None
-        remote = self.consumers[cid]
         done: Completion[None] = Completion()
         remote.drains.append(done)
-        self._ask_drain(cid, remote)
+        self._ask_drain(remote.cid, remote)
         return done
 
     def _ask_drain(self, cid: int, remote: _Remote) -> None:
@@ -913,10 +914,11 @@ class Peer(LinkLeader):
 
     def cancel(self, queue: RemoteQueue, consumer: Consumer) -> None:
         self.refused.pop(consumer, None)
-        cid = self.cids.pop(consumer, None)
-        if cid is None:
+        remote = self.remotes.pop(consumer, None)
+        if remote is None:
             return
-        remote = self.consumers.pop(cid)
+        cid = remote.cid
+        del self.consumers[cid]
         _drains_over(remote)
         if self.up:
             self._write(c.Cancel(cid))
@@ -977,12 +979,16 @@ class Peer(LinkLeader):
         seq = entry.seq
         if seq >> _GEN_SHIFT != self.generation or not self.up:
             return  # made over an older connection: the leader requeued it
-        dids = self.settles.get(ACCEPT)
+        dids = self._accepts
         if dids is None:
-            self.settles[ACCEPT] = [seq & _DID_MASK]
-            self._schedule_flush()
-        else:
-            dids.append(seq & _DID_MASK)
+            # The turn's first ack, or its first since the settlements were written (or a
+            # ``settle`` of the kind started the list).
+            dids = self.settles.get(ACCEPT)
+            if dids is None:
+                dids = self.settles[ACCEPT] = []
+                self._schedule_flush()
+            self._accepts = dids
+        dids.append(seq & _DID_MASK)
 
     def _ask(
         self, queue: RemoteQueue, done: Completion[T], op: Callable[[int], c.Op]

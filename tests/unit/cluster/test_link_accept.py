@@ -10,6 +10,7 @@ import asyncio
 
 from leveret.cluster.link import Peer, _Connection
 from leveret.convert.amqp091 import wire_message
+from leveret.model.entry import QueuedMessage
 from leveret.model.queues.remote import RemoteQueue
 from leveret.protocol.cluster import codec as c
 from leveret.server.amqp091.session import Session
@@ -109,5 +110,33 @@ def test_an_ack_that_gives_no_credit_back_is_still_written_at_the_turns_end() ->
         session.ack(tags[0])
         await asyncio.sleep(0)
         assert _settles(transport) == [(c.ACCEPT, (11,))]
+
+    asyncio.run(run())
+
+
+def test_acks_share_the_turns_list_with_other_settlements_of_the_kind() -> None:
+    # ``Peer.accept`` appends to the turn's ACCEPT list it keeps at hand: one a ``settle``
+    # started is the same list, and once a frame takes the list out the next ack starts
+    # another (after that frame), never one written already.
+    async def run() -> None:
+        session, sink, peer, _conn, transport, _other = await _consumer()
+        tags = _tags(sink)
+        message = wire_message("", "q", PROPS, b"m")
+        peer.settle(c.ACCEPT, [QueuedMessage(20, message)])
+        session.ack(tags[0])
+        peer.settle(c.ACCEPT, [QueuedMessage(21, message)])
+        session.ack(tags[1])
+        await asyncio.sleep(0)
+        assert _settles(transport) == [(c.ACCEPT, (20, 11, 21, 12))]
+        transport.written.clear()
+        session.ack(tags[2])
+        session.cancel("client")  # its Cancel takes the turn's settlements out first
+        session.ack(tags[3])
+        await asyncio.sleep(0)
+        kinds = [
+            (op.kind, op.dids) if isinstance(op, c.Settle) else type(op).__name__
+            for op in transport.ops()
+        ]
+        assert kinds == [(c.ACCEPT, (13,)), "Cancel", (c.ACCEPT, (14,))]
 
     asyncio.run(run())

@@ -881,6 +881,15 @@ def deliver_kept_frame(cid: int, did: int, redelivered: bool, slot: int) -> byte
     return _DELIVER_KEPT.pack(1 + 4 + 8 + 1 + 2, 34, cid, did, redelivered, slot)
 
 
+_CREDIT: Final = struct.Struct(">IBIIQ")
+
+
+def credit_frame(cid: int, credit: int, received: int) -> bytes:
+    """:class:`Credit`'s frame, written directly (a consumer's quarter window of acks on
+    the peer's side: one ``pack``, not an op and three)."""
+    return _CREDIT.pack(1 + 4 + 4 + 8, 7, cid, credit, received)
+
+
 def _payload(op: Op) -> tuple[int, bytes]:
     if isinstance(op, Deliver):
         return 10, b"".join(

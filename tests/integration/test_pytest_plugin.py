@@ -285,7 +285,9 @@ def test_advance_fires_expiries_consumer_timeouts_and_stream_retention(
 
 def test_advance_fires_heartbeats_both_ways(pytester: pytest.Pytester) -> None:
     """A client that negotiated 4 s heartbeats gets the broker's heartbeat once the clock
-    passes half an interval, and is dropped once it passes two intervals without a word."""
+    passes half an interval (or up to a quarter of it sooner: each connection's phase,
+    server/heartbeat_phase.py), and is dropped once it passes two intervals without a
+    word."""
     pytester.makepyfile(
         test_heartbeats="""
         import socket
@@ -312,7 +314,9 @@ def test_advance_fires_heartbeats_both_ways(pytester: pytest.Pytester) -> None:
 
             assert frames_within(0.3) == 0  # real time alone: nothing yet
             leveret_broker.advance(2.5)
-            assert frames_within(1) == 1  # the broker's heartbeat
+            # The broker's heartbeat (a second one too when the connection's phase is low
+            # and the real time of the drains comes on top).
+            assert frames_within(1) in (1, 2)
 
             leveret_broker.advance(6)  # 8.5 s since the client last spoke
             with pytest.raises(OSError):

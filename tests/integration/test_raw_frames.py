@@ -8,6 +8,7 @@ RabbitMQ's reply differs from the 0-9-1 text, the test asserts RabbitMQ's and sa
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -641,6 +642,39 @@ def test_server_sends_heartbeats(raw: RawClient) -> None:
         assert (received.kind, received.channel, received.payload) == (FRAME_HEARTBEAT, 0, b"")
         seen += 1
     assert seen >= 1
+
+
+@pytest.mark.leveret_only
+def test_connections_opened_together_send_their_heartbeats_apart(broker: Broker) -> None:
+    """Each connection's first heartbeat comes 0.75 to 1 times half the interval after
+    the broker's last write (server/heartbeat_phase.py), not all at half of it: twenty
+    connections opened one after another spread theirs over most of that quarter."""
+    clients = [RawClient(broker) for _ in range(20)]
+    try:
+        opened = []
+        for client in clients:
+            client.handshake(heartbeat=2)
+            opened.append(time.monotonic())
+        # Each socket's first bytes timed as they arrive, whichever comes first.
+        arrived: dict[int, float] = {}
+        deadline = time.monotonic() + 5.0
+        while len(arrived) < len(clients) and time.monotonic() < deadline:
+            waiting = [c.sock for i, c in enumerate(clients) if i not in arrived]
+            readable, _, _ = select.select(waiting, [], [], 0.5)
+            now = time.monotonic()
+            for sock in readable:
+                arrived[next(i for i, c in enumerate(clients) if c.sock is sock)] = now
+        assert len(arrived) == len(clients)
+        for client in clients:
+            assert client.read_frame().kind == FRAME_HEARTBEAT
+        offsets = [arrived[i] - at for i, at in enumerate(opened)]
+    finally:
+        for client in clients:
+            client.close()
+    # Half the interval is 1 s: each first heartbeat in (0.75, 1] s, late by at most
+    # what a busy machine adds; and spread, where one phase for all gives about 1 s each.
+    assert all(0.7 <= offset <= 1.3 for offset in offsets), offsets
+    assert max(offsets) - min(offsets) >= 0.12, offsets
 
 
 def test_heartbeating_client_stays_connected(raw: RawClient) -> None:

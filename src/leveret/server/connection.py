@@ -34,6 +34,7 @@ import time
 from typing import TYPE_CHECKING, Final, cast
 
 from leveret.server.frontend import choose
+from leveret.server.heartbeat_phase import next_heartbeat_phase
 from leveret.server.listeners import certificate_identity
 from leveret.server.shell.contract import ShellContext
 from leveret.server.shell.shell import Shell
@@ -125,7 +126,16 @@ class ConnectionProtocol(asyncio.Protocol):
         now = self.loop.time()
         self.connected_at = time.time()
         shell = self.shell = Shell(
-            ShellContext(self.broker, self.users, self.limits, self.peer, loopback, now, identity)
+            ShellContext(
+                self.broker,
+                self.users,
+                self.limits,
+                self.peer,
+                loopback,
+                now,
+                identity,
+                next_heartbeat_phase(),
+            )
         )
         shell.on_output = self._schedule_flush
         shell.on_ready = self._schedule_turn

@@ -93,6 +93,7 @@ def new_shell(
     limits: Limits | None = None,
     now: float = 0.0,
     certificate_identity: str | None = None,
+    heartbeat_phase: float = 1.0,
 ) -> Shell:
     """A connection's shell in memory (a new broker and guest/guest store unless given),
     with the front end ``factory`` makes attached when given (as if its first bytes had
@@ -106,6 +107,7 @@ def new_shell(
             loopback,
             now,
             certificate_identity,
+            heartbeat_phase,
         )
     )
     if factory is not None:
@@ -208,6 +210,7 @@ class CodecClient:
         clock: FakeClock | None = None,
         peer: str = "127.0.0.1:50000",
         certificate_identity: str | None = None,
+        heartbeat_phase: float = 1.0,
     ) -> CodecClient:
         """A fresh server connection (new broker and guest/guest store unless given);
         ``certificate_identity``: as if over TLS with a verified client certificate."""
@@ -221,6 +224,7 @@ class CodecClient:
             limits=limits,
             now=clock.now,
             certificate_identity=certificate_identity,
+            heartbeat_phase=heartbeat_phase,
         )
         return cls(shell, clock)
 

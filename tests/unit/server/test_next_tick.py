@@ -53,6 +53,22 @@ def test_the_heartbeat_is_due_half_an_interval_after_the_last_write() -> None:
     assert due(client) == pytest.approx(when + 5)
 
 
+def test_a_connection_of_a_lower_phase_sends_its_heartbeats_sooner() -> None:
+    """The phase the adapter gave the connection (server/heartbeat_phase.py) scales the
+    idle time before each heartbeat: 0.8 of half a 10 s interval is 4 s."""
+    client = CodecClient.connect(heartbeat_phase=0.8)
+    client.handshake(heartbeat=10)
+    assert client.frames() == []
+    when = due(client)
+    assert when is not None
+    assert when == pytest.approx(client.clock.now + 4)
+    tick_to(client, when - EARLY)
+    assert client.frames() == []
+    tick_to(client, when)
+    assert client.frames() == [Heartbeat()]
+    assert due(client) == pytest.approx(when + 4)
+
+
 def test_a_silent_peer_is_dropped_at_its_deadline_and_not_before() -> None:
     client = CodecClient.connect()
     client.handshake(heartbeat=10)

@@ -168,6 +168,7 @@ class ServerConnection:
         limits: Limits = DEFAULT_LIMITS,
         now: float = 0.0,
         output: Output | None = None,
+        heartbeat_phase: float = 1.0,
     ) -> None:
         self.peer = peer
         self.limits = limits
@@ -182,6 +183,10 @@ class ServerConnection:
         self.channel_max = limits.channel_max
         self.frame_max = limits.frame_max
         self.heartbeat = 0
+        # An idle connection sends a heartbeat ``heartbeat_phase`` times half the interval
+        # after its last write (0.75 to 1; the server spreads it over its connections:
+        # server/heartbeat_phase.py).
+        self.heartbeat_phase = heartbeat_phase
         self.last_received = now
         self.last_sent = now
         self.close_deadline: float | None = None
@@ -603,7 +608,10 @@ class ServerConnection:
         if not heartbeat or state is not State.RUNNING:
             return None
         # tick closes once the silence is longer than two intervals: just past that.
-        return min(self.last_sent + heartbeat / 2, self.last_received + 2 * heartbeat + _PAST)
+        return min(
+            self.last_sent + heartbeat / 2 * self.heartbeat_phase,
+            self.last_received + 2 * heartbeat + _PAST,
+        )
 
     def tick(self, now: float) -> None:
         """Send a heartbeat when idle, close when the peer went silent (two intervals)."""
@@ -627,7 +635,7 @@ class ServerConnection:
             self.should_close_transport = True
             self._release()
             return
-        if now - self.last_sent >= self.heartbeat / 2:
+        if now - self.last_sent >= self.heartbeat / 2 * self.heartbeat_phase:
             self.output.append(framing.HEARTBEAT_FRAME)
             self.last_sent = now
 

@@ -71,7 +71,11 @@ class AMQP091Connection(ServerConnection):
 
     def __init__(self, shell: Shell) -> None:
         super().__init__(
-            peer=shell.peer, limits=shell.limits, now=shell.created, output=shell.output
+            peer=shell.peer,
+            limits=shell.limits,
+            now=shell.created,
+            output=shell.output,
+            heartbeat_phase=shell.heartbeat_phase,
         )
         self.shell = shell
         self.broker: Broker = shell.broker

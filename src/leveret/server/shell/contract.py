@@ -138,3 +138,8 @@ class ShellContext:
     # The user name the peer's verified TLS client certificate gives (SASL EXTERNAL);
     # None on plain connections and without a verified certificate.
     certificate_identity: str | None = None
+    # How much of half the heartbeat interval an idle connection waits before it sends a
+    # heartbeat (0.75 to 1): the adapter spreads it over the connections it accepts, so
+    # that a thousand opened together do not write their heartbeats in one turn
+    # (``server/heartbeat_phase.py``).
+    heartbeat_phase: float = 1.0

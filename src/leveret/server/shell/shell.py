@@ -126,6 +126,7 @@ class Shell:
         self.peer = context.peer
         self.loopback = context.loopback
         self.certificate_identity = context.certificate_identity
+        self.heartbeat_phase = context.heartbeat_phase
         self.timers = broker.timers
         self.created = context.now
         self.now = context.now

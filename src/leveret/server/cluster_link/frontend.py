@@ -40,7 +40,7 @@ from leveret.model.dead_letter import REJECTED
 from leveret.model.message import HINT_SHARED
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
-from leveret.protocol.cluster.codec import Also
+from leveret.protocol.cluster.codec import Also, Cancel, Consume, Credit, Publish, Settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -74,10 +74,12 @@ LOOK: Final = 0.005
 # publishes still waiting for a turn: with up to a window of publishes read at once (the
 # peer's ``PUBLISH_WINDOW``), its consumers' credit would otherwise wait for their turns.
 # Gets and inspections stay in order with the publishes (a get sees what was published
-# before it, as on one node).
-_CONTROL: Final = (c.Credit, c.Settle, c.Consume, c.Cancel)
+# before it, as on one node). ``receive`` sorts them by type.
+
 # What the memory alarm holds (an Also is the last Publish's message into another queue).
 _PUBLISHES: Final = (c.Publish, c.Also)
+# Deliver routes kept (``LinkFrontEnd.routes``), all forgotten past it.
+ROUTES_KEPT: Final = 256
 # Seconds between log lines about peers that dial this plain port with TLS (each redials
 # every second while the configurations differ), and when the last was written.
 TLS_REFUSAL_QUIET: Final = 60.0
@@ -266,6 +268,9 @@ class LinkFrontEnd:
         # all of them, as the link goes (``connection_lost``).
         self.kept_sizes: list[int] = [0] * c.KEPT
         self.gauge = self.broker.gauge
+        # The Deliver frames' routes (``codec.deliver_route``) by routing key, with their
+        # exchange: a queue's deliveries mostly repeat them, encoded once here.
+        self.routes: dict[str, tuple[str, bytes]] = {}
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -305,7 +310,16 @@ class LinkFrontEnd:
                 (ops if isinstance(op, _PUBLISHES) else control).append(op)
             return
         for op in decoded:
-            (control if isinstance(op, _CONTROL) else ops).append(op)
+            # The consumers' operations (above) by their types, not ``isinstance``
+            # against a tuple of them: compiled, that is a generic call a class, four for
+            # each publish. None of these classes is subclassed.
+            kind = type(op)
+            if kind is Publish or kind is Also:
+                ops.append(op)
+            elif kind is Credit or kind is Settle or kind is Consume or kind is Cancel:
+                control.append(op)
+            else:
+                ops.append(op)
 
     def run(self, budget: int, now: float) -> None:
         # Taken from the front of deques: a backlog of n operations costs a turn its budget,
@@ -806,17 +820,22 @@ class LinkFrontEnd:
                 sizes = self.kept_sizes
                 self.gauge.bytes += size - sizes[slot]
                 sizes[slot] = size
+        routing_key = message.routing_key
+        kept_route = self.routes.get(routing_key)
+        if kept_route is None or kept_route[0] != message.exchange:
+            kept_route = (message.exchange, c.deliver_route(message.exchange, routing_key))
+            if len(self.routes) >= ROUTES_KEPT:
+                self.routes.clear()
+            self.routes[routing_key] = kept_route
         self.output.add(
-            c.deliver_frame(
+            c.routed_deliver_frame(
                 cid,
                 did,
-                entry.redelivered,
-                message.exchange,
-                message.routing_key,
+                entry.redelivered | keep << 1,
+                kept_route[1],
                 message.format,
                 message.raw_properties,
                 message.body,
-                keep,
             )
         )
 
@@ -845,13 +864,19 @@ class LinkFrontEnd:
 
     def _settle(self, op: c.Settle) -> None:
         unsettled = self.unsettled
+        if op.kind == c.ACCEPT:  # the acks: one loop without the kind read again an id
+            for did in op.dids:
+                item = unsettled.pop(did, None)
+                if item is not None:  # else settled twice, or requeued: ignored
+                    item[0].settle(item[1])
+            return
         requeue: dict[Source, list[QueuedMessage]] = {}
         for did in op.dids:
             item = unsettled.pop(did, None)
             if item is None:
                 continue  # settled twice, or requeued when a consumer went: ignored
             queue, entry = item
-            if queue.deleted or op.kind == c.ACCEPT:
+            if queue.deleted:
                 queue.settle(entry)
             elif op.kind == c.REJECT:
                 queue.discard(entry, REJECTED)

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
     from leveret.model.queues.base import Queue
+    from leveret.model.vhost import VirtualHost
     from leveret.server.shell.info import ChannelInfo
     from leveret.server.shell.shell import Shell
 
@@ -208,6 +209,9 @@ class LinkFrontEnd:
         self.broker: Broker = shell.broker
         # The broker's vhosts (a dict it keeps for good): one attribute read less a publish.
         self.vhosts = self.broker.vhosts
+        # The last vhost a publish named, and its queues (``_queue``).
+        self.last_vhost: VirtualHost | None = None
+        self.last_queues: dict[str, Queue] = {}
         self.identity = identity
         self.reader = c.Reader()
         self.ops: deque[c.Op] = deque()
@@ -579,7 +583,14 @@ class LinkFrontEnd:
 
     def _queue(self, vhost_name: str, name: str) -> Queue | None:
         vhost = self.vhosts.get(vhost_name)
-        return vhost.queues.get(name) if vhost is not None else None
+        if vhost is None:
+            return None
+        if vhost is not self.last_vhost:
+            # ``VirtualHost`` is interpreted: its ``queues`` (never another dict) is read
+            # once a vhost, not once a publish.
+            self.last_vhost = vhost
+            self.last_queues = vhost.queues
+        return self.last_queues.get(name)
 
     def _publish(self, op: c.Publish) -> None:
         self.last = op
@@ -641,7 +652,8 @@ class LinkFrontEnd:
         accepted = queue.enqueue(self._message(publish))
         self.shell.published = True
         behind = queue.falling_behind()
-        was_behind = queue in self.behind
+        # A set's lookup (the queue's hash) only while a queue is, or was, falling behind.
+        was_behind = bool(self.behind) and queue in self.behind
         if behind and was_behind:
             self._pace(queue, weight)
         else:

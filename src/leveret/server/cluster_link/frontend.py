@@ -40,7 +40,7 @@ from leveret.model.dead_letter import REJECTED
 from leveret.model.message import HINT_SHARED
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
-from leveret.protocol.cluster.codec import Also, Cancel, Consume, Credit, Publish, Settle
+from leveret.protocol.cluster.codec import Also, Cancel, Consume, Credit, Settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,6 +87,12 @@ TLS_REFUSAL_QUIET: Final = 60.0
 _tls_refused_at: list[float] = []
 # Entries a browsing consumer reads from its queue at a time (0-10's ``BROWSE_BATCH``).
 BROWSE_BATCH: Final = 256
+
+
+def _controls(op: c.Op) -> bool:
+    """``op`` is one of the peer's consumers' (``receive`` handles them first)."""
+    kind = type(op)
+    return kind is Credit or kind is Settle or kind is Consume or kind is Cancel
 
 
 def agreement(agreed: frozenset[str]) -> str:
@@ -313,17 +319,20 @@ class LinkFrontEnd:
             for op in decoded:
                 (ops if isinstance(op, _PUBLISHES) else control).append(op)
             return
+        # The consumers' operations (above) told by their types, not ``isinstance``
+        # against a tuple of them (compiled, a generic call a class: four for each
+        # publish), none of these classes being subclassed; and each deque extended once
+        # a read, not appended to once an operation (a deque's method is a generic call).
+        first = 0
         for op in decoded:
-            # The consumers' operations (above) by their types, not ``isinstance``
-            # against a tuple of them: compiled, that is a generic call a class, four for
-            # each publish. None of these classes is subclassed.
-            kind = type(op)
-            if kind is Publish or kind is Also:
-                ops.append(op)
-            elif kind is Credit or kind is Settle or kind is Consume or kind is Cancel:
-                control.append(op)
-            else:
-                ops.append(op)
+            if _controls(op):
+                break
+            first += 1
+        if first == len(decoded):
+            ops.extend(decoded)  # no consumer's operation in this read: the most
+            return
+        control.extend([op for op in decoded if _controls(op)])
+        ops.extend([op for op in decoded if not _controls(op)])
 
     def run(self, budget: int, now: float) -> None:
         # Taken from the front of deques: a backlog of n operations costs a turn its budget,
@@ -878,8 +887,11 @@ class LinkFrontEnd:
         unsettled = self.unsettled
         if op.kind == c.ACCEPT:  # the acks: one loop without the kind read again an id
             for did in op.dids:
-                item = unsettled.pop(did, None)
+                # ``get`` and ``del`` are the compiled dict's own; ``pop`` with a default
+                # is a generic method call.
+                item = unsettled.get(did)
                 if item is not None:  # else settled twice, or requeued: ignored
+                    del unsettled[did]
                     item[0].settle(item[1])
             return
         requeue: dict[Source, list[QueuedMessage]] = {}

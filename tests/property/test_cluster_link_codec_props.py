@@ -212,3 +212,33 @@ def test_a_publish_in_pieces_is_its_frame(
     assert pieces[0] == b"before"
     assert b"".join(pieces[1:]) == frame
     assert size == len(frame)
+
+
+@given(u32, u64, st.booleans(), st.booleans(), text, text, fmt, blob, blob)
+def test_a_deliver_with_its_kept_route_is_its_frame(
+    cid: int,
+    did: int,
+    redelivered: bool,
+    keep: bool,
+    exchange: str,
+    key: str,
+    form: int,
+    raw: bytes,
+    body: bytes,
+) -> None:
+    # The leader writes a Deliver with its exchange and routing key encoded once
+    # (``deliver_route``, kept by routing key): the frame a node of the released codec
+    # writes, whatever the lengths (with ``keep``, a feature since, its flag bit more);
+    # read back, the delivery it was.
+    route = c.deliver_route(exchange, key)
+    flags = redelivered | keep << 1
+    frame = c.routed_deliver_frame(cid, did, flags, route, form, raw, body)
+    released = bytearray(
+        released_codec().deliver_frame(cid, did, redelivered, exchange, key, form, raw, body)
+    )
+    released[4 + 1 + 4 + 8] |= keep << 1  # the flags byte, after the length, code, ids
+    assert frame == released
+    assert c.deliver_frame(cid, did, redelivered, exchange, key, form, raw, body, keep) == frame
+    assert c.Reader().feed(frame) == [
+        c.Deliver(cid, did, redelivered, exchange, key, form, raw, body, keep)
+    ]

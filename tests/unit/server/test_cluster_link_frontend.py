@@ -10,7 +10,13 @@ from leveret.model.broker import Broker
 from leveret.model.queues.features import FeatureMixin
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
-from leveret.server.cluster_link.frontend import LOOK, STUCK, LinkFrontEnd, LinkIdentity
+from leveret.server.cluster_link.frontend import (
+    LOOK,
+    ROUTES_KEPT,
+    STUCK,
+    LinkFrontEnd,
+    LinkIdentity,
+)
 from leveret.testing.client import feed, new_shell, run_turns
 
 SECRET = "cluster-secret"
@@ -103,6 +109,24 @@ def test_publish_confirm_consume_settle_get_and_loss() -> None:
     assert "a" not in identity.links
     out = send(link(broker)[0], c.Get(1, "/", "q", True))
     assert out == []  # a new link must shake hands first
+
+
+def test_each_delivery_carries_its_own_exchange_and_routing_key() -> None:
+    # The leader keeps a Deliver's encoded exchange and routing key by routing key
+    # (``LinkFrontEnd.routes``): a message of a kept key from another exchange, and more
+    # keys than it keeps, still go with their own.
+    broker = Broker()
+    broker.vhosts["/"].declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    routes = [("x", "k0"), ("", "k0"), ("x", "k0"), ("", "q")]
+    routes += [("e", f"k{i}") for i in range(ROUTES_KEPT + 2)]
+    routes += [("", "k0"), ("x", "k1"), ("e", "k1")]
+    send(front, *(c.Publish(0, "/", "q", e, k, 0, PROPS, b"m") for e, k in routes))
+    out = send(front, c.Consume(1, "/", "q", True, False, len(routes), 0))
+    delivered = [(op.exchange, op.routing_key) for op in out if isinstance(op, c.Deliver)]
+    assert delivered == routes
+    assert len(front.routes) <= ROUTES_KEPT
 
 
 def test_a_drain_delivers_what_the_queue_holds_then_answers_with_no_credit_left() -> None:

@@ -680,17 +680,15 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
     return b"".join((_s(exchange), _s(routing_key), _U8.pack(fmt), _b(raw), _b(body)))
 
 
-# The per-message frames' heads, each with the exchange's length (then the exchange, the
-# routing key's length and the key, the form and the properties' length, the properties,
-# the body's length and the body): one ``b"".join`` a frame, few ``pack`` calls.
+# The per-message frames' heads (then, in a Publish and a Deliver, the names' and the keys'
+# lengths and bytes, the form and the properties' length, the properties, the body's length
+# and the body): one ``b"".join`` a frame, one ``pack`` call at most.
 _PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
-_DELIVER_HEAD: Final = struct.Struct(">IBIQBH")
-_DELIVER_ALSO: Final = struct.Struct(">IBIQB")
+_DELIVER_FLAGS: Final = struct.Struct(">IBIQB")  # a Deliver's, before its route
+_DELIVER_ALSO: Final = _DELIVER_FLAGS
 _DELIVER_KEPT: Final = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 _SETTLE_HEAD: Final = struct.Struct(">IBBI")
-# Of a message's encoding beyond its strings, properties and body: the lengths and the form.
-_MESSAGE_FIXED: Final = 2 + 2 + 1 + 4 + 4
 
 
 # Lengths under 256 (names, most properties), as 2 and 4 bytes, taken from a table rather
@@ -819,14 +817,30 @@ def deliver_frame(
     keep: bool = False,
 ) -> bytes:
     """:class:`Deliver`'s frame, written directly (once per message delivered)."""
+    return routed_deliver_frame(
+        cid, did, redelivered | keep << 1, deliver_route(exchange, routing_key), fmt, raw, body
+    )
+
+
+def deliver_route(exchange: str, routing_key: str) -> bytes:
+    """A :class:`Deliver`'s exchange and routing key with their lengths, encoded: what
+    :func:`routed_deliver_frame` takes. A queue's deliveries mostly repeat them (a
+    publisher's routing key), so the leader keeps them by routing key and encodes no name
+    a delivery."""
     e, r = _short(exchange), _short(routing_key)
-    size = 1 + 4 + 8 + 1 + _MESSAGE_FIXED + len(e) + len(r) + len(raw) + len(body)
+    return b"".join((_len16(len(e)), e, _len16(len(r)), r))
+
+
+def routed_deliver_frame(
+    cid: int, did: int, flags: int, route: bytes, fmt: int, raw: bytes, body: bytes
+) -> bytes:
+    """:func:`deliver_frame` with its flags (bit 0 redelivered, bit 1 keep) and its route
+    from :func:`deliver_route`: the one place a Deliver's layout is written."""
+    size = 1 + 4 + 8 + 1 + len(route) + 1 + 4 + len(raw) + 4 + len(body)
     return b"".join(
         (
-            _DELIVER_HEAD.pack(size, 10, cid, did, redelivered | keep << 1, len(e)),
-            e,
-            _len16(len(r)),
-            r,
+            _DELIVER_FLAGS.pack(size, 10, cid, did, flags),
+            route,
             _tail(fmt, len(raw)),
             raw,
             _len32(len(body)),

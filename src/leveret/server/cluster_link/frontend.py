@@ -40,7 +40,7 @@ from leveret.model.dead_letter import REJECTED
 from leveret.model.message import HINT_SHARED
 from leveret.model.queues.stream import StreamQueue
 from leveret.protocol.cluster import codec as c
-from leveret.protocol.cluster.codec import Also
+from leveret.protocol.cluster.codec import Also, Cancel, Consume, Credit, Settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from leveret.model.entry import QueuedMessage
     from leveret.model.message import Message
     from leveret.model.queues.base import Queue
+    from leveret.model.vhost import VirtualHost
     from leveret.server.shell.info import ChannelInfo
     from leveret.server.shell.shell import Shell
 
@@ -74,16 +75,24 @@ LOOK: Final = 0.005
 # publishes still waiting for a turn: with up to a window of publishes read at once (the
 # peer's ``PUBLISH_WINDOW``), its consumers' credit would otherwise wait for their turns.
 # Gets and inspections stay in order with the publishes (a get sees what was published
-# before it, as on one node).
-_CONTROL: Final = (c.Credit, c.Settle, c.Consume, c.Cancel)
+# before it, as on one node). ``receive`` sorts them by type.
+
 # What the memory alarm holds (an Also is the last Publish's message into another queue).
 _PUBLISHES: Final = (c.Publish, c.Also)
+# Deliver routes kept (``LinkFrontEnd.routes``), all forgotten past it.
+ROUTES_KEPT: Final = 256
 # Seconds between log lines about peers that dial this plain port with TLS (each redials
 # every second while the configurations differ), and when the last was written.
 TLS_REFUSAL_QUIET: Final = 60.0
 _tls_refused_at: list[float] = []
 # Entries a browsing consumer reads from its queue at a time (0-10's ``BROWSE_BATCH``).
 BROWSE_BATCH: Final = 256
+
+
+def _controls(op: c.Op) -> bool:
+    """``op`` is one of the peer's consumers' (``receive`` handles them first)."""
+    kind = type(op)
+    return kind is Credit or kind is Settle or kind is Consume or kind is Cancel
 
 
 def agreement(agreed: frozenset[str]) -> str:
@@ -206,6 +215,9 @@ class LinkFrontEnd:
         self.broker: Broker = shell.broker
         # The broker's vhosts (a dict it keeps for good): one attribute read less a publish.
         self.vhosts = self.broker.vhosts
+        # The last vhost a publish named, and its queues (``_queue``).
+        self.last_vhost: VirtualHost | None = None
+        self.last_queues: dict[str, Queue] = {}
         self.identity = identity
         self.reader = c.Reader()
         self.ops: deque[c.Op] = deque()
@@ -266,6 +278,9 @@ class LinkFrontEnd:
         # all of them, as the link goes (``connection_lost``).
         self.kept_sizes: list[int] = [0] * c.KEPT
         self.gauge = self.broker.gauge
+        # The Deliver frames' routes (``codec.deliver_route``) by routing key, with their
+        # exchange: a queue's deliveries mostly repeat them, encoded once here.
+        self.routes: dict[str, tuple[str, bytes]] = {}
 
     # -- FrontEnd --------------------------------------------------------------------------
 
@@ -304,8 +319,20 @@ class LinkFrontEnd:
             for op in decoded:
                 (ops if isinstance(op, _PUBLISHES) else control).append(op)
             return
+        # The consumers' operations (above) told by their types, not ``isinstance``
+        # against a tuple of them (compiled, a generic call a class: four for each
+        # publish), none of these classes being subclassed; and each deque extended once
+        # a read, not appended to once an operation (a deque's method is a generic call).
+        first = 0
         for op in decoded:
-            (control if isinstance(op, _CONTROL) else ops).append(op)
+            if _controls(op):
+                break
+            first += 1
+        if first == len(decoded):
+            ops.extend(decoded)  # no consumer's operation in this read: the most
+            return
+        control.extend([op for op in decoded if _controls(op)])
+        ops.extend([op for op in decoded if not _controls(op)])
 
     def run(self, budget: int, now: float) -> None:
         # Taken from the front of deques: a backlog of n operations costs a turn its budget,
@@ -565,7 +592,14 @@ class LinkFrontEnd:
 
     def _queue(self, vhost_name: str, name: str) -> Queue | None:
         vhost = self.vhosts.get(vhost_name)
-        return vhost.queues.get(name) if vhost is not None else None
+        if vhost is None:
+            return None
+        if vhost is not self.last_vhost:
+            # ``VirtualHost`` is interpreted: its ``queues`` (never another dict) is read
+            # once a vhost, not once a publish.
+            self.last_vhost = vhost
+            self.last_queues = vhost.queues
+        return self.last_queues.get(name)
 
     def _publish(self, op: c.Publish) -> None:
         self.last = op
@@ -627,7 +661,8 @@ class LinkFrontEnd:
         accepted = queue.enqueue(self._message(publish))
         self.shell.published = True
         behind = queue.falling_behind()
-        was_behind = queue in self.behind
+        # A set's lookup (the queue's hash) only while a queue is, or was, falling behind.
+        was_behind = bool(self.behind) and queue in self.behind
         if behind and was_behind:
             self._pace(queue, weight)
         else:
@@ -806,17 +841,22 @@ class LinkFrontEnd:
                 sizes = self.kept_sizes
                 self.gauge.bytes += size - sizes[slot]
                 sizes[slot] = size
+        routing_key = message.routing_key
+        kept_route = self.routes.get(routing_key)
+        if kept_route is None or kept_route[0] != message.exchange:
+            kept_route = (message.exchange, c.deliver_route(message.exchange, routing_key))
+            if len(self.routes) >= ROUTES_KEPT:
+                self.routes.clear()
+            self.routes[routing_key] = kept_route
         self.output.add(
-            c.deliver_frame(
+            c.routed_deliver_frame(
                 cid,
                 did,
-                entry.redelivered,
-                message.exchange,
-                message.routing_key,
+                entry.redelivered | keep << 1,
+                kept_route[1],
                 message.format,
                 message.raw_properties,
                 message.body,
-                keep,
             )
         )
 
@@ -845,13 +885,22 @@ class LinkFrontEnd:
 
     def _settle(self, op: c.Settle) -> None:
         unsettled = self.unsettled
+        if op.kind == c.ACCEPT:  # the acks: one loop without the kind read again an id
+            for did in op.dids:
+                # ``get`` and ``del`` are the compiled dict's own; ``pop`` with a default
+                # is a generic method call.
+                item = unsettled.get(did)
+                if item is not None:  # else settled twice, or requeued: ignored
+                    del unsettled[did]
+                    item[0].settle(item[1])
+            return
         requeue: dict[Source, list[QueuedMessage]] = {}
         for did in op.dids:
             item = unsettled.pop(did, None)
             if item is None:
                 continue  # settled twice, or requeued when a consumer went: ignored
             queue, entry = item
-            if queue.deleted or op.kind == c.ACCEPT:
+            if queue.deleted:
                 queue.settle(entry)
             elif op.kind == c.REJECT:
                 queue.discard(entry, REJECTED)

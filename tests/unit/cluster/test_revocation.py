@@ -138,6 +138,20 @@ def _pem(der: bytes) -> bytes:
     return b"-----BEGIN X509 CRL-----\n" + base64.b64encode(der) + b"\n-----END X509 CRL-----\n"
 
 
+def test_a_certificate_whose_serial_is_not_positive_is_read_as_it_is() -> None:
+    """RFC 5280 forbids it and cryptography warns that a later release will refuse it; the
+    lookup reads it without the warning (under the tests' warnings-as-errors, hypothesis
+    found the warning escaping as an exception)."""
+    der = _der(_LEAF)
+    # The serial's first byte (after the certificate's, the body's and the version's heads
+    # and the INTEGER's tag and length) with its top bit set: a negative number.
+    assert der[13:15] == b"\x02\x14"
+    negative = der[:15] + bytes([0x80]) + der[16:]
+    issuer, serial = issuer_and_serial(negative)
+    assert serial < 0
+    assert issuer == issuer_and_serial(der)[0]
+
+
 @given(st.binary(max_size=300) | st.sampled_from([_CRL_DER, _der(_LEAF)]), st.data())
 def test_any_bytes_read_or_raise_crl_error(der: bytes, data: st.DataObject) -> None:
     """A real CRL or certificate cut short or with a byte changed, or any bytes."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final, cast
 
 from cryptography import x509
@@ -20,6 +21,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.utils import CryptographyDeprecationWarning
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
 
 __all__ = ["CrlError", "Revocations", "issuer_and_serial", "read_crls"]
@@ -39,15 +42,21 @@ class CrlError(ValueError):
 _UNREADABLE: Final = (ValueError, x509.InvalidVersion, UnsupportedAlgorithm)
 
 
+@contextmanager
+def _serials_as_they_are() -> Iterator[None]:
+    # A serial number that is not positive (RFC 5280 forbids it; OpenSSL reads it) is
+    # looked up as it is: cryptography's warning that a later release will refuse it (then
+    # a ValueError, read as unreadable here) is not the operator's to act on at every
+    # lookup, and a test's warnings-as-errors must not make it an exception.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        yield
+
+
 def issuer_and_serial(der: bytes) -> tuple[x509.Name, int]:
     """A certificate's issuer and serial number."""
     try:
-        # A serial number that is not positive (RFC 5280 forbids it; OpenSSL reads it) is
-        # looked up as it is: cryptography's warning that a later release will refuse it
-        # (then a ValueError, read as unreadable here) is not the operator's to act on at
-        # every lookup, and a test's warnings-as-errors must not make it an exception.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        with _serials_as_they_are():
             cert = x509.load_der_x509_certificate(der)
             return cert.issuer, cert.serial_number
     except _UNREADABLE as exc:
@@ -79,8 +88,7 @@ def read_crls(pem: bytes, cas_pem: bytes) -> tuple[Revocations, int]:
     unsigned = 0
     for match in _PEM_CRL.finditer(pem):
         try:
-            with warnings.catch_warnings():  # as in ``issuer_and_serial``
-                warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            with _serials_as_they_are():
                 crl = x509.load_pem_x509_crl(match.group(0))
                 if not _signed_by_a_ca(crl, cas):
                     unsigned += 1

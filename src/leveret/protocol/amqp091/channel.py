@@ -10,36 +10,42 @@ it to add what the channel means to the broker.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
 from leveret.errors import ContentTooLarge, FrameError, UnexpectedFrame
 from leveret.protocol.amqp091 import framing
-from leveret.protocol.amqp091._generated import methods as m
 
 # A module global: looked up once per delivery on the hot path, not through the module.
-from leveret.protocol.amqp091.framing import FRAME_END_BYTES
+from leveret.protocol.amqp091.framing import FRAME_END_BYTES, read_u64
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from leveret.protocol.amqp091._generated import methods as m
+
 __all__ = ["LARGE_BODY", "ChannelState", "PendingPublish"]
 
 
-class PendingPublish(NamedTuple):
-    """The fields of a basic.publish whose content is being assembled. A tuple rather than
-    the generated ``BasicPublish``: the connection's fast path builds it straight from the
-    frame, and a tuple is the cheapest object to make once per message."""
+class PendingPublish:
+    """The fields of a basic.publish whose content is being assembled. A plain class rather
+    than the generated ``BasicPublish`` (the connection's fast path builds it straight from
+    the frame) or a NamedTuple (whose ``tuple.__new__`` is a generic call building two
+    tuples): the compiled build makes it with one native call, once per message."""
 
-    exchange: str
-    routing_key: str
-    mandatory: bool
-    immediate: bool
+    __slots__ = ("exchange", "immediate", "mandatory", "routing_key")
+
+    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
 
 
 # Bodies from this size on are handed to the transport as they are (no joined copy).
 LARGE_BODY = 16 * 1024
-_new_tuple: Final = tuple.__new__
-_CONTENT_HEADER: Final = struct.Struct(">HHQ")  # class-id, weight, body-size
+# basic's class id, the one class with content in 0-9-1 (a Final: inlined where a content
+# header is checked, where the generated class's attribute was two lookups a message).
+_BASIC_CLASS: Final = 60
 _BODY_HEADER: Final = struct.Struct(">BBHI")  # end of the header frame, body frame header
 _DELIVER_HEAD = struct.Struct(">BHIHHB")  # method frame header, 60/60, consumer-tag length
 
@@ -142,8 +148,7 @@ class ChannelState:
     def start_publish(
         self, exchange: str, routing_key: str, mandatory: bool, immediate: bool
     ) -> None:
-        # tuple.__new__: the NamedTuple's own constructor is a (slower) Python-level lambda.
-        self.publish = _new_tuple(PendingPublish, (exchange, routing_key, mandatory, immediate))
+        self.publish = PendingPublish(exchange, routing_key, mandatory, immediate)
         self._body_size = -1
 
     def expecting_content(self) -> bool:
@@ -155,7 +160,7 @@ class ChannelState:
             return "expected content header for class 60, got non content header frame instead"
         return "expected content body, got non content body frame instead"
 
-    def content_header(self, payload: bytes | memoryview, max_size: int) -> bool:
+    def content_header(self, payload: bytes, max_size: int) -> bool:
         """Returns True when the message is complete (an empty body)."""
         if self.publish is None:
             raise UnexpectedFrame("expected method frame, got non method frame instead")
@@ -165,12 +170,13 @@ class ChannelState:
                 class_id=60,
                 method_id=40,
             )
-        # framing.parse_content_header, inlined (once per published message).
+        # framing.parse_content_header, inlined (once per published message), and read
+        # octet by octet (native in the compiled build: no struct call, no result tuple).
         if len(payload) < 14:
             framing.parse_content_header(payload)  # raises its FrameError
-        body_size: int
-        class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(payload, 0)
-        if class_id != m.BasicPublish.CLASS_ID:
+        class_id = payload[0] << 8 | payload[1]
+        body_size = read_u64(payload, 4)
+        if class_id != _BASIC_CLASS:
             # RabbitMQ answers 505 naming the publish (spec 4.2.6.1 would say 501).
             raise UnexpectedFrame(
                 f"expected content header for class 60, got one for class {class_id} instead",
@@ -184,13 +190,15 @@ class ChannelState:
                 class_id=60,
                 method_id=40,
             )
-        self._raw_properties = bytes(payload[12:])
+        # The payload is bytes (the decoder's), so is its slice: no bytes() call, which
+        # on CPython 3.11 looks up and binds bytes.__bytes__ even for bytes.
+        self._raw_properties = payload[12:]
         self._body_size = body_size
         self._body_received = 0
-        self._body = []
+        self._body.clear()  # one list for the channel's messages, not one each
         return body_size == 0
 
-    def content_body(self, payload: bytes | memoryview) -> bool:
+    def content_body(self, payload: bytes) -> bool:
         """Returns True when the message is complete."""
         if self.publish is None:
             raise UnexpectedFrame("expected method frame, got non method frame instead")
@@ -200,7 +208,7 @@ class ChannelState:
                 class_id=60,
                 method_id=40,
             )
-        self._body.append(bytes(payload))
+        self._body.append(payload)
         self._body_received += len(payload)
         if self._body_received > self._body_size:
             raise FrameError(
@@ -213,11 +221,12 @@ class ChannelState:
         """The completed publish: its fields, the raw properties and the body."""
         publish = self.publish
         assert publish is not None
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        parts = self._body
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
         self.publish = None
-        self._body = []
+        parts.clear()
         return publish, self._raw_properties, body
 
     def drop_content(self) -> None:
         self.publish = None
-        self._body = []
+        self._body.clear()

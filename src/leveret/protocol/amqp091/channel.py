@@ -46,7 +46,8 @@ LARGE_BODY = 16 * 1024
 # basic's class id, the one class with content in 0-9-1 (a Final: inlined where a content
 # header is checked, where the generated class's attribute was two lookups a message).
 _BASIC_CLASS: Final = 60
-_BODY_HEADER: Final = struct.Struct(">BBHI")  # end of the header frame, body frame header
+# The most property lengths a channel keeps a deliver struct for (then it starts again).
+_DELIVER_PACKS: Final = 16
 _DELIVER_HEAD = struct.Struct(">BHIHHB")  # method frame header, 60/60, consumer-tag length
 
 
@@ -70,7 +71,10 @@ class ChannelState:
         self._deliver_routing_key = ""
         self._deliver_prefix = b""
         self._deliver_names = b""
-        self._deliver_pack: Callable[..., bytes] | None = None
+        self._deliver_encodable = False
+        # A struct's pack of everything before the body, for each length of properties met
+        # since the names last changed (a publisher's properties rarely change length).
+        self._deliver_packs: dict[int, Callable[..., bytes]] = {}
 
     # -- basic.deliver -------------------------------------------------------------------
 
@@ -84,10 +88,10 @@ class ChannelState:
         raw_properties: bytes,
         size: int,
         frame_max: int,
-    ) -> list[bytes] | None:
+    ) -> bytes | None:
         """basic.deliver's method frame, the content header frame and the body frame's
-        header as pieces for one join, from parts encoded once for the consumer tag,
-        exchange and routing key of the previous delivery (the generated BasicDeliver and
+        header, in one struct call, from parts encoded once for the consumer tag, exchange
+        and routing key of the previous delivery (the generated BasicDeliver and
         ``framing.encode_message_frames`` cost a dataclass, three str.encode calls and two
         joins per message); the caller adds the body and the frame end. None when the body
         does not fit one frame (or is empty, or a name is too long): the caller takes the
@@ -96,41 +100,54 @@ class ChannelState:
             consumer_tag != self._deliver_consumer
             or exchange != self._deliver_exchange
             or routing_key != self._deliver_routing_key
-            or self._deliver_pack is None
+            or not self._deliver_encodable
         ):
             self._prepare_deliver(consumer_tag, exchange, routing_key)
-        pack = self._deliver_pack
-        if pack is None or not size or (frame_max > 0 and size > frame_max - 8):
+            if not self._deliver_encodable:
+                return None
+        if not size or (frame_max > 0 and size > frame_max - 8):
             return None
-        return [
+        props_size = len(raw_properties)
+        packs = self._deliver_packs
+        pack = packs.get(props_size)
+        if pack is None:
+            if len(packs) >= _DELIVER_PACKS:
+                packs.clear()
+            pack = packs[props_size] = struct.Struct(
+                f">{len(self._deliver_prefix)}sQB{len(self._deliver_names)}sIHHQ{props_size}sBBHI"
+            ).pack
+        return pack(
             self._deliver_prefix,
-            pack(
-                delivery_tag,
-                redelivered,
-                self._deliver_names,
-                12 + len(raw_properties),
-                60,
-                0,
-                size,
-            ),
+            delivery_tag,
+            redelivered,
+            self._deliver_names,
+            12 + props_size,
+            60,
+            0,
+            size,
             raw_properties,
-            _BODY_HEADER.pack(206, 3, self.id, size),
-        ]
+            206,
+            3,
+            self.id,
+            size,
+        )
 
     def _prepare_deliver(self, consumer_tag: str, exchange: str, routing_key: str) -> None:
         """Encode the constant parts of basic.deliver for this tag, exchange and routing key:
-        the prefix (method frame header up to the consumer tag), the names with what follows
-        them up to the header frame's size, and a struct that packs everything from the
-        delivery tag up to the properties in one call."""
+        the prefix (method frame header up to the consumer tag), and the names with what
+        follows them up to the header frame's size; ``encode_deliver`` packs them with the
+        delivery's own fields in one call."""
         self._deliver_consumer = consumer_tag
         self._deliver_exchange = exchange
         self._deliver_routing_key = routing_key
+        self._deliver_packs.clear()
         tag = consumer_tag.encode()
         ex = exchange.encode()
         rk = routing_key.encode()
         if max(len(tag), len(ex), len(rk)) > 255:
-            self._deliver_pack = None  # not encodable: the generic path raises the error
+            self._deliver_encodable = False  # the generic path raises the error
             return
+        self._deliver_encodable = True
         method_size = 4 + 1 + len(tag) + 8 + 1 + 1 + len(ex) + 1 + len(rk)
         self._deliver_prefix = _DELIVER_HEAD.pack(1, self.id, method_size, 60, 60, len(tag)) + tag
         # After the delivery tag and the redelivered bit: the names, the method frame's end,
@@ -138,7 +155,6 @@ class ChannelState:
         # then the header frame's size and the content-header prefix.
         names = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
         self._deliver_names = names + FRAME_END_BYTES + bytes((2,)) + self.id.to_bytes(2, "big")
-        self._deliver_pack = struct.Struct(f">QB{len(self._deliver_names)}sIHHQ").pack
 
     # -- content assembly ------------------------------------------------------------
 

@@ -7,7 +7,10 @@ scenario j (pre-settled, 16 B) or k (``--scenario c``: 1 KiB durable-marked bodi
 unsettled and accepted, no store). The same in 0-9-1 (``--protocol 091``: the 0-9-1 front
 end and ``leveret.testing.CodecClient``'s encoder; one multiple ack per batch in c) for the
 comparison, where ``--scenario b`` is 16 B bodies, manual ack, prefetch 100 (each multiple
-ack lets the next deliveries out). ``--queue-type`` runs it on a quorum or priority queue;
+ack lets the next deliveries out; ``--acks single``: one ack per delivery, as the load
+generator's consumer sends them; ``--backlog N``: N ready messages kept ahead of the
+consumer, paged past the queue's resident head, as the load generator's publisher, which
+outruns its consumer, leaves the queue). ``--queue-type`` runs it on a quorum or priority queue;
 ``bench.instructions`` counts the instructions of any of these under callgrind. Prints µs
 per message of the broker's side; ``--profile`` prints cProfile's top functions instead
 (pure Python only: compiled modules show as one call).

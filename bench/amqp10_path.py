@@ -7,7 +7,10 @@ scenario j (pre-settled, 16 B) or k (``--scenario c``: 1 KiB durable-marked bodi
 unsettled and accepted, no store). The same in 0-9-1 (``--protocol 091``: the 0-9-1 front
 end and ``leveret.testing.CodecClient``'s encoder; one multiple ack per batch in c) for the
 comparison, where ``--scenario b`` is 16 B bodies, manual ack, prefetch 100 (each multiple
-ack lets the next deliveries out). ``--queue-type`` runs it on a quorum or priority queue;
+ack lets the next deliveries out; ``--acks single``: one ack per delivery, as the load
+generator's consumer sends them; ``--backlog N``: N ready messages kept ahead of the
+consumer, paged past the queue's resident head, as the load generator's publisher, which
+outruns its consumer, leaves the queue). ``--queue-type`` runs it on a quorum or priority queue;
 ``bench.instructions`` counts the instructions of any of these under callgrind. Prints µs
 per message of the broker's side; ``--profile`` prints cProfile's top functions instead
 (pure Python only: compiled modules show as one call).
@@ -148,8 +151,12 @@ def _amqp091(args: argparse.Namespace) -> tuple[float, int]:
     from leveret.protocol.amqp091._generated.properties import BasicProperties
     from leveret.protocol.amqp091.client_events import ContentReceived
     from leveret.testing import CodecClient
+    from leveret.testing.pager import MemoryPager
 
-    client = CodecClient.connect(Broker())
+    broker = Broker()
+    # Deep queues page to memory here (the server's pager writes a scratch file).
+    broker.attach_pager(MemoryPager())
+    client = CodecClient.connect(broker)
     client.handshake()
     client.open_channel(1)
     arguments: dict[str, FieldValue] = {}
@@ -176,7 +183,6 @@ def _amqp091(args: argparse.Namespace) -> tuple[float, int]:
     server = client.shell
     elapsed = 0.0
     sent = 0
-    tag = 0
     delivered_all = 0
 
     def feed(data: bytes) -> bytes:
@@ -189,20 +195,49 @@ def _amqp091(args: argparse.Namespace) -> tuple[float, int]:
         elapsed += time.process_time() - t
         return out
 
+    single = args.acks == "single"
+    held: list[int] = []  # tags delivered and not acked yet (the last round's, --backlog)
+
+    def consume(out: bytes, quota: int) -> int:
+        """Ack what arrives until ``quota`` messages were delivered in all (or nothing
+        more comes); the deliveries counted."""
+        count = 0
+        while True:
+            tags = [
+                e.method.delivery_tag  # type: ignore[attr-defined]
+                for e in client.machine.receive_data(out, 0.0)
+                if isinstance(e, ContentReceived)
+            ]
+            count += len(tags)
+            held.extend(tags)
+            if a or not held or delivered_all + count >= quota:
+                return count
+            if single:
+                # One ack per delivery, as the load generator's consumer sends them: those
+                # of one write of the broker come back in one read.
+                acks = b"".join(client.encode(1, m.BasicAck(delivery_tag=t)) for t in held)
+            else:
+                # One multiple ack for what arrived; with a prefetch it lets the next out.
+                acks = client.encode(1, m.BasicAck(delivery_tag=held[-1], multiple=True))
+            held.clear()
+            out = feed(acks)
+
+    backlog = args.backlog if not a else 0
+    while sent < backlog:
+        # The ready messages kept ahead of the consumer (not timed): a queue the publisher
+        # outruns, as the load generator's scenario b finds it; past the queue's resident
+        # head (2048) the rest is paged.
+        n = min(args.batch, backlog - sent)
+        delivered_all += consume(feed(one * n), 0)
+        sent += n
+    elapsed = 0.0
+    delivered_all = 0
+    sent = 0
     while sent < args.count:
         n = min(args.batch, args.count - sent)
         out = feed(one * n)
         sent += n
-        while True:
-            delivered = sum(
-                isinstance(e, ContentReceived) for e in client.machine.receive_data(out, 0.0)
-            )
-            delivered_all += delivered
-            if a or not delivered:
-                break
-            # One multiple ack for what arrived; with a prefetch it lets the next ones out.
-            tag += delivered
-            out = feed(client.encode(1, m.BasicAck(delivery_tag=tag, multiple=True)))
+        delivered_all += consume(out, sent if backlog else args.count + 1)
     return elapsed, delivered_all
 
 
@@ -227,6 +262,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--count", type=int, default=50_000)
     p.add_argument("--batch", type=int, default=300)
+    p.add_argument(
+        "--acks",
+        choices=("multiple", "single"),
+        default="multiple",
+        help="0-9-1 b and c: one multiple ack per write of deliveries, or one ack each",
+    )
+    p.add_argument(
+        "--backlog",
+        type=int,
+        default=0,
+        help="0-9-1 b and c: ready messages kept ahead of the consumer (paged past 2048)",
+    )
     p.add_argument("--profile", action="store_true")
     return p
 

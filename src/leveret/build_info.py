@@ -90,6 +90,9 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "leveret.server.cluster_link.frontend",
     "leveret.cluster.link",
     "leveret.model.router",
+    # Read and counted by every publish (its counters, flags and type name): native
+    # attributes once compiled, where an interpreted Exchange's were generic lookups.
+    "leveret.model.exchange",
     "leveret.model.publisher",
     # What a publish forwarded with a confirm waits on (one a message: made, awaited by
     # the publisher's confirm, resolved by the leader's Confirm).

@@ -204,7 +204,7 @@ def test_any_input_in_any_state_is_handled_or_the_specs_error(
             assert before < ConnectionState.CLOSED
             sent = framing.FrameDecoder(0).feed(client.data_to_send())
             if ConnectionState.AWAIT_TUNE <= before < ConnectionState.CLOSING:
-                assert isinstance(m.decode_method(sent[-1].payload), m.ConnectionClose)
+                assert isinstance(m.decode_method(sent[-1][2]), m.ConnectionClose)
             else:
                 assert sent == []
         client.data_to_send()

@@ -50,25 +50,28 @@ PropertiesDecoder = Callable[[bytes], PropertiesView]
 # Re-encode ``view`` with some properties replaced (None removes one); returns raw bytes.
 PropertiesEncoder = Callable[[PropertiesView, Mapping[str, object]], bytes]
 
-# Message.hints bits: which properties are present (set by the front end).
-HINT_EXPIRATION = 1
-HINT_PRIORITY = 2
-HINT_HEADERS = 4
-HINT_REPLY_TO = 8
+# Message.hints bits: which properties are present (set by the front end). Final, as the
+# compiled modules then inline them: a plain module global imported from here is a
+# dictionary lookup in the importer's globals at every use (the publisher, the queue and the
+# 0-9-1 front end test them once per message or more).
+HINT_EXPIRATION: Final = 1
+HINT_PRIORITY: Final = 2
+HINT_HEADERS: Final = 4
+HINT_REPLY_TO: Final = 8
 # delivery-mode 2: stored when it reaches a durable queue.
-HINT_PERSISTENT = 16
+HINT_PERSISTENT: Final = 16
 # A user-id property is present (front ends that check it against the login read it only
 # then; the 0-9-1 one reads its raw property flags instead).
-HINT_USER_ID = 32
+HINT_USER_ID: Final = 32
 # The front end read the encoded headers: the decoder takes them and no CC or BCC header
 # routes the message (the router need not decode them). Cleared when headers are replaced.
-HINT_PLAIN_HEADERS = 64
+HINT_PLAIN_HEADERS: Final = 64
 # Put in several queues of a leader by one publish across the inter-node link (an
 # ``Also``): its deliveries to the link's consumers may cross again by a kept slot
 # (``protocol/cluster/codec.py``, ``DeliverKept``). Set by the link's front end.
 HINT_SHARED: Final = 128  # Final: a constant where the link reads it, not a lookup
 # What a queue looks at (expiration, priority); the rest matters at routing only.
-QUEUE_HINTS = HINT_EXPIRATION | HINT_PRIORITY
+QUEUE_HINTS: Final = HINT_EXPIRATION | HINT_PRIORITY
 
 
 class Message:

@@ -26,12 +26,10 @@ from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
+from leveret.model.entry import QueuedMessage
 from leveret.model.message import Message
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from leveret.model.entry import QueuedMessage
     from leveret.model.message import PropertiesDecoder, PropertiesEncoder
 
 
@@ -61,16 +59,24 @@ class PageSource(Protocol):
 _ENTRY = struct.Struct("<QQQIIBBBB")
 
 
-def encode_page(entries: Iterable[QueuedMessage]) -> bytes:
+def encode_page(entries: list[QueuedMessage]) -> bytes:
+    # Once per paged message (a queue its publisher outruns pages every message past its
+    # head: scenario b). The list's own append, not a bound method's generic call per
+    # piece; a run of messages to one exchange and routing key encodes the names once.
     pack = _ENTRY.pack
     parts: list[bytes] = []
-    append = parts.append
+    last_exchange = last_routing_key = ""
+    exchange = routing_key = b""
     for entry in entries:
         message = entry.message
-        exchange = message.exchange.encode()
-        routing_key = message.routing_key.encode()
+        if message.exchange != last_exchange:
+            last_exchange = message.exchange
+            exchange = last_exchange.encode()
+        if message.routing_key != last_routing_key:
+            last_routing_key = message.routing_key
+            routing_key = last_routing_key.encode()
         props = message.raw_properties
-        append(
+        parts.append(
             pack(
                 entry.seq,
                 entry.sid,
@@ -83,10 +89,10 @@ def encode_page(entries: Iterable[QueuedMessage]) -> bytes:
                 len(routing_key),
             )
         )
-        append(exchange)
-        append(routing_key)
-        append(props)
-        append(message.body)
+        parts.append(exchange)
+        parts.append(routing_key)
+        parts.append(props)
+        parts.append(message.body)
     return b"".join(parts)
 
 
@@ -97,17 +103,39 @@ def decode_page(
     encode: PropertiesEncoder | None,
     format: int = 0,  # Message.format of every message of the page
 ) -> list[QueuedMessage]:
+    # Once per paged message. The fields are typed (a struct's are Any: every slice and sum
+    # with them was a generic call in the compiled build), the entry is made by a native
+    # call when it is a plain one, and a run of messages to one exchange and routing key
+    # shares their strings (one decode, one object, where each message had its own).
     unpack = _ENTRY.unpack_from
-    size = _ENTRY.size
-    entries = []
+    size: int = _ENTRY.size
+    plain = entry_cls is QueuedMessage
+    entries: list[QueuedMessage] = []
     pos = 0
     end = len(data)
+    seq: int
+    sid: int
+    store_id: int
+    plen: int
+    blen: int
+    hints: int
+    redelivered: int
+    exlen: int
+    rklen: int
+    exchange = routing_key = ""
+    exchange_raw = routing_key_raw = b""
     while pos < end:
         seq, sid, store_id, plen, blen, hints, redelivered, exlen, rklen = unpack(data, pos)
         pos += size
-        exchange = data[pos : pos + exlen].decode()
+        raw = data[pos : pos + exlen]
+        if raw != exchange_raw:
+            exchange_raw = raw
+            exchange = raw.decode()
         pos += exlen
-        routing_key = data[pos : pos + rklen].decode()
+        raw = data[pos : pos + rklen]
+        if raw != routing_key_raw:
+            routing_key_raw = raw
+            routing_key = raw.decode()
         pos += rklen
         props = data[pos : pos + plen]
         pos += plen
@@ -115,7 +143,10 @@ def decode_page(
         pos += blen
         message = Message(exchange, routing_key, props, body, decode, encode, hints, format)
         message.store_id = store_id
-        entry = entry_cls(seq, message, bool(redelivered))
+        if plain:
+            entry = QueuedMessage(seq, message, bool(redelivered))
+        else:
+            entry = entry_cls(seq, message, bool(redelivered))
         entry.sid = sid
         entries.append(entry)
     return entries

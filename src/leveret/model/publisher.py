@@ -59,6 +59,11 @@ class Publisher:
 
     def __init__(self, vhost: VirtualHost, sink: PublishSink) -> None:
         self.vhost = vhost
+        # The vhost's exchanges and router, read by every publish: held here, as the
+        # vhost is an interpreted object (a generic attribute lookup each in the compiled
+        # build) and replaces neither.
+        self._exchanges = vhost.exchanges
+        self._router = vhost.router
         self.sink = sink
         self.confirms: Confirms | None = None
         self.tx: Transaction | None = None
@@ -146,13 +151,12 @@ class Publisher:
         require_consumer: bool,
     ) -> bool:
         """Route and enqueue; False when a queue refused the message (reject-publish)."""
-        vhost = self.vhost
-        exchange = vhost.exchanges.get(exchange_name)
+        exchange = self._exchanges.get(exchange_name)
         if exchange is None:
             # The exchange went between check and the body: as RabbitMQ, 404.
-            raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost.name}'")
+            raise NotFound(f"no exchange '{exchange_name}' in vhost '{self.vhost.name}'")
         exchange.n_publish_in += 1
-        queues, message = vhost.router.route_publish(exchange, routing_key, message)
+        queues, message = self._router.route_publish(exchange, routing_key, message)
         if not queues:
             if report_unroutable:
                 self.n_return_unroutable += 1

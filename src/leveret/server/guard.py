@@ -49,11 +49,24 @@ def _text(value: object) -> str | None:
 class Guard:
     """One connection's access checks in its vhost."""
 
-    __slots__ = ("_generation", "_publishable", "_topic_checked", "access", "vhost")
+    __slots__ = (
+        "_exchanges",
+        "_generation",
+        "_publishable",
+        "_store",
+        "_topic_checked",
+        "access",
+        "vhost",
+    )
 
     def __init__(self, access: Access, vhost: VirtualHost) -> None:
         self.access = access
         self.vhost = vhost
+        # What publish reads of them once per message, held here: each is an attribute
+        # of an interpreted object (a generic lookup in the compiled build), and neither
+        # is replaced (the vhost's exchanges are one dict, the access's store one store).
+        self._exchanges = vhost.exchanges
+        self._store = access.store
         # publish's own cache, valid while the registry's generation is unchanged: the
         # existing exchanges the user may write to, and whether each has topic permissions.
         self._generation = -1
@@ -146,7 +159,7 @@ class Guard:
         Once per message, so the common case (a writable, existing, plain exchange seen
         before) costs a generation test, a set lookup and a dictionary lookup."""
         access = self.access
-        generation = access.store.generation
+        generation = self._store.generation
         if generation != self._generation:
             self._generation = generation
             self._publishable.clear()
@@ -154,7 +167,7 @@ class Guard:
         known = exchange in self._publishable
         if not known:
             access.write_exchange(exchange)
-        target = self.vhost.exchanges.get(exchange)
+        target = self._exchanges.get(exchange)
         if target is None or target.internal:
             publisher.check(exchange)  # the core's refusal (404, internal), as it words it
             return

@@ -27,12 +27,12 @@ from leveret.protocol.amqp091.client_events import (
     ProtocolHeaderReceived,
 )
 from leveret.protocol.amqp091.client_frames import NO_LIMIT, Deliveries, walk_frames
-from leveret.protocol.amqp091.framing import Frame
 from leveret.spark._socket import SocketClient
 
 if TYPE_CHECKING:
     from leveret.protocol.amqp091.client_events import Event
     from leveret.protocol.amqp091.fieldtable import FieldTable
+    from leveret.protocol.amqp091.framing import Frame
 
 __all__ = [
     "AmqpClient",
@@ -105,7 +105,7 @@ def scan_frames(buf: bytes, out: Deliveries, control: list[Frame]) -> int:
     """
 
     def other(frame_type: int, channel: int, payload: bytes) -> bool:
-        control.append(Frame(frame_type, channel, payload))
+        control.append((frame_type, channel, payload))
         return False
 
     return walk_frames(buf, 0, out, None, NO_LIMIT, other)

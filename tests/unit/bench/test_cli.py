@@ -93,22 +93,22 @@ def test_publish_template_is_a_valid_publish(size: int, frame_max: int) -> None:
     tpl = PublishTemplate(1, "ex", "key", size, persistent=True, frame_max=frame_max)
     wire = tpl.prefix + STAMP.pack(99, 5, 3) + tpl.suffix
     frames = framing.FrameDecoder(frame_max=frame_max).feed(wire)
-    assert frames[0].frame_type == framing.FRAME_METHOD
-    method = m.decode_method(frames[0].payload)
+    assert frames[0][0] == framing.FRAME_METHOD
+    method = m.decode_method(frames[0][2])
     assert isinstance(method, m.BasicPublish)
     assert (method.exchange, method.routing_key) == ("ex", "key")
-    _cls, body_size, raw = framing.parse_content_header(frames[1].payload)
+    _cls, body_size, raw = framing.parse_content_header(frames[1][2])
     assert body_size == size
     assert BasicProperties.decode(raw).delivery_mode == 2
-    body = b"".join(bytes(f.payload) for f in frames[2:])
+    body = b"".join(bytes(f[2]) for f in frames[2:])
     assert len(body) == size
     assert read_stamp(body) == (99, 5, 3)
-    assert all(len(f.payload) <= frame_max - 8 for f in frames[2:])
+    assert all(len(f[2]) <= frame_max - 8 for f in frames[2:])
 
 
 def test_ack_frame_decodes() -> None:
     (frame,) = framing.FrameDecoder().feed(ack_frame(1, 77, multiple=True))
-    method = m.decode_method(frame.payload)
+    method = m.decode_method(frame[2])
     assert method == m.BasicAck(delivery_tag=77, multiple=True)
 
 

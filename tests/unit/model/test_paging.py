@@ -54,6 +54,20 @@ def test_a_page_round_trips_every_field() -> None:
     assert back[1].message.body == b""
 
 
+def test_a_page_keeps_each_message_s_names_across_runs_of_them() -> None:
+    # The codec encodes and decodes a run of one exchange and routing key once (shared
+    # strings): every change of either, back and forth and to the default exchange's
+    # empty name, must still come back per message.
+    names = [("ex", "a"), ("ex", "a"), ("", "a"), ("", "b"), ("ex", "b"), ("é", "ß"), ("ex", "a")]
+    entries = [
+        QueuedMessage(i, make_message(b"%d" % i, rk, ex)) for i, (ex, rk) in enumerate(names)
+    ]
+    back = decode_page(encode_page(entries), QueuedMessage, entries[0].message._decode, None)
+    assert [(e.message.exchange, e.message.routing_key) for e in back] == names
+    assert [e.message.body for e in back] == [b"%d" % i for i in range(len(names))]
+    assert back[0].message.exchange is back[1].message.exchange  # one string for the run
+
+
 def test_a_deep_queue_pages_its_tail_and_keeps_its_head_resident() -> None:
     w = World()
     w.publish(*bodies(30))

@@ -71,12 +71,12 @@ def test_body_split(frame_max: int, size: int) -> None:
     body = body[:size]
     frames = encode_content_frames(3, 60, body, PROPS, frame_max)
     decoded = FrameDecoder(0).feed(b"".join(frames))  # the header frame may exceed tiny maxima
-    assert decoded[0].frame_type == FRAME_HEADER
+    assert decoded[0][0] == FRAME_HEADER
     bodies = decoded[1:]
-    assert all(f.frame_type == FRAME_BODY and f.channel == 3 for f in bodies)
-    assert b"".join(bytes(f.payload) for f in bodies) == body
+    assert all(f[0] == FRAME_BODY and f[1] == 3 for f in bodies)
+    assert b"".join(bytes(f[2]) for f in bodies) == body
     if frame_max:
-        assert all(len(f.payload) <= frame_max - FRAME_OVERHEAD for f in bodies)
+        assert all(len(f[2]) <= frame_max - FRAME_OVERHEAD for f in bodies)
         assert len(bodies) == -(-size // (frame_max - FRAME_OVERHEAD))
     else:
         assert len(bodies) == 1
@@ -94,7 +94,7 @@ def test_encode_message_frames_empty_body() -> None:
         encode_content_frames(1, 60, b"", PROPS, 131072)
     )
     frames = FrameDecoder().feed(joined)
-    assert [f.frame_type for f in frames] == [FRAME_METHOD, FRAME_HEADER]
+    assert [f[0] for f in frames] == [FRAME_METHOD, FRAME_HEADER]
 
 
 def test_frame_max_too_small_for_body() -> None:
@@ -106,8 +106,8 @@ def test_frame_max_too_small_for_body() -> None:
 
 def test_parse_content_header() -> None:
     frames = FrameDecoder().feed(encode_content_frames(1, 60, b"x" * 300, PROPS, 131072)[0])
-    assert parse_content_header(frames[0].payload) == (60, 300, PROPS)
-    assert parse_content_header(memoryview(bytes(frames[0].payload))) == (60, 300, PROPS)
+    assert parse_content_header(frames[0][2]) == (60, 300, PROPS)
+    assert parse_content_header(memoryview(bytes(frames[0][2]))) == (60, 300, PROPS)
     result = parse_content_header(b"\x00\x3c\x00\x00" + struct.pack(">Q", 2**40) + b"\x00\x00")
     assert result == (60, 2**40, b"\x00\x00")
     assert type(result[2]) is bytes
@@ -124,11 +124,11 @@ def test_parse_content_header_too_short(size: int) -> None:
 
 def _stream() -> tuple[bytes, list[Frame]]:
     frames = [
-        Frame(FRAME_METHOD, 1, PUBLISH),
-        Frame(FRAME_HEADER, 1, b"\x00\x3c\x00\x00" + struct.pack(">Q", 3) + PROPS),
-        Frame(FRAME_BODY, 1, b"abc"),
-        Frame(FRAME_HEARTBEAT, 0, b""),
-        Frame(FRAME_BODY, 65535, b""),
+        (FRAME_METHOD, 1, PUBLISH),
+        (FRAME_HEADER, 1, b"\x00\x3c\x00\x00" + struct.pack(">Q", 3) + PROPS),
+        (FRAME_BODY, 1, b"abc"),
+        (FRAME_HEARTBEAT, 0, b""),
+        (FRAME_BODY, 65535, b""),
     ]
     data = b"".join(encode_frame(*f) for f in frames)
     return data, frames
@@ -156,8 +156,8 @@ def test_only_the_straddling_frame_is_buffered() -> None:
     # A large body straddles reads: the read that completes it lends the decoder only the
     # bytes the frame lacks, the frames after it are parsed from the read itself, and what
     # stays buffered is the incomplete tail alone.
-    body = Frame(FRAME_BODY, 1, bytes(range(256)) * 256)
-    small = [Frame(FRAME_METHOD, 1, b"\x00\x3c\x00\x28"), Frame(FRAME_HEARTBEAT, 0, b"")]
+    body = (FRAME_BODY, 1, bytes(range(256)) * 256)
+    small = [(FRAME_METHOD, 1, b"\x00\x3c\x00\x28"), (FRAME_HEARTBEAT, 0, b"")]
     data = encode_frame(*body) + b"".join(encode_frame(*f) for f in small) + encode_frame(*body)
     decoder = FrameDecoder()
     first = decoder.feed(data[:1000])
@@ -189,7 +189,7 @@ def test_payloads_survive_later_feeds() -> None:
     got = first + rest
     decoder.feed(data)
     assert got == frames
-    assert all(type(f.payload) is bytes for f in got)
+    assert all(type(f[2]) is bytes for f in got)
 
 
 def test_incomplete_returns_complete_prefix() -> None:
@@ -206,7 +206,7 @@ def test_bad_frame_end() -> None:
     with pytest.raises(FrameError, match="frame_end") as info:
         decoder.feed(good + b"\x01\x00\x01\x00\x00\x00\x01x\x00")
     assert info.value.reply_code == 501
-    assert decoder.salvaged == [Frame(FRAME_METHOD, 1, PUBLISH)]
+    assert decoder.salvaged == [(FRAME_METHOD, 1, PUBLISH)]
     # poisoned: the same error again, even for good data
     with pytest.raises(FrameError) as again:
         decoder.feed(good)
@@ -234,7 +234,7 @@ def test_frame_max_is_writable_and_zero_unlimited() -> None:
     decoder = FrameDecoder(frame_max=4096)
     decoder.frame_max = 0
     payload = b"y" * 200_000
-    assert decoder.feed(encode_frame(FRAME_BODY, 1, payload)) == [Frame(FRAME_BODY, 1, payload)]
+    assert decoder.feed(encode_frame(FRAME_BODY, 1, payload)) == [(FRAME_BODY, 1, payload)]
     decoder.frame_max = 131072
     with pytest.raises(FrameError):
         decoder.feed(encode_frame(FRAME_BODY, 1, payload))
@@ -283,7 +283,7 @@ def test_a_bad_frame_split_across_reads_gives_the_whole_frames_error(
     for cut in range(1, len(frame)):
         split = FrameDecoder()
         good = encode_frame(FRAME_HEARTBEAT, 0, b"")
-        assert split.feed(good + frame[:cut]) == [Frame(FRAME_HEARTBEAT, 0, b"")]
+        assert split.feed(good + frame[:cut]) == [(FRAME_HEARTBEAT, 0, b"")]
         with pytest.raises(FrameError) as info:
             split.feed(frame[cut:])
         assert str(info.value) == str(once.value)
@@ -294,7 +294,7 @@ def test_a_frame_split_across_reads_keeps_its_channel_and_type() -> None:
     decoder = FrameDecoder()
     frame = encode_frame(FRAME_BODY, 513, b"payload")
     assert decoder.feed(frame[:4]) == []
-    assert decoder.feed(frame[4:]) == [Frame(FRAME_BODY, 513, b"payload")]
+    assert decoder.feed(frame[4:]) == [(FRAME_BODY, 513, b"payload")]
     assert type(decoder.feed(frame)[0][2]) is bytes
 
 
@@ -308,9 +308,9 @@ def test_a_large_body_split_into_reads_of_every_size(read: int) -> None:
     and large ones (kept as views of their reads): the same frames, payloads as bytes
     that outlive the reads, and what is held counted whole."""
     frames = [
-        Frame(FRAME_METHOD, 1, PUBLISH),
-        Frame(FRAME_HEADER, 1, b"\x00\x3c\x00\x00" + struct.pack(">Q", 65536) + PROPS),
-        Frame(FRAME_BODY, 1, _body(65536)),
+        (FRAME_METHOD, 1, PUBLISH),
+        (FRAME_HEADER, 1, b"\x00\x3c\x00\x00" + struct.pack(">Q", 65536) + PROPS),
+        (FRAME_BODY, 1, _body(65536)),
     ]
     data = b"".join(encode_frame(*f) for f in frames) * 3
     decoder = FrameDecoder()
@@ -321,7 +321,7 @@ def test_a_large_body_split_into_reads_of_every_size(read: int) -> None:
         chunk[:] = b"\xff" * len(chunk)  # the caller reuses its buffer
         assert decoder.buffered == (off + len(chunk)) - sum(len(encode_frame(*f)) for f in got)
     assert got == frames * 3
-    assert all(type(f.payload) is bytes for f in got)
+    assert all(type(f[2]) is bytes for f in got)
     assert decoder.buffered == 0
 
 
@@ -333,7 +333,7 @@ def test_a_payload_of_frame_max_split_across_reads(frame_max: int, cut: int) -> 
     fits = encode_frame(FRAME_BODY, 3, _body(frame_max))
     decoder = FrameDecoder(frame_max)
     assert decoder.feed(fits[:cut]) == []
-    assert decoder.feed(fits[cut:]) == [Frame(FRAME_BODY, 3, _body(frame_max))]
+    assert decoder.feed(fits[cut:]) == [(FRAME_BODY, 3, _body(frame_max))]
     over = encode_frame(FRAME_BODY, 3, _body(frame_max + 1))
     decoder = FrameDecoder(frame_max)
     if cut < FRAME_HEADER_SIZE + 1:
@@ -352,7 +352,7 @@ def test_a_held_header_alone_is_checked_with_the_next_read() -> None:
     decoder = FrameDecoder(frame_max=4096)
     beat = encode_frame(FRAME_HEARTBEAT, 0, b"")
     header = b"\x03\x00\x01\x00\x00\x20\x00"  # a body frame of 8192 octets
-    assert decoder.feed(beat + header) == [Frame(FRAME_HEARTBEAT, 0, b"")]
+    assert decoder.feed(beat + header) == [(FRAME_HEARTBEAT, 0, b"")]
     assert decoder.buffered == FRAME_HEADER_SIZE
     with pytest.raises(FrameError, match="too large"):
         decoder.feed(b"x")

@@ -385,6 +385,32 @@ def test_consume_ok_precedes_the_first_delivery() -> None:
     )
 
 
+def test_deliveries_keep_their_fields_as_properties_and_names_change() -> None:
+    # The deliver encoding keeps one struct per length of properties (16 at most, then it
+    # starts again) and re-encodes the names when the exchange or routing key changes:
+    # each delivery must still carry its own properties, names, tag and body.
+    client = connected()
+    declare(client, "q")
+    client.send(1, m.ExchangeDeclare(exchange="x", type="direct"))
+    client.expect(1, m.ExchangeDeclareOk)
+    client.send(1, m.QueueBind(queue="q", exchange="x", routing_key="q"))
+    client.expect(1, m.QueueBindOk)
+    sent = []
+    for i in range(40):
+        properties = BasicProperties(message_id="m" * (i % 20), priority=i % 10)
+        exchange = "x" if i % 7 == 3 else ""
+        sent.append((exchange, properties, b"body %d" % i))
+        client.publish(1, exchange, "q", b"body %d" % i, properties)
+    client.send(1, m.BasicConsume(queue="q", consumer_tag="c", no_ack=True))
+    client.expect(1, m.BasicConsumeOk)
+    for tag, (exchange, properties, body) in enumerate(sent, 1):
+        delivery = client.expect_content(1)
+        assert delivery.method == m.BasicDeliver(
+            consumer_tag="c", delivery_tag=tag, exchange=exchange, routing_key="q"
+        )
+        assert (delivery.properties, delivery.body) == (properties, body)
+
+
 def test_get_empty() -> None:
     client = connected()
     declare(client, "q")

@@ -39,7 +39,6 @@ per-message path.
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Final, Protocol
@@ -59,7 +58,7 @@ from leveret.errors import (
 from leveret.protocol.amqp091 import framing
 from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091._generated.constants import FRAME_MIN_SIZE
-from leveret.protocol.amqp091.framing import FRAME_END_BYTES
+from leveret.protocol.amqp091.framing import FRAME_END_BYTES, read_u64
 from leveret.protocol.output import Output
 
 if TYPE_CHECKING:
@@ -83,10 +82,9 @@ log = logging.getLogger("leveret.connection")
 SUPPORTED_HEADER = framing.PROTOCOL_HEADER
 
 # The class-id/method-id prefix of the per-message methods that _frame handles on a fast
-# path (basic.publish 60/40, basic.ack 60/80), and basic.ack's arguments after it.
+# path (basic.publish 60/40, basic.ack 60/80).
 _PUBLISH_HEAD: Final = b"\x00\x3c\x00\x28"
 _ACK_HEAD: Final = b"\x00\x3c\x00\x50"
-_ACK_ARGS: Final = struct.Struct(">QB")  # delivery-tag, bits (multiple)
 
 
 @dataclass(frozen=True)
@@ -427,7 +425,7 @@ class ServerConnection:
         else:
             self._content_frame(frame_type, channel_id, payload)
 
-    def _fast_publish(self, channel_id: int, payload: bytes | memoryview) -> bool:
+    def _fast_publish(self, channel_id: int, payload: bytes) -> bool:
         """basic.publish read straight from the payload (reserved short, exchange shortstr,
         routing-key shortstr, bits); False leaves it to the generic path."""
         channel = self.channels.get(channel_id)
@@ -443,8 +441,10 @@ class ServerConnection:
         if rk_end >= size:
             return False
         try:
-            exchange = str(payload[7:ex_end], "utf-8")
-            routing_key = str(payload[ex_end + 1 : rk_end], "utf-8")
+            # bytes.decode, not str(..., "utf-8"): native in the compiled build, where the
+            # str call was a generic call of the type.
+            exchange = payload[7:ex_end].decode()
+            routing_key = payload[ex_end + 1 : rk_end].decode()
         except UnicodeDecodeError:
             return False
         bits = payload[rk_end]
@@ -458,23 +458,23 @@ class ServerConnection:
         channel.start_publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
         return True
 
-    def _fast_ack(self, channel_id: int, payload: bytes | memoryview) -> bool:
-        """basic.ack read with one struct call; False leaves it to the generic path."""
+    def _fast_ack(self, channel_id: int, payload: bytes) -> bool:
+        """basic.ack read straight from the payload; False leaves it to the generic path."""
         channel = self.channels.get(channel_id)
         if channel is None or channel.closing or channel.publish is not None:
             return False
         if len(payload) < 13:
             return False
-        delivery_tag, bits = _ACK_ARGS.unpack_from(payload, 4)
+        delivery_tag = read_u64(payload, 4)
         try:
-            self._ack(channel, delivery_tag, bool(bits & 1))
+            self._ack(channel, delivery_tag, bool(payload[12] & 1))
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = 60, 80
             self._error(channel, exc)
         return True
 
-    def _content_frame(self, frame_type: int, channel_id: int, payload: bytes | memoryview) -> None:
+    def _content_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         if self.state is not _RUNNING or not channel_id:
             # Not the common case: the checks in their order (one test above for the rest).
             if self.state is _CLOSING:

@@ -11,7 +11,7 @@ Malformed frames raise :class:`leveret.errors.FrameError` (501).
 from __future__ import annotations
 
 import struct
-from typing import Final, NamedTuple
+from typing import Final, TypeAlias
 
 from leveret.errors import FrameError
 
@@ -34,12 +34,15 @@ __all__ = [
     "encode_message_frames",
     "encode_method_frame",
     "parse_content_header",
+    "read_u64",
 ]
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
+# Final: the compiled build inlines them where the connection tests a frame's type (a
+# plain module global is a module attribute lookup there, per frame).
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
 FRAME_END: Final = 206
 FRAME_HEADER_SIZE: Final = 7
 FRAME_OVERHEAD: Final = 8  # 7-byte header + frame-end octet
@@ -65,17 +68,11 @@ _END_HEADER_FRAME_PREFIX = struct.Struct(">BBHIHHQ")
 _END_BODY_HEADER = struct.Struct(">BBHI")
 
 
-class Frame(NamedTuple):
-    """One decoded frame; ``payload`` excludes the frame-end octet."""
-
-    frame_type: int
-    channel: int
-    payload: memoryview | bytes
-
-
-# Frame's constructor without its Python-level __new__ (a NamedTuple's is a lambda, which
-# costs about twice this C call; the decoder builds three frames per published message).
-_new_tuple: Final = tuple.__new__
+Frame: TypeAlias = tuple[int, int, bytes]
+"""One decoded frame: its type, channel and payload (without the frame-end octet). A plain
+tuple, not a NamedTuple: the decoder makes one per frame (three per published message, one
+per ack), and the compiled build makes a plain tuple natively, where a NamedTuple's
+``tuple.__new__`` was a generic call that built two tuples (issue 26, scenario b)."""
 
 
 class FrameDecoder:
@@ -228,7 +225,7 @@ class FrameDecoder:
         if end > taken:
             parts.append(memoryview(src)[taken:end])
         payload = b"".join(parts)
-        frames.append(_new_tuple(Frame, (ftype, self._held_channel, payload)))
+        frames.append((ftype, self._held_channel, payload))
         self._parts = []
         self._held_size = -1
         self._held = 0
@@ -260,7 +257,7 @@ class FrameDecoder:
                 break
             if src[end] != FRAME_END or size > limit or ftype not in frame_types:
                 self._reject(ftype, channel, size, src[end], frames)
-            frames.append(_new_tuple(Frame, (ftype, channel, src[start:end])))
+            frames.append((ftype, channel, src[start:end]))
             off = end + 1
         return off
 
@@ -295,6 +292,23 @@ class FrameDecoder:
         self._held_size = -1
         self._held = 0
         raise error
+
+
+def read_u64(data: bytes, at: int) -> int:
+    """The big-endian unsigned 64-bit integer at ``at`` of ``data`` (8 octets there: the
+    caller checked). Octet by octet: native in the compiled build, where a struct call costs
+    a generic method call, an argument tuple and a result tuple (a delivery tag of every
+    ack, a body size of every content header)."""
+    return (
+        data[at] << 56
+        | data[at + 1] << 48
+        | data[at + 2] << 40
+        | data[at + 3] << 32
+        | data[at + 4] << 24
+        | data[at + 5] << 16
+        | data[at + 6] << 8
+        | data[at + 7]
+    )
 
 
 _pack_header = _HEADER.pack

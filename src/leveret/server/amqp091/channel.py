@@ -54,7 +54,7 @@ class Channel(ChannelState):
             raw, body = amqp091_parts(message)
         size = len(body)
         conn = self.conn
-        parts = self.encode_deliver(
+        head = self.encode_deliver(
             consumer_tag,
             delivery_tag,
             redelivered,
@@ -64,13 +64,11 @@ class Channel(ChannelState):
             size,
             conn.frame_max,
         )
-        if parts is not None:
+        if head is not None:
             if size >= LARGE_BODY:
-                conn.send_encoded(b"".join(parts), body)
+                conn.send_encoded(head, body)
             else:
-                parts.append(body)
-                parts.append(FRAME_END_BYTES)
-                conn.send_encoded(b"".join(parts))
+                conn.send_encoded(b"".join([head, body, FRAME_END_BYTES]))
             return
         method = m.BasicDeliver(
             consumer_tag=consumer_tag,

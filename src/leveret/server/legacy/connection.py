@@ -108,12 +108,10 @@ class LegacyConnection(LegacyConnectionBase):
                     return
                 if key in dialect.renamed:
                     renamed = dialect.renamed[key]
-                    payload = renamed.to_bytes(4, "big") + bytes(payload[4:])
-                    frame = framing.Frame(frame_type, channel_id, payload)
+                    payload = renamed.to_bytes(4, "big") + payload[4:]
+                    frame = (frame_type, channel_id, payload)
                 elif key in dialect.padded:
-                    frame = framing.Frame(
-                        frame_type, channel_id, bytes(payload) + dialect.padded[key]
-                    )
+                    frame = (frame_type, channel_id, payload + dialect.padded[key])
                 elif key in dialect.refused:
                     # RabbitMQ 3.10.8's answer to the other version's connection.close
                     # (tests/data/rabbitmq-headers): 541, class 0, method 0.

@@ -20,6 +20,7 @@ import time
 from leveret.build_info import describe
 from leveret.convert.amqp091 import wire_message
 from leveret.store.disk import DiskStore
+from leveret.store.records import COMMIT, scan
 
 QUEUE = "cb-forwarded-c-r1-20801"  # a name as long as bench.cluster_scenarios' queues'
 PROPS = b"\x10\x00\x02"  # 0-9-1 basic properties: delivery-mode 2 (persistent)
@@ -60,6 +61,40 @@ def run(size: int, batch: int, rounds: int) -> list[float]:
         finally:
             _drop_jobs(store)
             store.close()
+
+
+def batches(size: int, batch: int) -> list[list[bytes]]:
+    """The records of one round's three batches, as the writer would get them (the tests
+    check that the round writes what it claims to time)."""
+    with tempfile.TemporaryDirectory(prefix="leveret-store-bench-") as path:
+        store = DiskStore(path)
+        store.open()
+        try:
+            qid = store.queue_declared("/", QUEUE, False, {})
+            out: list[list[bytes]] = []
+            sids = [
+                store.enqueued(qid, wire_message("", QUEUE, PROPS, b"x" * size))
+                for _ in range(batch)
+            ]
+            out.append(_taken(store))
+            for sid in sids:
+                store.delivered(qid, sid)
+            out.append(_taken(store))
+            for sid in sids:
+                store.removed(qid, sid)
+            out.append(_taken(store))
+            return out
+        finally:
+            store.close()
+
+
+def _taken(store: DiskStore) -> list[bytes]:
+    """The open batch handed over and taken back from the writer's queue: its records."""
+    _submit(store)
+    job = store._jobs.get()
+    assert job is not None
+    segment = job[2]
+    return [bytes(p) for p in scan(segment).payloads if bytes(p) != COMMIT]
 
 
 def _submit(store: DiskStore) -> None:

@@ -62,6 +62,10 @@ import struct
 import threading
 import time
 from array import array
+
+# At run time, not only for the type checker: compiled (``build_info``), the dataclasses
+# below have their annotations' names looked up when the module loads.
+from collections.abc import Callable, Iterable, Mapping  # noqa: TC003
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,7 +83,6 @@ from leveret.store.values import canonical, dump_table, load_table
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterable, Mapping
 
     from leveret.model.message import Message
 
@@ -283,9 +286,10 @@ class DiskStore:
         self._seg_first: list[int] = []
         self._live: dict[int, int] = {}
         self._seg_bytes = 0
-        # The writer thread.
+        # The writer thread (not ``_thread``: compiled, mypyc's C name for that attribute
+        # would be ``__thread``, a keyword of C).
         self._jobs: queue_mod.SimpleQueue[tuple[Any, ...] | None] = queue_mod.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._writer_thread: threading.Thread | None = None
         self._defs_fd = -1
         self._seg_fd = -1
         # Writer thread only: where the files end after their last synced batch.
@@ -475,20 +479,22 @@ class DiskStore:
         self._now_ms = int(self._wall() * 1000)
         self._defs_fd = os.open(self.path / "defs.log", os.O_WRONLY | os.O_APPEND)
         self._defs_good = os.fstat(self._defs_fd).st_size
-        self._thread = threading.Thread(target=self._writer, name="leveret-store", daemon=True)
-        self._thread.start()
+        self._writer_thread = threading.Thread(
+            target=self._writer, name="leveret-store", daemon=True
+        )
+        self._writer_thread.start()
 
     def close(self) -> None:
         """Write what is pending, stop the writer, release the directory."""
-        if self._thread is not None:
+        if self._writer_thread is not None:
             self._busy = False
             if self._retry_handle is not None:
                 self._retry_handle.cancel()
                 self._retry_handle = None
             self._submit(force=self.failed is not None)  # failing: one last attempt
             self._jobs.put(None)
-            self._thread.join()
-            self._thread = None
+            self._writer_thread.join()
+            self._writer_thread = None
         for fd in (self._defs_fd, self._seg_fd):
             if fd >= 0:
                 os.close(fd)

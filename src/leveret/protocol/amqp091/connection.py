@@ -185,6 +185,8 @@ class ServerConnection:
         # after its last write (0.75 to 1; the server spreads it over its connections:
         # server/heartbeat_phase.py).
         self.heartbeat_phase = heartbeat_phase
+        # How long an idle connection waits to send its heartbeat: set with the interval.
+        self.heartbeat_idle = 0.0
         self.last_received = now
         self.last_sent = now
         self.close_deadline: float | None = None
@@ -609,7 +611,7 @@ class ServerConnection:
             return None
         # tick closes once the silence is longer than two intervals: just past that.
         return min(
-            self.last_sent + heartbeat / 2 * self.heartbeat_phase,
+            self.last_sent + self.heartbeat_idle,
             self.last_received + 2 * heartbeat + _PAST,
         )
 
@@ -635,7 +637,7 @@ class ServerConnection:
             self.should_close_transport = True
             self._release()
             return
-        if now - self.last_sent >= self.heartbeat / 2 * self.heartbeat_phase:
+        if now - self.last_sent >= self.heartbeat_idle:
             self.output.append(framing.HEARTBEAT_FRAME)
             self.last_sent = now
 
@@ -799,6 +801,7 @@ class ServerConnection:
         self.decoder.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
+        self.heartbeat_idle = method.heartbeat / 2 * self.heartbeat_phase
         self.state = State.OPEN
 
     def _open(self, method: m.ConnectionOpen) -> None:

@@ -17,6 +17,7 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from bench.stamp_reader import StampReader
 from bench.stats import STAMP_SIZE
 from leveret.errors import AMQPError
 from leveret.protocol.amqp091 import framing
@@ -37,9 +38,18 @@ if TYPE_CHECKING:
     from leveret.protocol.amqp091.client_events import Event
     from leveret.protocol.amqp091.fieldtable import FieldValue
 
-__all__ = ["CHANNEL", "AmqpError", "Connection", "PublishTemplate", "ack_frame", "connect"]
+__all__ = [
+    "CHANNEL",
+    "AmqpError",
+    "Connection",
+    "PublishTemplate",
+    "StampConnection",
+    "ack_frame",
+    "connect",
+]
 
 M = TypeVar("M", bound=m.Method)
+T = TypeVar("T")
 
 CHANNEL = 1  # every connection of the load generator uses one channel
 
@@ -93,13 +103,16 @@ def ack_frame(channel: int, delivery_tag: int, *, multiple: bool) -> bytes:
     return encode_ack(channel, delivery_tag, multiple)
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BaseProtocol):
     """One client connection.  Set ``on_deliver`` / ``on_confirm`` before messages flow.
 
     ``on_deliver(delivery_tag, redelivered, stamp)`` runs per delivered message (``stamp`` is
     the first 16 bytes of the body); ``on_confirm(delivery_tag, multiple, ack)`` per basic.ack
     or basic.nack; ``after_data()`` once after each batch of frames (queue acks there with
     :meth:`ack`; what is queued goes out right after it).
+
+    A ``BaseProtocol`` with ``data_received`` (what ``asyncio.Protocol`` adds is only that
+    method's name), so that :class:`StampConnection` can be a ``BufferedProtocol``.
     """
 
     def __init__(
@@ -194,6 +207,11 @@ class Connection(asyncio.Protocol):
             self._fail(f"client error: {type(exc).__name__}: {exc}")
         self.flush()
 
+    def _machine_frame(self, frame: bytes) -> None:
+        """One whole frame for the machine (outside :class:`StampConnection`'s fast path)."""
+        for event in self.machine.receive_data(frame, 0.0):
+            self._event(event)
+
     # -- output -------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -209,6 +227,18 @@ class Connection(asyncio.Protocol):
     def publish(self, data: bytes, count: int = 1) -> None:
         """Queue ``count`` encoded publishes (template copies) on channel 1; :meth:`flush`."""
         self.machine.publish_encoded(CHANNEL, data, count)
+
+    def publish_parts(self, parts: list[bytes], count: int) -> None:
+        """Write ``count`` encoded publishes on channel 1 given as pieces (a template's
+        prefix and stamp, its shared suffix, ...) in one ``writelines``, after whatever the
+        machine had queued: a large body's padding goes out from the one template object,
+        never copied into a joined buffer (uvloop writes the pieces with one ``writev``)."""
+        machine = self.machine
+        # The machine counts the confirm tags; the bytes are the pieces, written here.
+        machine.publish_encoded(CHANNEL, b"", count)
+        queued = machine.data_to_send()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines([queued, *parts] if queued else parts)
 
     def ack(self, delivery_tag: int, *, multiple: bool) -> None:
         """Queue a basic.ack on channel 1 (sent after the current read, or by :meth:`flush`)."""
@@ -287,13 +317,91 @@ class Connection(asyncio.Protocol):
         self.transport.close()
 
 
+class StampConnection(Connection, asyncio.BufferedProtocol):
+    """A connection that reads into one reused buffer (``BufferedProtocol``; uvloop takes a
+    protocol for buffered only if it is not an ``asyncio.Protocol``).
+
+    Until :meth:`read_stamps`, each read is handed to the machine as ``bytes``, as
+    :class:`Connection` does; after it, a :class:`~bench.stamp_reader.StampReader` walks the
+    reads in place: ``on_deliver`` gets each delivery of channel 1 with its stamp, its body
+    never copied, and every other frame goes to the machine whole.
+    """
+
+    def __init__(
+        self,
+        user: str = "guest",
+        password: str = "guest",  # noqa: S107 - RabbitMQ's default user
+        vhost: str = "/",
+        frame_max: int = 131072,
+    ) -> None:
+        super().__init__(user, password, vhost, frame_max)
+        self.reader = StampReader(CHANNEL, frame_max, self._stamp, self._machine_frame)
+        self.stamps = False
+
+    def read_stamps(self) -> None:
+        """Walk the reads with the stamp reader from now on. Call it between a reply and the
+        next request (the machine then holds no part of a frame)."""
+        self.reader = StampReader(
+            CHANNEL, self.frame_max - framing.FRAME_OVERHEAD, self._stamp, self._machine_frame
+        )
+        self.stamps = True
+
+    def _stamp(self, tag: int, redelivered: int, stamp: bytes) -> None:
+        if self.on_deliver is not None:
+            self.on_deliver(tag, redelivered, stamp)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        reader = self.reader
+        if not self.stamps:
+            data = bytes(reader.get_buffer()[:nbytes])
+            self.data_received(data)
+            return
+        self._walk(reader.updated, nbytes)
+
+    def data_received(self, data: bytes) -> None:
+        """A read handed over as ``bytes`` (the tests; before :meth:`read_stamps`)."""
+        if self.stamps:
+            self._walk(self.reader.feed, data)
+        else:
+            super().data_received(data)
+
+    def _walk(self, step: Callable[[T], None], arg: T) -> None:
+        try:
+            step(arg)
+        except AMQPError as exc:
+            self.flush()  # a connection.close the machine queued, if it raised
+            self._fail(f"protocol error from the broker: {exc.reply_code} {exc}")
+            return
+        except Exception as exc:  # a bug here must fail the run, not vanish in a log line
+            self._fail(f"client error: {type(exc).__name__}: {exc}")
+            return
+        try:
+            if self.after_data is not None:
+                self.after_data()
+        except Exception as exc:
+            self._fail(f"client error: {type(exc).__name__}: {exc}")
+        self.flush()
+
+
 async def connect(
-    host: str, port: int, user: str, password: str, vhost: str, *, channel: bool = True
+    host: str,
+    port: int,
+    user: str,
+    password: str,
+    vhost: str,
+    *,
+    channel: bool = True,
+    stamps: bool = False,
 ) -> Connection:
-    """Open a connection (and channel 1 unless ``channel`` is False)."""
+    """Open a connection (and channel 1 unless ``channel`` is False); a
+    :class:`StampConnection` when ``stamps`` (call its ``read_stamps`` when it consumes)."""
     loop = asyncio.get_running_loop()
+    factory = StampConnection if stamps else Connection
     _transport, conn = await loop.create_connection(
-        lambda: Connection(user, password, vhost), host, port
+        lambda: factory(user, password, vhost), host, port
     )
     await conn.open()
     if channel:

@@ -27,9 +27,9 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from bench.amqp import CHANNEL, Connection, PublishTemplate, connect
+from bench.amqp import CHANNEL, Connection, PublishTemplate, StampConnection, connect
 from bench.stats import (
     STAMP,
     ConfirmTracker,
@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 __all__ = ["Config", "build_parser", "main", "parse_args"]
 
 FOREVER_NS = 1 << 62
+# From this body size up, a consumer walks its reads in place and keeps only each body's
+# stamp (bench.stamp_reader), and a publisher writes each message as pieces, the template's
+# padding never copied (Connection.publish_parts); below it, a delivery's copies and a joined
+# batch of publishes cost less than the pieces' per-message Python work.
+LARGE_BODY = 4096
 
 
 @dataclass
@@ -243,7 +248,11 @@ class Publisher:
         self.tracker = ConfirmTracker() if cfg.confirm else None
         self.wake = asyncio.Event()
         per_msg = len(template.prefix) + len(template.suffix) + STAMP.size
-        self.batch = max(1, min(256, 65536 // per_msg))
+        # Up to 64 KiB of joined publishes a turn; written as pieces (a large body), up to
+        # 256 KiB: nothing is joined, and a turn's writev and loop pass serve four 64 KiB
+        # bodies instead of one.
+        turn = 1 << 18 if len(template.suffix) >= LARGE_BODY else 1 << 16
+        self.batch = max(1, min(256, turn // per_msg))
         if cfg.confirm:
             self.batch = min(self.batch, max(1, cfg.confirm // 4))
         conn.on_confirm = self._confirm
@@ -271,6 +280,7 @@ class Publisher:
         prefix, suffix = self.template.prefix, self.template.suffix
         pack, now = STAMP.pack, time.monotonic_ns
         publish, flush = conn.publish, conn.flush
+        pieces = len(suffix) >= LARGE_BODY
         while self.seq < limit and conn.error is None:
             if now() >= stop_ns:
                 break
@@ -282,12 +292,19 @@ class Publisher:
                 await self._wait()
                 continue
             seq = self.seq
-            parts: list[bytes] = []
-            for s in range(seq, seq + n):
-                parts += (prefix, pack(now(), s, pid), suffix)
-            self.seq = seq + n
-            publish(b"".join(parts), n)
-            flush()
+            if pieces:
+                parts = [
+                    x for s in range(seq, seq + n) for x in (prefix + pack(now(), s, pid), suffix)
+                ]
+                self.seq = seq + n
+                conn.publish_parts(parts, n)
+            else:
+                parts = []
+                for s in range(seq, seq + n):
+                    parts += (prefix, pack(now(), s, pid), suffix)
+                self.seq = seq + n
+                publish(b"".join(parts), n)
+                flush()
             await asyncio.sleep(0)
 
     async def run_rate(self, start_ns: int, stop_ns: int, rate: float, phase: float) -> None:
@@ -298,6 +315,7 @@ class Publisher:
         period = 1e9 / rate
         next_ns = start_ns + int(phase * period)
         publish, flush = conn.publish, conn.flush
+        pieces = len(suffix) >= LARGE_BODY
         while conn.error is None:
             t = now()
             if t >= stop_ns:
@@ -310,13 +328,20 @@ class Publisher:
                 continue
             due = min(100, int((t - next_ns) / period) + 1, self._room())
             seq = self.seq
-            parts: list[bytes] = []
-            for s in range(seq, seq + due):
-                parts += (prefix, pack(now(), s, pid), suffix)
-            self.seq = seq + due
             next_ns += int(due * period)
-            publish(b"".join(parts), due)
-            flush()
+            if pieces:
+                parts = [
+                    x for s in range(seq, seq + due) for x in (prefix + pack(now(), s, pid), suffix)
+                ]
+                self.seq = seq + due
+                conn.publish_parts(parts, due)
+            else:
+                parts = []
+                for s in range(seq, seq + due):
+                    parts += (prefix, pack(now(), s, pid), suffix)
+                self.seq = seq + due
+                publish(b"".join(parts), due)
+                flush()
 
     async def settle(self, deadline_ns: int) -> None:
         """Wait until every publish is confirmed (or the deadline passes)."""
@@ -482,8 +507,9 @@ async def _consumer_worker(
 ) -> None:
     # One ReceiptLog per (queue, publisher), shared by this process's consumers of the queue.
     logs: dict[int, dict[int, ReceiptLog]] = {}
+    large = cfg.size >= LARGE_BODY
     conns = await asyncio.gather(
-        *(connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost) for _ in ids)
+        *(connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.vhost, stamps=large) for _ in ids)
     )
     cons: list[Consumer] = []
     for cid, conn in zip(ids, conns, strict=True):
@@ -492,6 +518,8 @@ async def _consumer_worker(
         cons.append(c)
         if cfg.prefetch:
             await conn.call(1, m.BasicQos(prefetch_count=cfg.prefetch), m.BasicQosOk)
+        if isinstance(conn, StampConnection):
+            conn.read_stamps()  # no delivery can come before the consume below
         await conn.call(
             1,
             m.BasicConsume(queue=queues[q], consumer_tag=f"c{cid}", no_ack=cfg.autoack),
@@ -565,6 +593,13 @@ class _Worker:
 
 class RunError(Exception):
     pass
+
+
+class _CpuSample(NamedTuple):
+    tool: float
+    broker: float
+    machine: tuple[float, float]
+    roles: dict[str, float]
 
 
 async def _expect_msg(w: _Worker, kind: str, within: float) -> Any:
@@ -662,6 +697,15 @@ class Coordinator:
     def tool_pids(self) -> list[int]:
         return [os.getpid()] + [w.os_pid for w in self.workers if w.os_pid]
 
+    def _sample(self) -> _CpuSample:
+        """CPU seconds so far of the tool (each of its processes: this one and every worker),
+        the broker and the machine."""
+        roles = {"coordinator": proc_cpu_s(os.getpid()) or 0.0, "pub": 0.0, "con": 0.0}
+        for w in self.workers:
+            if w.os_pid:
+                roles[w.role] += proc_cpu_s(w.os_pid) or 0.0
+        return _CpuSample(sum(roles.values()), _sum_cpu(self.cfg.broker_pid), machine_cpu(), roles)
+
     def kill_workers(self) -> None:
         for w in self.workers:
             if w.proc.is_alive():
@@ -695,9 +739,9 @@ class Coordinator:
         deep_info: dict[str, Any] = {}
         if not deep:
             await _sleep_until(w0)
-            before = (_sum_cpu(self.tool_pids()), _sum_cpu(cfg.broker_pid), machine_cpu())
+            before = self._sample()
             await _sleep_until(w1)
-            after = (_sum_cpu(self.tool_pids()), _sum_cpu(cfg.broker_pid), machine_cpu())
+            after = self._sample()
             cpu = self._cpu(before, after, cfg.duration)
         for w in pubs:
             w.result = await _expect_msg(w, "done", cfg.drain_max + 120)
@@ -706,7 +750,7 @@ class Coordinator:
             deep_info = await self._fill(published, start_ns)
             cons = await self._start("con", cfg.consumers, cfg.con_procs)
             go = time.monotonic_ns()
-            before = (_sum_cpu(self.tool_pids()), _sum_cpu(cfg.broker_pid), machine_cpu())
+            before = self._sample()
             for w in cons:
                 w.pipe.send((go, FOREVER_NS))
         expected_q = [0] * cfg.queues
@@ -717,7 +761,7 @@ class Coordinator:
         await self._drain(expected_q)
         drain_s = (time.monotonic_ns() - drain_start) / 1e9
         if deep:
-            after = (_sum_cpu(self.tool_pids()), _sum_cpu(cfg.broker_pid), machine_cpu())
+            after = self._sample()
             cpu = self._cpu(before, after, (time.monotonic_ns() - go) / 1e9)
         for w in pubs:
             w.pipe.send("close")
@@ -794,22 +838,21 @@ class Coordinator:
             await asyncio.sleep(0.02)
         self.warnings.append("drain stopped: --drain-max reached")
 
-    def _cpu(
-        self,
-        before: tuple[float, float, tuple[float, float]],
-        after: tuple[float, float, tuple[float, float]],
-        window: float,
-    ) -> dict[str, Any]:
+    def _cpu(self, before: _CpuSample, after: _CpuSample, window: float) -> dict[str, Any]:
         ncpu = os.cpu_count() or 1
-        tool = after[0] - before[0]
-        broker = after[1] - before[1]
-        busy = after[2][0] - before[2][0]
-        total = after[2][1] - before[2][1]
+        tool = after.tool - before.tool
+        broker = after.broker - before.broker
+        busy = after.machine[0] - before.machine[0]
+        total = after.machine[1] - before.machine[1]
         pct = 100.0 / window if window > 0 else 0.0
         out: dict[str, Any] = {
             "ncpu": ncpu,
             "loadgen_pct": round(tool * pct, 1),
             "loadgen_cpu_s": round(tool, 3),
+            # the sum above, per process role (publisher workers, consumer workers, this one)
+            "loadgen_roles_cpu_s": {
+                role: round(after.roles[role] - before.roles[role], 3) for role in after.roles
+            },
             "machine_busy_pct": round(100.0 * ncpu * busy / total, 1) if total else 0.0,
         }
         if self.cfg.broker_pid:

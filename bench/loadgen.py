@@ -274,13 +274,26 @@ class Publisher:
             return self.batch
         return min(self.batch, self.cfg.confirm - (self.seq - self.tracker.resolved))
 
-    async def run(self, stop_ns: int, limit: int) -> None:
-        """Publish as fast as allowed until ``stop_ns`` or ``limit`` messages."""
-        conn, pid = self.conn, self.pid
+    def _send(self, n: int) -> None:
+        """Publish the next ``n`` messages, each stamped as it is made: a large body as
+        pieces (its padding shared, never joined), small ones joined into one write."""
+        conn, pid, seq = self.conn, self.pid, self.seq
         prefix, suffix = self.template.prefix, self.template.suffix
         pack, now = STAMP.pack, time.monotonic_ns
-        publish, flush = conn.publish, conn.flush
-        pieces = len(suffix) >= LARGE_BODY
+        self.seq = seq + n
+        if len(suffix) >= LARGE_BODY:
+            parts = [x for s in range(seq, seq + n) for x in (prefix + pack(now(), s, pid), suffix)]
+            conn.publish_parts(parts, n)
+        else:
+            parts = []
+            for s in range(seq, seq + n):
+                parts += (prefix, pack(now(), s, pid), suffix)
+            conn.publish(b"".join(parts), n)
+            conn.flush()
+
+    async def run(self, stop_ns: int, limit: int) -> None:
+        """Publish as fast as allowed until ``stop_ns`` or ``limit`` messages."""
+        conn, now = self.conn, time.monotonic_ns
         while self.seq < limit and conn.error is None:
             if now() >= stop_ns:
                 break
@@ -291,31 +304,14 @@ class Publisher:
             if n <= 0:
                 await self._wait()
                 continue
-            seq = self.seq
-            if pieces:
-                parts = [
-                    x for s in range(seq, seq + n) for x in (prefix + pack(now(), s, pid), suffix)
-                ]
-                self.seq = seq + n
-                conn.publish_parts(parts, n)
-            else:
-                parts = []
-                for s in range(seq, seq + n):
-                    parts += (prefix, pack(now(), s, pid), suffix)
-                self.seq = seq + n
-                publish(b"".join(parts), n)
-                flush()
+            self._send(n)
             await asyncio.sleep(0)
 
     async def run_rate(self, start_ns: int, stop_ns: int, rate: float, phase: float) -> None:
         """Publish ``rate`` messages/s (at most 100 at once to catch up) until ``stop_ns``."""
-        conn, pid = self.conn, self.pid
-        prefix, suffix = self.template.prefix, self.template.suffix
-        pack, now = STAMP.pack, time.monotonic_ns
+        conn, now = self.conn, time.monotonic_ns
         period = 1e9 / rate
         next_ns = start_ns + int(phase * period)
-        publish, flush = conn.publish, conn.flush
-        pieces = len(suffix) >= LARGE_BODY
         while conn.error is None:
             t = now()
             if t >= stop_ns:
@@ -327,21 +323,8 @@ class Publisher:
                 await self._wait()
                 continue
             due = min(100, int((t - next_ns) / period) + 1, self._room())
-            seq = self.seq
             next_ns += int(due * period)
-            if pieces:
-                parts = [
-                    x for s in range(seq, seq + due) for x in (prefix + pack(now(), s, pid), suffix)
-                ]
-                self.seq = seq + due
-                conn.publish_parts(parts, due)
-            else:
-                parts = []
-                for s in range(seq, seq + due):
-                    parts += (prefix, pack(now(), s, pid), suffix)
-                self.seq = seq + due
-                publish(b"".join(parts), due)
-                flush()
+            self._send(due)
 
     async def settle(self, deadline_ns: int) -> None:
         """Wait until every publish is confirmed (or the deadline passes)."""

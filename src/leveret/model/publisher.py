@@ -10,7 +10,9 @@ In a transaction (``model/transaction.py``) publishes wait for the commit.
 
 ``feeds_backlog`` is set when a publish went to a queue whose consumers are falling behind
 (``Queue.falling_behind``; a queue led by another node: while the link to it is backed up);
-the front end reads and clears it to pace this publisher.
+the front end reads and clears it to pace this publisher. ``feeds_far_backlog`` names
+that queue besides when it is far behind (``Queue.far_behind``): the shell then stops reading
+the publisher's connection for a moment (``Shell.held``).
 
 A queue led by another node (``Queue.forwards``, ``queues/remote.py``) is handed the
 message with ``forward``, which answers, when a confirm is wanted, with a completion of the
@@ -68,6 +70,7 @@ class Publisher:
         self.confirms: Confirms | None = None
         self.tx: Transaction | None = None
         self.feeds_backlog = False
+        self.feeds_far_backlog: Queue | None = None
         # A queue's leader on another node has a window's worth of this node's publishes
         # still to handle: the front end holds this publisher's input until this is done
         # (``Queue.room``; the shell's ``published_by``).
@@ -187,6 +190,8 @@ class Publisher:
                     self._join(done)
             if (queue.consumers or queue.forwards) and queue.falling_behind():
                 self.feeds_backlog = True
+                if queue.far_behind():
+                    self.feeds_far_backlog = queue
         if down and down == len(queues) and report_unroutable:
             # Every queue it went to is led by a node that is down: RabbitMQ 3.10 returns it
             # as unroutable (and confirms it).

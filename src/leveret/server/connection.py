@@ -12,7 +12,10 @@ has no later tick that would).
 
 Reading stops while a turn of this connection waits (more input than one turn's share, or
 a paced publisher), while the memory alarm blocks it, and while a deferral holds more input
-than its bound (``Shell.reading``).
+than its bound (``Shell.reading``). A publisher whose last turn fed a queue far behind
+(``Shell.held``) is neither read nor run until that queue is no longer far behind, looked
+at every ``HOLD_TICK`` (no wake-up path from the queue is needed), or for ``HOLD_MAX`` at
+most: its socket buffer fills and its client blocks on write.
 
 Timers: one loop timer per connection, armed for the shell's next deadline
 (``Shell.next_deadline``: the handshake deadline, a heartbeat to send, a silent peer to
@@ -54,6 +57,10 @@ MIN_TICK: Final = 1e-3
 # How often a blocked connection looks at the memory alarm again: queues may also shrink
 # without any connection's traffic (TTLs).
 BLOCKED_TICK: Final = 1.0
+# How often a publisher held for a queue far behind (``Shell.held``) looks at that queue
+# again: about the time a consumer takes to drain a hundred messages, so the publisher's
+# socket stands idle little longer than the backlog takes to shrink.
+HOLD_TICK: Final = 1e-3
 
 
 def _is_loopback(host: str) -> bool:
@@ -100,6 +107,7 @@ class ConnectionProtocol(asyncio.Protocol):
         self._turn_scheduled = False
         self._reading = True
         self._timer: asyncio.TimerHandle | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None
         # When the timer is armed for (None: not armed).
         self._due: float | None = None
         self.closed = asyncio.Event()
@@ -189,6 +197,20 @@ class ConnectionProtocol(asyncio.Protocol):
             # More input than one turn's share, a paced publisher, or a deferral that
             # completed: read nothing more until the next loop iteration, and let the
             # other connections run first.
+            self._schedule_turn()
+        elif shell.held and self._hold_timer is None:
+            self._hold_timer = self.loop.call_later(HOLD_TICK, self._end_hold)
+        self._set_reading()
+
+    def _end_hold(self) -> None:
+        self._hold_timer = None
+        shell = self.shell
+        if shell is None or self.transport is None:
+            return
+        if not shell.release_hold(self.loop.time()):
+            self._hold_timer = self.loop.call_later(HOLD_TICK, self._end_hold)
+            return
+        if shell.wants_turn:
             self._schedule_turn()
         self._set_reading()
 
@@ -328,6 +350,9 @@ class ConnectionProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._due = None
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
         shell = self.shell
         reason = "client closed" if exc is None else str(exc)
         if shell is not None:

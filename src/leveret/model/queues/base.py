@@ -528,6 +528,11 @@ class Queue(Source):
         """Consumers are attached but the ready backlog grows (publishers are paced)."""
         return False
 
+    def far_behind(self) -> bool:
+        """Consumers are attached but the ready backlog is far past what pacing keeps
+        (the publisher's connection is not read for a moment)."""
+        return False
+
     # -- consumers -----------------------------------------------------------------------
 
     def consumer(

@@ -64,6 +64,12 @@ class ClassicQueue(FeatureMixin):
     # publishers to be paced (Session.feeds_backlog; server/connection.py): half the resident
     # window, so a queue whose consumers keep up with paced publishers does not page.
     backlog_pace = 1024
+    # Ready messages beyond which such a queue is far behind: its publishers' connections are
+    # not read for a moment (Publisher.feeds_far_backlog; Shell.held), as RabbitMQ's credit
+    # flow stops a publisher its queues cannot keep up with. Four times the pace, so a paced
+    # publisher whose consumers keep up never reaches it, and the backlog stays within two
+    # resident windows (a few pages at most).
+    backlog_hold = 4096  # 4 * backlog_pace, spelt out: mypyc sets it outside the class body
     page_messages = 1024
     page_bytes = 1 << 20
 
@@ -177,6 +183,10 @@ class ClassicQueue(FeatureMixin):
     def falling_behind(self) -> bool:
         """Consumers are attached but the ready backlog is past ``backlog_pace``."""
         return len(self.ready) + self.paged_count > self.backlog_pace and bool(self.consumers)
+
+    def far_behind(self) -> bool:
+        """Consumers are attached but the ready backlog is past ``backlog_hold``."""
+        return len(self.ready) + self.paged_count > self.backlog_hold and bool(self.consumers)
 
     def can_deliver_now(self, message: Message) -> bool:
         """Whether a message published now would go straight to a consumer (``immediate``)."""

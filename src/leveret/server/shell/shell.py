@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from leveret.auth.users import User
     from leveret.model.broker import Client
     from leveret.model.publisher import Publisher
+    from leveret.model.queues.base import Queue
     from leveret.server.shell.contract import FrontEnd, ShellContext
     from leveret.server.shell.info import ChannelInfo
 
@@ -68,6 +69,7 @@ __all__ = [
     "CLOSE_TIMEOUT",
     "HANDSHAKE_TIMEOUT",
     "HOLD_BOUND",
+    "HOLD_MAX",
     "Chooser",
     "FrontEndFactory",
     "OpenRefused",
@@ -85,6 +87,11 @@ CLOSE_TIMEOUT: Final = 5.0
 # Input bytes a connection (or channel) waiting on a deferral may hold before the shell
 # stops reading its socket.
 HOLD_BOUND: Final = 64 * 1024
+# The longest a publisher feeding a queue far behind (``Shell.held``) goes unread at once:
+# one turn then, held again if the queue still is. Long enough that a consumer that still
+# acks drains the backlog first; a consumer that stopped lets its publisher through at a
+# paced turn per HOLD_MAX.
+HOLD_MAX: Final = 0.05
 # Deadlines tested with ">" are due just after them: a tick exactly at one would do nothing.
 _PAST: Final = 1e-3
 
@@ -156,6 +163,13 @@ class Shell:
         self._budget = 1
         self._paced_budget = 1
         self.paced = False
+        # A publish of the last turn went to a queue far behind (``Queue.far_behind``): the
+        # connection is neither read nor run until ``release_hold`` finds those queues no
+        # longer far behind, or ``HOLD_MAX`` passed (RabbitMQ's credit flow stops such a
+        # publisher's reader the same way).
+        self.held = False
+        self._held_by: list[Queue] = []
+        self._held_since = 0.0
         # A message was published since the adapter last looked (the memory alarm's).
         self.published = False
         self._publishers: set[Publisher] = set()
@@ -220,7 +234,7 @@ class Shell:
             front.receive(data, now)
             if self._ready:
                 self._run_ready(front, now)
-            if not self._holds:
+            if not self._holds and not self.held:
                 front.run(self._paced_budget if self.paced else self._budget, now)
             self._turn_done()
         except Exception:
@@ -240,13 +254,26 @@ class Shell:
         try:
             if self._ready:
                 self._run_ready(front, now)
-            if not self._holds and front.pending:
+            if not self._holds and not self.held and front.pending:
                 front.run(self._paced_budget if self.paced else self._budget, now)
             self._turn_done()
         except Exception:
             self._internal_error(front, now)
         finally:
             output.quiet = False
+
+    def release_hold(self, now: float) -> bool:
+        """Asked by the adapter every ``HOLD_TICK`` while held: release the connection
+        (and say so) once no queue that held it is far behind, or after ``HOLD_MAX`` (a
+        consumer that stopped acking must not stop its queue's publishers for good; the
+        next turn's publishes hold it again if need be)."""
+        if now - self._held_since < HOLD_MAX:
+            for queue in self._held_by:
+                if queue.far_behind():
+                    return False
+        self.held = False
+        self._held_by.clear()
+        return True
 
     @property
     def wants_turn(self) -> bool:
@@ -257,7 +284,7 @@ class Shell:
             return False
         if self._ready:
             return True
-        if self._holds:
+        if self._holds or self.held:
             return False
         return front.pending or self.paced
 
@@ -270,6 +297,8 @@ class Shell:
         if (self.blocked and not self._reads_when_blocked) or self._transport_paused:
             # The peer does not read what we write: neither is it read (RabbitMQ's
             # writer blocks its reader the same way), so it cannot make us buffer.
+            return False
+        if self.held:
             return False
         if self._holds or self._channel_holds:
             front = self.front
@@ -690,6 +719,13 @@ class Shell:
                 if publisher.feeds_backlog:
                     publisher.feeds_backlog = False
                     paced = True
+                    queue = publisher.feeds_far_backlog
+                    if queue is not None:
+                        publisher.feeds_far_backlog = None
+                        if not self.held:
+                            self.held = True
+                            self._held_since = self.now
+                        self._held_by.append(queue)
             publishers.clear()
             self._last_publisher = None
         self.paced = paced

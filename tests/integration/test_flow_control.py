@@ -217,3 +217,40 @@ def test_a_queue_without_consumers_is_never_held(broker: Broker, name: str) -> N
     publisher.close()
     assert depth == total
     assert elapsed < 30, elapsed
+
+
+def test_a_publisher_whose_queues_consumer_stopped_acking_is_not_slowed(
+    broker: Broker, name: str
+) -> None:
+    """A consumer that holds its prefetch and acks nothing does not drain its queue: a hold
+    of its publisher would only slow it (a paced turn per ``HOLD_MAX``), so after one
+    ``HOLD_MAX`` that queue holds no publisher until it is drained below the hold
+    (``Shell._stalled``), and the publishes go in at the publisher's pace, as into a queue
+    without consumers."""
+    total = 20_000
+    params = pika.URLParameters(broker.url)
+    consumer = pika.BlockingConnection(params)
+    cch = consumer.channel()
+    cch.queue_declare(name)
+    cch.basic_qos(prefetch_count=10)
+    cch.basic_consume(name, lambda *_: None)  # takes ten, acks none
+    publisher = pika.BlockingConnection(params)
+    pch = publisher.channel()
+    started = time.monotonic()
+    try:
+        for _ in range(total):
+            pch.basic_publish("", name, b"x" * 16)
+        depth = 0
+        while time.monotonic() - started < 30:
+            depth = pch.queue_declare(name, passive=True).method.message_count
+            if depth >= total - 10:
+                break
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+    finally:
+        pch.queue_delete(name)
+        publisher.close()
+        consumer.close()
+    # Held past backlog_hold (4096) at ten messages per 50 ms, the rest would take ~80 s.
+    assert depth == total - 10, depth
+    assert elapsed < 30, elapsed

@@ -168,8 +168,15 @@ class Shell:
         # longer far behind, or ``HOLD_MAX`` passed (RabbitMQ's credit flow stops such a
         # publisher's reader the same way).
         self.held = False
-        self._held_by: list[Queue] = []
+        # The queues that hold it, each with its ready count when the hold began.
+        self._held_by: list[tuple[Queue, int]] = []
         self._held_since = 0.0
+        # Queues that a whole ``HOLD_MAX`` without this publisher did not shorten at all:
+        # their consumers are not draining them (stopped, or not acking: this very
+        # connection's own acks, unread while it is held, included), so holding the
+        # publisher would only slow it. Not held for again until the queue is no longer far
+        # behind.
+        self._stalled: set[Queue] = set()
         # A message was published since the adapter last looked (the memory alarm's).
         self.published = False
         self._publishers: set[Publisher] = set()
@@ -268,9 +275,13 @@ class Shell:
         consumer that stopped acking must not stop its queue's publishers for good; the
         next turn's publishes hold it again if need be)."""
         if now - self._held_since < HOLD_MAX:
-            for queue in self._held_by:
+            for queue, _ in self._held_by:
                 if queue.far_behind():
                     return False
+        else:
+            for queue, ready in self._held_by:
+                if queue.far_behind() and queue.message_count >= ready:
+                    self._stalled.add(queue)
         self.held = False
         self._held_by.clear()
         return True
@@ -713,6 +724,11 @@ class Shell:
     def _turn_done(self) -> None:
         publishers = self._publishers
         paced = False
+        stalled = self._stalled
+        if stalled:
+            # Drained below the hold (or gone): held for again if it falls far behind anew.
+            for drained in [q for q in stalled if not q.far_behind()]:
+                stalled.discard(drained)
         if publishers:
             for publisher in publishers:
                 publisher.flush_confirms()
@@ -722,10 +738,12 @@ class Shell:
                     queue = publisher.feeds_far_backlog
                     if queue is not None:
                         publisher.feeds_far_backlog = None
+                        if queue in self._stalled:
+                            continue
                         if not self.held:
                             self.held = True
                             self._held_since = self.now
-                        self._held_by.append(queue)
+                        self._held_by.append((queue, queue.message_count))
             publishers.clear()
             self._last_publisher = None
         self.paced = paced

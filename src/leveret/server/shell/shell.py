@@ -738,7 +738,10 @@ class Shell:
                     queue = publisher.feeds_far_backlog
                     if queue is not None:
                         publisher.feeds_far_backlog = None
-                        if queue in self._stalled:
+                        # The cluster link reads on for the acks and credit it carries
+                        # for every queue (a window bounds its publishes), as it does when
+                        # blocked; a queue stopped draining is held for no more.
+                        if self._reads_when_blocked or queue in self._stalled:
                             continue
                         if not self.held:
                             self.held = True

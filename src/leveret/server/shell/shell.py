@@ -89,8 +89,8 @@ CLOSE_TIMEOUT: Final = 5.0
 HOLD_BOUND: Final = 64 * 1024
 # The longest a publisher feeding a queue far behind (``Shell.held``) goes unread at once:
 # one turn then, held again if the queue still is. Long enough that a consumer that still
-# acks drains the backlog first; a consumer that stopped lets its publisher through at a
-# paced turn per HOLD_MAX.
+# acks drains the backlog first; a queue it did not shorten at all is not held for again
+# until it drains (``Shell._stalled``).
 HOLD_MAX: Final = 0.05
 # Deadlines tested with ">" are due just after them: a tick exactly at one would do nothing.
 _PAST: Final = 1e-3
@@ -163,13 +163,12 @@ class Shell:
         self._budget = 1
         self._paced_budget = 1
         self.paced = False
-        # A publish of the last turn went to a queue far behind (``Queue.far_behind``): the
-        # connection is neither read nor run until ``release_hold`` finds those queues no
+        # The queues far behind (``Queue.far_behind``) that publishes of the last turn went
+        # to, each with its ready count when the hold began: while there are any (``held``)
+        # the connection is neither read nor run, until ``release_hold`` finds them no
         # longer far behind, or ``HOLD_MAX`` passed (RabbitMQ's credit flow stops such a
         # publisher's reader the same way).
-        self.held = False
-        # The queues that hold it, each with its ready count when the hold began.
-        self._held_by: list[tuple[Queue, int]] = []
+        self._held_by: dict[Queue, int] = {}
         self._held_since = 0.0
         # Queues that a whole ``HOLD_MAX`` without this publisher did not shorten at all:
         # their consumers are not draining them (stopped, or not acking: this very
@@ -275,16 +274,20 @@ class Shell:
         consumer that stopped acking must not stop its queue's publishers for good; the
         next turn's publishes hold it again if need be)."""
         if now - self._held_since < HOLD_MAX:
-            for queue, _ in self._held_by:
+            for queue in self._held_by:
                 if queue.far_behind():
                     return False
         else:
-            for queue, ready in self._held_by:
+            for queue, ready in self._held_by.items():
                 if queue.far_behind() and queue.message_count >= ready:
                     self._stalled.add(queue)
-        self.held = False
         self._held_by.clear()
         return True
+
+    @property
+    def held(self) -> bool:
+        """A publish of the last turn went to a queue far behind: not read nor run."""
+        return bool(self._held_by)
 
     @property
     def wants_turn(self) -> bool:
@@ -743,10 +746,11 @@ class Shell:
                         # blocked; a queue stopped draining is held for no more.
                         if self._reads_when_blocked or queue in self._stalled:
                             continue
-                        if not self.held:
-                            self.held = True
+                        held_by = self._held_by
+                        if not held_by:
                             self._held_since = self.now
-                        self._held_by.append((queue, queue.message_count))
+                        if queue not in held_by:
+                            held_by[queue] = queue.message_count
             publishers.clear()
             self._last_publisher = None
         self.paced = paced

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import pika
 import pytest
+import requests
 
 from tests.integration.conftest import start_broker
+from tests.integration.ctl_support import new_data_dir, ok
+from tests.integration.mgmt_support import AUTH, start_mgmt_broker
 
 if TYPE_CHECKING:
     from tests.integration.conftest import Broker
@@ -145,6 +149,24 @@ def _flood(params: pika.URLParameters, queue: str, stop: threading.Event) -> Non
     publisher.close()
 
 
+def _consume_slowly(
+    params: pika.URLParameters, queue: str, stop: threading.Event, acked: list[int]
+) -> None:
+    consumer = pika.BlockingConnection(params)
+    cch = consumer.channel()
+    cch.basic_qos(prefetch_count=10)
+
+    def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
+        time.sleep(0.001)  # a slow consumer, but one that keeps acking
+        ch.basic_ack(method.delivery_tag)
+        acked[0] += 1
+
+    cch.basic_consume(queue, on_message)
+    while not stop.is_set():
+        consumer.process_data_events(time_limit=0.1)
+    consumer.close()
+
+
 def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bounded(
     broker: Broker, name: str
 ) -> None:
@@ -160,22 +182,7 @@ def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bou
     stop = threading.Event()
     acked = [0]
 
-    def consume() -> None:
-        consumer = pika.BlockingConnection(params)
-        cch = consumer.channel()
-        cch.basic_qos(prefetch_count=10)
-
-        def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
-            time.sleep(0.001)  # a slow consumer, but one that keeps acking
-            ch.basic_ack(method.delivery_tag)
-            acked[0] += 1
-
-        cch.basic_consume(name, on_message)
-        while not stop.is_set():
-            consumer.process_data_events(time_limit=0.1)
-        consumer.close()
-
-    consumer_thread = threading.Thread(target=consume)
+    consumer_thread = threading.Thread(target=_consume_slowly, args=(params, name, stop, acked))
     consumer_thread.start()
     while mch.queue_declare(name, passive=True).method.consumer_count < 1:
         time.sleep(0.01)
@@ -254,3 +261,44 @@ def test_a_publisher_whose_queues_consumer_stopped_acking_is_not_slowed(
     # Held past backlog_hold (4096) at ten messages per 50 ms, the rest would take ~80 s.
     assert depth == total - 10, depth
     assert elapsed < 30, elapsed
+
+
+def test_a_held_publisher_shows_as_flow_to_operators(name: str) -> None:
+    """While its queue is far behind, the publisher's connection is in RabbitMQ's "flow"
+    state for the management API and ``leveret ctl list_connections``; its consumer's
+    connection stays "running"."""
+    data = new_data_dir()
+    mgmt = start_mgmt_broker("--data-dir", str(data))
+    params = pika.URLParameters(mgmt.broker.url)
+    flooder = pika.URLParameters(mgmt.broker.url)
+    flooder.client_properties = {"connection_name": "flooder"}
+    monitor = pika.BlockingConnection(params)
+    monitor.channel().queue_declare(name)
+    stop = threading.Event()
+    acked = [0]
+    consumer_thread = threading.Thread(target=_consume_slowly, args=(params, name, stop, acked))
+    publisher_thread = threading.Thread(target=_flood, args=(flooder, name, stop))
+    api_states: dict[str, str] = {}
+    ctl_states: list[str] = []
+    try:
+        consumer_thread.start()
+        publisher_thread.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and api_states.get("flooder") != "flow":
+            rows = requests.get(mgmt.api("connections"), auth=AUTH, timeout=5).json()
+            api_states = {r.get("user_provided_name") or r["name"]: r["state"] for r in rows}
+            time.sleep(0.1)
+        listed = ok(data, "list_connections", "--formatter", "json", "state")
+        ctl_states = sorted(row["state"] for row in json.loads(listed))
+    finally:
+        stop.set()
+        publisher_thread.join(timeout=10)
+        consumer_thread.join(timeout=10)
+        monitor.close()
+        mgmt.broker.stop()
+    assert api_states.get("flooder") == "flow", api_states
+    # The consumer's and the monitor's connections were never held.
+    others = sorted(state for key, state in api_states.items() if key != "flooder")
+    assert others == ["running", "running"], api_states
+    # Read within FLOW_SHOWN (5 s) of the hold, whether or not it has ended by then.
+    assert ctl_states == ["flow", "running", "running"], ctl_states

@@ -222,7 +222,7 @@ def connection_row(conn: ConnectionProtocol) -> dict[str, Any]:
         "peer_host": info.peer_host,
         "peer_port": info.peer_port,
         "ssl": info.ssl,
-        "state": info.state,
+        "state": shell.state(conn.loop.time()),
         "channels": len(shell.channels()),
         "channel_max": info.channel_max,
         "frame_max": info.frame_max,

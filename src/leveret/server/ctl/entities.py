@@ -274,7 +274,7 @@ def connection_rows(admin: Admin) -> list[tuple[ConnectionProtocol, dict[str, An
         row = connection_row(conn)
         # Before the vhost is open rabbitmqctl shows no user, and the state "starting".
         row["user"] = row["user"] if opened else ""
-        row["state"] = "running" if opened else "starting"
+        row["state"] = row["state"] if opened else "starting"
         out.append((conn, _project(row, CONNECTION_COLUMNS)))
     return out
 

@@ -56,7 +56,8 @@ class ConnectionInfo:
     # Wall-clock seconds of the accept.
     connected_at: float = 0.0
     # "starting" until the vhost is open, then "running" ("blocked" while the memory alarm
-    # holds it), "closing" once a close is under way.
+    # holds it), "closing" once a close is under way. Operators see it through
+    # ``Shell.state``, which adds "flow" (a publisher held while its queue is far behind).
     state: str = "starting"
     auth_mechanism: str = ""  # the SASL mechanism the client logged in with
     user: str = ""

@@ -45,6 +45,7 @@ Compiled: every read and every delivery goes through it.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLOSE_TIMEOUT",
+    "FLOW_SHOWN",
     "HANDSHAKE_TIMEOUT",
     "HOLD_BOUND",
     "HOLD_MAX",
@@ -92,6 +94,9 @@ HOLD_BOUND: Final = 64 * 1024
 # acks drains the backlog first; a queue it did not shorten at all is not held for again
 # until it drains (``Shell._stalled``).
 HOLD_MAX: Final = 0.05
+# A connection held in the last this many seconds shows as "flow" to operators, as
+# RabbitMQ's does after its credit flow blocked it (``Shell.state``).
+FLOW_SHOWN: Final = 5.0
 # Deadlines tested with ">" are due just after them: a tick exactly at one would do nothing.
 _PAST: Final = 1e-3
 
@@ -169,7 +174,7 @@ class Shell:
         # longer far behind, or ``HOLD_MAX`` passed (RabbitMQ's credit flow stops such a
         # publisher's reader the same way).
         self._held_by: dict[Queue, int] = {}
-        self._held_since = 0.0
+        self._held_since = -math.inf
         # Queues that a whole ``HOLD_MAX`` without this publisher did not shorten at all:
         # their consumers are not draining them (stopped, or not acking: this very
         # connection's own acks, unread while it is held, included), so holding the
@@ -288,6 +293,14 @@ class Shell:
     def held(self) -> bool:
         """A publish of the last turn went to a queue far behind: not read nor run."""
         return bool(self._held_by)
+
+    def state(self, now: float) -> str:
+        """The state operators see: the connection's own (``info.state``), but "flow" while
+        a running connection is held or was in the last ``FLOW_SHOWN`` seconds."""
+        state = self.info.state
+        if state == "running" and (self.held or now - self._held_since < FLOW_SHOWN):
+            return "flow"
+        return state
 
     @property
     def wants_turn(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,8 @@ import pytest
 from tests.integration.conftest import start_broker
 
 if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
+
     from tests.integration.conftest import Broker
 
 pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
@@ -135,8 +138,8 @@ def test_a_publisher_outrunning_its_consumer_is_paced_without_loss_or_reordering
     assert received == list(range(total))
 
 
-def _flood(params: pika.URLParameters, queue: str, stop: threading.Event) -> None:
-    publisher = pika.BlockingConnection(params)
+def _flood(url: str, queue: str, stop: Event) -> None:
+    publisher = pika.BlockingConnection(pika.URLParameters(url))
     pch = publisher.channel()
     body = b"x" * 16
     while not stop.is_set():
@@ -145,19 +148,18 @@ def _flood(params: pika.URLParameters, queue: str, stop: threading.Event) -> Non
     publisher.close()
 
 
-def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bounded(
-    broker: Broker, name: str
-) -> None:
-    """Past ``Queue.backlog_hold`` ready messages with a consumer that still acks, the
-    publisher's connection is not read until the backlog shrinks (``Shell.held``): its
-    client blocks on write, and the backlog stays near the hold level rather than growing
-    as fast as the publisher can write."""
+def _backlog_depths(broker: Broker, name: str, publishers: int) -> list[int]:
+    """The queue's depth every 50 ms for 3 s while ``publishers`` connections flood it
+    and a slow consumer that keeps acking drains it."""
     params = pika.URLParameters(broker.url)
     monitor = pika.BlockingConnection(params)
     mch = monitor.channel()
     mch.queue_declare(name)
 
-    stop = threading.Event()
+    # The publishers in processes of their own: threads of this one would take the GIL from
+    # the consumer for long enough (a whole HOLD_MAX) that its queue looked stalled.
+    spawn = multiprocessing.get_context("spawn")
+    stop = spawn.Event()
     acked = [0]
 
     def consume() -> None:
@@ -179,8 +181,11 @@ def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bou
     consumer_thread.start()
     while mch.queue_declare(name, passive=True).method.consumer_count < 1:
         time.sleep(0.01)
-    publisher_thread = threading.Thread(target=_flood, args=(params, name, stop))
-    publisher_thread.start()
+    flooders = [
+        spawn.Process(target=_flood, args=(broker.url, name, stop)) for _ in range(publishers)
+    ]
+    for flooder in flooders:
+        flooder.start()
     depths: list[int] = []
     deadline = time.monotonic() + 3
     try:
@@ -189,13 +194,40 @@ def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bou
             time.sleep(0.05)
     finally:
         stop.set()
-        publisher_thread.join(timeout=10)
+        for flooder in flooders:
+            flooder.join(timeout=30)  # what their sockets hold goes in first
+            if flooder.exitcode is None:
+                flooder.kill()
         consumer_thread.join(timeout=10)
     mch.queue_delete(name)
     monitor.close()
     assert acked[0] > 0
+    return depths
+
+
+def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bounded(
+    broker: Broker, name: str
+) -> None:
+    """Past ``Queue.backlog_hold`` ready messages with a consumer that still acks, the
+    publisher's connection is not read until the backlog shrinks (``Shell.held``): its
+    client blocks on write, and the backlog stays near the hold level rather than growing
+    as fast as the publisher can write."""
+    depths = _backlog_depths(broker, name, 1)
     # backlog_hold is 4096; what the paused socket and one paced turn let in comes on top.
     # Unheld, pika's publisher outruns this consumer by several thousand messages a second.
+    assert max(depths) < 8000, max(depths)
+
+
+def test_publishers_far_ahead_of_their_consumer_are_held_and_the_backlog_stays_bounded(
+    broker: Broker, name: str
+) -> None:
+    """Two publishers on one queue: while one is held, the others' publishes may keep the
+    queue as long as it was although its consumer drains it. A hold judged by the queue's
+    length took that for a consumer that stopped (``Shell._stalled``) and let each
+    publisher go by turns, and the backlog grew as fast as they could write; judged by what
+    departed from the queue (``Queue.departed``), every one stays held."""
+    depths = _backlog_depths(broker, name, 2)
+    # As for one publisher: what two paused sockets and paced turns let in comes on top.
     assert max(depths) < 8000, max(depths)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from leveret.protocol.amqp091._generated import methods as m
+from leveret.server.shell.shell import HOLD_MAX
 from leveret.testing import CodecClient
 
 
@@ -26,3 +27,50 @@ def test_a_connection_feeding_a_queue_far_behind_is_held() -> None:
 
 def test_a_front_end_that_reads_when_blocked_is_never_held() -> None:
     assert not _held_after_flooding(reads_when_blocked=True)
+
+
+def _consumer_and_flooded_publisher() -> tuple[CodecClient, CodecClient]:
+    """A consumer holding one unacked delivery of "q", and a publisher held for "q"."""
+    consumer = CodecClient.connect()
+    consumer.handshake()
+    consumer.open_channel(1)
+    consumer.send(1, m.QueueDeclare(queue="q"))
+    consumer.send(1, m.BasicQos(prefetch_count=1))
+    consumer.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    flooder = CodecClient.connect(consumer.shell.broker, clock=consumer.clock)
+    flooder.handshake()
+    flooder.open_channel(1)
+    flooder.send_raw(b"".join(flooder.encode_publish(1, "", "q", b"x") for _ in range(5000)))
+    assert flooder.shell.held
+    return consumer, flooder
+
+
+def test_a_queue_that_drains_while_another_publisher_refills_it_holds_on() -> None:
+    """Within one ``HOLD_MAX`` the consumer takes a message and another publisher puts one
+    in: the queue is no shorter than when the hold began, but it drains, so it is not
+    marked stalled, and the flooding publisher's next publish holds it again (two
+    publishers whose holds were judged by the queue's length marked it stalled by turns and
+    let its backlog grow without bound)."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    other = CodecClient.connect(consumer.shell.broker, clock=consumer.clock)
+    other.handshake()
+    other.open_channel(1)
+    queue = consumer.shell.broker.vhosts["/"].queues["q"]
+    length = queue.message_count
+    consumer.send(1, m.BasicAck(delivery_tag=1))  # the next one is delivered
+    other.publish(1, "", "q", b"y")
+    assert queue.message_count >= length
+    consumer.clock.advance(HOLD_MAX)
+    assert flooder.shell.release_hold(consumer.clock.now)
+    flooder.publish(1, "", "q", b"x")
+    assert flooder.shell.held
+
+
+def test_a_queue_nothing_departed_from_holds_its_publisher_no_more() -> None:
+    """A consumer that acks nothing for a whole ``HOLD_MAX``: the queue is stalled, and the
+    publisher's next publishes to it do not hold it again."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    consumer.clock.advance(HOLD_MAX)
+    assert flooder.shell.release_hold(consumer.clock.now)
+    flooder.publish(1, "", "q", b"x")
+    assert not flooder.shell.held

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,8 @@ from tests.integration.ctl_support import new_data_dir, ok
 from tests.integration.mgmt_support import AUTH, start_mgmt_broker
 
 if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
+
     from tests.integration.conftest import Broker
 
 pytestmark = [pytest.mark.interop, pytest.mark.leveret_only]
@@ -139,8 +142,8 @@ def test_a_publisher_outrunning_its_consumer_is_paced_without_loss_or_reordering
     assert received == list(range(total))
 
 
-def _flood(params: pika.URLParameters, queue: str, stop: threading.Event) -> None:
-    publisher = pika.BlockingConnection(params)
+def _flood(url: str, queue: str, stop: Event) -> None:
+    publisher = pika.BlockingConnection(pika.URLParameters(url))
     pch = publisher.channel()
     body = b"x" * 16
     while not stop.is_set():
@@ -149,9 +152,7 @@ def _flood(params: pika.URLParameters, queue: str, stop: threading.Event) -> Non
     publisher.close()
 
 
-def _consume_slowly(
-    params: pika.URLParameters, queue: str, stop: threading.Event, acked: list[int]
-) -> None:
+def _consume_slowly(params: pika.URLParameters, queue: str, stop: Event, acked: list[int]) -> None:
     consumer = pika.BlockingConnection(params)
     cch = consumer.channel()
     cch.basic_qos(prefetch_count=10)
@@ -167,27 +168,29 @@ def _consume_slowly(
     consumer.close()
 
 
-def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bounded(
-    broker: Broker, name: str
-) -> None:
-    """Past ``Queue.backlog_hold`` ready messages with a consumer that still acks, the
-    publisher's connection is not read until the backlog shrinks (``Shell.held``): its
-    client blocks on write, and the backlog stays near the hold level rather than growing
-    as fast as the publisher can write."""
+def _backlog_depths(broker: Broker, name: str, publishers: int) -> list[int]:
+    """The queue's depth every 50 ms for 3 s while ``publishers`` connections flood it
+    and a slow consumer that keeps acking drains it."""
     params = pika.URLParameters(broker.url)
     monitor = pika.BlockingConnection(params)
     mch = monitor.channel()
     mch.queue_declare(name)
 
-    stop = threading.Event()
+    # The publishers in processes of their own: threads of this one would take the GIL from
+    # the consumer for long enough (a whole HOLD_MAX) that its queue looked stalled.
+    spawn = multiprocessing.get_context("spawn")
+    stop = spawn.Event()
     acked = [0]
 
     consumer_thread = threading.Thread(target=_consume_slowly, args=(params, name, stop, acked))
     consumer_thread.start()
     while mch.queue_declare(name, passive=True).method.consumer_count < 1:
         time.sleep(0.01)
-    publisher_thread = threading.Thread(target=_flood, args=(params, name, stop))
-    publisher_thread.start()
+    flooders = [
+        spawn.Process(target=_flood, args=(broker.url, name, stop)) for _ in range(publishers)
+    ]
+    for flooder in flooders:
+        flooder.start()
     depths: list[int] = []
     deadline = time.monotonic() + 3
     try:
@@ -196,13 +199,40 @@ def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bou
             time.sleep(0.05)
     finally:
         stop.set()
-        publisher_thread.join(timeout=10)
+        for flooder in flooders:
+            flooder.join(timeout=30)  # what their sockets hold goes in first
+            if flooder.exitcode is None:
+                flooder.kill()
         consumer_thread.join(timeout=10)
     mch.queue_delete(name)
     monitor.close()
     assert acked[0] > 0
+    return depths
+
+
+def test_a_publisher_far_ahead_of_its_consumer_is_held_and_the_backlog_stays_bounded(
+    broker: Broker, name: str
+) -> None:
+    """Past ``Queue.backlog_hold`` ready messages with a consumer that still acks, the
+    publisher's connection is not read until the backlog shrinks (``Shell.held``): its
+    client blocks on write, and the backlog stays near the hold level rather than growing
+    as fast as the publisher can write."""
+    depths = _backlog_depths(broker, name, 1)
     # backlog_hold is 4096; what the paused socket and one paced turn let in comes on top.
     # Unheld, pika's publisher outruns this consumer by several thousand messages a second.
+    assert max(depths) < 8000, max(depths)
+
+
+def test_publishers_far_ahead_of_their_consumer_are_held_and_the_backlog_stays_bounded(
+    broker: Broker, name: str
+) -> None:
+    """Two publishers on one queue: while one is held, the others' publishes may keep the
+    queue as long as it was although its consumer drains it. A hold judged by the queue's
+    length took that for a consumer that stopped (``Shell._stalled``) and let each
+    publisher go by turns, and the backlog grew as fast as they could write; judged by what
+    departed from the queue (``Queue.departed``), every one stays held."""
+    depths = _backlog_depths(broker, name, 2)
+    # As for one publisher: what two paused sockets and paced turns let in comes on top.
     assert max(depths) < 8000, max(depths)
 
 
@@ -265,40 +295,40 @@ def test_a_publisher_whose_queues_consumer_stopped_acking_is_not_slowed(
 
 def test_a_held_publisher_shows_as_flow_to_operators(name: str) -> None:
     """While its queue is far behind, the publisher's connection is in RabbitMQ's "flow"
-    state for the management API and ``leveret ctl list_connections``; its consumer's
-    connection stays "running"."""
+    state for the management API and ``leveret ctl list_connections``; the consumer's and
+    a third connection's stay "running"."""
     data = new_data_dir()
     mgmt = start_mgmt_broker("--data-dir", str(data))
-    params = pika.URLParameters(mgmt.broker.url)
-    flooder = pika.URLParameters(mgmt.broker.url)
-    flooder.client_properties = {"connection_name": "flooder"}
+    url = mgmt.broker.url
+    params = pika.URLParameters(url)
     monitor = pika.BlockingConnection(params)
     monitor.channel().queue_declare(name)
-    stop = threading.Event()
+    spawn = multiprocessing.get_context("spawn")
+    stop = spawn.Event()
     acked = [0]
     consumer_thread = threading.Thread(target=_consume_slowly, args=(params, name, stop, acked))
-    publisher_thread = threading.Thread(target=_flood, args=(flooder, name, stop))
-    api_states: dict[str, str] = {}
+    flooder = spawn.Process(target=_flood, args=(url, name, stop))
+    api_states: list[str] = []
     ctl_states: list[str] = []
     try:
         consumer_thread.start()
-        publisher_thread.start()
+        flooder.start()
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and api_states.get("flooder") != "flow":
+        while time.monotonic() < deadline and "flow" not in api_states:
             rows = requests.get(mgmt.api("connections"), auth=AUTH, timeout=5).json()
-            api_states = {r.get("user_provided_name") or r["name"]: r["state"] for r in rows}
+            api_states = sorted(row["state"] for row in rows)
             time.sleep(0.1)
         listed = ok(data, "list_connections", "--formatter", "json", "state")
         ctl_states = sorted(row["state"] for row in json.loads(listed))
     finally:
         stop.set()
-        publisher_thread.join(timeout=10)
+        flooder.join(timeout=30)
+        if flooder.exitcode is None:
+            flooder.kill()
         consumer_thread.join(timeout=10)
         monitor.close()
         mgmt.broker.stop()
-    assert api_states.get("flooder") == "flow", api_states
-    # The consumer's and the monitor's connections were never held.
-    others = sorted(state for key, state in api_states.items() if key != "flooder")
-    assert others == ["running", "running"], api_states
+    # Only the flooder publishes: the consumer's and the monitor's connections are never held.
+    assert api_states == ["flow", "running", "running"], api_states
     # Read within FLOW_SHOWN (5 s) of the hold, whether or not it has ended by then.
     assert ctl_states == ["flow", "running", "running"], ctl_states

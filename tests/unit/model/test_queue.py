@@ -272,3 +272,20 @@ def test_auto_delete_queue_goes_when_the_consuming_channel_closes() -> None:
     s.consume("q", "a", no_ack=False, exclusive=False, arguments={})
     s.close()
     assert "q" not in w.vhost.queues
+
+
+def test_departed_counts_what_leaves_the_ready_backlog_whatever_is_published() -> None:
+    """``Queue.departed`` (the far-behind hold's test of a queue that drains): a publish
+    into the backlog leaves it as it is, a fetch or a delivery adds one (a publish handed
+    straight to a consumer too)."""
+    w = World()
+    s, _ = w.session()
+    w.publish(s, b"1", b"2", b"3", b"4")
+    assert w.queue.departed() == 0
+    w.queue.get(auto_settle=True)
+    assert w.queue.departed() == 1
+    c, _ = w.session()
+    c.consume("q", "c", no_ack=True, exclusive=False, arguments={})
+    assert w.queue.departed() == 4
+    w.publish(s, b"5")
+    assert w.queue.departed() == 5

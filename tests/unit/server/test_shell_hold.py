@@ -29,20 +29,60 @@ def test_a_front_end_that_reads_when_blocked_is_never_held() -> None:
     assert not _held_after_flooding(reads_when_blocked=True)
 
 
+def _consumer_and_flooded_publisher() -> tuple[CodecClient, CodecClient]:
+    """A consumer holding one unacked delivery of "q", and a publisher held for "q"."""
+    consumer = CodecClient.connect()
+    consumer.handshake()
+    consumer.open_channel(1)
+    consumer.send(1, m.QueueDeclare(queue="q"))
+    consumer.send(1, m.BasicQos(prefetch_count=1))
+    consumer.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    flooder = CodecClient.connect(consumer.shell.broker, clock=consumer.clock)
+    flooder.handshake()
+    flooder.open_channel(1)
+    flooder.send_raw(b"".join(flooder.encode_publish(1, "", "q", b"x") for _ in range(5000)))
+    assert flooder.shell.held
+    return consumer, flooder
+
+
+def test_a_queue_that_drains_while_another_publisher_refills_it_holds_on() -> None:
+    """Within one ``HOLD_MAX`` the consumer takes a message and another publisher puts one
+    in: the queue is no shorter than when the hold began, but it drains, so it is not
+    marked stalled, and the flooding publisher's next publish holds it again (two
+    publishers whose holds were judged by the queue's length marked it stalled by turns and
+    let its backlog grow without bound)."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    other = CodecClient.connect(consumer.shell.broker, clock=consumer.clock)
+    other.handshake()
+    other.open_channel(1)
+    queue = consumer.shell.broker.vhosts["/"].queues["q"]
+    length = queue.message_count
+    consumer.send(1, m.BasicAck(delivery_tag=1))  # the next one is delivered
+    other.publish(1, "", "q", b"y")
+    assert queue.message_count >= length
+    consumer.clock.advance(HOLD_MAX)
+    assert flooder.shell.release_hold(consumer.clock.now)
+    flooder.publish(1, "", "q", b"x")
+    assert flooder.shell.held
+
+
+def test_a_queue_nothing_departed_from_holds_its_publisher_no_more() -> None:
+    """A consumer that acks nothing for a whole ``HOLD_MAX``: the queue is stalled, and the
+    publisher's next publishes to it do not hold it again."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    consumer.clock.advance(HOLD_MAX)
+    assert flooder.shell.release_hold(consumer.clock.now)
+    flooder.publish(1, "", "q", b"x")
+    assert not flooder.shell.held
+
+
 def test_a_held_connection_shows_as_flow_for_five_seconds_after_the_hold() -> None:
-    client = CodecClient.connect()
-    client.handshake()
-    assert client.shell.state(client.shell.now) == "running"
-    client.open_channel(1)
-    client.send(1, m.QueueDeclare(queue="q"))
-    client.send(1, m.BasicQos(prefetch_count=1))
-    client.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
-    client.send_raw(b"".join(client.encode_publish(1, "", "q", b"x") for _ in range(5000)))
-    shell = client.shell
-    held_at = shell.now
-    assert shell.held
-    assert shell.state(held_at + 60) == "flow"  # held still, however long ago it began
-    assert shell.release_hold(held_at + HOLD_MAX)
-    assert not shell.held
-    assert shell.state(held_at + FLOW_SHOWN - 0.1) == "flow"
-    assert shell.state(held_at + FLOW_SHOWN + 0.1) == "running"
+    consumer, flooder = _consumer_and_flooded_publisher()
+    held_at = consumer.clock.now
+    assert consumer.shell.state(held_at) == "running"  # never held: it only consumes
+    assert flooder.shell.state(held_at + 60) == "flow"  # held still, however long ago
+    consumer.clock.advance(HOLD_MAX)
+    assert flooder.shell.release_hold(consumer.clock.now)
+    assert not flooder.shell.held
+    assert flooder.shell.state(held_at + FLOW_SHOWN - 0.1) == "flow"
+    assert flooder.shell.state(held_at + FLOW_SHOWN + 0.1) == "running"

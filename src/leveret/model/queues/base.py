@@ -533,6 +533,13 @@ class Queue(Source):
         (the publisher's connection is not read for a moment)."""
         return False
 
+    def departed(self) -> int:
+        """How many of the messages this queue took in are no longer ready (delivered,
+        fetched, expired, dropped, purged; less those requeued): it grows whenever the queue
+        drains, whatever is published to it meanwhile (the shell's test of a queue that holds
+        a publisher: ``Shell.release_hold``)."""
+        return self.n_publish - self.message_count
+
     # -- consumers -----------------------------------------------------------------------
 
     def consumer(

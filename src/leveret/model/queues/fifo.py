@@ -188,6 +188,10 @@ class ClassicQueue(FeatureMixin):
         """Consumers are attached but the ready backlog is past ``backlog_hold``."""
         return len(self.ready) + self.paged_count > self.backlog_hold and bool(self.consumers)
 
+    def departed(self) -> int:
+        # Every accepted message took the next sequence number (a refused one none).
+        return self._next_seq - self.message_count
+
     def can_deliver_now(self, message: Message) -> bool:
         """Whether a message published now would go straight to a consumer (``immediate``)."""
         return not self.ready and any(c.can_take(message) for c in self.consumers)

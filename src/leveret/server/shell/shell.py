@@ -91,8 +91,8 @@ CLOSE_TIMEOUT: Final = 5.0
 HOLD_BOUND: Final = 64 * 1024
 # The longest a publisher feeding a queue far behind (``Shell.held``) goes unread at once:
 # one turn then, held again if the queue still is. Long enough that a consumer that still
-# acks drains the backlog first; a queue it did not shorten at all is not held for again
-# until it drains (``Shell._stalled``).
+# acks drains the backlog first; a queue from which nothing departed meanwhile is not held
+# for again until it drains (``Shell._stalled``).
 HOLD_MAX: Final = 0.05
 # A connection held in the last this many seconds shows as "flow" to operators, as
 # RabbitMQ's does after its credit flow blocked it (``Shell.state``).
@@ -169,17 +169,18 @@ class Shell:
         self._paced_budget = 1
         self.paced = False
         # The queues far behind (``Queue.far_behind``) that publishes of the last turn went
-        # to, each with its ready count when the hold began: while there are any (``held``)
+        # to, each with its ``Queue.departed`` when the hold began: while there are any (``held``)
         # the connection is neither read nor run, until ``release_hold`` finds them no
         # longer far behind, or ``HOLD_MAX`` passed (RabbitMQ's credit flow stops such a
         # publisher's reader the same way).
         self._held_by: dict[Queue, int] = {}
         self._held_since = -math.inf
-        # Queues that a whole ``HOLD_MAX`` without this publisher did not shorten at all:
-        # their consumers are not draining them (stopped, or not acking: this very
-        # connection's own acks, unread while it is held, included), so holding the
+        # Queues from which nothing departed in a whole ``HOLD_MAX`` of holding this
+        # publisher: their consumers are not draining them (stopped, or not acking: this
+        # very connection's own acks, unread while it is held, included), so holding the
         # publisher would only slow it. Not held for again until the queue is no longer far
-        # behind.
+        # behind. Departures, not the queue's length: other publishers may keep a queue
+        # that drains as long as it was (then this one is held on, as they are).
         self._stalled: set[Queue] = set()
         # A message was published since the adapter last looked (the memory alarm's).
         self.published = False
@@ -283,8 +284,8 @@ class Shell:
                 if queue.far_behind():
                     return False
         else:
-            for queue, ready in self._held_by.items():
-                if queue.far_behind() and queue.message_count >= ready:
+            for queue, departed in self._held_by.items():
+                if queue.far_behind() and queue.departed() <= departed:
                     self._stalled.add(queue)
         self._held_by.clear()
         return True
@@ -763,7 +764,7 @@ class Shell:
                         if not held_by:
                             self._held_since = self.now
                         if queue not in held_by:
-                            held_by[queue] = queue.message_count
+                            held_by[queue] = queue.departed()
             publishers.clear()
             self._last_publisher = None
         self.paced = paced

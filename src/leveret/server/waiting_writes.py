@@ -6,19 +6,23 @@ produced for *another* connection (a delivery to a consumer, from a publisher's 
 for the event loop's next iteration: one ``call_soon`` for all of them, so a loop iteration
 that read several publishers writes each consumer once. But one iteration reads every socket
 that ``epoll_wait`` found ready, up to 1024 of them, before any ``call_soon`` callback runs:
-when a thousand publishers each send a lone message at the same instant (the Go load
-generator's scenario h), the consumer's first deliveries were written only after all the
-burst's reads were done, ``READS`` times 7 to 16 µs later, and its acks, which release the
-deliveries beyond its prefetch, only read in the iteration after that.
+when a thousand publishers' lone messages are all readable at once (``bench.burst``; the Go
+load generator's h when its publishers tick together), the consumer's first deliveries were
+written only once the whole burst was read, 5 to 7 ms of the compiled build's CPU later
+(``bench.lone_read --consume``), and the consumer sat idle meanwhile.
 
 So after every ``READS`` reads with writes waiting, the reading connection flushes them
 itself (``read``), and the iteration's ``call_soon`` flushes what is left. A loop iteration
 of a few reads (one publisher and one consumer, scenario b; ten of each, e) never reaches
-``READS``, and writes exactly as before.
+``READS``, and writes exactly as before. What this does not shorten is the burst's last
+deliveries: the queue is first in, first out, so they wait for the CPU of the whole burst's
+publishes, deliveries and acks in any order (docs/benchmarks.md, "h's tail under the Go
+tool").
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Final
 from weakref import WeakKeyDictionary
 
@@ -27,6 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["READS", "WaitingWrites", "waiting_writes"]
+
+log = logging.getLogger("leveret.connection")
 
 # Reads in one loop iteration after which the writes waiting for its end are flushed: 32
 # reads are 0.2 ms of a burst on the compiled build and 0.5 ms on the pure one, and the
@@ -68,7 +74,12 @@ class WaitingWrites:
         # A flush may ask for another (its connection's output grew meanwhile): that one
         # goes to the fresh list, for the next flush or the iteration's end.
         for flush in waiting:
-            flush()
+            # One connection's failure is its own: the others' flushes still run (and the
+            # reading connection, whose read may have called this, is not closed for it).
+            try:
+                flush()
+            except Exception:
+                log.exception("flushing a connection's output failed")
 
     def _at_iteration_end(self) -> None:
         self._scheduled = False

@@ -5,7 +5,7 @@ connection without heartbeats (a peer node's inter-node link) has no tick to res
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,7 +16,10 @@ from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import Limits
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.memory_alarm import MemoryAlarm
-from leveret.server.waiting_writes import READS
+from leveret.server.waiting_writes import READS, WaitingWrites
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class _Transport:
@@ -203,3 +206,22 @@ def test_a_burst_of_reads_writes_the_consumers_deliveries_before_it_ends() -> No
             protocol.connection_lost(None)
 
     asyncio.run(main())
+
+
+def test_a_failing_flush_does_not_stop_the_others() -> None:
+    flushed: list[str] = []
+    scheduled: list[Callable[[], None]] = []
+
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    waiting = WaitingWrites(scheduled.append, every=2)
+    waiting.add(fails)
+    waiting.add(lambda: flushed.append("second"))
+    waiting.read()
+    assert flushed == []
+    waiting.read()  # the second read flushes both: the first raises, the second still runs
+    assert flushed == ["second"]
+    assert len(scheduled) == 1  # one call_soon for the iteration, run at its end
+    scheduled[0]()
+    assert flushed == ["second"]

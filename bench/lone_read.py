@@ -13,7 +13,13 @@ as one JSON line. Not the kernel's side of the read, nor uvloop's: only what Lev
 each message) on a connection of its own, and each repeat runs until it has acked the whole
 burst: the loop's callbacks flush its deliveries, and the acks of each write it was sent come
 back as one read (``--ack-reads`` splits them into that many reads). The figure is then the
-CPU per message of the publish, its delivery and its ack.
+CPU per message of the publish, its delivery and its ack. With it the result also gives
+``written_at_us``: for every message, the thread's CPU time from the start of its burst to
+the write that carried its delivery to the consumer (percentiles over all the repeats'
+messages; ``first_written_at_us``, the median burst's first such write): where in a
+burst's work the consumer is sent what it waits for, the order of the loop's work, which a
+busy machine does not blur (issue 26: the writes that wait for the iteration's end,
+``server/waiting_writes.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import statistics
 import time
 from typing import Any, cast
 
+from bench.stats import percentiles
 from leveret.auth.users import UserStore
 from leveret.model.broker import Broker
 from leveret.protocol.amqp091 import framing
@@ -44,6 +51,8 @@ class _Transport:
         self.writes = 0
         self.data: list[bytes] = []
         self.keep = False
+        # The thread's CPU time (ns) of each write kept, and its deliveries' count.
+        self.stamps: list[tuple[int, int]] = []
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 5672), "sockname": ("127.0.0.1", 5672)}.get(name, default)
@@ -56,27 +65,39 @@ class _Transport:
         self.written += len(data)
         self.writes += 1
         if self.keep:
+            self.stamps.append((time.thread_time_ns(), len(self.data)))
             self.data.append(b"".join(data))
 
-    def delivery_tags(self) -> list[int]:
-        """The basic.deliver frames written since the last call: their delivery tags."""
+    def delivery_tags(self, since_ns: int = 0, positions: list[int] | None = None) -> list[int]:
+        """The basic.deliver frames written since the last call: their delivery tags; with
+        ``positions``, each one's write time less ``since_ns`` (µs of the thread's CPU)."""
+        if positions is not None:
+            for stamp, index in self.stamps:
+                count = len(_deliveries(self.data[index]))
+                positions.extend([(stamp - since_ns) // 1000] * count)
+        self.stamps.clear()
         data = b"".join(self.data)
         self.data.clear()
-        tags = []
-        at = 0
-        while at < len(data):
-            kind, size = data[at], int.from_bytes(data[at + 3 : at + 7], "big")
-            payload = data[at + 7 : at + 7 + size]
-            if kind == 1 and payload[:4] == b"\x00\x3c\x00\x3c":  # basic.deliver
-                tag_at = 5 + payload[4]  # after the consumer tag (a short string)
-                tags.append(int.from_bytes(payload[tag_at : tag_at + 8], "big"))
-            at += 8 + size
-        return tags
+        return _deliveries(data)
 
     def is_closing(self) -> bool:
         return False
 
     def close(self) -> None: ...
+
+
+def _deliveries(data: bytes) -> list[int]:
+    """The delivery tags of the basic.deliver frames in ``data``."""
+    tags = []
+    at = 0
+    while at < len(data):
+        kind, size = data[at], int.from_bytes(data[at + 3 : at + 7], "big")
+        payload = data[at + 7 : at + 7 + size]
+        if kind == 1 and payload[:4] == b"\x00\x3c\x00\x3c":  # basic.deliver
+            tag_at = 5 + payload[4]  # after the consumer tag (a short string)
+            tags.append(int.from_bytes(payload[tag_at : tag_at + 8], "big"))
+        at += 8 + size
+    return tags
 
 
 def _method(channel: int, method: m.Method) -> bytes:
@@ -121,13 +142,17 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     )
     queue = broker.vhosts["/"].queues["lone"]
     per_read: list[float] = []
+    positions: list[int] = []
+    firsts: list[int] = []  # each burst's first delivery written, µs of CPU into the burst
     writes = 0
     for _ in range(args.repeats):
         t0 = time.thread_time_ns()
         for protocol in protocols:
             protocol.data_received(publish)
         if consumer is not None:
-            writes += await _consume(consumer, len(protocols), args.ack_reads)
+            before = len(positions)
+            writes += await _consume(consumer, len(protocols), args.ack_reads, t0, positions)
+            firsts.append(min(positions[before:]))
         per_read.append((time.thread_time_ns() - t0) / 1000 / len(protocols))
         if consumer is None:
             assert queue.message_count == len(protocols), "a publish was not enqueued"
@@ -145,18 +170,22 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if consumer is not None:
         result["consumer_writes_per_burst"] = writes / args.repeats
+        result["written_at_us"] = percentiles(positions)
+        result["first_written_at_us"] = statistics.median(firsts)
         consumer.connection_lost(None)
     return result
 
 
-async def _consume(consumer: ConnectionProtocol, count: int, ack_reads: int) -> int:
+async def _consume(
+    consumer: ConnectionProtocol, count: int, ack_reads: int, t0: int, positions: list[int]
+) -> int:
     """Ack what the consumer is sent until it has ``count`` messages; its writes."""
     transport = cast("_Transport", consumer.transport)
     writes0 = transport.writes
     acked = 0
     while acked < count:
         await asyncio.sleep(0)  # the loop's callbacks: the deliveries' flush
-        tags = transport.delivery_tags()
+        tags = transport.delivery_tags(t0, positions)
         assert tags, "the consumer was sent nothing"
         acks = [_method(1, m.BasicAck(delivery_tag=tag)) for tag in tags]
         step = -(-len(acks) // ack_reads)

@@ -55,6 +55,8 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     # Asked after every read that published (a burst of lone publishes on 1000 sockets
     # pays it per message: issue 26); the adapter above calls it natively once compiled.
     "leveret.server.memory_alarm",
+    # Counts every read (``waiting_writes.read``), the same way.
+    "leveret.server.waiting_writes",
     # Not on the per-message path of 0-9-1: compiled because they subclass the 0-9-1 front
     # end's connection and channel (an interpreted class cannot subclass a compiled one).
     "leveret.server.legacy.connection_base",

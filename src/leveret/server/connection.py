@@ -5,7 +5,9 @@ sans-IO) at once; the first bytes the client sends choose its front end (``front
 the protocol header names it), which the shell then drives. From then on ``data_received``
 feeds the shell synchronously and writes what it produced with one ``writelines`` per
 event-loop turn. Writes produced by other connections (deliveries to this one's consumers)
-are flushed with one ``call_soon`` per turn. A full transport buffer (``pause_writing``)
+are flushed at the loop iteration's end, or after ``waiting_writes.READS`` more reads of
+other sockets if that comes first (``waiting_writes.py``: a burst of a thousand publishes
+read in one iteration). A full transport buffer (``pause_writing``)
 stops deliveries to this connection, and reading it, until it drains (``resume_writing``
 starts both again at once: a connection without heartbeats, such as a peer node's link,
 has no later tick that would).
@@ -41,6 +43,7 @@ from leveret.server.heartbeat_phase import next_heartbeat_phase
 from leveret.server.listeners import certificate_identity
 from leveret.server.shell.contract import ShellContext
 from leveret.server.shell.shell import Shell
+from leveret.server.waiting_writes import waiting_writes
 
 if TYPE_CHECKING:
     from leveret.auth.users import UserStore
@@ -98,6 +101,7 @@ class ConnectionProtocol(asyncio.Protocol):
         self.limits = limits
         self.registry = registry
         self.loop = asyncio.get_running_loop()
+        self.waiting = waiting_writes(self.loop)
         self.transport: asyncio.Transport | None = None
         self.shell: Shell | None = None
         # The first bytes, until they name the front end.
@@ -181,6 +185,7 @@ class ConnectionProtocol(asyncio.Protocol):
         now = self.loop.time()
         shell.data_received(data, now)
         self._after_turn(shell, now)
+        self.waiting.read()
 
     def _after_turn(self, shell: Shell, now: float) -> None:
         if shell.published:
@@ -266,7 +271,12 @@ class ConnectionProtocol(asyncio.Protocol):
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+            self.waiting.add(self._flush_waiting)
+
+    def _flush_waiting(self) -> None:
+        # Flushed meanwhile by a turn of its own (or closed): nothing is waiting.
+        if self._flush_scheduled:
+            self._flush_at(self.loop.time())
 
     def _flush(self) -> None:
         self._flush_at(self.loop.time())

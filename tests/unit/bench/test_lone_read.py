@@ -22,7 +22,8 @@ def test_a_small_run_times_every_read(capsys: pytest.CaptureFixture[str]) -> Non
 def test_a_consumer_acks_every_message_of_each_burst(capsys: pytest.CaptureFixture[str]) -> None:
     """With ``--consume`` every burst is delivered and acked (the run asserts the queue is
     empty after each), the window refilling from the acks: 12 messages through a prefetch
-    of 5 take at least three writes to the consumer a burst."""
+    of 5 take at least three writes to the consumer a burst. Every message's delivery has its
+    place in its burst's CPU, the first at most the median."""
     lone_read.main(
         [
             "--connections",
@@ -40,3 +41,6 @@ def test_a_consumer_acks_every_message_of_each_burst(capsys: pytest.CaptureFixtu
     assert result["connections"] == 12
     assert 0 < result["us_per_read_min"] <= result["us_per_read_median"]
     assert result["consumer_writes_per_burst"] >= 3
+    written = result["written_at_us"]
+    assert written["samples"] == 12 * 2
+    assert 0 <= result["first_written_at_us"] <= written["p50"] <= written["max"]

@@ -5,7 +5,7 @@ connection without heartbeats (a peer node's inter-node link) has no tick to res
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,6 +16,10 @@ from leveret.protocol.amqp091._generated import methods as m
 from leveret.protocol.amqp091.connection import Limits
 from leveret.server.connection import ConnectionProtocol
 from leveret.server.memory_alarm import MemoryAlarm
+from leveret.server.waiting_writes import READS, WaitingWrites
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class _Transport:
@@ -139,3 +143,85 @@ def test_a_read_that_writes_nothing_does_not_call_into_the_transport(heartbeat: 
         protocol.connection_lost(None)
 
     asyncio.run(main())
+
+
+_DELIVER = b"\x00\x3c\x00\x3c"  # a method frame's class and method ids: basic.deliver
+
+
+def _open(protocol: ConnectionProtocol, transport: _Transport, *more: bytes) -> None:
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(framing.PROTOCOL_HEADER)
+    protocol.data_received(
+        _method(0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\0guest\0guest"))
+    )
+    protocol.data_received(
+        _method(0, m.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=10))
+        + _method(0, m.ConnectionOpen(virtual_host="/"))
+        + _method(1, m.ChannelOpen())
+        + b"".join(more)
+    )
+
+
+def test_a_burst_of_reads_writes_the_consumers_deliveries_before_it_ends() -> None:
+    """A thousand publishers' lone publishes read in one loop iteration (scenario h of
+    issue 26) no longer hold the consumer's deliveries until the iteration's end: they are
+    written every ``waiting_writes.READS`` reads, and the rest at the iteration's end."""
+
+    async def main() -> None:
+        broker = Broker()
+        users, alarm = UserStore.with_default_user(), MemoryAlarm(broker.gauge, 1 << 40)
+        registry: set[ConnectionProtocol] = set()
+        consumer = ConnectionProtocol(broker, users, Limits(), registry, alarm)
+        received = _Transport()
+        _open(
+            consumer,
+            received,
+            _method(1, m.QueueDeclare(queue="q")),
+            _method(1, m.BasicQos(prefetch_count=1000)),
+            _method(1, m.BasicConsume(queue="q")),
+        )
+        publishers = []
+        for _ in range(3 * READS):
+            publisher = ConnectionProtocol(broker, users, Limits(), registry, alarm)
+            _open(publisher, _Transport())
+            publishers.append(publisher)
+        await asyncio.sleep(0)  # the handshakes' waiting flushes
+        publish = framing.encode_message_frames(
+            1, m.BasicPublish(routing_key="q").encode(), 60, b"x" * 16, b"\x00\x00", 131072
+        )
+        received.written.clear()
+        delivered = []  # deliveries written to the consumer after each read of the burst
+        for publisher in publishers:  # one loop iteration: no await between the reads
+            publisher.data_received(publish)
+            delivered.append(b"".join(received.written).count(_DELIVER))
+        assert delivered[READS - 2] == 0
+        assert delivered[READS - 1] == READS
+        assert delivered[2 * READS - 1] == 2 * READS
+        assert delivered[-1] == 3 * READS
+        publishers[0].data_received(publish)  # waits for the iteration's end
+        assert b"".join(received.written).count(_DELIVER) == 3 * READS
+        await asyncio.sleep(0)
+        assert b"".join(received.written).count(_DELIVER) == 3 * READS + 1
+        for protocol in (consumer, *publishers):
+            protocol.connection_lost(None)
+
+    asyncio.run(main())
+
+
+def test_a_failing_flush_does_not_stop_the_others() -> None:
+    flushed: list[str] = []
+    scheduled: list[Callable[[], None]] = []
+
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    waiting = WaitingWrites(scheduled.append, every=2)
+    waiting.add(fails)
+    waiting.add(lambda: flushed.append("second"))
+    waiting.read()
+    assert flushed == []
+    waiting.read()  # the second read flushes both: the first raises, the second still runs
+    assert flushed == ["second"]
+    assert len(scheduled) == 1  # one call_soon for the iteration, run at its end
+    scheduled[0]()
+    assert flushed == ["second"]

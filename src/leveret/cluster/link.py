@@ -115,11 +115,11 @@ REFUSED_RETRIES: Final = 30
 BEHIND_WINDOW: Final = PUBLISH_WINDOW // 8
 # A publish into a queue falling behind (its publisher paced: a turn of its connection
 # forwards a few publishes, then the loop turns again) leaves the link's frames unwritten
-# for up to this many more loop turns, each of which publishes again, while they are under
-# ``PACED_FLUSH_BYTES``: one ``write`` (and one wake-up of the leader) for several paced
-# turns' publishes, not one a turn. The queue holds a backlog already, so what waits a few
-# turns more is not later to its consumers; the bytes are far under ``BEHIND_WINDOW``, so
-# its publisher is not held for them.
+# for up to this many more loop turns while they are under ``PACED_FLUSH_BYTES``: one
+# ``write`` (and one wake-up of the leader) for several paced turns' publishes, not one a
+# turn. The queue holds a backlog already, so what waits a few turns more is not later to
+# its consumers; the bytes are far under ``BEHIND_WINDOW``, so its publisher is not held
+# for them.
 PACED_FLUSH_TURNS: Final = 3
 PACED_FLUSH_BYTES: Final = 8 << 10
 # Seconds a client's cancel or close waits at most for the leader to have taken it
@@ -532,10 +532,7 @@ class Peer(LinkLeader):
             and self._barrier is None
             and self.conn is not None
         ):
-            # A paced publisher's turn: its next one comes after the loop turns again. The
-            # flush waits again only if that turn publishes again: a publisher held by the
-            # window, waiting for its confirms or done is not waited for.
-            self._paced = False
+            # A paced publisher's turn: its next one comes after the loop turns again.
             self._waited += 1
             asyncio.get_running_loop().call_soon(self._flush)
             return

@@ -3,8 +3,7 @@ a turn of its connection: the dialling side writes what several such turns forwa
 once (``cluster/link.py``, ``Peer._flush``: up to ``PACED_FLUSH_TURNS`` more loop turns,
 while under ``PACED_FLUSH_BYTES``), not one link write a turn; a queue that keeps up, a
 barrier and a full batch are written at the turn's end as before, and nothing is lost or
-reordered; a publisher that stops (held by the window, waiting for its confirms, done) is
-not waited for past the next loop turn."""
+reordered."""
 
 from __future__ import annotations
 
@@ -106,22 +105,5 @@ def test_a_link_lost_while_the_flush_waits_writes_nothing_on_the_next() -> None:
             await asyncio.sleep(0)
         assert not transport.written
         assert not peer.frames
-
-    asyncio.run(run())
-
-
-def test_a_publisher_that_stops_is_not_waited_for() -> None:
-    # One paced turn, then nothing: written at the next loop turn, not PACED_FLUSH_TURNS on.
-    async def run() -> None:
-        server, peer, conn, _ = dialled()
-        transport = conn.transport = _Counted()
-        queue = remote_queue(server, peer)
-        queue.behind = True
-        peer.publish(queue, wire_message("", "q", PROPS, b"x"), False)
-        await asyncio.sleep(0)
-        assert transport.writes == 0
-        await asyncio.sleep(0)
-        assert transport.writes == 1
-        assert transport.ops() == [c.Publish(0, "/", "q", "", "q", 0, PROPS, b"x")]
 
     asyncio.run(run())

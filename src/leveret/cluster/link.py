@@ -113,15 +113,6 @@ REFUSED_RETRIES: Final = 30
 # keep up: ``Backlog``): small, so that the publisher goes at about their pace, as a paced
 # publisher does on one node.
 BEHIND_WINDOW: Final = PUBLISH_WINDOW // 8
-# A publish into a queue falling behind (its publisher paced: a turn of its connection
-# forwards a few publishes, then the loop turns again) leaves the link's frames unwritten
-# for up to this many more loop turns while they are under ``PACED_FLUSH_BYTES``: one
-# ``write`` (and one wake-up of the leader) for several paced turns' publishes, not one a
-# turn. The queue holds a backlog already, so what waits a few turns more is not later to
-# its consumers; the bytes are far under ``BEHIND_WINDOW``, so its publisher is not held
-# for them.
-PACED_FLUSH_TURNS: Final = 3
-PACED_FLUSH_BYTES: Final = 8 << 10
 # Seconds a client's cancel or close waits at most for the leader to have taken it
 # (``Peer.caught_up``): a leader stopped with its link still up does not hold it for good.
 CAUGHT_UP_TIMEOUT: Final = 5.0
@@ -230,10 +221,6 @@ class Peer(LinkLeader):
         self.frames: list[bytes] = []
         self.size = 0
         self._flush_scheduled = False
-        # A publish into a queue falling behind was written since the last write, and the
-        # loop turns the flush has waited since (``PACED_FLUSH_TURNS``).
-        self._paced = False
-        self._waited = 0
         # What this side's Hello asks the leader to prove (``codec.challenge``).
         self.challenge = b""
         self.hello: c.Hello | None = None
@@ -390,8 +377,6 @@ class Peer(LinkLeader):
         self._forget_kept()
         self.frames.clear()
         self.size = 0
-        self._paced = False
-        self._waited = 0
         self.settles.clear()
         self._accepts = None
         self.owed.clear()
@@ -525,19 +510,6 @@ class Peer(LinkLeader):
             self.size += len(frame)
 
     def _flush(self) -> None:
-        if (
-            self._paced
-            and self._waited < PACED_FLUSH_TURNS
-            and self.size < PACED_FLUSH_BYTES
-            and self._barrier is None
-            and self.conn is not None
-        ):
-            # A paced publisher's turn: its next one comes after the loop turns again.
-            self._waited += 1
-            asyncio.get_running_loop().call_soon(self._flush)
-            return
-        self._paced = False
-        self._waited = 0
         if self._barrier is not None:
             self._ask_barrier()  # written while the flush is still scheduled: this one
         self._flush_scheduled = False
@@ -832,8 +804,6 @@ class Peer(LinkLeader):
             self._settled()  # settlements go before what follows them
         # The frame's pieces go in the turn's list as they are (``_flush`` joins them).
         self.size += c.add_publish(self.frames, seq, route.route, message.format, raw, body)
-        if queue.behind:
-            self._paced = True
         self._schedule_flush()
         return done
 

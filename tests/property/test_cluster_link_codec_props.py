@@ -242,3 +242,21 @@ def test_a_deliver_with_its_kept_route_is_its_frame(
     assert c.Reader().feed(frame) == [
         c.Deliver(cid, did, redelivered, exchange, key, form, raw, body, keep)
     ]
+
+
+@given(u32, u64, st.integers(0, 3), text, text, fmt, blob, blob)
+def test_a_deliver_in_pieces_is_its_frame(
+    cid: int, did: int, flags: int, exchange: str, key: str, form: int, raw: bytes, body: bytes
+) -> None:
+    # The leader writes a Deliver as pieces of its turn's one write (``add_deliver``):
+    # joined, they are the frame a node of the released codec writes (its flags byte with
+    # ``keep``, a feature since), whatever the ids and lengths.
+    pieces: list[bytes] = [b"before"]
+    size = c.add_deliver(pieces, cid, did, flags, c.deliver_route(exchange, key), form, raw, body)
+    released = bytearray(
+        released_codec().deliver_frame(cid, did, flags & 1 == 1, exchange, key, form, raw, body)
+    )
+    released[4 + 1 + 4 + 8] |= flags & 2
+    assert pieces[0] == b"before"
+    assert b"".join(pieces[1:]) == released
+    assert size == len(released)

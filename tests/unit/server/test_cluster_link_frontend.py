@@ -428,3 +428,25 @@ def test_a_stat_read_after_a_cancel_is_answered_once_the_consumer_is_gone() -> N
     assert answered_in > 1  # behind the publishes read before it
     assert not queue.consumers
     queue.check_exclusive_use(True)  # free: an exclusive consume elsewhere is accepted
+
+
+def test_a_turns_frames_go_out_as_one_write_in_the_order_written() -> None:
+    # A Deliver is written as pieces (``codec.add_deliver``) and the turn's output joined
+    # once (``take_output``): one buffer for the transport, whose frames are the turn's
+    # control frames and deliveries in the order they were made.
+    broker = Broker()
+    broker.vhosts["/"].declare_queue("q", owner=None)
+    front, _ = link(broker)
+    handshake(front)
+    send(front, *(c.Publish(0, "/", "q", "", "q", 0, PROPS, bytes([i]) * i) for i in range(3)))
+    writer = c.Writer()
+    writer.add(c.Consume(1, "/", "q", True, False, 10, 0))
+    writer.add(c.Stat(4, "/", "q"))
+    feed(front.shell, writer.take(), 1.0)
+    out = front.shell.take_output(1.0)
+    assert len(out) == 1
+    assert c.Reader().feed(out[0]) == [
+        c.ConsumeOk(1),
+        *(c.Deliver(1, i + 1, False, "", "q", 0, PROPS, bytes([i]) * i) for i in range(3)),
+        c.Stats(4, 0, 0, 1),
+    ]

@@ -684,8 +684,7 @@ def _message(exchange: str, routing_key: str, fmt: int, raw: bytes, body: bytes)
 # lengths and bytes, the form and the properties' length, the properties, the body's length
 # and the body): one ``b"".join`` a frame, one ``pack`` call at most.
 _PUBLISH_HEAD: Final = struct.Struct(">IBQ")  # and an Also's
-_DELIVER_FLAGS: Final = struct.Struct(">IBIQB")  # a Deliver's, before its route
-_DELIVER_ALSO: Final = _DELIVER_FLAGS
+_DELIVER_ALSO: Final = struct.Struct(">IBIQB")
 _DELIVER_KEPT: Final = struct.Struct(">IBIQBH")
 _MESSAGE_TAIL: Final = struct.Struct(">BI")
 _SETTLE_HEAD: Final = struct.Struct(">IBBI")
@@ -835,18 +834,43 @@ def routed_deliver_frame(
     cid: int, did: int, flags: int, route: bytes, fmt: int, raw: bytes, body: bytes
 ) -> bytes:
     """:func:`deliver_frame` with its flags (bit 0 redelivered, bit 1 keep) and its route
-    from :func:`deliver_route`: the one place a Deliver's layout is written."""
-    size = 1 + 4 + 8 + 1 + len(route) + 1 + 4 + len(raw) + 4 + len(body)
-    return b"".join(
-        (
-            _DELIVER_FLAGS.pack(size, 10, cid, did, flags),
-            route,
-            _tail(fmt, len(raw)),
-            raw,
-            _len32(len(body)),
-            body,
-        )
-    )
+    from :func:`deliver_route`: the pieces of :func:`add_deliver` joined."""
+    pieces: list[bytes] = []
+    add_deliver(pieces, cid, did, flags, route, fmt, raw, body)
+    return b"".join(pieces)
+
+
+def add_deliver(
+    pieces: list[bytes],
+    cid: int,
+    did: int,
+    flags: int,
+    route: bytes,
+    fmt: int,
+    raw: bytes,
+    body: bytes,
+) -> int:
+    """:func:`routed_deliver_frame`'s bytes as pieces appended to ``pieces`` (the one place
+    a Deliver's layout is written); the frame's length returned. The leader joins its
+    turn's frames once (``LinkFrontEnd.take_output``), as the dialling side does its
+    publishes (:func:`add_publish`): no join and copy of a frame of its own a delivery.
+
+    The head is two ``int.to_bytes`` (the length, code and consumer id; the delivery id
+    and flags), each a C call compiled, where a ``Struct.pack`` is a Python-level method
+    call with five boxed arguments."""
+    n = len(raw)
+    m = len(body)
+    size = 1 + 4 + 8 + 1 + len(route) + 1 + 4 + n + 4 + m
+    pieces.append((size << 40 | 10 << 32 | cid).to_bytes(9, "big"))
+    pieces.append((did << 8 | flags).to_bytes(9, "big"))
+    pieces.append(route)
+    pieces.append(_tail(fmt, n))
+    if n:
+        pieces.append(raw)
+    pieces.append(_len32(m))
+    if m:
+        pieces.append(body)
+    return 4 + size
 
 
 # A Settle's delivery ids, big-endian u64s, packed and read as one array: per id a

@@ -382,7 +382,12 @@ class LinkFrontEnd:
                 weights.clear()
 
     def take_output(self, now: float) -> list[bytes]:
-        return self.output.take()
+        # The turn's frames joined once: a Deliver is written as pieces (``_send_delivery``),
+        # which the transport would otherwise take one buffer each (a ``writev`` entry, a
+        # buffer acquired and released). A large body is copied here once, where a frame
+        # of its own copied it before.
+        frames = self.output.take()
+        return [b"".join(frames)] if len(frames) > 1 else frames
 
     def next_tick(self, now: float) -> float | None:
         if any(p.weights for p in self.paced.values()):
@@ -848,8 +853,12 @@ class LinkFrontEnd:
             if len(self.routes) >= ROUTES_KEPT:
                 self.routes.clear()
             self.routes[routing_key] = kept_route
-        self.output.add(
-            c.routed_deliver_frame(
+        # As pieces of the turn's one write (``take_output`` joins them), counted as
+        # ``add`` counts a frame.
+        output = self.output
+        output.count(
+            c.add_deliver(
+                output.frames,
                 cid,
                 did,
                 entry.redelivered | keep << 1,

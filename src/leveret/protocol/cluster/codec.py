@@ -795,12 +795,7 @@ def add_publish(
     else:
         pieces.append(_len32(size))
         pieces.append(route[1])
-    pieces.append(_tail(fmt, n))
-    if n:
-        pieces.append(raw)
-    pieces.append(_len32(m))
-    if m:
-        pieces.append(body)
+    _add_content(pieces, fmt, raw, body)
     return 4 + size
 
 
@@ -864,13 +859,21 @@ def add_deliver(
     pieces.append((size << 40 | 10 << 32 | cid).to_bytes(9, "big"))
     pieces.append((did << 8 | flags).to_bytes(9, "big"))
     pieces.append(route)
+    _add_content(pieces, fmt, raw, body)
+    return 4 + size
+
+
+def _add_content(pieces: list[bytes], fmt: int, raw: bytes, body: bytes) -> None:
+    """A Publish's or a Deliver's last fields (properties' format and bytes, the body), as
+    pieces."""
+    n = len(raw)
     pieces.append(_tail(fmt, n))
     if n:
         pieces.append(raw)
+    m = len(body)
     pieces.append(_len32(m))
     if m:
         pieces.append(body)
-    return 4 + size
 
 
 # A Settle's delivery ids, big-endian u64s, packed and read as one array: per id a

@@ -425,6 +425,17 @@ def run(plan: Plan, log: Any = print, rabbit: RabbitMQ | None = None) -> Report:
             got = read_queue(url, name, total, plan.timeout)
             check(name, got, expected, report)
         return report
+    except BaseException:
+        # A failed move is read from both brokers' logs (a run under load once left the
+        # shovels starting with RabbitMQ refusing connections after its restart, and
+        # nothing to tell why): pytest shows what this prints beside the failure.
+        print("RabbitMQ's log, last lines:\n" + rabbit.log_tail(80))
+        if leveret is not None:
+            print(
+                "Leveret's log, last lines:\n"
+                + "\n".join(leveret.broker.log_text().splitlines()[-80:])
+            )
+        raise
     finally:
         stop.set()
         if leveret is not None:

@@ -29,8 +29,9 @@ Then, round after round, every scenario on every setup in turn (``single``, ``fo
 Leveret nodes and their etcd; the three ``beam.smp``; the three quorum nodes and their
 etcd; the workers and their etcd) over the
 measured window, divided by the messages consumed in it. ``uptime``'s load average is read
-before and after each run. Raw JSON lines go to ``OUT/runs.jsonl``, the table of medians to
-``OUT/table.md``.
+before and after each run. Raw JSON lines go to ``OUT/runs.jsonl`` (with each process's CPU
+over the whole run, ``cpu_split_s``, and its user and system seconds and context switches,
+``proc_split``), the table of medians to ``OUT/table.md``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,28 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def proc_counts(pid: int) -> dict[str, float]:
+    """A process's user and system CPU seconds (``/proc/PID/stat``) and its voluntary and
+    involuntary context switches, summed over its threads (``/proc/PID/status`` counts
+    the one thread): where a forwarded message's extra goes, kernel or user space, and how
+    often each process is woken."""
+    counts = {"user_s": 0.0, "system_s": 0.0, "voluntary": 0.0, "involuntary": 0.0}
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return counts
+    counts["user_s"], counts["system_s"] = int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+    for task in tasks:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for line in Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    counts["voluntary"] += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    counts["involuntary"] += int(line.split()[1])
+    return counts
 
 
 def loadavg() -> float:
@@ -478,10 +501,17 @@ def one_run(
         cmd += ["--queue-type", setup.queue_type]
     before_load = loadavg()
     before = {p: cpu_seconds(p) for p in setup.pids}
+    counts = {p: proc_counts(p) for p in setup.pids}
     broker = _Broker(setup.name, setup.client_port, setup.procs[0], setup.pids[0], ROOT, ROOT)
     budget = args.warmup + args.duration + 2 * args.drain_max + 300
     run = run_loadgen(cmd, broker, budget, env)
     split = {setup.pid_names.get(p, str(p)): cpu_seconds(p) - before[p] for p in setup.pids}
+    detail = {}
+    for p in setup.pids:
+        after = proc_counts(p)
+        detail[setup.pid_names.get(p, str(p))] = {
+            k: round(after[k] - counts[p][k], 3) for k in after
+        }
     run.update(
         scenario=key,
         setup=setup.name,
@@ -489,6 +519,8 @@ def one_run(
         load_before=before_load,
         load_after=loadavg(),
         cpu_split_s={k: round(v, 3) for k, v in split.items()},
+        # each process's user and system seconds and context switches over the run
+        proc_split=detail,
     )
     return run
 

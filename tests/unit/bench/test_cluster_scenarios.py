@@ -82,3 +82,33 @@ def test_a_setup_that_fails_to_start_stops_what_it_started() -> None:
     with cluster_scenarios._stopped_on_error(setup):
         pass
     assert stopped == ["node a", "etcd"]
+
+
+def test_a_process_counts_are_its_user_and_system_time_and_every_threads_switches() -> None:
+    import os
+    import threading
+    import time
+
+    before = cluster_scenarios.proc_counts(os.getpid())
+
+    slept, end = threading.Event(), threading.Event()
+
+    def sleeper() -> None:  # each sleep is a voluntary switch of this thread, not main's
+        for _ in range(50):
+            time.sleep(0.001)
+        slept.set()
+        end.wait()  # counted while it lives: an ended thread's counts leave /proc
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    slept.wait()
+    spin = time.process_time() + 0.05
+    while time.process_time() < spin:
+        pass
+    after = cluster_scenarios.proc_counts(os.getpid())
+    end.set()
+    thread.join()
+    assert after["voluntary"] - before["voluntary"] >= 50
+    assert after["user_s"] + after["system_s"] - before["user_s"] - before["system_s"] > 0
+    assert set(after) == {"user_s", "system_s", "voluntary", "involuntary"}
+    assert cluster_scenarios.proc_counts(2**22 + 1)["user_s"] == 0  # no such process

@@ -11,10 +11,11 @@ Large frames are read another way (issue 26, scenario f): after a read that brou
 transport is handed a ``_ViewReader``, an ``asyncio.BufferedProtocol`` (uvloop supports
 it), so that the loop reads the socket into the loop's one read buffer (``read_buffer.py``)
 and the decoder copies each frame out of it once (``Shell.view_received``), where uvloop
-made a ``bytes`` of each read (a second copy of every 64 KiB body). The first read that
-brings none hands the transport back to the adapter itself: small messages keep the plain
-protocol, whose read costs uvloop no call for a buffer (about 1,400 instructions less a
-lone publish's read). A TLS transport is not switched. Writes produced by other
+made a ``bytes`` of each read (a second copy of every 64 KiB body). A read of 16 KiB of
+small frames, or eight small reads in a row (``FrameDecoder.wants_views``), hands the
+transport back to the adapter itself: small messages keep the plain protocol, whose read
+costs uvloop no call for a buffer (about 1,400 instructions less a lone publish's read).
+A TLS transport is not switched. Writes produced by other
 connections (deliveries to this one's consumers) are flushed at the loop iteration's end,
 or after ``waiting_writes.READS`` more reads of other sockets if that comes first
 (``waiting_writes.py``: a burst of a thousand publishes read in one iteration). A full

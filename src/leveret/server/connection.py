@@ -4,13 +4,24 @@ Each accepted socket gets a ``Shell`` (``server/shell/``: the connection's lifec
 sans-IO) at once; the first bytes the client sends choose its front end (``frontend.py``:
 the protocol header names it), which the shell then drives. From then on ``data_received``
 feeds the shell synchronously and writes what it produced with one ``writelines`` per
-event-loop turn. Writes produced by other connections (deliveries to this one's consumers)
-are flushed at the loop iteration's end, or after ``waiting_writes.READS`` more reads of
-other sockets if that comes first (``waiting_writes.py``: a burst of a thousand publishes
-read in one iteration). A full transport buffer (``pause_writing``)
-stops deliveries to this connection, and reading it, until it drains (``resume_writing``
-starts both again at once: a connection without heartbeats, such as a peer node's link,
-has no later tick that would).
+event-loop turn.
+
+Large frames are read another way (issue 26, scenario f): after a read that brought one
+(``Shell.wants_views``: 0-9-1's decoder saw a frame of 16 KiB or more), the
+transport is handed a ``_ViewReader``, an ``asyncio.BufferedProtocol`` (uvloop supports
+it), so that the loop reads the socket into the loop's one read buffer (``read_buffer.py``)
+and the decoder copies each frame out of it once (``Shell.view_received``), where uvloop
+made a ``bytes`` of each read (a second copy of every 64 KiB body). A read of 16 KiB of
+small frames, or eight small reads in a row (``FrameDecoder.wants_views``), hands the
+transport back to the adapter itself: small messages keep the plain protocol, whose read
+costs uvloop no call for a buffer (about 1,400 instructions less a lone publish's read).
+A TLS transport is not switched. Writes produced by other
+connections (deliveries to this one's consumers) are flushed at the loop iteration's end,
+or after ``waiting_writes.READS`` more reads of other sockets if that comes first
+(``waiting_writes.py``: a burst of a thousand publishes read in one iteration). A full
+transport buffer (``pause_writing``) stops deliveries to this connection, and reading it,
+until it drains (``resume_writing`` starts both again at once: a connection without
+heartbeats, such as a peer node's link, has no later tick that would).
 
 Reading stops while a turn of this connection waits (more input than one turn's share, or
 a paced publisher), while the memory alarm blocks it, and while a deferral holds more input
@@ -41,6 +52,7 @@ from typing import TYPE_CHECKING, Final, cast
 from leveret.server.frontend import choose
 from leveret.server.heartbeat_phase import next_heartbeat_phase
 from leveret.server.listeners import certificate_identity
+from leveret.server.read_buffer import VIEW_READ, read_buffer
 from leveret.server.shell.contract import ShellContext
 from leveret.server.shell.shell import Shell
 from leveret.server.waiting_writes import waiting_writes
@@ -102,6 +114,11 @@ class ConnectionProtocol(asyncio.Protocol):
         self.registry = registry
         self.loop = asyncio.get_running_loop()
         self.waiting = waiting_writes(self.loop)
+        # The loop's read buffer and this connection's reader into it, while large frames
+        # come (``_read_views``); whether the transport may be switched (not TLS).
+        self._buffer = read_buffer(self.loop)
+        self._viewer: _ViewReader | None = None
+        self._views_ok = False
         self.transport: asyncio.Transport | None = None
         self.shell: Shell | None = None
         # The first bytes, until they name the front end.
@@ -162,6 +179,8 @@ class ConnectionProtocol(asyncio.Protocol):
             info.ssl_protocol = ssl_object.version()
             cipher = ssl_object.cipher()
             info.ssl_cipher = cipher[0] if cipher else None
+        # The SSL transports' buffered reads are not switched mid-stream here.
+        self._views_ok = ssl_object is None
         self.registry.add(self)
         log.info("accepted connection from %s", self.peer)
         if self.front_end is not None:
@@ -186,6 +205,35 @@ class ConnectionProtocol(asyncio.Protocol):
         shell.data_received(data, now)
         self._after_turn(shell, now)
         self.waiting.read()
+        # A read shorter than a large frame cannot have brought one whole: one comparison
+        # is all a small message's read pays for the switch.
+        if len(data) >= VIEW_READ and self._views_ok and shell.wants_views():
+            self._read_views(True)
+
+    def view_read(self, nbytes: int) -> None:
+        """The ``_ViewReader``'s read of ``nbytes`` into the loop's buffer."""
+        shell = self.shell
+        if shell is None:
+            return
+        now = self.loop.time()
+        shell.view_received(self._buffer[:nbytes], now)
+        self._after_turn(shell, now)
+        self.waiting.read()
+        if not shell.wants_views():
+            self._read_views(False)
+
+    def _read_views(self, views: bool) -> None:
+        """Read the socket into the loop's buffer (``views``) or as ``bytes`` again."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if views:
+            viewer = self._viewer
+            if viewer is None:
+                viewer = self._viewer = _ViewReader(self)
+            transport.set_protocol(viewer)
+        else:
+            transport.set_protocol(self)
 
     def _after_turn(self, shell: Shell, now: float) -> None:
         if shell.published:
@@ -371,6 +419,38 @@ class ConnectionProtocol(asyncio.Protocol):
         log.info("closed connection %s (%s)", self.peer, reason)
         self.shell = None
         self.transport = None
+        self._viewer = None
         self.registry.discard(self)
         self.alarm.forget(self)
         self.closed.set()
+
+
+class _ViewReader(asyncio.BufferedProtocol):
+    """A connection's protocol while large frames come: the loop reads its socket into the
+    loop's one buffer, and the connection decodes each read in place (``view_read``).
+    Everything else the transport tells a protocol goes to the connection as it is."""
+
+    def __init__(self, connection: ConnectionProtocol) -> None:
+        self.connection = connection
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.connection._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.connection.view_read(nbytes)
+
+    def data_received(self, data: bytes) -> None:
+        # A transport that calls it anyway (not uvloop's nor asyncio's): the same input.
+        self.connection.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.connection.eof_received()
+
+    def pause_writing(self) -> None:
+        self.connection.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.connection.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connection.connection_lost(exc)

@@ -225,3 +225,93 @@ def test_a_failing_flush_does_not_stop_the_others() -> None:
     assert len(scheduled) == 1  # one call_soon for the iteration, run at its end
     scheduled[0]()
     assert flushed == ["second"]
+
+
+class _SwitchingTransport(_Transport):
+    """Keeps the protocol the adapter hands it (``set_protocol``), as uvloop's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.protocol: asyncio.BaseProtocol | None = None
+        self.protocols: list[str] = []
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.protocol = protocol
+        self.protocols.append(type(protocol).__name__)
+
+    def read(self, data: bytes) -> None:
+        """One read of ``data`` the way the loop makes it for the current protocol: into
+        the buffer a buffered protocol gives, which is then overwritten, or as ``bytes``."""
+        protocol = self.protocol
+        if isinstance(protocol, asyncio.BufferedProtocol):
+            buffer = memoryview(protocol.get_buffer(-1))
+            buffer[: len(data)] = data
+            protocol.buffer_updated(len(data))
+            buffer[: len(data)] = b"\xa5" * len(data)
+        else:
+            assert isinstance(protocol, asyncio.Protocol)
+            protocol.data_received(data)
+
+
+def test_large_frames_are_read_into_the_loops_buffer_and_small_ones_as_bytes() -> None:
+    """After a read that brought a 64 KiB body the transport reads into the loop's buffer
+    (a ``BufferedProtocol`` of the adapter's), where the decoder copies out each frame
+    before the buffer is overwritten; a read of small frames as large as a body hands the
+    transport back to the adapter. Every message is enqueued byte-exact."""
+
+    async def main() -> None:
+        broker = Broker()
+        protocol = ConnectionProtocol(
+            broker,
+            UserStore.with_default_user(),
+            Limits(),
+            set(),
+            MemoryAlarm(broker.gauge, 1 << 40),
+        )
+        transport = _SwitchingTransport()
+        transport.protocol = protocol
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        for data in (
+            framing.PROTOCOL_HEADER,
+            _method(0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\0guest\0guest")),
+            _method(0, m.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=0))
+            + _method(0, m.ConnectionOpen(virtual_host="/"))
+            + _method(1, m.ChannelOpen())
+            + _method(1, m.QueueDeclare(queue="q")),
+        ):
+            transport.read(data)
+        assert transport.protocols == []
+
+        def publish(body: bytes) -> bytes:
+            return framing.encode_message_frames(
+                1, m.BasicPublish(routing_key="q").encode(), 60, body, b"\x00\x00", 131072
+            )
+
+        bodies = [bytes([i]) * 65536 + b"end %d" % i for i in range(4)]
+        stream = b"".join(publish(body) for body in bodies)
+        # The first read ends inside the second body: its frame is held across the switch.
+        cut = len(publish(bodies[0])) + 30_000
+        transport.read(stream[:cut])
+        assert transport.protocols == ["_ViewReader"]
+        transport.read(stream[cut:])
+        assert transport.protocols == ["_ViewReader"]  # large frames still come
+        small = [b"small %d" % i for i in range(2000)]
+        transport.read(b"".join(publish(body) for body in small))
+        assert transport.protocols == ["_ViewReader", "ConnectionProtocol"]
+        queue = broker.vhosts["/"].queues["q"]
+        for _ in range(100):  # the turns after the first (300 frames each)
+            if queue.message_count == len(bodies) + len(small):
+                break
+            await asyncio.sleep(0)
+        assert queue.message_count == len(bodies) + len(small)
+        got = []
+        for _ in range(len(bodies) + len(small)):
+            entry = queue.get(auto_settle=True)
+            assert entry is not None
+            got.append(entry.message.body)
+        # The small ones were decoded from the buffer and handled in later turns, after
+        # the buffer was overwritten.
+        assert got == [*bodies, *small]
+        protocol.connection_lost(None)
+
+    asyncio.run(main())

@@ -268,16 +268,46 @@ class ServerConnection:
         try:
             frames = self.decoder.feed(data)
         except AMQPError as exc:
-            # The byte stream is desynchronised: no close-ok can be read after this, so
-            # the transport closes once the close method is written.
-            self._hard_close(exc)
-            self.should_close_transport = True
-            self._release()
+            self._undecodable(exc)
             return
         if self._pending_pos < len(self._pending):
             self._pending.extend(frames)
         else:
             self._pending, self._pending_pos = frames, 0
+
+    def wants_views(self) -> bool:
+        """Large frames came in the last read: the next ones are worth decoding in place
+        (:meth:`receive_view`; ``FrameDecoder.wants_views``)."""
+        return self.decoder.wants_views
+
+    def receive_view(self, view: memoryview, now: float) -> None:
+        """:meth:`receive` of a view of the adapter's read buffer, which is reused once
+        this returns (``server/read_buffer.py``): the decoder copies each frame out of it
+        (a large frame's payload then skips the read's whole copy). Before the protocol
+        header, as one ``bytes``."""
+        decoder = self.decoder
+        if self.state is _HEADER_STATE:
+            self.receive(view.tobytes(), now)
+            return
+        self.last_received = now
+        if self.state is _CLOSED or self.should_close_transport:
+            return
+        try:
+            frames = decoder.feed_view(view)
+        except AMQPError as exc:
+            self._undecodable(exc)
+            return
+        if self._pending_pos < len(self._pending):
+            self._pending.extend(frames)
+        else:
+            self._pending, self._pending_pos = frames, 0
+
+    def _undecodable(self, exc: AMQPError) -> None:
+        # The byte stream is desynchronised: no close-ok can be read after this, so the
+        # transport closes once the close method is written.
+        self._hard_close(exc)
+        self.should_close_transport = True
+        self._release()
 
     @property
     def pending(self) -> bool:

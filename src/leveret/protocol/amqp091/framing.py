@@ -27,6 +27,7 @@ __all__ = [
     "FRAME_TYPES",
     "HEARTBEAT_FRAME",
     "PROTOCOL_HEADER",
+    "VIEW_FRAME",
     "Frame",
     "FrameDecoder",
     "encode_content_frames",
@@ -57,6 +58,15 @@ _MAX_SIZE: Final = 0xFFFFFFFF
 # A held frame's pieces from this size on are kept as views of their reads; smaller ones
 # are copied together (``FrameDecoder._keep``).
 _SMALL_PIECE: Final = 4096
+# A frame payload this large is worth parsing from a view of the adapter's read buffer
+# (``FrameDecoder.feed_view``): its copy out of the buffer is the only one it pays, where a
+# read's ``bytes`` cost it one more. Smaller frames are cheaper to parse from ``bytes``.
+VIEW_FRAME: Final = 16384
+# Views are given up after this many reads in a row without a large frame (or at once after
+# a read of ``VIEW_FRAME`` octets or more without one): a client that writes a message's
+# method and header frames apart from its body must not flip the adapter's reads back and
+# forth with every message, and one that moved on to small messages reads ``bytes`` again.
+_QUIET_READS: Final = 8
 
 _HEADER: Final = struct.Struct(">BHI")  # type, channel, payload size
 _CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size
@@ -108,8 +118,10 @@ class FrameDecoder:
         "_held_size",
         "_held_type",
         "_parts",
+        "_quiet",
         "frame_max",
         "salvaged",
+        "wants_views",
     )
 
     def __init__(self, frame_max: int = 131072, frame_types: frozenset[int] = FRAME_TYPES) -> None:
@@ -130,6 +142,10 @@ class FrameDecoder:
         self._held = 0
         self._error: FrameError | None = None
         self.salvaged: list[Frame] = []
+        # A frame of ``VIEW_FRAME`` octets or more came in the last read (either path):
+        # the next read is worth a view (``feed_view``). Cleared by a view of small frames.
+        self.wants_views = False
+        self._quiet = 0  # reads in a row parsed in place without a large frame
 
     @property
     def buffered(self) -> int:
@@ -158,40 +174,68 @@ class FrameDecoder:
             self._hold(src, off)
         return frames
 
-    def _hold(self, src: bytes, off: int) -> None:
+    def feed_view(self, view: memoryview) -> list[Frame]:
+        """:meth:`feed` of a view of a buffer its caller reuses once this returns (the
+        adapter's read buffer, ``server/read_buffer.py``): nothing of ``view`` is kept,
+        every payload is copied out of it once, and a frame held back for the next read
+        is copied into a ``bytearray`` of its own. The same frames, errors and holds as
+        :meth:`feed` of ``bytes(view)``, without that whole-read copy; but a view's
+        headers and slices cost more than ``bytes``' per frame, so ``wants_views`` says
+        when the caller should use it."""
+        if self._error is not None:
+            raise self._error
+        frames: list[Frame] = []
+        off = 0
+        if self._held_size >= 0 or len(self._head):
+            off = self._complete(view, frames)
+            if off < 0:
+                return frames
+        n = len(view)
+        if n - off >= FRAME_OVERHEAD:
+            off = self._scan_view(view, off, frames)
+        if off < n:
+            self._hold(view, off)
+        return frames
+
+    def _hold(self, src: bytes | memoryview, off: int) -> None:
         """Keep the incomplete frame at ``off`` (the end of ``src``) for the next read."""
         if len(src) - off <= FRAME_HEADER_SIZE:
             # A header alone waits as it is: its size is checked when the next read comes
             # (an oversized one longer was rejected by ``_scan``).
-            self._head = src[off:]
+            tail = src[off:]
+            self._head = tail if type(tail) is bytes else bytes(tail)
             return
         self._start(src, off)
         start = off + FRAME_HEADER_SIZE
         if start < len(src):
-            self._keep(memoryview(src)[start:])
+            self._keep(memoryview(src)[start:], type(src) is bytes)
 
-    def _start(self, header: bytes, off: int) -> None:
+    def _start(self, header: bytes | memoryview, off: int) -> None:
         """The held frame's header is known: 7 octets of ``header`` at ``off``."""
         ftype, channel, size = _HEADER.unpack_from(header, off)
         self._held_type = ftype
         self._held_channel = channel
         self._held_size = size
         self._held = 0
+        if size >= VIEW_FRAME:
+            self.wants_views = True
+            self._quiet = 0
 
-    def _keep(self, piece: memoryview) -> None:
+    def _keep(self, piece: memoryview, owned: bool) -> None:
         """Hold ``piece`` of the held frame's payload. A small one is copied onto the
         small ones before it: a peer trickling a frame in tiny reads must not make us keep
-        an object per read."""
+        an object per read. A large one is kept as it is when its read is ``owned`` (a
+        ``bytes`` no one changes), else copied (a view of the reused read buffer)."""
         parts = self._parts
         self._held += len(piece)
         if len(piece) >= _SMALL_PIECE:
-            parts.append(piece)
+            parts.append(piece if owned else bytearray(piece))
         elif parts and type(last := parts[-1]) is bytearray:
             last += piece
         else:
             parts.append(bytearray(piece))
 
-    def _complete(self, src: bytes, frames: list[Frame]) -> int:
+    def _complete(self, src: bytes | memoryview, frames: list[Frame]) -> int:
         """Finish the held frame from ``src``: the offset in ``src`` after it, or -1 when
         ``src`` did not finish it (then all of ``src`` is held)."""
         taken = 0
@@ -215,7 +259,7 @@ class FrameDecoder:
         n = len(src)
         if n - taken < need:
             if n > taken:
-                self._keep(memoryview(src)[taken:])
+                self._keep(memoryview(src)[taken:], type(src) is bytes)
             return -1
         end = taken + need - 1
         ftype = self._held_type
@@ -250,6 +294,9 @@ class FrameDecoder:
             size = src[off + 3] << 24 | src[off + 4] << 16 | src[off + 5] << 8 | src[off + 6]
             start = off + FRAME_HEADER_SIZE
             end = start + size
+            if size >= VIEW_FRAME:
+                self.wants_views = True
+                self._quiet = 0
             if end >= n:
                 # Incomplete: reject an oversized frame now rather than buffer it.
                 if size > limit:
@@ -259,6 +306,41 @@ class FrameDecoder:
                 self._reject(ftype, channel, size, src[end], frames)
             frames.append((ftype, channel, src[start:end]))
             off = end + 1
+        return off
+
+    def _scan_view(self, view: memoryview, off: int, frames: list[Frame]) -> int:
+        """``_scan`` of a view: the header by one struct call (a view's octets are read
+        by generic calls in the compiled build), each payload copied out as ``bytes``.
+        Reads without a large frame clear ``wants_views`` (``_QUIET_READS``)."""
+        n = len(view)
+        frame_max = self.frame_max
+        frame_types = self._frame_types
+        limit = frame_max if frame_max > 0 else _MAX_SIZE
+        large = False
+        unpack = _HEADER.unpack_from
+        while n - off >= FRAME_OVERHEAD:
+            ftype, channel, size = unpack(view, off)
+            start = off + FRAME_HEADER_SIZE
+            end = start + size
+            if size >= VIEW_FRAME:
+                large = True
+            if end >= n:
+                if size > limit:
+                    self._fail(self._too_large(size), frames)
+                break
+            end_octet: int = view[end]
+            if end_octet != FRAME_END or size > limit or ftype not in frame_types:
+                self._reject(ftype, channel, size, end_octet, frames)
+            frames.append((ftype, channel, view[start:end].tobytes()))
+            off = end + 1
+        if large:
+            self._quiet = 0
+        elif n >= VIEW_FRAME:
+            self.wants_views = False
+        else:
+            self._quiet += 1
+            if self._quiet >= _QUIET_READS:
+                self.wants_views = False
         return off
 
     def _reject(

@@ -212,6 +212,10 @@ class Shell:
         # neither, a turn that wrote nothing leaves the armed timer as it is (``idle_turn``).
         self._quiet_front = False
         self._deadline_moved = True
+        # The front end's ``receive_view`` and ``wants_views`` (optional: 0-9-1's), for
+        # reads the adapter hands on as a view of its reused read buffer.
+        self._receive_view: Callable[[memoryview, float], None] | None = None
+        self._wants_views: Callable[[], bool] | None = None
 
     # -- the adapter's side ---------------------------------------------------------------
 
@@ -225,6 +229,10 @@ class Shell:
         self.output.high_water = front.output_high_water
         # Optional: a front end that does not say so is asked for its deadline every turn.
         self._quiet_front = getattr(front, "quiet_turns", False) is True
+        receive_view = getattr(front, "receive_view", None)
+        wants_views = getattr(front, "wants_views", None)
+        if callable(receive_view) and callable(wants_views):
+            self._receive_view, self._wants_views = receive_view, wants_views
         self._deadline_moved = True
         return front
 
@@ -244,6 +252,43 @@ class Shell:
         output.quiet = True
         try:
             front.receive(data, now)
+            if self._ready:
+                self._run_ready(front, now)
+            if not self._holds and not self.held:
+                front.run(self._paced_budget if self.paced else self._budget, now)
+            self._turn_done()
+        except Exception:
+            self._internal_error(front, now)
+        finally:
+            output.quiet = False
+
+    def wants_views(self) -> bool:
+        """The front end would rather decode the next reads as views of the adapter's
+        reused read buffer (``view_received``): it can, and large frames came (0-9-1)."""
+        wants_views = self._wants_views
+        return wants_views is not None and wants_views()
+
+    def view_received(self, view: memoryview, now: float) -> None:
+        """:meth:`data_received` of a view the adapter reuses once this returns, which the
+        front end decodes before it returns, keeping nothing of it (only after
+        ``wants_views``). The same turn, written out again rather than shared: the extra
+        call would be paid by every read of the small-message path."""
+        receive_view = self._receive_view
+        assert receive_view is not None
+        self.now = self.last_received = now
+        self.timers.now = now
+        info = self.info
+        info.recv_oct += len(view)
+        info.recv_cnt += 1
+        front = self.front
+        if front is None or self._must_close or front.should_close_transport:
+            return
+        if self._holds or self._channel_holds:
+            self._fed_while_held += len(view)
+        output = self.output
+        output.quiet = True
+        try:
+            receive_view(view, now)
             if self._ready:
                 self._run_ready(front, now)
             if not self._holds and not self.held:

@@ -152,15 +152,19 @@ def _flood(url: str, queue: str, stop: Event) -> None:
     publisher.close()
 
 
-def _consume_slowly(params: pika.URLParameters, queue: str, stop: Event, acked: list[int]) -> None:
-    consumer = pika.BlockingConnection(params)
+def _consume_slowly(url: str, queue: str, stop: Event, acked: Any) -> None:
+    """A slow consumer that keeps acking, in a process of its own: as a thread of the
+    test's process it shared the GIL with the monitor, and on a loaded machine a pause of
+    a whole ``HOLD_MAX`` looked like a consumer that stopped."""
+    consumer = pika.BlockingConnection(pika.URLParameters(url))
     cch = consumer.channel()
     cch.basic_qos(prefetch_count=10)
 
     def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
         time.sleep(0.001)  # a slow consumer, but one that keeps acking
         ch.basic_ack(method.delivery_tag)
-        acked[0] += 1
+        with acked.get_lock():
+            acked.value += 1
 
     cch.basic_consume(queue, on_message)
     while not stop.is_set():
@@ -180,10 +184,10 @@ def _backlog_depths(broker: Broker, name: str, publishers: int) -> list[int]:
     # the consumer for long enough (a whole HOLD_MAX) that its queue looked stalled.
     spawn = multiprocessing.get_context("spawn")
     stop = spawn.Event()
-    acked = [0]
+    acked = spawn.Value("i", 0)
 
-    consumer_thread = threading.Thread(target=_consume_slowly, args=(params, name, stop, acked))
-    consumer_thread.start()
+    consumer = spawn.Process(target=_consume_slowly, args=(broker.url, name, stop, acked))
+    consumer.start()
     while mch.queue_declare(name, passive=True).method.consumer_count < 1:
         time.sleep(0.01)
     flooders = [
@@ -203,10 +207,12 @@ def _backlog_depths(broker: Broker, name: str, publishers: int) -> list[int]:
             flooder.join(timeout=30)  # what their sockets hold goes in first
             if flooder.exitcode is None:
                 flooder.kill()
-        consumer_thread.join(timeout=10)
+        consumer.join(timeout=10)
+        if consumer.exitcode is None:
+            consumer.kill()
     mch.queue_delete(name)
     monitor.close()
-    assert acked[0] > 0
+    assert acked.value > 0
     return depths
 
 
@@ -305,13 +311,13 @@ def test_a_held_publisher_shows_as_flow_to_operators(name: str) -> None:
     monitor.channel().queue_declare(name)
     spawn = multiprocessing.get_context("spawn")
     stop = spawn.Event()
-    acked = [0]
-    consumer_thread = threading.Thread(target=_consume_slowly, args=(params, name, stop, acked))
+    acked = spawn.Value("i", 0)
+    consumer = spawn.Process(target=_consume_slowly, args=(url, name, stop, acked))
     flooder = spawn.Process(target=_flood, args=(url, name, stop))
     api_states: list[str] = []
     ctl_states: list[str] = []
     try:
-        consumer_thread.start()
+        consumer.start()
         flooder.start()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and "flow" not in api_states:
@@ -325,7 +331,9 @@ def test_a_held_publisher_shows_as_flow_to_operators(name: str) -> None:
         flooder.join(timeout=30)
         if flooder.exitcode is None:
             flooder.kill()
-        consumer_thread.join(timeout=10)
+        consumer.join(timeout=10)
+        if consumer.exitcode is None:
+            consumer.kill()
         monitor.close()
         mgmt.broker.stop()
     # Only the flooder publishes: the consumer's and the monitor's connections are never held.

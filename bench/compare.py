@@ -43,7 +43,7 @@ from bench.run import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["build_parser", "main", "render"]
+__all__ = ["build_parser", "main", "render", "schedule"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKERS = ("compiled", "pure", "rabbitmq")
@@ -127,6 +127,32 @@ def render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def schedule(
+    rounds: int, keys: Sequence[str], tools: Sequence[str]
+) -> list[tuple[int, str, str, str]]:
+    """The runs in order, as (round, scenario, tool, broker): round after round, every
+    scenario with every tool on every broker in turn, the brokers' order rotated one place
+    each round (compiled, pure, RabbitMQ; then pure, RabbitMQ, compiled; ...).
+
+    Without the rotation the compiled build always ran first after the previous scenario
+    on RabbitMQ, and the pure build second: in the Go tool's order b, f, g, h, both ran g
+    within about 30 s of the end of RabbitMQ's f (gigabytes of 64 KiB messages taken in
+    and freed), RabbitMQ's own g after both. Whatever a run leaves on the machine fell on the same
+    builds every round; over rounds a multiple of three each broker now takes each place
+    once (docs/benchmarks.md, "g's p99 after f").
+    """
+    runs: list[tuple[int, str, str, str]] = []
+    for rnd in range(1, rounds + 1):
+        shift = (rnd - 1) % len(BROKERS)
+        order = BROKERS[shift:] + BROKERS[:shift]
+        for key in keys:
+            for tool in tools:
+                if tool == "go" and key not in GO_SCENARIOS:
+                    continue
+                runs += [(rnd, key, tool, name) for name in order]
+    return runs
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
     p.add_argument("--scenarios", default="abcdefgh")
@@ -175,39 +201,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         brokers["rabbitmq"] = start_rabbitmq(out / "rabbitmq")
         for name, broker in brokers.items():
             print(f"{name}: pid {broker.pid} port {broker.port} {broker.notes}", file=sys.stderr)
-        for rnd in range(1, args.rounds + 1):
-            for key in keys:
-                scenario = SCENARIOS[key]
-                for tool in tools:
-                    if tool == "go" and key not in GO_SCENARIOS:
-                        continue
-                    for name in BROKERS:
-                        broker = brokers[name]
-                        flags = scenario_args(scenario, args)
-                        label = f"{key}-{tool}-{name}-r{rnd}"
-                        if tool == "go":
-                            cmd = [args.go_loadgen, *go_flags(flags)]
-                            cmd += ["-port", str(broker.port), "-broker-pid", str(broker.pid)]
-                            cmd += ["-label", label]
-                        else:
-                            cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
-                            cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
-                            cmd += ["--label", label]
-                        load = os.getloadavg()[0]
-                        budget = args.warmup + args.duration + 2 * args.drain_max + 600
-                        run = run_loadgen(cmd, broker, budget, env)
-                        run.update(scenario=key, tool=tool, broker=name, round=rnd, loadavg=load)
-                        runs.append(run)
-                        with open(raw, "a", encoding="utf-8") as f:
-                            f.write(json.dumps(run) + "\n")
-                        print(
-                            f"round {rnd} {key} {tool} {name}: "
-                            f"{(run.get('rates') or {}).get('consumed')} msg/s "
-                            f"p99 {_lat(run, 'p99')} ms ok {run.get('ok')} load {load:.1f}",
-                            file=sys.stderr,
-                        )
-                        time.sleep(args.settle)
-                        wait_quiet(args.quiet_max)
+        for rnd, key, tool, name in schedule(args.rounds, keys, tools):
+            scenario = SCENARIOS[key]
+            broker = brokers[name]
+            flags = scenario_args(scenario, args)
+            label = f"{key}-{tool}-{name}-r{rnd}"
+            if tool == "go":
+                cmd = [args.go_loadgen, *go_flags(flags)]
+                cmd += ["-port", str(broker.port), "-broker-pid", str(broker.pid)]
+                cmd += ["-label", label]
+            else:
+                cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
+                cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
+                cmd += ["--label", label]
+            load = os.getloadavg()[0]
+            budget = args.warmup + args.duration + 2 * args.drain_max + 600
+            run = run_loadgen(cmd, broker, budget, env)
+            run.update(scenario=key, tool=tool, broker=name, round=rnd, loadavg=load)
+            runs.append(run)
+            with open(raw, "a", encoding="utf-8") as f:
+                f.write(json.dumps(run) + "\n")
+            print(
+                f"round {rnd} {key} {tool} {name}: "
+                f"{(run.get('rates') or {}).get('consumed')} msg/s "
+                f"p99 {_lat(run, 'p99')} ms ok {run.get('ok')} load {load:.1f}",
+                file=sys.stderr,
+            )
+            time.sleep(args.settle)
+            wait_quiet(args.quiet_max)
     finally:
         for broker in brokers.values():
             broker.stop()

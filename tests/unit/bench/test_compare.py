@@ -49,6 +49,25 @@ def test_the_table_compares_each_build_with_rabbitmq() -> None:
     assert "500.0" in g
 
 
+def test_the_brokers_take_turns_at_running_first_after_each_scenario() -> None:
+    runs = compare.schedule(3, "fg", ["go"])
+    assert len(runs) == 3 * 2 * 3
+    # Every round runs every scenario on every broker once.
+    for rnd in (1, 2, 3):
+        for key in "fg":
+            assert sorted(b for r, k, _, b in runs if (r, k) == (rnd, key)) == sorted(
+                compare.BROKERS
+            )
+    # Who runs g right after the last f on another broker: each broker once in three rounds.
+    first_after_f = [
+        runs[i + 1][3]
+        for i, (_, key, _, _) in enumerate(runs[:-1])
+        if key == "f" and runs[i + 1][1] == "g"
+    ]
+    assert sorted(first_after_f) == sorted(compare.BROKERS)
+    assert [b for r, k, _, b in runs if (r, k) == (1, "f")] == list(compare.BROKERS)
+
+
 def test_percentiles() -> None:
     stats = loop_probe._percentiles([0.001 * i for i in range(1, 1001)])
     assert stats["count"] == 1000

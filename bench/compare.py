@@ -5,14 +5,17 @@ Starts three brokers on free loopback ports: Leveret's compiled build (what ``pi
 makes: ``python -m tools.builds``' output, built first if missing or stale), Leveret's pure
 build (the same source, ``src/``) and RabbitMQ 3.10.8 (``bench.run``'s start-up: own node
 name, ports and directories). Then, round after round, every scenario with every tool on
-every broker in turn (compiled, pure, RabbitMQ, compiled, ...), so the machine's noise falls
-on all three alike: the Go load generator (``--go-loadgen``, built by the shared bench's
-``build-loadgen.sh``; skipped when absent) and the project's own (``bench.loadgen``).
+every broker in turn, the brokers' order rotated one place each round (``schedule``), so
+the machine's noise falls on all three alike: the Go load generator (``--go-loadgen``,
+built by the shared bench's ``build-loadgen.sh``; skipped when absent) and the project's
+own (``bench.loadgen``).
 
 The table gives medians over rounds: consumed msg/s and the ratio to RabbitMQ for a-f, p50,
 p99 and p99.9 latency and the p99 ratio for g and h, the broker's CPU per message, and the
 load average the runs saw (the lead re-runs it on a quiet machine: the figures of a shared
-machine are noise). Raw JSON lines go to ``OUT/runs.jsonl``, the table to ``OUT/table.md``.
+machine are noise) and, for g and h, the p99 of ``bench.floor_probe`` run just before each
+of their runs: the machine's own tail for g's pattern with no broker. Raw JSON lines go to
+``OUT/runs.jsonl``, the table to ``OUT/table.md``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,6 +122,12 @@ def render(runs: list[dict[str, Any]]) -> str:
         )
         loads = [r["loadavg"] for b in BROKERS for r in cell[b] if "loadavg" in r]
         load = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "—"
+        # bench.floor_probe's p99 before each latency run: the machine's own tail then.
+        floors = [
+            r["floor_us"]["p99"] / 1000 for b in BROKERS for r in cell[b] if r.get("floor_us")
+        ]
+        if floors:
+            load += f"; no-broker p99 {min(floors):.2f} to {max(floors):.2f} ms"
         versus = [ratio(figure[b], rabbit, latency) for b in ("compiled", "pure")]
         lines.append(
             f"| {key}: {SCENARIOS[key].title} | {tool} | {shown['compiled']} | {shown['pure']} "
@@ -125,6 +135,21 @@ def render(runs: list[dict[str, Any]]) -> str:
             f"| {verified} | {load} |"
         )
     return "\n".join(lines)
+
+
+def _floor_probe(seconds: float, env: dict[str, str]) -> dict[str, Any] | None:
+    """The machine's own tail just before a latency run (``bench.floor_probe``)."""
+    proc = subprocess.run(  # noqa: S603 - our own command line
+        [sys.executable, "-m", "bench.floor_probe", str(seconds)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=seconds + 60,
+        check=False,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    result: dict[str, Any] | None = json.loads(lines[-1]) if lines else None
+    return result
 
 
 def schedule(
@@ -164,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=float, default=2.0)
     p.add_argument("--quiet-max", type=float, default=30.0)
     p.add_argument("--tools", default="go,py", help="go (the Go load generator), py, or both")
+    p.add_argument(
+        "--floor-probe",
+        type=float,
+        default=5.0,
+        help="seconds of bench.floor_probe (no broker) before each latency run; 0: none",
+    )
     # build-loadgen.sh's default output.
     p.add_argument("--go-loadgen", default="/tmp/loadgen/loadgen")  # noqa: S108
     p.add_argument("--builds", type=Path, default=ROOT / "build" / "builds")
@@ -214,17 +245,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
                 cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
                 cmd += ["--label", label]
+            floor = None
+            if scenario.latency_target and args.floor_probe > 0:
+                floor = _floor_probe(args.floor_probe, env)
             load = os.getloadavg()[0]
             budget = args.warmup + args.duration + 2 * args.drain_max + 600
             run = run_loadgen(cmd, broker, budget, env)
             run.update(scenario=key, tool=tool, broker=name, round=rnd, loadavg=load)
+            if floor is not None:
+                run["floor_us"] = floor
             runs.append(run)
             with open(raw, "a", encoding="utf-8") as f:
                 f.write(json.dumps(run) + "\n")
             print(
                 f"round {rnd} {key} {tool} {name}: "
                 f"{(run.get('rates') or {}).get('consumed')} msg/s "
-                f"p99 {_lat(run, 'p99')} ms ok {run.get('ok')} load {load:.1f}",
+                f"p99 {_lat(run, 'p99')} ms ok {run.get('ok')} load {load:.1f}"
+                + (f" floor p99 {floor.get('p99')} us" if floor else ""),
                 file=sys.stderr,
             )
             time.sleep(args.settle)

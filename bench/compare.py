@@ -14,8 +14,9 @@ The table gives medians over rounds: consumed msg/s and the ratio to RabbitMQ fo
 p99 and p99.9 latency and the p99 ratio for g and h, the broker's CPU per message, and the
 load average the runs saw (the lead re-runs it on a quiet machine: the figures of a shared
 machine are noise) and, for g and h, the p99 of ``bench.floor_probe`` run just before each
-of their runs: the machine's own tail for g's pattern with no broker. Raw JSON lines go to
-``OUT/runs.jsonl``, the table to ``OUT/table.md``.
+of their runs (the machine's own tail for g's pattern with no broker) and the steal time of
+each run (``/proc/stat``: the host running something else on the VM's CPUs). Raw JSON
+lines go to ``OUT/runs.jsonl``, the table to ``OUT/table.md``.
 """
 
 from __future__ import annotations
@@ -128,6 +129,9 @@ def render(runs: list[dict[str, Any]]) -> str:
         ]
         if floors:
             load += f"; no-broker p99 {min(floors):.2f} to {max(floors):.2f} ms"
+        steals = [r["steal_ms"] for b in BROKERS for r in cell[b] if "steal_ms" in r]
+        if latency and steals:
+            load += f"; steal {min(steals):.0f} to {max(steals):.0f} ms"
         versus = [ratio(figure[b], rabbit, latency) for b in ("compiled", "pure")]
         lines.append(
             f"| {key}: {SCENARIOS[key].title} | {tool} | {shown['compiled']} | {shown['pure']} "
@@ -135,6 +139,14 @@ def render(runs: list[dict[str, Any]]) -> str:
             f"| {verified} | {load} |"
         )
     return "\n".join(lines)
+
+
+def _steal_ms() -> float:
+    """Steal time of all the machine's CPUs so far (``/proc/stat``), in ms."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = f.readline().split()
+    # cpu user nice system idle iowait irq softirq steal ...
+    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
 
 
 def _floor_probe(seconds: float, env: dict[str, str]) -> dict[str, Any] | None:
@@ -250,7 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 floor = _floor_probe(args.floor_probe, env)
             load = os.getloadavg()[0]
             budget = args.warmup + args.duration + 2 * args.drain_max + 600
+            steal = _steal_ms()
             run = run_loadgen(cmd, broker, budget, env)
+            # Time the host ran something else on this VM's CPUs during the run.
+            run["steal_ms"] = _steal_ms() - steal
             run.update(scenario=key, tool=tool, broker=name, round=rnd, loadavg=load)
             if floor is not None:
                 run["floor_us"] = floor

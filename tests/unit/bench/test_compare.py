@@ -68,21 +68,22 @@ def test_the_brokers_take_turns_at_running_first_after_each_scenario() -> None:
     assert [b for r, k, _, b in runs if (r, k) == (1, "f")] == list(compare.BROKERS)
 
 
-def test_a_latency_row_shows_the_machines_own_tail_beside_the_load() -> None:
+def test_a_latency_row_shows_the_machines_own_tail_and_steal_beside_the_load() -> None:
     floor = {"count": 5000, "p50": 40, "p99": 900, "p99_9": 3000, "max": 9000, "over_1ms": 40}
     runs = [
-        _run("compiled", "g", 1000, 800, floor_us=floor),
-        _run("pure", "g", 1000, 1500, floor_us={**floor, "p99": 2400}),
-        _run("rabbitmq", "g", 1000, 1000, floor_us=floor),
-        _run("compiled", "a", 40_000, 0),
+        _run("compiled", "g", 1000, 800, floor_us=floor, steal_ms=0.0),
+        _run("pure", "g", 1000, 1500, floor_us={**floor, "p99": 2400}, steal_ms=30.0),
+        _run("rabbitmq", "g", 1000, 1000, floor_us=floor, steal_ms=10.0),
+        _run("compiled", "a", 40_000, 0, steal_ms=50.0),
         _run("pure", "a", 20_000, 0),
         _run("rabbitmq", "a", 25_000, 0),
     ]
     table = compare.render(runs).splitlines()
     g = next(line for line in table if line.startswith("| g:"))
     a = next(line for line in table if line.startswith("| a:"))
-    assert g.endswith("| 3.0 to 3.0; no-broker p99 0.90 to 2.40 ms |")
+    assert g.endswith("| 3.0 to 3.0; no-broker p99 0.90 to 2.40 ms; steal 0 to 30 ms |")
     assert "no-broker" not in a
+    assert "steal" not in a
 
 
 def test_the_floor_probe_times_a_round_trip_a_millisecond() -> None:

@@ -174,9 +174,9 @@ def schedule(
     Without the rotation the compiled build always ran first after the previous scenario
     on RabbitMQ, and the pure build second: in the Go tool's order b, f, g, h, both ran g
     within about 30 s of the end of RabbitMQ's f (gigabytes of 64 KiB messages taken in
-    and freed), RabbitMQ's own g after both. Whatever a run leaves on the machine fell on the same
-    builds every round; over rounds a multiple of three each broker now takes each place
-    once (docs/benchmarks.md, "g's p99 after f").
+    and freed), RabbitMQ's own g after both. Whatever a run leaves on the machine fell on
+    the same builds every round; over rounds a multiple of three each broker now takes
+    each place once (docs/benchmarks.md, "g's p99 after f").
     """
     runs: list[tuple[int, str, str, str]] = []
     for rnd in range(1, rounds + 1):

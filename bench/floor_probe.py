@@ -28,7 +28,10 @@ INTERVAL_NS = 1_000_000
 
 
 def _echo(listener: socket.socket) -> None:
+    # Whatever happens to the timing side, this one does not wait for it for ever.
+    listener.settimeout(30)
     conn, _ = listener.accept()
+    conn.settimeout(None)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     while data := conn.recv(64):
         conn.sendall(data)

@@ -5,14 +5,18 @@ Starts three brokers on free loopback ports: Leveret's compiled build (what ``pi
 makes: ``python -m tools.builds``' output, built first if missing or stale), Leveret's pure
 build (the same source, ``src/``) and RabbitMQ 3.10.8 (``bench.run``'s start-up: own node
 name, ports and directories). Then, round after round, every scenario with every tool on
-every broker in turn (compiled, pure, RabbitMQ, compiled, ...), so the machine's noise falls
-on all three alike: the Go load generator (``--go-loadgen``, built by the shared bench's
-``build-loadgen.sh``; skipped when absent) and the project's own (``bench.loadgen``).
+every broker in turn, the brokers' order rotated one place each round (``schedule``), so
+the machine's noise falls on all three alike: the Go load generator (``--go-loadgen``,
+built by the shared bench's ``build-loadgen.sh``; skipped when absent) and the project's
+own (``bench.loadgen``).
 
 The table gives medians over rounds: consumed msg/s and the ratio to RabbitMQ for a-f, p50,
 p99 and p99.9 latency and the p99 ratio for g and h, the broker's CPU per message, and the
 load average the runs saw (the lead re-runs it on a quiet machine: the figures of a shared
-machine are noise). Raw JSON lines go to ``OUT/runs.jsonl``, the table to ``OUT/table.md``.
+machine are noise) and, for g and h, the p99 of ``bench.floor_probe`` run just before each
+of their runs (the machine's own tail for g's pattern with no broker) and the steal time of
+each run (``/proc/stat``: the host running something else on the VM's CPUs). Raw JSON
+lines go to ``OUT/runs.jsonl``, the table to ``OUT/table.md``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +48,7 @@ from bench.run import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["build_parser", "main", "render"]
+__all__ = ["build_parser", "main", "render", "schedule"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKERS = ("compiled", "pure", "rabbitmq")
@@ -118,6 +123,15 @@ def render(runs: list[dict[str, Any]]) -> str:
         )
         loads = [r["loadavg"] for b in BROKERS for r in cell[b] if "loadavg" in r]
         load = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "—"
+        # bench.floor_probe's p99 before each latency run: the machine's own tail then.
+        floors = [
+            r["floor_us"]["p99"] / 1000 for b in BROKERS for r in cell[b] if r.get("floor_us")
+        ]
+        if floors:
+            load += f"; no-broker p99 {min(floors):.2f} to {max(floors):.2f} ms"
+        steals = [r["steal_ms"] for b in BROKERS for r in cell[b] if "steal_ms" in r]
+        if latency and steals:
+            load += f"; steal {min(steals):.0f} to {max(steals):.0f} ms"
         versus = [ratio(figure[b], rabbit, latency) for b in ("compiled", "pure")]
         lines.append(
             f"| {key}: {SCENARIOS[key].title} | {tool} | {shown['compiled']} | {shown['pure']} "
@@ -125,6 +139,55 @@ def render(runs: list[dict[str, Any]]) -> str:
             f"| {verified} | {load} |"
         )
     return "\n".join(lines)
+
+
+def _steal_ms() -> float:
+    """Steal time of all the machine's CPUs so far (``/proc/stat``), in ms."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = f.readline().split()
+    # cpu user nice system idle iowait irq softirq steal ...
+    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
+def _floor_probe(seconds: float, env: dict[str, str]) -> dict[str, Any] | None:
+    """The machine's own tail just before a latency run (``bench.floor_probe``)."""
+    proc = subprocess.run(  # noqa: S603 - our own command line
+        [sys.executable, "-m", "bench.floor_probe", str(seconds)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=seconds + 60,
+        check=False,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    result: dict[str, Any] | None = json.loads(lines[-1]) if lines else None
+    return result
+
+
+def schedule(
+    rounds: int, keys: Sequence[str], tools: Sequence[str]
+) -> list[tuple[int, str, str, str]]:
+    """The runs in order, as (round, scenario, tool, broker): round after round, every
+    scenario with every tool on every broker in turn, the brokers' order rotated one place
+    each round (compiled, pure, RabbitMQ; then pure, RabbitMQ, compiled; ...).
+
+    Without the rotation the compiled build always ran first after the previous scenario
+    on RabbitMQ, and the pure build second: in the Go tool's order b, f, g, h, both ran g
+    within about 30 s of the end of RabbitMQ's f (gigabytes of 64 KiB messages taken in
+    and freed), RabbitMQ's own g after both. Whatever a run leaves on the machine fell on
+    the same builds every round; over rounds a multiple of three each broker now takes
+    each place once (docs/benchmarks.md, "g's p99 after f").
+    """
+    runs: list[tuple[int, str, str, str]] = []
+    for rnd in range(1, rounds + 1):
+        shift = (rnd - 1) % len(BROKERS)
+        order = BROKERS[shift:] + BROKERS[:shift]
+        for key in keys:
+            for tool in tools:
+                if tool == "go" and key not in GO_SCENARIOS:
+                    continue
+                runs += [(rnd, key, tool, name) for name in order]
+    return runs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=float, default=2.0)
     p.add_argument("--quiet-max", type=float, default=30.0)
     p.add_argument("--tools", default="go,py", help="go (the Go load generator), py, or both")
+    p.add_argument(
+        "--floor-probe",
+        type=float,
+        default=5.0,
+        help="seconds of bench.floor_probe (no broker) before each latency run; 0: none",
+    )
     # build-loadgen.sh's default output.
     p.add_argument("--go-loadgen", default="/tmp/loadgen/loadgen")  # noqa: S108
     p.add_argument("--builds", type=Path, default=ROOT / "build" / "builds")
@@ -175,39 +244,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         brokers["rabbitmq"] = start_rabbitmq(out / "rabbitmq")
         for name, broker in brokers.items():
             print(f"{name}: pid {broker.pid} port {broker.port} {broker.notes}", file=sys.stderr)
-        for rnd in range(1, args.rounds + 1):
-            for key in keys:
-                scenario = SCENARIOS[key]
-                for tool in tools:
-                    if tool == "go" and key not in GO_SCENARIOS:
-                        continue
-                    for name in BROKERS:
-                        broker = brokers[name]
-                        flags = scenario_args(scenario, args)
-                        label = f"{key}-{tool}-{name}-r{rnd}"
-                        if tool == "go":
-                            cmd = [args.go_loadgen, *go_flags(flags)]
-                            cmd += ["-port", str(broker.port), "-broker-pid", str(broker.pid)]
-                            cmd += ["-label", label]
-                        else:
-                            cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
-                            cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
-                            cmd += ["--label", label]
-                        load = os.getloadavg()[0]
-                        budget = args.warmup + args.duration + 2 * args.drain_max + 600
-                        run = run_loadgen(cmd, broker, budget, env)
-                        run.update(scenario=key, tool=tool, broker=name, round=rnd, loadavg=load)
-                        runs.append(run)
-                        with open(raw, "a", encoding="utf-8") as f:
-                            f.write(json.dumps(run) + "\n")
-                        print(
-                            f"round {rnd} {key} {tool} {name}: "
-                            f"{(run.get('rates') or {}).get('consumed')} msg/s "
-                            f"p99 {_lat(run, 'p99')} ms ok {run.get('ok')} load {load:.1f}",
-                            file=sys.stderr,
-                        )
-                        time.sleep(args.settle)
-                        wait_quiet(args.quiet_max)
+        for rnd, key, tool, name in schedule(args.rounds, keys, tools):
+            scenario = SCENARIOS[key]
+            broker = brokers[name]
+            flags = scenario_args(scenario, args)
+            label = f"{key}-{tool}-{name}-r{rnd}"
+            if tool == "go":
+                cmd = [args.go_loadgen, *go_flags(flags)]
+                cmd += ["-port", str(broker.port), "-broker-pid", str(broker.pid)]
+                cmd += ["-label", label]
+            else:
+                cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
+                cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
+                cmd += ["--label", label]
+            floor = None
+            if scenario.latency_target and args.floor_probe > 0:
+                floor = _floor_probe(args.floor_probe, env)
+            load = os.getloadavg()[0]
+            budget = args.warmup + args.duration + 2 * args.drain_max + 600
+            steal = _steal_ms()
+            run = run_loadgen(cmd, broker, budget, env)
+            # Time the host ran something else on this VM's CPUs during the run.
+            run["steal_ms"] = _steal_ms() - steal
+            run.update(scenario=key, tool=tool, broker=name, round=rnd, loadavg=load)
+            if floor is not None:
+                run["floor_us"] = floor
+            runs.append(run)
+            with open(raw, "a", encoding="utf-8") as f:
+                f.write(json.dumps(run) + "\n")
+            print(
+                f"round {rnd} {key} {tool} {name}: "
+                f"{(run.get('rates') or {}).get('consumed')} msg/s "
+                f"p99 {_lat(run, 'p99')} ms ok {run.get('ok')} load {load:.1f}"
+                + (f" floor p99 {floor.get('p99')} us" if floor else ""),
+                file=sys.stderr,
+            )
+            time.sleep(args.settle)
+            wait_quiet(args.quiet_max)
     finally:
         for broker in brokers.values():
             broker.stop()

@@ -8,7 +8,7 @@ import gc
 import time
 from typing import Any
 
-from bench import compare, loop_probe
+from bench import compare, floor_probe, loop_probe
 
 
 def _run(broker: str, scenario: str, rate: float, p99_us: float, **extra: Any) -> dict[str, Any]:
@@ -47,6 +47,53 @@ def test_the_table_compares_each_build_with_rabbitmq() -> None:
     assert "2/2, 1/1, 1/1" in a
     # CPU per message: 50 % of a core over 10 s for 1,000 msg/s is 500 µs each.
     assert "500.0" in g
+
+
+def test_the_brokers_take_turns_at_running_first_after_each_scenario() -> None:
+    runs = compare.schedule(3, "fg", ["go"])
+    assert len(runs) == 3 * 2 * 3
+    # Every round runs every scenario on every broker once.
+    for rnd in (1, 2, 3):
+        for key in "fg":
+            assert sorted(b for r, k, _, b in runs if (r, k) == (rnd, key)) == sorted(
+                compare.BROKERS
+            )
+    # Who runs g right after the last f on another broker: each broker once in three rounds.
+    first_after_f = [
+        runs[i + 1][3]
+        for i, (_, key, _, _) in enumerate(runs[:-1])
+        if key == "f" and runs[i + 1][1] == "g"
+    ]
+    assert sorted(first_after_f) == sorted(compare.BROKERS)
+    assert [b for r, k, _, b in runs if (r, k) == (1, "f")] == list(compare.BROKERS)
+
+
+def test_a_latency_row_shows_the_machines_own_tail_and_steal_beside_the_load() -> None:
+    floor = {"count": 5000, "p50": 40, "p99": 900, "p99_9": 3000, "max": 9000, "over_1ms": 40}
+    runs = [
+        _run("compiled", "g", 1000, 800, floor_us=floor, steal_ms=0.0),
+        _run("pure", "g", 1000, 1500, floor_us={**floor, "p99": 2400}, steal_ms=30.0),
+        _run("rabbitmq", "g", 1000, 1000, floor_us=floor, steal_ms=10.0),
+        _run("compiled", "a", 40_000, 0, steal_ms=50.0),
+        _run("pure", "a", 20_000, 0),
+        _run("rabbitmq", "a", 25_000, 0),
+    ]
+    table = compare.render(runs).splitlines()
+    g = next(line for line in table if line.startswith("| g:"))
+    a = next(line for line in table if line.startswith("| a:"))
+    assert g.endswith("| 3.0 to 3.0; no-broker p99 0.90 to 2.40 ms; steal 0 to 30 ms |")
+    assert "no-broker" not in a
+    assert "steal" not in a
+
+
+def test_the_floor_probe_times_a_round_trip_a_millisecond() -> None:
+    started = time.monotonic()
+    result = floor_probe.probe(0.3)
+    # One round trip due each millisecond, late ones sent at once: 300, over at least 0.3 s.
+    assert result["count"] == 300
+    assert time.monotonic() - started >= 0.29
+    assert 0 < result["p50"] <= result["p99"] <= result["p99_9"] <= result["max"]
+    assert result["over_1ms"] <= result["count"]
 
 
 def test_percentiles() -> None:

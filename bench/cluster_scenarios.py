@@ -76,12 +76,19 @@ RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
+def _user_system(pid: int) -> tuple[float, float]:
+    """A process's user and system CPU seconds (``/proc/PID/stat``, all its threads); 0, 0
+    once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+        return 0.0, 0.0
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+def cpu_seconds(pid: int) -> float:
+    user, system = _user_system(pid)
+    return user + system
 
 
 def proc_counts(pid: int) -> dict[str, float]:
@@ -91,11 +98,10 @@ def proc_counts(pid: int) -> dict[str, float]:
     often each process is woken."""
     counts = {"user_s": 0.0, "system_s": 0.0, "voluntary": 0.0, "involuntary": 0.0}
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return counts
-    counts["user_s"], counts["system_s"] = int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+    counts["user_s"], counts["system_s"] = _user_system(pid)
     for task in tasks:
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
             for line in Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines():

@@ -439,10 +439,6 @@ class _ViewReader(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self.connection.view_read(nbytes)
 
-    def data_received(self, data: bytes) -> None:
-        # A transport that calls it anyway (not uvloop's nor asyncio's): the same input.
-        self.connection.data_received(data)
-
     def eof_received(self) -> bool | None:
         return self.connection.eof_received()
 

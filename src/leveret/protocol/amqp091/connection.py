@@ -285,7 +285,6 @@ class ServerConnection:
         this returns (``server/read_buffer.py``): the decoder copies each frame out of it
         (a large frame's payload then skips the read's whole copy). Before the protocol
         header, as one ``bytes``."""
-        decoder = self.decoder
         if self.state is _HEADER_STATE:
             self.receive(view.tobytes(), now)
             return
@@ -293,7 +292,7 @@ class ServerConnection:
         if self.state is _CLOSED or self.should_close_transport:
             return
         try:
-            frames = decoder.feed_view(view)
+            frames = self.decoder.feed_view(view)
         except AMQPError as exc:
             self._undecodable(exc)
             return

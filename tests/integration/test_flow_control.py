@@ -172,9 +172,37 @@ def _consume_slowly(url: str, queue: str, stop: Event, acked: Any) -> None:
     consumer.close()
 
 
-def _backlog_depths(broker: Broker, name: str, publishers: int) -> list[int]:
-    """The queue's depth every 50 ms for 3 s while ``publishers`` connections flood it
-    and a slow consumer that keeps acking drains it."""
+def _consume_with_a_pause(url: str, queue: str, stop: Event, acked: Any, pause: float) -> None:
+    """``_consume_slowly``'s consumer that, after its first 500 acks, acks nothing for
+    ``pause`` seconds (a long collection, a slow batch: its prefetch stays full, nothing
+    departs from its queue), then acks on as before."""
+    consumer = pika.BlockingConnection(pika.URLParameters(url))
+    cch = consumer.channel()
+    cch.basic_qos(prefetch_count=10)
+    paused = False
+
+    def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
+        nonlocal paused
+        time.sleep(0.001)
+        ch.basic_ack(method.delivery_tag)
+        with acked.get_lock():
+            acked.value += 1
+        if acked.value >= 500 and not paused:
+            paused = True
+            time.sleep(pause)
+
+    cch.basic_consume(queue, on_message)
+    while not stop.is_set():
+        consumer.process_data_events(time_limit=0.1)
+    consumer.close()
+
+
+def _backlog_depths(
+    broker: Broker, name: str, publishers: int, *, pause: float = 0.0, seconds: float = 3.0
+) -> list[int]:
+    """The queue's depth every 50 ms for ``seconds`` while ``publishers`` connections
+    flood it and a slow consumer that keeps acking drains it (with ``pause``: that stops
+    acking once for so long, ``_consume_with_a_pause``)."""
     params = pika.URLParameters(broker.url)
     monitor = pika.BlockingConnection(params)
     mch = monitor.channel()
@@ -186,7 +214,12 @@ def _backlog_depths(broker: Broker, name: str, publishers: int) -> list[int]:
     stop = spawn.Event()
     acked = spawn.Value("i", 0)
 
-    consumer = spawn.Process(target=_consume_slowly, args=(broker.url, name, stop, acked))
+    if pause:
+        consumer = spawn.Process(
+            target=_consume_with_a_pause, args=(broker.url, name, stop, acked, pause)
+        )
+    else:
+        consumer = spawn.Process(target=_consume_slowly, args=(broker.url, name, stop, acked))
     consumer.start()
     while mch.queue_declare(name, passive=True).method.consumer_count < 1:
         time.sleep(0.01)
@@ -196,21 +229,25 @@ def _backlog_depths(broker: Broker, name: str, publishers: int) -> list[int]:
     for flooder in flooders:
         flooder.start()
     depths: list[int] = []
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
             depths.append(mch.queue_declare(name, passive=True).method.message_count)
             time.sleep(0.05)
     finally:
         stop.set()
+        # The queue goes first: its consumer's slow pace held the publishers, and what
+        # their sockets still held went in a paced turn per hold, longer than the joins
+        # waited (each test took 20-70 s of time-outs). Without it, they publish to no
+        # queue and finish at once; the consumer is told its queue went.
+        mch.queue_delete(name)
         for flooder in flooders:
-            flooder.join(timeout=30)  # what their sockets hold goes in first
+            flooder.join(timeout=30)
             if flooder.exitcode is None:
                 flooder.kill()
         consumer.join(timeout=10)
         if consumer.exitcode is None:
             consumer.kill()
-    mch.queue_delete(name)
     monitor.close()
     assert acked.value > 0
     return depths
@@ -240,6 +277,23 @@ def test_publishers_far_ahead_of_their_consumer_are_held_and_the_backlog_stays_b
     depths = _backlog_depths(broker, name, 2)
     # As for one publisher: what two paused sockets and paced turns let in comes on top.
     assert max(depths) < 8000, max(depths)
+
+
+def test_a_publisher_is_held_again_once_its_consumer_acks_again_after_a_pause(
+    broker: Broker, name: str
+) -> None:
+    """A consumer that stops acking for longer than ``HOLD_MAX`` looks stopped: its queue
+    holds no publisher for a while (``Shell._stalled``). Once messages depart from it again
+    it holds its publishers again (after ``STALL_RECHECK``), and the backlog stops growing.
+    Marked stalled until the queue drained below the hold, a publisher faster than the
+    consumer never let it drain: the backlog grew for good (scenario e with the Go tool:
+    two million messages in 10 s, docs/benchmarks.md)."""
+    depths = _backlog_depths(broker, name, 1, pause=0.3, seconds=5.0)
+    # The pause comes after 500 acks (0.5 s or more): from 3 s on, the publisher is held
+    # again and the backlog shrinks at the consumer's pace. Unheld, pika's publisher
+    # outruns this consumer by thousands of messages a second (about 28,000 here).
+    at_3s = depths[len(depths) * 3 // 5]
+    assert depths[-1] < at_3s + 4000, depths
 
 
 def test_a_queue_without_consumers_is_never_held(broker: Broker, name: str) -> None:
@@ -328,6 +382,7 @@ def test_a_held_publisher_shows_as_flow_to_operators(name: str) -> None:
         ctl_states = sorted(row["state"] for row in json.loads(listed))
     finally:
         stop.set()
+        monitor.channel().queue_delete(name)  # frees the held flooder (``_backlog_depths``)
         flooder.join(timeout=30)
         if flooder.exitcode is None:
             flooder.kill()

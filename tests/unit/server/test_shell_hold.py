@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.server.shell.shell import FLOW_SHOWN, HOLD_MAX
+from leveret.server.shell.shell import FLOW_SHOWN, HOLD_MAX, STALL_RECHECK
 from leveret.testing import CodecClient
 
 
@@ -72,6 +72,49 @@ def test_a_queue_nothing_departed_from_holds_its_publisher_no_more() -> None:
     consumer, flooder = _consumer_and_flooded_publisher()
     consumer.clock.advance(HOLD_MAX)
     assert flooder.shell.release_hold(consumer.clock.now)
+    flooder.publish(1, "", "q", b"x")
+    assert not flooder.shell.held
+
+
+def _stalled() -> tuple[CodecClient, CodecClient]:
+    """A queue marked stalled (nothing departed in a whole ``HOLD_MAX``), its publisher
+    released."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    consumer.clock.advance(HOLD_MAX)
+    assert flooder.shell.release_hold(consumer.clock.now)
+    return consumer, flooder
+
+
+def test_a_stalled_queue_whose_consumer_acks_again_holds_its_publisher_again() -> None:
+    """Its consumer paused for a ``HOLD_MAX`` and acks again: ``STALL_RECHECK`` after the
+    mark, the publisher's next publish holds it again (marked until the queue drained, a
+    publisher faster than its consumer was never held again)."""
+    consumer, flooder = _stalled()
+    consumer.send(1, m.BasicAck(delivery_tag=1))  # the next one is delivered: it departs
+    consumer.clock.advance(STALL_RECHECK)
+    flooder.publish(1, "", "q", b"x")  # this turn's end lifts the mark
+    flooder.publish(1, "", "q", b"x")
+    assert flooder.shell.held
+
+
+def test_a_stalled_queue_is_held_for_no_sooner_than_the_recheck() -> None:
+    """Departures within ``STALL_RECHECK`` of the mark do not lift it: a connection that
+    consumes the queue it publishes to acks nothing while held, so each hold would mark
+    it stalled and each release lift the mark, holding it every other turn."""
+    consumer, flooder = _stalled()
+    consumer.send(1, m.BasicAck(delivery_tag=1))
+    consumer.clock.advance(STALL_RECHECK / 2)
+    flooder.publish(1, "", "q", b"x")
+    flooder.publish(1, "", "q", b"x")
+    assert not flooder.shell.held
+
+
+def test_a_stalled_queue_nothing_departs_from_stays_stalled_after_the_recheck() -> None:
+    """A consumer that stopped for good: the mark stands past ``STALL_RECHECK``, and the
+    publisher is never slowed by it."""
+    consumer, flooder = _stalled()
+    consumer.clock.advance(10 * STALL_RECHECK)
+    flooder.publish(1, "", "q", b"x")
     flooder.publish(1, "", "q", b"x")
     assert not flooder.shell.held
 

@@ -72,6 +72,7 @@ __all__ = [
     "HANDSHAKE_TIMEOUT",
     "HOLD_BOUND",
     "HOLD_MAX",
+    "STALL_RECHECK",
     "Chooser",
     "FrontEndFactory",
     "OpenRefused",
@@ -92,8 +93,16 @@ HOLD_BOUND: Final = 64 * 1024
 # The longest a publisher feeding a queue far behind (``Shell.held``) goes unread at once:
 # one turn then, held again if the queue still is. Long enough that a consumer that still
 # acks drains the backlog first; a queue from which nothing departed meanwhile is not held
-# for again until it drains (``Shell._stalled``).
+# for again until it drains, or until messages depart from it again (``Shell._stalled``).
 HOLD_MAX: Final = 0.05
+# The shortest a queue marked stalled goes without holding this publisher: then, if
+# messages departed from it since, it holds it again. A consumer that paused for one
+# ``HOLD_MAX`` (a collection, a starved process, a slow batch) looked stopped, and its
+# queue held no publisher until it drained, which a publisher faster than its consumer
+# never let happen. Not at once: a connection that consumes the queue it publishes to
+# acks nothing while held, so each hold marks it stalled, and it loses a ``HOLD_MAX`` in
+# each ``STALL_RECHECK`` (5 %) rather than every other turn.
+STALL_RECHECK: Final = 1.0
 # A connection held in the last this many seconds shows as "flow" to operators, as
 # RabbitMQ's does after its credit flow blocked it (``Shell.state``).
 FLOW_SHOWN: Final = 5.0
@@ -179,9 +188,11 @@ class Shell:
         # publisher: their consumers are not draining them (stopped, or not acking: this
         # very connection's own acks, unread while it is held, included), so holding the
         # publisher would only slow it. Not held for again until the queue is no longer far
-        # behind. Departures, not the queue's length: other publishers may keep a queue
-        # that drains as long as it was (then this one is held on, as they are).
-        self._stalled: set[Queue] = set()
+        # behind, or ``STALL_RECHECK`` after the mark once messages departed from it since.
+        # Departures, not the queue's length: other publishers may keep a queue that
+        # drains as long as it was (then this one is held on, as they are). Each with
+        # when it was marked and its ``Queue.departed`` then.
+        self._stalled: dict[Queue, tuple[float, int]] = {}
         # A message was published since the adapter last looked (the memory alarm's).
         self.published = False
         self._publishers: set[Publisher] = set()
@@ -331,7 +342,7 @@ class Shell:
         else:
             for queue, departed in self._held_by.items():
                 if queue.far_behind() and queue.departed() <= departed:
-                    self._stalled.add(queue)
+                    self._stalled[queue] = (now, departed)
         self._held_by.clear()
         return True
 
@@ -788,9 +799,15 @@ class Shell:
         paced = False
         stalled = self._stalled
         if stalled:
-            # Drained below the hold (or gone): held for again if it falls far behind anew.
-            for drained in [q for q in stalled if not q.far_behind()]:
-                stalled.discard(drained)
+            # Drained below the hold (or gone), or draining again: held for again if it is
+            # (still) far behind.
+            now = self.now
+            for drained in [
+                q
+                for q, (marked, departed) in stalled.items()
+                if not q.far_behind() or (now - marked >= STALL_RECHECK and q.departed() > departed)
+            ]:
+                del stalled[drained]
         if publishers:
             for publisher in publishers:
                 publisher.flush_confirms()

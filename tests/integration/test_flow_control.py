@@ -282,13 +282,13 @@ def test_publishers_far_ahead_of_their_consumer_are_held_and_the_backlog_stays_b
 def test_a_publisher_is_held_again_once_its_consumer_acks_again_after_a_pause(
     broker: Broker, name: str
 ) -> None:
-    """A consumer that stops acking for longer than ``HOLD_MAX`` looks stopped: its queue
-    holds no publisher for a while (``Shell._stalled``). Once messages depart from it again
+    """A consumer that stops acking for longer than ``STALL_WINDOW`` looks stopped: its
+    queue holds no publisher for a while (``Shell._stalled``). Once messages depart from it again
     it holds its publishers again (after ``STALL_RECHECK``), and the backlog stops growing.
     Marked stalled until the queue drained below the hold, a publisher faster than the
     consumer never let it drain: the backlog grew for good (scenario e with the Go tool:
     two million messages in 10 s, docs/benchmarks.md)."""
-    depths = _backlog_depths(broker, name, 1, pause=0.3, seconds=5.0)
+    depths = _backlog_depths(broker, name, 1, pause=0.6, seconds=5.0)
     # The pause comes after 500 acks (0.5 s or more): from 3 s on, the publisher is held
     # again and the backlog shrinks at the consumer's pace. Unheld, pika's publisher
     # outruns this consumer by thousands of messages a second (about 28,000 here).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leveret.protocol.amqp091._generated import methods as m
-from leveret.server.shell.shell import FLOW_SHOWN, HOLD_MAX, STALL_RECHECK
+from leveret.server.shell.shell import FLOW_SHOWN, HOLD_MAX, STALL_RECHECK, STALL_WINDOW
 from leveret.testing import CodecClient
 
 
@@ -66,41 +66,84 @@ def test_a_queue_that_drains_while_another_publisher_refills_it_holds_on() -> No
     assert flooder.shell.held
 
 
-def test_a_queue_nothing_departed_from_holds_its_publisher_no_more() -> None:
-    """A consumer that acks nothing for a whole ``HOLD_MAX``: the queue is stalled, and the
-    publisher's next publishes to it do not hold it again."""
-    consumer, flooder = _consumer_and_flooded_publisher()
-    consumer.clock.advance(HOLD_MAX)
+# A hold's length and a little: the fake clock's sums of 0.05 fall a hair short of it.
+STEP = HOLD_MAX + 0.001
+
+
+def _hold_out(consumer: CodecClient, flooder: CodecClient) -> None:
+    """Each of the publisher's holds lasts its ``HOLD_MAX``; then a publish holds it again."""
+    consumer.clock.advance(STEP)
     assert flooder.shell.release_hold(consumer.clock.now)
+    flooder.publish(1, "", "q", b"x")
+
+
+def test_a_queue_nothing_departed_from_holds_its_publisher_no_more() -> None:
+    """A consumer that acks nothing through ``STALL_WINDOW`` of holds: the queue is
+    stalled, and the publisher's next publishes to it do not hold it again."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    holds = 0
+    while flooder.shell.held:
+        _hold_out(consumer, flooder)
+        holds += 1
+        assert holds * STEP <= STALL_WINDOW + 2 * STEP
+    assert holds * STEP >= STALL_WINDOW
     flooder.publish(1, "", "q", b"x")
     assert not flooder.shell.held
 
 
-def _stalled() -> tuple[CodecClient, CodecClient]:
-    """A queue marked stalled (nothing departed in a whole ``HOLD_MAX``), its publisher
-    released."""
+def test_one_hold_without_departures_does_not_mark_the_queue_stalled() -> None:
+    """A consumer starved of a CPU for one ``HOLD_MAX`` (on a busy machine, or behind its
+    own process's publishers) did not stop: its publisher is held again."""
     consumer, flooder = _consumer_and_flooded_publisher()
-    consumer.clock.advance(HOLD_MAX)
-    assert flooder.shell.release_hold(consumer.clock.now)
-    return consumer, flooder
+    _hold_out(consumer, flooder)
+    assert flooder.shell.held
+
+
+def test_departures_between_quiet_holds_keep_the_publisher_held() -> None:
+    """A connection's own consumer acks only between its holds (nothing of it is read
+    while held): nothing departs during each hold, and the queue still drains."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    tag = 1
+    for _ in range(int(3 * STALL_WINDOW / HOLD_MAX)):
+        _hold_out(consumer, flooder)
+        assert flooder.shell.held
+        consumer.send(1, m.BasicAck(delivery_tag=tag))  # between this hold's start and end
+        tag += 1
+        consumer.clock.advance(STEP)
+        assert flooder.shell.release_hold(consumer.clock.now)
+        flooder.publish(1, "", "q", b"x")
+        assert flooder.shell.held
+
+
+def _stalled() -> tuple[CodecClient, CodecClient]:
+    """A queue marked stalled (nothing departed through ``STALL_WINDOW`` of holds), its
+    publisher released."""
+    consumer, flooder = _consumer_and_flooded_publisher()
+    for _ in range(int(2 * STALL_WINDOW / HOLD_MAX)):
+        consumer.clock.advance(STEP)
+        assert flooder.shell.release_hold(consumer.clock.now)
+        flooder.publish(1, "", "q", b"x")
+        if not flooder.shell.held:
+            return consumer, flooder
+    raise AssertionError("never marked stalled")
 
 
 def test_a_stalled_queue_whose_consumer_acks_again_holds_its_publisher_again() -> None:
-    """Its consumer paused for a ``HOLD_MAX`` and acks again: ``STALL_RECHECK`` after the
-    mark, the publisher's next publish holds it again (marked until the queue drained, a
-    publisher faster than its consumer was never held again)."""
+    """Its consumer paused past ``STALL_WINDOW`` and acks again: ``STALL_RECHECK`` after
+    the mark, the publisher's next publish holds it again (marked until the queue drained,
+    a publisher faster than its consumer was never held again)."""
     consumer, flooder = _stalled()
     consumer.send(1, m.BasicAck(delivery_tag=1))  # the next one is delivered: it departs
-    consumer.clock.advance(STALL_RECHECK)
+    consumer.clock.advance(STALL_RECHECK + 0.001)
     flooder.publish(1, "", "q", b"x")  # this turn's end lifts the mark
     flooder.publish(1, "", "q", b"x")
     assert flooder.shell.held
 
 
 def test_a_stalled_queue_is_held_for_no_sooner_than_the_recheck() -> None:
-    """Departures within ``STALL_RECHECK`` of the mark do not lift it: a connection that
-    consumes the queue it publishes to acks nothing while held, so each hold would mark
-    it stalled and each release lift the mark, holding it every other turn."""
+    """Departures within ``STALL_RECHECK`` of the mark do not lift it: the mark stands
+    that long at least, so a consumer that acks in bursts between pauses past
+    ``STALL_WINDOW`` does not have its publisher held and let go by turns."""
     consumer, flooder = _stalled()
     consumer.send(1, m.BasicAck(delivery_tag=1))
     consumer.clock.advance(STALL_RECHECK / 2)

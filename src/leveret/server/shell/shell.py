@@ -73,6 +73,7 @@ __all__ = [
     "HOLD_BOUND",
     "HOLD_MAX",
     "STALL_RECHECK",
+    "STALL_WINDOW",
     "Chooser",
     "FrontEndFactory",
     "OpenRefused",
@@ -92,16 +93,18 @@ CLOSE_TIMEOUT: Final = 5.0
 HOLD_BOUND: Final = 64 * 1024
 # The longest a publisher feeding a queue far behind (``Shell.held``) goes unread at once:
 # one turn then, held again if the queue still is. Long enough that a consumer that still
-# acks drains the backlog first; a queue from which nothing departed meanwhile is not held
-# for again until it drains, or until messages depart from it again (``Shell._stalled``).
+# acks drains the backlog first.
 HOLD_MAX: Final = 0.05
+# A queue from which nothing departed through this long of holds of this publisher (the
+# turns between them included) is taken for one whose consumers stopped
+# (``Shell._stalled``), and holds it no more: holding would only slow the publisher. One
+# ``HOLD_MAX`` was the test, and a consumer starved of a CPU for 50 ms on a busy machine
+# (the Go tool's consumers behind its own ten publishers: scenario e) looked stopped.
+STALL_WINDOW: Final = 0.25
 # The shortest a queue marked stalled goes without holding this publisher: then, if
-# messages departed from it since, it holds it again. A consumer that paused for one
-# ``HOLD_MAX`` (a collection, a starved process, a slow batch) looked stopped, and its
-# queue held no publisher until it drained, which a publisher faster than its consumer
-# never let happen. Not at once: a connection that consumes the queue it publishes to
-# acks nothing while held, so each hold marks it stalled, and it loses a ``HOLD_MAX`` in
-# each ``STALL_RECHECK`` (5 %) rather than every other turn.
+# messages departed from it since, it holds it again. Marked until it drained, a queue
+# whose consumer paused longer than ``STALL_WINDOW`` (a slow batch) held no publisher
+# again, and a publisher faster than its consumer never let it drain.
 STALL_RECHECK: Final = 1.0
 # A connection held in the last this many seconds shows as "flow" to operators, as
 # RabbitMQ's does after its credit flow blocked it (``Shell.state``).
@@ -193,6 +196,10 @@ class Shell:
         # drains as long as it was (then this one is held on, as they are). Each with
         # when it was marked and its ``Queue.departed`` then.
         self._stalled: dict[Queue, tuple[float, int]] = {}
+        # Queues nothing departed from in this publisher's last hold, each with when the
+        # first such hold in a row began and its ``Queue.departed`` then: marked stalled
+        # once that is ``STALL_WINDOW`` ago with nothing departed since.
+        self._quiet: dict[Queue, tuple[float, int]] = {}
         # A message was published since the adapter last looked (the memory alarm's).
         self.published = False
         self._publishers: set[Publisher] = set()
@@ -340,9 +347,20 @@ class Shell:
                 if queue.far_behind():
                     return False
         else:
+            quiet = self._quiet
             for queue, departed in self._held_by.items():
-                if queue.far_behind() and queue.departed() <= departed:
-                    self._stalled[queue] = (now, departed)
+                current = queue.departed()
+                if not queue.far_behind() or current > departed:
+                    quiet.pop(queue, None)  # drained, or draining
+                    continue
+                since = quiet.get(queue)
+                if since is None or current > since[1]:
+                    # The first quiet hold in a row (what departed between the holds
+                    # counts: a connection's own consumer acks only between them).
+                    quiet[queue] = (self._held_since, current)
+                elif now - since[0] >= STALL_WINDOW:
+                    del quiet[queue]
+                    self._stalled[queue] = (now, current)
         self._held_by.clear()
         return True
 
@@ -797,6 +815,10 @@ class Shell:
     def _turn_done(self) -> None:
         publishers = self._publishers
         paced = False
+        if self._quiet:
+            # Drained, or gone: forgotten (a deleted queue is never far behind).
+            for drained in [q for q in self._quiet if not q.far_behind()]:
+                del self._quiet[drained]
         stalled = self._stalled
         if stalled:
             # Drained below the hold (or gone), or draining again: held for again if it is

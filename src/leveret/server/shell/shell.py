@@ -187,11 +187,11 @@ class Shell:
         # publisher's reader the same way).
         self._held_by: dict[Queue, int] = {}
         self._held_since = -math.inf
-        # Queues from which nothing departed in a whole ``HOLD_MAX`` of holding this
-        # publisher: their consumers are not draining them (stopped, or not acking: this
-        # very connection's own acks, unread while it is held, included), so holding the
-        # publisher would only slow it. Not held for again until the queue is no longer far
-        # behind, or ``STALL_RECHECK`` after the mark once messages departed from it since.
+        # Queues from which nothing departed through ``STALL_WINDOW`` of holding this
+        # publisher: their consumers are not draining them (stopped, or not acking with
+        # their prefetch full), so holding the publisher would only slow it. Not held for
+        # again until the queue is no longer far behind, or ``STALL_RECHECK`` after the
+        # mark once messages departed from it since.
         # Departures, not the queue's length: other publishers may keep a queue that
         # drains as long as it was (then this one is held on, as they are). Each with
         # when it was marked and its ``Queue.departed`` then.

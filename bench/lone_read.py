@@ -6,9 +6,9 @@ in-memory transports (issue 26, scenario h: a thousand publishers, one message e
 tool's client asks) on one broker; then, ``--repeats`` times, a 16-byte publish is handed to
 every one of them in turn (``data_received``, as uvloop does once per readable socket) and
 the thread's CPU time is divided by the reads (one untimed burst first). The queue is purged
-between repeats. Prints
-the minimum and median µs per read (the minimum is the figure a shared machine moves least)
-as one JSON line. Not the kernel's side of the read, nor uvloop's: only what Leveret adds.
+between repeats. Prints the minimum and median µs per read (the minimum is the figure a
+shared machine moves least) as one JSON line. Not the kernel's side of the read, nor
+uvloop's: only what Leveret adds.
 
 ``--consume``: the queue has one consumer as the Go tool's (``--prefetch``, a manual ack of
 each message) on a connection of its own, and each repeat runs until it has acked the whole

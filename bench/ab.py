@@ -25,13 +25,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.compare import _cpu_us, _lat, _steal_ms
+from bench.compare import _cpu_us, _lat, _steal_ms, loadgen_command
 from bench.run import (
     SCENARIOS,
     _raise_nofile,
-    go_flags,
     run_loadgen,
-    scenario_args,
     start_leveret,
     wait_quiet,
 )
@@ -104,15 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir.mkdir(exist_ok=True)
         broker = start_leveret(builds[name], workdir)
         try:
-            flags = scenario_args(scenario, args)
             label = f"{args.scenario}-{name}-r{rnd}"
-            if args.tool == "go":
-                cmd = [args.go_loadgen, *go_flags(flags), "-port", str(broker.port)]
-                cmd += ["-broker-pid", str(broker.pid), "-label", label]
-            else:
-                cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
-                cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
-                cmd += ["--label", label]
+            cmd = loadgen_command(args.tool, scenario, args, broker, label)
             load = os.getloadavg()[0]
             steal = _steal_ms()
             budget = args.warmup + args.duration + 2 * args.drain_max + 600

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from bench.run import (
     SCENARIOS,
     Broker,
+    Scenario,
     _raise_nofile,
     go_flags,
     run_loadgen,
@@ -48,7 +49,7 @@ from bench.run import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["build_parser", "main", "render", "schedule"]
+__all__ = ["build_parser", "loadgen_command", "main", "render", "schedule"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKERS = ("compiled", "pure", "rabbitmq")
@@ -190,6 +191,21 @@ def schedule(
     return runs
 
 
+def loadgen_command(
+    tool: str, scenario: Scenario, args: argparse.Namespace, broker: Broker, label: str
+) -> list[str]:
+    """The command line of one run of ``scenario`` against ``broker``: the Go load
+    generator's (``tool`` "go", at ``args.go_loadgen``) or ``bench.loadgen``'s."""
+    flags = scenario_args(scenario, args)
+    if tool == "go":
+        cmd = [args.go_loadgen, *go_flags(flags)]
+        cmd += ["-port", str(broker.port), "-broker-pid", str(broker.pid), "-label", label]
+    else:
+        cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
+        cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid), "--label", label]
+    return cmd
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
     p.add_argument("--scenarios", default="abcdefgh")
@@ -247,16 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rnd, key, tool, name in schedule(args.rounds, keys, tools):
             scenario = SCENARIOS[key]
             broker = brokers[name]
-            flags = scenario_args(scenario, args)
             label = f"{key}-{tool}-{name}-r{rnd}"
-            if tool == "go":
-                cmd = [args.go_loadgen, *go_flags(flags)]
-                cmd += ["-port", str(broker.port), "-broker-pid", str(broker.pid)]
-                cmd += ["-label", label]
-            else:
-                cmd = [sys.executable, "-m", "bench.loadgen", *flags, *scenario.extra]
-                cmd += ["--port", str(broker.port), "--broker-pid", str(broker.pid)]
-                cmd += ["--label", label]
+            cmd = loadgen_command(tool, scenario, args, broker, label)
             floor = None
             if scenario.latency_target and args.floor_probe > 0:
                 floor = _floor_probe(args.floor_probe, env)

@@ -198,7 +198,10 @@ class Shell:
         self._stalled: dict[Queue, tuple[float, int]] = {}
         # Queues nothing departed from in this publisher's last hold, each with when the
         # first such hold in a row began and its ``Queue.departed`` then: marked stalled
-        # once that is ``STALL_WINDOW`` ago with nothing departed since.
+        # once that is ``STALL_WINDOW`` ago with nothing departed since. Forgotten when a
+        # hold ends with the queue drained, not looked at each turn: one left behind (its
+        # queue deleted, or never held for again) starts afresh at its next quiet hold if
+        # anything departed meanwhile.
         self._quiet: dict[Queue, tuple[float, int]] = {}
         # A message was published since the adapter last looked (the memory alarm's).
         self.published = False
@@ -346,6 +349,9 @@ class Shell:
             for queue in self._held_by:
                 if queue.far_behind():
                     return False
+            if self._quiet:
+                for queue in self._held_by:
+                    self._quiet.pop(queue, None)  # drained
         else:
             quiet = self._quiet
             for queue, departed in self._held_by.items():
@@ -815,10 +821,6 @@ class Shell:
     def _turn_done(self) -> None:
         publishers = self._publishers
         paced = False
-        if self._quiet:
-            # Drained, or gone: forgotten (a deleted queue is never far behind).
-            for drained in [q for q in self._quiet if not q.far_behind()]:
-                del self._quiet[drained]
         stalled = self._stalled
         if stalled:
             # Drained below the hold (or gone), or draining again: held for again if it is

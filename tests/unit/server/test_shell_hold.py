@@ -120,9 +120,7 @@ def _stalled() -> tuple[CodecClient, CodecClient]:
     publisher released."""
     consumer, flooder = _consumer_and_flooded_publisher()
     for _ in range(int(2 * STALL_WINDOW / HOLD_MAX)):
-        consumer.clock.advance(STEP)
-        assert flooder.shell.release_hold(consumer.clock.now)
-        flooder.publish(1, "", "q", b"x")
+        _hold_out(consumer, flooder)
         if not flooder.shell.held:
             return consumer, flooder
     raise AssertionError("never marked stalled")

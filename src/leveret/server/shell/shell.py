@@ -202,7 +202,7 @@ class Shell:
         # hold ends with the queue drained, not looked at each turn: one left behind (its
         # queue deleted, or never held for again) starts afresh at its next quiet hold if
         # anything departed meanwhile.
-        self._quiet: dict[Queue, tuple[float, int]] = {}
+        self._quiet_holds: dict[Queue, tuple[float, int]] = {}
         # A message was published since the adapter last looked (the memory alarm's).
         self.published = False
         self._publishers: set[Publisher] = set()
@@ -349,11 +349,11 @@ class Shell:
             for queue in self._held_by:
                 if queue.far_behind():
                     return False
-            if self._quiet:
+            if self._quiet_holds:
                 for queue in self._held_by:
-                    self._quiet.pop(queue, None)  # drained
+                    self._quiet_holds.pop(queue, None)  # drained
         else:
-            quiet = self._quiet
+            quiet = self._quiet_holds
             for queue, departed in self._held_by.items():
                 current = queue.departed()
                 if not queue.far_behind() or current > departed:
@@ -844,7 +844,7 @@ class Shell:
                         # The cluster link reads on for the acks and credit it carries
                         # for every queue (a window bounds its publishes), as it does when
                         # blocked; a queue stopped draining is held for no more.
-                        if self._reads_when_blocked or queue in self._stalled:
+                        if self._reads_when_blocked or queue in stalled:
                             continue
                         held_by = self._held_by
                         if not held_by:
